@@ -1,0 +1,13 @@
+// The subcommands of `waste`, each registered on the CLI11 app and run by main.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace waste::cli {
+
+// Each Add* registers a subcommand; its callback runs it and sets the exit code.
+void AddInfo(CLI::App& app, int* exit_code);
+void AddPlan(CLI::App& app, int* exit_code);
+void AddSynth(CLI::App& app, int* exit_code);
+
+}  // namespace waste::cli

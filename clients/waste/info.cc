@@ -1,0 +1,239 @@
+// waste info and waste plan: what a container holds and what it needs.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "clients/waste/commands.h"
+#include "engine/format/container.h"
+#include "engine/plan/plan.h"
+
+namespace waste::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string Millions(int64_t n) {
+  char buf[32];
+  if (n >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
+  return buf;
+}
+
+Result<Container> OpenOrReport(const std::string& dir) {
+  auto c = Container::Open(dir);
+  if (!c.ok()) std::fprintf(stderr, "waste: %s: %s\n", dir.c_str(), c.status().message().c_str());
+  return c;
+}
+
+json InfoJson(const Container& ct) {
+  const Manifest& m = ct.manifest();
+  const ModelConfig& c = m.config;
+  const ParamCount p = CountParams(c);
+  std::string mix;
+  for (int L = 0; L < c.n_layers; ++L) mix += c.layer_kind[L] == LayerKind::kKda ? 'K' : 'M';
+  std::map<std::string, json> fmts;
+  uint64_t resident = 0, embed = 0;
+  for (const TrunkTensor& t : m.trunk) {
+    std::string f(format::FmtName(t.fmt));
+    if (t.bf16) f = "BF16";
+    auto& e = fmts[f];
+    if (e.is_null()) e = {{"tensors", 0}, {"bytes", 0}};
+    e["tensors"] = e["tensors"].get<int>() + 1;
+    e["bytes"] = e["bytes"].get<uint64_t>() + t.stored_bytes();
+    (t.name == m.tensor_prefix + "model.embed_tokens.weight" ? embed : resident) += t.stored_bytes();
+  }
+  json j = {
+      {"container", ct.dir()},
+      {"bytes", ct.total_bytes()},
+      {"architecture", c.architecture},
+      {"model_type", c.model_type},
+      {"layers", c.n_layers},
+      {"dense_layers", c.n_layers - c.n_moe_layers()},
+      {"moe_layers", c.n_moe_layers()},
+      {"kda_layers", c.n_kda_layers()},
+      {"mla_layers", c.n_layers - c.n_kda_layers()},
+      {"layer_mix", mix},
+      {"hidden", c.hidden},
+      {"vocab", c.vocab},
+      {"params_total", p.total()},
+      {"params_active", p.active},
+      {"trunk_formats", fmts},
+      {"trunk_resident_bytes", resident},
+      {"embedding_bytes_on_disk", embed},
+      {"tokenizer", ct.has_tokenizer()},
+      {"specials", ct.specials().size()},
+      {"chat_template", !ct.chat().is_null()},
+  };
+  if (c.n_experts > 0) {
+    j["experts"] = {{"per_layer", c.n_experts},
+                    {"top_k", c.top_k},
+                    {"shared", c.n_shared},
+                    {"format", std::string(format::FmtName(m.quant.fmt))},
+                    {"stages", m.quant.stages},
+                    {"entries", m.quant.entries},
+                    {"bits_per_weight", m.quant.bits_per_weight()},
+                    {"record_bytes", m.record.record_bytes},
+                    {"bank_bytes", uint64_t{m.record.record_bytes} * c.n_experts * c.n_moe_layers()},
+                    {"routing", {{"scores", c.sigmoid_router ? "sigmoid" : "softmax"},
+                                 {"groups", c.n_group},
+                                 {"topk_group", c.topk_group},
+                                 {"renormalize", c.renormalize},
+                                 {"routed_scaling", c.routed_scale}}}};
+  }
+  return j;
+}
+
+int RunInfo(const std::string& dir, bool as_json) {
+  auto ct = OpenOrReport(dir);
+  if (!ct.ok()) return 1;
+  const json j = InfoJson(*ct);
+  if (as_json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("container   %s (%s)\n", dir.c_str(), FormatSize(j["bytes"]).c_str());
+  std::printf("model       %s (%s)\n", j["architecture"].get<std::string>().c_str(),
+              j["model_type"].get<std::string>().c_str());
+  std::printf("layers      %d: %d dense + %d MoE; attention %d KDA + %d MLA\n",
+              j["layers"].get<int>(), j["dense_layers"].get<int>(), j["moe_layers"].get<int>(),
+              j["kda_layers"].get<int>(), j["mla_layers"].get<int>());
+  std::printf("layer mix   %s  (K = Kimi Delta Attention, M = latent attention)\n",
+              j["layer_mix"].get<std::string>().c_str());
+  std::printf("hidden      %d, vocabulary %d\n", j["hidden"].get<int>(), j["vocab"].get<int>());
+  if (j.contains("experts")) {
+    const json& e = j["experts"];
+    std::printf("experts     %d per layer, top-%d, %d shared; %s (%d stages x %d entries, %.2f bits/weight)\n",
+                e["per_layer"].get<int>(), e["top_k"].get<int>(), e["shared"].get<int>(),
+                e["format"].get<std::string>().c_str(), e["stages"].get<int>(),
+                e["entries"].get<int>(), e["bits_per_weight"].get<double>());
+    std::printf("records     %s each, %s in all banks\n",
+                FormatSize(e["record_bytes"]).c_str(), FormatSize(e["bank_bytes"]).c_str());
+  }
+  std::string fmts;
+  for (const auto& [name, f] : j["trunk_formats"].items())
+    fmts += (fmts.empty() ? "" : ", ") + name + " x" + std::to_string(f["tensors"].get<int>()) +
+            " (" + FormatSize(f["bytes"]) + ")";
+  std::printf("trunk       %s\n", fmts.c_str());
+  std::printf("            %s resident, embedding table %s read per row from disk\n",
+              FormatSize(j["trunk_resident_bytes"]).c_str(),
+              FormatSize(j["embedding_bytes_on_disk"]).c_str());
+  std::printf("parameters  %s total, %s active per token\n",
+              Millions(j["params_total"]).c_str(), Millions(j["params_active"]).c_str());
+  std::printf("tokenizer   %s, %zu special tokens, chat template %s\n",
+              ct->has_tokenizer() ? "yes" : "no", ct->specials().size(),
+              ct->chat().is_null() ? "no" : "yes");
+  return 0;
+}
+
+int RunPlan(const std::string& dir, const std::string& budget_text, int context, bool as_json) {
+  auto ct = OpenOrReport(dir);
+  if (!ct.ok()) return 1;
+  const MemoryPlan p = PlanMemory(ct->manifest(), context);
+  const MemoryLimit lim = ProcessMemoryLimit();
+  auto machine = DefaultBudget(p, lim);
+  std::optional<uint64_t> budget;
+  if (!budget_text.empty()) {
+    auto b = ParseSize(budget_text);
+    if (!b.ok()) {
+      std::fprintf(stderr, "waste: --budget: %s\n", b.status().message().c_str());
+      return 2;
+    }
+    budget = *b;
+  }
+  const uint64_t record = ct->record_bytes();
+  const uint64_t all_records = uint64_t(ct->config().n_experts) * ct->config().n_moe_layers();
+  auto cache_at = [&](uint64_t b) -> uint64_t {
+    const uint64_t fixed = p.floor() - p.min_cache;
+    return b > fixed ? b - fixed : 0;
+  };
+  json j = {{"context", context},
+            {"floor", p.floor()},
+            {"trunk", p.trunk},
+            {"client_state", p.client_state},
+            {"scratch", p.scratch},
+            {"min_expert_cache", p.min_cache},
+            {"daemon_overhead", p.daemon_overhead},
+            {"working_set", p.working_set},
+            {"recommended", p.recommended()},
+            {"memory_limit", lim.bytes},
+            {"memory_limit_source", lim.source}};
+  if (machine.ok()) j["machine_budget"] = *machine;
+  else j["machine_budget_error"] = machine.status().message();
+  if (budget) {
+    j["budget"] = *budget;
+    j["budget_ok"] = *budget >= p.floor();
+    j["cache_bytes"] = cache_at(*budget);
+    j["cache_records"] = record ? cache_at(*budget) / record : 0;
+  }
+  if (as_json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return budget && *budget < p.floor() ? 1 : 0;
+  }
+  std::printf("floor          %s at %d tokens of context\n", FormatSize(p.floor()).c_str(), context);
+  std::printf("  trunk          %s (resident; the embedding table stays on disk)\n", FormatSize(p.trunk).c_str());
+  std::printf("  client state   %s (recurrent states, convolution rings, latent KV)\n",
+              FormatSize(p.client_state).c_str());
+  std::printf("  scratch        %s (activations, logits, lookup tables)\n", FormatSize(p.scratch).c_str());
+  std::printf("  expert cache   %s (the top-%d experts of one layer)\n", FormatSize(p.min_cache).c_str(),
+              ct->config().top_k);
+  std::printf("  daemon         %s (slot table, pin pages, buffers)\n", FormatSize(p.daemon_overhead).c_str());
+  std::printf("working set    %s (one token's experts over %d MoE layers)\n",
+              FormatSize(p.working_set).c_str(), ct->config().n_moe_layers());
+  std::printf("recommended    %s (floor + 3 working sets)\n", FormatSize(p.recommended()).c_str());
+  std::printf("this machine   %s may be used (%s); ", FormatSize(lim.bytes).c_str(), lim.source.c_str());
+  if (machine.ok()) {
+    std::printf("default budget %s, expert cache %s (%.1f%% of all experts)\n",
+                FormatSize(*machine).c_str(), FormatSize(cache_at(*machine)).c_str(),
+                all_records ? 100.0 * static_cast<double>(cache_at(*machine) / record) / all_records : 0.0);
+  } else {
+    std::printf("no budget fits:\n  %s\n", machine.status().message().c_str());
+  }
+  if (budget) {
+    if (*budget < p.floor()) {
+      std::printf("--budget %s is below the floor of %s\n", FormatSize(*budget).c_str(),
+                  FormatSize(p.floor()).c_str());
+      return 1;
+    }
+    std::printf("--budget %s  expert cache %s: %llu records (%.1f%% of all experts)\n",
+                FormatSize(*budget).c_str(), FormatSize(cache_at(*budget)).c_str(),
+                static_cast<unsigned long long>(cache_at(*budget) / record),
+                all_records ? 100.0 * static_cast<double>(cache_at(*budget) / record) / all_records : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddInfo(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string dir;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();  // owned by the callback, bound by the options
+  auto* cmd = app.add_subcommand("info", "Describe a container: architecture, layers, experts, formats, sizes");
+  cmd->add_option("CONTAINER", o->dir, "Container directory")->required();
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o, exit_code] { *exit_code = RunInfo(o->dir, o->json); });
+}
+
+void AddPlan(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string dir, budget;
+    int context = 4096;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("plan", "Memory floor, recommended budget and this machine's budget");
+  cmd->add_option("CONTAINER", o->dir, "Container directory")->required();
+  cmd->add_option("--budget", o->budget, "A budget to check, e.g. 4G");
+  cmd->add_option("--ctx", o->context, "Context length the client state is sized for")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o, exit_code] { *exit_code = RunPlan(o->dir, o->budget, o->context, o->json); });
+}
+
+}  // namespace waste::cli

@@ -1,0 +1,312 @@
+#include "engine/format/model_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace waste {
+namespace {
+
+using nlohmann::json;
+
+// Reads config[key] as an integer in [lo, hi]. Absent keys take `fallback`
+// when one is given (>= lo), and are an error otherwise.
+Status GetInt(const json& c, const char* key, int64_t lo, int64_t hi, int* out,
+              std::optional<int64_t> fallback = std::nullopt) {
+  const auto it = c.find(key);
+  if (it == c.end() || it->is_null()) {
+    if (!fallback) return Status::Error(std::string("config.") + key + " is missing");
+    *out = static_cast<int>(*fallback);
+    return Status::Ok();
+  }
+  if (!it->is_number_integer() && !it->is_number_unsigned())
+    return Status::Error(std::string("config.") + key + " is not an integer");
+  const int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX
+                        ? INT64_MAX
+                        : it->get<int64_t>();
+  if (v < lo || v > hi)
+    return Status::Error(std::string("config.") + key + " = " + std::to_string(v) +
+                         " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  *out = static_cast<int>(v);
+  return Status::Ok();
+}
+
+Status GetNum(const json& c, const char* key, double lo, double hi, double* out, double fallback,
+              const char* where = "config.") {
+  const auto it = c.find(key);
+  if (it == c.end() || it->is_null()) {
+    *out = fallback;
+    return Status::Ok();
+  }
+  if (!it->is_number()) return Status::Error(std::string(where) + key + " is not a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    return Status::Error(std::string(where) + key + " = " + std::to_string(v) + " is out of range");
+  *out = v;
+  return Status::Ok();
+}
+
+Status GetBool(const json& c, const char* key, bool* out, bool fallback) {
+  const auto it = c.find(key);
+  if (it == c.end() || it->is_null()) {
+    *out = fallback;
+    return Status::Ok();
+  }
+  if (!it->is_boolean()) return Status::Error(std::string("config.") + key + " is not true or false");
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
+// First key present of several spellings (Kimi and DeepSeek name the MoE
+// settings differently).
+const char* Either(const json& c, const char* a, const char* b) {
+  return c.contains(a) ? a : b;
+}
+
+constexpr int64_t kMaxDim = 1 << 20;
+
+Status ReadLayerKinds(const json& c, ModelConfig* m) {
+  m->layer_kind.assign(m->n_layers, LayerKind::kMla);
+  const auto lac = c.find("linear_attn_config");
+  if (lac == c.end() || lac->is_null()) {
+    if (m->arch == Arch::kKimiLinear)
+      return Status::Error("config.linear_attn_config is missing (kimi_linear needs it)");
+    return Status::Ok();
+  }
+  if (!lac->is_object()) return Status::Error("config.linear_attn_config is not an object");
+  if (m->arch != Arch::kKimiLinear)
+    return Status::Error("config.linear_attn_config is only implemented for kimi_linear");
+  WASTE_RETURN_IF_ERROR(GetInt(*lac, "num_heads", 1, 1 << 12, &m->kda_heads)
+                            .Prefixed("linear_attn_config"));
+  WASTE_RETURN_IF_ERROR(GetInt(*lac, "head_dim", 1, 1 << 12, &m->kda_head_dim)
+                            .Prefixed("linear_attn_config"));
+  WASTE_RETURN_IF_ERROR(GetInt(*lac, "short_conv_kernel_size", 1, 64, &m->conv_kernel, 4)
+                            .Prefixed("linear_attn_config"));
+  for (const char* unsupported : {"use_full_rank_gate", "gate_lower_bound"}) {
+    if (lac->contains(unsupported) && !(*lac)[unsupported].is_null())
+      return Status::Error(std::string("config.linear_attn_config.") + unsupported +
+                           " is not implemented");
+  }
+  const auto kl = lac->find("kda_layers");
+  if (kl == lac->end() || !kl->is_array())
+    return Status::Error("config.linear_attn_config.kda_layers is missing or not a list");
+  for (const auto& v : *kl) {  // 1-based, as the Kimi configs write it
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > m->n_layers)
+      return Status::Error("config.linear_attn_config.kda_layers holds " + v.dump() +
+                           ", not a layer number in [1, " + std::to_string(m->n_layers) + "]");
+    m->layer_kind[v.get<int64_t>() - 1] = LayerKind::kKda;
+  }
+  return Status::Ok();
+}
+
+Status ReadRope(const json& c, ModelConfig* m) {
+  // mla_use_nope must be a real boolean: it decides the sequence order.
+  WASTE_RETURN_IF_ERROR(GetBool(c, "mla_use_nope", &m->mla_nope, false));
+  WASTE_RETURN_IF_ERROR(GetNum(c, "rope_theta", 1.0, 1e12, &m->rope_theta, 10000.0));
+  const auto rs = c.find("rope_scaling");
+  if (rs == c.end() || rs->is_null() || (rs->is_object() && rs->empty())) return Status::Ok();
+  if (!rs->is_object()) return Status::Error("config.rope_scaling is not an object");
+  std::string type;
+  for (const char* k : {"type", "rope_type"}) {
+    if (rs->contains(k) && (*rs)[k].is_string()) type = (*rs)[k].get<std::string>();
+  }
+  if (type != "yarn")
+    return Status::Error("config.rope_scaling type \"" + type + "\" is not implemented (only yarn)");
+  YarnConfig& y = m->yarn;
+  const char* w = "config.rope_scaling.";
+  WASTE_RETURN_IF_ERROR(GetNum(*rs, "factor", 0, 1e6, &y.factor, 1.0, w));
+  WASTE_RETURN_IF_ERROR(
+      GetNum(*rs, "original_max_position_embeddings", 1, 1e9, &y.original_max_position, 4096, w));
+  WASTE_RETURN_IF_ERROR(GetNum(*rs, "beta_fast", 1e-6, 1e6, &y.beta_fast, 32, w));
+  WASTE_RETURN_IF_ERROR(GetNum(*rs, "beta_slow", 1e-6, 1e6, &y.beta_slow, 1, w));
+  WASTE_RETURN_IF_ERROR(GetNum(*rs, "mscale", 0, 1e3, &y.mscale, 1, w));
+  WASTE_RETURN_IF_ERROR(GetNum(*rs, "mscale_all_dim", 0, 1e3, &y.mscale_all_dim, 0, w));
+  if (y.factor > 1.0 && y.mscale != y.mscale_all_dim)
+    return Status::Error("config.rope_scaling mscale != mscale_all_dim is not implemented");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view ArchName(Arch a) {
+  return a == Arch::kKimiLinear ? "kimi_linear" : "deepseek_v3";
+}
+
+int ModelConfig::n_kda_layers() const {
+  int n = 0;
+  for (LayerKind k : layer_kind) n += k == LayerKind::kKda;
+  return n;
+}
+
+Result<ModelConfig> ModelConfig::FromJson(const json& c) {
+  if (!c.is_object()) return Status::Error("config is not an object");
+  ModelConfig m;
+  const auto mt = c.find("model_type");
+  if (mt == c.end() || !mt->is_string()) return Status::Error("config.model_type is missing");
+  m.model_type = mt->get<std::string>();
+  if (m.model_type == "kimi_linear") {
+    m.arch = Arch::kKimiLinear;
+  } else if (m.model_type == "deepseek_v3" || m.model_type == "kimi_k2") {
+    m.arch = Arch::kDeepseekV3;
+  } else {
+    return Status::Error("config.model_type \"" + m.model_type +
+                         "\" is not supported (kimi_linear, deepseek_v3, kimi_k2)");
+  }
+  m.architecture = m.model_type;
+  if (auto a = c.find("architectures"); a != c.end() && a->is_array() && !a->empty() &&
+                                        (*a)[0].is_string())
+    m.architecture = (*a)[0].get<std::string>().substr(0, 128);
+
+  WASTE_RETURN_IF_ERROR(GetInt(c, "hidden_size", 8, kMaxDim, &m.hidden));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "num_hidden_layers", 1, 512, &m.n_layers));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "vocab_size", 1, 1 << 24, &m.vocab));
+  double eps;
+  WASTE_RETURN_IF_ERROR(GetNum(c, "rms_norm_eps", 1e-12, 0.5, &eps, 1e-6));
+  m.rms_eps = static_cast<float>(eps);
+  WASTE_RETURN_IF_ERROR(GetBool(c, "tie_word_embeddings", &m.tie_embeddings, false));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "bos_token_id", -1, m.vocab - 1, &m.bos_token, -1));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "eos_token_id", -1, m.vocab - 1, &m.eos_token, -1));
+
+  // Feed-forward and routing.
+  WASTE_RETURN_IF_ERROR(GetInt(c, "intermediate_size", 0, kMaxDim, &m.dense_inter, 0));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "moe_intermediate_size", 0, kMaxDim, &m.moe_inter, 0));
+  WASTE_RETURN_IF_ERROR(
+      GetInt(c, Either(c, "num_experts", "n_routed_experts"), 0, 1 << 16, &m.n_experts, 0));
+  WASTE_RETURN_IF_ERROR(GetInt(c, Either(c, "num_experts_per_token", "num_experts_per_tok"), 0,
+                               64, &m.top_k, 0));
+  WASTE_RETURN_IF_ERROR(
+      GetInt(c, Either(c, "num_shared_experts", "n_shared_experts"), 0, 64, &m.n_shared, 0));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m.n_layers, &m.first_dense, 0));
+  int freq = 1;
+  WASTE_RETURN_IF_ERROR(GetInt(c, "moe_layer_freq", 1, 64, &freq, 1));
+  if (freq != 1) return Status::Error("config.moe_layer_freq other than 1 is not implemented");
+  double scale;
+  WASTE_RETURN_IF_ERROR(GetNum(c, "routed_scaling_factor", 0, 1e4, &scale, 1.0));
+  m.routed_scale = static_cast<float>(scale);
+  // moe_renormalize (Kimi) or norm_topk_prob (DeepSeek): by value.
+  WASTE_RETURN_IF_ERROR(GetBool(c, Either(c, "moe_renormalize", "norm_topk_prob"), &m.renormalize,
+                                false));
+  std::string scoring = "sigmoid";
+  for (const char* k : {"moe_router_activation_func", "scoring_func"}) {
+    if (c.contains(k) && c[k].is_string()) scoring = c[k].get<std::string>();
+  }
+  if (scoring != "sigmoid" && scoring != "softmax")
+    return Status::Error("config router scoring \"" + scoring + "\" is not implemented");
+  m.sigmoid_router = scoring == "sigmoid";
+  if (c.contains("topk_method") && c["topk_method"].is_string()) {
+    const std::string method = c["topk_method"].get<std::string>();
+    if (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy")
+      return Status::Error("config.topk_method \"" + method + "\" is not implemented");
+  }
+  WASTE_RETURN_IF_ERROR(
+      GetInt(c, Either(c, "n_group", "num_expert_group"), 1, 1 << 10, &m.n_group, 1));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "topk_group", 1, m.n_group, &m.topk_group, 1));
+  if (m.n_experts > 0) {
+    if (m.top_k < 1 || m.top_k > m.n_experts)
+      return Status::Error("config: top-k " + std::to_string(m.top_k) + " of " +
+                           std::to_string(m.n_experts) + " experts is not a valid routing");
+    if (m.moe_inter < 8) return Status::Error("config.moe_intermediate_size is missing or < 8");
+    if (m.n_experts % m.n_group != 0)
+      return Status::Error("config: n_group does not divide the expert count");
+    if (m.hidden % 8 != 0 || m.moe_inter % 8 != 0)
+      return Status::Error("config: expert dimensions must be multiples of 8 (the VQ vector)");
+  }
+  if (m.first_dense > 0 || m.n_experts == 0) {
+    if (m.dense_inter < 1) return Status::Error("config.intermediate_size is missing");
+  }
+
+  // Attention.
+  WASTE_RETURN_IF_ERROR(GetInt(c, "num_attention_heads", 1, 1 << 12, &m.n_heads));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "q_lora_rank", 0, kMaxDim, &m.q_lora, 0));
+  WASTE_RETURN_IF_ERROR(ReadLayerKinds(c, &m));
+  if (m.n_kda_layers() < m.n_layers) {  // there are MLA layers
+    WASTE_RETURN_IF_ERROR(GetInt(c, "kv_lora_rank", 1, kMaxDim, &m.kv_lora));
+    WASTE_RETURN_IF_ERROR(GetInt(c, "qk_nope_head_dim", 0, 4096, &m.qk_nope));
+    WASTE_RETURN_IF_ERROR(GetInt(c, "qk_rope_head_dim", 0, 4096, &m.qk_rope));
+    WASTE_RETURN_IF_ERROR(GetInt(c, "v_head_dim", 1, 4096, &m.v_head));
+    if (m.qk_nope + m.qk_rope < 1) return Status::Error("config: MLA query head is empty");
+    if (m.qk_rope % 2 != 0) return Status::Error("config.qk_rope_head_dim must be even");
+    WASTE_RETURN_IF_ERROR(ReadRope(c, &m));
+  }
+  return m;
+}
+
+std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
+  std::vector<TensorSpec> t;
+  const int64_t h = c.hidden;
+  auto mat = [&](std::string n, int64_t rows, int64_t cols) {
+    t.push_back({std::move(n), {rows, cols}, Storage::kMatrix});
+  };
+  auto vec = [&](std::string n, std::vector<int64_t> shape) {
+    t.push_back({std::move(n), std::move(shape), Storage::kF32});
+  };
+  mat("model.embed_tokens.weight", c.vocab, h);
+  for (int L = 0; L < c.n_layers; ++L) {
+    const std::string p = "model.layers." + std::to_string(L) + ".";
+    const std::string a = p + "self_attn.";
+    vec(p + "input_layernorm.weight", {h});
+    vec(p + "post_attention_layernorm.weight", {h});
+    if (c.layer_kind[L] == LayerKind::kKda) {
+      const int64_t H = c.kda_heads, D = c.kda_head_dim, C = H * D;
+      mat(a + "q_proj.weight", C, h);
+      mat(a + "k_proj.weight", C, h);
+      mat(a + "v_proj.weight", C, h);
+      mat(a + "b_proj.weight", H, h);
+      mat(a + "f_a_proj.weight", D, h);
+      mat(a + "f_b_proj.weight", C, D);
+      mat(a + "g_a_proj.weight", D, h);
+      mat(a + "g_b_proj.weight", C, D);
+      mat(a + "o_proj.weight", h, C);
+      for (const char* conv : {"q_conv1d", "k_conv1d", "v_conv1d"})
+        vec(a + conv + ".weight", {C, 1, c.conv_kernel});
+      vec(a + "A_log", {1, 1, H, 1});
+      vec(a + "dt_bias", {C});
+      vec(a + "o_norm.weight", {D});
+    } else {
+      const int64_t qd = c.qk_nope + c.qk_rope;
+      if (c.q_lora > 0) {
+        mat(a + "q_a_proj.weight", c.q_lora, h);
+        vec(a + "q_a_layernorm.weight", {c.q_lora});
+        mat(a + "q_b_proj.weight", c.n_heads * qd, c.q_lora);
+      } else {
+        mat(a + "q_proj.weight", c.n_heads * qd, h);
+      }
+      mat(a + "kv_a_proj_with_mqa.weight", c.kv_lora + c.qk_rope, h);
+      vec(a + "kv_a_layernorm.weight", {c.kv_lora});
+      mat(a + "kv_b_proj.weight", int64_t{c.n_heads} * (c.qk_nope + c.v_head), c.kv_lora);
+      mat(a + "o_proj.weight", h, int64_t{c.n_heads} * c.v_head);
+    }
+    if (c.is_moe_layer(L)) {
+      const std::string m = p + "block_sparse_moe.";
+      t.push_back({m + "gate.weight", {c.n_experts, h}, Storage::kRouter});
+      vec(m + "gate.e_score_correction_bias", {c.n_experts});
+      if (c.n_shared > 0) {
+        mat(m + "shared_experts.gate_proj.weight", c.shared_inter(), h);
+        mat(m + "shared_experts.up_proj.weight", c.shared_inter(), h);
+        mat(m + "shared_experts.down_proj.weight", h, c.shared_inter());
+      }
+    } else {
+      mat(p + "mlp.gate_proj.weight", c.dense_inter, h);
+      mat(p + "mlp.up_proj.weight", c.dense_inter, h);
+      mat(p + "mlp.down_proj.weight", h, c.dense_inter);
+    }
+  }
+  vec("model.norm.weight", {h});
+  if (!c.tie_embeddings) mat("lm_head.weight", c.vocab, h);
+  return t;
+}
+
+ParamCount CountParams(const ModelConfig& c) {
+  ParamCount p;
+  for (const TensorSpec& s : TrunkSpec(c)) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    p.trunk += n;
+    if (s.name == "model.embed_tokens.weight") p.embedding = n;
+  }
+  const int64_t per_expert = 3 * int64_t{c.moe_inter} * c.hidden;
+  p.experts = per_expert * c.n_experts * c.n_moe_layers();
+  p.active = p.trunk - p.embedding + per_expert * c.top_k * c.n_moe_layers();
+  return p;
+}
+
+}  // namespace waste

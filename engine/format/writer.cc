@@ -1,0 +1,304 @@
+#include "engine/format/writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "engine/format/encoding.h"
+
+namespace waste {
+namespace {
+
+using format::Fmt;
+
+Status WriteAll(int fd, const void* src, size_t n, const std::string& name) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  while (n > 0) {
+    const ssize_t put = write(fd, p, n);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return Status::Error(name + ": write: " + std::strerror(errno));
+    }
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+  return Status::Ok();
+}
+
+int OpenForWrite(const std::string& path) {
+  return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+}  // namespace
+
+void EncodeRecordPayload(const RecordLayout& lay, const ExpertQuant& q,
+                         const std::array<std::span<const uint8_t>, 3>& indices,
+                         const std::array<std::span<const uint16_t>, 3>& scales,
+                         std::span<uint8_t> rec) {
+  const int bpv = q.bytes_per_vector();
+  for (int m = 0; m < format::kMatrices; ++m) {
+    const int64_t rows = lay.rows[m], nvec = lay.cols[m] / q.vec_dim;
+    const int64_t per_stage = rows * nvec;
+    uint8_t* dst = rec.data() + lay.matrix_off[m];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t v = 0; v < nvec; ++v) {
+        // [row_block][vector][row_in_block][stage bytes], or [row][vector][stage bytes]
+        const int64_t pos = q.index_block
+                                ? ((r / q.index_block * nvec + v) * q.index_block + r % q.index_block)
+                                : r * nvec + v;
+        uint8_t* out = dst + pos * bpv;
+        const int64_t src = r * nvec + v;
+        if (q.index_bits == 6) {
+          const uint8_t s[4] = {indices[m][src], indices[m][per_stage + src],
+                                indices[m][2 * per_stage + src], indices[m][3 * per_stage + src]};
+          format::PackVq4(s, out);
+        } else {
+          for (int s = 0; s < q.stages; ++s) out[s] = indices[m][s * per_stage + src];
+        }
+      }
+    }
+  }
+  uint8_t* sc = rec.data() + lay.scales_off;
+  for (int m = 0; m < format::kMatrices; ++m) {
+    std::memcpy(sc, scales[m].data(), static_cast<size_t>(lay.rows[m]) * 2);
+    sc += lay.rows[m] * 2;
+  }
+}
+
+void FinalizeRecord(const RecordLayout& lay, const ExpertQuant& q, int layer, int expert,
+                    int codebook_id, std::span<uint8_t> rec) {
+  format::ExpertHeader h{};
+  h.magic = format::kMagicExpert;
+  h.layer = static_cast<uint16_t>(layer);
+  h.expert_id = static_cast<uint16_t>(expert);
+  h.fmt = static_cast<uint8_t>(q.fmt);
+  h.codebook_id = static_cast<uint16_t>(codebook_id);
+  h.record_blocks = lay.record_bytes / format::kAlign;
+  h.gate_off = lay.matrix_off[0];
+  h.up_off = lay.matrix_off[1];
+  h.down_off = lay.matrix_off[2];
+  h.scales_off = lay.scales_off;
+  h.crc32 = format::Crc32(rec.subspan(sizeof h, lay.payload_end - sizeof h));
+  std::memcpy(rec.data(), &h, sizeof h);
+}
+
+Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::string& dir,
+                                                                 const nlohmann::json& config,
+                                                                 Fmt expert_fmt, bool overwrite) {
+  std::unique_ptr<ContainerWriter> w(new ContainerWriter());
+  w->dir_ = dir;
+  auto cfg = ModelConfig::FromJson(config);
+  if (!cfg.ok()) return cfg.status();
+  if (!format::IsExpertFmt(static_cast<int>(expert_fmt)))
+    return Status::Error("expert format must be VQ3R, VQ2R or VQ4P");
+  w->m_.config = *cfg;
+  w->m_.config_json = config;
+  w->m_.arch = cfg->model_type;
+  w->m_.quant = ExpertQuant::For(expert_fmt);
+  auto lay = RecordLayout::For(*cfg, w->m_.quant);
+  if (!lay.ok()) return lay.status();
+  w->m_.record = *lay;
+  w->codebook_base_.assign(cfg->n_layers, -1);
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Error(dir + ": " + ec.message());
+  const std::string manifest = dir + "/manifest.json";
+  if (std::filesystem::exists(manifest)) {
+    if (!overwrite)
+      return Status::Error(dir + " already holds a container (manifest.json); refusing to overwrite it");
+    if (unlink(manifest.c_str()) != 0)
+      return Status::Error(manifest + ": " + std::strerror(errno));
+  }
+  w->trunk_fd_ = OpenForWrite(dir + "/trunk.bin");
+  if (w->trunk_fd_ < 0) return Status::Error(dir + "/trunk.bin: " + std::strerror(errno));
+  if (cfg->n_experts > 0) {
+    w->cb_fd_ = OpenForWrite(dir + "/codebooks.bin");
+    if (w->cb_fd_ < 0) return Status::Error(dir + "/codebooks.bin: " + std::strerror(errno));
+  }
+  return w;
+}
+
+ContainerWriter::~ContainerWriter() {
+  if (trunk_fd_ >= 0) close(trunk_fd_);
+  if (cb_fd_ >= 0) close(cb_fd_);
+}
+
+Status ContainerWriter::AddTensor(const std::string& name, const std::vector<int64_t>& shape,
+                                  std::span<const float> values, Fmt fmt, bool bf16, int group) {
+  if (!format::IsTrunkFmt(static_cast<int>(fmt))) return Status::Error(name + ": not a trunk format");
+  if (shape.empty()) return Status::Error(name + ": empty shape");
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n != static_cast<int64_t>(values.size()))
+    return Status::Error(name + ": " + std::to_string(values.size()) + " values for " +
+                         std::to_string(n) + " elements");
+  TrunkTensor t;
+  t.name = name;
+  t.fmt = fmt;
+  t.bf16 = fmt == Fmt::kF16 && bf16;
+  t.shape = shape;
+  t.elements = n;
+  t.offset = trunk_size_;
+  std::vector<uint8_t> payload, scales;
+  if (fmt == Fmt::kF32) {
+    payload.resize(values.size() * 4);
+    std::memcpy(payload.data(), values.data(), payload.size());
+  } else if (fmt == Fmt::kF16) {
+    payload.resize(values.size() * 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t h = t.bf16 ? format::F32ToBf16(values[i]) : format::F32ToF16(values[i]);
+      std::memcpy(payload.data() + 2 * i, &h, 2);
+    }
+  } else {
+    const int bits = fmt == Fmt::kQ8G ? 8 : fmt == Fmt::kQ4G ? 4 : 3;
+    const format::GroupedShape g{bits, group, n / shape.back(), shape.back()};
+    payload.resize(static_cast<size_t>(g.payload_bytes()));
+    scales.resize(static_cast<size_t>(g.scale_bytes()));
+    format::QuantizeGrouped(g, values.data(), payload.data(),
+                            reinterpret_cast<uint16_t*>(scales.data()));
+    t.group = group;
+  }
+  t.payload_bytes = payload.size();
+  WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, payload.data(), payload.size(), "trunk.bin"));
+  trunk_size_ += payload.size();
+  if (!scales.empty()) {
+    t.scale_offset = trunk_size_;
+    t.scale_bytes = scales.size();
+    WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, scales.data(), scales.size(), "trunk.bin"));
+    trunk_size_ += scales.size();
+  }
+  bytes_written_ += t.stored_bytes();
+  m_.trunk.push_back(std::move(t));
+  return Status::Ok();
+}
+
+Status ContainerWriter::AddCodebooks(int layer, std::span<const float> books) {
+  const ExpertQuant& q = m_.quant;
+  const size_t per = static_cast<size_t>(q.entries) * q.vec_dim;
+  if (layer < 0 || layer >= m_.config.n_layers || !m_.config.is_moe_layer(layer))
+    return Status::Error("codebooks for layer " + std::to_string(layer) + ", which is not a MoE layer");
+  if (books.size() != per * 3 * q.stages)
+    return Status::Error("codebooks for layer " + std::to_string(layer) + ": wrong size");
+  codebook_base_[layer] = n_codebooks_;
+  std::vector<uint8_t> buf;
+  for (int b = 0; b < 3 * q.stages; ++b) {
+    format::CodebookHeader h{};
+    h.magic = format::kMagicCodebook;
+    h.codebook_id = static_cast<uint16_t>(n_codebooks_ + b);
+    h.fmt = static_cast<uint8_t>(q.fmt);
+    h.vec_dim = static_cast<uint8_t>(q.vec_dim);
+    h.entries = static_cast<uint32_t>(q.entries);
+    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+    buf.insert(buf.end(), hp, hp + sizeof h);
+    for (size_t i = 0; i < per; ++i) {
+      const uint16_t v = format::F32ToF16(books[b * per + i]);
+      buf.push_back(static_cast<uint8_t>(v));
+      buf.push_back(static_cast<uint8_t>(v >> 8));
+    }
+  }
+  n_codebooks_ += 3 * q.stages;
+  bytes_written_ += buf.size();
+  return WriteAll(cb_fd_, buf.data(), buf.size(), "codebooks.bin");
+}
+
+Status ContainerWriter::WriteBank(int layer, const FillRecord& fill, int jobs) {
+  if (layer < 0 || layer >= m_.config.n_layers || codebook_base_[layer] < 0)
+    return Status::Error("bank for layer " + std::to_string(layer) + " before its codebooks");
+  const int experts = m_.config.n_experts;
+  const size_t rec = m_.record.record_bytes;
+  const std::string name = "experts-L" + std::to_string(layer) + ".bin";
+  const int fd = OpenForWrite(dir_ + "/" + name);
+  if (fd < 0) return Status::Error(name + ": " + std::strerror(errno));
+  jobs = std::max(1, jobs);
+
+  // Fill chunk k on `jobs` threads while chunk k-1 is being written.
+  const int per_chunk = static_cast<int>(std::max<size_t>(1, (64u << 20) / rec));
+  std::vector<uint8_t> buf[2];
+  std::future<Status> pending;
+  Status st;
+  int which = 0;
+  for (int first = 0; first < experts && st.ok(); first += per_chunk, which ^= 1) {
+    const int count = std::min(per_chunk, experts - first);
+    std::vector<uint8_t>& b = buf[which];
+    b.assign(rec * static_cast<size_t>(count), 0);
+    std::vector<std::thread> threads;
+    for (int j = 0; j < jobs; ++j) {
+      threads.emplace_back([&, j] {
+        for (int e = j; e < count; e += jobs) {
+          std::span<uint8_t> r(b.data() + rec * static_cast<size_t>(e), rec);
+          fill(first + e, r);
+          FinalizeRecord(m_.record, m_.quant, layer, first + e, codebook_base_[layer], r);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (pending.valid()) st = pending.get();
+    pending = std::async(std::launch::async,
+                         [fd, &b, &name] { return WriteAll(fd, b.data(), b.size(), name); });
+  }
+  if (pending.valid()) {
+    const Status last = pending.get();
+    if (st.ok()) st = last;
+  }
+  if (st.ok() && fdatasync(fd) != 0) st = Status::Error(name + ": fdatasync: " + std::strerror(errno));
+  if (close(fd) != 0 && st.ok()) st = Status::Error(name + ": close: " + std::strerror(errno));
+  if (!st.ok()) return st;
+  ExpertBank bank;
+  bank.layer = layer;
+  bank.file = name;
+  bank.experts = experts;
+  bank.codebook_base = codebook_base_[layer];
+  bank.bytes = rec * static_cast<uint64_t>(experts);
+  bytes_written_ += bank.bytes;
+  std::erase_if(m_.banks, [&](const ExpertBank& x) { return x.layer == layer; });
+  m_.banks.push_back(bank);
+  return Status::Ok();
+}
+
+Status ContainerWriter::WriteFile(const std::string& name, std::string_view bytes) {
+  if (name.find('/') != std::string::npos || name == "manifest.json")
+    return Status::Error(name + ": not an auxiliary file name");
+  const int fd = OpenForWrite(dir_ + "/" + name);
+  if (fd < 0) return Status::Error(name + ": " + std::strerror(errno));
+  Status st = WriteAll(fd, bytes.data(), bytes.size(), name);
+  close(fd);
+  bytes_written_ += bytes.size();
+  return st;
+}
+
+Status ContainerWriter::Finish() {
+  for (int L = 0; L < m_.config.n_layers; ++L) {
+    if (m_.config.is_moe_layer(L) && !m_.Bank(L))
+      return Status::Error("layer " + std::to_string(L) + " has no expert bank yet");
+  }
+  std::sort(m_.banks.begin(), m_.banks.end(),
+            [](const ExpertBank& a, const ExpertBank& b) { return a.layer < b.layer; });
+  for (int fd : {trunk_fd_, cb_fd_}) {
+    if (fd >= 0 && fsync(fd) != 0) return Status::Error(std::string("fsync: ") + std::strerror(errno));
+  }
+  const std::string text = m_.ToJson().dump(1);
+  // Check our own output with the reader's rules before publishing it.
+  auto check = Manifest::Parse(text);
+  if (!check.ok()) return check.status().Prefixed("writer produced a manifest the reader refuses");
+  const std::string tmp = dir_ + "/manifest.json.tmp";
+  const int fd = OpenForWrite(tmp);
+  if (fd < 0) return Status::Error(tmp + ": " + std::strerror(errno));
+  Status st = WriteAll(fd, text.data(), text.size(), "manifest.json");
+  if (st.ok() && fsync(fd) != 0) st = Status::Error(std::string("manifest.json: fsync: ") + std::strerror(errno));
+  close(fd);
+  if (!st.ok()) return st;
+  if (rename(tmp.c_str(), (dir_ + "/manifest.json").c_str()) != 0)
+    return Status::Error(std::string("manifest.json: rename: ") + std::strerror(errno));
+  bytes_written_ += text.size();
+  return Status::Ok();
+}
+
+}  // namespace waste

@@ -1,0 +1,84 @@
+// Writing a WARP v0 container. Used by `waste synth` and later by the
+// converter. The manifest is written last, by rename, so a directory whose
+// writing was interrupted never looks like a finished container.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/format/container.h"
+
+namespace waste {
+
+// Encodes one expert into `rec` (record_bytes long, zeroed by the caller):
+// indices[m] holds matrix m's stage-major indices [stage][row * (cols/8) + v],
+// scales[m] its f16 row scales. Then call FinalizeRecord.
+void EncodeRecordPayload(const RecordLayout& lay, const ExpertQuant& q,
+                         const std::array<std::span<const uint8_t>, 3>& indices,
+                         const std::array<std::span<const uint16_t>, 3>& scales,
+                         std::span<uint8_t> rec);
+
+// Writes the header of a record whose payload is already in place, crc32 included.
+void FinalizeRecord(const RecordLayout& lay, const ExpertQuant& q, int layer, int expert,
+                    int codebook_id, std::span<uint8_t> rec);
+
+class ContainerWriter {
+ public:
+  // Starts a container in `dir` (created if missing) for `config` (a Hugging
+  // Face style config object) with experts in `expert_fmt`. A directory that
+  // already holds a manifest is refused unless `overwrite`; then its manifest
+  // is removed first.
+  static Result<std::unique_ptr<ContainerWriter>> Create(const std::string& dir,
+                                                         const nlohmann::json& config,
+                                                         format::Fmt expert_fmt, bool overwrite);
+  ~ContainerWriter();
+
+  const ModelConfig& config() const { return m_.config; }
+  const ExpertQuant& quant() const { return m_.quant; }
+  const RecordLayout& record_layout() const { return m_.record; }
+
+  // Appends a trunk tensor, encoding `values` (row-major, all elements) as
+  // `fmt`: F32, F16 (bf16 when `bf16`), Q8G, Q4G or Q3G with `group`.
+  Status AddTensor(const std::string& name, const std::vector<int64_t>& shape,
+                   std::span<const float> values, format::Fmt fmt, bool bf16 = false,
+                   int group = 128);
+
+  // Appends MoE layer `layer`'s 3 * stages codebooks (gate stages, up stages,
+  // down stages), each entries * vec_dim values, and records its base.
+  Status AddCodebooks(int layer, std::span<const float> books);
+
+  // Writes layer `layer`'s bank. `fill(expert, rec)` writes the payload of
+  // one record (indices and scales, e.g. with EncodeRecordPayload) into a
+  // zeroed buffer; the writer adds the header and crc. `fill` runs on `jobs`
+  // threads at once and must depend on its arguments only.
+  using FillRecord = std::function<void(int expert, std::span<uint8_t> rec)>;
+  Status WriteBank(int layer, const FillRecord& fill, int jobs);
+
+  // Writes an auxiliary file (tokenizer.model, specials.json, chat.json).
+  Status WriteFile(const std::string& name, std::string_view bytes);
+
+  // Checks that every MoE layer has its codebooks and bank, then publishes
+  // the manifest.
+  Status Finish();
+
+  uint64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  ContainerWriter() = default;
+
+  std::string dir_;
+  Manifest m_;
+  int trunk_fd_ = -1;
+  uint64_t trunk_size_ = 0;
+  int cb_fd_ = -1;
+  int n_codebooks_ = 0;
+  std::vector<int> codebook_base_;  // by layer, -1 until written
+  uint64_t bytes_written_ = 0;
+};
+
+}  // namespace waste

@@ -1,0 +1,151 @@
+#include "engine/plan/plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace waste {
+namespace {
+
+std::optional<uint64_t> ReadNumber(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  if (!(f >> s) || s == "max") return std::nullopt;
+  try {
+    return std::stoull(s);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// The tightest memory limit on the cgroup path of this process, v2 or v1.
+std::optional<uint64_t> CgroupLimit() {
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  std::optional<uint64_t> best;
+  auto take = [&](std::optional<uint64_t> v) {
+    if (v && *v < (uint64_t{1} << 60)) best = best ? std::min(*best, *v) : *v;
+  };
+  while (std::getline(f, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    if (controllers.empty()) {  // v2: walk up to the root
+      for (;;) {
+        take(ReadNumber("/sys/fs/cgroup" + path + "/memory.max"));
+        if (path.empty() || path == "/") break;
+        path = path.substr(0, path.find_last_of('/'));
+      }
+    } else if (controllers.find("memory") != std::string::npos) {  // v1
+      take(ReadNumber("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes"));
+      take(ReadNumber("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+MemoryPlan PlanMemory(const Manifest& m, int context) {
+  const ModelConfig& c = m.config;
+  MemoryPlan p;
+  p.context = context;
+  const TrunkTensor* embed = m.FindTensor("model.embed_tokens.weight");
+  for (const TrunkTensor& t : m.trunk) {
+    if (&t != embed) p.trunk += t.stored_bytes();
+  }
+  const uint64_t f = sizeof(float);
+  for (int L = 0; L < c.n_layers; ++L) {
+    if (c.layer_kind[L] == LayerKind::kKda) {
+      const uint64_t C = static_cast<uint64_t>(c.kda_width());
+      p.client_state += uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;  // recurrent state
+      p.client_state += 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;       // conv rings
+    } else {
+      p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
+    }
+  }
+  const uint64_t widest = std::max({uint64_t(c.hidden), uint64_t(c.kda_width()),
+                                    uint64_t(c.dense_inter), uint64_t(c.shared_inter()),
+                                    uint64_t(c.moe_inter) * c.top_k,
+                                    uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head)});
+  p.scratch = 16 * widest * f + uint64_t(c.vocab) * f + uint64_t(context) * c.n_heads * f;
+  if (c.n_experts > 0) {  // per-input lookup tables for the expert matvecs
+    const ExpertQuant& q = m.quant;
+    p.scratch += 2 * uint64_t(c.hidden / q.vec_dim) * q.stages * q.entries * f;
+    p.scratch += uint64_t(c.moe_inter / q.vec_dim) * q.stages * q.entries * f * c.top_k;
+    p.min_cache = uint64_t(c.top_k) * m.record.record_bytes;
+    p.working_set = p.min_cache * c.n_moe_layers();
+  }
+  p.daemon_overhead = 16ull << 20;
+  return p;
+}
+
+MemoryLimit ProcessMemoryLimit() {
+  MemoryLimit lim;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  lim.bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  lim.source = "physical memory";
+  if (auto cg = CgroupLimit(); cg && *cg < lim.bytes) {
+    lim.bytes = *cg;
+    lim.source = "cgroup memory limit";
+  }
+  return lim;
+}
+
+Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit) {
+  const uint64_t cap = limit.bytes / 4 * 3;
+  for (int sets = 3; sets >= 1; --sets) {
+    const uint64_t want = plan.floor() + static_cast<uint64_t>(sets) * plan.working_set;
+    if (want <= cap) return want;
+  }
+  if (plan.floor() <= cap) return cap;
+  return Status::Error(
+      "the model needs at least " + FormatSize(plan.floor()) + " (trunk " + FormatSize(plan.trunk) +
+      " + client state " + FormatSize(plan.client_state) + " at " + std::to_string(plan.context) +
+      " tokens + scratch " + FormatSize(plan.scratch) + " + minimum expert cache " +
+      FormatSize(plan.min_cache) + " + daemon " + FormatSize(plan.daemon_overhead) +
+      "), but 3/4 of the " + FormatSize(limit.bytes) + " this process may use (" + limit.source +
+      ") is " + FormatSize(cap));
+}
+
+Result<uint64_t> ParseSize(std::string_view text) {
+  std::string s(text);
+  size_t used = 0;
+  double v;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    return Status::Error("size \"" + s + "\" is not a number with an optional unit (K, M, G, T)");
+  }
+  std::string unit = s.substr(used);
+  std::transform(unit.begin(), unit.end(), unit.begin(), ::toupper);
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
+  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
+  double mult;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K") mult = 1024.0;
+  else if (unit == "M") mult = 1024.0 * 1024;
+  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
+  else return Status::Error("size \"" + s + "\": unknown unit (K, M, G, T)");
+  const double bytes = v * mult;
+  if (!std::isfinite(bytes) || bytes < 0 || bytes > 1e18)
+    return Status::Error("size \"" + s + "\" is out of range");
+  return static_cast<uint64_t>(bytes);
+}
+
+std::string FormatSize(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+}  // namespace waste

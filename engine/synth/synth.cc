@@ -1,0 +1,398 @@
+#include "engine/synth/synth.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "engine/format/encoding.h"
+#include "engine/format/writer.h"
+#include "engine/model/router.h"
+#include "engine/synth/tokenizer_files.h"
+
+namespace waste {
+namespace {
+
+using format::Fmt;
+using nlohmann::json;
+
+// xoshiro256** seeded through splitmix64: fast, and the same stream on every machine.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (auto& s : s_) s = SplitMix(seed);
+  }
+  uint64_t Next() {
+    const uint64_t r = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0], s_[3] ^= s_[1], s_[1] ^= s_[2], s_[0] ^= s_[3], s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return r;
+  }
+  float Uniform(float lo, float hi) {  // [lo, hi)
+    return lo + (hi - lo) * static_cast<float>(Next() >> 40) * (1.f / 16777216.f);
+  }
+  float Normal() {  // Irwin-Hall: plenty for weights, and exactly reproducible
+    float s = 0.f;
+    for (int i = 0; i < 12; ++i) s += Uniform(0.f, 1.f);
+    return s - 6.f;
+  }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  static uint64_t SplitMix(uint64_t& x) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t s_[4];
+};
+
+uint64_t Mix(uint64_t seed, std::string_view what, uint64_t a = 0, uint64_t b = 0) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (char ch : what) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  h = (h ^ a) * 1099511628211ull;
+  h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+// Values of one trunk tensor: matrices keep the variance of their input
+// (uniform in +-sqrt(3 / fan_in)), output projections at half that so the
+// residual stream grows slowly, norms near 1.
+std::vector<float> TensorValues(const TensorSpec& s, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : s.shape) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  Rng rng(Mix(seed, s.name));
+  const std::string& name = s.name;
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends("norm.weight")) {
+    for (float& x : v) x = rng.Uniform(0.9f, 1.1f);
+  } else if (ends("conv1d.weight")) {
+    for (float& x : v) x = rng.Uniform(-0.5f, 0.5f);
+  } else if (ends("A_log")) {
+    for (float& x : v) x = std::log(rng.Uniform(1.f, 16.f));
+  } else if (ends("dt_bias")) {
+    for (float& x : v) x = rng.Uniform(-1.f, 1.f);
+  } else if (ends("e_score_correction_bias")) {
+    for (float& x : v) x = rng.Normal();  // scaled by the routing skew later
+  } else if (ends("embed_tokens.weight")) {
+    for (float& x : v) x = rng.Uniform(-1.f, 1.f);
+  } else {
+    const float gain = ends("o_proj.weight") || ends("down_proj.weight") ? 0.5f : 1.f;
+    const float a = gain * std::sqrt(3.f / static_cast<float>(s.shape.back()));
+    for (float& x : v) x = rng.Uniform(-a, a);
+  }
+  return v;
+}
+
+// The skew that puts `target` of the routing on the busiest 10% of experts,
+// found on the router logits of random unit-variance hidden states.
+struct RoutingEstimate {
+  double skew, hot_share, overlap;
+};
+
+RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& router,
+                                const std::vector<float>& z, double skew_or_negative,
+                                double target, uint64_t seed) {
+  const int tokens = 512, n = c.n_experts;
+  std::vector<float> logits(static_cast<size_t>(tokens) * n);
+  Rng rng(Mix(seed, "routing-estimate"));
+  std::vector<float> h(c.hidden);
+  for (int t = 0; t < tokens; ++t) {
+    for (float& x : h) x = rng.Normal();
+    for (int e = 0; e < n; ++e) {
+      double acc = 0;
+      for (int i = 0; i < c.hidden; ++i) acc += router[static_cast<size_t>(e) * c.hidden + i] * h[i];
+      logits[static_cast<size_t>(t) * n + e] = static_cast<float>(acc);
+    }
+  }
+  auto measure = [&](double skew) {
+    std::vector<float> bias(n);
+    for (int e = 0; e < n; ++e) bias[e] = static_cast<float>(skew) * z[e];
+    std::vector<double> count(n, 0.0);
+    for (int t = 0; t < tokens; ++t) {
+      Routing r;
+      Route(c, {logits.data() + static_cast<size_t>(t) * n, static_cast<size_t>(n)}, bias, &r);
+      for (int i = 0; i < r.count; ++i) count[r.expert[i]] += 1;
+    }
+    std::vector<double> sorted = count;
+    std::sort(sorted.rbegin(), sorted.rend());
+    const int hot = std::max(1, n / 10);
+    double top = 0, all = 0, sq = 0;
+    for (int e = 0; e < n; ++e) {
+      all += sorted[e];
+      if (e < hot) top += sorted[e];
+      const double p = count[e] / tokens;
+      sq += p * p;
+    }
+    return std::pair<double, double>(top / all, sq / c.top_k);
+  };
+  double skew = skew_or_negative;
+  if (skew < 0) {  // bisect: the share grows with the skew
+    double lo = 0, hi = 4;
+    for (int i = 0; i < 20; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (measure(mid).first < target ? lo : hi) = mid;
+    }
+    skew = 0.5 * (lo + hi);
+  }
+  const auto [share, overlap] = measure(skew);
+  return {skew, share, overlap};
+}
+
+// Fills one expert record's payload: random indices, row scales that keep
+// the matrix's output at the variance of its input.
+void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, int layer,
+                int expert, std::span<uint8_t> rec) {
+  Rng rng(Mix(seed, "expert", static_cast<uint64_t>(layer), static_cast<uint64_t>(expert)));
+  const int bpv = q.bytes_per_vector();
+  const bool mask = q.index_bits == 8 && q.entries < 256;
+  for (int m = 0; m < format::kMatrices; ++m) {
+    const int64_t rows = lay.rows[m], nvec = lay.cols[m] / q.vec_dim;
+    const int64_t block = q.index_block ? q.index_block : rows;
+    uint8_t* base = rec.data() + lay.matrix_off[m];
+    for (int64_t b0 = 0; b0 < rows; b0 += block) {
+      const int64_t valid = std::min(block, rows - b0);  // padding rows stay zero
+      for (int64_t v = 0; v < nvec; ++v) {
+        uint8_t* p = base + ((b0 / block) * nvec + v) * block * bpv;
+        const int64_t n = valid * bpv;
+        for (int64_t i = 0; i < n; i += 8) {
+          const uint64_t r = rng.Next();
+          for (int64_t k = 0; k < 8 && i + k < n; ++k) {
+            const uint8_t byte = static_cast<uint8_t>(r >> (8 * k));
+            p[i + k] = mask ? static_cast<uint8_t>(byte % q.entries) : byte;
+          }
+        }
+      }
+    }
+  }
+  // Codebook entries are uniform in +-1 at stage 0, so a weight is about
+  // U(-1, 1) * scale; the scale brings it to +-sqrt(3 / fan_in).
+  uint8_t* sc = rec.data() + lay.scales_off;
+  for (int m = 0; m < format::kMatrices; ++m) {
+    const float gain = m == 2 ? 0.5f : 1.f;
+    const float a = gain * std::sqrt(3.f / static_cast<float>(lay.cols[m]));
+    for (int64_t r = 0; r < lay.rows[m]; ++r) {
+      const uint16_t h = format::F32ToF16(a * rng.Uniform(0.8f, 1.2f));
+      sc[0] = static_cast<uint8_t>(h);
+      sc[1] = static_cast<uint8_t>(h >> 8);
+      sc += 2;
+    }
+  }
+}
+
+std::vector<float> Codebooks(const ExpertQuant& q, uint64_t seed, int layer) {
+  std::vector<float> books(static_cast<size_t>(3 * q.stages) * q.entries * q.vec_dim);
+  Rng rng(Mix(seed, "codebooks", static_cast<uint64_t>(layer)));
+  const size_t per = static_cast<size_t>(q.entries) * q.vec_dim;
+  for (int b = 0; b < 3 * q.stages; ++b) {
+    const float amp = std::pow(0.5f, static_cast<float>(b % q.stages));  // residual stages shrink
+    for (size_t i = 0; i < per; ++i) books[b * per + i] = rng.Uniform(-amp, amp);
+  }
+  return books;
+}
+
+json KimiTinyConfig() {
+  return {
+      {"model_type", "kimi_linear"}, {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", 256}, {"num_hidden_layers", 6}, {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false},
+      {"intermediate_size", 512}, {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128}, {"num_experts", 16}, {"num_experts_per_token", 4},
+      {"num_shared_experts", 1}, {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"}, {"routed_scaling_factor", 2.446},
+      {"use_grouped_topk", true}, {"num_expert_group", 1}, {"topk_group", 1},
+      {"num_attention_heads", 4}, {"q_lora_rank", nullptr}, {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16}, {"v_head_dim", 32},
+      {"mla_use_nope", true}, {"rope_theta", 10000.0}, {"rope_scaling", nullptr},
+      {"linear_attn_config",
+       {{"num_heads", 4}, {"head_dim", 64}, {"short_conv_kernel_size", 4},
+        {"kda_layers", {1, 2, 3, 5}}, {"full_attn_layers", {4, 6}}}},
+  };
+}
+
+json DeepseekTinyConfig() {
+  return {
+      {"model_type", "deepseek_v3"}, {"architectures", {"DeepseekV3ForCausalLM"}},
+      {"hidden_size", 256}, {"num_hidden_layers", 4}, {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false},
+      {"intermediate_size", 512}, {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128}, {"n_routed_experts", 16}, {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1}, {"norm_topk_prob", true}, {"scoring_func", "sigmoid"},
+      {"topk_method", "noaux_tc"}, {"n_group", 4}, {"topk_group", 2},
+      {"routed_scaling_factor", 2.5}, {"moe_layer_freq", 1},
+      {"num_attention_heads", 4}, {"q_lora_rank", 96}, {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16}, {"v_head_dim", 32},
+      {"rope_theta", 50000.0},
+      // Kimi K2's rope block: YaRN with beta_fast == beta_slow, the awkward case.
+      {"rope_scaling",
+       {{"type", "yarn"}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+        {"beta_fast", 1.0}, {"beta_slow", 1.0}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}},
+  };
+}
+
+// Kimi-Linear-48B-A3B's own config.json values.
+json Kimi48bConfig() {
+  json full = json::array(), kda = json::array();
+  for (int L = 1; L <= 27; ++L) {
+    const bool mla = L % 4 == 0 || L == 27;
+    (mla ? full : kda).push_back(L);
+  }
+  return {
+      {"model_type", "kimi_linear"}, {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", 2304}, {"num_hidden_layers", 27}, {"vocab_size", 163840},
+      {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false},
+      {"bos_token_id", 163584}, {"eos_token_id", 163586},
+      {"intermediate_size", 9216}, {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 1024}, {"num_experts", 256}, {"num_experts_per_token", 8},
+      {"num_shared_experts", 1}, {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"}, {"routed_scaling_factor", 2.446},
+      {"use_grouped_topk", true}, {"num_expert_group", 1}, {"topk_group", 1},
+      {"num_attention_heads", 32}, {"q_lora_rank", nullptr}, {"kv_lora_rank", 512},
+      {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
+      {"mla_use_nope", true}, {"rope_theta", 10000.0}, {"rope_scaling", nullptr},
+      {"linear_attn_config",
+       {{"num_heads", 32}, {"head_dim", 128}, {"short_conv_kernel_size", 4},
+        {"kda_layers", kda}, {"full_attn_layers", full}}},
+  };
+}
+
+}  // namespace
+
+std::vector<std::string> SynthPresetNames() { return {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"}; }
+
+Result<SynthSpec> SynthPreset(std::string_view name) {
+  SynthSpec s;
+  s.name = std::string(name);
+  if (name == "tiny-kimi") {
+    s.config = KimiTinyConfig();
+    s.route_skew = 0.1;  // 16 experts: "the busiest 10%" is one expert, so no share to aim at
+  } else if (name == "tiny-deepseek") {
+    s.config = DeepseekTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "kimi-linear-48b") {
+    s.config = Kimi48bConfig();
+  } else {
+    std::string all;
+    for (const auto& n : SynthPresetNames()) all += (all.empty() ? "" : ", ") + n;
+    return Status::Error("unknown preset \"" + std::string(name) + "\" (presets: " + all + ")");
+  }
+  return s;
+}
+
+json SynthSpec::ToJson() const {
+  return {{"preset", name},
+          {"config", config},
+          {"expert_format", std::string(format::FmtName(expert_fmt))},
+          {"trunk_bits", trunk_bits},
+          {"seed", seed},
+          {"route_skew", route_skew},
+          {"hot_share", hot_share}};
+}
+
+Result<SynthSpec> SynthSpec::FromJson(const json& j) {
+  if (!j.is_object() || !j.contains("config"))
+    return Status::Error("synth config: expected an object with a \"config\" key");
+  SynthSpec s;
+  s.name = j.value("preset", std::string("custom"));
+  s.config = j["config"];
+  try {
+    const std::string fmt = j.value("expert_format", std::string("VQ3R"));
+    if (fmt == "VQ3R" || fmt == "vq3r") s.expert_fmt = Fmt::kVQ3R;
+    else if (fmt == "VQ2R" || fmt == "vq2r") s.expert_fmt = Fmt::kVQ2R;
+    else if (fmt == "VQ4P" || fmt == "vq4p") s.expert_fmt = Fmt::kVQ4P;
+    else return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P)");
+    s.trunk_bits = j.value("trunk_bits", 4);
+    s.seed = j.value("seed", uint64_t{1});
+    s.route_skew = j.value("route_skew", -1.0);
+    s.hot_share = j.value("hot_share", 0.6);
+  } catch (const json::exception& e) {
+    return Status::Error(std::string("synth config: ") + e.what());
+  }
+  if (s.trunk_bits != 4 && s.trunk_bits != 8)
+    return Status::Error("synth config: trunk_bits must be 4 or 8");
+  if (!(s.hot_share > 0.1 && s.hot_share < 1.0))
+    return Status::Error("synth config: hot_share must be in (0.1, 1)");
+  return s;
+}
+
+Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out, bool overwrite,
+                                   int jobs, const std::function<void(std::string_view)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  json config = spec.config;
+  // The tokenizer decides the special-token ids; make the config agree.
+  const TokenizerFiles tok = MakeTokenizerFiles(config.value("vocab_size", 0));
+  if (!tok.error.empty()) return Status::Error(tok.error);
+  config["bos_token_id"] = tok.bos_id;
+  config["eos_token_id"] = tok.eos_id;
+
+  auto writer = ContainerWriter::Create(out, config, spec.expert_fmt, overwrite);
+  if (!writer.ok()) return writer.status();
+  ContainerWriter& w = **writer;
+  const ModelConfig& c = w.config();
+  SynthReport report;
+
+  // Routing concentration, calibrated on the first MoE layer's router.
+  std::vector<TensorSpec> specs = TrunkSpec(c);
+  if (c.n_experts > 0) {
+    const auto router = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
+      return s.name == "model.layers." + std::to_string(c.first_dense) + ".block_sparse_moe.gate.weight";
+    });
+    const auto bias = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
+      return s.name == "model.layers." + std::to_string(c.first_dense) +
+                           ".block_sparse_moe.gate.e_score_correction_bias";
+    });
+    const RoutingEstimate est = EstimateRouting(c, TensorValues(*router, spec.seed),
+                                                TensorValues(*bias, spec.seed), spec.route_skew,
+                                                spec.hot_share, spec.seed);
+    report.route_skew = est.skew;
+    report.hot_share = est.hot_share;
+    report.independent_overlap = est.overlap;
+  }
+
+  for (const TensorSpec& s : specs) {
+    std::vector<float> v = TensorValues(s, spec.seed);
+    Fmt fmt = Fmt::kF32;
+    if (s.storage == Storage::kMatrix) {
+      const bool ends8 = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
+      fmt = ends8 || spec.trunk_bits == 8 ? Fmt::kQ8G : Fmt::kQ4G;
+    }
+    if (s.name.find("e_score_correction_bias") != std::string::npos)
+      for (float& x : v) x *= static_cast<float>(report.route_skew);
+    WASTE_RETURN_IF_ERROR(w.AddTensor(s.name, s.shape, v, fmt));
+  }
+  if (progress) progress("trunk: " + std::to_string(specs.size()) + " tensors");
+
+  for (int L = 0; L < c.n_layers; ++L) {
+    if (!c.is_moe_layer(L)) continue;
+    const auto l0 = std::chrono::steady_clock::now();
+    WASTE_RETURN_IF_ERROR(w.AddCodebooks(L, Codebooks(w.quant(), spec.seed, L)));
+    const RecordLayout lay = w.record_layout();
+    const ExpertQuant q = w.quant();
+    const uint64_t seed = spec.seed;
+    WASTE_RETURN_IF_ERROR(w.WriteBank(
+        L, [&](int e, std::span<uint8_t> rec) { FillExpert(lay, q, seed, L, e, rec); }, jobs));
+    if (progress) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
+      const double mb = static_cast<double>(lay.record_bytes) * c.n_experts / 1e6;
+      char line[160];
+      std::snprintf(line, sizeof line, "layer %d: %d experts, %.1f MB in %.2f s (%.0f MB/s)", L,
+                    c.n_experts, mb, s, mb / std::max(s, 1e-9));
+      progress(line);
+    }
+  }
+  WASTE_RETURN_IF_ERROR(w.WriteFile("tokenizer.model", tok.tokenizer_model));
+  WASTE_RETURN_IF_ERROR(w.WriteFile("specials.json", tok.specials_json));
+  WASTE_RETURN_IF_ERROR(w.WriteFile("chat.json", tok.chat_json));
+  WASTE_RETURN_IF_ERROR(w.Finish());
+  report.bytes = w.bytes_written();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace waste

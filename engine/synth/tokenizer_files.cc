@@ -1,0 +1,106 @@
+#include "engine/synth/tokenizer_files.h"
+
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace waste {
+namespace {
+
+std::string Base64(std::string_view in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out += kAlphabet[(v >> (6 * k)) & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint8_t(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+// Words whose every prefix becomes a token, so each merge joins two tokens
+// that already exist (as byte-pair encoding requires).
+constexpr std::string_view kWords[] = {
+    " the", " and", " to", " of", " in", " is", " that", " it", " for", " on", " with",
+    " as", " was", " he", " be", " at", " by", " this", " have", " from", " hello",
+    " world", " model", " token", " expert", " cache", " memory", " disk", " read",
+    " write", " daemon", " waste", "the", "ing", "tion", "ed", "er", "re", "es",
+    "Hello", "The", "int", "return", " {", " }", "();", "    ", "\n\n",
+};
+
+struct Special {
+  std::string_view text;
+  int kimi_id;  // id in Kimi's real vocabulary
+};
+constexpr Special kSpecials[] = {
+    {"[BOS]", 163584},         {"[EOS]", 163585},       {"<|im_end|>", 163586},
+    {"<|im_user|>", 163587},   {"<|im_assistant|>", 163588}, {"<|im_system|>", 163594},
+    {"<|im_middle|>", 163601},
+};
+constexpr int kKimiFirstSpecial = 163584;
+
+}  // namespace
+
+TokenizerFiles MakeTokenizerFiles(int vocab_size) {
+  TokenizerFiles f;
+  std::vector<std::string> tokens;
+  std::set<std::string> seen;
+  for (int b = 0; b < 256; ++b) {
+    tokens.emplace_back(1, static_cast<char>(b));
+    seen.insert(tokens.back());
+  }
+  for (std::string_view w : kWords) {
+    for (size_t n = 2; n <= w.size(); ++n) {
+      std::string prefix(w.substr(0, n));
+      if (seen.insert(prefix).second) tokens.push_back(std::move(prefix));
+    }
+  }
+  const int n_special = static_cast<int>(std::size(kSpecials));
+  const bool kimi_ids = vocab_size > kSpecials[std::size(kSpecials) - 1].kimi_id;
+  const int first_special = static_cast<int>(tokens.size());
+  if (!kimi_ids && first_special + n_special > vocab_size) {
+    f.error = "vocab_size " + std::to_string(vocab_size) + " is too small for the synthetic tokenizer (" +
+              std::to_string(first_special + n_special) + " tokens)";
+    return f;
+  }
+  if (kimi_ids && first_special > kKimiFirstSpecial) {
+    f.error = "synthetic tokenizer overlaps the special ids";
+    return f;
+  }
+  for (size_t r = 0; r < tokens.size(); ++r)
+    f.tokenizer_model += Base64(tokens[r]) + " " + std::to_string(r) + "\n";
+
+  nlohmann::json specials = nlohmann::json::array();
+  for (int i = 0; i < n_special; ++i) {
+    const int id = kimi_ids ? kSpecials[i].kimi_id : first_special + i;
+    specials.push_back({{"id", id}, {"text", std::string(kSpecials[i].text)}});
+    if (kSpecials[i].text == "[BOS]") f.bos_id = id;
+    if (kSpecials[i].text == "<|im_end|>") f.eos_id = id;  // Kimi's eos_token_id is <|im_end|>
+  }
+  f.specials_json = specials.dump(1);
+  const nlohmann::json chat = {
+      {"system", {"<|im_system|>system<|im_middle|>", "<|im_end|>"}},
+      {"user", {"<|im_user|>user<|im_middle|>", "<|im_end|>"}},
+      {"assistant", {"<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"}},
+      {"open", "<|im_assistant|>assistant<|im_middle|>"},
+  };
+  f.chat_json = chat.dump(1);
+  return f;
+}
+
+}  // namespace waste

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies from Debian's packages, only what
+# is missing. Needs root (or sudo) the first time; a no-op afterwards.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config git
+  capnproto libcapnp-dev     # protocol
+  libuv1-dev                 # the daemon's event loop
+  libspdlog-dev              # logging
+  libgtest-dev               # tests
+  nlohmann-json3-dev         # manifest.json and --json output
+  libcli11-dev               # command lines
+  zlib1g-dev                 # crc32 of expert records
+  liburing-dev               # the daemon's read path
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

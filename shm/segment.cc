@@ -1,0 +1,100 @@
+#include "shm/segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace waste::shm {
+namespace {
+
+constexpr size_t kHugePage = 2u << 20;
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+const char* PageKindName(PageKind k) {
+  switch (k) {
+    case PageKind::kHugetlb: return "hugetlb pages";
+    case PageKind::kTransparentHuge: return "transparent huge pages";
+    case PageKind::kSmall: return "4 KiB pages";
+  }
+  return "?";
+}
+
+Result<Segment> Segment::Create(const std::string& name, size_t bytes, bool want_huge) {
+  if (bytes == 0) return Status::Error(name + ": a segment cannot be empty");
+  if (want_huge) {
+    const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_HUGETLB);
+    if (fd >= 0) {
+      const size_t size = RoundUp(bytes, kHugePage);
+      if (ftruncate(fd, static_cast<off_t>(size)) == 0) return Segment(fd, size, PageKind::kHugetlb);
+      close(fd);  // no pool reserved: fall through
+    }
+  }
+  const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::Error(Errno("memfd_create " + name));
+  const size_t size = RoundUp(bytes, want_huge ? kHugePage : 4096);
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const Status st = Status::Error(Errno("ftruncate " + name));
+    close(fd);
+    return st;
+  }
+  // Shared memory gets transparent huge pages only when the system's
+  // shmem_enabled policy says so; we can only advise on each mapping.
+  return Segment(fd, size, want_huge ? PageKind::kTransparentHuge : PageKind::kSmall);
+}
+
+Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+    size_ = o.size_;
+    kind_ = o.kind_;
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status Segment::Seal() {
+  if (kind_ == PageKind::kHugetlb) return Status::Error("hugetlb memfds cannot be sealed");
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+    return Status::Error(Errno("sealing segment"));
+  return Status::Ok();
+}
+
+Result<Mapping> Mapping::Map(int fd, size_t bytes, bool writable, bool populate) {
+  const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+  void* p = mmap(nullptr, bytes, prot, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+  if (p == MAP_FAILED) return Status::Error(Errno("mmap"));
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only; ignored where THP is off
+  return Mapping(p, bytes);
+}
+
+Mapping::Mapping(Mapping&& o) noexcept { *this = std::move(o); }
+
+Mapping& Mapping::operator=(Mapping&& o) noexcept {
+  if (this != &o) {
+    if (addr_) munmap(addr_, size_);
+    addr_ = std::exchange(o.addr_, nullptr);
+    size_ = o.size_;
+  }
+  return *this;
+}
+
+Mapping::~Mapping() {
+  if (addr_) munmap(addr_, size_);
+}
+
+}  // namespace waste::shm

@@ -1,0 +1,70 @@
+// Shared-memory segments: a memfd of a given size, on huge pages when the
+// system has them, sealable against writes, mappable read-only by another
+// process that receives the descriptor. The daemon's trunk and cache
+// segments are built on this; clients map what the daemon passes them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/status.h"
+
+namespace waste::shm {
+
+enum class PageKind { kHugetlb, kTransparentHuge, kSmall };
+const char* PageKindName(PageKind k);
+
+// An owned memfd. Move-only; closes its descriptor.
+class Segment {
+ public:
+  // Creates a segment of `bytes` (rounded up to the page size used).
+  // `want_huge`: try a hugetlb memfd from the reserved pool first, then ask
+  // for transparent huge pages, then plain pages; page_kind() says which.
+  static Result<Segment> Create(const std::string& name, size_t bytes, bool want_huge);
+
+  Segment(Segment&& o) noexcept;
+  Segment& operator=(Segment&& o) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  int fd() const { return fd_; }
+  size_t size() const { return size_; }
+  PageKind page_kind() const { return kind_; }
+
+  // Forbids every later write, resize or new writable mapping of the memfd
+  // (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL). Writable
+  // mappings must be unmapped first. hugetlb memfds cannot be sealed.
+  Status Seal();
+
+ private:
+  Segment(int fd, size_t size, PageKind kind) : fd_(fd), size_(size), kind_(kind) {}
+  int fd_ = -1;
+  size_t size_ = 0;
+  PageKind kind_ = PageKind::kSmall;
+};
+
+// A mapping of a segment's descriptor; unmapped on destruction.
+class Mapping {
+ public:
+  // Maps `bytes` of `fd`; `writable` for the owner, read-only otherwise.
+  // `populate` pre-faults the pages so the first use does not pay for them.
+  static Result<Mapping> Map(int fd, size_t bytes, bool writable, bool populate);
+
+  Mapping(Mapping&& o) noexcept;
+  Mapping& operator=(Mapping&& o) noexcept;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+
+  uint8_t* data() const { return static_cast<uint8_t*>(addr_); }
+  size_t size() const { return size_; }
+
+ private:
+  Mapping(void* addr, size_t size) : addr_(addr), size_(size) {}
+  void* addr_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace waste::shm
