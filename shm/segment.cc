@@ -6,12 +6,24 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 namespace waste::shm {
 namespace {
 
 constexpr size_t kHugePage = 2u << 20;
+
+// Whether shared memory may get transparent huge pages: the bracketed word
+// of shmem_enabled; madvise(MADV_HUGEPAGE) is enough under "advise".
+bool ShmemThpAllowed() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const char* on : {"[always]", "[within_size]", "[advise]", "[force]"})
+    if (all.find(on) != std::string::npos) return true;
+  return false;
+}
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -33,9 +45,17 @@ Result<Segment> Segment::Create(const std::string& name, size_t bytes, bool want
   if (want_huge) {
     const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_HUGETLB);
     if (fd >= 0) {
+      // ftruncate succeeds even with an empty pool; a shared mapping reserves
+      // the pages, so a trial mapping says whether the pool can back it.
       const size_t size = RoundUp(bytes, kHugePage);
-      if (ftruncate(fd, static_cast<off_t>(size)) == 0) return Segment(fd, size, PageKind::kHugetlb);
-      close(fd);  // no pool reserved: fall through
+      if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
+        void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          munmap(p, size);
+          return Segment(fd, size, PageKind::kHugetlb);
+        }
+      }
+      close(fd);  // no pool reserved, or too small: fall through
     }
   }
   const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -46,9 +66,8 @@ Result<Segment> Segment::Create(const std::string& name, size_t bytes, bool want
     close(fd);
     return st;
   }
-  // Shared memory gets transparent huge pages only when the system's
-  // shmem_enabled policy says so; we can only advise on each mapping.
-  return Segment(fd, size, want_huge ? PageKind::kTransparentHuge : PageKind::kSmall);
+  const bool thp = want_huge && ShmemThpAllowed();
+  return Segment(fd, size, thp ? PageKind::kTransparentHuge : PageKind::kSmall);
 }
 
 Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }

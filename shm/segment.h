@@ -19,8 +19,9 @@ const char* PageKindName(PageKind k);
 class Segment {
  public:
   // Creates a segment of `bytes` (rounded up to the page size used).
-  // `want_huge`: try a hugetlb memfd from the reserved pool first, then ask
-  // for transparent huge pages, then plain pages; page_kind() says which.
+  // `want_huge`: a hugetlb memfd when the reserved pool can back it, else
+  // transparent huge pages when shmem_enabled allows them, else 4 KiB pages;
+  // page_kind() says which one the segment got.
   static Result<Segment> Create(const std::string& name, size_t bytes, bool want_huge);
 
   Segment(Segment&& o) noexcept;

@@ -1,0 +1,132 @@
+// The three programs as a user runs them: --help and --version, waste info /
+// plan / synth on a synthetic container, wasted --check, and clear errors
+// with the documented exit codes for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/test_util.h"
+
+namespace {
+
+struct Outcome {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Outcome Exec(const std::string& args) {
+  const std::string cmd = std::string(WASTE_BIN_DIR) + "/" + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Outcome r{-1, ""};
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool Has(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Per process: ctest runs each test of this suite in its own process, in parallel.
+    dir_ = new std::string(::testing::TempDir() + "/waste-cli-tiny-" + std::to_string(getpid()));
+    const Outcome r = Exec("waste synth -q --force --preset tiny-kimi " + *dir_);
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string* dir_;
+};
+std::string* Cli::dir_ = nullptr;
+
+TEST_F(Cli, HelpAndVersion) {
+  for (const char* prog : {"waste", "wasted", "wastectl"}) {
+    Outcome r = Exec(std::string(prog) + " --help");
+    EXPECT_EQ(r.code, 0) << prog;
+    EXPECT_TRUE(Has(r.out, "Usage")) << r.out;
+    r = Exec(std::string(prog) + " --version");
+    EXPECT_EQ(r.code, 0);
+    EXPECT_TRUE(Has(r.out, std::string(prog) + " 0.")) << r.out;
+  }
+  EXPECT_TRUE(Has(Exec("waste --help").out, "synth"));
+}
+
+TEST_F(Cli, InfoHumanAndJson) {
+  Outcome r = Exec("waste info " + *dir_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "KimiLinearForCausalLM"));
+  EXPECT_TRUE(Has(r.out, "KKKMKM"));
+  EXPECT_TRUE(Has(r.out, "16 per layer, top-4"));
+  r = Exec("waste info --json " + *dir_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layers"], 6);
+  EXPECT_EQ(j["moe_layers"], 5);
+  EXPECT_EQ(j["experts"]["record_bytes"], 40960);
+  EXPECT_GT(j["params_total"].get<int64_t>(), j["params_active"].get<int64_t>());
+}
+
+TEST_F(Cli, PlanHumanAndJson) {
+  Outcome r = Exec("waste plan " + *dir_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "floor"));
+  EXPECT_TRUE(Has(r.out, "default budget"));
+  r = Exec("waste plan --json --ctx 100 " + *dir_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["context"], 100);
+  EXPECT_EQ(j["floor"].get<uint64_t>(),
+            j["trunk"].get<uint64_t>() + j["client_state"].get<uint64_t>() +
+                j["scratch"].get<uint64_t>() + j["min_expert_cache"].get<uint64_t>() +
+                j["daemon_overhead"].get<uint64_t>());
+  r = Exec("waste plan --budget 1M " + *dir_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "below the floor")) << r.out;
+  r = Exec("waste plan --budget lots " + *dir_);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.out, "--budget")) << r.out;
+}
+
+TEST_F(Cli, DaemonChecksContainerAndBudget) {
+  Outcome r = Exec("wasted --check " + *dir_);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "check passed")) << r.out;
+  r = Exec("wasted --check --budget 1M " + *dir_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "below the floor")) << r.out;
+  r = Exec("wasted --check /nonexistent-container");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "manifest.json")) << r.out;
+}
+
+TEST_F(Cli, BadInputGetsAClearError) {
+  Outcome r = Exec("waste info /nonexistent-container");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "manifest.json: No such file")) << r.out;
+  r = Exec("waste synth --preset nope " + ::testing::TempDir() + "/waste-cli-nope");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.out, "unknown preset \"nope\"")) << r.out;
+  r = Exec("waste synth -q " + *dir_);  // already a container, no --force
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "already holds a container")) << r.out;
+  r = Exec("waste frobnicate");
+  EXPECT_NE(r.code, 0);
+  r = Exec("wastectl");
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,83 @@
+// Memory planning: sizes parse, the floor has the parts it claims, and the
+// default budget follows the rule (floor + 3, 2 or 1 working sets under 3/4
+// of the memory this process may use, refused below the floor).
+#include "engine/plan/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/synth/synth.h"
+#include "tests/test_util.h"
+
+namespace waste {
+namespace {
+
+TEST(Plan, ParseSize) {
+  EXPECT_EQ(*ParseSize("123"), 123u);
+  EXPECT_EQ(*ParseSize("4G"), 4ull << 30);
+  EXPECT_EQ(*ParseSize("4GiB"), 4ull << 30);
+  EXPECT_EQ(*ParseSize("512m"), 512ull << 20);
+  EXPECT_EQ(*ParseSize("1.5g"), 3ull << 29);
+  EXPECT_EQ(*ParseSize("2T"), 2ull << 40);
+  EXPECT_FALSE(ParseSize("").ok());
+  EXPECT_FALSE(ParseSize("lots").ok());
+  EXPECT_FALSE(ParseSize("4X").ok());
+  EXPECT_FALSE(ParseSize("-1G").ok());
+  EXPECT_FALSE(ParseSize("1e30").ok());
+}
+
+MemoryPlan FakePlan() {
+  MemoryPlan p;
+  p.context = 4096;
+  p.trunk = 1000;
+  p.client_state = 100;
+  p.scratch = 50;
+  p.min_cache = 40;
+  p.daemon_overhead = 10;  // floor 1200
+  p.working_set = 400;
+  return p;
+}
+
+TEST(Plan, DefaultBudgetTakesAsManyWorkingSetsAsFit) {
+  const MemoryPlan p = FakePlan();
+  ASSERT_EQ(p.floor(), 1200u);
+  // 3/4 of the limit decides: 2400 fits floor + 3 sets, 2000 fits 2, 1600 fits 1.
+  EXPECT_EQ(*DefaultBudget(p, {3200, "test"}), 2400u);
+  EXPECT_EQ(*DefaultBudget(p, {2668, "test"}), 2000u);
+  EXPECT_EQ(*DefaultBudget(p, {2136, "test"}), 1600u);
+  // Not even one working set: everything under 3/4, as long as the floor fits.
+  EXPECT_EQ(*DefaultBudget(p, {1700, "test"}), 1275u);
+  auto refused = DefaultBudget(p, {1500, "cgroup memory limit"});
+  ASSERT_FALSE(refused.ok());
+  const std::string& msg = refused.status().message();
+  for (const char* part : {"trunk", "client state", "scratch", "minimum expert cache", "daemon",
+                           "cgroup memory limit"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " missing from: " << msg;
+}
+
+TEST(Plan, FloorOfTheTinyModel) {
+  const std::string dir = waste::testing::ScratchDir();
+  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), dir, true, 1, nullptr).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok());
+  const ModelConfig& c = ct->config();
+  const MemoryPlan p = PlanMemory(ct->manifest(), 1000);
+  // Latent KV grows with the context, the KDA state does not.
+  const MemoryPlan p2 = PlanMemory(ct->manifest(), 2000);
+  const uint64_t mla_layers = static_cast<uint64_t>(c.n_layers - c.n_kda_layers());
+  EXPECT_EQ(p2.client_state - p.client_state, mla_layers * 1000 * (c.kv_lora + c.qk_rope) * 4);
+  EXPECT_EQ(p.min_cache, uint64_t{4} * ct->record_bytes());
+  EXPECT_EQ(p.working_set, p.min_cache * 5);
+  // The resident trunk is every tensor but the embedding table.
+  uint64_t all = 0;
+  for (const TrunkTensor& t : ct->manifest().trunk) all += t.stored_bytes();
+  EXPECT_EQ(p.trunk, all - ct->manifest().FindTensor("model.embed_tokens.weight")->stored_bytes());
+}
+
+TEST(Plan, ProcessMemoryLimitIsSomething) {
+  const MemoryLimit lim = ProcessMemoryLimit();
+  EXPECT_GT(lim.bytes, 64ull << 20);
+  EXPECT_FALSE(lim.source.empty());
+}
+
+}  // namespace
+}  // namespace waste

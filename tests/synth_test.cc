@@ -1,0 +1,121 @@
+// Synthetic containers: valid, deterministic (same seed, same bytes, however
+// many threads write them), and concentrated in their routing.
+#include "engine/synth/synth.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/format/container.h"
+#include "tests/test_util.h"
+
+namespace waste {
+namespace {
+
+std::map<std::string, std::vector<uint8_t>> AllFiles(const std::string& dir) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    files[e.path().filename().string()] = waste::testing::FileBytes(e.path().string());
+  return files;
+}
+
+Result<SynthReport> Write(const std::string& preset, const std::string& dir, int jobs,
+                          uint64_t seed = 0) {
+  auto spec = SynthPreset(preset);
+  EXPECT_TRUE(spec.ok());
+  if (seed) spec->seed = seed;
+  return WriteSynthetic(*spec, dir, true, jobs, nullptr);
+}
+
+TEST(Synth, SameSeedSameBytesWhateverTheThreads) {
+  const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");
+  ASSERT_TRUE(Write("tiny-kimi", a, 1).ok());
+  ASSERT_TRUE(Write("tiny-kimi", b, 3).ok());
+  const auto fa = AllFiles(a), fb = AllFiles(b);
+  ASSERT_EQ(fa.size(), 11u);  // manifest, trunk, codebooks, 5 banks, 3 tokenizer files
+  EXPECT_EQ(fa, fb);
+}
+
+TEST(Synth, AnotherSeedOtherBytes) {
+  const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");
+  ASSERT_TRUE(Write("tiny-kimi", a, 2, 1).ok());
+  ASSERT_TRUE(Write("tiny-kimi", b, 2, 2).ok());
+  EXPECT_NE(waste::testing::FileBytes(a + "/trunk.bin"), waste::testing::FileBytes(b + "/trunk.bin"));
+  EXPECT_NE(waste::testing::FileBytes(a + "/experts-L1.bin"),
+            waste::testing::FileBytes(b + "/experts-L1.bin"));
+}
+
+class Presets : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Presets, OpenAndEveryRecordChecks) {
+  const std::string dir = waste::testing::ScratchDir();
+  auto r = Write(GetParam(), dir, 2);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  EXPECT_TRUE(ct->has_tokenizer());
+  EXPECT_EQ(ct->specials().size(), 7u);
+  EXPECT_TRUE(ct->chat().contains("user"));
+  std::vector<uint8_t> rec(ct->record_bytes());
+  for (const ExpertBank& b : ct->manifest().banks)
+    for (int e = 0; e < b.experts; ++e) {
+      const Status st = ct->ReadRecord(b.layer, e, rec.data(), true);
+      ASSERT_TRUE(st.ok()) << st.message();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Small, Presets, ::testing::Values("tiny-kimi", "tiny-deepseek"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(Synth, ExpertFormatsCanBeChosen) {
+  for (const char* fmt : {"VQ2R", "VQ4P"}) {
+    const std::string dir = waste::testing::ScratchDir(fmt);
+    nlohmann::json j = SynthPreset("tiny-kimi")->ToJson();
+    j["expert_format"] = fmt;
+    auto spec = SynthSpec::FromJson(j);
+    ASSERT_TRUE(spec.ok());
+    ASSERT_TRUE(WriteSynthetic(*spec, dir, true, 2, nullptr).ok());
+    auto ct = Container::Open(dir);
+    ASSERT_TRUE(ct.ok()) << ct.status().message();
+    EXPECT_EQ(format::FmtName(ct->manifest().quant.fmt), fmt);
+  }
+}
+
+TEST(Synth, CalibratedRoutingConcentrates) {
+  // 64 experts top-6: "the busiest 10%" is six experts. Ask for 60% of the
+  // routing on them and check the router-only estimate lands near it.
+  nlohmann::json j = SynthPreset("tiny-kimi")->ToJson();
+  j["config"]["num_experts"] = 64;
+  j["config"]["num_experts_per_token"] = 6;
+  j["route_skew"] = -1;
+  j["hot_share"] = 0.6;
+  auto spec = SynthSpec::FromJson(j);
+  ASSERT_TRUE(spec.ok());
+  auto r = WriteSynthetic(*spec, waste::testing::ScratchDir(), true, 2, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NEAR(r->hot_share, 0.6, 0.05);
+  EXPECT_GT(r->route_skew, 0.0);
+  // Uniform routing would share 6/64 of the experts between independent tokens.
+  EXPECT_GT(r->independent_overlap, 2.0 * 6 / 64);
+}
+
+TEST(Synth, BadSpecsAreRefused) {
+  EXPECT_FALSE(SynthPreset("no-such-preset").ok());
+  nlohmann::json j = SynthPreset("tiny-kimi")->ToJson();
+  j["expert_format"] = "Q4G";
+  EXPECT_FALSE(SynthSpec::FromJson(j).ok());
+  j = SynthPreset("tiny-kimi")->ToJson();
+  j["config"]["vocab_size"] = 100;  // smaller than the synthetic tokenizer
+  auto spec = SynthSpec::FromJson(j);
+  ASSERT_TRUE(spec.ok());
+  auto r = WriteSynthetic(*spec, waste::testing::ScratchDir(), true, 1, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("too small for the synthetic tokenizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace waste
