@@ -12,12 +12,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <random>
 #include <span>
@@ -322,7 +324,7 @@ std::vector<OpenCase> ManifestCases() {
       {"hidden_size_string", EditConfig([](json& c) { c["hidden_size"] = "256"; }),
        "manifest.json: config.hidden_size is not an integer"},
       {"hidden_size_2_64_minus_1", EditConfig([](json& c) { c["hidden_size"] = UINT64_MAX; }),
-       "config.hidden_size = 9223372036854775807 is outside"},
+       "manifest.json: config.hidden_size = ... is outside [8, 1048576]"},
       {"num_hidden_layers_10000", EditConfig([](json& c) { c["num_hidden_layers"] = 10000; }),
        "manifest.json: config.num_hidden_layers = 10000 is outside [1, 512]"},
       {"top_k_above_num_experts", EditConfig([](json& c) { c["num_experts_per_token"] = 17; }),
@@ -585,6 +587,24 @@ std::string CaseName(const ::testing::TestParamInfo<OpenCase>& info) { return in
 INSTANTIATE_TEST_SUITE_P(Manifest, OpenDamage, ::testing::ValuesIn(ManifestCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Files, OpenDamage, ::testing::ValuesIn(FileCases()), CaseName);
 
+// Damage the reader does not handle yet (reported, not fixed here). Disabled
+// so the suite stays green; run with --gtest_also_run_disabled_tests.
+std::vector<OpenCase> KnownBugOpenCases() {
+  return {
+      // "01" parses as layer 1 and names the right file, so layer 1 gets two
+      // banks (Open succeeds with 6 banks and leaks the first bank's fd).
+      {"layers_key_01_duplicates_bank_1",
+       EditManifest([](json& m) { m["layers"]["01"] = m["layers"]["1"]; }),
+       "manifest.json: layers has an entry \"01\""},
+      // GetInt clamps an unsigned value above INT64_MAX before printing it.
+      {"hidden_size_2_64_minus_1_message",
+       EditConfig([](json& c) { c["hidden_size"] = UINT64_MAX; }),
+       "config.hidden_size = 18446744073709551615 is outside"},
+  };
+}
+INSTANTIATE_TEST_SUITE_P(DISABLED_KnownBugs, OpenDamage, ::testing::ValuesIn(KnownBugOpenCases()),
+                         CaseName);
+
 // ---------------------------------------------------------------------------
 // Damage inside record 3 of layer 1: Open succeeds, reading the record fails.
 
@@ -698,6 +718,19 @@ std::string RecordCaseName(const ::testing::TestParamInfo<RecordCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Records, RecordDamage, ::testing::ValuesIn(RecordCases()), RecordCaseName);
 
+// Header bits v0 does not define are not checked (reported, not fixed here).
+std::vector<RecordCase> KnownBugRecordCases() {
+  const std::string r = "experts-L1.bin: record 3";
+  return {
+      {"unknown_flag_bit", PokeRecord(offsetof(ExpertHeader, flags), uint8_t{0x80}),
+       r + " ... flags", false},
+      {"reserved0_nonzero", PokeRecord(offsetof(ExpertHeader, reserved0), uint16_t{7}),
+       r + " ... reserved", false},
+  };
+}
+INSTANTIATE_TEST_SUITE_P(DISABLED_KnownBugs, RecordDamage, ::testing::ValuesIn(KnownBugRecordCases()),
+                         RecordCaseName);
+
 // ---------------------------------------------------------------------------
 // The good container, and misuse of the record readers.
 
@@ -796,6 +829,32 @@ TEST_F(GoodContainer, MovedCodebookBaseIsCaughtByTheRecords) {
                   " names codebook 0, the layer's base is 9");
   }
   EXPECT_TRUE(box.ReadRecord(2, 0, buf.data(), true).ok());
+}
+
+// Known bug (reported, not fixed here): open(2) on a FIFO blocks until a
+// writer appears, so a FIFO named trunk.bin or manifest.json hangs Open
+// before fstat can say "not a regular file". The test unblocks the reader
+// itself so that it cannot hang.
+TEST_F(GoodContainer, DISABLED_FifoDoesNotBlockOpen) {
+  for (const char* name : {"manifest.json", "trunk.bin"}) {
+    SCOPED_TRACE(name);
+    const fs::path fifo = copy_ / name;
+    fs::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const std::string dir = copy_.string();
+    auto result = std::async(std::launch::async, [dir] { return TryOpen(dir); });
+    const bool finished = result.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+    EXPECT_TRUE(finished) << "Container::Open blocked opening the FIFO " << name;
+    while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      const int w = open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // let it through
+      if (w >= 0) close(w);
+    }
+    const OpenOutcome o = result.get();
+    EXPECT_FALSE(o.ok);
+    EXPECT_TRUE(MessageMatches(o.message, std::string(name) + ": not a regular file"));
+    fs::remove(fifo);
+    fs::copy_file(good_ / name, fifo);
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -36,6 +36,24 @@ int OpenForWrite(const std::string& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 }
 
+// WARP reads the MoE settings under Kimi's names only, so a DeepSeek config
+// gets them added (never replacing a key that is there): the container then
+// opens in both engines.
+nlohmann::json WithKimiMoeKeys(nlohmann::json config) {
+  if (!config.is_object()) return config;
+  const std::pair<const char*, const char*> aliases[] = {
+      {"num_experts", "n_routed_experts"},
+      {"num_experts_per_token", "num_experts_per_tok"},
+      {"num_shared_experts", "n_shared_experts"},
+  };
+  for (const auto& [kimi, deepseek] : aliases)
+    if (!config.contains(kimi) && config.contains(deepseek)) config[kimi] = config[deepseek];
+  // WARP takes the mere presence of moe_renormalize as "on".
+  if (!config.contains("moe_renormalize") && config.value("norm_topk_prob", false))
+    config["moe_renormalize"] = true;
+  return config;
+}
+
 }  // namespace
 
 void EncodeRecordPayload(const RecordLayout& lay, const ExpertQuant& q,
@@ -99,7 +117,7 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::stri
   if (!format::IsExpertFmt(static_cast<int>(expert_fmt)))
     return Status::Error("expert format must be VQ3R, VQ2R or VQ4P");
   w->m_.config = *cfg;
-  w->m_.config_json = config;
+  w->m_.config_json = WithKimiMoeKeys(config);
   w->m_.arch = cfg->model_type;
   w->m_.quant = ExpertQuant::For(expert_fmt);
   auto lay = RecordLayout::For(*cfg, w->m_.quant);
@@ -133,13 +151,27 @@ ContainerWriter::~ContainerWriter() {
 
 Status ContainerWriter::AddTensor(const std::string& name, const std::vector<int64_t>& shape,
                                   std::span<const float> values, Fmt fmt, bool bf16, int group) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (shape.empty() || n != static_cast<int64_t>(values.size()))
+    return Status::Error(name + ": " + std::to_string(values.size()) + " values for shape of " +
+                         std::to_string(n) + " elements");
+  const int64_t cols = shape.back();
+  return AddTensorRows(
+      name, shape,
+      [&](int64_t r0, int64_t rows, float* out) {
+        std::memcpy(out, values.data() + r0 * cols, static_cast<size_t>(rows * cols) * 4);
+      },
+      fmt, bf16, group);
+}
+
+Status ContainerWriter::AddTensorRows(const std::string& name, const std::vector<int64_t>& shape,
+                                      const FillRows& fill, Fmt fmt, bool bf16, int group) {
   if (!format::IsTrunkFmt(static_cast<int>(fmt))) return Status::Error(name + ": not a trunk format");
   if (shape.empty()) return Status::Error(name + ": empty shape");
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  if (n != static_cast<int64_t>(values.size()))
-    return Status::Error(name + ": " + std::to_string(values.size()) + " values for " +
-                         std::to_string(n) + " elements");
+  const int64_t cols = shape.back(), rows = n / cols;
   TrunkTensor t;
   t.name = name;
   t.fmt = fmt;
@@ -147,33 +179,44 @@ Status ContainerWriter::AddTensor(const std::string& name, const std::vector<int
   t.shape = shape;
   t.elements = n;
   t.offset = trunk_size_;
-  std::vector<uint8_t> payload, scales;
-  if (fmt == Fmt::kF32) {
-    payload.resize(values.size() * 4);
-    std::memcpy(payload.data(), values.data(), payload.size());
-  } else if (fmt == Fmt::kF16) {
-    payload.resize(values.size() * 2);
-    for (size_t i = 0; i < values.size(); ++i) {
-      const uint16_t h = t.bf16 ? format::F32ToBf16(values[i]) : format::F32ToF16(values[i]);
-      std::memcpy(payload.data() + 2 * i, &h, 2);
+  const int bits = fmt == Fmt::kQ8G ? 8 : fmt == Fmt::kQ4G ? 4 : 3;
+  const bool grouped = fmt == Fmt::kQ8G || fmt == Fmt::kQ4G || fmt == Fmt::kQ3G;
+  const format::GroupedShape g{bits, group, rows, cols};
+  if (grouped) t.group = group;
+
+  // A few MB of rows at a time; the scales of grouped formats follow the payload.
+  const int64_t chunk = std::max<int64_t>(1, (4 << 20) / (cols * 4));
+  std::vector<float> values(static_cast<size_t>(std::min(chunk, rows) * cols));
+  std::vector<uint8_t> payload;
+  std::vector<uint16_t> scales(grouped ? static_cast<size_t>(rows * g.groups_per_row()) : 0);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t nr = std::min(chunk, rows - r0);
+    fill(r0, nr, values.data());
+    const size_t count = static_cast<size_t>(nr * cols);
+    if (fmt == Fmt::kF32) {
+      payload.resize(count * 4);
+      std::memcpy(payload.data(), values.data(), payload.size());
+    } else if (fmt == Fmt::kF16) {
+      payload.resize(count * 2);
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t h = t.bf16 ? format::F32ToBf16(values[i]) : format::F32ToF16(values[i]);
+        std::memcpy(payload.data() + 2 * i, &h, 2);
+      }
+    } else {
+      const format::GroupedShape part{bits, group, nr, cols};
+      payload.resize(static_cast<size_t>(part.payload_bytes()));
+      format::QuantizeGrouped(part, values.data(), payload.data(),
+                              scales.data() + r0 * g.groups_per_row());
     }
-  } else {
-    const int bits = fmt == Fmt::kQ8G ? 8 : fmt == Fmt::kQ4G ? 4 : 3;
-    const format::GroupedShape g{bits, group, n / shape.back(), shape.back()};
-    payload.resize(static_cast<size_t>(g.payload_bytes()));
-    scales.resize(static_cast<size_t>(g.scale_bytes()));
-    format::QuantizeGrouped(g, values.data(), payload.data(),
-                            reinterpret_cast<uint16_t*>(scales.data()));
-    t.group = group;
+    WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, payload.data(), payload.size(), "trunk.bin"));
+    t.payload_bytes += payload.size();
   }
-  t.payload_bytes = payload.size();
-  WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, payload.data(), payload.size(), "trunk.bin"));
-  trunk_size_ += payload.size();
-  if (!scales.empty()) {
+  trunk_size_ += t.payload_bytes;
+  if (grouped) {
     t.scale_offset = trunk_size_;
-    t.scale_bytes = scales.size();
-    WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, scales.data(), scales.size(), "trunk.bin"));
-    trunk_size_ += scales.size();
+    t.scale_bytes = scales.size() * 2;
+    WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, scales.data(), t.scale_bytes, "trunk.bin"));
+    trunk_size_ += t.scale_bytes;
   }
   bytes_written_ += t.stored_bytes();
   m_.trunk.push_back(std::move(t));

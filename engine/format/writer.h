@@ -48,6 +48,13 @@ class ContainerWriter {
                    std::span<const float> values, format::Fmt fmt, bool bf16 = false,
                    int group = 128);
 
+  // The same, with the values produced a few rows at a time, in order, by
+  // `fill(first_row, rows, out)` (rows * shape.back() floats), so a tensor
+  // of gigabytes never has to sit in memory whole.
+  using FillRows = std::function<void(int64_t first_row, int64_t rows, float* out)>;
+  Status AddTensorRows(const std::string& name, const std::vector<int64_t>& shape,
+                       const FillRows& fill, format::Fmt fmt, bool bf16 = false, int group = 128);
+
   // Appends MoE layer `layer`'s 3 * stages codebooks (gate stages, up stages,
   // down stages), each entries * vec_dim values, and records its base.
   Status AddCodebooks(int layer, std::span<const float> books);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -58,36 +59,55 @@ uint64_t Mix(uint64_t seed, std::string_view what, uint64_t a = 0, uint64_t b = 
   return h;
 }
 
-// Values of one trunk tensor: matrices keep the variance of their input
-// (uniform in +-sqrt(3 / fan_in)), output projections at half that so the
-// residual stream grows slowly, norms near 1.
-std::vector<float> TensorValues(const TensorSpec& s, uint64_t seed) {
+// The values of one trunk tensor, drawn in order: matrices keep the
+// variance of their input (uniform in +-sqrt(3 / fan_in)), output
+// projections at half that so the residual stream grows slowly, norms near 1.
+class TensorValues {
+ public:
+  TensorValues(const TensorSpec& s, uint64_t seed, float bias_scale = 1.f)
+      : rng_(Mix(seed, s.name)) {
+    auto ends = [&](std::string_view suffix) {
+      return s.name.size() >= suffix.size() &&
+             s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends("norm.weight")) lo_ = 0.9f, hi_ = 1.1f;
+    else if (ends("conv1d.weight")) lo_ = -0.5f, hi_ = 0.5f;
+    else if (ends("A_log")) kind_ = Kind::kLogUniform, lo_ = 1.f, hi_ = 16.f;
+    else if (ends("dt_bias")) lo_ = -1.f, hi_ = 1.f;
+    else if (ends("e_score_correction_bias")) kind_ = Kind::kNormal, scale_ = bias_scale;
+    else if (ends("embed_tokens.weight")) lo_ = -1.f, hi_ = 1.f;
+    else {
+      const float gain = ends("o_proj.weight") || ends("down_proj.weight") ? 0.5f : 1.f;
+      hi_ = gain * std::sqrt(3.f / static_cast<float>(s.shape.back()));
+      lo_ = -hi_;
+    }
+  }
+  void Fill(float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      switch (kind_) {
+        case Kind::kUniform: out[i] = rng_.Uniform(lo_, hi_); break;
+        case Kind::kLogUniform: out[i] = std::log(rng_.Uniform(lo_, hi_)); break;
+        case Kind::kNormal: out[i] = scale_ * rng_.Normal(); break;
+      }
+    }
+  }
+  std::vector<float> All(int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    Fill(v.data(), n);
+    return v;
+  }
+
+ private:
+  enum class Kind { kUniform, kLogUniform, kNormal };
+  Rng rng_;
+  Kind kind_ = Kind::kUniform;
+  float lo_ = 0.f, hi_ = 0.f, scale_ = 1.f;
+};
+
+int64_t Elements(const TensorSpec& s) {
   int64_t n = 1;
   for (int64_t d : s.shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  Rng rng(Mix(seed, s.name));
-  const std::string& name = s.name;
-  auto ends = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  if (ends("norm.weight")) {
-    for (float& x : v) x = rng.Uniform(0.9f, 1.1f);
-  } else if (ends("conv1d.weight")) {
-    for (float& x : v) x = rng.Uniform(-0.5f, 0.5f);
-  } else if (ends("A_log")) {
-    for (float& x : v) x = std::log(rng.Uniform(1.f, 16.f));
-  } else if (ends("dt_bias")) {
-    for (float& x : v) x = rng.Uniform(-1.f, 1.f);
-  } else if (ends("e_score_correction_bias")) {
-    for (float& x : v) x = rng.Normal();  // scaled by the routing skew later
-  } else if (ends("embed_tokens.weight")) {
-    for (float& x : v) x = rng.Uniform(-1.f, 1.f);
-  } else {
-    const float gain = ends("o_proj.weight") || ends("down_proj.weight") ? 0.5f : 1.f;
-    const float a = gain * std::sqrt(3.f / static_cast<float>(s.shape.back()));
-    for (float& x : v) x = rng.Uniform(-a, a);
-  }
-  return v;
+  return n;
 }
 
 // The skew that puts `target` of the routing on the busiest 10% of experts,
@@ -161,13 +181,12 @@ void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, in
       for (int64_t v = 0; v < nvec; ++v) {
         uint8_t* p = base + ((b0 / block) * nvec + v) * block * bpv;
         const int64_t n = valid * bpv;
-        for (int64_t i = 0; i < n; i += 8) {
+        for (int64_t i = 0; i < n; i += 8) {  // eight index bytes per draw
           const uint64_t r = rng.Next();
-          for (int64_t k = 0; k < 8 && i + k < n; ++k) {
-            const uint8_t byte = static_cast<uint8_t>(r >> (8 * k));
-            p[i + k] = mask ? static_cast<uint8_t>(byte % q.entries) : byte;
-          }
+          std::memcpy(p + i, &r, static_cast<size_t>(std::min<int64_t>(8, n - i)));
         }
+        if (mask)
+          for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(p[i] % q.entries);
       }
     }
   }
@@ -347,26 +366,33 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
       return s.name == "model.layers." + std::to_string(c.first_dense) +
                            ".block_sparse_moe.gate.e_score_correction_bias";
     });
-    const RoutingEstimate est = EstimateRouting(c, TensorValues(*router, spec.seed),
-                                                TensorValues(*bias, spec.seed), spec.route_skew,
-                                                spec.hot_share, spec.seed);
+    const RoutingEstimate est =
+        EstimateRouting(c, TensorValues(*router, spec.seed).All(Elements(*router)),
+                        TensorValues(*bias, spec.seed).All(Elements(*bias)), spec.route_skew,
+                        spec.hot_share, spec.seed);
     report.route_skew = est.skew;
     report.hot_share = est.hot_share;
     report.independent_overlap = est.overlap;
   }
 
   for (const TensorSpec& s : specs) {
-    std::vector<float> v = TensorValues(s, spec.seed);
     Fmt fmt = Fmt::kF32;
     if (s.storage == Storage::kMatrix) {
       const bool ends8 = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
       fmt = ends8 || spec.trunk_bits == 8 ? Fmt::kQ8G : Fmt::kQ4G;
     }
-    if (s.name.find("e_score_correction_bias") != std::string::npos)
-      for (float& x : v) x *= static_cast<float>(report.route_skew);
-    WASTE_RETURN_IF_ERROR(w.AddTensor(s.name, s.shape, v, fmt));
+    TensorValues values(s, spec.seed, static_cast<float>(report.route_skew));
+    const int64_t cols = s.shape.back();
+    WASTE_RETURN_IF_ERROR(w.AddTensorRows(
+        s.name, s.shape, [&](int64_t, int64_t rows, float* dst) { values.Fill(dst, rows * cols); },
+        fmt));
   }
-  if (progress) progress("trunk: " + std::to_string(specs.size()) + " tensors");
+  if (progress) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char line[96];
+    std::snprintf(line, sizeof line, "trunk: %zu tensors in %.2f s", specs.size(), s);
+    progress(line);
+  }
 
   for (int L = 0; L < c.n_layers; ++L) {
     if (!c.is_moe_layer(L)) continue;
