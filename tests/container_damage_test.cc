@@ -561,6 +561,8 @@ std::vector<OpenCase> FileCases() {
        "specials.json: entry 1: id 1 appears twice"},
       {"specials_empty_text", Replace("specials.json", R"([{"id": 1, "text": ""}])"),
        "specials.json: entry 0: text is empty or too long"},
+      {"specials_is_a_directory", ReplaceWithDirectory("specials.json"),
+       "specials.json: not a regular file"},
       {"chat_number_value", Replace("chat.json", R"({"user": 5})"),
        "chat.json: \"user\" must be a string or [prefix, suffix]"},
       {"chat_triple", Replace("chat.json", R"({"system": ["a", "b", "c"]})"),
@@ -587,9 +589,8 @@ std::string CaseName(const ::testing::TestParamInfo<OpenCase>& info) { return in
 INSTANTIATE_TEST_SUITE_P(Manifest, OpenDamage, ::testing::ValuesIn(ManifestCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Files, OpenDamage, ::testing::ValuesIn(FileCases()), CaseName);
 
-// Damage the reader does not handle yet (reported, not fixed here). Disabled
-// so the suite stays green; run with --gtest_also_run_disabled_tests.
-std::vector<OpenCase> KnownBugOpenCases() {
+// Damage the first version of the reader missed; kept apart as a record.
+std::vector<OpenCase> ReaderFixOpenCases() {
   return {
       // "01" parses as layer 1 and names the right file, so layer 1 gets two
       // banks (Open succeeds with 6 banks and leaks the first bank's fd).
@@ -602,7 +603,7 @@ std::vector<OpenCase> KnownBugOpenCases() {
        "config.hidden_size = 18446744073709551615 is outside"},
   };
 }
-INSTANTIATE_TEST_SUITE_P(DISABLED_KnownBugs, OpenDamage, ::testing::ValuesIn(KnownBugOpenCases()),
+INSTANTIATE_TEST_SUITE_P(ReaderFixes, OpenDamage, ::testing::ValuesIn(ReaderFixOpenCases()),
                          CaseName);
 
 // ---------------------------------------------------------------------------
@@ -718,8 +719,8 @@ std::string RecordCaseName(const ::testing::TestParamInfo<RecordCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Records, RecordDamage, ::testing::ValuesIn(RecordCases()), RecordCaseName);
 
-// Header bits v0 does not define are not checked (reported, not fixed here).
-std::vector<RecordCase> KnownBugRecordCases() {
+// Header bits v0 does not define: the first reader did not check them.
+std::vector<RecordCase> ReaderFixRecordCases() {
   const std::string r = "experts-L1.bin: record 3";
   return {
       {"unknown_flag_bit", PokeRecord(offsetof(ExpertHeader, flags), uint8_t{0x80}),
@@ -728,7 +729,7 @@ std::vector<RecordCase> KnownBugRecordCases() {
        r + " ... reserved", false},
   };
 }
-INSTANTIATE_TEST_SUITE_P(DISABLED_KnownBugs, RecordDamage, ::testing::ValuesIn(KnownBugRecordCases()),
+INSTANTIATE_TEST_SUITE_P(ReaderFixes, RecordDamage, ::testing::ValuesIn(ReaderFixRecordCases()),
                          RecordCaseName);
 
 // ---------------------------------------------------------------------------
@@ -831,11 +832,10 @@ TEST_F(GoodContainer, MovedCodebookBaseIsCaughtByTheRecords) {
   EXPECT_TRUE(box.ReadRecord(2, 0, buf.data(), true).ok());
 }
 
-// Known bug (reported, not fixed here): open(2) on a FIFO blocks until a
-// writer appears, so a FIFO named trunk.bin or manifest.json hangs Open
-// before fstat can say "not a regular file". The test unblocks the reader
-// itself so that it cannot hang.
-TEST_F(GoodContainer, DISABLED_FifoDoesNotBlockOpen) {
+// open(2) on a FIFO blocks until a writer appears, so a FIFO named trunk.bin
+// or manifest.json must not be opened blocking. If it ever is again, the test
+// unblocks the reader itself so that it cannot hang.
+TEST_F(GoodContainer, FifoDoesNotBlockOpen) {
   for (const char* name : {"manifest.json", "trunk.bin"}) {
     SCOPED_TRACE(name);
     const fs::path fifo = copy_ / name;

@@ -20,6 +20,21 @@ using nlohmann::json;
 
 std::string ErrnoText() { return std::strerror(errno); }
 
+// Opens a file that must be a regular file. O_NONBLOCK keeps a FIFO or a
+// device planted under a container's file name from blocking the open; the
+// type is then checked and the flag cleared.
+Result<int> OpenRegular(const std::string& path, const std::string& name) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Status::Error(name + ": " + ErrnoText());
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status::Error(name + ": not a regular file");
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 Result<uint64_t> FileSize(int fd, const std::string& name) {
   struct stat st;
   if (fstat(fd, &st) != 0) return Status::Error(name + ": " + ErrnoText());
@@ -85,17 +100,30 @@ Status LoadChat(const std::string& path, json* out) {
   return Status::Ok();
 }
 
-bool FileExists(const std::string& path) {
+std::string ToHex(unsigned v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%02x", v);
+  return buf;
+}
+
+// An optional file: absent is fine, present must be a regular file.
+Result<bool> OptionalFile(const std::string& dir, const std::string& name) {
   struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (stat((dir + "/" + name).c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    return Status::Error(name + ": " + ErrnoText());
+  }
+  if (!S_ISREG(st.st_mode)) return Status::Error(name + ": not a regular file");
+  return true;
 }
 
 }  // namespace
 
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   const std::string name = path.substr(path.find_last_of('/') + 1);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Error(name + ": " + ErrnoText());
+  auto opened = OpenRegular(path, name);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   auto size = FileSize(fd, name);
   if (!size.ok()) {
     close(fd);
@@ -131,8 +159,9 @@ Status Container::OpenFiles() {
   total_bytes_ = 0;
 
   // trunk.bin: every tensor inside the file.
-  trunk_fd_ = open((dir_ + "/trunk.bin").c_str(), O_RDONLY | O_CLOEXEC);
-  if (trunk_fd_ < 0) return Status::Error("trunk.bin: " + ErrnoText());
+  auto trunk = OpenRegular(dir_ + "/trunk.bin", "trunk.bin");
+  if (!trunk.ok()) return trunk.status();
+  trunk_fd_ = *trunk;
   auto trunk_size = FileSize(trunk_fd_, "trunk.bin");
   if (!trunk_size.ok()) return trunk_size.status();
   total_bytes_ += *trunk_size;
@@ -192,8 +221,9 @@ Status Container::OpenFiles() {
                              ".codebook_base " + std::to_string(b.codebook_base) + " + " +
                              std::to_string(3 * q.stages) + " codebooks is past the " +
                              std::to_string(n_codebooks_) + " in codebooks.bin");
-      const int fd = open((dir_ + "/" + b.file).c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return Status::Error(b.file + ": " + ErrnoText());
+      auto bank = OpenRegular(dir_ + "/" + b.file, b.file);
+      if (!bank.ok()) return bank.status();
+      const int fd = *bank;
       bank_fds_[b.layer] = fd;
       auto size = FileSize(fd, b.file);
       if (!size.ok()) return size.status();
@@ -206,10 +236,16 @@ Status Container::OpenFiles() {
   }
 
   // Optional files: checked when present.
-  has_tokenizer_ = FileExists(dir_ + "/tokenizer.model");
-  if (FileExists(dir_ + "/specials.json"))
-    WASTE_RETURN_IF_ERROR(LoadSpecials(dir_ + "/specials.json", cfg.vocab, &specials_));
-  if (FileExists(dir_ + "/chat.json")) WASTE_RETURN_IF_ERROR(LoadChat(dir_ + "/chat.json", &chat_));
+  for (const char* name : {"tokenizer.model", "specials.json", "chat.json"}) {
+    auto present = OptionalFile(dir_, name);
+    if (!present.ok()) return present.status();
+    if (!*present) continue;
+    const std::string path = dir_ + "/" + name;
+    if (name == std::string_view("tokenizer.model")) has_tokenizer_ = true;
+    else if (name == std::string_view("specials.json"))
+      WASTE_RETURN_IF_ERROR(LoadSpecials(path, cfg.vocab, &specials_));
+    else WASTE_RETURN_IF_ERROR(LoadChat(path, &chat_));
+  }
   return Status::Ok();
 }
 
@@ -282,6 +318,12 @@ Status Container::CheckRecord(int layer, int expert, std::span<const uint8_t> re
     return Status::Error(w + " has fmt " + std::to_string(h.fmt) + ", the manifest says " +
                          std::string(format::FmtName(want)));
   if (h.lowrank_id != 0) return Status::Error(w + " has a low-rank id (not part of v0)");
+  // Bits 1 and 2 (a substitute exists, a converter's hot hint) change nothing
+  // here; bf16 scales are not implemented and other bits are not defined.
+  if (h.flags & ~(format::kFlagHasSub | format::kFlagHotHint))
+    return Status::Error(w + " has flags 0x" + ToHex(h.flags) + " (bf16 scales and undefined bits are not supported)");
+  if (h.reserved0 != 0 || h.reserved1[0] != 0 || h.reserved1[1] != 0)
+    return Status::Error(w + " has nonzero reserved fields");
   if (h.codebook_id != bank->codebook_base)
     return Status::Error(w + " names codebook " + std::to_string(h.codebook_id) +
                          ", the layer's base is " + std::to_string(bank->codebook_base));

@@ -38,8 +38,10 @@ std::string_view FmtName(Fmt f);
 bool IsTrunkFmt(int fmt);   // F32, F16, Q8G, Q4G, Q3G
 bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P
 
-// Record flag bits.
-inline constexpr uint8_t kFlagBf16 = 1u << 0;
+// Record flag bits (WARP's WF_*).
+inline constexpr uint8_t kFlagBf16 = 1u << 0;     // f16 payloads are bf16: not implemented, refused
+inline constexpr uint8_t kFlagHasSub = 1u << 1;   // a substitute record exists (never written)
+inline constexpr uint8_t kFlagHotHint = 1u << 2;  // the converter marked it hot
 
 // Header of one expert record in experts-L{n}.bin. The record is
 //   header | gate indices | up indices | down indices | f16 row scales | zero pad to 4 KiB

@@ -274,8 +274,10 @@ Result<Manifest> Manifest::Parse(std::string_view text) {
   if (layers != j.end() && layers->is_object()) {
     for (const auto& [key, e] : layers->items()) {
       int L = -1;
+      // The key must be the layer number written plainly: "01" would name
+      // layer 1 a second time.
       if (key.empty() || key.size() > 4 || !std::all_of(key.begin(), key.end(), ::isdigit) ||
-          (L = std::stoi(key)) >= c.n_layers || !c.is_moe_layer(L))
+          (L = std::stoi(key)) >= c.n_layers || !c.is_moe_layer(L) || key != std::to_string(L))
         return Status::Error("manifest.json: layers has an entry \"" + key +
                              "\" that is not a MoE layer of this config");
       const std::string w = "manifest.json: layers." + key;

@@ -24,7 +24,7 @@ Status GetInt(const json& c, const char* key, int64_t lo, int64_t hi, int* out,
                         ? INT64_MAX
                         : it->get<int64_t>();
   if (v < lo || v > hi)
-    return Status::Error(std::string("config.") + key + " = " + std::to_string(v) +
+    return Status::Error(std::string("config.") + key + " = " + it->dump() +
                          " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   *out = static_cast<int>(v);
   return Status::Ok();
