@@ -119,3 +119,46 @@ TEST(Synth, BadSpecsAreRefused) {
 
 }  // namespace
 }  // namespace waste
+
+namespace waste {
+namespace {
+
+// Shapes at the edges of what a config may say: each writes a container
+// that opens and reads back (a --config file is untrusted input too).
+TEST(Synth, EdgeShapesWriteAndOpen) {
+  using nlohmann::json;
+  const std::vector<std::pair<const char*, std::function<void(json&)>>> cases = {
+      {"every_layer_dense", [](json& c) { c["first_k_dense_replace"] = 6; }},
+      {"no_experts_at_all", [](json& c) { c["num_experts"] = 0; c["num_experts_per_token"] = 0; }},
+      {"no_dense_layer", [](json& c) { c["first_k_dense_replace"] = 0; }},
+      {"one_layer", [](json& c) {
+         c["num_hidden_layers"] = 1;
+         c["first_k_dense_replace"] = 0;
+         c["linear_attn_config"]["kda_layers"] = {1};
+         c["linear_attn_config"]["full_attn_layers"] = json::array();
+       }},
+      {"top_k_is_every_expert", [](json& c) { c["num_experts_per_token"] = 16; }},
+      {"all_mla", [](json& c) { c["linear_attn_config"]["kda_layers"] = json::array(); }},
+      {"all_kda", [](json& c) { c["linear_attn_config"]["kda_layers"] = {1, 2, 3, 4, 5, 6}; }},
+      {"no_shared_expert", [](json& c) { c["num_shared_experts"] = 0; }},
+      {"tied_embeddings", [](json& c) { c["tie_word_embeddings"] = true; }},
+  };
+  for (const auto& [name, edit] : cases) {
+    SCOPED_TRACE(name);
+    json j = SynthPreset("tiny-kimi")->ToJson();
+    edit(j["config"]);
+    auto spec = SynthSpec::FromJson(j);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    const std::string dir = waste::testing::ScratchDir(name);
+    auto r = WriteSynthetic(*spec, dir, true, 2, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    auto ct = Container::Open(dir);
+    ASSERT_TRUE(ct.ok()) << ct.status().message();
+    std::vector<uint8_t> rec(ct->record_bytes());
+    for (const ExpertBank& b : ct->manifest().banks)
+      for (int e = 0; e < b.experts; ++e) ASSERT_TRUE(ct->ReadRecord(b.layer, e, rec.data(), true).ok());
+  }
+}
+
+}  // namespace
+}  // namespace waste

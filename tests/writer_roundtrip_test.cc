@@ -42,7 +42,7 @@ Fmt TensorFmt(size_t i, const TensorSpec& s) {
 }
 
 Written WriteAll(const std::string& dir, Fmt expert_fmt) {
-  auto w = ContainerWriter::Create(dir, SmallConfig(), expert_fmt, false);
+  auto w = ContainerWriter::Create(dir, SmallConfig(), expert_fmt, false, /*jobs=*/2);
   EXPECT_TRUE(w.ok()) << w.status().message();
   ContainerWriter& cw = **w;
   const ModelConfig& c = cw.config();
@@ -87,7 +87,7 @@ Written WriteAll(const std::string& dir, Fmt expert_fmt) {
     EXPECT_TRUE(cw.WriteBank(L, [&](int e, std::span<uint8_t> rec) {
                       EncodeRecordPayload(lay, q, {idx[e][0], idx[e][1], idx[e][2]},
                                           {scales[e][0], scales[e][1], scales[e][2]}, rec);
-                    }, 2).ok());
+                    }).ok());
   }
   const Status st = cw.Finish();
   EXPECT_TRUE(st.ok()) << st.message();

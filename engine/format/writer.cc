@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
@@ -109,9 +110,11 @@ void FinalizeRecord(const RecordLayout& lay, const ExpertQuant& q, int layer, in
 
 Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::string& dir,
                                                                  const nlohmann::json& config,
-                                                                 Fmt expert_fmt, bool overwrite) {
+                                                                 Fmt expert_fmt, bool overwrite,
+                                                                 int jobs) {
   std::unique_ptr<ContainerWriter> w(new ContainerWriter());
   w->dir_ = dir;
+  w->jobs_ = std::clamp(jobs, 1, 256);
   auto cfg = ModelConfig::FromJson(config);
   if (!cfg.ok()) return cfg.status();
   if (!format::IsExpertFmt(static_cast<int>(expert_fmt)))
@@ -187,29 +190,31 @@ Status ContainerWriter::AddTensorRows(const std::string& name, const std::vector
   // A few MB of rows at a time; the scales of grouped formats follow the payload.
   const int64_t chunk = std::max<int64_t>(1, (4 << 20) / (cols * 4));
   std::vector<float> values(static_cast<size_t>(std::min(chunk, rows) * cols));
-  std::vector<uint8_t> payload;
   std::vector<uint16_t> scales(grouped ? static_cast<size_t>(rows * g.groups_per_row()) : 0);
+  const int64_t row_bytes = fmt == Fmt::kF32 ? cols * 4 : fmt == Fmt::kF16 ? cols * 2 : g.row_bytes();
+  std::vector<uint8_t> payload(static_cast<size_t>(std::min(chunk, rows) * row_bytes));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t nr = std::min(chunk, rows - r0);
-    fill(r0, nr, values.data());
-    const size_t count = static_cast<size_t>(nr * cols);
-    if (fmt == Fmt::kF32) {
-      payload.resize(count * 4);
-      std::memcpy(payload.data(), values.data(), payload.size());
-    } else if (fmt == Fmt::kF16) {
-      payload.resize(count * 2);
-      for (size_t i = 0; i < count; ++i) {
-        const uint16_t h = t.bf16 ? format::F32ToBf16(values[i]) : format::F32ToF16(values[i]);
-        std::memcpy(payload.data() + 2 * i, &h, 2);
+    Parallel(nr, [&](int64_t a, int64_t b) {  // rows r0 + [a, b)
+      float* v = values.data() + a * cols;
+      fill(r0 + a, b - a, v);
+      uint8_t* out = payload.data() + a * row_bytes;
+      const size_t count = static_cast<size_t>((b - a) * cols);
+      if (fmt == Fmt::kF32) {
+        std::memcpy(out, v, count * 4);
+      } else if (fmt == Fmt::kF16) {
+        for (size_t i = 0; i < count; ++i) {
+          const uint16_t h = t.bf16 ? format::F32ToBf16(v[i]) : format::F32ToF16(v[i]);
+          std::memcpy(out + 2 * i, &h, 2);
+        }
+      } else {
+        const format::GroupedShape part{bits, group, b - a, cols};
+        format::QuantizeGrouped(part, v, out, scales.data() + (r0 + a) * g.groups_per_row());
       }
-    } else {
-      const format::GroupedShape part{bits, group, nr, cols};
-      payload.resize(static_cast<size_t>(part.payload_bytes()));
-      format::QuantizeGrouped(part, values.data(), payload.data(),
-                              scales.data() + r0 * g.groups_per_row());
-    }
-    WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, payload.data(), payload.size(), "trunk.bin"));
-    t.payload_bytes += payload.size();
+    });
+    const size_t bytes = static_cast<size_t>(nr * row_bytes);
+    WASTE_RETURN_IF_ERROR(WriteAll(trunk_fd_, payload.data(), bytes, "trunk.bin"));
+    t.payload_bytes += bytes;
   }
   trunk_size_ += t.payload_bytes;
   if (grouped) {
@@ -252,40 +257,71 @@ Status ContainerWriter::AddCodebooks(int layer, std::span<const float> books) {
   return WriteAll(cb_fd_, buf.data(), buf.size(), "codebooks.bin");
 }
 
-Status ContainerWriter::WriteBank(int layer, const FillRecord& fill, int jobs) {
+// A page-aligned buffer, as O_DIRECT writes need.
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t n)
+      : size(n), data(static_cast<uint8_t*>(std::aligned_alloc(format::kAlign, n))) {}
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  size_t size;
+  uint8_t* data;
+};
+
+void ContainerWriter::Parallel(int64_t n, const std::function<void(int64_t, int64_t)>& body) const {
+  const int64_t threads = std::min<int64_t>(jobs_, n);
+  if (threads <= 1) {
+    if (n > 0) body(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int64_t j = 0; j < threads; ++j)
+    pool.emplace_back([&, j] { body(n * j / threads, n * (j + 1) / threads); });
+  for (auto& th : pool) th.join();
+}
+
+Status ContainerWriter::WriteBank(int layer, const FillRecord& fill) {
   if (layer < 0 || layer >= m_.config.n_layers || codebook_base_[layer] < 0)
     return Status::Error("bank for layer " + std::to_string(layer) + " before its codebooks");
   const int experts = m_.config.n_experts;
   const size_t rec = m_.record.record_bytes;
   const std::string name = "experts-L" + std::to_string(layer) + ".bin";
-  const int fd = OpenForWrite(dir_ + "/" + name);
+  const std::string path = dir_ + "/" + name;
+  // Records are whole pages, so the bank can bypass the page cache: on this
+  // kind of machine buffered writeback runs at a fraction of the disk's
+  // speed (docs/MEASUREMENTS.md). tmpfs and some filesystems refuse O_DIRECT.
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+  if (fd < 0 && errno == EINVAL) fd = OpenForWrite(path);
   if (fd < 0) return Status::Error(name + ": " + std::strerror(errno));
-  jobs = std::max(1, jobs);
 
   // Fill chunk k on `jobs` threads while chunk k-1 is being written.
   const int per_chunk = static_cast<int>(std::max<size_t>(1, (64u << 20) / rec));
-  std::vector<uint8_t> buf[2];
+  AlignedBuffer front(rec * static_cast<size_t>(std::min(per_chunk, experts)));
+  AlignedBuffer back(front.size);
+  if (!front.data || !back.data) {
+    close(fd);
+    return Status::Error(name + ": out of memory for write buffers");
+  }
+  AlignedBuffer* buf[2] = {&front, &back};
   std::future<Status> pending;
   Status st;
   int which = 0;
   for (int first = 0; first < experts && st.ok(); first += per_chunk, which ^= 1) {
     const int count = std::min(per_chunk, experts - first);
-    std::vector<uint8_t>& b = buf[which];
-    b.assign(rec * static_cast<size_t>(count), 0);
-    std::vector<std::thread> threads;
-    for (int j = 0; j < jobs; ++j) {
-      threads.emplace_back([&, j] {
-        for (int e = j; e < count; e += jobs) {
-          std::span<uint8_t> r(b.data() + rec * static_cast<size_t>(e), rec);
-          fill(first + e, r);
-          FinalizeRecord(m_.record, m_.quant, layer, first + e, codebook_base_[layer], r);
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    uint8_t* data = buf[which]->data;
+    const size_t bytes = rec * static_cast<size_t>(count);
+    std::memset(data, 0, bytes);
+    Parallel(count, [&](int64_t a, int64_t b) {
+      for (int64_t e = a; e < b; ++e) {
+        std::span<uint8_t> r(data + rec * static_cast<size_t>(e), rec);
+        fill(first + static_cast<int>(e), r);
+        FinalizeRecord(m_.record, m_.quant, layer, first + static_cast<int>(e),
+                       codebook_base_[layer], r);
+      }
+    });
     if (pending.valid()) st = pending.get();
     pending = std::async(std::launch::async,
-                         [fd, &b, &name] { return WriteAll(fd, b.data(), b.size(), name); });
+                         [fd, data, bytes, &name] { return WriteAll(fd, data, bytes, name); });
   }
   if (pending.valid()) {
     const Status last = pending.get();

@@ -32,10 +32,11 @@ class ContainerWriter {
   // Starts a container in `dir` (created if missing) for `config` (a Hugging
   // Face style config object) with experts in `expert_fmt`. A directory that
   // already holds a manifest is refused unless `overwrite`; then its manifest
-  // is removed first.
+  // is removed first. Encoding runs on `jobs` threads.
   static Result<std::unique_ptr<ContainerWriter>> Create(const std::string& dir,
                                                          const nlohmann::json& config,
-                                                         format::Fmt expert_fmt, bool overwrite);
+                                                         format::Fmt expert_fmt, bool overwrite,
+                                                         int jobs = 1);
   ~ContainerWriter();
 
   const ModelConfig& config() const { return m_.config; }
@@ -48,9 +49,10 @@ class ContainerWriter {
                    std::span<const float> values, format::Fmt fmt, bool bf16 = false,
                    int group = 128);
 
-  // The same, with the values produced a few rows at a time, in order, by
+  // The same, with the values produced a few rows at a time by
   // `fill(first_row, rows, out)` (rows * shape.back() floats), so a tensor
-  // of gigabytes never has to sit in memory whole.
+  // of gigabytes never has to sit in memory whole. `fill` is called on
+  // several threads at once, for disjoint rows, in no particular order.
   using FillRows = std::function<void(int64_t first_row, int64_t rows, float* out)>;
   Status AddTensorRows(const std::string& name, const std::vector<int64_t>& shape,
                        const FillRows& fill, format::Fmt fmt, bool bf16 = false, int group = 128);
@@ -61,10 +63,10 @@ class ContainerWriter {
 
   // Writes layer `layer`'s bank. `fill(expert, rec)` writes the payload of
   // one record (indices and scales, e.g. with EncodeRecordPayload) into a
-  // zeroed buffer; the writer adds the header and crc. `fill` runs on `jobs`
-  // threads at once and must depend on its arguments only.
+  // zeroed buffer; the writer adds the header and crc. `fill` runs on
+  // several threads at once and must depend on its arguments only.
   using FillRecord = std::function<void(int expert, std::span<uint8_t> rec)>;
-  Status WriteBank(int layer, const FillRecord& fill, int jobs);
+  Status WriteBank(int layer, const FillRecord& fill);
 
   // Writes an auxiliary file (tokenizer.model, specials.json, chat.json).
   Status WriteFile(const std::string& name, std::string_view bytes);
@@ -78,7 +80,11 @@ class ContainerWriter {
  private:
   ContainerWriter() = default;
 
+  // Runs body(begin, end) over [0, n) split across the writer's threads.
+  void Parallel(int64_t n, const std::function<void(int64_t, int64_t)>& body) const;
+
   std::string dir_;
+  int jobs_ = 1;
   Manifest m_;
   int trunk_fd_ = -1;
   uint64_t trunk_size_ = 0;

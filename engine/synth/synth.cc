@@ -59,13 +59,14 @@ uint64_t Mix(uint64_t seed, std::string_view what, uint64_t a = 0, uint64_t b = 
   return h;
 }
 
-// The values of one trunk tensor, drawn in order: matrices keep the
-// variance of their input (uniform in +-sqrt(3 / fan_in)), output
-// projections at half that so the residual stream grows slowly, norms near 1.
+// The values of one trunk tensor: matrices keep the variance of their input
+// (uniform in +-sqrt(3 / fan_in)), output projections at half that so the
+// residual stream grows slowly, norms near 1. Each row is drawn from its own
+// stream, so rows can be filled on any thread in any order.
 class TensorValues {
  public:
   TensorValues(const TensorSpec& s, uint64_t seed, float bias_scale = 1.f)
-      : rng_(Mix(seed, s.name)) {
+      : seed_(Mix(seed, s.name)), cols_(s.shape.back()) {
     auto ends = [&](std::string_view suffix) {
       return s.name.size() >= suffix.size() &&
              s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -78,28 +79,33 @@ class TensorValues {
     else if (ends("embed_tokens.weight")) lo_ = -1.f, hi_ = 1.f;
     else {
       const float gain = ends("o_proj.weight") || ends("down_proj.weight") ? 0.5f : 1.f;
-      hi_ = gain * std::sqrt(3.f / static_cast<float>(s.shape.back()));
+      hi_ = gain * std::sqrt(3.f / static_cast<float>(cols_));
       lo_ = -hi_;
     }
   }
-  void Fill(float* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      switch (kind_) {
-        case Kind::kUniform: out[i] = rng_.Uniform(lo_, hi_); break;
-        case Kind::kLogUniform: out[i] = std::log(rng_.Uniform(lo_, hi_)); break;
-        case Kind::kNormal: out[i] = scale_ * rng_.Normal(); break;
+  void FillRows(int64_t first_row, int64_t rows, float* out) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      Rng rng(seed_ ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(first_row + r + 1)));
+      float* o = out + r * cols_;
+      for (int64_t i = 0; i < cols_; ++i) {
+        switch (kind_) {
+          case Kind::kUniform: o[i] = rng.Uniform(lo_, hi_); break;
+          case Kind::kLogUniform: o[i] = std::log(rng.Uniform(lo_, hi_)); break;
+          case Kind::kNormal: o[i] = scale_ * rng.Normal(); break;
+        }
       }
     }
   }
-  std::vector<float> All(int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    Fill(v.data(), n);
+  std::vector<float> All(int64_t elements) const {
+    std::vector<float> v(static_cast<size_t>(elements));
+    FillRows(0, elements / cols_, v.data());
     return v;
   }
 
  private:
   enum class Kind { kUniform, kLogUniform, kNormal };
-  Rng rng_;
+  uint64_t seed_;
+  int64_t cols_;
   Kind kind_ = Kind::kUniform;
   float lo_ = 0.f, hi_ = 0.f, scale_ = 1.f;
 };
@@ -350,7 +356,7 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   config["bos_token_id"] = tok.bos_id;
   config["eos_token_id"] = tok.eos_id;
 
-  auto writer = ContainerWriter::Create(out, config, spec.expert_fmt, overwrite);
+  auto writer = ContainerWriter::Create(out, config, spec.expert_fmt, overwrite, jobs);
   if (!writer.ok()) return writer.status();
   ContainerWriter& w = **writer;
   const ModelConfig& c = w.config();
@@ -358,7 +364,7 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
 
   // Routing concentration, calibrated on the first MoE layer's router.
   std::vector<TensorSpec> specs = TrunkSpec(c);
-  if (c.n_experts > 0) {
+  if (c.n_moe_layers() > 0) {
     const auto router = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
       return s.name == "model.layers." + std::to_string(c.first_dense) + ".block_sparse_moe.gate.weight";
     });
@@ -381,11 +387,10 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
       const bool ends8 = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
       fmt = ends8 || spec.trunk_bits == 8 ? Fmt::kQ8G : Fmt::kQ4G;
     }
-    TensorValues values(s, spec.seed, static_cast<float>(report.route_skew));
-    const int64_t cols = s.shape.back();
+    const TensorValues values(s, spec.seed, static_cast<float>(report.route_skew));
     WASTE_RETURN_IF_ERROR(w.AddTensorRows(
-        s.name, s.shape, [&](int64_t, int64_t rows, float* dst) { values.Fill(dst, rows * cols); },
-        fmt));
+        s.name, s.shape,
+        [&](int64_t first, int64_t rows, float* dst) { values.FillRows(first, rows, dst); }, fmt));
   }
   if (progress) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -402,7 +407,7 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
     const ExpertQuant q = w.quant();
     const uint64_t seed = spec.seed;
     WASTE_RETURN_IF_ERROR(w.WriteBank(
-        L, [&](int e, std::span<uint8_t> rec) { FillExpert(lay, q, seed, L, e, rec); }, jobs));
+        L, [&](int e, std::span<uint8_t> rec) { FillExpert(lay, q, seed, L, e, rec); }));
     if (progress) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
       const double mb = static_cast<double>(lay.record_bytes) * c.n_experts / 1e6;
