@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "engine/format/container.h"
 #include "engine/plan/plan.h"
@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   bool check = false;
   app.add_option("CONTAINER", container, "Container directory")->required();
   app.add_option("--socket", socket, "Unix socket to listen on")->capture_default_str();
-  app.add_option("--budget", budget_text, "Memory for trunk + cache + daemon (default: from this machine)");
+  app.add_option("--budget", budget_text,
+                 "Memory for trunk + cache + daemon (default: from this machine)");
   app.add_option("--ctx", context, "Context length each client's state is planned for")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
@@ -51,11 +52,13 @@ int main(int argc, char** argv) {
     spdlog::error("{}: {}", container, ct.status().message());
     return 1;
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const waste::ModelConfig& c = ct->config();
-  spdlog::info("container {}: {} ({} layers, {} experts top-{}), {} on disk, validated in {:.1f} ms",
-               container, c.architecture, c.n_layers, c.n_experts, c.top_k,
-               waste::FormatSize(ct->total_bytes()), ms);
+  spdlog::info(
+      "container {}: {} ({} layers, {} experts top-{}), {} on disk, validated in {:.1f} ms",
+      container, c.architecture, c.n_layers, c.n_experts, c.top_k,
+      waste::FormatSize(ct->total_bytes()), ms);
 
   const waste::MemoryPlan plan = waste::PlanMemory(ct->manifest(), context);
   const waste::MemoryLimit limit = waste::ProcessMemoryLimit();

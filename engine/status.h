@@ -39,7 +39,7 @@ class Status {
 template <class T>
 class Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}       // NOLINT: implicit by design
   Result(Status error) : v_(std::move(error)) {}  // NOLINT: must be a failure
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -63,8 +63,8 @@ class Result {
 }  // namespace waste
 
 // Returns early from the enclosing function when `expr` (a Status) failed.
-#define WASTE_RETURN_IF_ERROR(expr)          \
-  do {                                       \
-    ::waste::Status waste_status_ = (expr);  \
+#define WASTE_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::waste::Status waste_status_ = (expr);        \
     if (!waste_status_.ok()) return waste_status_; \
   } while (0)

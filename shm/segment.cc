@@ -25,17 +25,24 @@ bool ShmemThpAllowed() {
   return false;
 }
 
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string Errno(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+size_t RoundUp(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
 
 }  // namespace
 
 const char* PageKindName(PageKind k) {
   switch (k) {
-    case PageKind::kHugetlb: return "hugetlb pages";
-    case PageKind::kTransparentHuge: return "transparent huge pages";
-    case PageKind::kSmall: return "4 KiB pages";
+    case PageKind::kHugetlb:
+      return "hugetlb pages";
+    case PageKind::kTransparentHuge:
+      return "transparent huge pages";
+    case PageKind::kSmall:
+      return "4 KiB pages";
   }
   return "?";
 }
@@ -70,7 +77,9 @@ Result<Segment> Segment::Create(const std::string& name, size_t bytes, bool want
   return Segment(fd, size, thp ? PageKind::kTransparentHuge : PageKind::kSmall);
 }
 
-Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
+Segment::Segment(Segment&& o) noexcept {
+  *this = std::move(o);
+}
 
 Segment& Segment::operator=(Segment&& o) noexcept {
   if (this != &o) {
@@ -101,7 +110,9 @@ Result<Mapping> Mapping::Map(int fd, size_t bytes, bool writable, bool populate)
   return Mapping(p, bytes);
 }
 
-Mapping::Mapping(Mapping&& o) noexcept { *this = std::move(o); }
+Mapping::Mapping(Mapping&& o) noexcept {
+  *this = std::move(o);
+}
 
 Mapping& Mapping::operator=(Mapping&& o) noexcept {
   if (this != &o) {

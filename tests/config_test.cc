@@ -25,7 +25,7 @@ TEST(Config, KimiLinear48bHasTheRealShape) {
   EXPECT_EQ(c.n_layers, 27);
   EXPECT_EQ(c.n_moe_layers(), 26);
   EXPECT_EQ(c.n_kda_layers(), 20);
-  EXPECT_EQ(c.layer_kind[3], LayerKind::kMla);   // full_attn_layers are 1-based: 4 -> layer 3
+  EXPECT_EQ(c.layer_kind[3], LayerKind::kMla);  // full_attn_layers are 1-based: 4 -> layer 3
   EXPECT_EQ(c.layer_kind[26], LayerKind::kMla);
   EXPECT_EQ(c.layer_kind[0], LayerKind::kKda);
   EXPECT_TRUE(c.mla_nope);
@@ -43,10 +43,10 @@ TEST(Config, KimiLinear48bHasTheRealShape) {
 TEST(Config, DeepseekSpellingsAreUnderstood) {
   const ModelConfig c = Parse(SynthPreset("tiny-deepseek")->config);
   EXPECT_EQ(c.arch, Arch::kDeepseekV3);
-  EXPECT_EQ(c.n_experts, 16);   // n_routed_experts
-  EXPECT_EQ(c.top_k, 4);        // num_experts_per_tok
-  EXPECT_EQ(c.n_shared, 1);     // n_shared_experts
-  EXPECT_TRUE(c.renormalize);   // norm_topk_prob
+  EXPECT_EQ(c.n_experts, 16);  // n_routed_experts
+  EXPECT_EQ(c.top_k, 4);       // num_experts_per_tok
+  EXPECT_EQ(c.n_shared, 1);    // n_shared_experts
+  EXPECT_TRUE(c.renormalize);  // norm_topk_prob
   EXPECT_EQ(c.n_group, 4);
   EXPECT_EQ(c.topk_group, 2);
   EXPECT_EQ(c.q_lora, 96);
@@ -69,15 +69,21 @@ struct Refusal {
 
 TEST(Config, UnimplementedSettingsAreRefusedByName) {
   const std::vector<Refusal> cases = {
-      {"tiny-kimi", [](json& j) { j["model_type"] = "llama"; }, "model_type \"llama\" is not supported"},
-      {"tiny-deepseek", [](json& j) { j["rope_scaling"]["type"] = "linear"; }, "\"linear\" is not implemented"},
-      {"tiny-deepseek", [](json& j) { j["rope_scaling"]["mscale"] = 0.5; }, "mscale != mscale_all_dim"},
+      {"tiny-kimi", [](json& j) { j["model_type"] = "llama"; },
+       "model_type \"llama\" is not supported"},
+      {"tiny-deepseek", [](json& j) { j["rope_scaling"]["type"] = "linear"; },
+       "\"linear\" is not implemented"},
+      {"tiny-deepseek", [](json& j) { j["rope_scaling"]["mscale"] = 0.5; },
+       "mscale != mscale_all_dim"},
       {"tiny-deepseek", [](json& j) { j["scoring_func"] = "relu"; }, "scoring \"relu\""},
       {"tiny-deepseek", [](json& j) { j["topk_method"] = "magic"; }, "topk_method \"magic\""},
       {"tiny-deepseek", [](json& j) { j["moe_layer_freq"] = 2; }, "moe_layer_freq"},
-      {"tiny-kimi", [](json& j) { j["linear_attn_config"]["use_full_rank_gate"] = true; }, "use_full_rank_gate"},
-      {"tiny-kimi", [](json& j) { j["mla_use_nope"] = "true"; }, "mla_use_nope is not true or false"},
-      {"tiny-kimi", [](json& j) { j.erase("linear_attn_config"); }, "linear_attn_config is missing"},
+      {"tiny-kimi", [](json& j) { j["linear_attn_config"]["use_full_rank_gate"] = true; },
+       "use_full_rank_gate"},
+      {"tiny-kimi", [](json& j) { j["mla_use_nope"] = "true"; },
+       "mla_use_nope is not true or false"},
+      {"tiny-kimi", [](json& j) { j.erase("linear_attn_config"); },
+       "linear_attn_config is missing"},
       {"tiny-kimi", [](json& j) { j["num_experts_per_token"] = 17; }, "top-k 17 of 16"},
       {"tiny-kimi", [](json& j) { j["hidden_size"] = 260; }, "multiples of 8"},
       {"tiny-kimi", [](json& j) { j["qk_rope_head_dim"] = 15; }, "must be even"},
@@ -97,12 +103,12 @@ TEST(Config, TrunkSpecNamesTheTensorsOfEachLayerKind) {
   const ModelConfig c = Parse(SynthPreset("tiny-kimi")->config);
   std::set<std::string> names;
   for (const TensorSpec& s : TrunkSpec(c)) names.insert(s.name);
-  EXPECT_TRUE(names.count("model.layers.0.mlp.gate_proj.weight"));          // dense first layer
-  EXPECT_TRUE(names.count("model.layers.0.self_attn.f_b_proj.weight"));     // KDA
-  EXPECT_TRUE(names.count("model.layers.3.self_attn.kv_b_proj.weight"));    // MLA
+  EXPECT_TRUE(names.count("model.layers.0.mlp.gate_proj.weight"));        // dense first layer
+  EXPECT_TRUE(names.count("model.layers.0.self_attn.f_b_proj.weight"));   // KDA
+  EXPECT_TRUE(names.count("model.layers.3.self_attn.kv_b_proj.weight"));  // MLA
   EXPECT_TRUE(names.count("model.layers.3.block_sparse_moe.gate.e_score_correction_bias"));
   EXPECT_TRUE(names.count("model.layers.5.block_sparse_moe.shared_experts.down_proj.weight"));
-  EXPECT_FALSE(names.count("model.layers.1.mlp.gate_proj.weight"));         // MoE, not dense
+  EXPECT_FALSE(names.count("model.layers.1.mlp.gate_proj.weight"));  // MoE, not dense
   EXPECT_TRUE(names.count("lm_head.weight"));
 }
 

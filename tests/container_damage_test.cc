@@ -76,8 +76,12 @@ T Peek(const fs::path& p, uint64_t off) {
   return v;
 }
 
-json LoadManifest(const fs::path& dir) { return json::parse(ReadAll(dir / "manifest.json")); }
-void SaveManifest(const fs::path& dir, const json& m) { WriteAll(dir / "manifest.json", m.dump(1)); }
+json LoadManifest(const fs::path& dir) {
+  return json::parse(ReadAll(dir / "manifest.json"));
+}
+void SaveManifest(const fs::path& dir, const json& m) {
+  WriteAll(dir / "manifest.json", m.dump(1));
+}
 
 // The manifest's trunk entry for tensor `name`.
 json& TrunkEntry(json& m, std::string_view name) {
@@ -94,7 +98,8 @@ uint64_t RecordBytes(const fs::path& dir) {
 
 uint64_t CodebookBytes(const fs::path& dir) {
   const json q = LoadManifest(dir)["expert_quant"];
-  return sizeof(format::CodebookHeader) + 2 * q["entries"].get<uint64_t>() * q["vec_dim"].get<uint64_t>();
+  return sizeof(format::CodebookHeader) +
+         2 * q["entries"].get<uint64_t>() * q["vec_dim"].get<uint64_t>();
 }
 
 // ---------------------------------------------------------------------------
@@ -156,9 +161,8 @@ const char* const kBank = "experts-L1.bin";
 
 template <class T>
 Damage PokeRecord(size_t offset, T value) {
-  return [=](const fs::path& dir) {
-    Poke(dir / kBank, RecordBytes(dir) * kExpert + offset, value);
-  };
+  return
+      [=](const fs::path& dir) { Poke(dir / kBank, RecordBytes(dir) * kExpert + offset, value); };
 }
 Damage FlipRecordByte(size_t offset) {
   return [=](const fs::path& dir) {
@@ -267,7 +271,9 @@ struct OpenCase {
   std::string expect;  // fragments of the message, in order, separated by "..."
 };
 
-std::ostream& operator<<(std::ostream& os, const OpenCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const OpenCase& c) {
+  return os << c.name;
+}
 
 json Nested(int depth) {
   json j = json::array();
@@ -331,13 +337,16 @@ std::vector<OpenCase> ManifestCases() {
        "manifest.json: config: top-k 17 of 16 experts is not a valid routing"},
       {"num_experts_changed", EditConfig([](json& c) { c["num_experts"] = 8; }),
        "manifest.json: layers.1.experts = 16, the config says 8"},
-      {"kda_layers_holds_99",
-       EditConfig([](json& c) { c["linear_attn_config"]["kda_layers"] = {1, 2, 99}; }),
-       "manifest.json: config.linear_attn_config.kda_layers holds 99, not a layer number in [1, 6]"},
+      {"kda_layers_holds_99", EditConfig([](json& c) {
+         c["linear_attn_config"]["kda_layers"] = {1, 2, 99};
+       }),
+       "manifest.json: config.linear_attn_config.kda_layers holds 99, not a layer number in [1, "
+       "6]"},
       {"mla_use_nope_string", EditConfig([](json& c) { c["mla_use_nope"] = "yes"; }),
        "manifest.json: config.mla_use_nope is not true or false"},
-      {"rope_scaling_linear",
-       EditConfig([](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; }),
+      {"rope_scaling_linear", EditConfig([](json& c) {
+         c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+       }),
        "manifest.json: config.rope_scaling type \"linear\" is not implemented (only yarn)"},
 
       // expert_quant
@@ -345,8 +354,10 @@ std::vector<OpenCase> ManifestCases() {
        "manifest.json: expert_quant is missing or not an object"},
       {"expert_quant_stages_0", EditQuant([](json& q) { q["stages"] = 0; }),
        "manifest.json: expert_quant.stages = 0 is below 1"},
-      {"expert_quant_stages_2_resizes_records",
-       EditQuant([](json& q) { q["stages"] = 2; q.erase("fmt"); }),
+      {"expert_quant_stages_2_resizes_records", EditQuant([](json& q) {
+         q["stages"] = 2;
+         q.erase("fmt");
+       }),
        "manifest.json: layers.1.bytes = 655360, but 16 records of ... bytes are"},
       {"expert_quant_vec_dim_0", EditQuant([](json& q) { q["vec_dim"] = 0; }),
        "manifest.json: expert_quant.vec_dim = 0 is below 1"},
@@ -366,8 +377,7 @@ std::vector<OpenCase> ManifestCases() {
        "manifest.json: layers is missing or not an object"},
       {"layers_without_moe_layer_3", EditManifest([](json& m) { m["layers"].erase("3"); }),
        "manifest.json: layers has no bank for MoE layer 3"},
-      {"layers_entry_for_dense_layer_0",
-       EditManifest([](json& m) {
+      {"layers_entry_for_dense_layer_0", EditManifest([](json& m) {
          m["layers"]["0"] = m["layers"]["1"];
          m["layers"]["0"]["file"] = "experts-L0.bin";
        }),
@@ -375,7 +385,8 @@ std::vector<OpenCase> ManifestCases() {
       {"layers_entry_past_last_layer",
        EditManifest([](json& m) { m["layers"]["6"] = m["layers"]["5"]; }),
        "manifest.json: layers has an entry \"6\" that is not a MoE layer of this config"},
-      {"layers_entry_not_a_number", EditManifest([](json& m) { m["layers"]["1a"] = json::object(); }),
+      {"layers_entry_not_a_number",
+       EditManifest([](json& m) { m["layers"]["1a"] = json::object(); }),
        "manifest.json: layers has an entry \"1a\" that is not a MoE layer"},
       {"layers_entry_not_object", EditManifest([](json& m) { m["layers"]["1"] = 1; }),
        "manifest.json: layers.1 is not an object"},
@@ -406,33 +417,48 @@ std::vector<OpenCase> ManifestCases() {
        "manifest.json: trunk[0] is not an object"},
       {"trunk_name_missing", EditManifest([](json& m) { m["trunk"][0].erase("name"); }),
        "manifest.json: trunk[0].name is missing or not a short string"},
-      {"tensor_fmt_4_expert_format", EditTensor("model.embed_tokens.weight", [](json& t) { t["fmt"] = 4; }),
+      {"tensor_fmt_4_expert_format",
+       EditTensor("model.embed_tokens.weight", [](json& t) { t["fmt"] = 4; }),
        "manifest.json: trunk[0] (model.embed_tokens.weight).fmt 4 is not a trunk format"},
       {"tensor_fmt_6_sub1", EditTensor("model.embed_tokens.weight", [](json& t) { t["fmt"] = 6; }),
        "manifest.json: trunk[0] (model.embed_tokens.weight).fmt 6 is not a trunk format"},
       {"tensor_shape_empty",
-       EditTensor("model.layers.0.input_layernorm.weight", [](json& t) { t["shape"] = json::array(); }),
-       "manifest.json: trunk[1] (model.layers.0.input_layernorm.weight).shape must be a list of 1 to 4 dimensions"},
+       EditTensor("model.layers.0.input_layernorm.weight",
+                  [](json& t) { t["shape"] = json::array(); }),
+       "manifest.json: trunk[1] (model.layers.0.input_layernorm.weight).shape must be a list of 1 "
+       "to 4 dimensions"},
       {"tensor_shape_5_dims",
        EditTensor("model.layers.0.input_layernorm.weight",
-                  [](json& t) { t["shape"] = {256, 1, 1, 1, 1}; }),
+                  [](json& t) {
+                    t["shape"] = {256, 1, 1, 1, 1};
+                  }),
        "(model.layers.0.input_layernorm.weight).shape must be a list of 1 to 4 dimensions"},
       {"tensor_shape_holds_0",
-       EditTensor("model.layers.0.self_attn.q_proj.weight", [](json& t) { t["shape"] = {256, 0}; }),
+       EditTensor("model.layers.0.self_attn.q_proj.weight",
+                  [](json& t) {
+                    t["shape"] = {256, 0};
+                  }),
        "(model.layers.0.self_attn.q_proj.weight).shape holds 0, not a dimension in [1, 2^26]"},
       {"tensor_shape_holds_2_27",
        EditTensor("model.layers.0.self_attn.q_proj.weight",
-                  [](json& t) { t["shape"] = {int64_t{1} << 27, 256}; }),
-       "(model.layers.0.self_attn.q_proj.weight).shape holds 134217728, not a dimension in [1, 2^26]"},
+                  [](json& t) {
+                    t["shape"] = {int64_t{1} << 27, 256};
+                  }),
+       "(model.layers.0.self_attn.q_proj.weight).shape holds 134217728, not a dimension in [1, "
+       "2^26]"},
       {"tensor_shape_holds_string",
-       EditTensor("model.layers.0.self_attn.q_proj.weight", [](json& t) { t["shape"] = {"256", 256}; }),
+       EditTensor("model.layers.0.self_attn.q_proj.weight",
+                  [](json& t) {
+                    t["shape"] = {"256", 256};
+                  }),
        ".shape holds \"256\", not a dimension"},
       {"tensor_shape_2_52_elements",
        EditTensor("model.layers.0.self_attn.q_proj.weight",
-                  [](json& t) { t["shape"] = {int64_t{1} << 26, int64_t{1} << 26}; }),
+                  [](json& t) {
+                    t["shape"] = {int64_t{1} << 26, int64_t{1} << 26};
+                  }),
        "(model.layers.0.self_attn.q_proj.weight).shape is too large"},
-      {"required_tensor_removed",
-       EditManifest([](json& m) {
+      {"required_tensor_removed", EditManifest([](json& m) {
          json& trunk = m["trunk"];
          for (auto it = trunk.begin(); it != trunk.end(); ++it) {
            if ((*it)["name"] == "model.norm.weight") {
@@ -443,8 +469,12 @@ std::vector<OpenCase> ManifestCases() {
        }),
        "manifest.json: trunk has no tensor model.norm.weight"},
       {"required_tensor_wrong_shape",
-       EditTensor("model.layers.0.self_attn.q_proj.weight", [](json& t) { t["shape"] = {256, 128}; }),
-       "manifest.json: trunk tensor model.layers.0.self_attn.q_proj.weight has shape [256,128], the "
+       EditTensor("model.layers.0.self_attn.q_proj.weight",
+                  [](json& t) {
+                    t["shape"] = {256, 128};
+                  }),
+       "manifest.json: trunk tensor model.layers.0.self_attn.q_proj.weight has shape [256,128], "
+       "the "
        "config needs [256,256]"},
       {"norm_wrong_element_count",
        EditTensor("model.norm.weight", [](json& t) { t["shape"] = {128}; }),
@@ -469,8 +499,7 @@ std::vector<OpenCase> ManifestCases() {
       {"tensor_bytes_below_its_shape",
        EditTensor("model.norm.weight", [](json& t) { t["bytes"] = 10; }),
        "(model.norm.weight).bytes 10 is less than the 1024 its shape and format need"},
-      {"duplicate_tensor_name",
-       EditManifest([](json& m) { m["trunk"].push_back(m["trunk"][1]); }),
+      {"duplicate_tensor_name", EditManifest([](json& m) { m["trunk"].push_back(m["trunk"][1]); }),
        "manifest.json: trunk lists model.layers.0.input_layernorm.weight twice"},
       {"tensor_off_past_the_end",
        EditTensor("model.norm.weight", [](json& t) { t["off"] = uint64_t{1} << 32; }),
@@ -487,7 +516,8 @@ std::vector<OpenCase> ManifestCases() {
        "trunk.bin: tensor model.embed_tokens.weight scales (scale_off 4294967296, 2048 bytes) run "
        "past the end of the file"},
       {"tensor_off_2_62", EditTensor("model.norm.weight", [k2_62](json& t) { t["off"] = k2_62; }),
-       "trunk.bin: tensor model.norm.weight (off 4611686018427387904, 1024 bytes) runs past the end"},
+       "trunk.bin: tensor model.norm.weight (off 4611686018427387904, 1024 bytes) runs past the "
+       "end"},
       {"tensor_scale_off_2_62",
        EditTensor("model.embed_tokens.weight", [k2_62](json& t) { t["scale_off"] = k2_62; }),
        "scales (scale_off 4611686018427387904, 2048 bytes) run past the end"},
@@ -521,7 +551,8 @@ std::vector<OpenCase> FileCases() {
       {"codebook_2_bad_magic",
        PokeCodebook(2, offsetof(format::CodebookHeader, magic), uint32_t{0x12345678}),
        "codebooks.bin: codebook 2: bad magic"},
-      {"codebook_2_says_7", PokeCodebook(2, offsetof(format::CodebookHeader, codebook_id), uint16_t{7}),
+      {"codebook_2_says_7",
+       PokeCodebook(2, offsetof(format::CodebookHeader, codebook_id), uint16_t{7}),
        "codebooks.bin: codebook 2 says it is codebook 7"},
       {"codebook_0_entries_255",
        PokeCodebook(0, offsetof(format::CodebookHeader, entries), uint32_t{255}),
@@ -541,7 +572,8 @@ std::vector<OpenCase> FileCases() {
        "experts-L3.bin: 651264 bytes, the manifest says 655360 (16 records of 40960)"},
       {"bank_one_byte_long", Resize("experts-L3.bin", 1),
        "experts-L3.bin: 655361 bytes, the manifest says 655360"},
-      {"bank_empty", TruncateTo("experts-L5.bin", 0), "experts-L5.bin: 0 bytes, the manifest says 655360"},
+      {"bank_empty", TruncateTo("experts-L5.bin", 0),
+       "experts-L5.bin: 0 bytes, the manifest says 655360"},
       {"bank_missing", Remove("experts-L2.bin"), "experts-L2.bin: No such file or directory"},
       {"bank_is_a_directory", ReplaceWithDirectory("experts-L2.bin"),
        "experts-L2.bin: not a regular file"},
@@ -584,7 +616,9 @@ TEST_P(OpenDamage, IsRefusedWithItsMessage) {
   EXPECT_TRUE(MessageMatches(o.message, c.expect));
 }
 
-std::string CaseName(const ::testing::TestParamInfo<OpenCase>& info) { return info.param.name; }
+std::string CaseName(const ::testing::TestParamInfo<OpenCase>& info) {
+  return info.param.name;
+}
 
 INSTANTIATE_TEST_SUITE_P(Manifest, OpenDamage, ::testing::ValuesIn(ManifestCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Files, OpenDamage, ::testing::ValuesIn(FileCases()), CaseName);
@@ -616,13 +650,15 @@ struct RecordCase {
   bool payload_only;   // the header is intact: without the crc check the record reads
 };
 
-std::ostream& operator<<(std::ostream& os, const RecordCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const RecordCase& c) {
+  return os << c.name;
+}
 
 std::vector<RecordCase> RecordCases() {
   const std::string r = "experts-L1.bin: record 3";
   return {
-      {"bad_magic", PokeRecord(offsetof(ExpertHeader, magic), uint32_t{0x50584558}), r + ": bad magic",
-       false},
+      {"bad_magic", PokeRecord(offsetof(ExpertHeader, magic), uint32_t{0x50584558}),
+       r + ": bad magic", false},
       {"zeroed_record",
        [](const fs::path& dir) {
          const uint64_t rb = RecordBytes(dir);
@@ -667,8 +703,8 @@ std::vector<RecordCase> RecordCases() {
          Poke(dir / kBank, at, Peek<uint32_t>(dir / kBank, at) ^ 1u);
        },
        r + ": checksum mismatch", true},
-      {"first_payload_byte_flipped", FlipRecordByte(sizeof(ExpertHeader)), r + ": checksum mismatch",
-       true},
+      {"first_payload_byte_flipped", FlipRecordByte(sizeof(ExpertHeader)),
+       r + ": checksum mismatch", true},
       {"index_byte_flipped", FlipRecordByte(5000), r + ": checksum mismatch", true},
       {"last_scale_byte_flipped",
        [](const fs::path& dir) {
@@ -703,7 +739,8 @@ TEST_P(RecordDamage, IsRefusedWhenRead) {
   if (c.payload_only) {
     EXPECT_TRUE(without_crc.ok()) << "the header is valid, yet: " << without_crc.message();
   } else {
-    EXPECT_EQ(without_crc.message(), with_crc.message()) << "header damage is found without the crc";
+    EXPECT_EQ(without_crc.message(), with_crc.message())
+        << "header damage is found without the crc";
   }
 
   // The damage stays in its record: the neighbours read.
@@ -794,11 +831,14 @@ TEST_F(GoodContainer, RecordReadersRefuseBadArguments) {
   EXPECT_EQ(box.ReadRecord(0, 0, buf.data(), true).message(), "layer 0 has no expert bank");
   EXPECT_EQ(box.ReadRecord(6, 0, buf.data(), true).message(), "layer 6 has no expert bank");
   EXPECT_EQ(box.ReadRecord(-1, 0, buf.data(), true).message(), "layer -1 has no expert bank");
-  EXPECT_EQ(box.ReadRecord(1, 16, buf.data(), true).message(), "experts-L1.bin: expert 16 is out of range");
-  EXPECT_EQ(box.ReadRecord(1, -1, buf.data(), true).message(), "experts-L1.bin: expert -1 is out of range");
+  EXPECT_EQ(box.ReadRecord(1, 16, buf.data(), true).message(),
+            "experts-L1.bin: expert 16 is out of range");
+  EXPECT_EQ(box.ReadRecord(1, -1, buf.data(), true).message(),
+            "experts-L1.bin: expert -1 is out of range");
   ASSERT_TRUE(box.ReadRecord(1, 3, buf.data(), true).ok());
-  EXPECT_EQ(box.CheckRecord(1, 3, std::span<const uint8_t>(buf).first(buf.size() - 1), true).message(),
-            "experts-L1.bin: record 3: short read");
+  EXPECT_EQ(
+      box.CheckRecord(1, 3, std::span<const uint8_t>(buf).first(buf.size() - 1), true).message(),
+      "experts-L1.bin: record 3: short read");
   EXPECT_EQ(box.CheckRecord(0, 3, buf, true).message(), "layer 0 has no expert bank");
   // A record checked as another record's is refused by its header.
   EXPECT_EQ(box.CheckRecord(1, 4, buf, true).message(), "experts-L1.bin: record 4 says expert 3");
@@ -825,9 +865,9 @@ TEST_F(GoodContainer, MovedCodebookBaseIsCaughtByTheRecords) {
   const Container& box = *opened;
   std::vector<uint8_t> buf(box.record_bytes());
   for (int e = 0; e < 16; ++e) {
-    EXPECT_EQ(box.ReadRecord(1, e, buf.data(), false).message(),
-              "experts-L1.bin: record " + std::to_string(e) +
-                  " names codebook 0, the layer's base is 9");
+    EXPECT_EQ(
+        box.ReadRecord(1, e, buf.data(), false).message(),
+        "experts-L1.bin: record " + std::to_string(e) + " names codebook 0, the layer's base is 9");
   }
   EXPECT_TRUE(box.ReadRecord(2, 0, buf.data(), true).ok());
 }
@@ -881,8 +921,8 @@ TEST_F(RandomDamage, NeverCrashesOrThrows) {
       const auto x = static_cast<char>(1 + rng() % 255);
       text[at] = static_cast<char>(text[at] ^ x);
       WriteAll(copy_ / victim, text);
-      what = "manifest.json byte " + std::to_string(at) + " ^= " +
-             std::to_string(static_cast<uint8_t>(x));
+      what = "manifest.json byte " + std::to_string(at) +
+             " ^= " + std::to_string(static_cast<uint8_t>(x));
     } else {
       victim = files[rng() % files.size()];
       const uint64_t size = fs::file_size(copy_ / victim);

@@ -25,9 +25,9 @@ TEST(Encoding, HalfRoundsToNearestEven) {
   EXPECT_EQ(F32ToF16(1.0f), 0x3c00);
   EXPECT_EQ(F32ToF16(-2.0f), 0xc000);
   EXPECT_EQ(F32ToF16(65504.0f), 0x7bff);
-  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00);  // halfway past the largest half: infinity
-  EXPECT_EQ(F32ToF16(1.0f + 1.0f / 2048), 0x3c00);  // tie between 0x3c00 and 0x3c01: even
-  EXPECT_EQ(F32ToF16(1.0f + 3.0f / 2048), 0x3c02);  // tie between 0x3c01 and 0x3c02: even
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00);               // halfway past the largest half: infinity
+  EXPECT_EQ(F32ToF16(1.0f + 1.0f / 2048), 0x3c00);     // tie between 0x3c00 and 0x3c01: even
+  EXPECT_EQ(F32ToF16(1.0f + 3.0f / 2048), 0x3c02);     // tie between 0x3c01 and 0x3c02: even
   EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);  // tie with zero: even
   EXPECT_EQ(F32ToF16(std::ldexp(1.5f, -25)), 0x0001);
@@ -98,7 +98,8 @@ TEST(Encoding, Vq4PackingMatchesTheFormatsBitOrder) {
   EXPECT_EQ(b[2], static_cast<uint8_t>((0x22 >> 4) | (0x15 << 2)));
   for (int v = 0; v < 1 << 12; ++v) {  // a spread of all four fields
     const uint8_t in[4] = {static_cast<uint8_t>(v & 63), static_cast<uint8_t>((v * 7) & 63),
-                           static_cast<uint8_t>((v >> 6) & 63), static_cast<uint8_t>((v * 13) & 63)};
+                           static_cast<uint8_t>((v >> 6) & 63),
+                           static_cast<uint8_t>((v * 13) & 63)};
     uint8_t packed[3], out[4];
     PackVq4(in, packed);
     UnpackVq4(packed, out);

@@ -22,7 +22,9 @@ ModelConfig Config(int n, int k, int groups, int keep) {
   return c;
 }
 
-float Sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+float Sigmoid(float x) {
+  return 1.f / (1.f + std::exp(-x));
+}
 
 TEST(Router, BiasChoosesWeightsDoNot) {
   const ModelConfig c = Config(4, 2, 1, 1);

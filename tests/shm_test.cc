@@ -64,7 +64,9 @@ TEST(Segment, HugePagesOrAClearFallback) {
   m->data()[seg->size() - 1] = 1;
 }
 
-TEST(Segment, EmptyIsRefused) { EXPECT_FALSE(Segment::Create("x", 0, false).ok()); }
+TEST(Segment, EmptyIsRefused) {
+  EXPECT_FALSE(Segment::Create("x", 0, false).ok());
+}
 
 }  // namespace
 }  // namespace waste::shm

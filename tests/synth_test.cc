@@ -40,7 +40,8 @@ TEST(Synth, AnotherSeedOtherBytes) {
   const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");
   ASSERT_TRUE(Write("tiny-kimi", a, 2, 1).ok());
   ASSERT_TRUE(Write("tiny-kimi", b, 2, 2).ok());
-  EXPECT_NE(waste::testing::FileBytes(a + "/trunk.bin"), waste::testing::FileBytes(b + "/trunk.bin"));
+  EXPECT_NE(waste::testing::FileBytes(a + "/trunk.bin"),
+            waste::testing::FileBytes(b + "/trunk.bin"));
   EXPECT_NE(waste::testing::FileBytes(a + "/experts-L1.bin"),
             waste::testing::FileBytes(b + "/experts-L1.bin"));
 }
@@ -129,9 +130,14 @@ TEST(Synth, EdgeShapesWriteAndOpen) {
   using nlohmann::json;
   const std::vector<std::pair<const char*, std::function<void(json&)>>> cases = {
       {"every_layer_dense", [](json& c) { c["first_k_dense_replace"] = 6; }},
-      {"no_experts_at_all", [](json& c) { c["num_experts"] = 0; c["num_experts_per_token"] = 0; }},
+      {"no_experts_at_all",
+       [](json& c) {
+         c["num_experts"] = 0;
+         c["num_experts_per_token"] = 0;
+       }},
       {"no_dense_layer", [](json& c) { c["first_k_dense_replace"] = 0; }},
-      {"one_layer", [](json& c) {
+      {"one_layer",
+       [](json& c) {
          c["num_hidden_layers"] = 1;
          c["first_k_dense_replace"] = 0;
          c["linear_attn_config"]["kda_layers"] = {1};
@@ -156,7 +162,8 @@ TEST(Synth, EdgeShapesWriteAndOpen) {
     ASSERT_TRUE(ct.ok()) << ct.status().message();
     std::vector<uint8_t> rec(ct->record_bytes());
     for (const ExpertBank& b : ct->manifest().banks)
-      for (int e = 0; e < b.experts; ++e) ASSERT_TRUE(ct->ReadRecord(b.layer, e, rec.data(), true).ok());
+      for (int e = 0; e < b.experts; ++e)
+        ASSERT_TRUE(ct->ReadRecord(b.layer, e, rec.data(), true).ok());
   }
 }
 

@@ -19,7 +19,7 @@ using nlohmann::json;
 
 json SmallConfig() {
   json j = SynthPreset("tiny-kimi")->config;
-  j["hidden_size"] = 64;         // one index block of rows for down
+  j["hidden_size"] = 64;            // one index block of rows for down
   j["moe_intermediate_size"] = 72;  // not a multiple of the 64-row block: padding rows
   j["num_experts"] = 3;
   j["num_experts_per_token"] = 2;
@@ -58,7 +58,8 @@ Written WriteAll(const std::string& dir, Fmt expert_fmt) {
     std::vector<float> v(static_cast<size_t>(n));
     for (float& x : v) x = u(rng);
     // Every other F16 tensor is bfloat16.
-    EXPECT_TRUE(cw.AddTensor(specs[i].name, specs[i].shape, v, TensorFmt(i, specs[i]), i % 10 == 3).ok());
+    EXPECT_TRUE(
+        cw.AddTensor(specs[i].name, specs[i].shape, v, TensorFmt(i, specs[i]), i % 10 == 3).ok());
     out.tensors.push_back(std::move(v));
   }
   out.idx.resize(c.n_layers);
@@ -85,9 +86,9 @@ Written WriteAll(const std::string& dir, Fmt expert_fmt) {
     const auto& idx = out.idx[L];
     const auto& scales = out.scales[L];
     EXPECT_TRUE(cw.WriteBank(L, [&](int e, std::span<uint8_t> rec) {
-                      EncodeRecordPayload(lay, q, {idx[e][0], idx[e][1], idx[e][2]},
-                                          {scales[e][0], scales[e][1], scales[e][2]}, rec);
-                    }).ok());
+                    EncodeRecordPayload(lay, q, {idx[e][0], idx[e][1], idx[e][2]},
+                                        {scales[e][0], scales[e][1], scales[e][2]}, rec);
+                  }).ok());
   }
   const Status st = cw.Finish();
   EXPECT_TRUE(st.ok()) << st.message();
@@ -160,8 +161,10 @@ TEST_P(RoundTrip, EverythingComesBackAsWritten) {
             const int64_t pos = (r / 64 * nvec + v) * 64 + r % 64;
             const uint8_t* p = rec.data() + lay.matrix_off[m] + pos * q.bytes_per_vector();
             uint8_t got[4];
-            if (q.index_bits == 6) format::UnpackVq4(p, got);
-            else std::memcpy(got, p, q.stages);
+            if (q.index_bits == 6)
+              format::UnpackVq4(p, got);
+            else
+              std::memcpy(got, p, q.stages);
             for (int s = 0; s < q.stages; ++s)
               ASSERT_EQ(got[s], w.idx[b.layer][e][m][s * rows * nvec + r * nvec + v])
                   << "layer " << b.layer << " expert " << e << " matrix " << m;
@@ -174,7 +177,8 @@ TEST_P(RoundTrip, EverythingComesBackAsWritten) {
         sc += lay.rows[m] * 2;
       }
       // Padding rows of the last index block and the tail of the record are zero.
-      EXPECT_TRUE(std::all_of(rec.begin() + lay.payload_end, rec.end(), [](uint8_t x) { return x == 0; }));
+      EXPECT_TRUE(
+          std::all_of(rec.begin() + lay.payload_end, rec.end(), [](uint8_t x) { return x == 0; }));
     }
   }
 }

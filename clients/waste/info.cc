@@ -17,8 +17,10 @@ using nlohmann::json;
 
 std::string Millions(int64_t n) {
   char buf[32];
-  if (n >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
-  else std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
+  if (n >= 1'000'000'000)
+    std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
   return buf;
 }
 
@@ -43,7 +45,8 @@ json InfoJson(const Container& ct) {
     if (e.is_null()) e = {{"tensors", 0}, {"bytes", 0}};
     e["tensors"] = e["tensors"].get<int>() + 1;
     e["bytes"] = e["bytes"].get<uint64_t>() + t.stored_bytes();
-    (t.name == m.tensor_prefix + "model.embed_tokens.weight" ? embed : resident) += t.stored_bytes();
+    (t.name == m.tensor_prefix + "model.embed_tokens.weight" ? embed : resident) +=
+        t.stored_bytes();
   }
   json j = {
       {"container", ct.dir()},
@@ -68,20 +71,22 @@ json InfoJson(const Container& ct) {
       {"chat_template", !ct.chat().is_null()},
   };
   if (c.n_experts > 0) {
-    j["experts"] = {{"per_layer", c.n_experts},
-                    {"top_k", c.top_k},
-                    {"shared", c.n_shared},
-                    {"format", std::string(format::FmtName(m.quant.fmt))},
-                    {"stages", m.quant.stages},
-                    {"entries", m.quant.entries},
-                    {"bits_per_weight", m.quant.bits_per_weight()},
-                    {"record_bytes", m.record.record_bytes},
-                    {"bank_bytes", uint64_t{m.record.record_bytes} * c.n_experts * c.n_moe_layers()},
-                    {"routing", {{"scores", c.sigmoid_router ? "sigmoid" : "softmax"},
-                                 {"groups", c.n_group},
-                                 {"topk_group", c.topk_group},
-                                 {"renormalize", c.renormalize},
-                                 {"routed_scaling", c.routed_scale}}}};
+    j["experts"] = {
+        {"per_layer", c.n_experts},
+        {"top_k", c.top_k},
+        {"shared", c.n_shared},
+        {"format", std::string(format::FmtName(m.quant.fmt))},
+        {"stages", m.quant.stages},
+        {"entries", m.quant.entries},
+        {"bits_per_weight", m.quant.bits_per_weight()},
+        {"record_bytes", m.record.record_bytes},
+        {"bank_bytes", uint64_t{m.record.record_bytes} * c.n_experts * c.n_moe_layers()},
+        {"routing",
+         {{"scores", c.sigmoid_router ? "sigmoid" : "softmax"},
+          {"groups", c.n_group},
+          {"topk_group", c.topk_group},
+          {"renormalize", c.renormalize},
+          {"routed_scaling", c.routed_scale}}}};
   }
   return j;
 }
@@ -105,12 +110,14 @@ int RunInfo(const std::string& dir, bool as_json) {
   std::printf("hidden      %d, vocabulary %d\n", j["hidden"].get<int>(), j["vocab"].get<int>());
   if (j.contains("experts")) {
     const json& e = j["experts"];
-    std::printf("experts     %d per layer, top-%d, %d shared; %s (%d stages x %d entries, %.2f bits/weight)\n",
-                e["per_layer"].get<int>(), e["top_k"].get<int>(), e["shared"].get<int>(),
-                e["format"].get<std::string>().c_str(), e["stages"].get<int>(),
-                e["entries"].get<int>(), e["bits_per_weight"].get<double>());
-    std::printf("records     %s each, %s in all banks\n",
-                FormatSize(e["record_bytes"]).c_str(), FormatSize(e["bank_bytes"]).c_str());
+    std::printf(
+        "experts     %d per layer, top-%d, %d shared; %s (%d stages x %d entries, %.2f "
+        "bits/weight)\n",
+        e["per_layer"].get<int>(), e["top_k"].get<int>(), e["shared"].get<int>(),
+        e["format"].get<std::string>().c_str(), e["stages"].get<int>(), e["entries"].get<int>(),
+        e["bits_per_weight"].get<double>());
+    std::printf("records     %s each, %s in all banks\n", FormatSize(e["record_bytes"]).c_str(),
+                FormatSize(e["bank_bytes"]).c_str());
   }
   std::string fmts;
   for (const auto& [name, f] : j["trunk_formats"].items())
@@ -120,8 +127,8 @@ int RunInfo(const std::string& dir, bool as_json) {
   std::printf("            %s resident, embedding table %s read per row from disk\n",
               FormatSize(j["trunk_resident_bytes"]).c_str(),
               FormatSize(j["embedding_bytes_on_disk"]).c_str());
-  std::printf("parameters  %s total, %s active per token\n",
-              Millions(j["params_total"]).c_str(), Millions(j["params_active"]).c_str());
+  std::printf("parameters  %s total, %s active per token\n", Millions(j["params_total"]).c_str(),
+              Millions(j["params_active"]).c_str());
   std::printf("tokenizer   %s, %zu special tokens, chat template %s\n",
               ct->has_tokenizer() ? "yes" : "no", ct->specials().size(),
               ct->chat().is_null() ? "no" : "yes");
@@ -160,8 +167,10 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
             {"recommended", p.recommended()},
             {"memory_limit", lim.bytes},
             {"memory_limit_source", lim.source}};
-  if (machine.ok()) j["machine_budget"] = *machine;
-  else j["machine_budget_error"] = machine.status().message();
+  if (machine.ok())
+    j["machine_budget"] = *machine;
+  else
+    j["machine_budget_error"] = machine.status().message();
   if (budget) {
     j["budget"] = *budget;
     j["budget_ok"] = *budget >= p.floor();
@@ -172,22 +181,28 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
     std::printf("%s\n", j.dump(2).c_str());
     return budget && *budget < p.floor() ? 1 : 0;
   }
-  std::printf("floor          %s at %d tokens of context\n", FormatSize(p.floor()).c_str(), context);
-  std::printf("  trunk          %s (resident; the embedding table stays on disk)\n", FormatSize(p.trunk).c_str());
+  std::printf("floor          %s at %d tokens of context\n", FormatSize(p.floor()).c_str(),
+              context);
+  std::printf("  trunk          %s (resident; the embedding table stays on disk)\n",
+              FormatSize(p.trunk).c_str());
   std::printf("  client state   %s (recurrent states, convolution rings, latent KV)\n",
               FormatSize(p.client_state).c_str());
-  std::printf("  scratch        %s (activations, logits, lookup tables)\n", FormatSize(p.scratch).c_str());
-  std::printf("  expert cache   %s (the top-%d experts of one layer)\n", FormatSize(p.min_cache).c_str(),
-              ct->config().top_k);
-  std::printf("  daemon         %s (slot table, pin pages, buffers)\n", FormatSize(p.daemon_overhead).c_str());
+  std::printf("  scratch        %s (activations, logits, lookup tables)\n",
+              FormatSize(p.scratch).c_str());
+  std::printf("  expert cache   %s (the top-%d experts of one layer)\n",
+              FormatSize(p.min_cache).c_str(), ct->config().top_k);
+  std::printf("  daemon         %s (slot table, pin pages, buffers)\n",
+              FormatSize(p.daemon_overhead).c_str());
   std::printf("working set    %s (one token's experts over %d MoE layers)\n",
               FormatSize(p.working_set).c_str(), ct->config().n_moe_layers());
   std::printf("recommended    %s (floor + 3 working sets)\n", FormatSize(p.recommended()).c_str());
-  std::printf("this machine   %s may be used (%s); ", FormatSize(lim.bytes).c_str(), lim.source.c_str());
+  std::printf("this machine   %s may be used (%s); ", FormatSize(lim.bytes).c_str(),
+              lim.source.c_str());
   if (machine.ok()) {
-    std::printf("default budget %s, expert cache %s (%.1f%% of all experts)\n",
-                FormatSize(*machine).c_str(), FormatSize(cache_at(*machine)).c_str(),
-                all_records ? 100.0 * static_cast<double>(cache_at(*machine) / record) / all_records : 0.0);
+    std::printf(
+        "default budget %s, expert cache %s (%.1f%% of all experts)\n",
+        FormatSize(*machine).c_str(), FormatSize(cache_at(*machine)).c_str(),
+        all_records ? 100.0 * static_cast<double>(cache_at(*machine) / record) / all_records : 0.0);
   } else {
     std::printf("no budget fits:\n  %s\n", machine.status().message().c_str());
   }
@@ -197,10 +212,11 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
                   FormatSize(p.floor()).c_str());
       return 1;
     }
-    std::printf("--budget %s  expert cache %s: %llu records (%.1f%% of all experts)\n",
-                FormatSize(*budget).c_str(), FormatSize(cache_at(*budget)).c_str(),
-                static_cast<unsigned long long>(cache_at(*budget) / record),
-                all_records ? 100.0 * static_cast<double>(cache_at(*budget) / record) / all_records : 0.0);
+    std::printf(
+        "--budget %s  expert cache %s: %llu records (%.1f%% of all experts)\n",
+        FormatSize(*budget).c_str(), FormatSize(cache_at(*budget)).c_str(),
+        static_cast<unsigned long long>(cache_at(*budget) / record),
+        all_records ? 100.0 * static_cast<double>(cache_at(*budget) / record) / all_records : 0.0);
   }
   return 0;
 }
@@ -213,7 +229,8 @@ void AddInfo(CLI::App& app, int* exit_code) {
     bool json = false;
   };
   auto o = std::make_shared<Options>();  // owned by the callback, bound by the options
-  auto* cmd = app.add_subcommand("info", "Describe a container: architecture, layers, experts, formats, sizes");
+  auto* cmd = app.add_subcommand(
+      "info", "Describe a container: architecture, layers, experts, formats, sizes");
   cmd->add_option("CONTAINER", o->dir, "Container directory")->required();
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, exit_code] { *exit_code = RunInfo(o->dir, o->json); });
@@ -226,7 +243,8 @@ void AddPlan(CLI::App& app, int* exit_code) {
     bool json = false;
   };
   auto o = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("plan", "Memory floor, recommended budget and this machine's budget");
+  auto* cmd =
+      app.add_subcommand("plan", "Memory floor, recommended budget and this machine's budget");
   cmd->add_option("CONTAINER", o->dir, "Container directory")->required();
   cmd->add_option("--budget", o->budget, "A budget to check, e.g. 4G");
   cmd->add_option("--ctx", o->context, "Context length the client state is sized for")

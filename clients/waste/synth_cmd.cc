@@ -61,7 +61,8 @@ int RunSynth(const Options& o) {
   }
   if (o.seed) spec->seed = o.seed;
   if (o.trunk_bits) spec->trunk_bits = o.trunk_bits;
-  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int jobs =
+      o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto progress = [&](std::string_view line) {
     if (!o.quiet) std::fprintf(stderr, "synth: %.*s\n", static_cast<int>(line.size()), line.data());
   };
@@ -70,11 +71,12 @@ int RunSynth(const Options& o) {
     std::fprintf(stderr, "waste: synth %s: %s\n", o.out.c_str(), r.status().message().c_str());
     return 1;
   }
-  std::printf("wrote %s: %s in %.2f s (%.0f MB/s); routing skew %.3f: busiest 10%% of experts "
-              "take %.0f%% of choices, %.0f%% overlap between independent tokens (router-only estimate)\n",
-              o.out.c_str(), FormatSize(r->bytes).c_str(), r->seconds,
-              static_cast<double>(r->bytes) / 1e6 / std::max(r->seconds, 1e-9), r->route_skew,
-              100 * r->hot_share, 100 * r->independent_overlap);
+  std::printf(
+      "wrote %s: %s in %.2f s (%.0f MB/s); routing skew %.3f: busiest 10%% of experts "
+      "take %.0f%% of choices, %.0f%% overlap between independent tokens (router-only estimate)\n",
+      o.out.c_str(), FormatSize(r->bytes).c_str(), r->seconds,
+      static_cast<double>(r->bytes) / 1e6 / std::max(r->seconds, 1e-9), r->route_skew,
+      100 * r->hot_share, 100 * r->independent_overlap);
   return 0;
 }
 
@@ -84,13 +86,15 @@ void AddSynth(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<Options>();
   std::string presets;
   for (const auto& n : SynthPresetNames()) presets += (presets.empty() ? "" : ", ") + n;
-  auto* cmd = app.add_subcommand("synth", "Write a synthetic container of deterministic random weights");
+  auto* cmd =
+      app.add_subcommand("synth", "Write a synthetic container of deterministic random weights");
   cmd->add_option("OUT", o->out, "Output directory");
   cmd->add_option("--preset", o->preset, "One of: " + presets)->capture_default_str();
   cmd->add_option("--config", o->config_file, "A spec file (JSON, as --print-preset prints)");
   cmd->add_option("--print-preset", o->print_preset, "Print a preset's spec as JSON and exit");
   cmd->add_option("--expert-format", o->expert_format, "vq3r, vq2r or vq4p (default: the spec's)");
-  cmd->add_option("--trunk-bits", o->trunk_bits, "4 or 8 (default: the spec's)")->check(CLI::IsMember({4, 8}));
+  cmd->add_option("--trunk-bits", o->trunk_bits, "4 or 8 (default: the spec's)")
+      ->check(CLI::IsMember({4, 8}));
   cmd->add_option("--seed", o->seed, "Seed (default: the spec's); same seed, same bytes");
   cmd->add_option("--jobs", o->jobs, "Threads filling expert records (default: all cores)");
   cmd->add_flag("--force", o->force, "Replace a container already in OUT");

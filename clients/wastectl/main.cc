@@ -3,14 +3,15 @@
 // drop, stop) arrive with the daemon (issues 4 and 7).
 #include <CLI/CLI.hpp>
 
-#include "wasted.capnp.h"
 #include "waste/version.h"
+#include "wasted.capnp.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"wastectl: inspect and control a running wasted"};
   app.set_version_flag("--version", "wastectl " WASTE_VERSION " (protocol " +
                                         std::to_string(waste::proto::PROTOCOL_VERSION) + ")");
-  app.footer("Commands for a running daemon (status, clients, warm, drop, stop) are not built yet.");
+  app.footer(
+      "Commands for a running daemon (status, clients, warm, drop, stop) are not built yet.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

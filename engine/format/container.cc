@@ -18,7 +18,9 @@ namespace {
 using format::Fmt;
 using nlohmann::json;
 
-std::string ErrnoText() { return std::strerror(errno); }
+std::string ErrnoText() {
+  return std::strerror(errno);
+}
 
 // Opens a file that must be a regular file. O_NONBLOCK keeps a FIFO or a
 // device planted under a container's file name from blocking the open; the
@@ -166,11 +168,14 @@ Status Container::OpenFiles() {
   if (!trunk_size.ok()) return trunk_size.status();
   total_bytes_ += *trunk_size;
   for (const TrunkTensor& t : m.trunk) {
-    auto past = [&](uint64_t off, uint64_t n) { return off > *trunk_size || n > *trunk_size - off; };
+    auto past = [&](uint64_t off, uint64_t n) {
+      return off > *trunk_size || n > *trunk_size - off;
+    };
     if (past(t.offset, t.payload_bytes))
       return Status::Error("trunk.bin: tensor " + t.name + " (off " + std::to_string(t.offset) +
-                           ", " + std::to_string(t.payload_bytes) + " bytes) runs past the end of the file (" +
-                           std::to_string(*trunk_size) + " bytes)");
+                           ", " + std::to_string(t.payload_bytes) +
+                           " bytes) runs past the end of the file (" + std::to_string(*trunk_size) +
+                           " bytes)");
     if (t.scale_bytes && past(t.scale_offset, t.scale_bytes))
       return Status::Error("trunk.bin: tensor " + t.name + " scales (scale_off " +
                            std::to_string(t.scale_offset) + ", " + std::to_string(t.scale_bytes) +
@@ -241,15 +246,19 @@ Status Container::OpenFiles() {
     if (!present.ok()) return present.status();
     if (!*present) continue;
     const std::string path = dir_ + "/" + name;
-    if (name == std::string_view("tokenizer.model")) has_tokenizer_ = true;
+    if (name == std::string_view("tokenizer.model"))
+      has_tokenizer_ = true;
     else if (name == std::string_view("specials.json"))
       WASTE_RETURN_IF_ERROR(LoadSpecials(path, cfg.vocab, &specials_));
-    else WASTE_RETURN_IF_ERROR(LoadChat(path, &chat_));
+    else
+      WASTE_RETURN_IF_ERROR(LoadChat(path, &chat_));
   }
   return Status::Ok();
 }
 
-Container::Container(Container&& o) noexcept { *this = std::move(o); }
+Container::Container(Container&& o) noexcept {
+  *this = std::move(o);
+}
 
 Container& Container::operator=(Container&& o) noexcept {
   if (this != &o) {
@@ -269,7 +278,9 @@ Container& Container::operator=(Container&& o) noexcept {
   return *this;
 }
 
-Container::~Container() { Close(); }
+Container::~Container() {
+  Close();
+}
 
 void Container::Close() {
   if (trunk_fd_ >= 0) close(trunk_fd_);
@@ -303,17 +314,18 @@ Status Container::CheckRecord(int layer, int expert, std::span<const uint8_t> re
   std::memcpy(&h, rec.data(), sizeof h);
   if (h.magic != format::kMagicExpert) return Status::Error(w + ": bad magic");
   if (h.layer != layer) return Status::Error(w + " says layer " + std::to_string(h.layer));
-  if (h.expert_id != expert) return Status::Error(w + " says expert " + std::to_string(h.expert_id));
+  if (h.expert_id != expert)
+    return Status::Error(w + " says expert " + std::to_string(h.expert_id));
   if (uint64_t{h.record_blocks} * format::kAlign != lay.record_bytes)
     return Status::Error(w + " says it is " + std::to_string(h.record_blocks) +
                          " blocks of 4 KiB, the manifest implies " +
                          std::to_string(lay.record_bytes / format::kAlign));
   const Fmt want = manifest_.quant.fmt;
-  const bool fmt_ok = h.fmt == static_cast<uint8_t>(want) ||
-                      // WARP's converter writes VQ3R's code for every 8-bit stage count
-                      (manifest_.quant.index_bits == 8 &&
-                       (h.fmt == static_cast<uint8_t>(Fmt::kVQ3R) ||
-                        h.fmt == static_cast<uint8_t>(Fmt::kVQ2R)));
+  const bool fmt_ok =
+      h.fmt == static_cast<uint8_t>(want) ||
+      // WARP's converter writes VQ3R's code for every 8-bit stage count
+      (manifest_.quant.index_bits == 8 &&
+       (h.fmt == static_cast<uint8_t>(Fmt::kVQ3R) || h.fmt == static_cast<uint8_t>(Fmt::kVQ2R)));
   if (!fmt_ok)
     return Status::Error(w + " has fmt " + std::to_string(h.fmt) + ", the manifest says " +
                          std::string(format::FmtName(want)));
@@ -321,7 +333,8 @@ Status Container::CheckRecord(int layer, int expert, std::span<const uint8_t> re
   // Bits 1 and 2 (a substitute exists, a converter's hot hint) change nothing
   // here; bf16 scales are not implemented and other bits are not defined.
   if (h.flags & ~(format::kFlagHasSub | format::kFlagHotHint))
-    return Status::Error(w + " has flags 0x" + ToHex(h.flags) + " (bf16 scales and undefined bits are not supported)");
+    return Status::Error(w + " has flags 0x" + ToHex(h.flags) +
+                         " (bf16 scales and undefined bits are not supported)");
   if (h.reserved0 != 0 || h.reserved1[0] != 0 || h.reserved1[1] != 0)
     return Status::Error(w + " has nonzero reserved fields");
   if (h.codebook_id != bank->codebook_base)
@@ -337,8 +350,8 @@ Status Container::CheckRecord(int layer, int expert, std::span<const uint8_t> re
                            std::to_string(want_offs[i]));
   }
   if (verify_crc) {
-    const uint32_t crc = format::Crc32(
-        rec.subspan(sizeof h, lay.payload_end - sizeof(format::ExpertHeader)));
+    const uint32_t crc =
+        format::Crc32(rec.subspan(sizeof h, lay.payload_end - sizeof(format::ExpertHeader)));
     if (crc != h.crc32) return Status::Error(w + ": checksum mismatch");
   }
   return Status::Ok();
@@ -358,7 +371,8 @@ Status Container::ReadRecord(int layer, int expert, uint8_t* dst, bool verify_cr
 Status Container::ReadTensor(const TrunkTensor& t, std::vector<uint8_t>* payload,
                              std::vector<uint8_t>* scales) const {
   payload->resize(t.payload_bytes);
-  WASTE_RETURN_IF_ERROR(PreadAll(trunk_fd_, payload->data(), t.payload_bytes, t.offset, "trunk.bin"));
+  WASTE_RETURN_IF_ERROR(
+      PreadAll(trunk_fd_, payload->data(), t.payload_bytes, t.offset, "trunk.bin"));
   scales->resize(t.scale_bytes);
   if (t.scale_bytes)
     WASTE_RETURN_IF_ERROR(

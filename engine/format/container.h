@@ -32,11 +32,11 @@ namespace waste {
 // How the routed experts are quantized (manifest "expert_quant").
 struct ExpertQuant {
   format::Fmt fmt = format::Fmt::kVQ3R;
-  int stages = 3;       // residual VQ stages
-  int vec_dim = 8;      // weights per VQ vector
-  int entries = 256;    // codebook entries per stage
-  int index_block = 64; // rows per index block (0: plain row-major)
-  int index_bits = 8;   // 8: one byte per stage index; 6: VQ4P packing
+  int stages = 3;        // residual VQ stages
+  int vec_dim = 8;       // weights per VQ vector
+  int entries = 256;     // codebook entries per stage
+  int index_block = 64;  // rows per index block (0: plain row-major)
+  int index_bits = 8;    // 8: one byte per stage index; 6: VQ4P packing
 
   // Index bytes per (row, vector position).
   int bytes_per_vector() const { return index_bits == 6 ? 3 : stages; }
@@ -64,8 +64,8 @@ struct TrunkTensor {
   bool bf16 = false;  // F16 entries only
   std::vector<int64_t> shape;
   int64_t elements = 0;
-  int group = 0;           // grouped formats
-  uint64_t offset = 0;     // of the payload in trunk.bin
+  int group = 0;        // grouped formats
+  uint64_t offset = 0;  // of the payload in trunk.bin
   uint64_t payload_bytes = 0;
   uint64_t scale_offset = 0;  // grouped formats: of the f16 scales
   uint64_t scale_bytes = 0;

@@ -57,7 +57,9 @@ uint16_t F32ToF16(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-float Bf16ToF32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+float Bf16ToF32(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 uint16_t F32ToBf16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);

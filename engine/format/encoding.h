@@ -18,8 +18,8 @@ uint16_t F32ToBf16(float f);  // round to nearest even
 // Group-quantized rows: each row of `cols` values is cut into groups of
 // `group`, the last one zero-padded, each with one f16 scale.
 struct GroupedShape {
-  int bits;     // 8, 4 or 3
-  int group;    // values per scale
+  int bits;   // 8, 4 or 3
+  int group;  // values per scale
   int64_t rows;
   int64_t cols;
 

@@ -48,19 +48,19 @@ inline constexpr uint8_t kFlagHotHint = 1u << 2;  // the converter marked it hot
 // and crc32 (zlib's) covers the bytes from the end of the header to the end of
 // the scales.
 struct ExpertHeader {
-  uint32_t magic;          // kMagicExpert
-  uint16_t layer;          // must be the bank's layer
-  uint16_t expert_id;      // must be the record's position in the bank
-  uint8_t fmt;             // VQ3R / VQ2R (8-bit indices) or VQ4P (packed)
+  uint32_t magic;      // kMagicExpert
+  uint16_t layer;      // must be the bank's layer
+  uint16_t expert_id;  // must be the record's position in the bank
+  uint8_t fmt;         // VQ3R / VQ2R (8-bit indices) or VQ4P (packed)
   uint8_t flags;
-  uint16_t codebook_id;    // first of the layer's 3 * stages codebooks
-  uint16_t lowrank_id;     // must be 0 in v0
+  uint16_t codebook_id;  // first of the layer's 3 * stages codebooks
+  uint16_t lowrank_id;   // must be 0 in v0
   uint16_t reserved0;
   uint32_t record_blocks;  // record size / 4096
   uint32_t gate_off;       // offsets are relative to the record start
   uint32_t up_off;
   uint32_t down_off;
-  uint32_t scales_off;     // one f16 per output row of gate, up, down
+  uint32_t scales_off;  // one f16 per output row of gate, up, down
   uint32_t crc32;
   uint32_t reserved1[2];
 };

@@ -17,11 +17,13 @@ constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
 constexpr size_t kMaxTensors = 1 << 20;
 constexpr int kMaxJsonDepth = 64;
 
-std::string Field(const std::string& where, const char* key) { return where + "." + key; }
+std::string Field(const std::string& where, const char* key) {
+  return where + "." + key;
+}
 
 // A non-negative integer field, at most `hi`.
-Status GetU64(const json& o, const std::string& where, const char* key, uint64_t hi,
-              uint64_t* out, std::optional<uint64_t> fallback = std::nullopt) {
+Status GetU64(const json& o, const std::string& where, const char* key, uint64_t hi, uint64_t* out,
+              std::optional<uint64_t> fallback = std::nullopt) {
   const auto it = o.find(key);
   if (it == o.end() || it->is_null()) {
     if (!fallback) return Status::Error(Field(where, key) + " is missing");
@@ -30,7 +32,8 @@ Status GetU64(const json& o, const std::string& where, const char* key, uint64_t
   }
   if (it->is_number_unsigned() || (it->is_number_integer() && it->get<int64_t>() >= 0)) {
     const uint64_t v = it->get<uint64_t>();
-    if (v > hi) return Status::Error(Field(where, key) + " = " + std::to_string(v) + " is too large");
+    if (v > hi)
+      return Status::Error(Field(where, key) + " = " + std::to_string(v) + " is too large");
     *out = v;
     return Status::Ok();
   }
@@ -122,15 +125,18 @@ Status ParseTensor(const json& e, size_t i, TrunkTensor* t) {
   const int64_t cols = t->shape.back();
   const int64_t rows = t->elements / cols;
   switch (t->fmt) {
-    case Fmt::kF32: t->payload_bytes = static_cast<uint64_t>(t->elements) * 4; break;
-    case Fmt::kF16: t->payload_bytes = static_cast<uint64_t>(t->elements) * 2; break;
+    case Fmt::kF32:
+      t->payload_bytes = static_cast<uint64_t>(t->elements) * 4;
+      break;
+    case Fmt::kF16:
+      t->payload_bytes = static_cast<uint64_t>(t->elements) * 2;
+      break;
     default: {
       WASTE_RETURN_IF_ERROR(GetSmallInt(e, w, "group", 1, 1 << 16, &t->group, 128));
       WASTE_RETURN_IF_ERROR(GetU64(e, w, "scale_off", UINT64_MAX / 2, &v));
       t->scale_offset = v;
       const int bits = t->fmt == Fmt::kQ8G ? 8 : t->fmt == Fmt::kQ4G ? 4 : 3;
-      if (bits == 4 && t->group % 2 != 0)
-        return Status::Error(w + ".group must be even for Q4G");
+      if (bits == 4 && t->group % 2 != 0) return Status::Error(w + ".group must be even for Q4G");
       const format::GroupedShape g{bits, t->group, rows, cols};
       t->payload_bytes = static_cast<uint64_t>(g.payload_bytes());
       t->scale_bytes = static_cast<uint64_t>(g.scale_bytes());
@@ -152,8 +158,8 @@ Status CheckTensorAgainstSpec(const TrunkTensor& t, const TensorSpec& s) {
   if (s.storage == Storage::kF32) {
     if (t.fmt != Fmt::kF32) return Status::Error(w + " must be F32 (fmt 0)");
     if (t.elements != want)
-      return Status::Error(w + " has " + std::to_string(t.elements) + " elements, the config needs " +
-                           std::to_string(want));
+      return Status::Error(w + " has " + std::to_string(t.elements) +
+                           " elements, the config needs " + std::to_string(want));
     return Status::Ok();
   }
   if (t.shape.size() != 2 || t.shape[0] != s.shape[0] || t.shape[1] != s.shape[1])
@@ -167,9 +173,12 @@ int JsonDepth(std::string_view text) {
   bool in_string = false, escaped = false;
   for (char ch : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
     } else if (ch == '"') {
       in_string = true;
     } else if (ch == '[' || ch == '{') {
@@ -185,7 +194,8 @@ int JsonDepth(std::string_view text) {
 
 Result<nlohmann::json> ParseJson(std::string_view text, const std::string& what) {
   if (JsonDepth(text) > kMaxJsonDepth)
-    return Status::Error(what + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return Status::Error(what + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                         " levels");
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -260,8 +270,8 @@ Result<Manifest> Manifest::Parse(std::string_view text) {
   const ModelConfig& c = m.config;
 
   if (c.n_experts > 0) {
-    WASTE_RETURN_IF_ERROR(ParseExpertQuant(j.value("expert_quant", json()), &m.quant)
-                              .Prefixed("manifest.json"));
+    WASTE_RETURN_IF_ERROR(
+        ParseExpertQuant(j.value("expert_quant", json()), &m.quant).Prefixed("manifest.json"));
   }
   auto layout = RecordLayout::For(c, m.quant);
   if (!layout.ok()) return layout.status().Prefixed("manifest.json");
@@ -314,7 +324,8 @@ Result<Manifest> Manifest::Parse(std::string_view text) {
   const auto trunk = j.find("trunk");
   if (trunk == j.end() || !trunk->is_array())
     return Status::Error("manifest.json: trunk is missing or not a list");
-  if (trunk->size() > kMaxTensors) return Status::Error("manifest.json: trunk lists too many tensors");
+  if (trunk->size() > kMaxTensors)
+    return Status::Error("manifest.json: trunk lists too many tensors");
   std::set<std::string> names;
   for (size_t i = 0; i < trunk->size(); ++i) {
     TrunkTensor t;

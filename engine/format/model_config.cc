@@ -20,12 +20,11 @@ Status GetInt(const json& c, const char* key, int64_t lo, int64_t hi, int* out,
   }
   if (!it->is_number_integer() && !it->is_number_unsigned())
     return Status::Error(std::string("config.") + key + " is not an integer");
-  const int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX
-                        ? INT64_MAX
-                        : it->get<int64_t>();
+  const int64_t v =
+      it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX ? INT64_MAX : it->get<int64_t>();
   if (v < lo || v > hi)
-    return Status::Error(std::string("config.") + key + " = " + it->dump() +
-                         " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return Status::Error(std::string("config.") + key + " = " + it->dump() + " is outside [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
   *out = static_cast<int>(v);
   return Status::Ok();
 }
@@ -51,7 +50,8 @@ Status GetBool(const json& c, const char* key, bool* out, bool fallback) {
     *out = fallback;
     return Status::Ok();
   }
-  if (!it->is_boolean()) return Status::Error(std::string("config.") + key + " is not true or false");
+  if (!it->is_boolean())
+    return Status::Error(std::string("config.") + key + " is not true or false");
   *out = it->get<bool>();
   return Status::Ok();
 }
@@ -75,10 +75,10 @@ Status ReadLayerKinds(const json& c, ModelConfig* m) {
   if (!lac->is_object()) return Status::Error("config.linear_attn_config is not an object");
   if (m->arch != Arch::kKimiLinear)
     return Status::Error("config.linear_attn_config is only implemented for kimi_linear");
-  WASTE_RETURN_IF_ERROR(GetInt(*lac, "num_heads", 1, 1 << 12, &m->kda_heads)
-                            .Prefixed("linear_attn_config"));
-  WASTE_RETURN_IF_ERROR(GetInt(*lac, "head_dim", 1, 1 << 12, &m->kda_head_dim)
-                            .Prefixed("linear_attn_config"));
+  WASTE_RETURN_IF_ERROR(
+      GetInt(*lac, "num_heads", 1, 1 << 12, &m->kda_heads).Prefixed("linear_attn_config"));
+  WASTE_RETURN_IF_ERROR(
+      GetInt(*lac, "head_dim", 1, 1 << 12, &m->kda_head_dim).Prefixed("linear_attn_config"));
   WASTE_RETURN_IF_ERROR(GetInt(*lac, "short_conv_kernel_size", 1, 64, &m->conv_kernel, 4)
                             .Prefixed("linear_attn_config"));
   for (const char* unsupported : {"use_full_rank_gate", "gate_lower_bound"}) {
@@ -110,7 +110,8 @@ Status ReadRope(const json& c, ModelConfig* m) {
     if (rs->contains(k) && (*rs)[k].is_string()) type = (*rs)[k].get<std::string>();
   }
   if (type != "yarn")
-    return Status::Error("config.rope_scaling type \"" + type + "\" is not implemented (only yarn)");
+    return Status::Error("config.rope_scaling type \"" + type +
+                         "\" is not implemented (only yarn)");
   YarnConfig& y = m->yarn;
   const char* w = "config.rope_scaling.";
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "factor", 0, 1e6, &y.factor, 1.0, w));
@@ -152,8 +153,8 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
                          "\" is not supported (kimi_linear, deepseek_v3, kimi_k2)");
   }
   m.architecture = m.model_type;
-  if (auto a = c.find("architectures"); a != c.end() && a->is_array() && !a->empty() &&
-                                        (*a)[0].is_string())
+  if (auto a = c.find("architectures");
+      a != c.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     m.architecture = (*a)[0].get<std::string>().substr(0, 128);
 
   WASTE_RETURN_IF_ERROR(GetInt(c, "hidden_size", 8, kMaxDim, &m.hidden));
@@ -171,8 +172,8 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   WASTE_RETURN_IF_ERROR(GetInt(c, "moe_intermediate_size", 0, kMaxDim, &m.moe_inter, 0));
   WASTE_RETURN_IF_ERROR(
       GetInt(c, Either(c, "num_experts", "n_routed_experts"), 0, 1 << 16, &m.n_experts, 0));
-  WASTE_RETURN_IF_ERROR(GetInt(c, Either(c, "num_experts_per_token", "num_experts_per_tok"), 0,
-                               64, &m.top_k, 0));
+  WASTE_RETURN_IF_ERROR(
+      GetInt(c, Either(c, "num_experts_per_token", "num_experts_per_tok"), 0, 64, &m.top_k, 0));
   WASTE_RETURN_IF_ERROR(
       GetInt(c, Either(c, "num_shared_experts", "n_shared_experts"), 0, 64, &m.n_shared, 0));
   WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m.n_layers, &m.first_dense, 0));
@@ -183,8 +184,8 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   WASTE_RETURN_IF_ERROR(GetNum(c, "routed_scaling_factor", 0, 1e4, &scale, 1.0));
   m.routed_scale = static_cast<float>(scale);
   // moe_renormalize (Kimi) or norm_topk_prob (DeepSeek): by value.
-  WASTE_RETURN_IF_ERROR(GetBool(c, Either(c, "moe_renormalize", "norm_topk_prob"), &m.renormalize,
-                                false));
+  WASTE_RETURN_IF_ERROR(
+      GetBool(c, Either(c, "moe_renormalize", "norm_topk_prob"), &m.renormalize, false));
   std::string scoring = "sigmoid";
   for (const char* k : {"moe_router_activation_func", "scoring_func"}) {
     if (c.contains(k) && c[k].is_string()) scoring = c[k].get<std::string>();

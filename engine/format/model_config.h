@@ -37,7 +37,7 @@ struct ModelConfig {
   std::string model_type;    // as written in the config
   std::string architecture;  // architectures[0], or the model_type
 
-  int hidden = 0;      // residual width
+  int hidden = 0;  // residual width
   int n_layers = 0;
   int vocab = 0;
   float rms_eps = 1e-5f;
@@ -46,22 +46,22 @@ struct ModelConfig {
   int eos_token = -1;
 
   // Feed-forward. Layers [0, first_dense) are dense, the rest MoE.
-  int dense_inter = 0;   // intermediate width of a dense layer
-  int moe_inter = 0;     // intermediate width of one routed expert
-  int n_experts = 0;     // routed experts per MoE layer
-  int top_k = 0;         // experts chosen per token
-  int n_shared = 0;      // shared experts (their width is n_shared * moe_inter)
+  int dense_inter = 0;  // intermediate width of a dense layer
+  int moe_inter = 0;    // intermediate width of one routed expert
+  int n_experts = 0;    // routed experts per MoE layer
+  int top_k = 0;        // experts chosen per token
+  int n_shared = 0;     // shared experts (their width is n_shared * moe_inter)
   int first_dense = 0;
   bool sigmoid_router = true;  // false: softmax scores
   bool renormalize = false;    // top-k weights divided by their sum
   float routed_scale = 1.f;
-  int n_group = 1;             // grouped top-k: groups of experts ...
-  int topk_group = 1;          // ... of which this many are kept
+  int n_group = 1;     // grouped top-k: groups of experts ...
+  int topk_group = 1;  // ... of which this many are kept
 
   // Multi-head latent attention.
   int n_heads = 0;
-  int q_lora = 0;      // 0: q_proj straight from the hidden state
-  int kv_lora = 0;     // latent KV width
+  int q_lora = 0;   // 0: q_proj straight from the hidden state
+  int kv_lora = 0;  // latent KV width
   int qk_nope = 0;
   int qk_rope = 0;
   int v_head = 0;
@@ -109,7 +109,7 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c);
 struct ParamCount {
   int64_t trunk = 0;
   int64_t embedding = 0;
-  int64_t experts = 0;        // all routed experts
+  int64_t experts = 0;  // all routed experts
   int64_t active = 0;
   int64_t total() const { return trunk + experts; }
 };

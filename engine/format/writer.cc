@@ -4,10 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <thread>
@@ -69,9 +69,9 @@ void EncodeRecordPayload(const RecordLayout& lay, const ExpertQuant& q,
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t v = 0; v < nvec; ++v) {
         // [row_block][vector][row_in_block][stage bytes], or [row][vector][stage bytes]
-        const int64_t pos = q.index_block
-                                ? ((r / q.index_block * nvec + v) * q.index_block + r % q.index_block)
-                                : r * nvec + v;
+        const int64_t pos =
+            q.index_block ? ((r / q.index_block * nvec + v) * q.index_block + r % q.index_block)
+                          : r * nvec + v;
         uint8_t* out = dst + pos * bpv;
         const int64_t src = r * nvec + v;
         if (q.index_bits == 6) {
@@ -134,9 +134,9 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::stri
   const std::string manifest = dir + "/manifest.json";
   if (std::filesystem::exists(manifest)) {
     if (!overwrite)
-      return Status::Error(dir + " already holds a container (manifest.json); refusing to overwrite it");
-    if (unlink(manifest.c_str()) != 0)
-      return Status::Error(manifest + ": " + std::strerror(errno));
+      return Status::Error(dir +
+                           " already holds a container (manifest.json); refusing to overwrite it");
+    if (unlink(manifest.c_str()) != 0) return Status::Error(manifest + ": " + std::strerror(errno));
   }
   w->trunk_fd_ = OpenForWrite(dir + "/trunk.bin");
   if (w->trunk_fd_ < 0) return Status::Error(dir + "/trunk.bin: " + std::strerror(errno));
@@ -170,7 +170,8 @@ Status ContainerWriter::AddTensor(const std::string& name, const std::vector<int
 
 Status ContainerWriter::AddTensorRows(const std::string& name, const std::vector<int64_t>& shape,
                                       const FillRows& fill, Fmt fmt, bool bf16, int group) {
-  if (!format::IsTrunkFmt(static_cast<int>(fmt))) return Status::Error(name + ": not a trunk format");
+  if (!format::IsTrunkFmt(static_cast<int>(fmt)))
+    return Status::Error(name + ": not a trunk format");
   if (shape.empty()) return Status::Error(name + ": empty shape");
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -191,7 +192,9 @@ Status ContainerWriter::AddTensorRows(const std::string& name, const std::vector
   const int64_t chunk = std::max<int64_t>(1, (4 << 20) / (cols * 4));
   std::vector<float> values(static_cast<size_t>(std::min(chunk, rows) * cols));
   std::vector<uint16_t> scales(grouped ? static_cast<size_t>(rows * g.groups_per_row()) : 0);
-  const int64_t row_bytes = fmt == Fmt::kF32 ? cols * 4 : fmt == Fmt::kF16 ? cols * 2 : g.row_bytes();
+  const int64_t row_bytes = fmt == Fmt::kF32   ? cols * 4
+                            : fmt == Fmt::kF16 ? cols * 2
+                                               : g.row_bytes();
   std::vector<uint8_t> payload(static_cast<size_t>(std::min(chunk, rows) * row_bytes));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t nr = std::min(chunk, rows - r0);
@@ -232,7 +235,8 @@ Status ContainerWriter::AddCodebooks(int layer, std::span<const float> books) {
   const ExpertQuant& q = m_.quant;
   const size_t per = static_cast<size_t>(q.entries) * q.vec_dim;
   if (layer < 0 || layer >= m_.config.n_layers || !m_.config.is_moe_layer(layer))
-    return Status::Error("codebooks for layer " + std::to_string(layer) + ", which is not a MoE layer");
+    return Status::Error("codebooks for layer " + std::to_string(layer) +
+                         ", which is not a MoE layer");
   if (books.size() != per * 3 * q.stages)
     return Status::Error("codebooks for layer " + std::to_string(layer) + ": wrong size");
   codebook_base_[layer] = n_codebooks_;
@@ -327,7 +331,8 @@ Status ContainerWriter::WriteBank(int layer, const FillRecord& fill) {
     const Status last = pending.get();
     if (st.ok()) st = last;
   }
-  if (st.ok() && fdatasync(fd) != 0) st = Status::Error(name + ": fdatasync: " + std::strerror(errno));
+  if (st.ok() && fdatasync(fd) != 0)
+    st = Status::Error(name + ": fdatasync: " + std::strerror(errno));
   if (close(fd) != 0 && st.ok()) st = Status::Error(name + ": close: " + std::strerror(errno));
   if (!st.ok()) return st;
   ExpertBank bank;
@@ -361,7 +366,8 @@ Status ContainerWriter::Finish() {
   std::sort(m_.banks.begin(), m_.banks.end(),
             [](const ExpertBank& a, const ExpertBank& b) { return a.layer < b.layer; });
   for (int fd : {trunk_fd_, cb_fd_}) {
-    if (fd >= 0 && fsync(fd) != 0) return Status::Error(std::string("fsync: ") + std::strerror(errno));
+    if (fd >= 0 && fsync(fd) != 0)
+      return Status::Error(std::string("fsync: ") + std::strerror(errno));
   }
   const std::string text = m_.ToJson().dump(1);
   // Check our own output with the reader's rules before publishing it.
@@ -371,7 +377,8 @@ Status ContainerWriter::Finish() {
   const int fd = OpenForWrite(tmp);
   if (fd < 0) return Status::Error(tmp + ": " + std::strerror(errno));
   Status st = WriteAll(fd, text.data(), text.size(), "manifest.json");
-  if (st.ok() && fsync(fd) != 0) st = Status::Error(std::string("manifest.json: fsync: ") + std::strerror(errno));
+  if (st.ok() && fsync(fd) != 0)
+    st = Status::Error(std::string("manifest.json: fsync: ") + std::strerror(errno));
   close(fd);
   if (!st.ok()) return st;
   if (rename(tmp.c_str(), (dir_ + "/manifest.json").c_str()) != 0)

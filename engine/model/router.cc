@@ -28,8 +28,10 @@ void Route(const ModelConfig& c, std::span<const float> logits, std::span<const 
     for (int g = 0; g < c.n_group; ++g) {
       float a = -INFINITY, b = -INFINITY;  // two best of the group
       for (int e = g * per; e < (g + 1) * per; ++e) {
-        if (choice[e] > a) b = a, a = choice[e];
-        else if (choice[e] > b) b = choice[e];
+        if (choice[e] > a)
+          b = a, a = choice[e];
+        else if (choice[e] > b)
+          b = choice[e];
       }
       group_score[g] = a + (per > 1 ? b : 0.f);
     }

@@ -62,16 +62,17 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   for (int L = 0; L < c.n_layers; ++L) {
     if (c.layer_kind[L] == LayerKind::kKda) {
       const uint64_t C = static_cast<uint64_t>(c.kda_width());
-      p.client_state += uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;  // recurrent state
-      p.client_state += 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;       // conv rings
+      p.client_state +=
+          uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;         // recurrent state
+      p.client_state += 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;  // conv rings
     } else {
       p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
     }
   }
-  const uint64_t widest = std::max({uint64_t(c.hidden), uint64_t(c.kda_width()),
-                                    uint64_t(c.dense_inter), uint64_t(c.shared_inter()),
-                                    uint64_t(c.moe_inter) * c.top_k,
-                                    uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head)});
+  const uint64_t widest =
+      std::max({uint64_t(c.hidden), uint64_t(c.kda_width()), uint64_t(c.dense_inter),
+                uint64_t(c.shared_inter()), uint64_t(c.moe_inter) * c.top_k,
+                uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head)});
   p.scratch = 16 * widest * f + uint64_t(c.vocab) * f + uint64_t(context) * c.n_heads * f;
   if (c.n_experts > 0) {  // per-input lookup tables for the expert matvecs
     const ExpertQuant& q = m.quant;
@@ -126,12 +127,18 @@ Result<uint64_t> ParseSize(std::string_view text) {
   if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
   if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
   double mult;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K") mult = 1024.0;
-  else if (unit == "M") mult = 1024.0 * 1024;
-  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return Status::Error("size \"" + s + "\": unknown unit (K, M, G, T)");
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K")
+    mult = 1024.0;
+  else if (unit == "M")
+    mult = 1024.0 * 1024;
+  else if (unit == "G")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return Status::Error("size \"" + s + "\": unknown unit (K, M, G, T)");
   const double bytes = v * mult;
   if (!std::isfinite(bytes) || bytes < 0 || bytes > 1e18)
     return Status::Error("size \"" + s + "\" is out of range");

@@ -71,12 +71,18 @@ class TensorValues {
       return s.name.size() >= suffix.size() &&
              s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
-    if (ends("norm.weight")) lo_ = 0.9f, hi_ = 1.1f;
-    else if (ends("conv1d.weight")) lo_ = -0.5f, hi_ = 0.5f;
-    else if (ends("A_log")) kind_ = Kind::kLogUniform, lo_ = 1.f, hi_ = 16.f;
-    else if (ends("dt_bias")) lo_ = -1.f, hi_ = 1.f;
-    else if (ends("e_score_correction_bias")) kind_ = Kind::kNormal, scale_ = bias_scale;
-    else if (ends("embed_tokens.weight")) lo_ = -1.f, hi_ = 1.f;
+    if (ends("norm.weight"))
+      lo_ = 0.9f, hi_ = 1.1f;
+    else if (ends("conv1d.weight"))
+      lo_ = -0.5f, hi_ = 0.5f;
+    else if (ends("A_log"))
+      kind_ = Kind::kLogUniform, lo_ = 1.f, hi_ = 16.f;
+    else if (ends("dt_bias"))
+      lo_ = -1.f, hi_ = 1.f;
+    else if (ends("e_score_correction_bias"))
+      kind_ = Kind::kNormal, scale_ = bias_scale;
+    else if (ends("embed_tokens.weight"))
+      lo_ = -1.f, hi_ = 1.f;
     else {
       const float gain = ends("o_proj.weight") || ends("down_proj.weight") ? 0.5f : 1.f;
       hi_ = gain * std::sqrt(3.f / static_cast<float>(cols_));
@@ -89,9 +95,15 @@ class TensorValues {
       float* o = out + r * cols_;
       for (int64_t i = 0; i < cols_; ++i) {
         switch (kind_) {
-          case Kind::kUniform: o[i] = rng.Uniform(lo_, hi_); break;
-          case Kind::kLogUniform: o[i] = std::log(rng.Uniform(lo_, hi_)); break;
-          case Kind::kNormal: o[i] = scale_ * rng.Normal(); break;
+          case Kind::kUniform:
+            o[i] = rng.Uniform(lo_, hi_);
+            break;
+          case Kind::kLogUniform:
+            o[i] = std::log(rng.Uniform(lo_, hi_));
+            break;
+          case Kind::kNormal:
+            o[i] = scale_ * rng.Normal();
+            break;
         }
       }
     }
@@ -123,8 +135,8 @@ struct RoutingEstimate {
 };
 
 RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& router,
-                                const std::vector<float>& z, double skew_or_negative,
-                                double target, uint64_t seed) {
+                                const std::vector<float>& z, double skew_or_negative, double target,
+                                uint64_t seed) {
   const int tokens = 512, n = c.n_experts;
   std::vector<float> logits(static_cast<size_t>(tokens) * n);
   Rng rng(Mix(seed, "routing-estimate"));
@@ -133,7 +145,8 @@ RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& 
     for (float& x : h) x = rng.Normal();
     for (int e = 0; e < n; ++e) {
       double acc = 0;
-      for (int i = 0; i < c.hidden; ++i) acc += router[static_cast<size_t>(e) * c.hidden + i] * h[i];
+      for (int i = 0; i < c.hidden; ++i)
+        acc += router[static_cast<size_t>(e) * c.hidden + i] * h[i];
       logits[static_cast<size_t>(t) * n + e] = static_cast<float>(acc);
     }
   }
@@ -173,8 +186,8 @@ RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& 
 
 // Fills one expert record's payload: random indices, row scales that keep
 // the matrix's output at the variance of its input.
-void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, int layer,
-                int expert, std::span<uint8_t> rec) {
+void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, int layer, int expert,
+                std::span<uint8_t> rec) {
   Rng rng(Mix(seed, "expert", static_cast<uint64_t>(layer), static_cast<uint64_t>(expert)));
   const int bpv = q.bytes_per_vector();
   const bool mask = q.index_bits == 8 && q.entries < 256;
@@ -224,40 +237,81 @@ std::vector<float> Codebooks(const ExpertQuant& q, uint64_t seed, int layer) {
 
 json KimiTinyConfig() {
   return {
-      {"model_type", "kimi_linear"}, {"architectures", {"KimiLinearForCausalLM"}},
-      {"hidden_size", 256}, {"num_hidden_layers", 6}, {"vocab_size", 512},
-      {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false},
-      {"intermediate_size", 512}, {"first_k_dense_replace", 1},
-      {"moe_intermediate_size", 128}, {"num_experts", 16}, {"num_experts_per_token", 4},
-      {"num_shared_experts", 1}, {"moe_renormalize", true},
-      {"moe_router_activation_func", "sigmoid"}, {"routed_scaling_factor", 2.446},
-      {"use_grouped_topk", true}, {"num_expert_group", 1}, {"topk_group", 1},
-      {"num_attention_heads", 4}, {"q_lora_rank", nullptr}, {"kv_lora_rank", 64},
-      {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16}, {"v_head_dim", 32},
-      {"mla_use_nope", true}, {"rope_theta", 10000.0}, {"rope_scaling", nullptr},
+      {"model_type", "kimi_linear"},
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 6},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_token", 4},
+      {"num_shared_experts", 1},
+      {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"},
+      {"routed_scaling_factor", 2.446},
+      {"use_grouped_topk", true},
+      {"num_expert_group", 1},
+      {"topk_group", 1},
+      {"num_attention_heads", 4},
+      {"q_lora_rank", nullptr},
+      {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 32},
+      {"qk_rope_head_dim", 16},
+      {"v_head_dim", 32},
+      {"mla_use_nope", true},
+      {"rope_theta", 10000.0},
+      {"rope_scaling", nullptr},
       {"linear_attn_config",
-       {{"num_heads", 4}, {"head_dim", 64}, {"short_conv_kernel_size", 4},
-        {"kda_layers", {1, 2, 3, 5}}, {"full_attn_layers", {4, 6}}}},
+       {{"num_heads", 4},
+        {"head_dim", 64},
+        {"short_conv_kernel_size", 4},
+        {"kda_layers", {1, 2, 3, 5}},
+        {"full_attn_layers", {4, 6}}}},
   };
 }
 
 json DeepseekTinyConfig() {
   return {
-      {"model_type", "deepseek_v3"}, {"architectures", {"DeepseekV3ForCausalLM"}},
-      {"hidden_size", 256}, {"num_hidden_layers", 4}, {"vocab_size", 512},
-      {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false},
-      {"intermediate_size", 512}, {"first_k_dense_replace", 1},
-      {"moe_intermediate_size", 128}, {"n_routed_experts", 16}, {"num_experts_per_tok", 4},
-      {"n_shared_experts", 1}, {"norm_topk_prob", true}, {"scoring_func", "sigmoid"},
-      {"topk_method", "noaux_tc"}, {"n_group", 4}, {"topk_group", 2},
-      {"routed_scaling_factor", 2.5}, {"moe_layer_freq", 1},
-      {"num_attention_heads", 4}, {"q_lora_rank", 96}, {"kv_lora_rank", 64},
-      {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16}, {"v_head_dim", 32},
+      {"model_type", "deepseek_v3"},
+      {"architectures", {"DeepseekV3ForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1},
+      {"norm_topk_prob", true},
+      {"scoring_func", "sigmoid"},
+      {"topk_method", "noaux_tc"},
+      {"n_group", 4},
+      {"topk_group", 2},
+      {"routed_scaling_factor", 2.5},
+      {"moe_layer_freq", 1},
+      {"num_attention_heads", 4},
+      {"q_lora_rank", 96},
+      {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 32},
+      {"qk_rope_head_dim", 16},
+      {"v_head_dim", 32},
       {"rope_theta", 50000.0},
       // Kimi K2's rope block: YaRN with beta_fast == beta_slow, the awkward case.
       {"rope_scaling",
-       {{"type", "yarn"}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
-        {"beta_fast", 1.0}, {"beta_slow", 1.0}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}},
+       {{"type", "yarn"},
+        {"factor", 32.0},
+        {"original_max_position_embeddings", 4096},
+        {"beta_fast", 1.0},
+        {"beta_slow", 1.0},
+        {"mscale", 1.0},
+        {"mscale_all_dim", 1.0}}},
   };
 }
 
@@ -269,27 +323,50 @@ json Kimi48bConfig() {
     (mla ? full : kda).push_back(L);
   }
   return {
-      {"model_type", "kimi_linear"}, {"architectures", {"KimiLinearForCausalLM"}},
-      {"hidden_size", 2304}, {"num_hidden_layers", 27}, {"vocab_size", 163840},
-      {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false},
-      {"bos_token_id", 163584}, {"eos_token_id", 163586},
-      {"intermediate_size", 9216}, {"first_k_dense_replace", 1},
-      {"moe_intermediate_size", 1024}, {"num_experts", 256}, {"num_experts_per_token", 8},
-      {"num_shared_experts", 1}, {"moe_renormalize", true},
-      {"moe_router_activation_func", "sigmoid"}, {"routed_scaling_factor", 2.446},
-      {"use_grouped_topk", true}, {"num_expert_group", 1}, {"topk_group", 1},
-      {"num_attention_heads", 32}, {"q_lora_rank", nullptr}, {"kv_lora_rank", 512},
-      {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
-      {"mla_use_nope", true}, {"rope_theta", 10000.0}, {"rope_scaling", nullptr},
+      {"model_type", "kimi_linear"},
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", 2304},
+      {"num_hidden_layers", 27},
+      {"vocab_size", 163840},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"bos_token_id", 163584},
+      {"eos_token_id", 163586},
+      {"intermediate_size", 9216},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 1024},
+      {"num_experts", 256},
+      {"num_experts_per_token", 8},
+      {"num_shared_experts", 1},
+      {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"},
+      {"routed_scaling_factor", 2.446},
+      {"use_grouped_topk", true},
+      {"num_expert_group", 1},
+      {"topk_group", 1},
+      {"num_attention_heads", 32},
+      {"q_lora_rank", nullptr},
+      {"kv_lora_rank", 512},
+      {"qk_nope_head_dim", 128},
+      {"qk_rope_head_dim", 64},
+      {"v_head_dim", 128},
+      {"mla_use_nope", true},
+      {"rope_theta", 10000.0},
+      {"rope_scaling", nullptr},
       {"linear_attn_config",
-       {{"num_heads", 32}, {"head_dim", 128}, {"short_conv_kernel_size", 4},
-        {"kda_layers", kda}, {"full_attn_layers", full}}},
+       {{"num_heads", 32},
+        {"head_dim", 128},
+        {"short_conv_kernel_size", 4},
+        {"kda_layers", kda},
+        {"full_attn_layers", full}}},
   };
 }
 
 }  // namespace
 
-std::vector<std::string> SynthPresetNames() { return {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"}; }
+std::vector<std::string> SynthPresetNames() {
+  return {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"};
+}
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
   SynthSpec s;
@@ -328,10 +405,14 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
   s.config = j["config"];
   try {
     const std::string fmt = j.value("expert_format", std::string("VQ3R"));
-    if (fmt == "VQ3R" || fmt == "vq3r") s.expert_fmt = Fmt::kVQ3R;
-    else if (fmt == "VQ2R" || fmt == "vq2r") s.expert_fmt = Fmt::kVQ2R;
-    else if (fmt == "VQ4P" || fmt == "vq4p") s.expert_fmt = Fmt::kVQ4P;
-    else return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P)");
+    if (fmt == "VQ3R" || fmt == "vq3r")
+      s.expert_fmt = Fmt::kVQ3R;
+    else if (fmt == "VQ2R" || fmt == "vq2r")
+      s.expert_fmt = Fmt::kVQ2R;
+    else if (fmt == "VQ4P" || fmt == "vq4p")
+      s.expert_fmt = Fmt::kVQ4P;
+    else
+      return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P)");
     s.trunk_bits = j.value("trunk_bits", 4);
     s.seed = j.value("seed", uint64_t{1});
     s.route_skew = j.value("route_skew", -1.0);
@@ -347,7 +428,8 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
 }
 
 Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out, bool overwrite,
-                                   int jobs, const std::function<void(std::string_view)>& progress) {
+                                   int jobs,
+                                   const std::function<void(std::string_view)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   json config = spec.config;
   // The tokenizer decides the special-token ids; make the config agree.
@@ -366,7 +448,8 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   std::vector<TensorSpec> specs = TrunkSpec(c);
   if (c.n_moe_layers() > 0) {
     const auto router = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
-      return s.name == "model.layers." + std::to_string(c.first_dense) + ".block_sparse_moe.gate.weight";
+      return s.name ==
+             "model.layers." + std::to_string(c.first_dense) + ".block_sparse_moe.gate.weight";
     });
     const auto bias = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
       return s.name == "model.layers." + std::to_string(c.first_dense) +

@@ -18,10 +18,10 @@
 namespace waste {
 
 struct SynthSpec {
-  std::string name;             // preset name, or "custom"
-  nlohmann::json config;        // Hugging Face style config (model_type, sizes, ...)
+  std::string name;       // preset name, or "custom"
+  nlohmann::json config;  // Hugging Face style config (model_type, sizes, ...)
   format::Fmt expert_fmt = format::Fmt::kVQ3R;
-  int trunk_bits = 4;           // bulk of the trunk: 4 (Q4G) or 8 (Q8G); embedding and head are Q8G
+  int trunk_bits = 4;  // bulk of the trunk: 4 (Q4G) or 8 (Q8G); embedding and head are Q8G
   uint64_t seed = 1;
   // Routing concentration: the correction bias is route_skew * N(0, 1) per
   // expert. A negative value asks WriteSynthetic to choose the skew that
@@ -39,10 +39,10 @@ Result<SynthSpec> SynthPreset(std::string_view name);
 struct SynthReport {
   uint64_t bytes = 0;
   double seconds = 0;
-  double route_skew = 0;        // the skew used
+  double route_skew = 0;  // the skew used
   // Router-only estimates over random hidden states, drawn independently
   // per token (the real previous-token overlap needs the forward pass).
-  double hot_share = 0;         // share of choices on the busiest 10% of experts
+  double hot_share = 0;            // share of choices on the busiest 10% of experts
   double independent_overlap = 0;  // expected share of experts shared with the previous token
 };
 

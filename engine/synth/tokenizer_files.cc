@@ -36,11 +36,12 @@ std::string Base64(std::string_view in) {
 // Words whose every prefix becomes a token, so each merge joins two tokens
 // that already exist (as byte-pair encoding requires).
 constexpr std::string_view kWords[] = {
-    " the", " and", " to", " of", " in", " is", " that", " it", " for", " on", " with",
-    " as", " was", " he", " be", " at", " by", " this", " have", " from", " hello",
-    " world", " model", " token", " expert", " cache", " memory", " disk", " read",
-    " write", " daemon", " waste", "the", "ing", "tion", "ed", "er", "re", "es",
-    "Hello", "The", "int", "return", " {", " }", "();", "    ", "\n\n",
+    " the",    " and",   " to",     " of",   " in",    " is",    " that",   " it",
+    " for",    " on",    " with",   " as",   " was",   " he",    " be",     " at",
+    " by",     " this",  " have",   " from", " hello", " world", " model",  " token",
+    " expert", " cache", " memory", " disk", " read",  " write", " daemon", " waste",
+    "the",     "ing",    "tion",    "ed",    "er",     "re",     "es",      "Hello",
+    "The",     "int",    "return",  " {",    " }",     "();",    "    ",    "\n\n",
 };
 
 struct Special {
@@ -48,8 +49,12 @@ struct Special {
   int kimi_id;  // id in Kimi's real vocabulary
 };
 constexpr Special kSpecials[] = {
-    {"[BOS]", 163584},         {"[EOS]", 163585},       {"<|im_end|>", 163586},
-    {"<|im_user|>", 163587},   {"<|im_assistant|>", 163588}, {"<|im_system|>", 163594},
+    {"[BOS]", 163584},
+    {"[EOS]", 163585},
+    {"<|im_end|>", 163586},
+    {"<|im_user|>", 163587},
+    {"<|im_assistant|>", 163588},
+    {"<|im_system|>", 163594},
     {"<|im_middle|>", 163601},
 };
 constexpr int kKimiFirstSpecial = 163584;
@@ -74,7 +79,8 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size) {
   const bool kimi_ids = vocab_size > kSpecials[std::size(kSpecials) - 1].kimi_id;
   const int first_special = static_cast<int>(tokens.size());
   if (!kimi_ids && first_special + n_special > vocab_size) {
-    f.error = "vocab_size " + std::to_string(vocab_size) + " is too small for the synthetic tokenizer (" +
+    f.error = "vocab_size " + std::to_string(vocab_size) +
+              " is too small for the synthetic tokenizer (" +
               std::to_string(first_special + n_special) + " tokens)";
     return f;
   }
