@@ -1,0 +1,46 @@
+#include "engine/kernels/cpu.h"
+
+namespace waste::kernels {
+namespace {
+
+Isa Detect() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (!avx2) return Isa::kScalar;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+  return avx512 ? Isa::kAvx512 : Isa::kAvx2;
+}
+
+}  // namespace
+
+Isa BestIsa() {
+  static const Isa best = Detect();
+  return best;
+}
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<Isa> AvailableIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (isa <= BestIsa()) out.push_back(isa);
+  return out;
+}
+
+Isa UsableIsa(Isa isa) {
+  return isa <= BestIsa() ? isa : BestIsa();
+}
+
+}  // namespace waste::kernels

@@ -1,0 +1,104 @@
+#include "engine/kernels/matvec.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/format/encoding.h"
+#include "engine/kernels/simd.h"
+
+namespace waste::kernels {
+namespace {
+
+using format::Fmt;
+
+int GroupedBits(Fmt f) {
+  return f == Fmt::kQ8G ? 8 : f == Fmt::kQ4G ? 4 : 3;
+}
+
+format::GroupedShape Grouped(const MatrixView& w) {
+  return {GroupedBits(w.fmt), w.group, w.rows, w.cols};
+}
+
+uint16_t LoadU16(const void* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Calls f(c, weight) for every column of row r, weight decoded exactly as
+// encoding.h defines it. The scalar reference of both MatVec and DequantRow.
+template <class F>
+void ForEachWeight(const MatrixView& w, int64_t r, F&& f) {
+  const uint8_t* row = w.payload + r * MatrixRowBytes(w);
+  switch (w.fmt) {
+    case Fmt::kF32:
+      for (int64_t c = 0; c < w.cols; ++c) {
+        float v;
+        std::memcpy(&v, row + 4 * c, sizeof v);
+        f(c, v);
+      }
+      return;
+    case Fmt::kF16:
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const uint16_t h = LoadU16(row + 2 * c);
+        f(c, w.bf16 ? format::Bf16ToF32(h) : format::F16ToF32(h));
+      }
+      return;
+    default:
+      break;
+  }
+  const int64_t groups = Grouped(w).groups_per_row();
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales) + 2 * r * groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float scale = format::F16ToF32(LoadU16(scales + 2 * g));
+    const int64_t end = std::min<int64_t>((g + 1) * w.group, w.cols);
+    for (int64_t c = g * w.group; c < end; ++c) {
+      int q;
+      if (w.fmt == Fmt::kQ8G) {
+        q = static_cast<int8_t>(row[c]);
+      } else if (w.fmt == Fmt::kQ4G) {
+        q = ((c & 1) ? row[c / 2] >> 4 : row[c / 2] & 15) - 8;
+      } else {
+        q = format::Q3At(row, c);
+      }
+      f(c, scale * static_cast<float>(q));
+    }
+  }
+}
+
+void MatVecScalar(const MatrixView& w, const float* x, float* y, int64_t row_begin,
+                  int64_t row_end) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float sum = 0.f;
+    ForEachWeight(w, r, [&](int64_t c, float v) { sum += v * x[c]; });
+    y[r] = sum;
+  }
+}
+
+}  // namespace
+
+int64_t MatrixRowBytes(const MatrixView& w) {
+  switch (w.fmt) {
+    case Fmt::kF32:
+      return w.cols * 4;
+    case Fmt::kF16:
+      return w.cols * 2;
+    default:
+      return Grouped(w).row_bytes();
+  }
+}
+
+void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
+            Isa isa) {
+  if (row_begin >= row_end) return;
+  isa = UsableIsa(isa);
+  if (isa >= Isa::kAvx512 && avx512::MatVec(w, x, y, row_begin, row_end)) return;
+  if (isa >= Isa::kAvx2 && avx2::MatVec(w, x, y, row_begin, row_end)) return;
+  MatVecScalar(w, x, y, row_begin, row_end);
+}
+
+void DequantRow(const MatrixView& w, int64_t row, float* out) {
+  ForEachWeight(w, row, [&](int64_t c, float v) { out[c] = v; });
+}
+
+}  // namespace waste::kernels

@@ -1,0 +1,46 @@
+// Matrix-vector products over the trunk's stored formats, straight from the
+// container's bytes (no dequantized copy): F32, F16, BF16, Q8G, Q4G, Q3G as
+// engine/format/encoding.h defines them and docs/FORMAT.md lists them.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/format/layout.h"
+#include "engine/kernels/cpu.h"
+
+namespace waste::kernels {
+
+// A row-major matrix as stored in trunk.bin. Not owning.
+struct MatrixView {
+  format::Fmt fmt = format::Fmt::kF32;  // kF32, kF16, kQ8G, kQ4G or kQ3G
+  bool bf16 = false;                    // kF16 only: the halves are bfloat16
+  int64_t rows = 0, cols = 0;
+  int group = 0;  // grouped formats (Q8G, Q4G, Q3G): values per scale, >= 1
+  // [rows][row_bytes]: MatrixRowBytes(*this) bytes per row. Any alignment.
+  const uint8_t* payload = nullptr;
+  // Grouped formats: [rows][groups_per_row] f16 scales, groups_per_row =
+  // ceil(cols / group). Any alignment (read with memcpy or unaligned loads,
+  // never dereferenced as uint16_t). Unused otherwise.
+  const uint16_t* scales = nullptr;
+};
+
+// Bytes of one row of payload: cols * 4 (F32), cols * 2 (F16/BF16), or the
+// grouped row size of format::GroupedShape (rows padded to whole groups,
+// Q3G with its guard byte).
+int64_t MatrixRowBytes(const MatrixView& w);
+
+// y[r] = sum_c W[r][c] * x[c] for r in [row_begin, row_end); writes only
+// those y[r]. x: [cols], y: [rows] (indexed by absolute row).
+// 0 <= row_begin <= row_end <= rows. Accumulates in float32; the SIMD paths
+// differ from the scalar one by summation order only. `isa` is lowered to
+// what the CPU supports (UsableIsa); a shape a SIMD path does not cover (a
+// group that is not a multiple of 8 or 16) runs on the next lower path.
+// Safe to call concurrently on disjoint row ranges.
+void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
+            Isa isa);
+
+// Row `row` of W decoded to floats exactly as encoding.h defines it
+// (scale * q for grouped formats). out: [cols]. Scalar.
+void DequantRow(const MatrixView& w, int64_t row, float* out);
+
+}  // namespace waste::kernels

@@ -1,0 +1,39 @@
+// Internal to engine/kernels: the entry points of the AVX2 and AVX-512
+// translation units (matvec_avx2.cc, vq_avx2.cc, matvec_avx512.cc,
+// vq_avx512.cc), which are compiled with their own -m flags. Call them only
+// after UsableIsa() said the CPU has the instructions.
+//
+// Each returns false, having written nothing, for a shape it does not
+// cover; the caller then falls back to the next lower path.
+//
+// Those files use nothing inline or templated from other headers (the
+// standard library included), only intrinsics, C functions and their own
+// internal-linkage helpers: an inline function shared with baseline code and
+// emitted there with -mavx512f could be the copy the linker keeps, and would
+// then run on CPUs without AVX-512.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/kernels/matvec.h"
+#include "engine/kernels/vq.h"
+
+namespace waste::kernels {
+
+namespace avx2 {
+bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
+// Fills lut[0 : (cols/8) * stages * entries] (not the padding).
+void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
+                int64_t cols, float* lut);
+bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
+}  // namespace avx2
+
+namespace avx512 {
+bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
+void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
+                int64_t cols, float* lut);
+bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
+}  // namespace avx512
+
+}  // namespace waste::kernels

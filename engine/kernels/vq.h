@@ -1,0 +1,58 @@
+// The routed experts' matrix-vector product without dequantizing: the
+// lookup-table method. A VQ weight row is, per 8-wide vector position v,
+// the sum over stages of one codebook entry each, times the row's scale. So
+//   dot(W[r], x) = scale[r] * sum_v sum_s dot(codebook[s][index(r,v,s)], x[8v:8v+8])
+// and the inner dot depends only on (v, s, entry), never on the row:
+// VqBuildLut tabulates it once per input vector (shared by every expert of
+// a layer, since the codebooks are per layer and matrix), and VqApply then
+// costs `stages` table lookups per 8 weights. docs/FORMAT.md, "Expert
+// records", has the index layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/kernels/cpu.h"
+
+namespace waste::kernels {
+
+// One matrix (gate, up or down) of an expert record. Not owning.
+struct VqMatrixView {
+  // The matrix's index region: blocked [row_block][v][row_in_block][bytes_per_vector]
+  // with rows padded to whole blocks, or [row][v][bytes_per_vector] when
+  // index_block is 0. bytes_per_vector is `stages` (index_bits 8) or 3
+  // (index_bits 6: VQ4P, four 6-bit indices, format::UnpackVq4).
+  const uint8_t* indices = nullptr;
+  const uint8_t* scales = nullptr;  // [rows] f16 row scales, raw bytes, any alignment
+  int64_t rows = 0, cols = 0;       // cols % 8 == 0
+  // From ExpertQuant. stages 1..8, entries 1..256; index_bits 8, or 6 with
+  // stages 4 and entries <= 64; index_block 0 or a multiple of 16 (64 in
+  // practice).
+  int stages = 3, entries = 256, index_bits = 8, index_block = 64;
+};
+
+// Floats the table for `cols` inputs needs: (cols / 8) * stages * entries,
+// plus 256 - entries of zero padding when entries < 256, so an index byte
+// >= entries (only in a damaged record) reads a value of another table or
+// zero, never memory outside the table.
+size_t VqLutFloats(int64_t cols, int stages, int entries);
+
+// lut[v][s][e] = dot(codebooks[s][e * 8 : e * 8 + 8], x[8v : 8v + 8]) for
+// v < cols / 8, s < stages, e < entries, then the zero padding.
+// codebooks: [stages] pointers, each at [entries][8] floats
+// (Container::Codebook(base + matrix * stages + s)). x: [cols], cols % 8 == 0.
+// lut: [VqLutFloats(cols, stages, entries)]. `isa` as for VqApply.
+void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
+                int64_t cols, float* lut, Isa isa);
+
+// y[r] = f16(scale[r]) * sum_v sum_s lut[v][s][index(r, v, s)] for r in
+// [row_begin, row_end); writes only those y[r]. lut: as VqBuildLut made it
+// for m.cols, m.stages, m.entries. y: [m.rows] (absolute row index).
+// 0 <= row_begin <= row_end <= m.rows. Accumulates in float32, each row's
+// terms in v-then-s order on every path. `isa` is lowered to what the CPU
+// supports; a layout a SIMD path does not cover (index_block 0) runs scalar.
+// Safe to call concurrently on disjoint row ranges.
+void VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end,
+             Isa isa);
+
+}  // namespace waste::kernels

@@ -1,0 +1,741 @@
+// The compute kernels: every SIMD path against the scalar reference, the
+// scalar references against independent decodings (encoding.h for the
+// trunk formats, a fully dequantized matrix for VQ), row ranges that write
+// only their rows, reads that stay inside their buffers (every buffer ends
+// at an unmapped page), and the thread pool's coverage of a range.
+// Every suite is instantiated as "kernels/...", so `ctest -R kernels` runs
+// exactly this file.
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/format/encoding.h"
+#include "engine/format/writer.h"
+#include "engine/kernels/cpu.h"
+#include "engine/kernels/matvec.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/kernels/vq.h"
+
+namespace waste::kernels {
+namespace {
+
+using format::Fmt;
+
+// ---- helpers ----
+
+// `bytes` of zeroed memory that end `slack` bytes before an unmapped page, so
+// a read or write past the end faults. slack > 0 also misaligns the start.
+class Guarded {
+ public:
+  explicit Guarded(size_t bytes, size_t slack = 0) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    map_bytes_ = (bytes + slack + page - 1) / page * page + page;
+    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<uint8_t*>(p);
+    if (mprotect(base_ + map_bytes_ - page, page, PROT_NONE) != 0)
+      throw std::runtime_error("mprotect failed");
+    data_ = base_ + map_bytes_ - page - slack - bytes;
+  }
+  ~Guarded() { munmap(base_, map_bytes_); }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+
+  uint8_t* bytes() { return data_; }
+  float* floats() { return reinterpret_cast<float*>(data_); }
+
+ private:
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t map_bytes_ = 0;
+};
+
+std::string Name(Isa isa) {
+  return IsaName(isa);
+}
+
+// Skips (loudly) when the CPU lacks `isa`.
+#define WASTE_REQUIRE_ISA(isa)                                                            \
+  do {                                                                                    \
+    if (UsableIsa(isa) != (isa))                                                          \
+      GTEST_SKIP() << "SKIP: this CPU has no " << IsaName(isa) << "; the best it has is " \
+                   << IsaName(BestIsa()) << ", so the " << IsaName(isa)                   \
+                   << " path is NOT tested here";                                         \
+  } while (0)
+
+// ---- cpu ----
+
+class Isas : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Isas, AreListedInOrderWhenTheCpuHasThem) {
+  const Isa isa = GetParam();
+  const std::vector<Isa> isas = AvailableIsas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), Isa::kScalar);
+  EXPECT_EQ(isas.back(), BestIsa());
+  EXPECT_TRUE(std::is_sorted(isas.begin(), isas.end()));
+  const bool listed = std::find(isas.begin(), isas.end(), isa) != isas.end();
+  EXPECT_EQ(listed, isa <= BestIsa());
+  EXPECT_EQ(UsableIsa(isa), listed ? isa : BestIsa());
+  const char* want = isa == Isa::kScalar ? "scalar" : isa == Isa::kAvx2 ? "avx2" : "avx512";
+  EXPECT_STREQ(IsaName(isa), want);
+  std::printf("%s: %s (best on this CPU: %s)\n", IsaName(isa),
+              listed ? "available" : "NOT available", IsaName(BestIsa()));
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, Isas, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const auto& test) { return std::string(IsaName(test.param)); });
+
+// ---- trunk matrices ----
+
+struct TrunkFormat {
+  const char* name;
+  Fmt fmt;
+  bool bf16;
+  int group;  // grouped formats
+};
+
+int Bits(Fmt f) {
+  return f == Fmt::kQ8G ? 8 : f == Fmt::kQ4G ? 4 : 3;
+}
+
+// A random matrix stored in `f`, in guarded buffers, with its values decoded
+// independently of the kernels (encoding.h on aligned copies).
+struct TrunkMatrix {
+  std::unique_ptr<Guarded> payload, scales;
+  MatrixView view;
+  std::vector<float> dense;  // [rows][cols], as encoding.h decodes the stored bytes
+
+  TrunkMatrix(const TrunkFormat& f, int64_t rows, int64_t cols, size_t slack, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    for (float& v : values) v = normal(rng);
+    view.fmt = f.fmt;
+    view.bf16 = f.bf16;
+    view.rows = rows;
+    view.cols = cols;
+    view.group = f.group;
+    dense.resize(values.size());
+    std::vector<uint8_t> bytes;
+    std::vector<uint16_t> sc;
+    if (f.fmt == Fmt::kF32) {
+      bytes.resize(values.size() * 4);
+      std::memcpy(bytes.data(), values.data(), bytes.size());
+      dense = values;
+    } else if (f.fmt == Fmt::kF16) {
+      std::vector<uint16_t> h(values.size());
+      for (size_t i = 0; i < h.size(); ++i) {
+        h[i] = f.bf16 ? format::F32ToBf16(values[i]) : format::F32ToF16(values[i]);
+        dense[i] = f.bf16 ? format::Bf16ToF32(h[i]) : format::F16ToF32(h[i]);
+      }
+      bytes.resize(h.size() * 2);
+      std::memcpy(bytes.data(), h.data(), bytes.size());
+    } else {
+      const format::GroupedShape s{Bits(f.fmt), f.group, rows, cols};
+      bytes.resize(static_cast<size_t>(s.payload_bytes()));
+      sc.resize(static_cast<size_t>(s.rows * s.groups_per_row()));
+      format::QuantizeGrouped(s, values.data(), bytes.data(), sc.data());
+      for (int64_t r = 0; r < rows; ++r)
+        format::DequantizeGroupedRow(s, bytes.data(), sc.data(), r, dense.data() + r * cols);
+    }
+    payload = std::make_unique<Guarded>(bytes.size(), slack);
+    std::memcpy(payload->bytes(), bytes.data(), bytes.size());
+    view.payload = payload->bytes();
+    if (!sc.empty()) {
+      scales = std::make_unique<Guarded>(sc.size() * 2, slack);
+      std::memcpy(scales->bytes(), sc.data(), sc.size() * 2);
+      view.scales = reinterpret_cast<const uint16_t*>(scales->bytes());
+    }
+  }
+
+  // sum_c |W[r][c] x[c]|: the scale of the rounding error a row may carry.
+  double AbsDot(int64_t r, const float* x) const {
+    double s = 0;
+    for (int64_t c = 0; c < view.cols; ++c) s += std::fabs(double{dense[r * view.cols + c]} * x[c]);
+    return s;
+  }
+  double Dot(int64_t r, const float* x) const {
+    double s = 0;
+    for (int64_t c = 0; c < view.cols; ++c) s += double{dense[r * view.cols + c]} * x[c];
+    return s;
+  }
+};
+
+// An input vector of `n` floats ending at an unmapped page.
+struct Input {
+  Guarded mem;
+  explicit Input(int64_t n, uint32_t seed) : mem(static_cast<size_t>(n) * 4) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (int64_t i = 0; i < n; ++i) mem.floats()[i] = normal(rng);
+  }
+  const float* data() { return mem.floats(); }
+};
+
+constexpr double kRel = 1e-5;  // of the row's absolute sum
+const int64_t kRows[] = {1, 7, 65, 130};
+const int64_t kTrunkCols[] = {1, 8, 13, 24, 136, 300, 2304};
+
+const TrunkFormat kTrunkFormats[] = {
+    {"F32", Fmt::kF32, false, 0},
+    {"F16", Fmt::kF16, false, 0},
+    {"BF16", Fmt::kF16, true, 0},
+    {"Q8G_g128", Fmt::kQ8G, false, 128},
+    {"Q4G_g128", Fmt::kQ4G, false, 128},
+    {"Q3G_g128", Fmt::kQ3G, false, 128},
+    {"Q8G_g32", Fmt::kQ8G, false, 32},
+    {"Q4G_g64", Fmt::kQ4G, false, 64},
+    {"Q3G_g16", Fmt::kQ3G, false, 16},
+    // Groups AVX-512 cannot take (not a multiple of 16): AVX2 runs them.
+    {"Q8G_g24", Fmt::kQ8G, false, 24},
+    {"Q4G_g40", Fmt::kQ4G, false, 40},
+    {"Q3G_g8", Fmt::kQ3G, false, 8},
+    // Groups neither SIMD path takes: scalar runs them.
+    {"Q8G_g20", Fmt::kQ8G, false, 20},
+    {"Q4G_g6", Fmt::kQ4G, false, 6},
+    {"Q3G_g5", Fmt::kQ3G, false, 5},
+};
+
+class TrunkFormats : public ::testing::TestWithParam<TrunkFormat> {};
+
+TEST_P(TrunkFormats, DequantRowDecodesAsEncodingDoes) {
+  uint32_t seed = 1;
+  for (int64_t rows : {1, 7}) {
+    for (int64_t cols : kTrunkCols) {
+      TrunkMatrix m(GetParam(), rows, cols, 1, seed++);
+      std::vector<float> out(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantRow(m.view, r, out.data());
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(out[c], m.dense[r * cols + c])
+              << "row " << r << " col " << c << " cols " << cols;
+      }
+    }
+  }
+}
+
+TEST_P(TrunkFormats, ScalarMatVecMatchesAPlainDotProduct) {
+  uint32_t seed = 100;
+  for (int64_t rows : kRows) {
+    for (int64_t cols : kTrunkCols) {
+      TrunkMatrix m(GetParam(), rows, cols, 0, seed++);
+      Input x(cols, seed++);
+      Guarded y(static_cast<size_t>(rows) * 4);
+      MatVec(m.view, x.data(), y.floats(), 0, rows, Isa::kScalar);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(y.floats()[r], m.Dot(r, x.data()), kRel * m.AbsDot(r, x.data()) + 1e-30)
+            << rows << "x" << cols << " row " << r;
+    }
+  }
+}
+
+// Every SIMD path against scalar, on all rows and on sub-ranges; rows
+// outside the range keep their sentinel.
+void CheckTrunkIsa(const TrunkFormat& f, Isa isa) {
+  uint32_t seed = 200;
+  for (size_t slack : {0, 1}) {
+    for (int64_t rows : kRows) {
+      for (int64_t cols : kTrunkCols) {
+        SCOPED_TRACE(::testing::Message()
+                     << f.name << " " << rows << "x" << cols << " slack " << slack);
+        TrunkMatrix m(f, rows, cols, slack, seed++);
+        Input x(cols, seed++);
+        std::vector<float> want(static_cast<size_t>(rows));
+        MatVec(m.view, x.data(), want.data(), 0, rows, Isa::kScalar);
+        Guarded y(static_cast<size_t>(rows) * 4);
+        MatVec(m.view, x.data(), y.floats(), 0, rows, isa);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(y.floats()[r], want[r], kRel * m.AbsDot(r, x.data()) + 1e-30) << "row " << r;
+
+        const int64_t ranges[][2] = {
+            {0, 0}, {0, 1}, {rows / 2, rows}, {rows / 3, rows / 3 + 1}, {1, rows - 1}};
+        for (const auto& range : ranges) {
+          const int64_t a = range[0], b = std::max(range[0], range[1]);
+          std::fill_n(y.floats(), rows, -12345.f);
+          MatVec(m.view, x.data(), y.floats(), a, b, isa);
+          for (int64_t r = 0; r < rows; ++r) {
+            if (r >= a && r < b)
+              ASSERT_NEAR(y.floats()[r], want[r], kRel * m.AbsDot(r, x.data()) + 1e-30)
+                  << "range [" << a << ", " << b << ") row " << r;
+            else
+              ASSERT_EQ(y.floats()[r], -12345.f)
+                  << "range [" << a << ", " << b << ") wrote row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(TrunkFormats, Avx2MatchesScalar) {
+  WASTE_REQUIRE_ISA(Isa::kAvx2);
+  CheckTrunkIsa(GetParam(), Isa::kAvx2);
+}
+
+TEST_P(TrunkFormats, Avx512MatchesScalar) {
+  WASTE_REQUIRE_ISA(Isa::kAvx512);
+  CheckTrunkIsa(GetParam(), Isa::kAvx512);
+}
+
+TEST_P(TrunkFormats, RowBytes) {
+  const TrunkFormat& f = GetParam();
+  for (int64_t cols : kTrunkCols) {
+    MatrixView w;
+    w.fmt = f.fmt;
+    w.bf16 = f.bf16;
+    w.rows = 3;
+    w.cols = cols;
+    w.group = f.group;
+    int64_t want;
+    if (f.fmt == Fmt::kF32) {
+      want = 4 * cols;
+    } else if (f.fmt == Fmt::kF16) {
+      want = 2 * cols;
+    } else {
+      const int64_t padded = (cols + f.group - 1) / f.group * f.group;
+      want = f.fmt == Fmt::kQ8G   ? padded
+             : f.fmt == Fmt::kQ4G ? padded / 2
+                                  : (padded * 3 + 7) / 8 + 1;
+    }
+    EXPECT_EQ(MatrixRowBytes(w), want) << "cols " << cols;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, TrunkFormats, ::testing::ValuesIn(kTrunkFormats),
+                         [](const auto& test) { return std::string(test.param.name); });
+
+// ---- VQ experts ----
+
+struct VqFormat {
+  const char* name;
+  int stages, entries, index_bits, index_block;
+};
+
+const VqFormat kVqFormats[] = {
+    {"VQ3R", 3, 256, 8, 64},         {"VQ2R", 2, 256, 8, 64},
+    {"VQ4P", 4, 64, 6, 64},          {"VQ3R_rowmajor", 3, 256, 8, 0},
+    {"VQ2R_rowmajor", 2, 256, 8, 0}, {"VQ4P_rowmajor", 4, 64, 6, 0},
+    {"S1_E16", 1, 16, 8, 64},        {"S4_E256", 4, 256, 8, 64},
+    {"S5_E100", 5, 100, 8, 64},      {"S8_E256", 8, 256, 8, 64},
+    {"VQ4P_E40", 4, 40, 6, 64},
+};
+const int64_t kVqCols[] = {8, 24, 136, 2304};
+
+ExpertQuant Quant(const VqFormat& f) {
+  ExpertQuant q;
+  q.fmt = f.index_bits == 6 ? Fmt::kVQ4P : f.stages == 2 ? Fmt::kVQ2R : Fmt::kVQ3R;
+  q.stages = f.stages;
+  q.entries = f.entries;
+  q.index_bits = f.index_bits;
+  q.index_block = f.index_block;
+  return q;
+}
+
+// An expert record with three matrices of the same shape, written by the
+// project's writer (EncodeRecordPayload), then each matrix's index region
+// and scales copied into buffers that end at an unmapped page.
+struct VqRecord {
+  ExpertQuant q;
+  int64_t rows, cols;
+  std::vector<float> books[format::kMatrices];  // [stage][entry][8]
+  std::vector<uint8_t> idx[format::kMatrices];  // stage-major [stage][row * (cols/8) + v]
+  std::vector<uint16_t> scale[format::kMatrices];
+  std::unique_ptr<Guarded> index_mem[format::kMatrices], scale_mem[format::kMatrices];
+
+  VqRecord(const VqFormat& f, int64_t r, int64_t c, uint32_t seed, bool wild_indices = false)
+      : q(Quant(f)), rows(r), cols(c) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::uniform_real_distribution<float> uniform(0.25f, 2.f);
+    RecordLayout lay;
+    uint32_t off = sizeof(format::ExpertHeader);
+    for (int m = 0; m < format::kMatrices; ++m) {
+      lay.rows[m] = rows;
+      lay.cols[m] = cols;
+      lay.matrix_off[m] = off;
+      off += static_cast<uint32_t>(lay.index_bytes(m, q));
+    }
+    lay.scales_off = off;
+    lay.payload_end = off + static_cast<uint32_t>(6 * rows);
+    lay.record_bytes = (lay.payload_end + 4095) / 4096 * 4096;
+    const int max_index = wild_indices ? 255 : f.entries - 1;
+    std::uniform_int_distribution<int> pick(0, std::min(max_index, f.index_bits == 6 ? 63 : 255));
+    std::array<std::span<const uint8_t>, 3> idx_spans;
+    std::array<std::span<const uint16_t>, 3> scale_spans;
+    for (int m = 0; m < format::kMatrices; ++m) {
+      books[m].resize(static_cast<size_t>(f.stages) * f.entries * 8);
+      for (float& v : books[m]) v = normal(rng) * 0.1f;
+      idx[m].resize(static_cast<size_t>(f.stages * rows * (cols / 8)));
+      for (uint8_t& i : idx[m]) i = static_cast<uint8_t>(pick(rng));
+      scale[m].resize(static_cast<size_t>(rows));
+      for (uint16_t& s : scale[m]) s = format::F32ToF16(uniform(rng));
+      idx_spans[m] = idx[m];
+      scale_spans[m] = scale[m];
+    }
+    std::vector<uint8_t> rec(lay.record_bytes);
+    EncodeRecordPayload(lay, q, idx_spans, scale_spans, rec);
+    for (int m = 0; m < format::kMatrices; ++m) {
+      const size_t n = static_cast<size_t>(lay.index_bytes(m, q));
+      index_mem[m] = std::make_unique<Guarded>(n);
+      std::memcpy(index_mem[m]->bytes(), rec.data() + lay.matrix_off[m], n);
+      scale_mem[m] = std::make_unique<Guarded>(static_cast<size_t>(rows) * 2, 1);
+      std::memcpy(scale_mem[m]->bytes(), rec.data() + lay.scales_off + 2 * rows * m,
+                  static_cast<size_t>(rows) * 2);
+    }
+  }
+
+  VqMatrixView View(int m) const {
+    VqMatrixView v;
+    v.indices = index_mem[m]->bytes();
+    v.scales = scale_mem[m]->bytes();
+    v.rows = rows;
+    v.cols = cols;
+    v.stages = q.stages;
+    v.entries = q.entries;
+    v.index_bits = q.index_bits;
+    v.index_block = q.index_block;
+    return v;
+  }
+  std::vector<const float*> Books(int m) const {
+    std::vector<const float*> out;
+    for (int s = 0; s < q.stages; ++s)
+      out.push_back(books[m].data() + static_cast<size_t>(s) * q.entries * 8);
+    return out;
+  }
+  // The dense weight, W[r][c] = scale[r] * sum_s books[s][index(r, c/8, s)][c % 8].
+  double Weight(int m, int64_t r, int64_t c) const {
+    const int64_t nv = cols / 8, per_stage = rows * nv;
+    double w = 0;
+    for (int s = 0; s < q.stages; ++s) {
+      const int e = idx[m][s * per_stage + r * nv + c / 8];
+      w += books[m][(static_cast<size_t>(s) * q.entries + e) * 8 + c % 8];
+    }
+    return w * format::F16ToF32(scale[m][r]);
+  }
+};
+
+// A LUT in a guarded buffer.
+struct Lut {
+  size_t floats;
+  Guarded mem;
+  Lut(const VqRecord& rec, int m, const float* x, Isa isa)
+      : floats(VqLutFloats(rec.cols, rec.q.stages, rec.q.entries)), mem(floats * 4) {
+    const std::vector<const float*> books = rec.Books(m);
+    VqBuildLut(books.data(), rec.q.stages, rec.q.entries, x, rec.cols, mem.floats(), isa);
+  }
+  const float* data() { return mem.floats(); }
+};
+
+class VqFormats : public ::testing::TestWithParam<VqFormat> {};
+
+TEST_P(VqFormats, LutSize) {
+  const VqFormat& f = GetParam();
+  for (int64_t cols : kVqCols) {
+    const size_t body = static_cast<size_t>(cols / 8 * f.stages * f.entries);
+    EXPECT_EQ(VqLutFloats(cols, f.stages, f.entries), body + static_cast<size_t>(256 - f.entries));
+  }
+}
+
+TEST_P(VqFormats, ScalarLutIsTheDotProductOfEachEntry) {
+  const VqFormat& f = GetParam();
+  VqRecord rec(f, 3, 24, 5);
+  Input x(24, 6);
+  Lut lut(rec, 1, x.data(), Isa::kScalar);
+  for (int64_t v = 0; v < 3; ++v)
+    for (int s = 0; s < f.stages; ++s)
+      for (int e = 0; e < f.entries; ++e) {
+        double want = 0;
+        for (int d = 0; d < 8; ++d)
+          want += double{rec.books[1][((static_cast<size_t>(s) * f.entries + e) * 8 + d)]} *
+                  x.data()[8 * v + d];
+        ASSERT_NEAR(lut.data()[(v * f.stages + s) * f.entries + e], want, 1e-5);
+      }
+  for (size_t i = static_cast<size_t>(3 * f.stages * f.entries); i < lut.floats; ++i)
+    ASSERT_EQ(lut.data()[i], 0.f) << "padding " << i;
+}
+
+TEST_P(VqFormats, ScalarApplyMatchesTheDequantizedMatrix) {
+  uint32_t seed = 300;
+  for (int64_t rows : kRows) {
+    for (int64_t cols : kVqCols) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+      VqRecord rec(GetParam(), rows, cols, seed++);
+      Input x(cols, seed++);
+      for (int m = 0; m < format::kMatrices; ++m) {
+        Lut lut(rec, m, x.data(), Isa::kScalar);
+        Guarded y(static_cast<size_t>(rows) * 4);
+        VqApply(rec.View(m), lut.data(), y.floats(), 0, rows, Isa::kScalar);
+        for (int64_t r = 0; r < rows; ++r) {
+          double dot = 0, abs = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double t = rec.Weight(m, r, c) * x.data()[c];
+            dot += t;
+            abs += std::fabs(t);
+          }
+          ASSERT_NEAR(y.floats()[r], dot, kRel * abs + 1e-30) << "matrix " << m << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+void CheckVqIsa(const VqFormat& f, Isa isa) {
+  uint32_t seed = 400;
+  for (int64_t rows : kRows) {
+    for (int64_t cols : kVqCols) {
+      SCOPED_TRACE(::testing::Message() << f.name << " " << rows << "x" << cols);
+      VqRecord rec(f, rows, cols, seed++);
+      Input x(cols, seed++);
+      for (int m = 0; m < format::kMatrices; ++m) {
+        const VqMatrixView view = rec.View(m);
+        Lut want_lut(rec, m, x.data(), Isa::kScalar);
+        Lut lut(rec, m, x.data(), isa);
+        // The table: the same dot products up to summation order, then zeros.
+        for (int64_t v = 0; v < cols / 8; ++v)
+          for (int s = 0; s < f.stages; ++s)
+            for (int e = 0; e < f.entries; ++e) {
+              const size_t i = static_cast<size_t>((v * f.stages + s) * f.entries + e);
+              double abs = 0;
+              for (int d = 0; d < 8; ++d)
+                abs += std::fabs(
+                    double{rec.books[m][(static_cast<size_t>(s) * f.entries + e) * 8 + d]} *
+                    x.data()[8 * v + d]);
+              ASSERT_NEAR(lut.data()[i], want_lut.data()[i], kRel * abs + 1e-30) << "lut " << i;
+            }
+        for (size_t i = static_cast<size_t>(cols / 8 * f.stages * f.entries); i < lut.floats; ++i)
+          ASSERT_EQ(lut.data()[i], 0.f);
+
+        // The apply on the same table: every path adds in the same order.
+        std::vector<float> want(static_cast<size_t>(rows));
+        VqApply(view, want_lut.data(), want.data(), 0, rows, Isa::kScalar);
+        Guarded y(static_cast<size_t>(rows) * 4);
+        VqApply(view, want_lut.data(), y.floats(), 0, rows, isa);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(y.floats()[r], want[r]) << "matrix " << m << " row " << r;
+
+        // The whole product with this path's own table.
+        VqApply(view, lut.data(), y.floats(), 0, rows, isa);
+        for (int64_t r = 0; r < rows; ++r) {
+          double abs = 0;
+          for (int64_t c = 0; c < cols; ++c) abs += std::fabs(rec.Weight(m, r, c) * x.data()[c]);
+          ASSERT_NEAR(y.floats()[r], want[r], kRel * abs + 1e-30) << "matrix " << m << " row " << r;
+        }
+
+        // Row ranges, starting and ending inside index blocks and chunks.
+        const int64_t ranges[][2] = {{0, 0},           {0, 1},        {rows - 1, rows},
+                                     {rows / 2, rows}, {3, rows - 2}, {17, 50},
+                                     {63, 66},         {64, 128},     {5, 6}};
+        for (const auto& range : ranges) {
+          const int64_t a = std::min(range[0], rows), b = std::max(a, std::min(range[1], rows));
+          std::fill_n(y.floats(), rows, -12345.f);
+          VqApply(view, want_lut.data(), y.floats(), a, b, isa);
+          for (int64_t r = 0; r < rows; ++r) {
+            if (r >= a && r < b)
+              ASSERT_EQ(y.floats()[r], want[r]) << "range [" << a << ", " << b << ") row " << r;
+            else
+              ASSERT_EQ(y.floats()[r], -12345.f)
+                  << "range [" << a << ", " << b << ") wrote row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(VqFormats, Avx2MatchesScalar) {
+  WASTE_REQUIRE_ISA(Isa::kAvx2);
+  CheckVqIsa(GetParam(), Isa::kAvx2);
+}
+
+TEST_P(VqFormats, Avx512MatchesScalar) {
+  WASTE_REQUIRE_ISA(Isa::kAvx512);
+  CheckVqIsa(GetParam(), Isa::kAvx512);
+}
+
+// A damaged record whose index bytes exceed `entries` reads inside the
+// table (the buffer ends at an unmapped page) and every path agrees.
+TEST_P(VqFormats, IndicesPastTheEntriesStayInsideTheTable) {
+  const VqFormat& f = GetParam();
+  VqRecord rec(f, 130, 136, 9, /*wild_indices=*/true);
+  Input x(136, 10);
+  Lut lut(rec, 2, x.data(), Isa::kScalar);
+  std::vector<float> want(130);
+  VqApply(rec.View(2), lut.data(), want.data(), 0, 130, Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    std::vector<float> y(130);
+    VqApply(rec.View(2), lut.data(), y.data(), 0, 130, isa);
+    for (int r = 0; r < 130; ++r) ASSERT_EQ(y[r], want[r]) << Name(isa) << " row " << r;
+  }
+}
+
+// Splitting the rows across a pool changes nothing.
+TEST_P(VqFormats, PoolSplitGivesTheSameRows) {
+  VqRecord rec(GetParam(), 1024, 2304, 11);
+  Input x(2304, 12);
+  Lut lut(rec, 0, x.data(), BestIsa());
+  std::vector<float> want(1024), got(1024);
+  VqApply(rec.View(0), lut.data(), want.data(), 0, 1024, BestIsa());
+  ThreadPool pool(3);
+  for (int64_t grain : {1, 16, 32, 64, 100}) {
+    std::fill(got.begin(), got.end(), 0.f);
+    pool.ParallelFor(1024, grain, [&](int64_t a, int64_t b) {
+      VqApply(rec.View(0), lut.data(), got.data(), a, b, BestIsa());
+    });
+    ASSERT_EQ(got, want) << "grain " << grain;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, VqFormats, ::testing::ValuesIn(kVqFormats),
+                         [](const auto& test) { return std::string(test.param.name); });
+
+// ---- thread pool ----
+
+class Pool : public ::testing::TestWithParam<int> {};  // the pool's thread count
+
+TEST_P(Pool, SizeCountsTheCaller) {
+  ThreadPool pool(GetParam());
+  EXPECT_EQ(pool.size(), std::max(GetParam(), 1));
+}
+
+TEST_P(Pool, CoversEveryIndexExactlyOnceInWholeGrains) {
+  const int threads = GetParam();
+  ThreadPool pool(threads);
+  for (int64_t n : {0, 1, 2, 7, 63, 64, 65, 1000, 4097}) {
+    for (int64_t grain : {-1, 0, 1, 3, 16, 64, 1000, 5000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<bool> bad_chunk{false};
+      const int64_t g = std::max<int64_t>(grain, 1);
+      pool.ParallelFor(n, grain, [&](int64_t a, int64_t b) {
+        if (a < 0 || b > n || a >= b || a % g != 0 || (b - a < g && b != n)) bad_chunk = true;
+        for (int64_t i = a; i < b; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      ASSERT_FALSE(bad_chunk) << threads << " threads, n " << n << ", grain " << grain;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1)
+            << threads << " threads, n " << n << ", grain " << grain << ", index " << i;
+    }
+  }
+}
+
+// Back-to-back calls, some with work enough that workers join in the
+// middle: a worker waking late for a finished job must take nothing from
+// the next one, and every call must see only its own chunks.
+TEST_P(Pool, ManyCallsInARow) {
+  ThreadPool pool(GetParam());
+  std::vector<int> owner(64);
+  std::atomic<int64_t> worker_chunks{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int call = 0; call < 3000; ++call) {
+    const int spins = call % 3 == 0 ? 2000 : 0;
+    pool.ParallelFor(64, 1, [&](int64_t a, int64_t b) {
+      if (std::this_thread::get_id() != caller) ++worker_chunks;
+      std::atomic<int> busy{0};  // work for the chunk, on its own cache line
+      for (int64_t i = a; i < b; ++i) {
+        for (int k = 0; k < spins; ++k) busy.fetch_add(1, std::memory_order_relaxed);
+        owner[static_cast<size_t>(i)] = call;
+      }
+    });
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(owner[static_cast<size_t>(i)], call) << "call " << call;
+  }
+  std::printf("%d threads: %lld of the chunks ran on workers\n", pool.size(),
+              static_cast<long long>(worker_chunks.load()));
+}
+
+TEST_P(Pool, SleepingWorkersWakeUp) {
+  ThreadPool pool(GetParam());
+  for (int call = 0; call < 3; ++call) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // long past the spin
+    std::atomic<int64_t> count{0};
+    pool.ParallelFor(1000, 1, [&](int64_t a, int64_t b) { count += b - a; });
+    ASSERT_EQ(count.load(), 1000);
+  }
+}
+
+TEST_P(Pool, UsesEveryThread) {
+  const int threads = std::max(GetParam(), 1);
+  ThreadPool pool(threads);
+  std::mutex mu;
+  std::vector<std::thread::id> ids;
+  std::atomic<int> arrived{0};
+  // Each chunk waits until all have started, so every thread must be running one.
+  pool.ParallelFor(threads, 1, [&](int64_t, int64_t) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.push_back(std::this_thread::get_id());
+    }
+    ++arrived;
+    while (arrived.load() < threads) std::this_thread::yield();
+  });
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::unique(ids.begin(), ids.end()) - ids.begin(), threads);
+}
+
+TEST_P(Pool, RethrowsTheFirstExceptionAfterEveryChunkRan) {
+  ThreadPool pool(GetParam());
+  std::atomic<int64_t> count{0};
+  EXPECT_THROW(pool.ParallelFor(100, 1,
+                                [&](int64_t a, int64_t b) {
+                                  count += b - a;
+                                  if (a == 0) throw std::runtime_error("chunk 0");
+                                }),
+               std::runtime_error);
+  EXPECT_EQ(count.load(), 100);
+  // The pool still works.
+  count = 0;
+  pool.ParallelFor(100, 1, [&](int64_t a, int64_t b) { count += b - a; });
+  EXPECT_EQ(count.load(), 100);
+}
+
+TEST_P(Pool, NestedCallsRunSerially) {
+  ThreadPool pool(GetParam());
+  std::atomic<int64_t> count{0};
+  pool.ParallelFor(8, 1, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i)
+      pool.ParallelFor(10, 1, [&](int64_t c, int64_t d) { count += d - c; });
+  });
+  EXPECT_EQ(count.load(), 80);
+}
+
+TEST_P(Pool, CallsFromTwoThreadsAreSerialized) {
+  ThreadPool pool(GetParam());
+  std::atomic<int64_t> count{0};
+  auto work = [&] {
+    for (int i = 0; i < 500; ++i)
+      pool.ParallelFor(100, 7, [&](int64_t a, int64_t b) { count += b - a; });
+  };
+  std::thread other(work);
+  work();
+  other.join();
+  EXPECT_EQ(count.load(), 2 * 500 * 100);
+}
+
+TEST_P(Pool, DefaultThreadsIsTheAffinityMask) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(DefaultThreads(), CPU_COUNT(&set));
+  EXPECT_GE(DefaultThreads(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, Pool, ::testing::Values(0, 1, 2, 3, 4, 8),
+                         [](const auto& test) { return std::to_string(test.param) + "threads"; });
+
+}  // namespace
+}  // namespace waste::kernels
