@@ -13,6 +13,7 @@ packages=(
   libcli11-dev               # command lines
   zlib1g-dev                 # crc32 of expert records
   liburing-dev               # the daemon's read path
+  libpcre2-dev               # the tokenizer's pre-token regex (Unicode properties)
 )
 
 missing=()

@@ -1,0 +1,360 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <array>
+#include <cstdio>
+#include <unordered_map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/format/container.h"  // ReadSmallFile, ParseJson
+#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/utf8.h"
+
+namespace waste {
+namespace {
+
+using tokenizer::RankTable;
+
+// Kimi's tiktoken.model is 2.4 MB for 163,840 tokens; a file this size would
+// hold some 8 million.
+constexpr uint64_t kMaxModelBytes = 64u << 20;
+constexpr uint64_t kMaxSpecialsBytes = 16u << 20;
+constexpr int64_t kMaxId = (int64_t{1} << 24) - 1;
+constexpr size_t kMaxSpecialText = 256;
+constexpr size_t kMaxRankDigits = 9;
+
+// A field of an untrusted line, fit for an error message: quoted, at most
+// 40 characters, anything unprintable as \xNN.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (s.size() > 40) out += "...";
+  return out + "\"";
+}
+
+int Base64Value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+// Strict standard base64: whole groups of four, '=' only as the final
+// padding, and padding bits zero (the one canonical spelling of the bytes).
+std::optional<std::string> Base64Decode(std::string_view s) {
+  if (s.empty() || s.size() % 4 != 0) return std::nullopt;
+  size_t pad = 0;
+  while (pad < 2 && pad < s.size() && s[s.size() - 1 - pad] == '=') ++pad;
+  const std::string_view body = s.substr(0, s.size() - pad);
+  std::string out;
+  out.reserve(body.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (const char c : body) {
+    const int v = Base64Value(c);
+    if (v < 0) return std::nullopt;  // also a third '=' or one inside
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  if (acc & ((1u << bits) - 1)) return std::nullopt;  // non-zero padding bits
+  return out;
+}
+
+struct Special {
+  int32_t id;
+  std::string text;
+};
+
+// The special texts as a byte trie, for the longest special at a position.
+class SpecialTrie {
+ public:
+  SpecialTrie() : nodes_(1) {}
+  void Add(std::string_view text, int32_t id) {
+    first_[static_cast<uint8_t>(text[0])] = true;
+    size_t n = 0;
+    for (const char c : text) {
+      const int32_t child = Child(n, static_cast<uint8_t>(c));
+      if (child >= 0) {
+        n = static_cast<size_t>(child);
+      } else {
+        nodes_.emplace_back();
+        nodes_[n].children.emplace_back(static_cast<uint8_t>(c), static_cast<int32_t>(nodes_.size() - 1));
+        n = nodes_.size() - 1;
+      }
+    }
+    nodes_[n].id = id;
+  }
+  bool MayStart(char c) const { return first_[static_cast<uint8_t>(c)]; }
+  // The id and length of the longest special text at s[pos], or {-1, 0}.
+  std::pair<int32_t, size_t> LongestAt(std::string_view s, size_t pos) const {
+    std::pair<int32_t, size_t> best{-1, 0};
+    size_t n = 0;
+    for (size_t i = pos; i < s.size(); ++i) {
+      const int32_t child = Child(n, static_cast<uint8_t>(s[i]));
+      if (child < 0) break;
+      n = static_cast<size_t>(child);
+      if (nodes_[n].id >= 0) best = {nodes_[n].id, i + 1 - pos};
+    }
+    return best;
+  }
+
+ private:
+  struct Node {
+    int32_t id = -1;
+    std::vector<std::pair<uint8_t, int32_t>> children;
+  };
+  int32_t Child(size_t n, uint8_t b) const {
+    for (const auto& [byte, child] : nodes_[n].children)
+      if (byte == b) return child;
+    return -1;
+  }
+  std::vector<Node> nodes_;
+  std::array<bool, 256> first_{};
+};
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+// tokenizer.model: "base64 rank" per line, ranks exactly 0..N-1 in any order.
+Result<RankTable> LoadRanks(const std::string& path) {
+  auto text = ReadSmallFile(path, kMaxModelBytes);
+  if (!text.ok()) return text.status();
+  const std::string_view all = *text;
+  const std::string w = "tokenizer.model";
+
+  // Lines as tiktoken reads them: split at \n, a trailing \r dropped, empty
+  // lines skipped.
+  std::vector<std::pair<size_t, std::string_view>> lines;  // (line number, text)
+  size_t lineno = 0;
+  for (size_t pos = 0; pos < all.size();) {
+    size_t nl = all.find('\n', pos);
+    if (nl == std::string_view::npos) nl = all.size();
+    std::string_view line = all.substr(pos, nl - pos);
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) lines.emplace_back(lineno, line);
+    pos = nl + 1;
+  }
+  if (lines.empty()) return Status::Error(w + ": no tokens");
+  const size_t count = lines.size();
+
+  std::vector<std::string> tokens(count);
+  std::vector<size_t> line_of(count, 0);  // the line that gave each rank; 0 = none yet
+  std::unordered_map<std::string_view, int32_t> rank_of;  // views into `tokens`
+  rank_of.reserve(count);
+  for (const auto& [no, line] : lines) {
+    const std::string where = w + ": line " + std::to_string(no);
+    const size_t sp = line.find(' ');
+    if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
+      return Status::Error(where + ": expected \"<base64> <rank>\", got " + Quote(line));
+    const std::string_view b64 = line.substr(0, sp), rank_text = line.substr(sp + 1);
+    std::optional<std::string> bytes = Base64Decode(b64);
+    if (!bytes) return Status::Error(where + ": bad base64 " + Quote(b64));
+    if (rank_text.empty() || rank_text.size() > kMaxRankDigits ||
+        !std::all_of(rank_text.begin(), rank_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return Status::Error(where + ": bad rank " + Quote(rank_text));
+    const size_t rank = std::stoul(std::string(rank_text));
+    if (rank >= count)
+      return Status::Error(where + ": rank " + std::to_string(rank) + " leaves a gap: the file has " +
+                           std::to_string(count) + " tokens, so the ranks must be 0.." +
+                           std::to_string(count - 1));
+    if (line_of[rank])
+      return Status::Error(where + ": rank " + std::to_string(rank) + " already given on line " +
+                           std::to_string(line_of[rank]));
+    tokens[rank] = std::move(*bytes);
+    line_of[rank] = no;
+    const auto [it, fresh] = rank_of.emplace(tokens[rank], static_cast<int32_t>(rank));
+    if (!fresh)
+      return Status::Error(where + ": token " + Quote(b64) + " already has rank " +
+                           std::to_string(it->second) + " (line " +
+                           std::to_string(line_of[static_cast<size_t>(it->second)]) + ")");
+  }
+  // `count` lines gave `count` distinct ranks, all below `count`: every rank
+  // 0..count-1 is there.
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    if (!rank_of.count(std::string_view(&byte, 1))) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "0x%02x", b);
+      return Status::Error(w + ": no token for the byte " + buf +
+                           " (every single byte must be a token)");
+    }
+  }
+  return RankTable(tokens);
+}
+
+Status LoadSpecials(const std::string& path, int32_t n_ranks, std::vector<Special>* out) {
+  auto text = ReadSmallFile(path, kMaxSpecialsBytes);
+  if (!text.ok()) return text.status();
+  auto doc = ParseJson(*text, "specials.json");
+  if (!doc.ok()) return doc.status();
+  if (!doc->is_array()) return Status::Error("specials.json: not a list");
+  std::unordered_map<int64_t, size_t> entry_of_id;
+  std::unordered_map<std::string, size_t> entry_of_text;
+  for (size_t i = 0; i < doc->size(); ++i) {
+    const nlohmann::json& e = (*doc)[i];
+    const std::string w = "specials.json: entry " + std::to_string(i);
+    if (!e.is_object() || !e.contains("id") || !e.contains("text") || !e["id"].is_number_integer() ||
+        !e["text"].is_string())
+      return Status::Error(w + " is not {\"id\": int, \"text\": string}");
+    const int64_t id = e["id"].is_number_unsigned() && e["id"].get<uint64_t>() > uint64_t(kMaxId)
+                           ? kMaxId + 1
+                           : e["id"].get<int64_t>();
+    std::string t = e["text"].get<std::string>();
+    if (id < 0 || id > kMaxId)
+      return Status::Error(w + ": id " + e["id"].dump() + " is outside 0.." + std::to_string(kMaxId));
+    if (id < n_ranks)
+      return Status::Error(w + ": id " + std::to_string(id) +
+                           " is a rank of tokenizer.model (ranks are 0.." +
+                           std::to_string(n_ranks - 1) + ")");
+    if (t.empty() || t.size() > kMaxSpecialText)
+      return Status::Error(w + ": text is empty or longer than " + std::to_string(kMaxSpecialText) +
+                           " bytes");
+    if (const auto [it, fresh] = entry_of_id.emplace(id, i); !fresh)
+      return Status::Error(w + ": id " + std::to_string(id) + " is also entry " +
+                           std::to_string(it->second) + "'s");
+    if (const auto [it, fresh] = entry_of_text.emplace(t, i); !fresh)
+      return Status::Error(w + ": text " + Quote(t) + " is also entry " +
+                           std::to_string(it->second) + "'s");
+    out->push_back({static_cast<int32_t>(id), std::move(t)});
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Tokenizer::State {
+  State(RankTable r, tokenizer::PreTokenizer p) : ranks(std::move(r)), pre(std::move(p)) {}
+  RankTable ranks;
+  tokenizer::PreTokenizer pre;
+  std::vector<Special> specials;
+  std::unordered_map<int32_t, size_t> special_by_id;  // index into specials
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_by_text;
+  SpecialTrie trie;
+  int32_t max_id = 0;
+};
+
+Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
+  auto ranks = LoadRanks(dir + "/tokenizer.model");
+  if (!ranks.ok()) return ranks.status();
+  std::vector<Special> specials;
+  const std::string specials_path = dir + "/specials.json";
+  struct stat st;
+  if (lstat(specials_path.c_str(), &st) == 0 || errno != ENOENT)  // optional, but not unreadable
+    WASTE_RETURN_IF_ERROR(LoadSpecials(specials_path, ranks->size(), &specials));
+  auto pre = tokenizer::PreTokenizer::Create();
+  if (!pre.ok()) return pre.status();
+
+  auto s = std::make_shared<State>(std::move(*ranks), std::move(*pre));
+  s->max_id = s->ranks.size() - 1;
+  s->specials = std::move(specials);
+  for (size_t i = 0; i < s->specials.size(); ++i) {
+    const Special& sp = s->specials[i];
+    s->special_by_id.emplace(sp.id, i);
+    s->special_by_text.emplace(sp.text, sp.id);
+    s->trie.Add(sp.text, sp.id);
+    s->max_id = std::max(s->max_id, sp.id);
+  }
+  return Tokenizer(std::move(s));
+}
+
+void Tokenizer::EncodeContent(std::string_view text, std::vector<int32_t>* out) const {
+  const RankTable& ranks = s_->ranks;
+  s_->pre.Split(text, [&](std::string_view piece) {
+    // A piece that is a token is that token, whether or not merges reach it.
+    const int32_t r = ranks.Find(piece);
+    if (r >= 0)
+      out->push_back(r);
+    else
+      tokenizer::BytePairEncode(piece, ranks, out);
+  });
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  if (tokenizer::IsValidUtf8(text)) {
+    EncodeContent(text, &out);
+  } else {
+    EncodeContent(tokenizer::ReplaceInvalidUtf8(text), &out);
+  }
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::EncodeMarkup(std::string_view text) const {
+  std::string repaired;
+  if (!tokenizer::IsValidUtf8(text)) {
+    // Repairing first cannot move a special: a special's first byte is
+    // ASCII or a UTF-8 lead byte, never part of an invalid subsequence's
+    // maximal subpart.
+    repaired = tokenizer::ReplaceInvalidUtf8(text);
+    text = repaired;
+  }
+  std::vector<int32_t> out;
+  size_t segment = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (!s_->trie.MayStart(text[i])) {
+      ++i;
+      continue;
+    }
+    const auto [id, len] = s_->trie.LongestAt(text, i);
+    if (id < 0) {
+      ++i;
+      continue;
+    }
+    EncodeContent(text.substr(segment, i - segment), &out);
+    out.push_back(id);
+    i += len;
+    segment = i;
+  }
+  EncodeContent(text.substr(segment), &out);
+  return out;
+}
+
+std::string_view Tokenizer::TokenBytes(int32_t id) const {
+  if (id >= 0 && id < s_->ranks.size()) return s_->ranks.Bytes(id);
+  const auto it = s_->special_by_id.find(id);
+  return it == s_->special_by_id.end() ? std::string_view() : s_->specials[it->second].text;
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (const int32_t id : ids) out.append(TokenBytes(id));
+  return out;
+}
+
+std::optional<int32_t> Tokenizer::SpecialId(std::string_view text) const {
+  const auto it = s_->special_by_text.find(text);
+  if (it == s_->special_by_text.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const { return s_->special_by_id.count(id) != 0; }
+
+int32_t Tokenizer::max_id() const { return s_->max_id; }
+int32_t Tokenizer::n_ranks() const { return s_->ranks.size(); }
+int32_t Tokenizer::n_specials() const { return static_cast<int32_t>(s_->specials.size()); }
+
+}  // namespace waste

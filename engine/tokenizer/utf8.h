@@ -1,0 +1,23 @@
+// UTF-8 validation and repair for the tokenizer's input. The pre-tokenizer
+// works on characters, so the bytes it sees must be valid UTF-8; invalid
+// sequences are replaced the way Python's bytes.decode("utf-8",
+// errors="replace") does it, so the ids match tiktoken's on that string.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace waste::tokenizer {
+
+// True when `s` is well-formed UTF-8 (Unicode Table 3-7: no overlongs, no
+// surrogates, nothing above U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+// `s` with each maximal subpart of an ill-formed sequence replaced by U+FFFD
+// (EF BF BD): a lead byte and the continuation bytes that could still belong
+// to it become one U+FFFD, any other invalid byte one U+FFFD each. This is
+// the Unicode "substitution of maximal subparts" practice, which CPython's
+// UTF-8 decoder follows. Valid input comes back unchanged.
+std::string ReplaceInvalidUtf8(std::string_view s);
+
+}  // namespace waste::tokenizer
