@@ -9,5 +9,10 @@ namespace waste::cli {
 void AddInfo(CLI::App& app, int* exit_code);
 void AddPlan(CLI::App& app, int* exit_code);
 void AddSynth(CLI::App& app, int* exit_code);
+void AddRun(CLI::App& app, int* exit_code);
+void AddEval(CLI::App& app, int* exit_code);
+void AddTokenize(CLI::App& app, int* exit_code);  // tokenize and detokenize
+void AddBench(CLI::App& app, int* exit_code);
+void AddChat(CLI::App& app, int* exit_code);
 
 }  // namespace waste::cli

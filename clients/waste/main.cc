@@ -1,6 +1,6 @@
-// waste: the compute client. So far: inspect a container (info, plan) and
-// write synthetic ones (synth). run, eval, chat and bench arrive with the
-// engine (issue 3).
+// waste: the compute client. Inspect a container (info, plan), write
+// synthetic ones (synth), and run the model in this process (run, eval,
+// chat, bench, tokenize, detokenize).
 #include <cstdio>
 
 #include "clients/waste/commands.h"
@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
   waste::cli::AddInfo(app, &exit_code);
   waste::cli::AddPlan(app, &exit_code);
   waste::cli::AddSynth(app, &exit_code);
+  waste::cli::AddRun(app, &exit_code);
+  waste::cli::AddEval(app, &exit_code);
+  waste::cli::AddTokenize(app, &exit_code);
+  waste::cli::AddBench(app, &exit_code);
+  waste::cli::AddChat(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

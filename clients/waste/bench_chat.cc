@@ -1,0 +1,225 @@
+// waste bench (throughput and where the time goes) and waste chat (a REPL).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "clients/waste/commands.h"
+#include "clients/waste/engine_setup.h"
+#include "engine/model/sampler.h"
+#include "engine/model/session_io.h"
+#include "engine/plan/plan.h"
+
+namespace waste::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct BenchOptions {
+  EngineOptions engine;
+  int prompt_tokens = 64;
+  int gen_tokens = 32;
+  bool json = false;
+};
+
+int RunBench(const BenchOptions& o) {
+  auto e = OpenEngine(o.engine);
+  if (!e.ok()) {
+    std::fprintf(stderr, "waste: %s\n", e.status().message().c_str());
+    return 1;
+  }
+  Model& m = *e->model;
+  const int V = m.config().vocab;
+  std::vector<int> prompt(o.prompt_tokens);
+  for (int i = 0; i < o.prompt_tokens; ++i) prompt[i] = static_cast<int>((1 + 7919ull * i) % V);
+  Session s = m.NewSession(std::max(o.engine.context, o.prompt_tokens + o.gen_tokens + 1));
+  std::vector<float> logits(V);
+  const auto t0 = Clock::now();
+  if (Status st = m.Forward(s, prompt, logits.data()); !st.ok()) {
+    std::fprintf(stderr, "waste: %s\n", st.message().c_str());
+    return 1;
+  }
+  const double prefill = Since(t0);
+  const ExpertStats before = e->cache ? e->cache->stats() : ExpertStats{};
+  const PhaseTimes pt0 = m.times();
+  Sampler greedy({});
+  const auto t1 = Clock::now();
+  for (int i = 0; i < o.gen_tokens; ++i) {
+    const int one[1] = {greedy.Sample(logits)};
+    if (Status st = m.Forward(s, one, logits.data()); !st.ok()) {
+      std::fprintf(stderr, "waste: %s\n", st.message().c_str());
+      return 1;
+    }
+  }
+  const double decode = Since(t1);
+  const ExpertStats after = e->cache ? e->cache->stats() : ExpertStats{};
+  const PhaseTimes& pt = m.times();
+  const double hits = static_cast<double>(after.hits - before.hits);
+  const double misses = static_cast<double>(after.misses - before.misses);
+  const double n = std::max(1, o.gen_tokens);
+  nlohmann::json j = {
+      {"container", o.engine.container},
+      {"threads", m.threads()},
+      {"budget", e->budget},
+      {"cache_slots", e->cache_slots},
+      {"prefill_tokens", o.prompt_tokens},
+      {"prefill_tok_s", o.prompt_tokens / std::max(prefill, 1e-9)},
+      {"decode_tokens", o.gen_tokens},
+      {"decode_tok_s", o.gen_tokens / std::max(decode, 1e-9)},
+      {"decode_hit_rate", hits + misses > 0 ? hits / (hits + misses) : 0.0},
+      {"decode_gb_read_per_token",
+       static_cast<double>(after.bytes_read - before.bytes_read) / 1e9 / n},
+      {"decode_seconds_per_token",
+       {{"expert_io_wait", (pt.expert_wait - pt0.expert_wait) / n},
+        {"expert_arithmetic", (pt.experts - pt0.experts) / n},
+        {"attention", (pt.attention - pt0.attention) / n},
+        {"other", (pt.other - pt0.other) / n},
+        {"total", decode / n}}},
+  };
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const auto& sp = j["decode_seconds_per_token"];
+  std::printf("prefill  %d tokens, %.2f tok/s\n", o.prompt_tokens,
+              j["prefill_tok_s"].get<double>());
+  std::printf("decode   %d tokens, %.2f tok/s, hit rate %.1f%%, %.3f GB read per token\n",
+              o.gen_tokens, j["decode_tok_s"].get<double>(),
+              100 * j["decode_hit_rate"].get<double>(),
+              j["decode_gb_read_per_token"].get<double>());
+  std::printf(
+      "per token  expert I/O wait %.1f ms, expert arithmetic %.1f ms, attention %.1f ms, other "
+      "%.1f ms"
+      " (total %.1f ms)\n",
+      1e3 * sp["expert_io_wait"].get<double>(), 1e3 * sp["expert_arithmetic"].get<double>(),
+      1e3 * sp["attention"].get<double>(), 1e3 * sp["other"].get<double>(),
+      1e3 * sp["total"].get<double>());
+  std::printf("threads %d, budget %s, cache %llu records\n", m.threads(),
+              FormatSize(e->budget).c_str(), static_cast<unsigned long long>(e->cache_slots));
+  return 0;
+}
+
+struct ChatOptions {
+  EngineOptions engine;
+  SamplerOptions sampler;
+  int max_tokens = 512;
+  std::string system;
+};
+
+// chat.json: role -> [prefix, suffix]; "open" starts the assistant's turn.
+std::string Wrap(const nlohmann::json& chat, const std::string& role, const std::string& text) {
+  if (!chat.contains(role) || !chat[role].is_array()) return text;
+  return chat[role][0].get<std::string>() + text + chat[role][1].get<std::string>();
+}
+
+int RunChat(const ChatOptions& o) {
+  auto e = OpenEngine(o.engine);
+  if (!e.ok()) {
+    std::fprintf(stderr, "waste: %s\n", e.status().message().c_str());
+    return 1;
+  }
+  if (!e->tokenizer) {
+    std::fprintf(stderr, "waste: chat needs a container with a tokenizer\n");
+    return 1;
+  }
+  Model& m = *e->model;
+  const Tokenizer& tok = *e->tokenizer;
+  const nlohmann::json& chat = e->container->chat();
+  Session s = m.NewSession(o.engine.context);
+  Sampler sampler(o.sampler);
+  std::vector<float> logits(m.config().vocab);
+  std::string pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
+  const int end_id = tok.SpecialId("<|im_end|>").value_or(m.config().eos_token);
+  std::fprintf(stderr, "chat: /reset, /stats, /save FILE, /load FILE, /quit\n");
+  std::string line;
+  while (std::fprintf(stderr, "> "), std::getline(std::cin, line)) {
+    if (line == "/quit") break;
+    if (line == "/reset") {
+      s = m.NewSession(o.engine.context);
+      pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
+      continue;
+    }
+    if (line == "/stats") {
+      const ExpertStats st = e->cache ? e->cache->stats() : ExpertStats{};
+      std::fprintf(stderr,
+                   "position %d of %d, state %s, experts %llu hit / %llu miss, %.3f GB read\n",
+                   s.position, s.max_context, FormatSize(s.state_bytes()).c_str(),
+                   static_cast<unsigned long long>(st.hits),
+                   static_cast<unsigned long long>(st.misses), st.bytes_read / 1e9);
+      continue;
+    }
+    if (line.rfind("/save ", 0) == 0 || line.rfind("/load ", 0) == 0) {
+      const std::string path = line.substr(6);
+      if (line[1] == 's') {
+        const Status st = SaveSession(m, s, path);
+        std::fprintf(stderr, "%s\n", st.ok() ? "saved" : st.message().c_str());
+      } else {
+        auto loaded = LoadSession(m, path);
+        if (loaded.ok()) s = std::move(*loaded);
+        std::fprintf(stderr, "%s\n", loaded.ok() ? "loaded" : loaded.status().message().c_str());
+      }
+      continue;
+    }
+    std::string turn = pending + Wrap(chat, "user", line) + chat.value("open", std::string());
+    pending.clear();
+    std::vector<int> ids;
+    for (int32_t id : tok.EncodeMarkup(turn)) ids.push_back(id);
+    if (Status st = m.Forward(s, ids, logits.data()); !st.ok()) {
+      std::fprintf(stderr, "waste: %s\n", st.message().c_str());
+      continue;
+    }
+    for (int i = 0; i < o.max_tokens; ++i) {
+      const int next = sampler.Sample(logits);
+      const int one[1] = {next};
+      const Status st =
+          m.Forward(s, one, logits.data());  // the reply, its end included, stays in context
+      if (next == end_id || next == m.config().eos_token || !st.ok()) break;
+      const std::string_view piece = tok.TokenBytes(next);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBench(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd =
+      app.add_subcommand("bench", "Prefill and decode speed, hit rate, where the time goes");
+  cmd->add_option("CONTAINER", o->engine.container, "Container directory")->required();
+  cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prefill length")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--gen", o->gen_tokens, "Decode steps")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON");
+  AddEngineFlags(cmd, &o->engine);
+  cmd->callback([o, exit_code] { *exit_code = RunBench(*o); });
+}
+
+void AddChat(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<ChatOptions>();
+  auto* cmd =
+      app.add_subcommand("chat", "Talk to the model (REPL with /reset, /stats, /save, /load)");
+  cmd->add_option("CONTAINER", o->engine.container, "Container directory")->required();
+  cmd->add_option("--system", o->system, "A system message");
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Reply length limit")->capture_default_str();
+  cmd->add_option("--temp", o->sampler.temperature, "Temperature (0: greedy)");
+  cmd->add_option("--top-k", o->sampler.top_k, "Sample from the k most likely");
+  cmd->add_option("--top-p", o->sampler.top_p, "Nucleus sampling threshold");
+  cmd->add_option("--seed", o->sampler.seed, "Sampling seed");
+  AddEngineFlags(cmd, &o->engine);
+  cmd->callback([o, exit_code] { *exit_code = RunChat(*o); });
+}
+
+}  // namespace waste::cli

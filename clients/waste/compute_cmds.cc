@@ -1,0 +1,243 @@
+// waste run, eval, tokenize, detokenize, bench: the engine in one process.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "clients/waste/commands.h"
+#include "clients/waste/engine_setup.h"
+#include "engine/model/sampler.h"
+#include "engine/model/stop.h"
+#include "engine/plan/plan.h"
+
+namespace waste::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "waste: %s\n", st.message().c_str());
+  return 1;
+}
+
+Result<std::vector<int>> ParseIds(const std::string& text) {
+  std::vector<int> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > (1 << 30)) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int>(v));
+    } catch (...) {
+      return Status::Error("\"" + item + "\" is not a token id");
+    }
+  }
+  if (ids.empty()) return Status::Error("no token ids given");
+  return ids;
+}
+
+// Prompt ids: --ids, or the prompt text through the tokenizer (markup
+// resolved, so a chat template's control tokens become their ids).
+Result<std::vector<int>> PromptIds(const Engine& e, const std::string& prompt,
+                                   const std::string& ids) {
+  if (!ids.empty()) return ParseIds(ids);
+  if (!e.tokenizer) return Status::Error("this container has no tokenizer; pass --ids");
+  auto text = ReadPrompt(prompt);
+  if (!text.ok()) return text.status();
+  std::vector<int> out;
+  for (int32_t id : e.tokenizer->EncodeMarkup(*text)) out.push_back(id);
+  if (out.empty()) return Status::Error("the prompt is empty");
+  return out;
+}
+
+struct RunOptions {
+  EngineOptions engine;
+  std::string prompt, ids;
+  int max_tokens = 64;
+  SamplerOptions sampler;
+  std::vector<std::string> stops;
+  bool ignore_eos = false;
+};
+
+int RunGenerate(const RunOptions& o) {
+  auto e = OpenEngine(o.engine);
+  if (!e.ok()) return Fail(e.status());
+  auto prompt = PromptIds(*e, o.prompt, o.ids);
+  if (!prompt.ok()) return Fail(prompt.status());
+  Model& m = *e->model;
+  Session s = m.NewSession(o.engine.context);
+  std::vector<float> logits(m.config().vocab);
+  const auto t0 = Clock::now();
+  if (Status st = m.Forward(s, *prompt, logits.data()); !st.ok()) return Fail(st);
+  const double prefill = Since(t0);
+  Sampler sampler(o.sampler);
+  StopMatcher stop(o.stops);
+  int produced = 0;
+  const auto t1 = Clock::now();
+  while (produced < o.max_tokens && !stop.stopped()) {
+    const int next = sampler.Sample(logits);
+    ++produced;
+    if (!o.ignore_eos && next == m.config().eos_token) break;
+    const std::string piece = e->tokenizer ? std::string(e->tokenizer->TokenBytes(next))
+                                           : "[" + std::to_string(next) + "]";
+    const std::string shown = stop.Feed(piece);
+    std::fwrite(shown.data(), 1, shown.size(), stdout);
+    std::fflush(stdout);
+    if (stop.stopped() || produced == o.max_tokens) break;
+    const int one[1] = {next};
+    if (Status st = m.Forward(s, one, logits.data()); !st.ok()) return Fail(st);
+  }
+  const std::string rest = stop.Flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  const double decode = Since(t1);
+  const ExpertStats st = e->cache ? e->cache->stats() : ExpertStats{};
+  std::fprintf(stderr,
+               "\n[%zu prompt tokens in %.2f s, %d generated in %.2f s (%.2f tok/s) | experts %llu "
+               "hit / %llu miss"
+               " | %.3f GB read]\n",
+               prompt->size(), prefill, produced, decode, produced / std::max(decode, 1e-9),
+               static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
+               st.bytes_read / 1e9);
+  return 0;
+}
+
+struct EvalOptions {
+  EngineOptions engine;
+  std::string prompt, ids, logits_file;
+  int top = 10;
+  bool json = false;
+};
+
+int RunEval(const EvalOptions& o) {
+  auto e = OpenEngine(o.engine);
+  if (!e.ok()) return Fail(e.status());
+  auto prompt = PromptIds(*e, o.prompt, o.ids);
+  if (!prompt.ok()) return Fail(prompt.status());
+  Model& m = *e->model;
+  Session s = m.NewSession(std::max<int>(o.engine.context, static_cast<int>(prompt->size())));
+  std::vector<float> all;
+  if (Status st = m.Forward(s, *prompt, nullptr, &all); !st.ok()) return Fail(st);
+  const int V = m.config().vocab;
+  if (!o.logits_file.empty()) {
+    std::ofstream f(o.logits_file, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(all.data()),
+            static_cast<std::streamsize>(all.size() * 4));
+    if (!f) return Fail(Status::Error(o.logits_file + ": write failed"));
+  }
+  const float* last = all.data() + (prompt->size() - 1) * static_cast<size_t>(V);
+  std::vector<int> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  const int top = std::min(o.top, V);
+  std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int a, int b) {
+    return last[a] > last[b] || (last[a] == last[b] && a < b);
+  });
+  double sum = 0;
+  const float mx = last[order[0]];
+  for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(last[i]) - mx);
+  nlohmann::json j = {{"tokens", prompt->size()}, {"top", nlohmann::json::array()}};
+  for (int i = 0; i < top; ++i) {
+    const int id = order[i];
+    const double p = std::exp(static_cast<double>(last[id]) - mx) / sum;
+    nlohmann::json row = {{"id", id}, {"logit", last[id]}, {"prob", p}};
+    if (e->tokenizer) row["text"] = std::string(e->tokenizer->TokenBytes(id));
+    j["top"].push_back(row);
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    for (const auto& row : j["top"])
+      std::printf("%8d  %10.4f  %7.4f  %s\n", row["id"].get<int>(), row["logit"].get<float>(),
+                  row["prob"].get<double>(),
+                  row.contains("text")
+                      ? nlohmann::json(row["text"])
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                            .c_str()
+                      : "");
+  }
+  return 0;
+}
+
+struct TokOptions {
+  std::string container, text;
+  bool markup = false;
+};
+
+int RunTokenize(const TokOptions& o, bool decode) {
+  auto t = Tokenizer::Load(o.container);
+  if (!t.ok()) return Fail(t.status().Prefixed(o.container));
+  if (decode) {
+    auto ids = ParseIds(o.text);
+    if (!ids.ok()) return Fail(ids.status());
+    std::vector<int32_t> v(ids->begin(), ids->end());
+    const std::string s = t->Decode(v);
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::printf("\n");
+    return 0;
+  }
+  auto text = ReadPrompt(o.text);
+  if (!text.ok()) return Fail(text.status());
+  const auto ids = o.markup ? t->EncodeMarkup(*text) : t->Encode(*text);
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? ",%d" : "%d", ids[i]);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddRun(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  cmd->add_option("CONTAINER", o->engine.container, "Container directory")->required();
+  cmd->add_option("PROMPT", o->prompt, "Prompt text, @FILE, or - for standard input");
+  cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 3,7,11");
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", o->sampler.temperature, "Temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sampler.top_k, "Sample from the k most likely (0: all)");
+  cmd->add_option("--top-p", o->sampler.top_p, "Nucleus sampling threshold")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", o->sampler.seed, "Sampling seed");
+  cmd->add_option("--stop", o->stops, "Stop when this text is generated (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+  AddEngineFlags(cmd, &o->engine);
+  cmd->callback([o, exit_code] { *exit_code = RunGenerate(*o); });
+}
+
+void AddEval(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* cmd = app.add_subcommand("eval", "The next-token distribution after a prompt");
+  cmd->add_option("CONTAINER", o->engine.container, "Container directory")->required();
+  cmd->add_option("PROMPT", o->prompt, "Prompt text, @FILE, or - for standard input");
+  cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 3,7,11");
+  cmd->add_option("--logits", o->logits_file, "Write every position's raw float32 logits here");
+  cmd->add_option("--top", o->top, "How many candidates to show")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON");
+  AddEngineFlags(cmd, &o->engine);
+  cmd->callback([o, exit_code] { *exit_code = RunEval(*o); });
+}
+
+void AddTokenize(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<TokOptions>();
+  auto* enc = app.add_subcommand("tokenize", "Text to token ids");
+  enc->add_option("CONTAINER", o->container, "Container directory")->required();
+  enc->add_option("TEXT", o->text, "Text, @FILE, or - for standard input")->required();
+  enc->add_flag("--markup", o->markup, "Resolve special-token texts to their ids");
+  enc->callback([o, exit_code] { *exit_code = RunTokenize(*o, false); });
+  auto* dec = app.add_subcommand("detokenize", "Token ids to text");
+  dec->add_option("CONTAINER", o->container, "Container directory")->required();
+  dec->add_option("IDS", o->text, "Token ids, e.g. 3,7,11")->required();
+  dec->callback([o, exit_code] { *exit_code = RunTokenize(*o, true); });
+}
+
+}  // namespace waste::cli

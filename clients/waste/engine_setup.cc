@@ -1,0 +1,100 @@
+#include "clients/waste/engine_setup.h"
+
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "engine/plan/plan.h"
+
+namespace waste::cli {
+
+void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
+  cmd->add_option("--budget", o->budget,
+                  "Memory for trunk, state and expert cache (default: this machine's)");
+  cmd->add_option("--threads", o->threads, "Compute threads (default: every usable CPU)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--ctx", o->context, "Context length")
+      ->check(CLI::Range(1, 1 << 22))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Prefill tokens per chunk")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--readers", o->readers, "Expert reads in flight")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_flag("--verify", o->verify, "Check the crc32 of every expert record read");
+  cmd->add_option("--isa", o->isa,
+                  "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+}
+
+Result<Engine> OpenEngine(const EngineOptions& o) {
+  Engine e;
+  auto ct = Container::Open(o.container);
+  if (!ct.ok()) return ct.status().Prefixed(o.container);
+  e.container = std::make_unique<Container>(std::move(*ct));
+  const Container& c = *e.container;
+
+  const MemoryPlan plan = PlanMemory(c.manifest(), o.context);
+  if (o.budget.empty()) {
+    auto b = DefaultBudget(plan, ProcessMemoryLimit());
+    if (!b.ok()) return b.status();
+    e.budget = *b;
+  } else {
+    auto b = ParseSize(o.budget);
+    if (!b.ok()) return b.status().Prefixed("--budget");
+    e.budget = *b;
+  }
+  // In one process the budget holds the trunk, the state, the scratch and
+  // the cache; what the daemon would add is not spent here.
+  const uint64_t fixed = plan.trunk + plan.client_state + plan.scratch;
+  if (c.config().n_moe_layers() > 0) {
+    if (e.budget < fixed + c.record_bytes())
+      return Status::Error("--budget " + FormatSize(e.budget) +
+                           " leaves no room for one expert record (trunk " +
+                           FormatSize(plan.trunk) + ", state " + FormatSize(plan.client_state) +
+                           ", scratch " + FormatSize(plan.scratch) + ")");
+    const uint64_t all = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
+    e.cache_slots = std::min<uint64_t>(all, (e.budget - fixed) / c.record_bytes());
+    CacheOptions co;
+    co.slots = e.cache_slots;
+    co.readers = o.readers;
+    co.verify_crc = o.verify;
+    auto cache = ExpertCache::Create(c, co);
+    if (!cache.ok()) return cache.status();
+    e.cache = std::move(*cache);
+  }
+  ModelOptions mo;
+  mo.threads = o.threads;
+  mo.chunk = o.chunk;
+  if (o.isa == "scalar")
+    mo.isa = kernels::Isa::kScalar;
+  else if (o.isa == "avx2")
+    mo.isa = kernels::Isa::kAvx2;
+  else if (o.isa == "avx512")
+    mo.isa = kernels::Isa::kAvx512;
+  if (!o.isa.empty()) {
+    const auto avail = kernels::AvailableIsas();
+    if (std::find(avail.begin(), avail.end(), mo.isa) == avail.end())
+      return Status::Error("--isa " + o.isa + " is not supported by this CPU");
+  }
+  auto m = Model::Load(c, e.cache.get(), mo);
+  if (!m.ok()) return m.status();
+  e.model = std::move(*m);
+  if (c.has_tokenizer()) {
+    auto t = Tokenizer::Load(c.dir());
+    if (!t.ok()) return t.status();
+    e.tokenizer = std::move(*t);
+  }
+  return e;
+}
+
+Result<std::string> ReadPrompt(const std::string& arg) {
+  if (arg == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  if (!arg.empty() && arg[0] == '@') return ReadSmallFile(arg.substr(1), 64u << 20);
+  return arg;
+}
+
+}  // namespace waste::cli

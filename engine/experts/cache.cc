@@ -1,0 +1,213 @@
+#include "engine/experts/cache.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace waste {
+namespace {
+
+uint32_t Key(int layer, int expert) {
+  return static_cast<uint32_t>(layer) << 16 | static_cast<uint32_t>(expert);
+}
+int KeyLayer(uint32_t key) {
+  return static_cast<int>(key >> 16);
+}
+int KeyExpert(uint32_t key) {
+  return static_cast<int>(key & 0xffff);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
+                                                         const CacheOptions& opt) {
+  if (opt.slots < 1) return Status::Error("expert cache: needs at least one slot");
+  if (opt.readers < 1 || opt.readers > 256)
+    return Status::Error("expert cache: readers must be in [1, 256]");
+  std::unique_ptr<ExpertCache> c(new ExpertCache(ct, opt));
+  if (!c->memory_)
+    return Status::Error("expert cache: cannot allocate " + std::to_string(opt.slots) +
+                         " slots of " + std::to_string(c->record_bytes_) + " bytes");
+  for (int L = 0; L < ct.config().n_layers; ++L) {
+    const ExpertBank* b = ct.manifest().Bank(L);
+    if (!b) continue;
+    const std::string path = ct.dir() + "/" + b->file;
+    int fd = opt.direct_io ? open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+    if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::Error(b->file + ": " + std::strerror(errno));
+    c->bank_fds_[L] = fd;
+  }
+  for (int i = 0; i < opt.readers; ++i)
+    c->readers_.emplace_back([p = c.get()] { p->ReaderLoop(); });
+  return c;
+}
+
+ExpertCache::ExpertCache(const Container& ct, const CacheOptions& opt)
+    : ct_(ct), opt_(opt), record_bytes_(ct.record_bytes()) {
+  bank_fds_.assign(ct.config().n_layers, -1);
+  slots_.resize(opt.slots);
+  if (record_bytes_ > 0)
+    memory_ = static_cast<uint8_t*>(std::aligned_alloc(4096, record_bytes_ * opt.slots));
+}
+
+ExpertCache::~ExpertCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  request_cv_.notify_all();
+  for (auto& t : readers_) t.join();
+  for (int fd : bank_fds_)
+    if (fd >= 0) close(fd);
+  std::free(memory_);
+}
+
+int ExpertCache::Victim() const {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const Slot& s = slots_[i];
+    if (s.state == State::kEmpty) return i;
+    if (s.pins > 0 || s.state == State::kLoading) continue;
+    if (best < 0 || s.uses < slots_[best].uses ||
+        (s.uses == slots_[best].uses && s.last_use < slots_[best].last_use))
+      best = i;
+  }
+  return best;
+}
+
+int ExpertCache::SlotFor(uint32_t key, HintKind kind, bool* hit) {
+  if (auto it = index_.find(key); it != index_.end()) {
+    const Slot& s = slots_[it->second];
+    if (s.state != State::kFailed) {
+      *hit = s.state == State::kReady;
+      return it->second;
+    }
+    index_.erase(it);  // a failed read is retried
+  }
+  *hit = false;
+  const int v = Victim();
+  if (v < 0) return -1;
+  Slot& s = slots_[v];
+  if (s.state != State::kEmpty) index_.erase(s.key);
+  s = Slot{};
+  s.state = State::kLoading;
+  s.key = key;
+  index_[key] = v;
+  queue_[static_cast<int>(kind)].push_back({key, v, kind});
+  request_cv_.notify_one();
+  return v;
+}
+
+void ExpertCache::Hint(int layer, std::span<const int> experts, HintKind kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int e : experts) {
+    bool hit;
+    SlotFor(Key(layer, e), kind, &hit);
+  }
+}
+
+Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
+  const ExpertBank* bank = ct_.manifest().Bank(layer);
+  if (!bank || expert < 0 || expert >= bank->experts)
+    return Status::Error("expert " + std::to_string(expert) + " of layer " + std::to_string(layer) +
+                         " does not exist");
+  const uint32_t key = Key(layer, expert);
+  std::unique_lock<std::mutex> lock(mu_);
+  bool hit = false;
+  const int i = SlotFor(key, HintKind::kDemand, &hit);
+  if (i < 0)
+    return Status::Error("expert cache: all " + std::to_string(slots_.size()) +
+                         " slots are in use; cannot load expert " + std::to_string(expert) +
+                         " of layer " + std::to_string(layer));
+  Slot& s = slots_[i];
+  ++s.pins;  // pinned before waiting: the slot cannot be reassigned under us
+  if (hit) {
+    ++stats_.hits;
+  } else {
+    ++stats_.misses;
+    // A hinted read still queued at a lower priority moves to the front.
+    for (int k = 1; k < 3; ++k)
+      for (auto it = queue_[k].begin(); it != queue_[k].end(); ++it)
+        if (it->slot == i) {
+          queue_[0].push_front(*it);
+          queue_[k].erase(it);
+          break;
+        }
+    const auto t0 = std::chrono::steady_clock::now();
+    ready_cv_.wait(lock, [&] { return s.state != State::kLoading; });
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  s.uses += 1;
+  s.last_use = ++clock_;
+  if (clock_ % std::max<uint64_t>(64, 4 * slots_.size()) == 0)
+    for (Slot& x : slots_) x.uses /= 2;  // popularity fades
+  if (s.state == State::kFailed) {
+    --s.pins;
+    return Status::Error(s.error);
+  }
+  return memory_ + record_bytes_ * static_cast<size_t>(i);
+}
+
+void ExpertCache::Release(int layer, int expert) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = index_.find(Key(layer, expert));
+  if (it != index_.end() && slots_[it->second].pins > 0) --slots_[it->second].pins;
+}
+
+ExpertStats ExpertCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+Status ExpertCache::ReadInto(uint32_t key, uint8_t* dst) {
+  const int layer = KeyLayer(key), expert = KeyExpert(key);
+  const uint64_t off = record_bytes_ * static_cast<uint64_t>(expert);
+  size_t done = 0;
+  while (done < record_bytes_) {
+    const ssize_t got =
+        pread(bank_fds_[layer], dst + done, record_bytes_ - done, static_cast<off_t>(off + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      return Status::Error("expert " + std::to_string(expert) + " of layer " +
+                           std::to_string(layer) + ": " +
+                           (got < 0 ? std::strerror(errno) : "short read"));
+    done += static_cast<size_t>(got);
+  }
+  return ct_.CheckRecord(layer, expert, {dst, record_bytes_}, opt_.verify_crc)
+      .Prefixed("expert " + std::to_string(expert) + " of layer " + std::to_string(layer));
+}
+
+void ExpertCache::ReaderLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    request_cv_.wait(lock, [&] {
+      return stop_ || !queue_[0].empty() || !queue_[1].empty() || !queue_[2].empty();
+    });
+    if (stop_) return;
+    Request r{};
+    for (auto& q : queue_) {
+      if (!q.empty()) {
+        r = q.front();
+        q.pop_front();
+        break;
+      }
+    }
+    uint8_t* dst = memory_ + record_bytes_ * static_cast<size_t>(r.slot);
+    lock.unlock();
+    const Status st = ReadInto(r.key, dst);  // the slot is loading: nobody else touches it
+    lock.lock();
+    Slot& s = slots_[r.slot];
+    s.state = st.ok() ? State::kReady : State::kFailed;
+    if (!st.ok()) s.error = st.message();
+    ++stats_.reads;
+    stats_.bytes_read += record_bytes_;
+    ready_cv_.notify_all();
+  }
+}
+
+}  // namespace waste

@@ -1,0 +1,85 @@
+// ExpertCache: the in-process expert source. A fixed set of slots, each one
+// record long and page aligned, filled by reader threads with O_DIRECT reads
+// straight from the banks, demand before lookahead before warm-up. Eviction
+// is LFRU: the unpinned slot with the fewest recent uses goes first (uses are
+// halved every max(64, 4 x slots) acquisitions, so old popularity fades), the least
+// recently used among equals. A pinned or loading slot is never evicted.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/experts/expert_source.h"
+#include "engine/format/container.h"
+
+namespace waste {
+
+struct CacheOptions {
+  uint64_t slots = 0;       // records held; at least 1
+  int readers = 4;          // reader threads, i.e. reads in flight
+  bool verify_crc = false;  // check each record's crc32 as it arrives
+  bool direct_io = true;    // bypass the page cache where the filesystem allows
+};
+
+class ExpertCache : public ExpertSource {
+ public:
+  static Result<std::unique_ptr<ExpertCache>> Create(const Container& ct, const CacheOptions& opt);
+  ~ExpertCache() override;
+
+  void Hint(int layer, std::span<const int> experts, HintKind kind) override;
+  Result<const uint8_t*> Acquire(int layer, int expert) override;
+  void Release(int layer, int expert) override;
+  ExpertStats stats() const override;
+
+  uint64_t slots() const { return slots_.size(); }
+
+ private:
+  enum class State { kEmpty, kLoading, kReady, kFailed };
+  struct Slot {
+    State state = State::kEmpty;
+    uint32_t key = 0;  // layer << 16 | expert
+    int pins = 0;
+    uint64_t uses = 0;
+    uint64_t last_use = 0;
+    std::string error;
+  };
+  struct Request {
+    uint32_t key;
+    int slot;
+    HintKind kind;
+  };
+
+  ExpertCache(const Container& ct, const CacheOptions& opt);
+  // With mu_ held: the slot holding `key` or a fresh one loading it; -1 when
+  // every slot is pinned or loading.
+  int SlotFor(uint32_t key, HintKind kind, bool* hit);
+  int Victim() const;
+  void ReaderLoop();
+  Status ReadInto(uint32_t key, uint8_t* dst);
+
+  const Container& ct_;
+  const CacheOptions opt_;
+  size_t record_bytes_;
+  uint8_t* memory_ = nullptr;  // slots * record_bytes, page aligned
+  std::vector<int> bank_fds_;  // by layer: O_DIRECT descriptors where possible
+
+  mutable std::mutex mu_;
+  std::condition_variable ready_cv_;    // a slot finished loading
+  std::condition_variable request_cv_;  // a read was queued, or stop
+  std::vector<Slot> slots_;
+  std::unordered_map<uint32_t, int> index_;
+  std::deque<Request> queue_[3];  // by HintKind: demand, lookahead, warm
+  uint64_t clock_ = 0;
+  ExpertStats stats_;
+  bool stop_ = false;
+  std::vector<std::thread> readers_;
+};
+
+}  // namespace waste

@@ -1,0 +1,45 @@
+// Where expert records come from. The forward pass hints the experts a layer
+// will want, acquires the records it needs now (blocking only on what is not
+// there yet), computes straight from them, and releases them. Two
+// implementations: ExpertCache (in this process, reading the container) and,
+// with the daemon, a client of wasted's shared cache. Both hand out the same
+// bytes, so results do not depend on which one is used.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/status.h"
+
+namespace waste {
+
+enum class HintKind {
+  kDemand,     // needed now
+  kLookahead,  // predicted for a coming layer
+  kWarm,       // background warm-up
+};
+
+struct ExpertStats {
+  uint64_t hits = 0;    // acquired while already in memory
+  uint64_t misses = 0;  // acquired while missing or still loading
+  uint64_t reads = 0;   // records read from disk
+  uint64_t bytes_read = 0;
+  double wait_seconds = 0;  // time Acquire spent blocked
+};
+
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+
+  // Asks for records to be brought in; never blocks, may be ignored.
+  virtual void Hint(int layer, std::span<const int> experts, HintKind kind) = 0;
+
+  // The record of (layer, expert), checked, pinned until Release. Fails with
+  // a message naming the layer and expert when the record cannot be had.
+  virtual Result<const uint8_t*> Acquire(int layer, int expert) = 0;
+  virtual void Release(int layer, int expert) = 0;
+
+  virtual ExpertStats stats() const = 0;
+};
+
+}  // namespace waste

@@ -1,0 +1,568 @@
+#include "engine/model/model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numbers>
+
+#include "engine/format/encoding.h"
+#include "engine/kernels/vq.h"
+#include "engine/model/router.h"
+
+namespace waste {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+float Silu(float x) {
+  return x / (1.f + std::exp(-x));
+}
+float Sigmoid(float x) {
+  return 1.f / (1.f + std::exp(-x));
+}
+float Softplus(float x) {
+  return x > 20.f ? x : std::log1p(std::exp(x));
+}  // torch's threshold
+
+// y = x / rms(x) * w, over n values.
+void RmsNorm(const float* x, const float* w, int n, float eps, float* y) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = 1.f / std::sqrt(static_cast<float>(ss / n) + eps);
+  for (int i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
+}
+
+// x / sqrt(sum x^2 + 1e-6), as fla's l2norm (not F.normalize's max(|x|, eps)).
+void L2Normalize(float* x, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = 1.f / std::sqrt(static_cast<float>(ss) + 1e-6f);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+// The latent projections' norms are built without an eps in every reference
+// (HF DeepseekV3, HF KimiLinear, Moonshot's code), so they take RMSNorm's
+// default, whatever rms_norm_eps says.
+constexpr float kLatentNormEps = 1e-6f;
+
+// f16 scales per row of a trunk matrix (none for F32 and F16).
+int64_t ScalesPerRow(const kernels::MatrixView& w) {
+  return w.group > 0 ? (w.cols + w.group - 1) / w.group : 0;
+}
+
+}  // namespace
+
+// The resolved weights of one layer: kernel views, no name lookups at run time.
+struct Model::Layer {
+  LayerKind kind;
+  bool moe = false;
+  const float* in_norm = nullptr;
+  const float* post_norm = nullptr;
+  // KDA
+  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *b = nullptr;
+  const kernels::MatrixView *f_a = nullptr, *f_b = nullptr, *g_a = nullptr, *g_b = nullptr;
+  const kernels::MatrixView* o = nullptr;
+  const float* conv[3] = {};       // [C][kernel]
+  const float* a_log = nullptr;    // [heads]
+  const float* dt_bias = nullptr;  // [C]
+  const float* o_norm = nullptr;   // [head_dim]
+  // MLA (o above is shared)
+  const kernels::MatrixView *q_a = nullptr, *q_b = nullptr, *q_proj = nullptr;
+  const float* q_a_norm = nullptr;
+  const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
+  const float* kv_a_norm = nullptr;
+  std::vector<float> kv_b_k;  // [heads][qk_nope][kv_lora]: the absorbed key rows, dequantized
+  // FFN
+  const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;  // dense or shared
+  const kernels::MatrixView* router = nullptr;
+  const float* router_bias = nullptr;
+};
+
+Model::Model(const Container& ct, ExpertSource* experts, const ModelOptions& opt)
+    : ct_(ct),
+      c_(ct.config()),
+      experts_(experts),
+      opt_(opt),
+      pool_(opt.threads > 0 ? opt.threads : kernels::DefaultThreads()) {}
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::Load(const Container& ct, ExpertSource* experts,
+                                           const ModelOptions& opt) {
+  const ModelConfig& c = ct.config();
+  if (c.tie_embeddings) return Status::Error("tie_word_embeddings is not implemented");
+  if (opt.chunk < 1) return Status::Error("chunk must be at least 1");
+  if (c.n_moe_layers() > 0 && !experts) return Status::Error("a MoE model needs an expert source");
+  std::unique_ptr<Model> m(new Model(ct, experts, opt));
+  auto trunk = Trunk::Load(ct);
+  if (!trunk.ok()) return trunk.status();
+  m->trunk_ = std::move(*trunk);
+  WASTE_RETURN_IF_ERROR(m->Resolve());
+  return m;
+}
+
+Status Model::Resolve() {
+  const Trunk& t = *trunk_;
+  for (int L = 0; L < c_.n_layers; ++L) {
+    auto l = std::make_unique<Layer>();
+    const std::string p = "model.layers." + std::to_string(L) + ".";
+    const std::string a = p + "self_attn.";
+    l->kind = c_.layer_kind[L];
+    l->in_norm = t.Vector(p + "input_layernorm.weight");
+    l->post_norm = t.Vector(p + "post_attention_layernorm.weight");
+    l->o = &t.Matrix(a + "o_proj.weight");
+    if (l->kind == LayerKind::kKda) {
+      l->q = &t.Matrix(a + "q_proj.weight");
+      l->k = &t.Matrix(a + "k_proj.weight");
+      l->v = &t.Matrix(a + "v_proj.weight");
+      l->b = &t.Matrix(a + "b_proj.weight");
+      l->f_a = &t.Matrix(a + "f_a_proj.weight");
+      l->f_b = &t.Matrix(a + "f_b_proj.weight");
+      l->g_a = &t.Matrix(a + "g_a_proj.weight");
+      l->g_b = &t.Matrix(a + "g_b_proj.weight");
+      l->conv[0] = t.Vector(a + "q_conv1d.weight");
+      l->conv[1] = t.Vector(a + "k_conv1d.weight");
+      l->conv[2] = t.Vector(a + "v_conv1d.weight");
+      l->a_log = t.Vector(a + "A_log");
+      l->dt_bias = t.Vector(a + "dt_bias");
+      l->o_norm = t.Vector(a + "o_norm.weight");
+    } else {
+      if (c_.q_lora > 0) {
+        l->q_a = &t.Matrix(a + "q_a_proj.weight");
+        l->q_a_norm = t.Vector(a + "q_a_layernorm.weight");
+        l->q_b = &t.Matrix(a + "q_b_proj.weight");
+      } else {
+        l->q_proj = &t.Matrix(a + "q_proj.weight");
+      }
+      l->kv_a = &t.Matrix(a + "kv_a_proj_with_mqa.weight");
+      l->kv_a_norm = t.Vector(a + "kv_a_layernorm.weight");
+      l->kv_b = &t.Matrix(a + "kv_b_proj.weight");
+      // The key half of kv_b_proj is used transposed (absorbed into the
+      // query), so it is dequantized once here: heads * qk_nope rows.
+      const int per_head = c_.qk_nope + c_.v_head;
+      l->kv_b_k.resize(static_cast<size_t>(c_.n_heads) * c_.qk_nope * c_.kv_lora);
+      for (int h = 0; h < c_.n_heads; ++h)
+        for (int d = 0; d < c_.qk_nope; ++d)
+          kernels::DequantRow(
+              *l->kv_b, static_cast<int64_t>(h) * per_head + d,
+              l->kv_b_k.data() + (static_cast<size_t>(h) * c_.qk_nope + d) * c_.kv_lora);
+    }
+    if (c_.is_moe_layer(L)) {
+      const std::string m = p + "block_sparse_moe.";
+      l->moe = true;
+      l->router = &t.Matrix(m + "gate.weight");
+      l->router_bias = t.Vector(m + "gate.e_score_correction_bias");
+      if (c_.n_shared > 0) {
+        l->gate = &t.Matrix(m + "shared_experts.gate_proj.weight");
+        l->up = &t.Matrix(m + "shared_experts.up_proj.weight");
+        l->down = &t.Matrix(m + "shared_experts.down_proj.weight");
+      }
+    } else {
+      l->gate = &t.Matrix(p + "mlp.gate_proj.weight");
+      l->up = &t.Matrix(p + "mlp.up_proj.weight");
+      l->down = &t.Matrix(p + "mlp.down_proj.weight");
+    }
+    layers_.push_back(std::move(l));
+  }
+  lm_head_ = &t.Matrix("lm_head.weight");
+  final_norm_ = t.Vector("model.norm.weight");
+
+  // Rotary (DeepSeek-V3: YaRN on the rope dims); Kimi-Linear's MLA has none.
+  const double pi = std::numbers::pi;
+  const int dim = c_.qk_rope;
+  softmax_scale_ = 1.f / std::sqrt(static_cast<float>(c_.qk_nope + c_.qk_rope));
+  if (!c_.mla_nope && dim > 0) {
+    // As HF computes it, in float32: pos_freqs = theta^(2i/d); YaRN blends
+    // 1/pos_freqs (extrapolation) and 1/(factor * pos_freqs) by a ramp.
+    const float base = static_cast<float>(c_.rope_theta);
+    inv_freq_.resize(dim / 2);
+    std::vector<float> pos_freqs(dim / 2);
+    for (int j = 0; j < dim / 2; ++j) {
+      pos_freqs[j] = std::pow(base, static_cast<float>(2 * j) / static_cast<float>(dim));
+      inv_freq_[j] = 1.f / pos_freqs[j];
+    }
+    const YarnConfig& y = c_.yarn;
+    if (y.factor > 1.0) {
+      auto corr = [&](double rot) {
+        return dim * std::log(y.original_max_position / (rot * 2 * pi)) /
+               (2 * std::log(c_.rope_theta));
+      };
+      double low = std::max(std::floor(corr(y.beta_fast)), 0.0);
+      double high = std::min(std::ceil(corr(y.beta_slow)), static_cast<double>(dim - 1));
+      if (low == high) high += 0.001;
+      const float factor = static_cast<float>(y.factor);
+      for (int j = 0; j < dim / 2; ++j) {
+        const float ramp = std::clamp(static_cast<float>((j - low) / (high - low)), 0.f, 1.f);
+        const float extrapolation = 1.f - ramp;
+        inv_freq_[j] = 1.f / (factor * pos_freqs[j]) * (1.f - extrapolation) +
+                       1.f / pos_freqs[j] * extrapolation;
+      }
+      if (y.mscale_all_dim > 0) {
+        const double ms = 0.1 * y.mscale_all_dim * std::log(y.factor) + 1.0;
+        softmax_scale_ *= static_cast<float>(ms * ms);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+uint64_t Session::state_bytes() const {
+  uint64_t n = 0;
+  for (const auto& v : kda_state) n += v.size() * 4;
+  for (const auto& v : conv_ring) n += v.size() * 4;
+  for (const auto& v : latent_kv) n += v.size() * 4;
+  return n;
+}
+
+Session Model::NewSession(int max_context) const {
+  Session s;
+  s.max_context = max_context;
+  s.kda_state.resize(c_.n_layers);
+  s.conv_ring.resize(c_.n_layers);
+  s.latent_kv.resize(c_.n_layers);
+  for (int L = 0; L < c_.n_layers; ++L) {
+    if (c_.layer_kind[L] == LayerKind::kKda) {
+      s.kda_state[L].assign(static_cast<size_t>(c_.kda_heads) * c_.kda_head_dim * c_.kda_head_dim,
+                            0.f);
+      s.conv_ring[L].assign(static_cast<size_t>(3) * (c_.conv_kernel - 1) * c_.kda_width(), 0.f);
+    } else {
+      s.latent_kv[L].assign(static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope), 0.f);
+    }
+  }
+  return s;
+}
+
+void Model::MatVec(const kernels::MatrixView& w, const float* x, float* y) {
+  const kernels::Isa isa = opt_.isa;
+  pool_.ParallelFor(w.rows, 32, [&](int64_t a, int64_t b) { kernels::MatVec(w, x, y, a, b, isa); });
+}
+
+void Model::RotaryInPlace(float* v, int pos) const {
+  // Pairs (2i, 2i+1) rotate by pos * inv_freq[i] (HF DeepseekV3's
+  // rope_interleave: its de-interleave then rotate_half is this rotation
+  // with the output dims reordered, which no dot product can tell apart).
+  for (size_t i = 0; i < inv_freq_.size(); ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq_[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float x0 = v[2 * i], x1 = v[2 * i + 1];
+    v[2 * i] = x0 * c - x1 * s;
+    v[2 * i + 1] = x1 * c + x0 * s;
+  }
+}
+
+void Model::Kda(int L, Session& s, const float* h, float* out) {
+  const Layer& l = *layers_[L];
+  const int H = c_.kda_heads, D = c_.kda_head_dim, C = H * D, K = c_.conv_kernel;
+  std::vector<float> qkv(3 * static_cast<size_t>(C)), f(D), fg(C), ga(D), gate(C), beta(H), o(C);
+  MatVec(*l.q, h, qkv.data());
+  MatVec(*l.k, h, qkv.data() + C);
+  MatVec(*l.v, h, qkv.data() + 2 * C);
+  // Short causal convolutions, then SiLU. The ring holds the K-1 previous
+  // projections, oldest first; tap K-1 multiplies the current one.
+  float* ring = s.conv_ring[L].data();
+  for (int p = 0; p < 3; ++p) {
+    float* r = ring + static_cast<size_t>(p) * (K - 1) * C;
+    float* x = qkv.data() + static_cast<size_t>(p) * C;
+    const float* w = l.conv[p];
+    for (int ch = 0; ch < C; ++ch) {
+      float acc = 0.f;
+      for (int i = 0; i < K - 1; ++i) acc += w[ch * K + i] * r[static_cast<size_t>(i) * C + ch];
+      acc += w[ch * K + K - 1] * x[ch];
+      for (int i = 0; i + 1 < K - 1; ++i)
+        r[static_cast<size_t>(i) * C + ch] = r[static_cast<size_t>(i + 1) * C + ch];
+      if (K > 1) r[static_cast<size_t>(K - 2) * C + ch] = x[ch];
+      x[ch] = Silu(acc);
+    }
+  }
+  MatVec(*l.f_a, h, f.data());
+  MatVec(*l.f_b, f.data(), fg.data());
+  MatVec(*l.b, h, beta.data());
+  MatVec(*l.g_a, h, ga.data());
+  MatVec(*l.g_b, ga.data(), gate.data());
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  float* S = s.kda_state[L].data();
+  pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> u(D), decay(D);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      float* q = qkv.data() + hd * D;
+      float* k = qkv.data() + C + hd * D;
+      const float* v = qkv.data() + 2 * C + hd * D;
+      L2Normalize(q, D);
+      L2Normalize(k, D);
+      for (int i = 0; i < D; ++i) q[i] *= scale;
+      const float a = std::exp(l.a_log[hd]);
+      for (int i = 0; i < D; ++i)
+        decay[i] = std::exp(-a * Softplus(fg[hd * D + i] + l.dt_bias[hd * D + i]));
+      const float b = Sigmoid(beta[hd]);
+      float* Sh = S + hd * D * D;  // [k][v]
+      // S <- diag(decay) S;  u = S^T k;  S += k (b (v - u))^T;  o = S^T q
+      for (int i = 0; i < D; ++i)
+        for (int j = 0; j < D; ++j) Sh[i * D + j] *= decay[i];
+      std::fill(u.begin(), u.end(), 0.f);
+      for (int i = 0; i < D; ++i)
+        for (int j = 0; j < D; ++j) u[j] += k[i] * Sh[i * D + j];
+      for (int j = 0; j < D; ++j) u[j] = b * (v[j] - u[j]);
+      for (int i = 0; i < D; ++i)
+        for (int j = 0; j < D; ++j) Sh[i * D + j] += k[i] * u[j];
+      float* oh = o.data() + hd * D;
+      std::fill(oh, oh + D, 0.f);
+      for (int i = 0; i < D; ++i)
+        for (int j = 0; j < D; ++j) oh[j] += q[i] * Sh[i * D + j];
+      // Gated output norm, per head.
+      std::vector<float> normed(D);
+      RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
+      for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate[hd * D + j]);
+    }
+  });
+  MatVec(*l.o, o.data(), out);
+}
+
+void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
+  const Layer& l = *layers_[L];
+  const int nh = c_.n_heads, nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
+  const int qd = nope + rope, row = lat + rope;
+  std::vector<float> q(static_cast<size_t>(nh) * qd), ckv(row);
+  if (l.q_a) {
+    std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
+    MatVec(*l.q_a, h, qa.data());
+    RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
+    MatVec(*l.q_b, qn.data(), q.data());
+  } else {
+    MatVec(*l.q_proj, h, q.data());
+  }
+  MatVec(*l.kv_a, h, ckv.data());
+  float* cache = s.latent_kv[L].data() + static_cast<size_t>(pos) * row;
+  RmsNorm(ckv.data(), l.kv_a_norm, lat, kLatentNormEps, cache);
+  std::copy(ckv.begin() + lat, ckv.end(), cache + lat);
+  if (!inv_freq_.empty()) RotaryInPlace(cache + lat, pos);
+
+  std::vector<float> olat(static_cast<size_t>(nh) * lat), o(static_cast<size_t>(nh) * vd);
+  const int n = pos + 1;
+  pool_.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> qlat(lat), score(n);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      float* qh = q.data() + hd * qd;
+      if (!inv_freq_.empty()) RotaryInPlace(qh + nope, pos);
+      // The query in latent space: q_nope through the key rows of kv_b_proj.
+      std::fill(qlat.begin(), qlat.end(), 0.f);
+      const float* wk = l.kv_b_k.data() + static_cast<size_t>(hd) * nope * lat;
+      for (int d = 0; d < nope; ++d)
+        for (int c = 0; c < lat; ++c) qlat[c] += qh[d] * wk[static_cast<size_t>(d) * lat + c];
+      float mx = -INFINITY;
+      for (int t = 0; t < n; ++t) {
+        const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;
+        float acc = 0.f;
+        for (int c = 0; c < lat; ++c) acc += qlat[c] * kv[c];
+        for (int r = 0; r < rope; ++r) acc += qh[nope + r] * kv[lat + r];
+        score[t] = acc * softmax_scale_;
+        mx = std::max(mx, score[t]);
+      }
+      float sum = 0.f;
+      for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+      float* ol = olat.data() + hd * lat;
+      std::fill(ol, ol + lat, 0.f);
+      for (int t = 0; t < n; ++t) {
+        const float p = score[t] / sum;
+        const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;
+        for (int c = 0; c < lat; ++c) ol[c] += p * kv[c];
+      }
+      // Values: the value rows of kv_b_proj applied to the attended latent.
+      kernels::MatrixView vrows = *l.kv_b;
+      const int64_t first = hd * (nope + vd) + nope;
+      const int64_t row_bytes = kernels::MatrixRowBytes(*l.kv_b);
+      vrows.rows = vd;
+      vrows.payload = l.kv_b->payload + first * row_bytes;
+      if (l.kv_b->scales) vrows.scales = l.kv_b->scales + first * ScalesPerRow(*l.kv_b);
+      kernels::MatVec(vrows, ol, o.data() + hd * vd, 0, vd, opt_.isa);
+    }
+  });
+  MatVec(*l.o, o.data(), out);
+}
+
+void Model::DenseMlp(int L, const float* h, float* out) {
+  const Layer& l = *layers_[L];
+  const int64_t inter = l.gate->rows;
+  std::vector<float> g(inter), u(inter);
+  MatVec(*l.gate, h, g.data());
+  MatVec(*l.up, h, u.data());
+  for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+  MatVec(*l.down, g.data(), out);
+}
+
+Status Model::MoeChunk(int L, int T, const float* h, float* out) {
+  const Layer& l = *layers_[L];
+  const int E = c_.n_experts, k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
+  const ExpertQuant& q = ct_.manifest().quant;
+  const RecordLayout& lay = ct_.record_layout();
+  const int base = ct_.manifest().Bank(L)->codebook_base;
+
+  // Route every token of the chunk.
+  std::vector<Routing> route(T);
+  std::vector<float> logits(E);
+  for (int t = 0; t < T; ++t) {
+    MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
+    Route(c_, logits, {l.router_bias, static_cast<size_t>(E)}, &route[t]);
+  }
+  // The chunk's distinct experts, in ascending id, with the (token, slot)
+  // pairs each serves. Hint them all first so reads overlap the arithmetic.
+  std::map<int, std::vector<std::pair<int, int>>> users;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < route[t].count; ++j) users[route[t].expert[j]].push_back({t, j});
+  std::vector<int> wanted;
+  for (const auto& [e, _] : users) wanted.push_back(e);
+  experts_->Hint(L, wanted, HintKind::kDemand);
+
+  // gate and up read every token's input through the layer's own codebooks,
+  // which all its experts share: their lookup tables are built once per token.
+  const size_t lut_gu = kernels::VqLutFloats(hid, q.stages, q.entries);
+  const size_t lut_d = kernels::VqLutFloats(inter, q.stages, q.entries);
+  std::vector<float> luts(static_cast<size_t>(T) * 2 * lut_gu), lut_down(lut_d);
+  std::vector<const float*> books(q.stages);
+  auto codebooks = [&](int matrix) {
+    for (int s = 0; s < q.stages; ++s) books[s] = ct_.Codebook(base + matrix * q.stages + s).data();
+    return books.data();
+  };
+  const auto te = Clock::now();
+  for (int t = 0; t < T; ++t) {
+    kernels::VqBuildLut(codebooks(0), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
+                        luts.data() + (2 * t) * lut_gu, opt_.isa);
+    kernels::VqBuildLut(codebooks(1), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
+                        luts.data() + (2 * t + 1) * lut_gu, opt_.isa);
+  }
+  std::vector<float> per_slot(static_cast<size_t>(T) * k * hid, 0.f);  // [t][j][hidden]
+  std::vector<float> g(inter), u(inter);
+  double wait = 0;
+  for (const auto& [e, who] : users) {
+    const auto tw = Clock::now();
+    auto rec = experts_->Acquire(L, e);
+    wait += Since(tw);
+    if (!rec.ok()) return rec.status();
+    auto view = [&](int m) {
+      kernels::VqMatrixView v;
+      v.indices = *rec + lay.matrix_off[m];
+      v.scales = *rec + lay.scales_off +
+                 2 * (m == 0   ? 0
+                      : m == 1 ? lay.rows[0]
+                               : lay.rows[0] + lay.rows[1]);
+      v.rows = lay.rows[m];
+      v.cols = lay.cols[m];
+      v.stages = q.stages;
+      v.entries = q.entries;
+      v.index_bits = q.index_bits;
+      v.index_block = q.index_block;
+      return v;
+    };
+    const kernels::VqMatrixView vg = view(0), vu = view(1), vd = view(2);
+    for (const auto& [t, j] : who) {
+      const float* lg = luts.data() + (2 * t) * lut_gu;
+      const float* lu = luts.data() + (2 * t + 1) * lut_gu;
+      pool_.ParallelFor(inter, 32, [&](int64_t a, int64_t b) {
+        kernels::VqApply(vg, lg, g.data(), a, b, opt_.isa);
+        kernels::VqApply(vu, lu, u.data(), a, b, opt_.isa);
+      });
+      for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+      kernels::VqBuildLut(codebooks(2), q.stages, q.entries, g.data(), inter, lut_down.data(),
+                          opt_.isa);
+      float* dst = per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
+      pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) {
+        kernels::VqApply(vd, lut_down.data(), dst, a, b, opt_.isa);
+      });
+    }
+    experts_->Release(L, e);
+  }
+  times_.expert_wait += wait;
+  times_.experts += Since(te) - wait;
+
+  // Per token, in routing order: the weighted experts, then the shared expert.
+  std::vector<float> shared(hid);
+  for (int t = 0; t < T; ++t) {
+    float* o = out + static_cast<size_t>(t) * hid;
+    std::fill(o, o + hid, 0.f);
+    for (int j = 0; j < route[t].count; ++j) {
+      const float w = route[t].weight[j];
+      const float* src = per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
+      for (int i = 0; i < hid; ++i) o[i] += w * src[i];
+    }
+    if (l.gate) {
+      DenseMlp(L, h + static_cast<size_t>(t) * hid, shared.data());
+      for (int i = 0; i < hid; ++i) o[i] += shared[i];
+    }
+  }
+  return Status::Ok();
+}
+
+Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logits_out, bool all) {
+  const int T = static_cast<int>(tokens.size()), hid = c_.hidden;
+  if (s.position + T > s.max_context && c_.n_kda_layers() < c_.n_layers)
+    return Status::Error("context is full (" + std::to_string(s.max_context) + " tokens)");
+  std::vector<float> x(static_cast<size_t>(T) * hid), hn(static_cast<size_t>(T) * hid),
+      y(static_cast<size_t>(T) * hid);
+  for (int t = 0; t < T; ++t)
+    WASTE_RETURN_IF_ERROR(trunk_->EmbeddingRow(tokens[t], x.data() + static_cast<size_t>(t) * hid));
+  for (int L = 0; L < c_.n_layers; ++L) {
+    const Layer& l = *layers_[L];
+    const auto ta = Clock::now();
+    for (int t = 0; t < T; ++t) {
+      float* xt = x.data() + static_cast<size_t>(t) * hid;
+      float* ht = hn.data() + static_cast<size_t>(t) * hid;
+      float* yt = y.data() + static_cast<size_t>(t) * hid;
+      RmsNorm(xt, l.in_norm, hid, c_.rms_eps, ht);
+      if (l.kind == LayerKind::kKda)
+        Kda(L, s, ht, yt);
+      else
+        Mla(L, s, s.position + t, ht, yt);
+      for (int i = 0; i < hid; ++i) xt[i] += yt[i];
+      RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
+    }
+    times_.attention += Since(ta);
+    if (l.moe) {
+      WASTE_RETURN_IF_ERROR(MoeChunk(L, T, hn.data(), y.data()));
+    } else {
+      const auto to = Clock::now();
+      for (int t = 0; t < T; ++t)
+        DenseMlp(L, hn.data() + static_cast<size_t>(t) * hid,
+                 y.data() + static_cast<size_t>(t) * hid);
+      times_.other += Since(to);
+    }
+    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+  }
+  const auto th = Clock::now();
+  for (int t = all ? 0 : T - 1; t < T; ++t) {
+    RmsNorm(x.data() + static_cast<size_t>(t) * hid, final_norm_, hid, c_.rms_eps, hn.data());
+    MatVec(*lm_head_, hn.data(), logits_out + (all ? static_cast<size_t>(t) * c_.vocab : 0));
+  }
+  times_.other += Since(th);
+  s.position += T;
+  return Status::Ok();
+}
+
+Status Model::Forward(Session& s, std::span<const int> tokens, float* logits,
+                      std::vector<float>* all_logits) {
+  if (tokens.empty()) return Status::Error("no tokens to run");
+  for (int id : tokens)
+    if (id < 0 || id >= c_.vocab)
+      return Status::Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                           std::to_string(c_.vocab));
+  if (all_logits) all_logits->assign(tokens.size() * static_cast<size_t>(c_.vocab), 0.f);
+  std::vector<float> last(c_.vocab);
+  for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(opt_.chunk)) {
+    const auto part = tokens.subspan(at, std::min<size_t>(opt_.chunk, tokens.size() - at));
+    float* dst = all_logits ? all_logits->data() + at * static_cast<size_t>(c_.vocab) : last.data();
+    WASTE_RETURN_IF_ERROR(ForwardChunk(s, part, dst, all_logits != nullptr));
+  }
+  if (logits) {
+    const float* src =
+        all_logits ? all_logits->data() + (tokens.size() - 1) * static_cast<size_t>(c_.vocab)
+                   : last.data();
+    std::copy(src, src + c_.vocab, logits);
+  }
+  return Status::Ok();
+}
+
+}  // namespace waste

@@ -1,0 +1,95 @@
+#include "engine/model/session_io.h"
+
+#include <cstring>
+#include <fstream>
+
+namespace waste {
+namespace {
+
+constexpr char kMagic[8] = {'W', 'A', 'S', 'T', 'E', 'S', 'E', 'S'};
+constexpr uint32_t kVersion = 1;
+
+uint64_t Fnv(uint64_t h, std::string_view s) {
+  for (char ch : s) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  return h;
+}
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t layers;
+  uint64_t fingerprint;
+  int64_t position;
+  int64_t max_context;
+};
+
+}  // namespace
+
+uint64_t ModelFingerprint(const Model& m) {
+  const Manifest& man = m.container().manifest();
+  uint64_t h = Fnv(1469598103934665603ull, man.config_json.dump());
+  for (const TrunkTensor& t : man.trunk) {
+    h = Fnv(h, t.name);
+    for (int64_t d : t.shape) h = Fnv(h, std::to_string(d));
+  }
+  return h;
+}
+
+Status SaveSession(const Model& m, const Session& s, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  if (!f) return Status::Error(path + ": cannot write");
+  Header h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kVersion;
+  h.layers = static_cast<uint32_t>(m.config().n_layers);
+  h.fingerprint = ModelFingerprint(m);
+  h.position = s.position;
+  h.max_context = s.max_context;
+  f.write(reinterpret_cast<const char*>(&h), sizeof h);
+  const ModelConfig& c = m.config();
+  for (int L = 0; L < c.n_layers; ++L) {
+    f.write(reinterpret_cast<const char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4);
+    f.write(reinterpret_cast<const char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4);
+    const size_t used =
+        s.latent_kv[L].empty() ? 0 : static_cast<size_t>(s.position) * (c.kv_lora + c.qk_rope);
+    f.write(reinterpret_cast<const char*>(s.latent_kv[L].data()), used * 4);
+  }
+  f.close();
+  if (!f) return Status::Error(path + ": write failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Error(path + ": rename failed");
+  return Status::Ok();
+}
+
+Result<Session> LoadSession(const Model& m, const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::Error(path + ": cannot read");
+  Header h{};
+  if (!f.read(reinterpret_cast<char*>(&h), sizeof h) || std::memcmp(h.magic, kMagic, 8) != 0)
+    return Status::Error(path + ": not a waste session state");
+  if (h.version != kVersion)
+    return Status::Error(path + ": state version " + std::to_string(h.version) +
+                         ", this build reads " + std::to_string(kVersion));
+  if (h.fingerprint != ModelFingerprint(m) ||
+      h.layers != static_cast<uint32_t>(m.config().n_layers))
+    return Status::Error(path + ": the state was saved from another model");
+  if (h.max_context < 1 || h.max_context > (1 << 24) || h.position < 0 ||
+      h.position > h.max_context)
+    return Status::Error(path + ": position " + std::to_string(h.position) + " / context " +
+                         std::to_string(h.max_context) + " is out of range");
+  Session s = m.NewSession(static_cast<int>(h.max_context));
+  s.position = static_cast<int>(h.position);
+  const ModelConfig& c = m.config();
+  for (int L = 0; L < c.n_layers; ++L) {
+    const size_t used =
+        s.latent_kv[L].empty() ? 0 : static_cast<size_t>(s.position) * (c.kv_lora + c.qk_rope);
+    if (!f.read(reinterpret_cast<char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4) ||
+        !f.read(reinterpret_cast<char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4) ||
+        !f.read(reinterpret_cast<char*>(s.latent_kv[L].data()), used * 4))
+      return Status::Error(path + ": truncated at layer " + std::to_string(L));
+  }
+  if (f.peek() != std::char_traits<char>::eof()) return Status::Error(path + ": trailing bytes");
+  return s;
+}
+
+}  // namespace waste

@@ -1,0 +1,18 @@
+// Saving and restoring a Session: recurrent states, convolution rings, the
+// latent KV up to the current position, and the position. The file carries
+// a fingerprint of the model's shape; a state saved from another model is
+// refused, as is any file that does not add up.
+#pragma once
+
+#include <string>
+
+#include "engine/model/model.h"
+
+namespace waste {
+
+Status SaveSession(const Model& m, const Session& s, const std::string& path);
+Result<Session> LoadSession(const Model& m, const std::string& path);
+// The model's shape fingerprint (config and trunk index), as stored in state files.
+uint64_t ModelFingerprint(const Model& m);
+
+}  // namespace waste

@@ -1,0 +1,199 @@
+// The forward pass on the synthetic presets: placement never changes the
+// logits (chunk size, cache size, reads in flight, threads, token at a
+// time), session state round-trips, and bad records and ids are refused.
+#include "engine/model/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/experts/cache.h"
+#include "engine/model/session_io.h"
+#include "engine/synth/synth.h"
+#include "tests/test_util.h"
+
+namespace waste {
+namespace {
+
+struct Placement {
+  uint64_t slots = 1000;
+  int readers = 4;
+  int threads = 2;
+  int chunk = 32;
+};
+
+class Forward : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = waste::testing::ScratchDir();
+    ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
+    auto ct = Container::Open(dir_);
+    ASSERT_TRUE(ct.ok());
+    ct_ = std::make_unique<Container>(std::move(*ct));
+    const int V = ct_->config().vocab;
+    for (int i = 0; i < 12; ++i) prompt_.push_back(static_cast<int>((3 + 37 * i) % V));
+  }
+
+  struct Engine {
+    std::unique_ptr<ExpertCache> cache;
+    std::unique_ptr<Model> model;
+  };
+  Engine Make(const Placement& s) {
+    Engine e;
+    CacheOptions co;
+    co.slots = s.slots;
+    co.readers = s.readers;
+    auto c = ExpertCache::Create(*ct_, co);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    e.cache = std::move(*c);
+    ModelOptions mo;
+    mo.threads = s.threads;
+    mo.chunk = s.chunk;
+    auto m = Model::Load(*ct_, e.cache.get(), mo);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    e.model = std::move(*m);
+    return e;
+  }
+  // Every position's logits for the prompt, then 4 greedy steps.
+  std::vector<float> Run(const Placement& s, bool token_at_a_time = false) {
+    Engine e = Make(s);
+    Session sess = e.model->NewSession(64);
+    std::vector<float> all, out;
+    if (token_at_a_time) {
+      std::vector<float> one(e.model->config().vocab);
+      for (int id : prompt_) {
+        const int t[1] = {id};
+        EXPECT_TRUE(e.model->Forward(sess, t, one.data()).ok());
+        out.insert(out.end(), one.begin(), one.end());
+      }
+    } else {
+      EXPECT_TRUE(e.model->Forward(sess, prompt_, nullptr, &all).ok());
+      out = all;
+    }
+    std::vector<float> logits(out.end() - e.model->config().vocab, out.end());
+    for (int i = 0; i < 4; ++i) {
+      const int next[1] = {
+          static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+      EXPECT_TRUE(e.model->Forward(sess, next, logits.data()).ok());
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Container> ct_;
+  std::vector<int> prompt_;
+};
+
+TEST_P(Forward, LogitsAreFiniteAndNotFlat) {
+  const std::vector<float> l = Run({});
+  for (float x : l) ASSERT_TRUE(std::isfinite(x));
+  const int V = ct_->config().vocab;
+  const auto [lo, hi] = std::minmax_element(l.end() - V, l.end());
+  EXPECT_GT(*hi - *lo, 1e-3f);
+}
+
+TEST_P(Forward, PlacementNeverChangesTheLogits) {
+  const std::vector<float> base = Run({});
+  const std::vector<std::pair<const char*, Placement>> variants = {
+      {"one slot", {1, 4, 2, 32}},
+      {"three slots", {3, 4, 2, 32}},
+      {"one read in flight", {1000, 1, 2, 32}},
+      {"32 reads in flight", {1000, 32, 2, 32}},
+      {"one thread", {1000, 4, 1, 32}},
+      {"chunks of 5", {1000, 4, 2, 5}},
+      {"chunks of 1", {1000, 4, 2, 1}},
+  };
+  for (const auto& [name, s] : variants) {
+    const std::vector<float> v = Run(s);
+    ASSERT_EQ(v.size(), base.size());
+    EXPECT_EQ(0, std::memcmp(v.data(), base.data(), v.size() * 4)) << name << ": logits differ";
+  }
+  const std::vector<float> tat = Run({}, /*token_at_a_time=*/true);
+  EXPECT_EQ(0, std::memcmp(tat.data(), base.data(), tat.size() * 4)) << "token at a time differs";
+}
+
+TEST_P(Forward, SessionStateRoundTrips) {
+  Engine e = Make({});
+  const int V = e.model->config().vocab;
+  Session a = e.model->NewSession(64);
+  std::vector<float> la(V), lb(V);
+  ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), la.data()).ok());
+  const std::string path = dir_ + "/state.bin";
+  ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
+  auto b = LoadSession(*e.model, path);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->position, 7);
+  const auto rest = std::span<const int>(prompt_).subspan(7);
+  ASSERT_TRUE(e.model->Forward(a, rest, la.data()).ok());
+  ASSERT_TRUE(e.model->Forward(*b, rest, lb.data()).ok());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), V * 4));
+
+  // Damaged or foreign state files are refused.
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f << "x";
+  }
+  EXPECT_FALSE(LoadSession(*e.model, path).ok());
+  std::filesystem::resize_file(path, 100);
+  EXPECT_FALSE(LoadSession(*e.model, path).ok());
+}
+
+TEST_P(Forward, BadTokenIdsAreRefused) {
+  Engine e = Make({});
+  Session s = e.model->NewSession(64);
+  const int bad[1] = {ct_->config().vocab};
+  const Status st = e.model->Forward(s, bad, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("outside the vocabulary"), std::string::npos);
+  EXPECT_EQ(s.position, 0);
+}
+
+TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
+  // Damage every record's header in the first MoE layer's bank.
+  const int L = ct_->config().first_dense;
+  {
+    std::fstream f(dir_ + "/experts-L" + std::to_string(L) + ".bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    for (int e = 0; e < ct_->config().n_experts; ++e) {
+      f.seekp(static_cast<std::streamoff>(ct_->record_bytes()) * e + 6);  // expert_id
+      f.put('\x7f');
+    }
+  }
+  Engine e = Make({});
+  Session s = e.model->NewSession(64);
+  const Status st = e.model->Forward(s, prompt_, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("of layer " + std::to_string(L)), std::string::npos) << st.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, Forward, ::testing::Values("tiny-kimi", "tiny-deepseek"),
+                         [](const auto& p) {
+                           return std::string(p.param[5] == 'k' ? "kimi" : "deepseek");
+                         });
+
+TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
+  const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");
+  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), a, true, 1, nullptr).ok());
+  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-deepseek"), b, true, 1, nullptr).ok());
+  auto ca = Container::Open(a), cb = Container::Open(b);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  CacheOptions co;
+  co.slots = 64;
+  auto xa = ExpertCache::Create(*ca, co), xb = ExpertCache::Create(*cb, co);
+  auto ma = Model::Load(*ca, xa->get(), {}), mb = Model::Load(*cb, xb->get(), {});
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  Session s = (*ma)->NewSession(16);
+  const int t[2] = {5, 6};
+  ASSERT_TRUE((*ma)->Forward(s, t, nullptr).ok());
+  ASSERT_TRUE(SaveSession(**ma, s, a + "/state.bin").ok());
+  auto other = LoadSession(**mb, a + "/state.bin");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("another model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace waste
