@@ -20,8 +20,9 @@ struct Outcome {
   std::string out;  // stdout and stderr together
 };
 
-Outcome Exec(const std::string& args) {
-  const std::string cmd = std::string(WASTE_BIN_DIR) + "/" + args + " 2>&1";
+// Runs a shell command line; stdout and stderr together.
+Outcome Shell(const std::string& line) {
+  const std::string cmd = line + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   Outcome r{-1, ""};
   if (!p) return r;
@@ -32,6 +33,9 @@ Outcome Exec(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+// Runs one of the project's programs: "waste info DIR".
+Outcome Exec(const std::string& args) { return Shell(std::string(WASTE_BIN_DIR) + "/" + args); }
 
 bool Has(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -111,6 +115,58 @@ TEST_F(Cli, DaemonChecksContainerAndBudget) {
   r = Exec("wasted --check /nonexistent-container");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(Has(r.out, "manifest.json")) << r.out;
+}
+
+TEST_F(Cli, RunStreamsAndSummarizes) {
+  Outcome r = Exec("waste run " + *dir_ + " \"hello world\" -n 6 --temp 0.7 --seed 3 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "generated in")) << r.out;
+  EXPECT_TRUE(Has(r.out, "GB read")) << r.out;
+  // Same seed, same text.
+  auto text = [&](int threads) {  // the generated text, without the summary line
+    const std::string out = Exec("waste run " + *dir_ + " \"hello world\" -n 6 --temp 0.7 --seed 3 --threads " +
+                                 std::to_string(threads)).out;
+    return out.substr(0, out.rfind("\n["));
+  };
+  EXPECT_EQ(text(1), text(2));
+  r = Exec("waste run " + *dir_ + " --ids 1,2,99999 -n 2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "outside the vocabulary")) << r.out;
+}
+
+TEST_F(Cli, EvalJsonAndRawLogits) {
+  const std::string logits = *dir_ + "/logits.f32";
+  Outcome r = Exec("waste eval " + *dir_ + " --ids 376,17,101 --json --top 3 --logits " + logits);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"], 3);
+  ASSERT_EQ(j["top"].size(), 3u);
+  EXPECT_GE(j["top"][0]["logit"].get<double>(), j["top"][1]["logit"].get<double>());
+  EXPECT_EQ(std::filesystem::file_size(logits), 3u * 512 * 4);  // every position, float32
+}
+
+TEST_F(Cli, TokenizeAndDetokenizeRoundTrip) {
+  Outcome ids = Exec("waste tokenize " + *dir_ + " \"the cache <|im_end|> hello\"");
+  ASSERT_EQ(ids.code, 0) << ids.out;
+  ids.out.pop_back();  // newline
+  Outcome text = Exec("waste detokenize " + *dir_ + " " + ids.out);
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_EQ(text.out, "the cache <|im_end|> hello\n");
+  // Markup resolves the control token to its id; content keeps it as text.
+  EXPECT_NE(Exec("waste tokenize --markup " + *dir_ + " \"<|im_end|>\"").out,
+            Exec("waste tokenize " + *dir_ + " \"<|im_end|>\"").out);
+}
+
+TEST_F(Cli, ChatSavesAndLoadsState) {
+  const std::string state = *dir_ + "/chat.state";
+  Outcome r = Exec("waste chat " + *dir_ + " -n 4 < /dev/null");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = Shell("printf 'hello\\n/stats\\n/save " + state + "\\n/load " + state + "\\n/reset\\n/quit\\n' | " +
+            std::string(WASTE_BIN_DIR) + "/waste chat " + *dir_ + " -n 4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "position")) << r.out;
+  EXPECT_TRUE(Has(r.out, "saved")) << r.out;
+  EXPECT_TRUE(Has(r.out, "loaded")) << r.out;
 }
 
 TEST_F(Cli, BadInputGetsAClearError) {

@@ -416,7 +416,12 @@ Status Model::MoeChunk(int L, int T, const float* h, float* out) {
     for (int j = 0; j < route[t].count; ++j) users[route[t].expert[j]].push_back({t, j});
   std::vector<int> wanted;
   for (const auto& [e, _] : users) wanted.push_back(e);
-  experts_->Hint(L, wanted, HintKind::kDemand);
+  // Ask for the first `window` now and one more as each is taken: a chunk
+  // can want more experts than the cache holds, and hinting them all would
+  // evict records read for this very chunk before they are used.
+  const size_t window = static_cast<size_t>(std::max(1, opt_.prefetch));
+  experts_->Hint(L, std::span<const int>(wanted).first(std::min(window, wanted.size())), HintKind::kDemand);
+  size_t next_hint = std::min(window, wanted.size());
 
   // gate and up read every token's input through the layer's own codebooks,
   // which all its experts share: their lookup tables are built once per token.
@@ -439,6 +444,7 @@ Status Model::MoeChunk(int L, int T, const float* h, float* out) {
   std::vector<float> g(inter), u(inter);
   double wait = 0;
   for (const auto& [e, who] : users) {
+    if (next_hint < wanted.size()) experts_->Hint(L, std::span<const int>(&wanted[next_hint++], 1), HintKind::kDemand);
     const auto tw = Clock::now();
     auto rec = experts_->Acquire(L, e);
     wait += Since(tw);

@@ -44,7 +44,8 @@ struct PhaseTimes {
 struct ModelOptions {
   int threads = 0;  // 0: every CPU this process may use
   kernels::Isa isa = kernels::BestIsa();
-  int chunk = 32;  // prefill tokens per chunk
+  int chunk = 32;     // prefill tokens per chunk
+  int prefetch = 16;  // expert records asked for ahead of their use within a layer
 };
 
 class Model {
