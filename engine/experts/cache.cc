@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 namespace waste {
 namespace {
@@ -29,9 +30,9 @@ Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
   if (opt.readers < 1 || opt.readers > 256)
     return Status::Error("expert cache: readers must be in [1, 256]");
   std::unique_ptr<ExpertCache> c(new ExpertCache(ct, opt));
-  if (!c->memory_)
-    return Status::Error("expert cache: cannot allocate " + std::to_string(opt.slots) +
-                         " slots of " + std::to_string(c->record_bytes_) + " bytes");
+  auto memory = Region::Allocate(c->record_bytes_ * opt.slots);
+  if (!memory.ok()) return memory.status().Prefixed("expert cache");
+  c->memory_ = std::move(*memory);
   for (int L = 0; L < ct.config().n_layers; ++L) {
     const ExpertBank* b = ct.manifest().Bank(L);
     if (!b) continue;
@@ -50,8 +51,6 @@ ExpertCache::ExpertCache(const Container& ct, const CacheOptions& opt)
     : ct_(ct), opt_(opt), record_bytes_(ct.record_bytes()) {
   bank_fds_.assign(ct.config().n_layers, -1);
   slots_.resize(opt.slots);
-  if (record_bytes_ > 0)
-    memory_ = static_cast<uint8_t*>(std::aligned_alloc(4096, record_bytes_ * opt.slots));
 }
 
 ExpertCache::~ExpertCache() {
@@ -63,7 +62,6 @@ ExpertCache::~ExpertCache() {
   for (auto& t : readers_) t.join();
   for (int fd : bank_fds_)
     if (fd >= 0) close(fd);
-  std::free(memory_);
 }
 
 int ExpertCache::Victim() const {
@@ -72,9 +70,13 @@ int ExpertCache::Victim() const {
     const Slot& s = slots_[i];
     if (s.state == State::kEmpty) return i;
     if (s.pins > 0 || s.state == State::kLoading) continue;
-    if (best < 0 || s.uses < slots_[best].uses ||
-        (s.uses == slots_[best].uses && s.last_use < slots_[best].last_use))
+    if (best < 0) {
       best = i;
+      continue;
+    }
+    const Slot& b = slots_[best];
+    // Order: not awaited before awaited, then fewer uses, then older use.
+    if (std::tuple(s.awaited, s.uses, s.last_use) < std::tuple(b.awaited, b.uses, b.last_use)) best = i;
   }
   return best;
 }
@@ -96,6 +98,7 @@ int ExpertCache::SlotFor(uint32_t key, HintKind kind, bool* hit) {
   s = Slot{};
   s.state = State::kLoading;
   s.key = key;
+  s.awaited = true;  // cleared by the Acquire it was brought in for
   index_[key] = v;
   queue_[static_cast<int>(kind)].push_back({key, v, kind});
   request_cv_.notify_one();
@@ -144,13 +147,14 @@ Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
   }
   s.uses += 1;
   s.last_use = ++clock_;
-  if (clock_ % std::max<uint64_t>(64, 4 * slots_.size()) == 0)
+  s.awaited = false;
+  if (clock_ % (64 * slots_.size()) == 0)
     for (Slot& x : slots_) x.uses /= 2;  // popularity fades
   if (s.state == State::kFailed) {
     --s.pins;
     return Status::Error(s.error);
   }
-  return memory_ + record_bytes_ * static_cast<size_t>(i);
+  return memory_.data() + record_bytes_ * static_cast<size_t>(i);
 }
 
 void ExpertCache::Release(int layer, int expert) {
@@ -197,7 +201,7 @@ void ExpertCache::ReaderLoop() {
         break;
       }
     }
-    uint8_t* dst = memory_ + record_bytes_ * static_cast<size_t>(r.slot);
+    uint8_t* dst = memory_.data() + record_bytes_ * static_cast<size_t>(r.slot);
     lock.unlock();
     const Status st = ReadInto(r.key, dst);  // the slot is loading: nobody else touches it
     lock.lock();

@@ -2,8 +2,10 @@
 // record long and page aligned, filled by reader threads with O_DIRECT reads
 // straight from the banks, demand before lookahead before warm-up. Eviction
 // is LFRU: the unpinned slot with the fewest recent uses goes first (uses are
-// halved every max(64, 4 x slots) acquisitions, so old popularity fades), the least
-// recently used among equals. A pinned or loading slot is never evicted.
+// halved every 64 x slots acquisitions, so old popularity fades), the
+// least recently used among equals. A pinned or loading slot is never
+// evicted, and a record read for a hint is evicted only when nothing else can
+// be: otherwise, having no uses yet, it would be the first to go.
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +20,7 @@
 
 #include "engine/experts/expert_source.h"
 #include "engine/format/container.h"
+#include "engine/memory/region.h"
 
 namespace waste {
 
@@ -48,6 +51,7 @@ class ExpertCache : public ExpertSource {
     int pins = 0;
     uint64_t uses = 0;
     uint64_t last_use = 0;
+    bool awaited = false;  // brought in for a hint and not yet acquired
     std::string error;
   };
   struct Request {
@@ -67,7 +71,7 @@ class ExpertCache : public ExpertSource {
   const Container& ct_;
   const CacheOptions opt_;
   size_t record_bytes_;
-  uint8_t* memory_ = nullptr;  // slots * record_bytes, page aligned
+  Region memory_;  // slots * record_bytes, page aligned, populated
   std::vector<int> bank_fds_;  // by layer: O_DIRECT descriptors where possible
 
   mutable std::mutex mu_;

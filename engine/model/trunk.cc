@@ -14,7 +14,9 @@ Result<std::unique_ptr<Trunk>> Trunk::Load(const Container& ct) {
   uint64_t total = 0;
   for (const TrunkTensor& tt : m.trunk)
     if (&tt != t->embedding_) total += (tt.stored_bytes() + 63) / 64 * 64;
-  t->bytes_.resize(total);
+  auto region = Region::Allocate(total);
+  if (!region.ok()) return region.status().Prefixed("trunk");
+  t->bytes_ = std::move(*region);
   uint64_t at = 0;
   std::vector<uint8_t> payload, scales;
   for (const TrunkTensor& tt : m.trunk) {

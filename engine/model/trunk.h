@@ -13,6 +13,7 @@
 
 #include "engine/format/container.h"
 #include "engine/kernels/matvec.h"
+#include "engine/memory/region.h"
 
 namespace waste {
 
@@ -30,11 +31,12 @@ class Trunk {
   Status EmbeddingRow(int token, float* out) const;
 
   uint64_t resident_bytes() const { return bytes_.size(); }
+  bool huge_pages() const { return bytes_.huge_pages(); }
 
  private:
   Trunk() = default;
   const Container* ct_ = nullptr;
-  std::vector<uint8_t> bytes_;  // all resident tensors, each payload then scales
+  Region bytes_;  // all resident tensors, each payload then scales
   std::unordered_map<std::string, kernels::MatrixView> views_;
   const TrunkTensor* embedding_ = nullptr;
 };
