@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -68,9 +69,33 @@ struct RunOptions {
   SamplerOptions sampler;
   std::vector<std::string> stops;
   bool ignore_eos = false;
+  std::string trace;  // routing trace (JSON lines) written here
 };
 
-int RunGenerate(const RunOptions& o) {
+// Writes the experts each token was routed to, one JSON line per token
+// ({"tok": position, "layers": [[experts of the first MoE layer], ...]}),
+// the format of the routing traces in shared/data.
+Status WriteTrace(const std::string& path, const std::map<int, std::map<int, std::vector<int>>>& routes) {
+  std::ofstream f(path);
+  for (const auto& [pos, layers] : routes) {
+    nlohmann::json j = {{"tok", pos}, {"layers", nlohmann::json::array()}};
+    for (const auto& [layer, experts] : layers) {
+      std::vector<int> sorted = experts;
+      std::sort(sorted.begin(), sorted.end());
+      j["layers"].push_back(sorted);
+    }
+    f << j.dump() << "\n";
+  }
+  return f ? Status::Ok() : Status::Error(path + ": write failed");
+}
+
+int RunGenerate(const RunOptions& given) {
+  RunOptions o = given;
+  std::map<int, std::map<int, std::vector<int>>> routes;
+  if (!o.trace.empty())
+    o.engine.on_route = [&](int pos, int layer, std::span<const int> experts) {
+      routes[pos][layer].assign(experts.begin(), experts.end());
+    };
   auto e = OpenEngine(o.engine);
   if (!e.ok()) return Fail(e.status());
   auto prompt = PromptIds(*e, o.prompt, o.ids);
@@ -101,6 +126,8 @@ int RunGenerate(const RunOptions& o) {
   const std::string rest = stop.Flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   const double decode = Since(t1);
+  if (!o.trace.empty())
+    if (Status ts = WriteTrace(o.trace, routes); !ts.ok()) return Fail(ts);
   const ExpertStats st = e->cache ? e->cache->stats() : ExpertStats{};
   std::fprintf(stderr,
                "\n[%zu prompt tokens in %.2f s, %d generated in %.2f s (%.2f tok/s) | experts %llu "
@@ -210,6 +237,7 @@ void AddRun(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", o->sampler.seed, "Sampling seed");
   cmd->add_option("--stop", o->stops, "Stop when this text is generated (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+  cmd->add_option("--trace", o->trace, "Write each token's routed experts here (JSON lines)");
   AddEngineFlags(cmd, &o->engine);
   cmd->callback([o, exit_code] { *exit_code = RunGenerate(*o); });
 }

@@ -67,6 +67,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   ModelOptions mo;
   mo.threads = o.threads;
   mo.chunk = o.chunk;
+  mo.on_route = o.on_route;
   if (o.isa == "scalar")
     mo.isa = kernels::Isa::kScalar;
   else if (o.isa == "avx2")

@@ -2,8 +2,10 @@
 // cache, model and tokenizer under a memory budget, and the options for it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +26,7 @@ struct EngineOptions {
   int readers = 4;
   bool verify = false;  // crc32 of every record read
   std::string isa;      // scalar, avx2, avx512; empty: the best available
+  std::function<void(int, int, std::span<const int>)> on_route;  // routing trace sink
 };
 
 // Adds --budget, --threads, --ctx, --chunk, --readers, --verify, --isa.

@@ -395,7 +395,7 @@ void Model::DenseMlp(int L, const float* h, float* out) {
   MatVec(*l.down, g.data(), out);
 }
 
-Status Model::MoeChunk(int L, int T, const float* h, float* out) {
+Status Model::MoeChunk(int L, int position, int T, const float* h, float* out) {
   const Layer& l = *layers_[L];
   const int E = c_.n_experts, k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
   const ExpertQuant& q = ct_.manifest().quant;
@@ -408,6 +408,7 @@ Status Model::MoeChunk(int L, int T, const float* h, float* out) {
   for (int t = 0; t < T; ++t) {
     MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
     Route(c_, logits, {l.router_bias, static_cast<size_t>(E)}, &route[t]);
+    if (opt_.on_route) opt_.on_route(position + t, L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }
   // The chunk's distinct experts, in ascending id, with the (token, slot)
   // pairs each serves. Hint them all first so reads overlap the arithmetic.
@@ -528,7 +529,7 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
     }
     times_.attention += Since(ta);
     if (l.moe) {
-      WASTE_RETURN_IF_ERROR(MoeChunk(L, T, hn.data(), y.data()));
+      WASTE_RETURN_IF_ERROR(MoeChunk(L, s.position, T, hn.data(), y.data()));
     } else {
       const auto to = Clock::now();
       for (int t = 0; t < T; ++t)

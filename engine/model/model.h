@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,8 @@ struct ModelOptions {
   kernels::Isa isa = kernels::BestIsa();
   int chunk = 32;     // prefill tokens per chunk
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
+  // Called with every token's routed experts at every MoE layer (for traces).
+  std::function<void(int position, int layer, std::span<const int> experts)> on_route;
 };
 
 class Model {
@@ -81,7 +84,7 @@ class Model {
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
-  Status MoeChunk(int L, int T, const float* h, float* out);
+  Status MoeChunk(int L, int position, int T, const float* h, float* out);
   void DenseMlp(int L, const float* h, float* out);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);
   void RotaryInPlace(float* v, int pos) const;  // the rope dims of one head or k_pe
