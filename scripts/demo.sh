@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a built-in model: install what is missing, build, write a
-# small synthetic container, inspect it, and show what the daemon and the
-# compute client can do with it so far.
+# small synthetic container, inspect it, run the model on it in one process,
+# and check it the way the daemon will serve it (serving lands with issue 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -17,6 +17,12 @@ echo "== waste info"
 echo
 echo "== waste plan: the memory floor and the budget this machine would get"
 "$bin/waste" plan "$out"
+echo
+echo "== waste run: generate in one process (random weights, so the text is noise)"
+"$bin/waste" run "$out" "Hello world" -n 24 --temp 0.8 --seed 1
+echo
+echo "== waste bench: speed, cache hits, where the time goes"
+"$bin/waste" bench "$out" --prompt-tokens 32 --gen 32
 echo
 echo "== wasted --check: the daemon validates the container and its budget"
 "$bin/wasted" --check "$out"
