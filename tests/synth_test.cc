@@ -104,6 +104,32 @@ TEST(Synth, CalibratedRoutingConcentrates) {
   EXPECT_GT(r->independent_overlap, 2.0 * 6 / 64);
 }
 
+TEST(Synth, AnchorExpertsMakeTokensShareExperts) {
+  // Two experts per layer that nearly every token chooses: with 8 of 256
+  // chosen (Kimi-Linear's routing), consecutive tokens share about a third
+  // of their experts even though the router sees independent hidden states.
+  nlohmann::json j = SynthPreset("tiny-kimi")->ToJson();
+  j["config"]["num_experts"] = 256;
+  j["config"]["num_experts_per_token"] = 8;
+  j["config"]["num_hidden_layers"] = 2;  // one dense layer, one MoE layer
+  j["config"]["linear_attn_config"]["kda_layers"] = {1};
+  j["config"]["linear_attn_config"]["full_attn_layers"] = {2};
+  j["route_skew"] = -1;
+  j["hot_share"] = 0.6;
+  j["anchor_experts"] = 0;
+  auto plain = WriteSynthetic(*SynthSpec::FromJson(j), waste::testing::ScratchDir("plain"), true, 2,
+                              nullptr);
+  j["anchor_experts"] = 2;
+  auto anchored = WriteSynthetic(*SynthSpec::FromJson(j), waste::testing::ScratchDir("anchored"),
+                                 true, 2, nullptr);
+  ASSERT_TRUE(plain.ok() && anchored.ok());
+  EXPECT_NEAR(anchored->hot_share, 0.6, 0.05);
+  EXPECT_GT(anchored->independent_overlap, 0.25);
+  EXPECT_GT(anchored->independent_overlap, plain->independent_overlap + 0.1);
+  j["anchor_experts"] = 65;
+  EXPECT_FALSE(SynthSpec::FromJson(j).ok());
+}
+
 TEST(Synth, BadSpecsAreRefused) {
   EXPECT_FALSE(SynthPreset("no-such-preset").ok());
   nlohmann::json j = SynthPreset("tiny-kimi")->ToJson();

@@ -75,7 +75,8 @@ struct RunOptions {
 // Writes the experts each token was routed to, one JSON line per token
 // ({"tok": position, "layers": [[experts of the first MoE layer], ...]}),
 // the format of the routing traces in shared/data.
-Status WriteTrace(const std::string& path, const std::map<int, std::map<int, std::vector<int>>>& routes) {
+Status WriteTrace(const std::string& path,
+                  const std::map<int, std::map<int, std::vector<int>>>& routes) {
   std::ofstream f(path);
   for (const auto& [pos, layers] : routes) {
     nlohmann::json j = {{"tok", pos}, {"layers", nlohmann::json::array()}};

@@ -408,7 +408,8 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out) {
   for (int t = 0; t < T; ++t) {
     MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
     Route(c_, logits, {l.router_bias, static_cast<size_t>(E)}, &route[t]);
-    if (opt_.on_route) opt_.on_route(position + t, L, {route[t].expert, static_cast<size_t>(route[t].count)});
+    if (opt_.on_route)
+      opt_.on_route(position + t, L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }
   // The chunk's distinct experts, in ascending id, with the (token, slot)
   // pairs each serves. Hint them all first so reads overlap the arithmetic.
@@ -421,7 +422,8 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out) {
   // can want more experts than the cache holds, and hinting them all would
   // evict records read for this very chunk before they are used.
   const size_t window = static_cast<size_t>(std::max(1, opt_.prefetch));
-  experts_->Hint(L, std::span<const int>(wanted).first(std::min(window, wanted.size())), HintKind::kDemand);
+  experts_->Hint(L, std::span<const int>(wanted).first(std::min(window, wanted.size())),
+                 HintKind::kDemand);
   size_t next_hint = std::min(window, wanted.size());
 
   // gate and up read every token's input through the layer's own codebooks,
@@ -445,7 +447,8 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out) {
   std::vector<float> g(inter), u(inter);
   double wait = 0;
   for (const auto& [e, who] : users) {
-    if (next_hint < wanted.size()) experts_->Hint(L, std::span<const int>(&wanted[next_hint++], 1), HintKind::kDemand);
+    if (next_hint < wanted.size())
+      experts_->Hint(L, std::span<const int>(&wanted[next_hint++], 1), HintKind::kDemand);
     const auto tw = Clock::now();
     auto rec = experts_->Acquire(L, e);
     wait += Since(tw);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -65,8 +66,10 @@ uint64_t Mix(uint64_t seed, std::string_view what, uint64_t a = 0, uint64_t b = 
 // stream, so rows can be filled on any thread in any order.
 class TensorValues {
  public:
-  TensorValues(const TensorSpec& s, uint64_t seed, float bias_scale = 1.f)
-      : seed_(Mix(seed, s.name)), cols_(s.shape.back()) {
+  // `bias_scale` and `anchors` shape the router's correction bias: skew *
+  // N(0, 1) per expert, plus kAnchorBoost on `anchors` experts of the layer.
+  TensorValues(const TensorSpec& s, uint64_t seed, float bias_scale = 1.f, int anchors = 0)
+      : seed_(Mix(seed, s.name)), cols_(s.shape.back()), anchors_(anchors) {
     auto ends = [&](std::string_view suffix) {
       return s.name.size() >= suffix.size() &&
              s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -106,6 +109,15 @@ class TensorValues {
             break;
         }
       }
+      if (kind_ == Kind::kNormal) {  // anchor experts: chosen by nearly every token
+        Rng pick(seed_ ^ 0xa5a5a5a5a5a5a5a5ull);
+        for (int a = 0; a < anchors_ && a < cols_; ++a) {
+          int64_t e;
+          do e = static_cast<int64_t>(pick.Next() % static_cast<uint64_t>(cols_));
+          while (o[e] >= kAnchorBoost / 2);
+          o[e] += kAnchorBoost;
+        }
+      }
     }
   }
   std::vector<float> All(int64_t elements) const {
@@ -116,8 +128,11 @@ class TensorValues {
 
  private:
   enum class Kind { kUniform, kLogUniform, kNormal };
+  // Sigmoid scores lie in (0, 1): a boost of 1 outranks any of them.
+  static constexpr float kAnchorBoost = 1.f;
   uint64_t seed_;
   int64_t cols_;
+  int anchors_ = 0;
   Kind kind_ = Kind::kUniform;
   float lo_ = 0.f, hi_ = 0.f, scale_ = 1.f;
 };
@@ -135,8 +150,8 @@ struct RoutingEstimate {
 };
 
 RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& router,
-                                const std::vector<float>& z, double skew_or_negative, double target,
-                                uint64_t seed) {
+                                const std::function<std::vector<float>(double)>& bias_for_skew,
+                                double skew_or_negative, double target, uint64_t seed) {
   const int tokens = 512, n = c.n_experts;
   std::vector<float> logits(static_cast<size_t>(tokens) * n);
   Rng rng(Mix(seed, "routing-estimate"));
@@ -151,8 +166,7 @@ RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& 
     }
   }
   auto measure = [&](double skew) {
-    std::vector<float> bias(n);
-    for (int e = 0; e < n; ++e) bias[e] = static_cast<float>(skew) * z[e];
+    const std::vector<float> bias = bias_for_skew(skew);
     std::vector<double> count(n, 0.0);
     for (int t = 0; t < tokens; ++t) {
       Routing r;
@@ -379,6 +393,8 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.route_skew = 0.1;
   } else if (name == "kimi-linear-48b") {
     s.config = Kimi48bConfig();
+    s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
+                           // the previous token
   } else {
     std::string all;
     for (const auto& n : SynthPresetNames()) all += (all.empty() ? "" : ", ") + n;
@@ -394,7 +410,8 @@ json SynthSpec::ToJson() const {
           {"trunk_bits", trunk_bits},
           {"seed", seed},
           {"route_skew", route_skew},
-          {"hot_share", hot_share}};
+          {"hot_share", hot_share},
+          {"anchor_experts", anchor_experts}};
 }
 
 Result<SynthSpec> SynthSpec::FromJson(const json& j) {
@@ -417,11 +434,14 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
     s.seed = j.value("seed", uint64_t{1});
     s.route_skew = j.value("route_skew", -1.0);
     s.hot_share = j.value("hot_share", 0.6);
+    s.anchor_experts = j.value("anchor_experts", 0);
   } catch (const json::exception& e) {
     return Status::Error(std::string("synth config: ") + e.what());
   }
   if (s.trunk_bits != 4 && s.trunk_bits != 8)
     return Status::Error("synth config: trunk_bits must be 4 or 8");
+  if (s.anchor_experts < 0 || s.anchor_experts > 64)
+    return Status::Error("synth config: anchor_experts must be in [0, 64]");
   if (!(s.hot_share > 0.1 && s.hot_share < 1.0))
     return Status::Error("synth config: hot_share must be in (0.1, 1)");
   return s;
@@ -455,10 +475,13 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
       return s.name == "model.layers." + std::to_string(c.first_dense) +
                            ".block_sparse_moe.gate.e_score_correction_bias";
     });
-    const RoutingEstimate est =
-        EstimateRouting(c, TensorValues(*router, spec.seed).All(Elements(*router)),
-                        TensorValues(*bias, spec.seed).All(Elements(*bias)), spec.route_skew,
-                        spec.hot_share, spec.seed);
+    const RoutingEstimate est = EstimateRouting(
+        c, TensorValues(*router, spec.seed).All(Elements(*router)),
+        [&](double skew) {
+          return TensorValues(*bias, spec.seed, static_cast<float>(skew), spec.anchor_experts)
+              .All(Elements(*bias));
+        },
+        spec.route_skew, spec.hot_share, spec.seed);
     report.route_skew = est.skew;
     report.hot_share = est.hot_share;
     report.independent_overlap = est.overlap;
@@ -470,7 +493,8 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
       const bool ends8 = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
       fmt = ends8 || spec.trunk_bits == 8 ? Fmt::kQ8G : Fmt::kQ4G;
     }
-    const TensorValues values(s, spec.seed, static_cast<float>(report.route_skew));
+    const TensorValues values(s, spec.seed, static_cast<float>(report.route_skew),
+                              spec.anchor_experts);
     WASTE_RETURN_IF_ERROR(w.AddTensorRows(
         s.name, s.shape,
         [&](int64_t first, int64_t rows, float* dst) { values.FillRows(first, rows, dst); }, fmt));

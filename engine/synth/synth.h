@@ -28,6 +28,11 @@ struct SynthSpec {
   // puts `hot_share` of the routing on the busiest 10% of experts.
   double route_skew = -1;
   double hot_share = 0.6;
+  // Experts per MoE layer whose bias puts them in nearly every token's
+  // choice. A static bias alone cannot make consecutive tokens share experts
+  // (the random model's hidden states barely persist); a few such experts
+  // are how a trained model's routing overlaps from token to token.
+  int anchor_experts = 0;
 
   nlohmann::json ToJson() const;
   static Result<SynthSpec> FromJson(const nlohmann::json& j);  // a --config file
