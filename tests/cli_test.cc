@@ -35,7 +35,9 @@ Outcome Shell(const std::string& line) {
 }
 
 // Runs one of the project's programs: "waste info DIR".
-Outcome Exec(const std::string& args) { return Shell(std::string(WASTE_BIN_DIR) + "/" + args); }
+Outcome Exec(const std::string& args) {
+  return Shell(std::string(WASTE_BIN_DIR) + "/" + args);
+}
 
 bool Has(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -124,8 +126,10 @@ TEST_F(Cli, RunStreamsAndSummarizes) {
   EXPECT_TRUE(Has(r.out, "GB read")) << r.out;
   // Same seed, same text.
   auto text = [&](int threads) {  // the generated text, without the summary line
-    const std::string out = Exec("waste run " + *dir_ + " \"hello world\" -n 6 --temp 0.7 --seed 3 --threads " +
-                                 std::to_string(threads)).out;
+    const std::string out =
+        Exec("waste run " + *dir_ + " \"hello world\" -n 6 --temp 0.7 --seed 3 --threads " +
+             std::to_string(threads))
+            .out;
     return out.substr(0, out.rfind("\n["));
   };
   EXPECT_EQ(text(1), text(2));
@@ -161,12 +165,22 @@ TEST_F(Cli, ChatSavesAndLoadsState) {
   const std::string state = *dir_ + "/chat.state";
   Outcome r = Exec("waste chat " + *dir_ + " -n 4 < /dev/null");
   EXPECT_EQ(r.code, 0) << r.out;
-  r = Shell("printf 'hello\\n/stats\\n/save " + state + "\\n/load " + state + "\\n/reset\\n/quit\\n' | " +
-            std::string(WASTE_BIN_DIR) + "/waste chat " + *dir_ + " -n 4");
+  r = Shell("printf 'hello\\n/stats\\n/save " + state + "\\n/load " + state +
+            "\\n/reset\\n/quit\\n' | " + std::string(WASTE_BIN_DIR) + "/waste chat " + *dir_ +
+            " -n 4");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(Has(r.out, "position")) << r.out;
   EXPECT_TRUE(Has(r.out, "saved")) << r.out;
   EXPECT_TRUE(Has(r.out, "loaded")) << r.out;
+}
+
+TEST_F(Cli, DiskbenchReadsRecordsAtEachDepth) {
+  Outcome r = Exec("waste-diskbench " + *dir_ + " --depths 1,3 --seconds 0.2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "record 40960 bytes, 5 banks")) << r.out;
+  // One line per depth, each with a positive throughput.
+  for (const char* depth : {"\n       1 ", "\n       3 "}) EXPECT_TRUE(Has(r.out, depth)) << r.out;
+  EXPECT_EQ(Exec("waste-diskbench /nonexistent").code, 1);
 }
 
 TEST_F(Cli, BadInputGetsAClearError) {
