@@ -2,13 +2,7 @@
 // -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx2 -mfma -mf16c; see simd.h
 // for what this file may use.
 
-// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own
-// _mm512_undefined_* placeholders (GCC bug 105593, fixed in 13).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "engine/kernels/avx512_intrin.h"
 
 #include <cstring>
 

@@ -10,13 +10,7 @@
 // vector position sit in 16 registers and two vpermt2ps plus a blend look
 // 16 rows up at once, with no gather.
 
-// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own
-// _mm512_undefined_* placeholders (GCC bug 105593, fixed in 13).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "engine/kernels/avx512_intrin.h"
 
 #include <cstdint>
 

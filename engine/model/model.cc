@@ -288,7 +288,7 @@ void Model::Kda(int L, Session& s, const float* h, float* out) {
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   float* S = s.kda_state[L].data();
   pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> u(D), decay(D);
+    std::vector<float> u(D), decay(D), normed(D);
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* q = qkv.data() + hd * D;
       float* k = qkv.data() + C + hd * D;
@@ -315,7 +315,6 @@ void Model::Kda(int L, Session& s, const float* h, float* out) {
       for (int i = 0; i < D; ++i)
         for (int j = 0; j < D; ++j) oh[j] += q[i] * Sh[i * D + j];
       // Gated output norm, per head.
-      std::vector<float> normed(D);
       RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
       for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate[hd * D + j]);
     }

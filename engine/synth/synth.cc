@@ -329,51 +329,36 @@ json DeepseekTinyConfig() {
   };
 }
 
-// Kimi-Linear-48B-A3B's own config.json values.
+// Kimi-Linear-48B-A3B's own config.json values: the tiny Kimi config (same
+// routing, norms and attention kinds) at the real sizes.
 json Kimi48bConfig() {
   json full = json::array(), kda = json::array();
   for (int L = 1; L <= 27; ++L) {
     const bool mla = L % 4 == 0 || L == 27;
     (mla ? full : kda).push_back(L);
   }
-  return {
-      {"model_type", "kimi_linear"},
-      {"architectures", {"KimiLinearForCausalLM"}},
-      {"hidden_size", 2304},
-      {"num_hidden_layers", 27},
-      {"vocab_size", 163840},
-      {"rms_norm_eps", 1e-5},
-      {"tie_word_embeddings", false},
-      {"bos_token_id", 163584},
-      {"eos_token_id", 163586},
-      {"intermediate_size", 9216},
-      {"first_k_dense_replace", 1},
-      {"moe_intermediate_size", 1024},
-      {"num_experts", 256},
-      {"num_experts_per_token", 8},
-      {"num_shared_experts", 1},
-      {"moe_renormalize", true},
-      {"moe_router_activation_func", "sigmoid"},
-      {"routed_scaling_factor", 2.446},
-      {"use_grouped_topk", true},
-      {"num_expert_group", 1},
-      {"topk_group", 1},
-      {"num_attention_heads", 32},
-      {"q_lora_rank", nullptr},
-      {"kv_lora_rank", 512},
-      {"qk_nope_head_dim", 128},
-      {"qk_rope_head_dim", 64},
-      {"v_head_dim", 128},
-      {"mla_use_nope", true},
-      {"rope_theta", 10000.0},
-      {"rope_scaling", nullptr},
-      {"linear_attn_config",
-       {{"num_heads", 32},
-        {"head_dim", 128},
-        {"short_conv_kernel_size", 4},
-        {"kda_layers", kda},
-        {"full_attn_layers", full}}},
-  };
+  json c = KimiTinyConfig();
+  c.update({{"hidden_size", 2304},
+            {"num_hidden_layers", 27},
+            {"vocab_size", 163840},
+            {"bos_token_id", 163584},
+            {"eos_token_id", 163586},
+            {"intermediate_size", 9216},
+            {"moe_intermediate_size", 1024},
+            {"num_experts", 256},
+            {"num_experts_per_token", 8},
+            {"num_attention_heads", 32},
+            {"kv_lora_rank", 512},
+            {"qk_nope_head_dim", 128},
+            {"qk_rope_head_dim", 64},
+            {"v_head_dim", 128},
+            {"linear_attn_config",
+             {{"num_heads", 32},
+              {"head_dim", 128},
+              {"short_conv_kernel_size", 4},
+              {"kda_layers", kda},
+              {"full_attn_layers", full}}}});
+  return c;
 }
 
 }  // namespace
