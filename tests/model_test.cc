@@ -41,7 +41,8 @@ class Forward : public ::testing::TestWithParam<const char*> {
     std::unique_ptr<ExpertCache> cache;
     std::unique_ptr<Model> model;
   };
-  Engine Make(const Placement& s) {
+  // Over `trunk` when given, else the trunk Model::Load reads itself.
+  Engine Make(const Placement& s, std::unique_ptr<Trunk> trunk = nullptr) {
     Engine e;
     CacheOptions co;
     co.slots = s.slots;
@@ -52,14 +53,16 @@ class Forward : public ::testing::TestWithParam<const char*> {
     ModelOptions mo;
     mo.threads = s.threads;
     mo.chunk = s.chunk;
-    auto m = Model::Load(*ct_, e.cache.get(), mo);
+    auto m = trunk ? Model::Load(*ct_, e.cache.get(), mo, std::move(trunk))
+                   : Model::Load(*ct_, e.cache.get(), mo);
     EXPECT_TRUE(m.ok()) << m.status().message();
     e.model = std::move(*m);
     return e;
   }
   // Every position's logits for the prompt, then 4 greedy steps.
-  std::vector<float> Run(const Placement& s, bool token_at_a_time = false) {
-    Engine e = Make(s);
+  std::vector<float> Run(const Placement& s, bool token_at_a_time = false,
+                         std::unique_ptr<Trunk> trunk = nullptr) {
+    Engine e = Make(s, std::move(trunk));
     Session sess = e.model->NewSession(64);
     std::vector<float> all, out;
     if (token_at_a_time) {
@@ -114,6 +117,73 @@ TEST_P(Forward, PlacementNeverChangesTheLogits) {
   }
   const std::vector<float> tat = Run({}, /*token_at_a_time=*/true);
   EXPECT_EQ(0, std::memcmp(tat.data(), base.data(), tat.size() * 4)) << "token at a time differs";
+}
+
+// Memory Trunk::Load did not allocate (a stand-in for the daemon's segment):
+// kAlign-aligned, filled with junk that Pack must overwrite or zero.
+struct Packed {
+  explicit Packed(uint64_t n) : buf(n + Trunk::kAlign, 0xa5) {
+    const uint64_t mis = reinterpret_cast<uintptr_t>(buf.data()) % Trunk::kAlign;
+    data = buf.data() + (mis ? Trunk::kAlign - mis : 0);  // data[n] is still junk
+  }
+  std::vector<uint8_t> buf;
+  uint8_t* data;
+};
+
+TEST_P(Forward, ATrunkPackedElsewhereGivesTheSameLogits) {
+  const uint64_t n = Trunk::PackedBytes(ct_->manifest());
+  auto loaded = Trunk::Load(*ct_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ((*loaded)->resident_bytes(), n);
+  EXPECT_FALSE((*loaded)->shared());
+
+  Packed a(n), b(n);
+  std::memset(b.buf.data(), 0x5a, b.buf.size());
+  ASSERT_TRUE(Trunk::Pack(*ct_, a.data, n).ok());
+  ASSERT_TRUE(Trunk::Pack(*ct_, b.data, n).ok());
+  EXPECT_EQ(0, std::memcmp(a.data, b.data, n)) << "padding is not zeroed";
+  EXPECT_EQ(a.data[n], 0xa5) << "Pack wrote past PackedBytes";
+
+  auto over = Trunk::Over(*ct_, a.data, n);
+  ASSERT_TRUE(over.ok()) << over.status().message();
+  EXPECT_TRUE((*over)->shared());
+  EXPECT_EQ((*over)->resident_bytes(), n);
+  const std::vector<float> base = Run({});
+  const std::vector<float> shared = Run({}, false, std::move(*over));
+  ASSERT_EQ(shared.size(), base.size());
+  EXPECT_EQ(0, std::memcmp(shared.data(), base.data(), base.size() * 4)) << "logits differ";
+}
+
+TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
+  const uint64_t n = Trunk::PackedBytes(ct_->manifest());
+  ASSERT_GT(n, Trunk::kAlign);
+  Packed p(n);
+  const Status pack = Trunk::Pack(*ct_, p.data, n - 1);
+  ASSERT_FALSE(pack.ok());
+  EXPECT_NE(pack.message().find("needs " + std::to_string(n)), std::string::npos) << pack.message();
+  EXPECT_EQ(p.data[0], 0xa5) << "a refused Pack wrote";
+
+  ASSERT_TRUE(Trunk::Pack(*ct_, p.data, n).ok());
+  auto small = Trunk::Over(*ct_, p.data, n - 1);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("needs " + std::to_string(n)), std::string::npos)
+      << small.status().message();
+  auto misaligned = Trunk::Over(*ct_, p.data + 4, n);
+  ASSERT_FALSE(misaligned.ok());
+  EXPECT_NE(misaligned.status().message().find("aligned"), std::string::npos);
+
+  // A trunk over another Container object (even of the same directory) is refused.
+  auto other = Container::Open(dir_);
+  ASSERT_TRUE(other.ok());
+  auto foreign = Trunk::Over(*other, p.data, n);
+  ASSERT_TRUE(foreign.ok());
+  CacheOptions co;
+  co.slots = 64;
+  auto cache = ExpertCache::Create(*ct_, co);
+  ASSERT_TRUE(cache.ok());
+  auto m = Model::Load(*ct_, cache->get(), {}, std::move(*foreign));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("another container"), std::string::npos);
 }
 
 TEST_P(Forward, SessionStateRoundTrips) {

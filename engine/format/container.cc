@@ -371,12 +371,21 @@ Status Container::ReadRecord(int layer, int expert, uint8_t* dst, bool verify_cr
 Status Container::ReadTensor(const TrunkTensor& t, std::vector<uint8_t>* payload,
                              std::vector<uint8_t>* scales) const {
   payload->resize(t.payload_bytes);
-  WASTE_RETURN_IF_ERROR(
-      PreadAll(trunk_fd_, payload->data(), t.payload_bytes, t.offset, "trunk.bin"));
   scales->resize(t.scale_bytes);
+  return ReadTensorInto(t, *payload, *scales);
+}
+
+Status Container::ReadTensorInto(const TrunkTensor& t, std::span<uint8_t> payload,
+                                 std::span<uint8_t> scales) const {
+  if (payload.size() != t.payload_bytes || scales.size() != t.scale_bytes)
+    return Status::Error("trunk.bin: " + t.name + ": buffers of " + std::to_string(payload.size()) +
+                         " + " + std::to_string(scales.size()) + " bytes for a tensor of " +
+                         std::to_string(t.payload_bytes) + " + " + std::to_string(t.scale_bytes));
+  WASTE_RETURN_IF_ERROR(
+      PreadAll(trunk_fd_, payload.data(), t.payload_bytes, t.offset, "trunk.bin"));
   if (t.scale_bytes)
     WASTE_RETURN_IF_ERROR(
-        PreadAll(trunk_fd_, scales->data(), t.scale_bytes, t.scale_offset, "trunk.bin"));
+        PreadAll(trunk_fd_, scales.data(), t.scale_bytes, t.scale_offset, "trunk.bin"));
   return Status::Ok();
 }
 

@@ -137,6 +137,11 @@ class Container {
   // Reads one trunk tensor's stored bytes (payload, then scales).
   Status ReadTensor(const TrunkTensor& t, std::vector<uint8_t>* payload,
                     std::vector<uint8_t>* scales) const;
+  // The same, straight into caller memory (no copy through vectors, for a
+  // trunk packed into a large buffer): `payload` must be exactly
+  // t.payload_bytes long and `scales` exactly t.scale_bytes.
+  Status ReadTensorInto(const TrunkTensor& t, std::span<uint8_t> payload,
+                        std::span<uint8_t> scales) const;
 
   // Optional files; empty when the container has none.
   bool has_tokenizer() const { return has_tokenizer_; }

@@ -56,6 +56,15 @@ int64_t ScalesPerRow(const kernels::MatrixView& w) {
   return w.group > 0 ? (w.cols + w.group - 1) / w.group : 0;
 }
 
+// What Model::Load refuses whatever the trunk.
+Status CheckLoad(const Container& ct, ExpertSource* experts, const ModelOptions& opt) {
+  const ModelConfig& c = ct.config();
+  if (c.tie_embeddings) return Status::Error("tie_word_embeddings is not implemented");
+  if (opt.chunk < 1) return Status::Error("chunk must be at least 1");
+  if (c.n_moe_layers() > 0 && !experts) return Status::Error("a MoE model needs an expert source");
+  return Status::Ok();
+}
+
 }  // namespace
 
 // The resolved weights of one layer: kernel views, no name lookups at run time.
@@ -95,14 +104,21 @@ Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::Load(const Container& ct, ExpertSource* experts,
                                            const ModelOptions& opt) {
-  const ModelConfig& c = ct.config();
-  if (c.tie_embeddings) return Status::Error("tie_word_embeddings is not implemented");
-  if (opt.chunk < 1) return Status::Error("chunk must be at least 1");
-  if (c.n_moe_layers() > 0 && !experts) return Status::Error("a MoE model needs an expert source");
-  std::unique_ptr<Model> m(new Model(ct, experts, opt));
+  // Refuse what is cheap to refuse before reading the trunk.
+  WASTE_RETURN_IF_ERROR(CheckLoad(ct, experts, opt));
   auto trunk = Trunk::Load(ct);
   if (!trunk.ok()) return trunk.status();
-  m->trunk_ = std::move(*trunk);
+  return Load(ct, experts, opt, std::move(*trunk));
+}
+
+Result<std::unique_ptr<Model>> Model::Load(const Container& ct, ExpertSource* experts,
+                                           const ModelOptions& opt, std::unique_ptr<Trunk> trunk) {
+  WASTE_RETURN_IF_ERROR(CheckLoad(ct, experts, opt));
+  if (!trunk) return Status::Error("no trunk");
+  if (&trunk->container() != &ct)
+    return Status::Error("the trunk was built over another container than the model's");
+  std::unique_ptr<Model> m(new Model(ct, experts, opt));
+  m->trunk_ = std::move(trunk);
   WASTE_RETURN_IF_ERROR(m->Resolve());
   return m;
 }

@@ -57,6 +57,10 @@ class Model {
   // `experts`. Refuses, by name, anything in the config it does not implement.
   static Result<std::unique_ptr<Model>> Load(const Container& ct, ExpertSource* experts,
                                              const ModelOptions& opt);
+  // The same over a trunk the caller built, e.g. Trunk::Over on the daemon's
+  // shared segment; `trunk` must have been built over `ct` itself.
+  static Result<std::unique_ptr<Model>> Load(const Container& ct, ExpertSource* experts,
+                                             const ModelOptions& opt, std::unique_ptr<Trunk> trunk);
   ~Model();
 
   const ModelConfig& config() const { return c_; }

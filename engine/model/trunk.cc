@@ -2,40 +2,103 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace waste {
 
+namespace {
+
+struct Placed {
+  const TrunkTensor* t;
+  uint64_t at;  // from the base of the packed trunk
+};
+
+uint64_t Padded(uint64_t n) {
+  return (n + Trunk::kAlign - 1) / Trunk::kAlign * Trunk::kAlign;
+}
+
+// The packed layout: where each resident tensor goes, and the total in *bytes.
+std::vector<Placed> Layout(const Manifest& m, uint64_t* bytes) {
+  const TrunkTensor* embedding = m.FindTensor("model.embed_tokens.weight");
+  std::vector<Placed> out;
+  uint64_t at = 0;
+  for (const TrunkTensor& tt : m.trunk) {
+    if (&tt == embedding) continue;
+    out.push_back({&tt, at});
+    at += Padded(tt.stored_bytes());
+  }
+  *bytes = at;
+  return out;
+}
+
+}  // namespace
+
+uint64_t Trunk::PackedBytes(const Manifest& m) {
+  uint64_t bytes = 0;
+  Layout(m, &bytes);
+  return bytes;
+}
+
+Status Trunk::Pack(const Container& ct, uint8_t* dst, uint64_t dst_bytes) {
+  uint64_t need = 0;
+  const std::vector<Placed> layout = Layout(ct.manifest(), &need);
+  if (dst_bytes < need)
+    return Status::Error("trunk: packing needs " + std::to_string(need) +
+                         " bytes, the destination has only " + std::to_string(dst_bytes));
+  if (need > 0 && dst == nullptr) return Status::Error("trunk: packing into a null destination");
+  for (const Placed& p : layout) {
+    const TrunkTensor& tt = *p.t;
+    uint8_t* at = dst + p.at;
+    WASTE_RETURN_IF_ERROR(
+        ct.ReadTensorInto(tt, {at, tt.payload_bytes}, {at + tt.payload_bytes, tt.scale_bytes}));
+    // Zero padding: the packed bytes are then a function of the container alone.
+    std::memset(at + tt.stored_bytes(), 0, Padded(tt.stored_bytes()) - tt.stored_bytes());
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Trunk>> Trunk::Over(const Container& ct, const uint8_t* bytes,
+                                           uint64_t size) {
+  const uint64_t need = PackedBytes(ct.manifest());
+  if (size < need)
+    return Status::Error("trunk: the packed trunk needs " + std::to_string(need) +
+                         " bytes, the memory given has only " + std::to_string(size));
+  if (need > 0 && bytes == nullptr) return Status::Error("trunk: packed memory is null");
+  if (reinterpret_cast<uintptr_t>(bytes) % kAlign != 0)
+    return Status::Error("trunk: packed memory is not " + std::to_string(kAlign) + "-byte aligned");
+  std::unique_ptr<Trunk> t = View(ct, bytes);
+  t->shared_ = true;
+  return t;
+}
+
 Result<std::unique_ptr<Trunk>> Trunk::Load(const Container& ct) {
+  auto region = Region::Allocate(PackedBytes(ct.manifest()));
+  if (!region.ok()) return region.status().Prefixed("trunk");
+  WASTE_RETURN_IF_ERROR(Pack(ct, region->data(), region->size()));
+  std::unique_ptr<Trunk> t = View(ct, region->data());
+  t->bytes_ = std::move(*region);
+  return t;
+}
+
+std::unique_ptr<Trunk> Trunk::View(const Container& ct, const uint8_t* base) {
   std::unique_ptr<Trunk> t(new Trunk());
   t->ct_ = &ct;
   const Manifest& m = ct.manifest();
   t->embedding_ = m.FindTensor("model.embed_tokens.weight");
-  uint64_t total = 0;
-  for (const TrunkTensor& tt : m.trunk)
-    if (&tt != t->embedding_) total += (tt.stored_bytes() + 63) / 64 * 64;
-  auto region = Region::Allocate(total);
-  if (!region.ok()) return region.status().Prefixed("trunk");
-  t->bytes_ = std::move(*region);
-  uint64_t at = 0;
-  std::vector<uint8_t> payload, scales;
-  for (const TrunkTensor& tt : m.trunk) {
-    if (&tt == t->embedding_) continue;
-    WASTE_RETURN_IF_ERROR(ct.ReadTensor(tt, &payload, &scales));
-    uint8_t* dst = t->bytes_.data() + at;
-    std::memcpy(dst, payload.data(), payload.size());
-    std::memcpy(dst + payload.size(), scales.data(), scales.size());
+  for (const Placed& p : Layout(m, &t->resident_bytes_)) {
+    const TrunkTensor& tt = *p.t;
     kernels::MatrixView v;
     v.fmt = tt.fmt;
     v.bf16 = tt.bf16;
     v.cols = tt.shape.back();
     v.rows = tt.elements / v.cols;
     v.group = tt.group;
-    v.payload = dst;
-    v.scales = tt.scale_bytes ? reinterpret_cast<const uint16_t*>(dst + payload.size()) : nullptr;
-    const std::string name = tt.name.substr(m.tensor_prefix.size());
-    t->views_[name] = v;
-    at += (tt.stored_bytes() + 63) / 64 * 64;
+    v.payload = base + p.at;
+    v.scales = tt.scale_bytes ? reinterpret_cast<const uint16_t*>(base + p.at + tt.payload_bytes)
+                              : nullptr;
+    t->views_[tt.name.substr(m.tensor_prefix.size())] = v;
   }
   return t;
 }

@@ -1,8 +1,13 @@
 // The dense trunk as the forward pass sees it: every tensor the model needs,
 // resident in memory, as kernel views. The embedding table stays on disk and
 // is read a row at a time (one row per token; the table is a large share of
-// the trunk). In this process the trunk is read from trunk.bin; attached to
-// wasted it will be the daemon's shared segment.
+// the trunk). In this process the trunk is read from trunk.bin into memory
+// the Trunk owns (Load); attached to wasted it is a view of the daemon's
+// shared segment, which the daemon filled with Pack (Over).
+//
+// The packed layout, a function of the manifest alone: every trunk tensor but
+// the embedding table, in manifest order, each its payload then its scales,
+// each starting at a multiple of 64 bytes from the base; padding is zero.
 #pragma once
 
 #include <cstdint>
@@ -19,24 +24,50 @@ namespace waste {
 
 class Trunk {
  public:
-  // Reads every trunk tensor but the embedding table from `ct` into memory.
+  // Alignment of every tensor in the packed layout, relative to its base.
+  static constexpr uint64_t kAlign = 64;
+
+  // Bytes the packed layout of `m` takes.
+  static uint64_t PackedBytes(const Manifest& m);
+  // Reads the trunk of `ct` into dst[0, PackedBytes(ct.manifest())) in the
+  // packed layout, padding zeroed, straight from trunk.bin. Refuses a
+  // destination smaller than that; writes nothing past it.
+  static Status Pack(const Container& ct, uint8_t* dst, uint64_t dst_bytes);
+  // Views over `bytes`, which someone else packed (the daemon's segment,
+  // mapped read-only). Not owned and not read here. The caller guarantees
+  // that `bytes` holds what Pack wrote for a container with ct's manifest,
+  // and stays mapped and unchanged while the Trunk lives; `ct` must outlive
+  // it too. Refuses `size` < PackedBytes and a base not kAlign-aligned.
+  static Result<std::unique_ptr<Trunk>> Over(const Container& ct, const uint8_t* bytes,
+                                             uint64_t size);
+  // Packs the trunk of `ct` (which must outlive it) into memory it owns.
   static Result<std::unique_ptr<Trunk>> Load(const Container& ct);
 
   // A matrix the config says exists (TrunkSpec); nullptr-free by contract:
-  // Load has checked presence and shape.
+  // Container::Open has checked presence and shape.
   const kernels::MatrixView& Matrix(const std::string& name) const;
   // An F32 tensor's values.
   const float* Vector(const std::string& name) const;
   // Row `token` of the embedding table, dequantized into out[hidden].
   Status EmbeddingRow(int token, float* out) const;
 
-  uint64_t resident_bytes() const { return bytes_.size(); }
+  const Container& container() const { return *ct_; }
+  uint64_t resident_bytes() const { return resident_bytes_; }  // PackedBytes
+  // True when the bytes belong to someone else (Over), false when owned (Load).
+  bool shared() const { return shared_; }
+  // Whether the owned region got transparent huge pages; false when shared
+  // (the segment's owner knows how it was mapped).
   bool huge_pages() const { return bytes_.huge_pages(); }
 
  private:
   Trunk() = default;
+  // The one place views are built, for Load and Over alike.
+  static std::unique_ptr<Trunk> View(const Container& ct, const uint8_t* base);
+
   const Container* ct_ = nullptr;
-  Region bytes_;  // all resident tensors, each payload then scales
+  Region bytes_;  // Load only: the packed trunk
+  uint64_t resident_bytes_ = 0;
+  bool shared_ = false;
   std::unordered_map<std::string, kernels::MatrixView> views_;
   const TrunkTensor* embedding_ = nullptr;
 };
