@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <utility>
 
 namespace waste::shm {
@@ -100,6 +101,22 @@ Status Segment::Seal() {
   if (fcntl(fd_, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
     return Status::Error(Errno("sealing segment"));
   return Status::Ok();
+}
+
+Status Segment::SealSize() {
+  if (kind_ == PageKind::kHugetlb) return Status::Error("hugetlb memfds cannot be sealed");
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+    return Status::Error(Errno("sealing segment size"));
+  return Status::Ok();
+}
+
+Result<int> Segment::ReadOnlyFd() const {
+  // Reopening through /proc gives a new open file description with its own
+  // access mode; dup() would share this one's read-write mode.
+  const std::string path = "/proc/self/fd/" + std::to_string(fd_);
+  const int ro = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ro < 0) return Status::Error(Errno("reopening segment read-only"));
+  return ro;
 }
 
 Result<Mapping> Mapping::Map(int fd, size_t bytes, bool writable, bool populate) {

@@ -24,6 +24,7 @@ class Segment {
   // page_kind() says which one the segment got.
   static Result<Segment> Create(const std::string& name, size_t bytes, bool want_huge);
 
+  Segment() = default;  // no descriptor
   Segment(Segment&& o) noexcept;
   Segment& operator=(Segment&& o) noexcept;
   Segment(const Segment&) = delete;
@@ -39,6 +40,16 @@ class Segment {
   // mappings must be unmapped first. hugetlb memfds cannot be sealed.
   Status Seal();
 
+  // Forbids resizing (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) but not
+  // writing: for a page another process writes while this one maps it, so
+  // that the writer cannot truncate it under the reader.
+  Status SealSize();
+
+  // A new descriptor for the same memory that only allows reading: a
+  // process given it cannot map the segment writable or write to it, even
+  // while the owner keeps writable mappings. The caller closes it.
+  Result<int> ReadOnlyFd() const;
+
  private:
   Segment(int fd, size_t size, PageKind kind) : fd_(fd), size_(size), kind_(kind) {}
   int fd_ = -1;
@@ -53,6 +64,7 @@ class Mapping {
   // `populate` pre-faults the pages so the first use does not pay for them.
   static Result<Mapping> Map(int fd, size_t bytes, bool writable, bool populate);
 
+  Mapping() = default;  // nothing mapped
   Mapping(Mapping&& o) noexcept;
   Mapping& operator=(Mapping&& o) noexcept;
   Mapping(const Mapping&) = delete;
