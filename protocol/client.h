@@ -1,0 +1,177 @@
+// A synchronous client of wasted, for one thread: connect to the daemon's
+// socket, attach (the model's description and the four shared-memory
+// segments as file descriptors), send hints without waiting, read the status,
+// stop the daemon. It speaks protocol/wasted.capnp over Cap'n Proto RPC with
+// file descriptors passed alongside messages, and links no engine.
+//
+// Threads: a DaemonClient owns a kj event loop, and kj allows one per thread.
+// Create, use and destroy it on one thread, and run no other kj event loop
+// there (no second DaemonClient, no EzRpc) while it lives. Nothing here throws;
+// every failure is a Status whose message says what went wrong.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/experts/expert_source.h"
+#include "engine/status.h"
+#include "wasted.capnp.h"
+
+namespace waste {
+
+// What wasted serves, as the attach answer describes it.
+struct DaemonModel {
+  std::string container;    // the container directory (absolute)
+  std::string fingerprint;  // of its manifest: check it against the one opened locally
+  std::string arch;
+  uint32_t layers = 0;
+  uint32_t experts = 0;
+  uint32_t top_k = 0;
+  uint32_t slots = 0;         // expert cache slots
+  uint64_t record_bytes = 0;  // one expert record
+  uint64_t slot_stride = 0;   // bytes from one slot to the next in the cache segment
+};
+
+// One shared-memory segment: a file descriptor (close-on-exec) to mmap, and
+// its size as the daemon declared it. The Attachment holding it owns the fd.
+struct SegmentFd {
+  int fd = -1;
+  uint64_t bytes = 0;
+};
+
+// The answer to an attach. Owns its four fds and closes them on destruction;
+// move-only. A moved-from Attachment holds fds of -1. The fds stay valid after
+// the connection ends (mappings made from them too), but the daemon releases
+// the client's pins and pin page when it sees the connection end.
+struct Attachment {
+  DaemonModel model;
+  SegmentFd trunk;  // the packed trunk, sealed, read-only
+  SegmentFd cache;  // slots of one record each, read-only
+  SegmentFd table;  // the slot table (shm/table.h), read-only
+  SegmentFd pins;   // this client's pin page, writable
+
+  Attachment() = default;
+  Attachment(Attachment&& other) noexcept;
+  Attachment& operator=(Attachment&& other) noexcept;
+  Attachment(const Attachment&) = delete;
+  Attachment& operator=(const Attachment&) = delete;
+  ~Attachment();
+
+  // Closes the four fds now (what the destructor does).
+  void Close();
+};
+
+// One attached client as the daemon reports it (proto::ClientStatus).
+struct ClientStatusInfo {
+  uint32_t id = 0;
+  uint32_t pid = 0;
+  uint32_t uid = 0;
+  std::string command;
+  double attached_seconds = 0;
+  uint64_t hits = 0;    // demand hints for records already ready
+  uint64_t misses = 0;  // demand hints that had to wait for a read
+  uint32_t pins = 0;    // slots pinned right now
+};
+
+// The daemon's state (proto::Status), field for field.
+struct DaemonStatus {
+  std::string version;  // wasted's version
+  uint32_t pid = 0;
+  double uptime_seconds = 0;
+  std::string container;
+  std::string arch;
+  uint64_t budget = 0;  // the ceiling on trunk + cache + overhead
+  uint64_t trunk_bytes = 0;
+  uint64_t cache_bytes = 0;
+  uint64_t overhead_bytes = 0;
+  bool trunk_wired = false;  // mlock succeeded
+  std::string page_kind;     // which pages back the segments
+  uint32_t slots = 0;
+  uint32_t slots_ready = 0;
+  uint32_t slots_loading = 0;
+  uint32_t slots_pinned = 0;  // a subset of the ready ones
+  uint32_t slots_failed = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t reads = 0;  // records read from disk
+  uint64_t bytes_read = 0;
+  uint64_t read_errors = 0;
+  std::vector<uint32_t> queued;     // waiting reads by priority: demand, lookahead, warm
+  std::vector<uint32_t> in_flight;  // reads under way by priority
+  std::vector<ClientStatusInfo> clients;
+  uint32_t io_depth = 0;
+
+  // Slots holding something or getting it (ready, loading or failed), and the rest.
+  uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
+  uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
+};
+
+// wasted's socket unless told otherwise: $XDG_RUNTIME_DIR/wasted.sock when
+// that variable is set and not empty, else /run/wasted/wasted.sock. The one
+// rule for the daemon and every client.
+std::string DefaultDaemonSocket();
+
+// Why Connect failed, for callers that act on it (wastectl's exit codes).
+enum class ConnectFailure {
+  kNone,              // connected
+  kNotListening,      // nothing listens at the path (ENOENT, ECONNREFUSED)
+  kPermissionDenied,  // the kernel refused us the socket (EACCES, EPERM)
+  kOther,             // anything else; the message names it
+};
+
+class DaemonClient {
+ public:
+  // Connects to wasted's socket at `path`. The message of a failure names the
+  // path and the reason, e.g. "cannot connect to PATH: Permission denied (the
+  // socket is 0600; are you the daemon's user?)". When `failure` is given it
+  // is set to the kind of failure (kNone on success).
+  static Result<std::unique_ptr<DaemonClient>> Connect(const std::string& path,
+                                                       ConnectFailure* failure = nullptr);
+  ~DaemonClient();
+  DaemonClient(const DaemonClient&) = delete;
+  DaemonClient& operator=(const DaemonClient&) = delete;
+
+  // Attaches as a compute client whose command line is `command_line`. On
+  // success the session lives as long as this DaemonClient (a second Attach
+  // replaces it). A refusal (e.g. a version mismatch) is the daemon's message.
+  // `version` is for tests of the refusal; clients leave it alone.
+  Result<Attachment> Attach(const std::string& command_line,
+                            uint32_t version = proto::PROTOCOL_VERSION);
+
+  // Sends a hint and returns without waiting for its answer: the request is
+  // written to the socket now (one non-blocking turn of the event loop) and
+  // its answer is handled by a later Poll or call. The daemon refuses
+  // out-of-range ids with a message and keeps the rest of the hint; such a
+  // refusal is kept in last_refusal() and does not fail the client. Negative
+  // ids are refused here the same way, and so is a hint before Attach. After
+  // the connection is lost hints are dropped quietly (Poll reports the loss).
+  void SendHint(int layer, std::span<const int> experts, HintKind kind);
+
+  // Runs the event loop without blocking: answers arrive, hint refusals are
+  // recorded. Fails, and keeps failing, once the connection is lost:
+  // "wasted went away: <reason>".
+  Status Poll();
+
+  // The daemon's state. Fails with the daemon's message or the loss.
+  Result<DaemonStatus> GetStatus();
+
+  // Asks the daemon to stop as SIGTERM would. The connection closing before
+  // the answer arrives counts as success: the daemon is going away as asked.
+  Status Stop();
+
+  // False once the connection is known to be lost (after a Poll or a call noticed it).
+  bool connected() const;
+
+  // The message of the latest refused hint; empty when none was refused.
+  const std::string& last_refusal() const;
+
+ private:
+  struct Impl;
+  explicit DaemonClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace waste
