@@ -187,7 +187,7 @@ bool Retire(const SlotTable& t, uint32_t slot, std::span<const PinPage* const> p
   if (entry && entry->load(std::memory_order_relaxed) != slot) entry = nullptr;
   if (entry) entry->store(kNoSlot, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (false && AnyPins(pages, slot)) {
+  if (AnyPins(pages, slot)) {
     // A client pinned it before seeing the change: the bytes are untouched,
     // so the old word (same generation) is still true.
     if (entry) entry->store(slot, std::memory_order_seq_cst);
