@@ -1,0 +1,102 @@
+// SharedExpertSource: the client side of wasted's expert cache. Records are
+// found through the shared slot table and read straight from the shared
+// cache segment; a hit costs no round trip. A miss sends the daemon a demand
+// hint and sleeps on a futex until the record is there (shm/table.h has the
+// table, pin page and futex contract).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "engine/experts/expert_source.h"
+#include "engine/status.h"
+#include "shm/table.h"
+
+namespace waste {
+
+// How the shared source talks to the daemon; implemented over Cap'n Proto
+// elsewhere (protocol/client.h).
+class HintSink {
+ public:
+  virtual ~HintSink() = default;
+  // Fire and forget; must not block on the daemon.
+  virtual void SendHint(int layer, std::span<const int> experts, HintKind kind) = 0;
+  // Lets the connection make progress (send queued messages, notice a dead
+  // daemon); an error once the daemon is gone, naming why.
+  virtual Status Poll() = 0;
+};
+
+// What attaching gave the client, already mapped: the table and the cache
+// read-only, the pin page writable.
+struct SharedCacheView {
+  shm::SlotTable table;
+  const uint8_t* cache = nullptr;
+  uint64_t cache_bytes = 0;
+  shm::PinPage* pins = nullptr;
+};
+
+class SharedExpertSource : public ExpertSource {
+ public:
+  // `has_experts[L]`: whether layer L has an expert bank (its size is the
+  // model's layer count); `experts`: experts per bank. Acquire and Hint
+  // refuse ids outside these before touching the index. `sink` outlives the
+  // source. Takes over the pin page (clears it). `give_up_seconds`: how long
+  // an Acquire waits on a daemon that answers polls but never brings the
+  // record in before failing instead of hanging the forward pass.
+  SharedExpertSource(SharedCacheView view, std::vector<bool> has_experts, int experts,
+                     HintSink* sink, double give_up_seconds = 30);
+  // Drops any pins still held.
+  ~SharedExpertSource() override;
+
+  SharedExpertSource(const SharedExpertSource&) = delete;
+  SharedExpertSource& operator=(const SharedExpertSource&) = delete;
+
+  // Forwards the in-range experts to the sink, then lets it make progress.
+  // An error from the sink is left for Acquire, which polls it too.
+  void Hint(int layer, std::span<const int> experts, HintKind kind) override;
+
+  // Pins the record and returns its bytes in the shared cache, waiting (in
+  // steps of at most 50 ms, polling the sink between them) while it is
+  // missing or loading. Fails, naming the layer and expert, for an id out of
+  // range, a record the daemon could not read (after one retry), a full pin
+  // page, a daemon that is gone, stopping or silent past give_up_seconds.
+  // Never returns bytes of a slot it has not pinned and found ready.
+  Result<const uint8_t*> Acquire(int layer, int expert) override;
+  // Drops one pin taken by Acquire(layer, expert); ignores one never taken.
+  void Release(int layer, int expert) override;
+
+  // hits: pinned on the first look; misses: had to wait (or failed);
+  // wait_seconds: time those Acquires took. reads and bytes_read stay 0:
+  // the daemon does the reading.
+  ExpertStats stats() const override;
+
+  // Pins held right now (for tests and diagnostics).
+  uint32_t held() const;
+
+ private:
+  struct Held {
+    uint32_t key;
+    uint32_t slot;
+  };
+  Status CheckIds(int layer, int expert) const;
+  Result<const uint8_t*> AcquireLocked(int layer, int expert, std::unique_lock<std::mutex>& lock,
+                                       bool* waited);
+
+  const SharedCacheView view_;
+  const std::vector<bool> has_experts_;
+  const int layers_;   // the model's, bounded by the table's
+  const int experts_;  // likewise
+  HintSink* const sink_;
+  const double give_up_seconds_;
+
+  mutable std::mutex mu_;  // one forward-pass thread in practice; cheap insurance
+  shm::PinSet pinset_;
+  std::vector<Held> held_;  // one entry per Acquire not yet released
+  int last_layer_ = -1;     // of the previous Acquire, to count passes
+  uint64_t pass_ = 0;
+  ExpertStats stats_;
+};
+
+}  // namespace waste
