@@ -1,11 +1,19 @@
-# The protocol between wasted and its clients (compute clients and wastectl),
-# Cap'n Proto RPC over a Unix socket. Version 1 is a draft: the daemon that
-# serves it lands with issue 4, and this file changes with it.
+# The protocol between wasted and its clients (compute clients and wastectl):
+# Cap'n Proto RPC over a Unix socket, with file descriptors passed alongside
+# messages (SCM_RIGHTS).
 #
-# Shape: a client calls Daemon.attach with its protocol version; the daemon
-# answers with a Session, the model's description and the shared-memory
-# segments (file descriptors passed with the capability). Hints are fire and
-# forget; a ready slot is found and pinned in shared memory without any call.
+# A client bootstraps the Daemon capability and calls attach with its
+# protocol version. The daemon answers with a Session, the model's
+# description and four shared-memory segments, each a capability whose file
+# descriptor travels with the answer (Capability::Client::getFd). From then
+# on a cache hit costs no call: the client finds and pins a ready slot in the
+# slot table (shm/table.h). Hints are fire and forget: the client never waits
+# for their answers. When the connection ends for any reason the client's
+# pins and pin page are released.
+#
+# Compatibility: a new field or method is added at the end and keeps the
+# version; anything else bumps protocolVersion. A daemon refuses an attach
+# whose version differs from its own, naming both.
 
 @0x8a0e69d55616bddf;
 
@@ -21,24 +29,92 @@ enum HintKind {
 }
 
 struct ClientInfo {
-  pid @0 :UInt32;
-  command @1 :Text;
+  pid @0 :UInt32;      # informational; the daemon trusts SO_PEERCRED instead
+  command @1 :Text;    # the client's command line, for wastectl
 }
 
 struct ModelDescription {
-  arch @0 :Text;
-  layers @1 :UInt32;
-  experts @2 :UInt32;
-  topK @3 :UInt32;
-  recordBytes @4 :UInt64;
+  container @0 :Text;    # the container directory the daemon serves (absolute)
+  fingerprint @1 :Text;  # of its manifest: a client checks it opened the same one
+  arch @2 :Text;
+  layers @3 :UInt32;
+  experts @4 :UInt32;
+  topK @5 :UInt32;
+  recordBytes @6 :UInt64;
+  slots @7 :UInt32;       # expert cache slots
+  slotStride @8 :UInt64;  # bytes from one slot to the next in the cache segment
+}
+
+# A shared-memory segment. Its server hands out a read-only file descriptor
+# (except for the client's own pin page, which the client writes).
+interface Segment {
+  size @0 () -> (bytes :UInt64);
+}
+
+struct Segments {
+  trunk @0 :Segment;   # the packed trunk (engine/model/trunk.h), sealed
+  cache @1 :Segment;   # slots of one record each
+  table @2 :Segment;   # the slot table (shm/table.h)
+  pins @3 :Segment;    # this client's pin page, writable
+  trunkBytes @4 :UInt64;
+  cacheBytes @5 :UInt64;
+  tableBytes @6 :UInt64;
+  pinBytes @7 :UInt64;
 }
 
 interface Session {
+  # Ask for records; answered at once, before any read. Out-of-range layers
+  # or experts are refused with a message and the rest of the hint is kept.
   hint @0 (layer :UInt32, experts :List(UInt32), kind :HintKind);
+  # Ends the session; the same happens when the connection closes.
   detach @1 ();
 }
 
+struct ClientStatus {
+  id @0 :UInt32;
+  pid @1 :UInt32;
+  uid @2 :UInt32;
+  command @3 :Text;
+  attachedSeconds @4 :Float64;
+  hits @5 :UInt64;     # demand hints for records already ready
+  misses @6 :UInt64;   # demand hints that had to wait for a read
+  pins @7 :UInt32;     # slots pinned right now
+}
+
+struct Status {
+  version @0 :Text;        # wasted's version
+  pid @1 :UInt32;
+  uptimeSeconds @2 :Float64;
+  container @3 :Text;
+  arch @4 :Text;
+  budget @5 :UInt64;       # the ceiling on trunk + cache + overhead
+  trunkBytes @6 :UInt64;
+  cacheBytes @7 :UInt64;
+  overheadBytes @8 :UInt64;
+  trunkWired @9 :Bool;     # mlock succeeded
+  pageKind @10 :Text;      # which pages back the segments
+  slots @11 :UInt32;
+  slotsReady @12 :UInt32;
+  slotsLoading @13 :UInt32;
+  slotsPinned @14 :UInt32;
+  slotsFailed @15 :UInt32;
+  hits @16 :UInt64;
+  misses @17 :UInt64;
+  reads @18 :UInt64;       # records read from disk
+  bytesRead @19 :UInt64;
+  readErrors @20 :UInt64;
+  queued @21 :List(UInt32);    # waiting reads by priority: demand, lookahead, warm
+  inFlight @22 :List(UInt32);  # reads under way by priority
+  clients @23 :List(ClientStatus);
+  ioDepth @24 :UInt32;
+}
+
 interface Daemon {
+  # Version and uid checks happen here; a refusal is an exception whose
+  # description says what was wrong.
   attach @0 (client :ClientInfo, version :UInt32)
-      -> (session :Session, model :ModelDescription);
+      -> (session :Session, model :ModelDescription, segments :Segments);
+  status @1 (version :UInt32) -> (status :Status);
+  # Stops the daemon as SIGTERM would: clients are told, state is saved.
+  stop @2 (version :UInt32);
 }

@@ -34,7 +34,19 @@ size_t RoundUp(size_t n, size_t to) {
   return (n + to - 1) / to * to;
 }
 
+// Whether the hugetlb pool has any pages reserved at all.
+bool HugetlbPoolReserved() {
+  std::ifstream f("/proc/sys/vm/nr_hugepages");
+  long n = 0;
+  return (f >> n) && n > 0;
+}
+
 }  // namespace
+
+size_t Segment::SizeFor(size_t bytes, bool want_huge) {
+  const bool huge = want_huge && (HugetlbPoolReserved() || ShmemThpAllowed());
+  return RoundUp(bytes, huge ? kHugePage : 4096);
+}
 
 const char* PageKindName(PageKind k) {
   switch (k) {
@@ -68,13 +80,15 @@ Result<Segment> Segment::Create(const std::string& name, size_t bytes, bool want
   }
   const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::Error(Errno("memfd_create " + name));
-  const size_t size = RoundUp(bytes, want_huge ? kHugePage : 4096);
+  // Whole huge pages only when they can be had: otherwise a small segment
+  // would take 2 MiB of the budget for nothing.
+  const bool thp = want_huge && ShmemThpAllowed();
+  const size_t size = RoundUp(bytes, thp ? kHugePage : 4096);
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     const Status st = Status::Error(Errno("ftruncate " + name));
     close(fd);
     return st;
   }
-  const bool thp = want_huge && ShmemThpAllowed();
   return Segment(fd, size, thp ? PageKind::kTransparentHuge : PageKind::kSmall);
 }
 

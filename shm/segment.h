@@ -23,6 +23,9 @@ class Segment {
   // transparent huge pages when shmem_enabled allows them, else 4 KiB pages;
   // page_kind() says which one the segment got.
   static Result<Segment> Create(const std::string& name, size_t bytes, bool want_huge);
+  // The size Create(bytes, want_huge) may round up to, at most: whole huge
+  // pages where the system could give them, else whole 4 KiB pages.
+  static size_t SizeFor(size_t bytes, bool want_huge);
 
   Segment() = default;  // no descriptor
   Segment(Segment&& o) noexcept;

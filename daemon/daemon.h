@@ -1,0 +1,130 @@
+// Daemon: wasted's start-up, event loop and shut-down.
+//
+// Start() does everything that can fail, in order, logging what each step did
+// and how long it took: open and validate the container, choose the budget,
+// pack the trunk into a memfd, seal and wire it, create the cache and slot
+// table segments, bind the socket. Run() then turns the libuv event loop on
+// this thread, which owns the cache (SlotCache) and alone touches it: hints
+// and status requests arrive from the RPC thread through a mailbox, read
+// completions from the reader threads the same way. SIGTERM or SIGINT stops
+// it cleanly (clients are told through the slot table and their connections
+// close, the use counts are saved); a second signal ends it at once.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/readers.h"
+#include "daemon/rpc_server.h"
+#include "daemon/slot_cache.h"
+#include "engine/format/container.h"
+#include "engine/plan/plan.h"
+#include "shm/segment.h"
+#include "shm/table.h"
+
+namespace waste::daemon {
+
+struct DaemonOptions {
+  std::string container;
+  std::string socket;
+  uint64_t budget = 0;  // 0: chosen from this machine (DaemonBudget)
+  int io_depth = 8;     // reads in flight
+  bool verify_crc = false;
+  bool huge_pages = true;  // ask for huge pages for the segments
+  bool wire_trunk = true;  // mlock the trunk
+  AccessPolicy access;
+  double idle_exit_seconds = 0;  // stop after this long without clients; 0: never
+  std::string state_dir;         // where use counts are saved; empty: not saved
+};
+
+// The daemon's share of a memory plan: trunk + cache + its own overhead; the
+// clients' state and scratch are theirs.
+struct DaemonBudget {
+  uint64_t trunk = 0;      // the packed trunk segment
+  uint64_t overhead = 0;   // slot table, pin pages, buffers
+  uint64_t min_cache = 0;  // the fewest slots that let a forward pass proceed
+  uint64_t working_set = 0;
+  uint64_t floor() const { return trunk + overhead + min_cache; }
+};
+DaemonBudget PlanDaemon(const Container& ct);
+// --budget when given (refused below the floor), else the largest of floor +
+// 3, 2 or 1 working sets under 3/4 of `limit`; refused below the floor with
+// what the floor is made of.
+Result<uint64_t> ChooseBudget(const DaemonBudget& plan, uint64_t requested,
+                              const MemoryLimit& limit);
+
+class Daemon final : public LoopApi {
+ public:
+  static Result<std::unique_ptr<Daemon>> Start(const DaemonOptions& opt);
+  ~Daemon() override;
+
+  // Serves until stopped; the process's exit code.
+  int Run();
+
+  // LoopApi: called from the RPC thread.
+  void AddClient(ClientRecord client) override;
+  void RemoveClient(uint32_t id) override;
+  void Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) override;
+  void GetStatus(std::function<void(StatusSnapshot)> reply) override;
+  void RequestStop(std::string why) override;
+
+ private:
+  struct LiveClient {
+    ClientRecord record;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  explicit Daemon(const DaemonOptions& opt) : opt_(opt) {}
+  Status Setup();
+  Status BuildTrunk();
+  Status BuildCache();
+  Status Listen();
+
+  // Runs `fn` on the loop thread soon; dropped once the loop has stopped.
+  void Post(std::function<void()> fn);
+  void DrainMailbox();
+  void Pump();  // starts as many reads as there are idle readers
+  void Stop(const std::string& why);
+  void SaveUses() const;
+  StatusSnapshot Snapshot() const;
+
+  DaemonOptions opt_;
+  std::chrono::steady_clock::time_point started_;
+  std::unique_ptr<Container> ct_;
+  uint64_t budget_ = 0, overhead_ = 0;
+  std::string fingerprint_;
+
+  shm::Segment trunk_seg_, cache_seg_, table_seg_;
+  shm::Mapping trunk_map_, cache_map_, table_map_;
+  bool trunk_wired_ = false;
+  int trunk_ro_ = -1, cache_ro_ = -1, table_ro_ = -1;
+  ServedModel served_;
+  std::unique_ptr<SlotCache> cache_;
+  int listen_fd_ = -1;
+  bool socket_bound_ = false;
+
+  uv_loop_t loop_{};
+  uv_async_t mail_async_{};
+  uv_signal_t sigterm_{}, sigint_{};
+  uv_timer_t idle_timer_{};
+  std::mutex mail_mu_;
+  std::vector<std::function<void()>> mail_;
+  bool mail_closed_ = false;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point last_client_;
+
+  std::map<uint32_t, LiveClient> clients_;
+  std::unique_ptr<Readers> readers_;
+  std::unique_ptr<RpcServer> rpc_;
+};
+
+}  // namespace waste::daemon

@@ -1,0 +1,418 @@
+#include "daemon/rpc_server.h"
+
+// Cap'n Proto's generated Server classes and KJ's ErrorHandler are
+// interfaces with non-virtual destructors by design (owned through kj::Own).
+#pragma GCC diagnostic ignored "-Wnon-virtual-dtor"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <spdlog/spdlog.h>
+
+#include "shm/table.h"
+#include "wasted.capnp.h"
+#include "waste/version.h"
+
+namespace waste::daemon {
+namespace {
+
+// Incoming messages are small (hints, status requests); anything larger is
+// refused by the reader before it is decoded.
+constexpr uint64_t kMaxMessageWords = 1 << 20;  // 8 MiB
+
+[[noreturn]] void Refuse(const std::string& why) {
+  throw kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(why.c_str()));
+}
+
+std::string Who(const ucred& cred) {
+  return "pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+}
+
+// A shared-memory segment; its descriptor travels with the capability.
+class SegmentServer final : public proto::Segment::Server {
+ public:
+  SegmentServer(int fd, uint64_t bytes, std::shared_ptr<void> keep = nullptr)
+      : fd_(fd), bytes_(bytes), keep_(std::move(keep)) {}
+  kj::Maybe<int> getFd() override { return fd_; }
+  kj::Promise<void> size(SizeContext ctx) override {
+    ctx.getResults().setBytes(bytes_);
+    return kj::READY_NOW;
+  }
+
+ private:
+  int fd_;
+  uint64_t bytes_;
+  std::shared_ptr<void> keep_;  // what owns fd_, when it is not the daemon
+};
+
+}  // namespace
+
+bool AccessPolicy::Allows(uid_t uid) const {
+  if (uid == 0 || uid == geteuid()) return true;
+  for (uid_t u : uids)
+    if (u == uid) return true;
+  if (group == static_cast<gid_t>(-1)) return false;
+  // Membership by primary or supplementary group of the peer's account.
+  passwd pw{}, *found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || !found) return false;
+  if (pw.pw_gid == group) return true;
+  int n = 64;
+  std::vector<gid_t> groups(n);
+  if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+    groups.resize(n);
+    if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) return false;
+  }
+  for (int i = 0; i < n; ++i)
+    if (groups[i] == group) return true;
+  return false;
+}
+
+struct RpcServer::Impl {
+  Impl(const ServedModel& m, const AccessPolicy& a, LoopApi* l, int fd)
+      : model(m), access(a), loop(l), listen_fd(fd) {}
+  const ServedModel& model;
+  const AccessPolicy& access;
+  LoopApi* loop;
+  int listen_fd;
+  std::atomic<uint32_t> next_id{1};
+  const kj::Executor* executor = nullptr;
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> stop;
+
+  void CheckPeer(const ucred& cred, bool* logged) {
+    if (access.Allows(cred.uid)) return;
+    const std::string why = "uid " + std::to_string(cred.uid) +
+                            " may not use this wasted (it allows root, its own uid " +
+                            std::to_string(geteuid()) + " and the uids or group in its settings)";
+    if (!*logged) spdlog::warn("refused {}: {}", Who(cred), why);
+    *logged = true;
+    Refuse(why);
+  }
+  static void CheckVersion(uint32_t version) {
+    if (version != proto::PROTOCOL_VERSION)
+      Refuse("protocol version " + std::to_string(version) +
+             " is not supported: this wasted speaks protocol version " +
+             std::to_string(proto::PROTOCOL_VERSION));
+  }
+};
+
+namespace {
+
+class SessionServer final : public proto::Session::Server {
+ public:
+  SessionServer(RpcServer::Impl* s, uint32_t id, ucred cred) : s_(s), id_(id), cred_(cred) {}
+  ~SessionServer() { End(); }
+
+  kj::Promise<void> hint(HintContext ctx) override {
+    if (ended_) Refuse("this session has detached");
+    auto p = ctx.getParams();
+    const ServedModel& m = s_->model;
+    const uint32_t layer = p.getLayer();
+    const auto kind = static_cast<uint16_t>(p.getKind());
+    std::string bad;
+    if (kind > static_cast<uint16_t>(proto::HintKind::WARM)) {
+      bad = "unknown hint kind " + std::to_string(kind);
+    } else if (layer >= m.layers || !m.has_bank[layer]) {
+      bad = "layer " + std::to_string(layer) + " has no experts (the model has " +
+            std::to_string(m.layers) + " layers)";
+    }
+    std::vector<uint32_t> experts;
+    if (bad.empty()) {
+      auto list = p.getExperts();
+      experts.reserve(list.size());
+      for (uint32_t e : list) {
+        if (e < m.experts) {
+          experts.push_back(e);
+        } else if (bad.empty()) {
+          bad = "expert " + std::to_string(e) + " of layer " + std::to_string(layer) +
+                " does not exist (the model has " + std::to_string(m.experts) + " experts)";
+        }
+      }
+      if (!experts.empty())
+        s_->loop->Hint(id_, static_cast<int>(layer), std::move(experts),
+                       static_cast<HintKind>(kind));
+    }
+    if (!bad.empty()) {
+      if (!refusal_logged_) spdlog::warn("client {} ({}): refused a hint: {}", id_, Who(cred_), bad);
+      refusal_logged_ = true;
+      Refuse(bad);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> detach(DetachContext) override {
+    End();
+    return kj::READY_NOW;
+  }
+
+ private:
+  void End() {
+    if (ended_) return;
+    ended_ = true;
+    s_->loop->RemoveClient(id_);
+  }
+  RpcServer::Impl* s_;
+  uint32_t id_;
+  ucred cred_;
+  bool ended_ = false;
+  bool refusal_logged_ = false;
+};
+
+class DaemonServer final : public proto::Daemon::Server {
+ public:
+  DaemonServer(RpcServer::Impl* s, ucred cred) : s_(s), cred_(cred) {}
+
+  kj::Promise<void> attach(AttachContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    auto p = ctx.getParams();
+    RpcServer::Impl::CheckVersion(p.getVersion());
+    const ServedModel& m = s_->model;
+
+    ClientRecord rec;
+    rec.id = s_->next_id++;
+    rec.pid = cred_.pid;
+    rec.uid = cred_.uid;
+    rec.command = std::string(p.getClient().getCommand().cStr()).substr(0, 4096);
+    // The pin page: writable by the client, read-only here, and sealed so
+    // the client cannot shrink it under the daemon's mapping.
+    auto seg = shm::Segment::Create("wasted-pins", sizeof(shm::PinPage), false);
+    if (!seg.ok()) Refuse("cannot create a pin page: " + seg.status().message());
+    if (Status st = seg->SealSize(); !st.ok()) Refuse(st.message());
+    auto map = shm::Mapping::Map(seg->fd(), seg->size(), false, true);
+    if (!map.ok()) Refuse("cannot map a pin page: " + map.status().message());
+    rec.pins = std::make_shared<ClientRecord::PinPage>(
+        ClientRecord::PinPage{std::move(*seg), std::move(*map)});
+    const int pin_fd = rec.pins->segment.fd();
+    const uint64_t pin_bytes = rec.pins->segment.size();
+    auto keep = rec.pins;
+    const uint32_t id = rec.id;
+    spdlog::info("client {} attached: {} {}", id, Who(cred_), rec.command);
+    s_->loop->AddClient(std::move(rec));
+
+    auto r = ctx.getResults();
+    r.setSession(kj::heap<SessionServer>(s_, id, cred_));
+    auto d = r.initModel();
+    d.setContainer(m.container);
+    d.setFingerprint(m.fingerprint);
+    d.setArch(m.arch);
+    d.setLayers(m.layers);
+    d.setExperts(m.experts);
+    d.setTopK(m.top_k);
+    d.setRecordBytes(m.record_bytes);
+    d.setSlots(m.slots);
+    d.setSlotStride(m.slot_stride);
+    auto g = r.initSegments();
+    g.setTrunk(kj::heap<SegmentServer>(m.trunk_fd, m.trunk_bytes));
+    g.setCache(kj::heap<SegmentServer>(m.cache_fd, m.cache_bytes));
+    g.setTable(kj::heap<SegmentServer>(m.table_fd, m.table_bytes));
+    g.setPins(kj::heap<SegmentServer>(pin_fd, pin_bytes, std::move(keep)));
+    g.setTrunkBytes(m.trunk_bytes);
+    g.setCacheBytes(m.cache_bytes);
+    g.setTableBytes(m.table_bytes);
+    g.setPinBytes(pin_bytes);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> status(StatusContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
+    // kj::Own, not the value: GCC 12 warns falsely on a std::vector inside kj::Maybe.
+    using Snap = kj::Own<StatusSnapshot>;
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<Snap>();
+    auto f = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<Snap>>>(
+        kj::mv(paf.fulfiller));
+    s_->loop->GetStatus([f](StatusSnapshot snap) {
+      (*f)->fulfill(kj::heap<StatusSnapshot>(std::move(snap)));
+    });
+    return paf.promise.then([ctx](Snap snap) mutable {
+      const StatusSnapshot& s = *snap;
+      auto o = ctx.getResults().initStatus();
+      o.setVersion(WASTE_VERSION);
+      o.setPid(s.pid);
+      o.setUptimeSeconds(s.uptime_seconds);
+      o.setContainer(s.container);
+      o.setArch(s.arch);
+      o.setBudget(s.budget);
+      o.setTrunkBytes(s.trunk_bytes);
+      o.setCacheBytes(s.cache_bytes);
+      o.setOverheadBytes(s.overhead_bytes);
+      o.setTrunkWired(s.trunk_wired);
+      o.setPageKind(s.page_kind);
+      o.setSlots(s.slots);
+      o.setSlotsReady(s.ready);
+      o.setSlotsLoading(s.loading);
+      o.setSlotsPinned(s.pinned);
+      o.setSlotsFailed(s.failed);
+      o.setHits(s.hits);
+      o.setMisses(s.misses);
+      o.setReads(s.reads);
+      o.setBytesRead(s.bytes_read);
+      o.setReadErrors(s.read_errors);
+      o.setIoDepth(s.io_depth);
+      auto q = o.initQueued(3);
+      auto fl = o.initInFlight(3);
+      for (int k = 0; k < 3; ++k) {
+        q.set(k, s.queued[k]);
+        fl.set(k, s.in_flight[k]);
+      }
+      auto cl = o.initClients(static_cast<unsigned>(s.clients.size()));
+      for (size_t i = 0; i < s.clients.size(); ++i) {
+        const ClientSnapshot& c = s.clients[i];
+        auto x = cl[static_cast<unsigned>(i)];
+        x.setId(c.id);
+        x.setPid(c.pid);
+        x.setUid(c.uid);
+        x.setCommand(c.command);
+        x.setAttachedSeconds(c.attached_seconds);
+        x.setHits(c.hits);
+        x.setMisses(c.misses);
+        x.setPins(c.pins);
+      }
+    });
+  }
+
+  kj::Promise<void> stop(StopContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
+    s_->loop->RequestStop("asked to stop by " + Who(cred_));
+    return kj::READY_NOW;
+  }
+
+ private:
+  RpcServer::Impl* s_;
+  ucred cred_;
+  bool refusal_logged_ = false;
+};
+
+// One client connection: the stream, the two-party network over it and the
+// RPC system; destroyed in reverse order when the peer goes away. Clients
+// have no reason to send descriptors, but with a limit of 0 the network
+// would not send any either, so the limit is 1 (and extra ones are closed).
+struct Connection {
+  Connection(kj::Own<kj::AsyncCapabilityStream> s, capnp::Capability::Client bootstrap)
+      : stream(kj::mv(s)),
+        network(*stream, /*maxFdsPerMessage=*/1, capnp::rpc::twoparty::Side::SERVER,
+                Options()),
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+  static capnp::ReaderOptions Options() {
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = kMaxMessageWords;
+    o.nestingLimit = 16;
+    return o;
+  }
+  kj::Own<kj::AsyncCapabilityStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
+class Acceptor final : public kj::TaskSet::ErrorHandler {
+ public:
+  Acceptor(RpcServer::Impl* s, kj::AsyncIoContext& io)
+      : s_(s),
+        io_(io),
+        observer_(io.unixEventPort, s->listen_fd, kj::UnixEventPort::FdObserver::OBSERVE_READ),
+        tasks_(*this) {}
+
+  kj::Promise<void> Loop() {
+    return observer_.whenBecomesReadable().then([this]() {
+      for (;;) {  // the observer is edge triggered: take every pending connection
+        const int fd = accept4(s_->listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            spdlog::warn("accept: {}", std::strerror(errno));
+          break;
+        }
+        Serve(fd);
+      }
+      return Loop();
+    });
+  }
+
+  void taskFailed(kj::Exception&& e) override {
+    spdlog::debug("connection ended: {}", e.getDescription().cStr());
+  }
+
+ private:
+  void Serve(int fd) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      spdlog::warn("SO_PEERCRED: {}; connection dropped", std::strerror(errno));
+      close(fd);
+      return;
+    }
+    auto stream = io_.lowLevelProvider->wrapUnixSocketFd(
+        fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
+                kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK |
+                kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC);
+    auto conn = kj::heap<Connection>(kj::mv(stream), kj::heap<DaemonServer>(s_, cred));
+    auto done = conn->network.onDisconnect();
+    tasks_.add(done.attach(kj::mv(conn)));
+  }
+
+  RpcServer::Impl* s_;
+  kj::AsyncIoContext& io_;
+  kj::UnixEventPort::FdObserver observer_;
+  kj::TaskSet tasks_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RpcServer>> RpcServer::Start(int listen_fd, const ServedModel& model,
+                                                    const AccessPolicy& access, LoopApi* loop) {
+  std::unique_ptr<RpcServer> server(new RpcServer());
+  server->impl_ = std::make_unique<Impl>(model, access, loop, listen_fd);
+  Impl* impl = server->impl_.get();
+  std::promise<std::string> started;
+  auto started_future = started.get_future();
+  server->thread_ = std::thread([impl, &started] {
+    bool signaled = false;  // after that, `started` belongs to a returned call
+    try {
+      kj::AsyncIoContext io = kj::setupAsyncIo();
+      auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+      impl->stop = kj::mv(paf.fulfiller);
+      Acceptor acceptor(impl, io);
+      auto accepting = acceptor.Loop().eagerlyEvaluate([](kj::Exception&& e) {
+        spdlog::error("accepting connections failed: {}", e.getDescription().cStr());
+      });
+      started.set_value("");
+      signaled = true;
+      paf.promise.wait(io.waitScope);
+      // Leaving this scope destroys the acceptor and with it every
+      // connection: clients see their connection end.
+    } catch (const kj::Exception& e) {
+      if (!signaled)
+        started.set_value(e.getDescription().cStr());
+      else
+        spdlog::error("RPC thread: {}", e.getDescription().cStr());
+    }
+  });
+  const std::string err = started_future.get();
+  if (!err.empty()) {
+    server->thread_.join();
+    return Status::Error("starting the RPC server: " + err);
+  }
+  return server;
+}
+
+void RpcServer::Stop() {
+  if (!thread_.joinable()) return;
+  impl_->stop->fulfill();
+  thread_.join();
+}
+
+RpcServer::~RpcServer() {
+  Stop();
+}
+
+}  // namespace waste::daemon

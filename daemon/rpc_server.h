@@ -1,0 +1,109 @@
+// RpcServer: the daemon's Cap'n Proto side, on a thread of its own with a KJ
+// event loop (Cap'n Proto passes file descriptors only through its own async
+// I/O, so its loop cannot be libuv's). It accepts connections on the
+// listening socket, checks each peer's uid (SO_PEERCRED), answers attach,
+// hint, status and stop, and forwards everything that touches the cache to
+// the event loop thread through LoopApi. It never reads or writes the cache
+// itself.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/experts/expert_source.h"
+#include "engine/status.h"
+#include "shm/segment.h"
+
+namespace waste::daemon {
+
+// One attached client, as the event loop sees it.
+struct ClientRecord {
+  uint32_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string command;
+  // Owns the pin page's memfd and the daemon's read-only mapping of it.
+  struct PinPage {
+    shm::Segment segment;
+    shm::Mapping mapping;
+  };
+  std::shared_ptr<PinPage> pins;
+};
+
+struct ClientSnapshot {
+  uint32_t id = 0, pid = 0, uid = 0, pins = 0;
+  std::string command;
+  double attached_seconds = 0;
+  uint64_t hits = 0, misses = 0;
+};
+
+// Everything `wastectl status` shows, gathered on the event loop thread.
+struct StatusSnapshot {
+  uint32_t pid = 0;
+  double uptime_seconds = 0;
+  std::string container, arch, page_kind;
+  uint64_t budget = 0, trunk_bytes = 0, cache_bytes = 0, overhead_bytes = 0;
+  bool trunk_wired = false;
+  uint32_t slots = 0, ready = 0, loading = 0, pinned = 0, failed = 0, io_depth = 0;
+  uint64_t hits = 0, misses = 0, reads = 0, bytes_read = 0, read_errors = 0;
+  uint32_t queued[3] = {0, 0, 0}, in_flight[3] = {0, 0, 0};
+  std::vector<ClientSnapshot> clients;
+};
+
+// What the RPC thread may ask of the event loop. Every method is safe to call
+// from the RPC thread and returns at once; the work happens on the loop.
+class LoopApi {
+ public:
+  virtual ~LoopApi() = default;
+  virtual void AddClient(ClientRecord client) = 0;
+  virtual void RemoveClient(uint32_t id) = 0;
+  virtual void Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) = 0;
+  // `reply` runs on the event loop thread.
+  virtual void GetStatus(std::function<void(StatusSnapshot)> reply) = 0;
+  virtual void RequestStop(std::string why) = 0;
+};
+
+// What attach hands out; fixed once the daemon has started.
+struct ServedModel {
+  std::string container, fingerprint, arch;
+  uint32_t layers = 0, experts = 0, top_k = 0, slots = 0;
+  uint64_t record_bytes = 0, slot_stride = 0;
+  std::vector<bool> has_bank;  // by layer
+  // Read-only descriptors of the shared segments, owned by the daemon.
+  int trunk_fd = -1, cache_fd = -1, table_fd = -1;
+  uint64_t trunk_bytes = 0, cache_bytes = 0, table_bytes = 0;
+};
+
+struct AccessPolicy {
+  std::vector<uid_t> uids;  // besides the daemon's own uid and root
+  gid_t group = static_cast<gid_t>(-1);  // members may attach too; -1 for none
+  bool Allows(uid_t uid) const;
+};
+
+class RpcServer {
+ public:
+  // Serves `listen_fd` (a bound, listening Unix socket; owned by the caller)
+  // on a new thread until Stop().
+  static Result<std::unique_ptr<RpcServer>> Start(int listen_fd, const ServedModel& model,
+                                                  const AccessPolicy& access, LoopApi* loop);
+  ~RpcServer();  // calls Stop()
+
+  // Closes every connection and joins the thread. Clients see their
+  // connection end.
+  void Stop();
+
+  struct Impl;  // the state the server objects share (rpc_server.cc)
+
+ private:
+  RpcServer() = default;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+};
+
+}  // namespace waste::daemon

@@ -1,0 +1,251 @@
+#include "daemon/slot_cache.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace waste::daemon {
+
+using shm::SlotState;
+
+SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes)
+    : t_(table),
+      has_bank_(std::move(has_bank)),
+      record_bytes_(record_bytes),
+      experts_(table.header().experts),
+      meta_(table.slots()),
+      uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0) {}
+
+void SlotCache::AddClient(uint32_t id, const shm::PinPage* page) {
+  clients_[id] = Client{page, 0, {}};
+}
+
+void SlotCache::RemoveClient(uint32_t id) {
+  // Its pins go with its page: the next victim search no longer sees them.
+  // Its queued reads stay; a demand read is still worth having.
+  clients_.erase(id);
+}
+
+std::vector<const shm::PinPage*> SlotCache::Pages() const {
+  std::vector<const shm::PinPage*> pages;
+  pages.reserve(clients_.size());
+  for (const auto& [id, c] : clients_) pages.push_back(c.page);
+  return pages;
+}
+
+void SlotCache::Touch(uint32_t slot, uint32_t client, uint64_t stamp) {
+  SlotMeta& m = meta_[slot];
+  m.uses += 1;
+  m.last_use = ++clock_;
+  m.awaited_by = client + 1;
+  m.awaited_stamp = stamp;
+  if (clock_ % (64 * meta_.size()) == 0)
+    for (SlotMeta& x : meta_) x.uses /= 2;  // popularity fades
+}
+
+void SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> experts,
+                     HintKind kind) {
+  auto cit = clients_.find(client);
+  if (cit == clients_.end()) return;  // detached while the hint was in the mailbox
+  Client& cl = cit->second;
+  uint64_t stamp;
+  const uint64_t pass = cl.progress >> 16, now_layer = cl.progress & 0xffff;
+  if (kind == HintKind::kDemand) {
+    if (static_cast<uint64_t>(layer) < now_layer) cl.progress = (pass + 1) << 16;
+    cl.progress = (cl.progress & ~uint64_t{0xffff}) | static_cast<uint64_t>(layer);
+    stamp = cl.progress;
+  } else {
+    // A lookahead is for a layer still ahead: later in this pass or, when it
+    // is not beyond the current layer, in the next one.
+    stamp = (static_cast<uint64_t>(layer) > now_layer ? pass : pass + 1) << 16 |
+            static_cast<uint64_t>(layer);
+  }
+  for (uint32_t e : experts) {
+    const uint32_t key = shm::ExpertKey(layer, static_cast<int>(e));
+    const uint32_t s = t_.index(layer, static_cast<int>(e)).load(std::memory_order_relaxed);
+    const SlotState st =
+        s == shm::kNoSlot ? SlotState::kEmpty : shm::StateOf(t_.slot(s).word.load());
+    if (kind == HintKind::kDemand) {
+      ++uses_[static_cast<size_t>(layer) * experts_ + e];
+      if (st == SlotState::kReady) {
+        ++c_.hits;
+        ++cl.counters.hits;
+      } else {
+        ++c_.misses;
+        ++cl.counters.misses;
+      }
+    }
+    if (st == SlotState::kReady || st == SlotState::kLoading) {
+      if (kind == HintKind::kDemand) Touch(s, client, stamp);
+      continue;
+    }
+    if (st == SlotState::kFailed) {
+      if (kind != HintKind::kDemand) continue;  // only a demand retries a failed read
+      shm::Retire(t_, s, Pages());
+      t_.Announce();
+    }
+    Enqueue({key, client, stamp}, kind);
+  }
+}
+
+void SlotCache::Enqueue(const Pending& p, HintKind kind) {
+  if (auto it = queued_.find(p.key); it != queued_.end()) {
+    if (static_cast<int>(kind) >= static_cast<int>(it->second)) return;  // merged
+    auto& q = queue_[static_cast<int>(it->second)];
+    q.erase(std::remove_if(q.begin(), q.end(), [&](const Pending& x) { return x.key == p.key; }),
+            q.end());
+  }
+  queued_[p.key] = kind;
+  queue_[static_cast<int>(kind)].push_back(p);
+}
+
+bool SlotCache::Stale(const Pending& p) const {
+  auto it = clients_.find(p.client);
+  return it == clients_.end() || it->second.progress > p.stamp;
+}
+
+bool SlotCache::Awaited(const SlotMeta& m) const {
+  if (m.awaited_by == 0) return false;
+  auto it = clients_.find(m.awaited_by - 1);
+  return it != clients_.end() && it->second.progress <= m.awaited_stamp;
+}
+
+uint32_t SlotCache::TakeVictim() {
+  const std::vector<const shm::PinPage*> pages = Pages();
+  std::vector<uint16_t> pinned;
+  shm::CollectPins(pages, t_.slots(), &pinned);
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint32_t best = shm::kNoSlot;
+    std::tuple<int, bool, uint64_t, uint64_t> best_rank{};
+    for (uint32_t s = 0; s < t_.slots(); ++s) {
+      const SlotState st = shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed));
+      if (st == SlotState::kLoading || pinned[s]) continue;
+      const SlotMeta& m = meta_[s];
+      // Empty first, failed next, then not awaited, fewer uses, older use.
+      const auto rank = std::make_tuple(st == SlotState::kEmpty    ? 0
+                                        : st == SlotState::kFailed ? 1
+                                                                   : 2,
+                                        Awaited(m), m.uses, m.last_use);
+      if (best == shm::kNoSlot || rank < best_rank) {
+        best = s;
+        best_rank = rank;
+        if (std::get<0>(rank) == 0) break;
+      }
+    }
+    if (best == shm::kNoSlot) return shm::kNoSlot;
+    if (std::get<0>(best_rank) == 0) return best;
+    if (shm::Retire(t_, best, pages)) {
+      meta_[best] = SlotMeta{};
+      return best;
+    }
+    pinned[best] = 1;  // a pin raced in: take the next one
+  }
+  return shm::kNoSlot;
+}
+
+void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t client,
+                       uint64_t stamp) {
+  shm::SlotEntry& e = t_.slot(slot);
+  const uint32_t gen = shm::GenerationOf(e.word.load(std::memory_order_relaxed));
+  e.key.store(key, std::memory_order_relaxed);
+  e.error.store(0, std::memory_order_relaxed);
+  e.detail.store(0, std::memory_order_relaxed);
+  e.word.store(shm::MakeWord(SlotState::kLoading, gen + 1), std::memory_order_release);
+  t_.index(shm::KeyLayer(key), shm::KeyExpert(key)).store(slot, std::memory_order_release);
+  SlotMeta& m = meta_[slot];
+  m = SlotMeta{};
+  m.uses = kind == HintKind::kDemand ? 1 : 0;  // the demand that brought it in
+  m.last_use = ++clock_;
+  if (kind != HintKind::kWarm) {  // asked for by a client that will come for it
+    m.awaited_by = client + 1;
+    m.awaited_stamp = stamp;
+  }
+}
+
+std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
+  std::vector<ReadJob> jobs;
+  for (int k = 0; k < 3 && jobs.size() < max; ++k) {
+    auto& q = queue_[k];
+    while (!q.empty() && jobs.size() < max) {
+      const Pending p = q.front();
+      if (k == static_cast<int>(HintKind::kLookahead) && Stale(p)) {
+        q.pop_front();
+        queued_.erase(p.key);
+        ++c_.dropped;
+        continue;
+      }
+      const uint32_t victim = TakeVictim();
+      if (victim == shm::kNoSlot) break;  // everything pinned or loading: wait
+      q.pop_front();
+      queued_.erase(p.key);
+      Assign(victim, p.key, static_cast<HintKind>(k), p.client, p.stamp);
+      ++in_flight_[k];
+      jobs.push_back({victim, p.key, static_cast<HintKind>(k)});
+    }
+    if (!q.empty() && jobs.size() < max) break;  // no slot free: lower priorities wait too
+  }
+  if (!jobs.empty()) t_.Announce();
+  return jobs;
+}
+
+void SlotCache::Complete(const ReadJob& job, shm::ReadError error, uint32_t detail) {
+  --in_flight_[static_cast<int>(job.kind)];
+  shm::SlotEntry& e = t_.slot(job.slot);
+  const uint32_t gen = shm::GenerationOf(e.word.load(std::memory_order_relaxed));
+  if (error == shm::ReadError::kNone) {
+    ++c_.reads;
+    c_.bytes_read += record_bytes_;
+    e.word.store(shm::MakeWord(SlotState::kReady, gen + 1), std::memory_order_release);
+  } else {
+    ++c_.read_errors;
+    e.error.store(static_cast<uint32_t>(error), std::memory_order_relaxed);
+    e.detail.store(detail, std::memory_order_relaxed);
+    e.word.store(shm::MakeWord(SlotState::kFailed, gen + 1), std::memory_order_release);
+  }
+  shm::FutexWakeAll(&e.word);
+  t_.Announce();
+}
+
+void SlotCache::Shutdown() {
+  t_.header().serving.store(0, std::memory_order_seq_cst);
+  t_.Announce();
+  for (uint32_t s = 0; s < t_.slots(); ++s) shm::FutexWakeAll(&t_.slot(s).word);
+}
+
+CacheCounters SlotCache::counters() const {
+  CacheCounters c = c_;
+  for (int k = 0; k < 3; ++k) {
+    c.queued[k] = static_cast<uint32_t>(queue_[k].size());
+    c.in_flight[k] = in_flight_[k];
+  }
+  std::vector<uint16_t> pinned;
+  shm::CollectPins(Pages(), t_.slots(), &pinned);
+  for (uint32_t s = 0; s < t_.slots(); ++s) {
+    switch (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed))) {
+      case SlotState::kReady:
+        ++c.ready;
+        break;
+      case SlotState::kLoading:
+        ++c.loading;
+        break;
+      case SlotState::kFailed:
+        ++c.failed;
+        break;
+      case SlotState::kEmpty:
+        break;
+    }
+    if (pinned[s]) ++c.pinned;
+  }
+  return c;
+}
+
+ClientCounters SlotCache::client_counters(uint32_t id) const {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return {};
+  ClientCounters c = it->second.counters;
+  c.pins = 0;
+  for (uint32_t i = 0; i < shm::kPinsPerClient; ++i)
+    if (it->second.page->pins[i].load(std::memory_order_relaxed) != 0) ++c.pins;
+  return c;
+}
+
+}  // namespace waste::daemon

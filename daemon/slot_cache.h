@@ -1,0 +1,131 @@
+// SlotCache: the daemon's cache policy. It owns the slot table's contents
+// (clients only read them), decides which record goes in which slot, which
+// slot to evict and which read to start next. It does no I/O itself: it hands
+// out ReadJobs and is told when they complete. Only the thread that runs the
+// event loop calls it, so it needs no locks.
+//
+// Priorities: demand reads start before lookahead reads, which start before
+// warm-up reads; a queued read asked for again is merged (and raised to the
+// higher priority), and a read already under way is never started twice. A
+// lookahead read whose layer the asking client has already passed is dropped
+// before it is issued.
+//
+// Eviction (LFRU): an empty slot first, then a failed one, then the ready
+// slot with the fewest recent uses, the least recently used among equals.
+// Uses are the demand hints a record received, halved every 64 x slots
+// demand hints so old popularity fades. A slot any live client has pinned is
+// never evicted; a record a client asked for and has not finished with (its
+// demand for that layer is still current) is evicted only when nothing else
+// can be.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/experts/expert_source.h"
+#include "shm/table.h"
+
+namespace waste::daemon {
+
+struct ReadJob {
+  uint32_t slot = 0;
+  uint32_t key = 0;  // shm::ExpertKey
+  HintKind kind = HintKind::kDemand;
+};
+
+struct CacheCounters {
+  uint64_t hits = 0;    // demand hints for records already ready
+  uint64_t misses = 0;  // demand hints for records not ready
+  uint64_t reads = 0;   // reads completed successfully
+  uint64_t bytes_read = 0;
+  uint64_t read_errors = 0;
+  uint64_t dropped = 0;  // lookahead reads dropped as stale
+  uint32_t queued[3] = {0, 0, 0};     // by HintKind
+  uint32_t in_flight[3] = {0, 0, 0};  // by HintKind
+  uint32_t ready = 0, loading = 0, failed = 0, pinned = 0;
+};
+
+struct ClientCounters {
+  uint64_t hits = 0, misses = 0;
+  uint32_t pins = 0;
+};
+
+class SlotCache {
+ public:
+  // `table` was laid out by SlotTable::Init; `has_bank[L]` says whether layer
+  // L has experts. `record_bytes` is what one read brings in.
+  SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes);
+
+  // A client's pin page, readable for as long as the client is registered.
+  void AddClient(uint32_t id, const shm::PinPage* page);
+  void RemoveClient(uint32_t id);
+
+  // Records a hint. Callers have checked the ids (layer has a bank, expert
+  // below the table's expert count).
+  void Hint(uint32_t client, int layer, std::span<const uint32_t> experts, HintKind kind);
+
+  // Up to `max` reads to start now, highest priority first, each with its
+  // slot assigned and marked loading. Fewer when every slot is pinned or
+  // loading; the rest stay queued.
+  std::vector<ReadJob> Dispatch(uint32_t max);
+
+  // A read finished: publishes the slot (ready) or marks it failed.
+  void Complete(const ReadJob& job, shm::ReadError error, uint32_t detail);
+
+  // Marks the table as stopping and wakes every waiting client.
+  void Shutdown();
+
+  CacheCounters counters() const;
+  ClientCounters client_counters(uint32_t id) const;
+  // Demand hints per (layer, expert), row-major [layers][experts].
+  const std::vector<uint32_t>& uses() const { return uses_; }
+  uint32_t in_flight() const { return in_flight_[0] + in_flight_[1] + in_flight_[2]; }
+  bool has_queued() const { return !queue_[0].empty() || !queue_[1].empty() || !queue_[2].empty(); }
+
+ private:
+  struct SlotMeta {
+    uint64_t uses = 0;
+    uint64_t last_use = 0;
+    uint32_t awaited_by = 0;     // client id + 1 that asked for it; 0 for none
+    uint64_t awaited_stamp = 0;  // that client's progress when it asked
+  };
+  struct Pending {
+    uint32_t key;
+    uint32_t client;
+    uint64_t stamp;  // the client's progress (pass << 16 | layer) the read is for
+  };
+  struct Client {
+    const shm::PinPage* page;
+    uint64_t progress = 0;  // pass << 16 | layer of its latest demand hint
+    ClientCounters counters;
+  };
+
+  void Enqueue(const Pending& p, HintKind kind);
+  bool Stale(const Pending& p) const;
+  bool Awaited(const SlotMeta& m) const;
+  // A slot to load into, retired and ready for reuse; kNoSlot when none.
+  uint32_t TakeVictim();
+  void Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t client, uint64_t stamp);
+  void Touch(uint32_t slot, uint32_t client, uint64_t stamp);
+  std::vector<const shm::PinPage*> Pages() const;
+
+  shm::SlotTable t_;
+  std::vector<bool> has_bank_;
+  uint64_t record_bytes_;
+  uint32_t experts_;
+  std::vector<SlotMeta> meta_;
+  std::map<uint32_t, Client> clients_;
+  std::deque<Pending> queue_[3];                   // by HintKind
+  std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
+  uint32_t in_flight_[3] = {0, 0, 0};
+  std::vector<uint32_t> uses_;  // [layers][experts]
+  uint64_t clock_ = 0;
+  CacheCounters c_;
+};
+
+}  // namespace waste::daemon

@@ -1,0 +1,218 @@
+// The daemon's cache policy (daemon/slot_cache.h), driven directly: which
+// read starts first, which slot is evicted, what happens to pins, stale
+// lookahead and failed reads. The table lives in ordinary memory here; the
+// shared-memory side is tested in shared_source_test and daemon_test.
+#include "daemon/slot_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+namespace waste::daemon {
+namespace {
+
+constexpr uint32_t kLayers = 4, kExperts = 16;
+
+struct Fixture {
+  explicit Fixture(uint32_t slots) {
+    mem.resize(shm::SlotTable::BytesFor(kLayers, kExperts, slots) / 8 + 1);
+    auto t = shm::SlotTable::Init(reinterpret_cast<uint8_t*>(mem.data()), mem.size() * 8, kLayers,
+                                  kExperts, slots, 4096, 4096);
+    EXPECT_TRUE(t.ok());
+    table = *t;
+    cache = std::make_unique<SlotCache>(table, std::vector<bool>{false, true, true, true}, 4096);
+    for (auto& p : pages) {
+      p = std::make_unique<shm::PinPage>();
+      for (auto& w : p->pins) w.store(0);
+    }
+  }
+  shm::SlotState State(int layer, int expert) const {
+    const uint32_t s = table.index(layer, expert).load();
+    return s == shm::kNoSlot ? shm::SlotState::kEmpty : shm::StateOf(table.slot(s).word.load());
+  }
+  void Hint(uint32_t client, int layer, std::vector<uint32_t> experts, HintKind kind) {
+    cache->Hint(client, layer, experts, kind);
+  }
+  // Starts and finishes every read the cache hands out, successfully.
+  std::vector<ReadJob> RunReads(uint32_t max = 100) {
+    auto jobs = cache->Dispatch(max);
+    for (const ReadJob& j : jobs) cache->Complete(j, shm::ReadError::kNone, 0);
+    return jobs;
+  }
+
+  std::vector<uint64_t> mem;
+  shm::SlotTable table;
+  std::unique_ptr<SlotCache> cache;
+  std::unique_ptr<shm::PinPage> pages[2];
+};
+
+TEST(SlotCache, DemandBeforeLookaheadBeforeWarm) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {1}, HintKind::kWarm);
+  f.Hint(0, 2, {2}, HintKind::kLookahead);
+  f.Hint(0, 1, {3}, HintKind::kDemand);
+  const auto jobs = f.cache->Dispatch(3);
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].key, shm::ExpertKey(1, 3));
+  EXPECT_EQ(jobs[1].key, shm::ExpertKey(2, 2));
+  EXPECT_EQ(jobs[2].key, shm::ExpertKey(1, 1));
+  EXPECT_EQ(f.State(1, 3), shm::SlotState::kLoading);
+}
+
+TEST(SlotCache, OnlyAsManyReadsAsAskedAndTheRestWaitInOrder) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {1, 2, 3, 4}, HintKind::kWarm);
+  EXPECT_EQ(f.cache->Dispatch(2).size(), 2u);
+  EXPECT_EQ(f.cache->in_flight(), 2u);
+  // A demand arriving now overtakes the warm-up reads still queued.
+  f.Hint(0, 1, {9}, HintKind::kDemand);
+  const auto next = f.cache->Dispatch(1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].key, shm::ExpertKey(1, 9));
+}
+
+TEST(SlotCache, IdenticalRequestsAreMergedAndRaised) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.cache->AddClient(1, f.pages[1].get());
+  f.Hint(0, 1, {5}, HintKind::kWarm);
+  f.Hint(1, 1, {5}, HintKind::kDemand);  // the same record, from another client
+  f.Hint(0, 1, {5}, HintKind::kDemand);
+  const auto jobs = f.cache->Dispatch(10);
+  ASSERT_EQ(jobs.size(), 1u);  // one read for all three requests
+  EXPECT_EQ(jobs[0].kind, HintKind::kDemand);
+  // While it loads, asking again starts nothing.
+  f.Hint(1, 1, {5}, HintKind::kDemand);
+  EXPECT_TRUE(f.cache->Dispatch(10).empty());
+  f.cache->Complete(jobs[0], shm::ReadError::kNone, 0);
+  EXPECT_EQ(f.State(1, 5), shm::SlotState::kReady);
+  EXPECT_EQ(f.cache->counters().reads, 1u);
+}
+
+TEST(SlotCache, LookaheadForAPassedLayerIsDroppedBeforeItIsRead) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.RunReads();
+  f.Hint(0, 2, {7}, HintKind::kLookahead);  // for the next layer
+  f.Hint(0, 3, {1}, HintKind::kDemand);     // the client has moved past layer 2
+  const auto jobs = f.RunReads();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].key, shm::ExpertKey(3, 1));
+  EXPECT_EQ(f.cache->counters().dropped, 1u);
+  EXPECT_EQ(f.State(2, 7), shm::SlotState::kEmpty);
+}
+
+TEST(SlotCache, APinnedSlotIsNeverEvicted) {
+  Fixture f(2);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0, 1}, HintKind::kDemand);
+  f.RunReads();
+  // The client pins both records, as TryPin would.
+  shm::PinSet pins(f.pages[0].get());
+  ASSERT_EQ(shm::TryPin(f.table, pins, 1, 0).kind, shm::PinAttempt::kPinned);
+  ASSERT_EQ(shm::TryPin(f.table, pins, 1, 1).kind, shm::PinAttempt::kPinned);
+  f.Hint(0, 2, {3}, HintKind::kDemand);
+  EXPECT_TRUE(f.cache->Dispatch(4).empty());  // nowhere to put it: it waits
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(1, 1), shm::SlotState::kReady);
+  EXPECT_EQ(f.cache->counters().pinned, 2u);
+  pins.Remove(f.table.index(1, 1).load());
+  const auto jobs = f.RunReads();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(f.State(1, 1), shm::SlotState::kEmpty);  // the unpinned one went
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(2, 3), shm::SlotState::kReady);
+}
+
+TEST(SlotCache, APinPageFullOfGarbageIsHarmless) {
+  Fixture f(2);
+  f.cache->AddClient(0, f.pages[0].get());
+  for (auto& w : f.pages[0]->pins) w.store(0xdeadbeef);  // out of range everywhere
+  f.Hint(0, 1, {0, 1, 2}, HintKind::kDemand);
+  EXPECT_EQ(f.RunReads().size(), 2u);
+  EXPECT_EQ(f.RunReads().size(), 1u);  // evicting works: garbage pins nothing
+}
+
+TEST(SlotCache, AClientGoneReleasesItsPins) {
+  Fixture f(1);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.RunReads();
+  shm::PinSet pins(f.pages[0].get());
+  ASSERT_EQ(shm::TryPin(f.table, pins, 1, 0).kind, shm::PinAttempt::kPinned);
+  f.cache->AddClient(1, f.pages[1].get());
+  f.Hint(1, 1, {1}, HintKind::kDemand);
+  EXPECT_TRUE(f.cache->Dispatch(1).empty());
+  f.cache->RemoveClient(0);  // its connection ended: its page no longer counts
+  EXPECT_EQ(f.RunReads().size(), 1u);
+  EXPECT_EQ(f.State(1, 1), shm::SlotState::kReady);
+}
+
+TEST(SlotCache, EvictsTheLeastUsedThenTheLeastRecent) {
+  Fixture f(3);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0, 1, 2}, HintKind::kDemand);
+  f.RunReads();
+  // Uses: expert 0 three more times, expert 2 once more; expert 1 is the
+  // least used. Then move on so nothing is still awaited.
+  for (int i = 0; i < 3; ++i) f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.Hint(0, 1, {2}, HintKind::kDemand);
+  f.Hint(0, 2, {4}, HintKind::kDemand);
+  f.RunReads();
+  EXPECT_EQ(f.State(1, 1), shm::SlotState::kEmpty);
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(1, 2), shm::SlotState::kReady);
+  EXPECT_EQ(f.cache->uses()[1 * kExperts + 0], 4u);
+}
+
+TEST(SlotCache, ARecordAskedForIsKeptUntilItsLayerIsDone) {
+  Fixture f(2);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.cache->AddClient(1, f.pages[1].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);  // client 0 wants it, has not used it yet
+  f.Hint(1, 3, {5}, HintKind::kDemand);
+  f.RunReads();
+  for (int i = 0; i < 5; ++i) f.Hint(1, 3, {5}, HintKind::kDemand);  // popular elsewhere
+  f.Hint(1, 2, {6}, HintKind::kDemand);  // client 1 moves on: its record is no longer awaited
+  f.RunReads();
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);  // still awaited by client 0
+  EXPECT_EQ(f.State(3, 5), shm::SlotState::kEmpty);
+}
+
+TEST(SlotCache, AFailedReadIsNotPublishedAndADemandRetriesIt) {
+  Fixture f(4);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 2, {3}, HintKind::kDemand);
+  auto jobs = f.cache->Dispatch(1);
+  ASSERT_EQ(jobs.size(), 1u);
+  f.cache->Complete(jobs[0], shm::ReadError::kBadRecord, 0);
+  EXPECT_EQ(f.State(2, 3), shm::SlotState::kFailed);
+  EXPECT_EQ(f.cache->counters().read_errors, 1u);
+  shm::PinSet pins(f.pages[0].get());
+  const auto a = shm::TryPin(f.table, pins, 2, 3);
+  EXPECT_EQ(a.kind, shm::PinAttempt::kFailed);
+  EXPECT_EQ(a.error, shm::ReadError::kBadRecord);
+  EXPECT_EQ(pins.held(), 0u);
+  // Lookahead does not retry a failure; demand does.
+  f.Hint(0, 2, {3}, HintKind::kLookahead);
+  EXPECT_TRUE(f.cache->Dispatch(4).empty());
+  f.Hint(0, 2, {3}, HintKind::kDemand);
+  EXPECT_EQ(f.RunReads().size(), 1u);
+  EXPECT_EQ(f.State(2, 3), shm::SlotState::kReady);
+}
+
+TEST(SlotCache, ShutdownTellsClientsThroughTheTable) {
+  Fixture f(2);
+  EXPECT_EQ(f.table.header().serving.load(), 1u);
+  const uint32_t epoch = f.table.header().epoch.load();
+  f.cache->Shutdown();
+  EXPECT_EQ(f.table.header().serving.load(), 0u);
+  EXPECT_NE(f.table.header().epoch.load(), epoch);
+}
+
+}  // namespace
+}  // namespace waste::daemon
