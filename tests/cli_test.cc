@@ -140,7 +140,10 @@ TEST_F(Cli, RunStreamsAndSummarizes) {
 
 TEST_F(Cli, EvalJsonAndRawLogits) {
   const std::string logits = *dir_ + "/logits.f32";
-  Outcome r = Exec("waste eval " + *dir_ + " --ids 376,17,101 --json --top 3 --logits " + logits);
+  // --local: without it, a machine with no daemon adds a notice (on stderr,
+  // which Exec merges) before the JSON.
+  Outcome r =
+      Exec("waste eval " + *dir_ + " --ids 376,17,101 --json --top 3 --local --logits " + logits);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tokens"], 3);

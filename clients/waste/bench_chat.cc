@@ -1,6 +1,7 @@
 // waste bench (throughput and where the time goes) and waste chat (a REPL).
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -28,12 +29,25 @@ struct BenchOptions {
   bool json = false;
 };
 
+// Bytes this process has read through read(2) and friends so far (rchar).
+uint64_t BytesReadByThisProcess() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  uint64_t v = 0;
+  while (f >> key >> v)
+    if (key == "rchar:") return v;
+  return 0;
+}
+
 int RunBench(const BenchOptions& o) {
+  const auto t_open = Clock::now();
   auto e = OpenEngine(o.engine);
   if (!e.ok()) {
     std::fprintf(stderr, "waste: %s\n", e.status().message().c_str());
     return 1;
   }
+  const double open_seconds = Since(t_open);
+  const uint64_t read_at_open = BytesReadByThisProcess();
   Model& m = *e->model;
   const int V = m.config().vocab;
   std::vector<int> prompt(o.prompt_tokens);
@@ -46,7 +60,7 @@ int RunBench(const BenchOptions& o) {
     return 1;
   }
   const double prefill = Since(t0);
-  const ExpertStats before = e->cache ? e->cache->stats() : ExpertStats{};
+  const ExpertStats before = e->experts ? e->experts->stats() : ExpertStats{};
   const PhaseTimes pt0 = m.times();
   Sampler greedy({});
   const auto t1 = Clock::now();
@@ -58,13 +72,17 @@ int RunBench(const BenchOptions& o) {
     }
   }
   const double decode = Since(t1);
-  const ExpertStats after = e->cache ? e->cache->stats() : ExpertStats{};
+  const ExpertStats after = e->experts ? e->experts->stats() : ExpertStats{};
   const PhaseTimes& pt = m.times();
   const double hits = static_cast<double>(after.hits - before.hits);
   const double misses = static_cast<double>(after.misses - before.misses);
   const double n = std::max(1, o.gen_tokens);
   nlohmann::json j = {
       {"container", o.engine.container},
+      {"experts_from", e->where},
+      {"open_seconds", open_seconds},
+      {"first_token_seconds", open_seconds + prefill},
+      {"bytes_read_by_open", read_at_open},
       {"threads", m.threads()},
       {"budget", e->budget},
       {"cache_slots", e->cache_slots},
@@ -100,8 +118,11 @@ int RunBench(const BenchOptions& o) {
       1e3 * sp["expert_io_wait"].get<double>(), 1e3 * sp["expert_arithmetic"].get<double>(),
       1e3 * sp["attention"].get<double>(), 1e3 * sp["other"].get<double>(),
       1e3 * sp["total"].get<double>());
-  std::printf("threads %d, budget %s, cache %llu records\n", m.threads(),
-              FormatSize(e->budget).c_str(), static_cast<unsigned long long>(e->cache_slots));
+  std::printf("threads %d, budget %s, cache %llu records, experts %s\n", m.threads(),
+              FormatSize(e->budget).c_str(), static_cast<unsigned long long>(e->cache_slots),
+              e->where.c_str());
+  std::printf("open     %.3f s (%s read by this process), first token after %.3f s\n",
+              open_seconds, FormatSize(read_at_open).c_str(), open_seconds + prefill);
   return 0;
 }
 
@@ -146,7 +167,7 @@ int RunChat(const ChatOptions& o) {
       continue;
     }
     if (line == "/stats") {
-      const ExpertStats st = e->cache ? e->cache->stats() : ExpertStats{};
+      const ExpertStats st = e->experts ? e->experts->stats() : ExpertStats{};
       std::fprintf(stderr,
                    "position %d of %d, state %s, experts %llu hit / %llu miss, %.3f GB read\n",
                    s.position, s.max_context, FormatSize(s.state_bytes()).c_str(),

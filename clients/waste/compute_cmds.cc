@@ -129,7 +129,7 @@ int RunGenerate(const RunOptions& given) {
   const double decode = Since(t1);
   if (!o.trace.empty())
     if (Status ts = WriteTrace(o.trace, routes); !ts.ok()) return Fail(ts);
-  const ExpertStats st = e->cache ? e->cache->stats() : ExpertStats{};
+  const ExpertStats st = e->experts ? e->experts->stats() : ExpertStats{};
   std::fprintf(stderr,
                "\n[%zu prompt tokens in %.2f s, %d generated in %.2f s (%.2f tok/s) | experts %llu "
                "hit / %llu miss"

@@ -26,7 +26,47 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_option("--isa", o->isa,
                   "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  o->socket = DefaultSocket();
+  cmd->add_option("--socket", o->socket, "wasted's socket")->capture_default_str();
+  cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
+  cmd->add_flag("--spawn", o->spawn,
+                "Start a wasted when none is listening (it exits after 5 idle minutes)");
 }
+
+namespace {
+
+// Connects to wasted, starting one first with --spawn. A null link (and no
+// error) means: run in this process.
+Result<std::unique_ptr<DaemonLink>> MaybeAttach(const EngineOptions& o, const Container& c) {
+  if (o.local) return std::unique_ptr<DaemonLink>();
+  ConnectFailure why;
+  auto client = DaemonClient::Connect(o.socket, &why);
+  if (!client.ok() && why == ConnectFailure::kNotListening && o.spawn) {
+    std::vector<std::string> extra;
+    if (!o.budget.empty()) extra = {"--budget", o.budget};
+    if (o.verify) extra.push_back("--verify-crc");
+    WASTE_RETURN_IF_ERROR(SpawnDaemon(c.dir(), o.socket, o.spawn_idle_exit, extra));
+    client = DaemonClient::Connect(o.socket, &why);
+  }
+  if (!client.ok()) {
+    if (why != ConnectFailure::kNotListening) return client.status();
+    std::cerr << "waste: no wasted is listening on " << o.socket
+              << "; running in this process (--spawn starts a daemon, --local skips this check)\n";
+    return std::unique_ptr<DaemonLink>();
+  }
+  return AttachDaemon(std::move(*client), o.socket, c);
+}
+
+Result<std::unique_ptr<Model>> LoadModel(const Container& c, const Engine& e,
+                                         const ModelOptions& mo) {
+  if (!e.daemon) return Model::Load(c, e.experts, mo);
+  // The trunk is the daemon's segment: nothing of it is read from disk here.
+  auto trunk = Trunk::Over(c, e.daemon->trunk.data(), e.daemon->trunk.size());
+  if (!trunk.ok()) return trunk.status().Prefixed("wasted's trunk segment");
+  return Model::Load(c, e.experts, mo, std::move(*trunk));
+}
+
+}  // namespace
 
 Result<Engine> OpenEngine(const EngineOptions& o) {
   Engine e;
@@ -36,7 +76,18 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   const Container& c = *e.container;
 
   const MemoryPlan plan = PlanMemory(c.manifest(), o.context);
-  if (o.budget.empty()) {
+  if (c.config().n_moe_layers() > 0) {
+    auto link = MaybeAttach(o, c);
+    if (!link.ok()) return link.status();
+    e.daemon = std::move(*link);
+  }
+  if (e.daemon) {
+    // The daemon holds trunk and cache; this process holds its own state.
+    e.budget = plan.client_state + plan.scratch;
+    e.cache_slots = e.daemon->attachment.model.slots;
+    e.experts = e.daemon->source.get();
+    e.where = "wasted at " + e.daemon->socket;
+  } else if (o.budget.empty()) {
     auto b = DefaultBudget(plan, ProcessMemoryLimit());
     if (!b.ok()) return b.status();
     e.budget = *b;
@@ -48,7 +99,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   // In one process the budget holds the trunk, the state, the scratch and
   // the cache; what the daemon would add is not spent here.
   const uint64_t fixed = plan.trunk + plan.client_state + plan.scratch;
-  if (c.config().n_moe_layers() > 0) {
+  if (!e.daemon && c.config().n_moe_layers() > 0) {
     if (e.budget < fixed + c.record_bytes())
       return Status::Error("--budget " + FormatSize(e.budget) +
                            " leaves no room for one expert record (trunk " +
@@ -63,7 +114,9 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     auto cache = ExpertCache::Create(c, co);
     if (!cache.ok()) return cache.status();
     e.cache = std::move(*cache);
+    e.experts = e.cache.get();
   }
+  if (e.where.empty()) e.where = "in process";
   ModelOptions mo;
   mo.threads = o.threads;
   mo.chunk = o.chunk;
@@ -79,7 +132,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     if (std::find(avail.begin(), avail.end(), mo.isa) == avail.end())
       return Status::Error("--isa " + o.isa + " is not supported by this CPU");
   }
-  auto m = Model::Load(c, e.cache.get(), mo);
+  auto m = LoadModel(c, e, mo);
   if (!m.ok()) return m.status();
   e.model = std::move(*m);
   if (c.has_tokenizer()) {

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "clients/waste/daemon_link.h"
 #include "engine/experts/cache.h"
 #include "engine/format/container.h"
 #include "engine/model/model.h"
@@ -27,18 +28,30 @@ struct EngineOptions {
   bool verify = false;  // crc32 of every record read
   std::string isa;      // scalar, avx2, avx512; empty: the best available
   std::function<void(int, int, std::span<const int>)> on_route;  // routing trace sink
+  // Where the experts come from: wasted at `socket` when one listens there;
+  // otherwise this process, after a notice, unless `spawn` starts a daemon.
+  // `local` skips the daemon altogether.
+  std::string socket;
+  bool local = false;
+  bool spawn = false;
+  double spawn_idle_exit = 300;  // seconds a spawned daemon lingers without clients
 };
 
-// Adds --budget, --threads, --ctx, --chunk, --readers, --verify, --isa.
+// Adds --budget, --threads, --ctx, --chunk, --readers, --verify, --isa,
+// --socket, --local, --spawn.
 void AddEngineFlags(CLI::App* cmd, EngineOptions* o);
 
 struct Engine {
   std::unique_ptr<Container> container;
+  // The experts come from one of these: wasted, or a cache in this process.
+  std::unique_ptr<DaemonLink> daemon;
   std::unique_ptr<ExpertCache> cache;
+  ExpertSource* experts = nullptr;  // whichever it is; null for a dense model
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // when the container has one
-  uint64_t budget = 0;
-  uint64_t cache_slots = 0;
+  uint64_t budget = 0;       // this process's: with a daemon, state and scratch only
+  uint64_t cache_slots = 0;  // the cache's, in this process or the daemon
+  std::string where;         // "in process" or "wasted at SOCKET"
 };
 
 // Opens everything; errors are printed by the caller.

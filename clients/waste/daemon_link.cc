@@ -1,0 +1,127 @@
+#include "clients/waste/daemon_link.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/format/fingerprint.h"
+
+namespace waste::cli {
+namespace {
+
+// The shared source's line to the daemon: hints go out without waiting.
+class ClientSink final : public HintSink {
+ public:
+  explicit ClientSink(DaemonClient* c) : c_(c) {}
+  void SendHint(int layer, std::span<const int> experts, HintKind kind) override {
+    c_->SendHint(layer, experts, kind);
+  }
+  Status Poll() override { return c_->Poll(); }
+
+ private:
+  DaemonClient* c_;
+};
+
+std::string CommandLine() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (char& ch : all)
+    if (ch == '\0') ch = ' ';
+  while (!all.empty() && all.back() == ' ') all.pop_back();
+  return all;
+}
+
+Result<shm::Mapping> MapSegment(const SegmentFd& s, bool writable, const char* what) {
+  auto m = shm::Mapping::Map(s.fd, s.bytes, writable, /*populate=*/true);
+  if (!m.ok()) return m.status().Prefixed(std::string("mapping wasted's ") + what + " segment");
+  return m;
+}
+
+}  // namespace
+
+std::string DefaultSocket() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  return runtime && *runtime ? std::string(runtime) + "/wasted.sock" : "/run/wasted/wasted.sock";
+}
+
+Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> client,
+                                                 const std::string& socket, const Container& ct) {
+  auto link = std::make_unique<DaemonLink>();
+  link->socket = socket;
+  link->client = std::move(client);
+  auto att = link->client->Attach(CommandLine());
+  if (!att.ok()) return att.status().Prefixed("wasted at " + socket);
+  link->attachment = std::move(*att);
+  const DaemonModel& m = link->attachment.model;
+  if (m.fingerprint != ManifestFingerprint(ct.manifest()))
+    return Status::Error("wasted at " + socket + " serves " + m.container + ", not " + ct.dir() +
+                         " (use --socket for another daemon, or --local)");
+  const ModelConfig& c = ct.config();
+  if (m.layers != static_cast<uint32_t>(c.n_layers) ||
+      m.experts != static_cast<uint32_t>(c.n_experts) || m.record_bytes != ct.record_bytes())
+    return Status::Error("wasted at " + socket + " describes another model shape");
+  const Attachment& a = link->attachment;
+  auto trunk = MapSegment(a.trunk, false, "trunk");
+  if (!trunk.ok()) return trunk.status();
+  link->trunk = std::move(*trunk);
+  auto cache = MapSegment(a.cache, false, "cache");
+  if (!cache.ok()) return cache.status();
+  link->cache = std::move(*cache);
+  auto table = MapSegment(a.table, false, "slot table");
+  if (!table.ok()) return table.status();
+  link->table = std::move(*table);
+  if (a.pins.bytes < sizeof(shm::PinPage))
+    return Status::Error("wasted at " + socket + " sent a pin page that is too small");
+  auto pins = MapSegment(a.pins, true, "pin page");
+  if (!pins.ok()) return pins.status();
+  link->pins = std::move(*pins);
+  auto t = shm::SlotTable::Attach(link->table.data(), link->table.size(), m.layers, m.experts,
+                                  m.record_bytes);
+  if (!t.ok()) return t.status().Prefixed("wasted at " + socket);
+  if (uint64_t{t->slots()} * t->header().slot_stride > link->cache.size())
+    return Status::Error("wasted at " + socket + ": the slot table does not fit the cache");
+
+  link->sink = std::make_unique<ClientSink>(link->client.get());
+  SharedCacheView view;
+  view.table = *t;
+  view.cache = link->cache.data();
+  view.cache_bytes = link->cache.size();
+  view.pins = reinterpret_cast<shm::PinPage*>(link->pins.data());
+  std::vector<bool> has(c.n_layers);
+  for (int L = 0; L < c.n_layers; ++L) has[L] = ct.manifest().Bank(L) != nullptr;
+  link->source = std::make_unique<SharedExpertSource>(view, has, c.n_experts, link->sink.get());
+  return link;
+}
+
+Status SpawnDaemon(const std::string& container, const std::string& socket, double idle_exit,
+                   const std::vector<std::string>& extra) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string wasted = "wasted";
+  if (!ec && std::filesystem::exists(self.parent_path() / "wasted"))
+    wasted = (self.parent_path() / "wasted").string();
+  std::vector<std::string> args = {wasted,      container, "--socket", socket, "--idle-exit",
+                                   std::to_string(idle_exit)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const pid_t pid = fork();
+  if (pid < 0) return Status::Error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  // wasted detaches itself and exits 0 once it listens (1 when it cannot start).
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return Status::Error("waiting for wasted failed");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    return Status::Error("cannot run " + wasted + " (is it installed?)");
+  return Status::Error("wasted did not start (its message is above)");
+}
+
+}  // namespace waste::cli
