@@ -34,8 +34,9 @@ std::string CommandLine() {
   return all;
 }
 
-Result<shm::Mapping> MapSegment(const SegmentFd& s, bool writable, const char* what) {
-  auto m = shm::Mapping::Map(s.fd, s.bytes, writable, /*populate=*/true);
+Result<shm::Mapping> MapSegment(const SegmentFd& s, bool writable, bool populate,
+                                const char* what) {
+  auto m = shm::Mapping::Map(s.fd, s.bytes, writable, populate);
   if (!m.ok()) return m.status().Prefixed(std::string("mapping wasted's ") + what + " segment");
   return m;
 }
@@ -64,18 +65,22 @@ Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> c
       m.experts != static_cast<uint32_t>(c.n_experts) || m.record_bytes != ct.record_bytes())
     return Status::Error("wasted at " + socket + " describes another model shape");
   const Attachment& a = link->attachment;
-  auto trunk = MapSegment(a.trunk, false, "trunk");
+  // The trunk is read every token: its page tables are filled now, so the
+  // first token does not pay for them. The cache is not (gigabytes of page
+  // tables for slots this client may never read; a slot's first read maps
+  // it, 16 pages per fault).
+  auto trunk = MapSegment(a.trunk, false, true, "trunk");
   if (!trunk.ok()) return trunk.status();
   link->trunk = std::move(*trunk);
-  auto cache = MapSegment(a.cache, false, "cache");
+  auto cache = MapSegment(a.cache, false, false, "cache");
   if (!cache.ok()) return cache.status();
   link->cache = std::move(*cache);
-  auto table = MapSegment(a.table, false, "slot table");
+  auto table = MapSegment(a.table, false, true, "slot table");
   if (!table.ok()) return table.status();
   link->table = std::move(*table);
   if (a.pins.bytes < sizeof(shm::PinPage))
     return Status::Error("wasted at " + socket + " sent a pin page that is too small");
-  auto pins = MapSegment(a.pins, true, "pin page");
+  auto pins = MapSegment(a.pins, true, true, "pin page");
   if (!pins.ok()) return pins.status();
   link->pins = std::move(*pins);
   auto t = shm::SlotTable::Attach(link->table.data(), link->table.size(), m.layers, m.experts,
