@@ -4,6 +4,10 @@
 // until the daemon goes away, sends out-of-range hints, or attaches with a
 // wrong protocol version. It reports on stdout, one line per event:
 //   ATTACHED | PINNED L:E | HELD n | OK n | REFUSAL msg | ERROR msg
+//   WRITABLE|REFUSED segment (mapping a segment writable) | FAULT|WROTE segment
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,13 +50,13 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: daemon_probe SOCKET CONTAINER [--version N] [--pin L:E,..] [--hold] "
-                 "[--hint L:E] [--loop SECONDS] [--check]\n");
+                 "[--hint L:E] [--loop SECONDS] [--check] [--try-write]\n");
     return 2;
   }
   const std::string socket = argv[1], dir = argv[2];
   uint32_t version = waste::proto::PROTOCOL_VERSION;
   std::string pin, hint;
-  bool hold = false, check = false;
+  bool hold = false, check = false, try_write = false;
   double loop = 0;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
     else if (a == "--loop" && i + 1 < argc) loop = std::stod(argv[++i]);
     else if (a == "--hold") hold = true;
     else if (a == "--check") check = true;
+    else if (a == "--try-write") try_write = true;
     else return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -92,6 +97,30 @@ int main(int argc, char** argv) {
     return waste::Status::Ok();
   };
 
+  if (try_write) {  // invariant 2: the shared segments are read-only here
+    const waste::Attachment& at = (*link)->attachment;
+    const std::pair<const char*, waste::SegmentFd> fds[] = {
+        {"trunk", at.trunk}, {"cache", at.cache}, {"table", at.table}};
+    for (const auto& [name, seg] : fds) {
+      void* p = mmap(nullptr, seg.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd, 0);
+      std::printf("%s %s\n", p == MAP_FAILED ? "REFUSED" : "WRITABLE", name);
+      if (p != MAP_FAILED) munmap(p, seg.bytes);
+    }
+    const std::pair<const char*, uint8_t*> maps[] = {{"trunk", (*link)->trunk.data()},
+                                                     {"cache", (*link)->cache.data()},
+                                                     {"table", (*link)->table.data()}};
+    for (const auto& [name, addr] : maps) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        *static_cast<volatile uint8_t*>(addr) = 1;  // through the client's own mapping
+        _exit(0);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      const bool fault = WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+      std::printf("%s %s\n", fault ? "FAULT" : "WROTE", name);
+    }
+  }
   if (!hint.empty()) {
     for (auto [L, E] : ParsePairs(hint)) {
       const int e[1] = {E};

@@ -471,4 +471,93 @@ TEST_F(Daemon, StopIsCleanAndSavesState) {
   EXPECT_EQ(none.code, 3) << none.out;
 }
 
+// Invariant 2: a client cannot write the trunk, the cache or the table, not
+// through the descriptors it was given and not through its mappings.
+TEST_F(Daemon, ClientsCannotWriteSharedMemory) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c);
+  Child p = Child::Run(Probe(c, {"--try-write"}));
+  EXPECT_EQ(p.Wait(), 0);
+  const std::string out = p.Output();
+  for (const std::string seg : {"trunk", "cache", "table"}) {
+    EXPECT_TRUE(Has(out, "REFUSED " + seg)) << out;
+    EXPECT_TRUE(Has(out, "FAULT " + seg)) << out;
+  }
+  Child fine = Child::Run(Probe(c, {"--pin", "1:0", "--check"}));
+  EXPECT_EQ(fine.Wait(), 0) << fine.Output();
+}
+
+// Invariant 5: below its floor the daemon refuses to start and says what
+// the floor is made of.
+TEST_F(Daemon, ABudgetBelowTheFloorIsRefusedWithItsParts) {
+  const std::string c = Synth("tiny-kimi");
+  const Outcome r = Shell(Bin("wasted") + " " + c + " --budget 1M --foreground --socket " +
+                          socket_);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(Has(r.out, "below the floor") && Has(r.out, "trunk") && Has(r.out, "cache") &&
+              Has(r.out, "overhead"))
+      << r.out;
+  EXPECT_FALSE(Connectable(socket_));
+}
+
+// A settings file takes the flags' names; a flag given too wins.
+TEST_F(Daemon, ASettingsFileAndFlagsThatWin) {
+  const std::string c = Synth("tiny-kimi");
+  {
+    std::ofstream f(dir_ + "/wasted.conf");
+    f << "# wasted settings\nbudget = 64M\nio-depth = 3\nlog-level = debug\n";
+  }
+  StartDaemon(c, {"--config", dir_ + "/wasted.conf", "--io-depth", "5"});
+  const json s = Status();
+  EXPECT_EQ(s["budget"]["total"], 64u << 20) << s.dump();
+  EXPECT_EQ(s["io_depth"], 5) << s.dump();
+  const Outcome bad = Shell(Bin("wasted") + " " + c + " --config " + dir_ + "/missing.conf");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_TRUE(Has(bad.out, "missing.conf")) << bad.out;
+}
+
+// No daemon: the compute commands say so and run in this process; --spawn
+// starts one, which serves later clients and goes away when told.
+TEST_F(Daemon, WithoutADaemonClientsSaySoOrSpawnOne) {
+  const std::string c = Synth("tiny-kimi");
+  const auto local = Logits(c, "--local", "local");
+  Outcome r = Shell(Bin("waste") + " run " + c + " --ids 1,2 -n 2 --socket " + socket_);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "no wasted is listening on " + socket_) && Has(r.out, "in this process"))
+      << r.out;
+  EXPECT_EQ(Logits(c, "--spawn --budget 64M", "spawned"), local);
+  ASSERT_TRUE(Connectable(socket_));
+  const json s = Status();
+  EXPECT_EQ(s["budget"]["total"], 64u << 20) << s.dump();
+  EXPECT_GT(s["reads"].get<int>(), 0);
+  EXPECT_EQ(Shell(Bin("wastectl") + " stop --socket " + socket_).code, 0);
+  const auto t0 = Clock::now();
+  while (std::filesystem::exists(socket_) && Since(t0) < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(std::filesystem::exists(socket_));
+}
+
+// The memlock limit refusing the trunk is said clearly, with what to change;
+// the daemon still serves, unwired. Needs root (to drop CAP_IPC_LOCK) and
+// util-linux's setpriv and prlimit.
+TEST_F(Daemon, AMemlockRefusalIsExplained) {
+  if (geteuid() != 0 || Shell("command -v prlimit && setpriv --bounding-set -ipc_lock true").code != 0) {
+    GTEST_SKIP() << "SKIP: needs root, prlimit and a setpriv allowed to drop CAP_IPC_LOCK";
+  }
+  const std::string c = Synth("tiny-kimi");
+  const std::string log = dir_ + "/wasted.log";
+  const Outcome r = Shell("prlimit --memlock=0:0 setpriv --bounding-set -ipc_lock --inh-caps "
+                          "-ipc_lock " + Bin("wasted") + " " + c + " --socket " + socket_ +
+                          " --log-file " + log + " --state-dir " + dir_ + "/state");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::vector<uint8_t> bytes = waste::testing::FileBytes(log);
+  const std::string text(bytes.begin(), bytes.end());
+  EXPECT_TRUE(Has(text, "NOT wired") && Has(text, "LimitMEMLOCK") && Has(text, "ulimit -l"))
+      << text;
+  const json s = Status();
+  EXPECT_EQ(s["trunk_wired"], false) << s.dump();
+  EXPECT_EQ(Logits(c, "", "unwired"), Logits(c, "--local", "local"));
+  EXPECT_EQ(Shell(Bin("wastectl") + " stop --socket " + socket_).code, 0);
+}
+
 }  // namespace
