@@ -387,7 +387,8 @@ void Daemon::SaveUses() const {
   j["fingerprint"] = fingerprint_;
   j["layers"] = ct_->config().n_layers;
   j["experts"] = ct_->config().n_experts;
-  j["uses"] = cache_->uses();
+  j["uses"] = cache_->uses();  // [layers * experts], row-major
+  j["hits"] = cache_->hits();
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);

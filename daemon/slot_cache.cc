@@ -13,7 +13,8 @@ SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t 
       record_bytes_(record_bytes),
       experts_(table.header().experts),
       meta_(table.slots()),
-      uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0) {}
+      uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
+      hits_(uses_.size(), 0) {}
 
 void SlotCache::AddClient(uint32_t id, const shm::PinPage* page) {
   clients_[id] = Client{page, 0, {}};
@@ -65,8 +66,10 @@ void SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> exper
     const SlotState st =
         s == shm::kNoSlot ? SlotState::kEmpty : shm::StateOf(t_.slot(s).word.load());
     if (kind == HintKind::kDemand) {
-      ++uses_[static_cast<size_t>(layer) * experts_ + e];
+      const size_t at = static_cast<size_t>(layer) * experts_ + e;
+      ++uses_[at];
       if (st == SlotState::kReady) {
+        ++hits_[at];
         ++c_.hits;
         ++cl.counters.hits;
       } else {

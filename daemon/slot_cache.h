@@ -82,8 +82,10 @@ class SlotCache {
 
   CacheCounters counters() const;
   ClientCounters client_counters(uint32_t id) const;
-  // Demand hints per (layer, expert), row-major [layers][experts].
+  // Demand hints per (layer, expert), and of those the ones that found the
+  // record ready; row-major [layers][experts].
   const std::vector<uint32_t>& uses() const { return uses_; }
+  const std::vector<uint32_t>& hits() const { return hits_; }
   uint32_t in_flight() const { return in_flight_[0] + in_flight_[1] + in_flight_[2]; }
   bool has_queued() const { return !queue_[0].empty() || !queue_[1].empty() || !queue_[2].empty(); }
 
@@ -123,7 +125,7 @@ class SlotCache {
   std::deque<Pending> queue_[3];                   // by HintKind
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
-  std::vector<uint32_t> uses_;  // [layers][experts]
+  std::vector<uint32_t> uses_, hits_;  // [layers][experts]
   uint64_t clock_ = 0;
   CacheCounters c_;
 };

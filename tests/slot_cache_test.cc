@@ -167,6 +167,8 @@ TEST(SlotCache, EvictsTheLeastUsedThenTheLeastRecent) {
   EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
   EXPECT_EQ(f.State(1, 2), shm::SlotState::kReady);
   EXPECT_EQ(f.cache->uses()[1 * kExperts + 0], 4u);
+  EXPECT_EQ(f.cache->hits()[1 * kExperts + 0], 3u);  // the first demand missed
+  EXPECT_EQ(f.cache->hits()[1 * kExperts + 1], 0u);
 }
 
 TEST(SlotCache, ARecordAskedForIsKeptUntilItsLayerIsDone) {
