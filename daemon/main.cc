@@ -18,14 +18,10 @@
 
 #include "daemon/daemon.h"
 #include "engine/plan/plan.h"
+#include "protocol/client.h"  // DefaultDaemonSocket
 #include "waste/version.h"
 
 namespace {
-
-std::string DefaultSocket() {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  return runtime && *runtime ? std::string(runtime) + "/wasted.sock" : "/run/wasted/wasted.sock";
-}
 
 std::string DefaultStateDir() {
   if (geteuid() == 0) return "/var/lib/wasted";
@@ -56,7 +52,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "wasted " WASTE_VERSION);
   app.set_config("--config", "", "Settings file: `key = value` lines named as the long flags");
   waste::daemon::DaemonOptions o;
-  o.socket = DefaultSocket();
+  o.socket = waste::DefaultDaemonSocket();
   o.state_dir = DefaultStateDir();
   std::string budget_text, level = "info", log_file, group;
   std::vector<uint32_t> uids;

@@ -15,24 +15,8 @@
 
 namespace {
 
-struct Outcome {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-// Runs a shell command line; stdout and stderr together.
-Outcome Shell(const std::string& line) {
-  const std::string cmd = line + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Outcome r{-1, ""};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using waste::testing::Outcome;
+using waste::testing::Shell;
 
 // Runs one of the project's programs: "waste info DIR".
 Outcome Exec(const std::string& args) {

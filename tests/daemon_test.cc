@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -44,22 +45,8 @@ bool Has(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
 }
 
-struct Outcome {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Outcome Shell(const std::string& line) {
-  FILE* p = popen((line + " 2>&1").c_str(), "r");
-  Outcome r;
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using waste::testing::Outcome;
+using waste::testing::Shell;
 
 std::string Bin(const std::string& name) {
   return std::string(WASTE_BIN_DIR) + "/" + name;
@@ -558,6 +545,35 @@ TEST_F(Daemon, AMemlockRefusalIsExplained) {
   EXPECT_EQ(s["trunk_wired"], false) << s.dump();
   EXPECT_EQ(Logits(c, "", "unwired"), Logits(c, "--local", "local"));
   EXPECT_EQ(Shell(Bin("wastectl") + " stop --socket " + socket_).code, 0);
+}
+
+// The settings that let other users in: --allow-group makes the socket 0660
+// and lets the group's members attach; --allow-uid lets one uid attach.
+TEST_F(Daemon, AllowedGroupsAndUidsMayAttach) {
+  if (geteuid() != 0 || !getpwuid(1) || getpwuid(1)->pw_gid != 1) {
+    GTEST_SKIP() << "SKIP: needs root and an account with uid 1 whose group is 1 (Debian's daemon)";
+  }
+  const std::string c = Synth("tiny-kimi");
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  StartDaemon(c, {"--allow-group", "1"});
+  struct stat st {};
+  ASSERT_EQ(stat(socket_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, 1u);
+  Child member = Child::Run(Probe(c, {"--pin", "1:0", "--check"}), 1);
+  EXPECT_EQ(member.Wait(), 0) << member.Output();
+  daemon_.Signal(SIGTERM);
+  ASSERT_EQ(daemon_.Wait(), 0);
+
+  StartDaemon(c, {"--allow-uid", "65534"});
+  ASSERT_EQ(stat(socket_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(chmod(socket_.c_str(), 0666), 0);  // so that SO_PEERCRED decides
+  Child allowed = Child::Run(Probe(c, {"--pin", "1:0", "--check"}), 65534);
+  EXPECT_EQ(allowed.Wait(), 0) << allowed.Output();
+  Child other = Child::Run(Probe(c, {"--pin", "1:0"}), 1);
+  EXPECT_EQ(other.Wait(), 3) << other.Output();
+  EXPECT_TRUE(Has(other.Output(), "uid 1 ")) << other.Output();
 }
 
 }  // namespace

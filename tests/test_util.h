@@ -2,7 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -27,6 +30,25 @@ inline std::string ScratchDir(const std::string& tag = "") {
 inline std::vector<uint8_t> FileBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// What a shell command line did: its exit code (-1 when it did not exit
+// normally) and its standard output and error, together.
+struct Outcome {
+  int code = -1;
+  std::string out;
+};
+
+inline Outcome Shell(const std::string& line) {
+  Outcome r;
+  FILE* p = popen((line + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace waste::testing

@@ -43,11 +43,6 @@ Result<shm::Mapping> MapSegment(const SegmentFd& s, bool writable, bool populate
 
 }  // namespace
 
-std::string DefaultSocket() {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  return runtime && *runtime ? std::string(runtime) + "/wasted.sock" : "/run/wasted/wasted.sock";
-}
-
 Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> client,
                                                  const std::string& socket, const Container& ct) {
   auto link = std::make_unique<DaemonLink>();

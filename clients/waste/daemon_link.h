@@ -25,9 +25,6 @@ struct DaemonLink {
   std::unique_ptr<SharedExpertSource> source;
 };
 
-// $XDG_RUNTIME_DIR/wasted.sock, else /run/wasted/wasted.sock.
-std::string DefaultSocket();
-
 // Attaches through an open connection; `ct` is the container the caller
 // opened, which must be the one the daemon serves.
 Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> client,

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "engine/size_text.h"
 #include "protocol/client.h"
 #include "waste/version.h"
 
@@ -60,15 +61,6 @@ std::unique_ptr<waste::DaemonClient> Connect(const std::string& socket, int* exi
   return nullptr;
 }
 
-std::string Size(uint64_t bytes) {  // binary units, as `waste plan` prints them
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[u]);
-  return buf;
-}
 
 std::string Duration(double seconds) {
   char buf[48];
@@ -166,10 +158,10 @@ void PrintStatus(const waste::DaemonStatus& s, const std::string& socket) {
               Duration(s.uptime_seconds).c_str(), socket.c_str());
   std::printf("model      %s  %s\n", s.arch.c_str(), s.container.c_str());
   // The budget is a ceiling; the parts may add up to less (a small container).
-  std::printf("budget     %s; trunk %s + cache %s + overhead %s = %s\n", Size(s.budget).c_str(),
-              Size(s.trunk_bytes).c_str(), Size(s.cache_bytes).c_str(),
-              Size(s.overhead_bytes).c_str(),
-              Size(s.trunk_bytes + s.cache_bytes + s.overhead_bytes).c_str());
+  std::printf("budget     %s; trunk %s + cache %s + overhead %s = %s\n", waste::FormatSize(s.budget).c_str(),
+              waste::FormatSize(s.trunk_bytes).c_str(), waste::FormatSize(s.cache_bytes).c_str(),
+              waste::FormatSize(s.overhead_bytes).c_str(),
+              waste::FormatSize(s.trunk_bytes + s.cache_bytes + s.overhead_bytes).c_str());
   std::printf("trunk      %s; pages: %s\n",
               s.trunk_wired ? "wired (mlock)" : "not wired (mlock failed; it may be paged out)",
               s.page_kind.c_str());

@@ -145,14 +145,5 @@ Result<uint64_t> ParseSize(std::string_view text) {
   return static_cast<uint64_t>(bytes);
 }
 
-std::string FormatSize(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[u]);
-  return buf;
-}
 
 }  // namespace waste

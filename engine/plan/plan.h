@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "engine/format/container.h"
+#include "engine/size_text.h"  // FormatSize
 
 namespace waste {
 
@@ -44,6 +45,5 @@ Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit)
 
 // "4G", "512MiB", "1.5g", "123456" (bytes) -> bytes; binary units.
 Result<uint64_t> ParseSize(std::string_view text);
-std::string FormatSize(uint64_t bytes);  // "1.25 GiB"
 
 }  // namespace waste
