@@ -200,7 +200,7 @@ Status Daemon::BuildCache() {
   if (!table.ok()) return table.status();
   std::vector<bool> has_bank(layers);
   for (uint32_t L = 0; L < layers; ++L) has_bank[L] = ct_->manifest().Bank(static_cast<int>(L));
-  cache_ = std::make_unique<SlotCache>(*table, has_bank, ct_->record_bytes());
+  cache_ = std::make_unique<SlotCache>(*table, has_bank, ct_->record_bytes(), opt_.policy);
 
   // Clients get descriptors that cannot be mapped writable.
   for (auto [seg_ptr, out] : {std::pair{&trunk_seg_, &trunk_ro_}, std::pair{&cache_seg_, &cache_ro_},
@@ -329,6 +329,22 @@ void Daemon::GetStatus(std::function<void(StatusSnapshot)> reply) {
   Post([this, reply = std::move(reply)] { reply(Snapshot()); });
 }
 
+void Daemon::Warm(std::function<void(uint32_t)> reply) {
+  Post([this, reply = std::move(reply)] {
+    const uint32_t n = cache_->Warm(cache_->Hottest(served_.slots));
+    spdlog::info("warm-up asked for: {} reads queued", n);
+    reply(n);
+  });
+}
+
+void Daemon::Drop(int layer, std::function<void(uint32_t)> reply) {
+  Post([this, layer, reply = std::move(reply)] {
+    const uint32_t n = cache_->Drop(layer);
+    spdlog::info("dropped {} slots ({})", n, layer < 0 ? "all layers" : "layer " + std::to_string(layer));
+    reply(n);
+  });
+}
+
 void Daemon::RequestStop(std::string why) {
   Post([this, why = std::move(why)] { Stop(why); });
 }
@@ -361,6 +377,13 @@ StatusSnapshot Daemon::Snapshot() const {
     s.queued[k] = c.queued[k];
     s.in_flight[k] = c.in_flight[k];
   }
+  s.policy = opt_.policy == Policy::kLru ? "lru" : "lfru";
+  s.lookahead_reads = c.lookahead_reads;
+  s.lookahead_used = c.lookahead_used;
+  s.lookahead_unused_bytes = c.lookahead_unused_bytes;
+  s.lookahead_dropped = c.dropped;
+  s.demand_hinted = c.demand_hinted;
+  s.warm_reads = c.warm_reads;
   for (const auto& [id, lc] : clients_) {
     const ClientCounters cc = cache_->client_counters(id);
     ClientSnapshot x;
@@ -377,11 +400,47 @@ StatusSnapshot Daemon::Snapshot() const {
   return s;
 }
 
+std::string Daemon::UsesPath() const {
+  return opt_.state_dir + "/" + fingerprint_ + ".uses.json";
+}
+
+void Daemon::LoadUses() {
+  if (opt_.state_dir.empty()) return;
+  const std::string path = UsesPath();
+  std::ifstream f(path);
+  if (!f) {
+    spdlog::info("no saved use counts at {}: the cache starts cold", path);
+    return;
+  }
+  // Untrusted like any file: a bad one is reported and ignored.
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  const size_t n = size_t(ct_->config().n_layers) * size_t(ct_->config().n_experts);
+  if (!j.is_object() || j.value("fingerprint", "") != fingerprint_ || !j["uses"].is_array() ||
+      j["uses"].size() != n) {
+    spdlog::warn("{}: not the use counts of this container; ignored", path);
+    return;
+  }
+  std::vector<uint32_t> uses(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = j["uses"][i];
+    if (!v.is_number_unsigned()) {
+      spdlog::warn("{}: use count {} is not a count; ignored", path, i);
+      return;
+    }
+    uses[i] = static_cast<uint32_t>(std::min<uint64_t>(v.get<uint64_t>(), UINT32_MAX));
+  }
+  cache_->SeedUses(uses);
+  if (!opt_.warm_start) return;
+  const uint32_t queued = cache_->Warm(cache_->Hottest(served_.slots));
+  spdlog::info("warm start from {}: {} reads queued, hottest first, at the lowest priority", path,
+               queued);
+}
+
 void Daemon::SaveUses() const {
   if (opt_.state_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(opt_.state_dir, ec);
-  const std::string path = opt_.state_dir + "/" + fingerprint_ + ".uses.json";
+  const std::string path = UsesPath();
   nlohmann::json j;
   j["container"] = ct_->dir();
   j["fingerprint"] = fingerprint_;
@@ -427,6 +486,7 @@ void Daemon::Stop(const std::string& why) {
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&idle_timer_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&save_timer_), nullptr);
 }
 
 int Daemon::Run() {
@@ -476,8 +536,18 @@ int Daemon::Run() {
         },
         1000, 1000);
   }
-  spdlog::info("serving {} on {} ({} reads in flight), ready in {:.0f} ms", ct_->dir(),
-               opt_.socket, opt_.io_depth, MsSince(started_));
+  uv_timer_init(&loop_, &save_timer_);
+  if (opt_.save_interval_seconds > 0 && !opt_.state_dir.empty()) {
+    const auto every = static_cast<uint64_t>(opt_.save_interval_seconds * 1000);
+    uv_timer_start(
+        &save_timer_, [](uv_timer_t* t) { static_cast<Daemon*>(t->loop->data)->SaveUses(); },
+        every, every);
+  }
+  LoadUses();
+  Pump();
+  spdlog::info("serving {} on {} ({} reads in flight, {} eviction), ready in {:.0f} ms",
+               ct_->dir(), opt_.socket, opt_.io_depth,
+               opt_.policy == Policy::kLru ? "LRU" : "LFRU", MsSince(started_));
   uv_run(&loop_, UV_RUN_DEFAULT);
   uv_loop_close(&loop_);
   spdlog::info("stopped");

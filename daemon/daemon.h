@@ -44,6 +44,9 @@ struct DaemonOptions {
   AccessPolicy access;
   double idle_exit_seconds = 0;  // stop after this long without clients; 0: never
   std::string state_dir;         // where use counts are saved; empty: not saved
+  double save_interval_seconds = 300;  // use counts are also saved this often
+  bool warm_start = true;              // warm the cache from saved use counts at start
+  Policy policy = Policy::kLfru;
 };
 
 // The daemon's share of a memory plan: trunk + cache + its own overhead; the
@@ -76,6 +79,8 @@ class Daemon final : public LoopApi {
   void Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) override;
   void GetStatus(std::function<void(StatusSnapshot)> reply) override;
   void RequestStop(std::string why) override;
+  void Warm(std::function<void(uint32_t)> reply) override;
+  void Drop(int layer, std::function<void(uint32_t)> reply) override;
 
  private:
   struct LiveClient {
@@ -94,7 +99,9 @@ class Daemon final : public LoopApi {
   void DrainMailbox();
   void Pump();  // starts as many reads as there are idle readers
   void Stop(const std::string& why);
+  std::string UsesPath() const;
   void SaveUses() const;
+  void LoadUses();  // adds saved use counts and queues the warm-up
   StatusSnapshot Snapshot() const;
 
   DaemonOptions opt_;
@@ -115,7 +122,7 @@ class Daemon final : public LoopApi {
   uv_loop_t loop_{};
   uv_async_t mail_async_{};
   uv_signal_t sigterm_{}, sigint_{};
-  uv_timer_t idle_timer_{};
+  uv_timer_t idle_timer_{}, save_timer_{};
   std::mutex mail_mu_;
   std::vector<std::function<void()>> mail_;
   bool mail_closed_ = false;

@@ -71,7 +71,18 @@ int main(int argc, char** argv) {
                  "Exit after this many seconds without clients (0: never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--state-dir", o.state_dir, "Where use counts are saved at stop")
+  app.add_option("--state-dir", o.state_dir,
+                 "Where use counts are saved (at stop and periodically) and read at start")
+      ->capture_default_str();
+  app.add_option("--save-interval", o.save_interval_seconds,
+                 "Seconds between saves of the use counts (0: only at stop)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  bool cold = false;
+  app.add_flag("--cold", cold, "Do not warm the cache from the saved use counts at start");
+  std::string policy = "lfru";
+  app.add_option("--policy", policy, "Eviction: lfru (fewest recent uses) or lru")
+      ->check(CLI::IsMember({"lfru", "lru"}))
       ->capture_default_str();
   app.add_flag("--no-huge-pages", no_huge, "Use 4 KiB pages for the segments");
   app.add_flag("--no-wire", no_wire, "Do not mlock the trunk");
@@ -99,6 +110,8 @@ int main(int argc, char** argv) {
     }
   }
   o.huge_pages = !no_huge;
+  o.warm_start = !cold;
+  o.policy = policy == "lru" ? waste::daemon::Policy::kLru : waste::daemon::Policy::kLfru;
   o.wire_trunk = !no_wire;
   if (!budget_text.empty()) {
     auto b = waste::ParseSize(budget_text);

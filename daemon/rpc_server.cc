@@ -259,6 +259,13 @@ class DaemonServer final : public proto::Daemon::Server {
       o.setBytesRead(s.bytes_read);
       o.setReadErrors(s.read_errors);
       o.setIoDepth(s.io_depth);
+      o.setPolicy(s.policy);
+      o.setLookaheadReads(s.lookahead_reads);
+      o.setLookaheadUsed(s.lookahead_used);
+      o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
+      o.setLookaheadDropped(s.lookahead_dropped);
+      o.setDemandHinted(s.demand_hinted);
+      o.setWarmReads(s.warm_reads);
       auto q = o.initQueued(3);
       auto fl = o.initInFlight(3);
       for (int k = 0; k < 3; ++k) {
@@ -281,6 +288,25 @@ class DaemonServer final : public proto::Daemon::Server {
     });
   }
 
+  kj::Promise<void> warm(WarmContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
+    return Ask([this](auto reply) { s_->loop->Warm(std::move(reply)); })
+        .then([ctx](uint32_t n) mutable { ctx.getResults().setQueued(n); });
+  }
+
+  kj::Promise<void> drop(DropContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    auto p = ctx.getParams();
+    RpcServer::Impl::CheckVersion(p.getVersion());
+    const int layer = p.getLayer();
+    if (layer >= static_cast<int>(s_->model.layers))
+      Refuse("layer " + std::to_string(layer) + " does not exist (the model has " +
+             std::to_string(s_->model.layers) + " layers)");
+    return Ask([this, layer](auto reply) { s_->loop->Drop(layer, std::move(reply)); })
+        .then([ctx](uint32_t n) mutable { ctx.getResults().setDropped(n); });
+  }
+
   kj::Promise<void> stop(StopContext ctx) override {
     s_->CheckPeer(cred_, &refusal_logged_);
     RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
@@ -289,6 +315,17 @@ class DaemonServer final : public proto::Daemon::Server {
   }
 
  private:
+  // Runs `ask` (which hands a reply callback to the loop) and resolves with
+  // the count the loop replies on its own thread.
+  template <typename F>
+  static kj::Promise<uint32_t> Ask(F ask) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<uint32_t>();
+    auto f = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<uint32_t>>>(
+        kj::mv(paf.fulfiller));
+    ask(std::function<void(uint32_t)>([f](uint32_t n) { (*f)->fulfill(kj::mv(n)); }));
+    return kj::mv(paf.promise);
+  }
+
   RpcServer::Impl* s_;
   ucred cred_;
   bool refusal_logged_ = false;

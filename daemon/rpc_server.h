@@ -54,6 +54,9 @@ struct StatusSnapshot {
   uint64_t hits = 0, misses = 0, reads = 0, bytes_read = 0, read_errors = 0;
   uint32_t queued[3] = {0, 0, 0}, in_flight[3] = {0, 0, 0};
   std::vector<ClientSnapshot> clients;
+  std::string policy;
+  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
+  uint64_t lookahead_dropped = 0, demand_hinted = 0, warm_reads = 0;
 };
 
 // What the RPC thread may ask of the event loop. Every method is safe to call
@@ -67,6 +70,10 @@ class LoopApi {
   // `reply` runs on the event loop thread.
   virtual void GetStatus(std::function<void(StatusSnapshot)> reply) = 0;
   virtual void RequestStop(std::string why) = 0;
+  // `reply` runs on the event loop thread with how many reads were queued /
+  // slots were emptied.
+  virtual void Warm(std::function<void(uint32_t)> reply) = 0;
+  virtual void Drop(int layer, std::function<void(uint32_t)> reply) = 0;
 };
 
 // What attach hands out; fixed once the daemon has started.

@@ -7,10 +7,12 @@ namespace waste::daemon {
 
 using shm::SlotState;
 
-SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes)
+SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
+                     Policy policy)
     : t_(table),
       has_bank_(std::move(has_bank)),
       record_bytes_(record_bytes),
+      policy_(policy),
       experts_(table.header().experts),
       meta_(table.slots()),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
@@ -65,6 +67,7 @@ void SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> exper
     const uint32_t s = t_.index(layer, static_cast<int>(e)).load(std::memory_order_relaxed);
     const SlotState st =
         s == shm::kNoSlot ? SlotState::kEmpty : shm::StateOf(t_.slot(s).word.load());
+    const bool held = st == SlotState::kReady || st == SlotState::kLoading;
     if (kind == HintKind::kDemand) {
       const size_t at = static_cast<size_t>(layer) * experts_ + e;
       ++uses_[at];
@@ -76,9 +79,28 @@ void SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> exper
         ++c_.misses;
         ++cl.counters.misses;
       }
+      if (held) {
+        SlotMeta& m = meta_[s];
+        if (m.lookahead_hinted) ++c_.demand_hinted;
+        if (m.lookahead_read) ++c_.lookahead_used;
+        m.lookahead_hinted = m.lookahead_read = false;
+      } else if (auto q = queued_.find(key);
+                 q != queued_.end() && q->second == HintKind::kLookahead) {
+        ++c_.demand_hinted;  // asked for by lookahead, not read yet
+      }
     }
-    if (st == SlotState::kReady || st == SlotState::kLoading) {
-      if (kind == HintKind::kDemand) Touch(s, client, stamp);
+    if (held) {
+      if (kind == HintKind::kDemand) {
+        Touch(s, client, stamp);
+      } else if (kind == HintKind::kLookahead) {
+        // Keep it until its layer has come and gone for this client.
+        SlotMeta& m = meta_[s];
+        m.lookahead_hinted = true;
+        if (!Awaited(m) || m.awaited_stamp < stamp) {
+          m.awaited_by = client + 1;
+          m.awaited_stamp = stamp;
+        }
+      }
       continue;
     }
     if (st == SlotState::kFailed) {
@@ -112,7 +134,12 @@ bool SlotCache::Awaited(const SlotMeta& m) const {
   return it != clients_.end() && it->second.progress <= m.awaited_stamp;
 }
 
-uint32_t SlotCache::TakeVictim() {
+void SlotCache::Forget(uint32_t slot) {
+  if (meta_[slot].lookahead_read) c_.lookahead_unused_bytes += record_bytes_;
+  meta_[slot] = SlotMeta{};
+}
+
+uint32_t SlotCache::TakeVictim(bool empty_only) {
   const std::vector<const shm::PinPage*> pages = Pages();
   std::vector<uint16_t> pinned;
   shm::CollectPins(pages, t_.slots(), &pinned);
@@ -122,12 +149,15 @@ uint32_t SlotCache::TakeVictim() {
     for (uint32_t s = 0; s < t_.slots(); ++s) {
       const SlotState st = shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed));
       if (st == SlotState::kLoading || pinned[s]) continue;
+      if (empty_only && st != SlotState::kEmpty) continue;
       const SlotMeta& m = meta_[s];
-      // Empty first, failed next, then not awaited, fewer uses, older use.
+      // Empty first, failed next, then not awaited, fewer uses (LFRU only),
+      // older use.
       const auto rank = std::make_tuple(st == SlotState::kEmpty    ? 0
                                         : st == SlotState::kFailed ? 1
                                                                    : 2,
-                                        Awaited(m), m.uses, m.last_use);
+                                        Awaited(m), policy_ == Policy::kLfru ? m.uses : 0,
+                                        m.last_use);
       if (best == shm::kNoSlot || rank < best_rank) {
         best = s;
         best_rank = rank;
@@ -137,7 +167,7 @@ uint32_t SlotCache::TakeVictim() {
     if (best == shm::kNoSlot) return shm::kNoSlot;
     if (std::get<0>(best_rank) == 0) return best;
     if (shm::Retire(t_, best, pages)) {
-      meta_[best] = SlotMeta{};
+      Forget(best);
       return best;
     }
     pinned[best] = 1;  // a pin raced in: take the next one
@@ -154,9 +184,12 @@ void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t clie
   e.detail.store(0, std::memory_order_relaxed);
   e.word.store(shm::MakeWord(SlotState::kLoading, gen + 1), std::memory_order_release);
   t_.index(shm::KeyLayer(key), shm::KeyExpert(key)).store(slot, std::memory_order_release);
+  Forget(slot);
   SlotMeta& m = meta_[slot];
-  m = SlotMeta{};
-  m.uses = kind == HintKind::kDemand ? 1 : 0;  // the demand that brought it in
+  // The demand that brought it in counts; a warmed record starts as if used
+  // once, so that it does not go before anything used since the start.
+  m.uses = kind == HintKind::kLookahead ? 0 : 1;
+  m.lookahead_read = m.lookahead_hinted = kind == HintKind::kLookahead;
   m.last_use = ++clock_;
   if (kind != HintKind::kWarm) {  // asked for by a client that will come for it
     m.awaited_by = client + 1;
@@ -176,12 +209,20 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
         ++c_.dropped;
         continue;
       }
-      const uint32_t victim = TakeVictim();
+      const bool warm = k == static_cast<int>(HintKind::kWarm);
+      const uint32_t victim = TakeVictim(/*empty_only=*/warm);
+      if (victim == shm::kNoSlot && warm) {  // no free slot: warming never evicts
+        q.pop_front();
+        queued_.erase(p.key);
+        continue;
+      }
       if (victim == shm::kNoSlot) break;  // everything pinned or loading: wait
       q.pop_front();
       queued_.erase(p.key);
       Assign(victim, p.key, static_cast<HintKind>(k), p.client, p.stamp);
       ++in_flight_[k];
+      if (k == static_cast<int>(HintKind::kLookahead)) ++c_.lookahead_reads;
+      if (warm) ++c_.warm_reads;
       jobs.push_back({victim, p.key, static_cast<HintKind>(k)});
     }
     if (!q.empty() && jobs.size() < max) break;  // no slot free: lower priorities wait too
@@ -212,6 +253,59 @@ void SlotCache::Shutdown() {
   t_.header().serving.store(0, std::memory_order_seq_cst);
   t_.Announce();
   for (uint32_t s = 0; s < t_.slots(); ++s) shm::FutexWakeAll(&t_.slot(s).word);
+}
+
+void SlotCache::SeedUses(std::span<const uint32_t> uses) {
+  for (size_t i = 0; i < std::min(uses.size(), uses_.size()); ++i) uses_[i] += uses[i];
+}
+
+std::vector<uint32_t> SlotCache::Hottest(uint32_t max) const {
+  std::vector<uint32_t> order;
+  for (size_t i = 0; i < uses_.size(); ++i)
+    if (uses_[i] > 0) order.push_back(static_cast<uint32_t>(i));
+  const size_t n = std::min<size_t>(max, order.size());
+  std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                    [&](uint32_t a, uint32_t b) { return uses_[a] > uses_[b]; });
+  order.resize(n);
+  for (uint32_t& i : order) i = shm::ExpertKey(static_cast<int>(i / experts_), static_cast<int>(i % experts_));
+  return order;
+}
+
+uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
+  uint32_t free = 0;
+  for (uint32_t s = 0; s < t_.slots(); ++s)
+    if (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed)) == SlotState::kEmpty) ++free;
+  uint32_t queued = 0;
+  for (uint32_t key : keys) {
+    if (queued >= free) break;
+    const int layer = shm::KeyLayer(key), expert = shm::KeyExpert(key);
+    if (layer >= static_cast<int>(has_bank_.size()) || !has_bank_[layer] ||
+        expert >= static_cast<int>(experts_))
+      continue;
+    if (t_.index(layer, expert).load(std::memory_order_relaxed) != shm::kNoSlot ||
+        queued_.count(key))
+      continue;
+    Enqueue({key, 0, 0}, HintKind::kWarm);
+    ++queued;
+  }
+  return queued;
+}
+
+uint32_t SlotCache::Drop(int layer) {
+  const std::vector<const shm::PinPage*> pages = Pages();
+  uint32_t dropped = 0;
+  for (uint32_t s = 0; s < t_.slots(); ++s) {
+    const shm::SlotEntry& e = t_.slot(s);
+    const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
+    if (st != SlotState::kReady && st != SlotState::kFailed) continue;
+    if (layer >= 0 && shm::KeyLayer(e.key.load(std::memory_order_relaxed)) != layer) continue;
+    if (shm::Retire(t_, s, pages)) {
+      Forget(s);
+      ++dropped;
+    }
+  }
+  if (dropped) t_.Announce();
+  return dropped;
 }
 
 CacheCounters SlotCache::counters() const {

@@ -11,12 +11,14 @@
 // before it is issued.
 //
 // Eviction (LFRU): an empty slot first, then a failed one, then the ready
-// slot with the fewest recent uses, the least recently used among equals.
-// Uses are the demand hints a record received, halved every 64 x slots
-// demand hints so old popularity fades. A slot any live client has pinned is
-// never evicted; a record a client asked for and has not finished with (its
-// demand for that layer is still current) is evicted only when nothing else
-// can be.
+// slot with the fewest recent uses, the least recently used among equals
+// (with the LRU policy, only the least recently used). Uses are the demand
+// hints a record received, halved every 64 x slots demand hints so old
+// popularity fades. A slot any live client has pinned is never evicted; a
+// record a client asked for, by demand or lookahead, and has not finished
+// with (its layer has not come and gone for that client) is evicted only
+// when nothing else can be. Warm-up reads take only empty slots: warming
+// never evicts anything.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,8 @@ struct ReadJob {
   HintKind kind = HintKind::kDemand;
 };
 
+enum class Policy { kLfru, kLru };
+
 struct CacheCounters {
   uint64_t hits = 0;    // demand hints for records already ready
   uint64_t misses = 0;  // demand hints for records not ready
@@ -45,6 +49,12 @@ struct CacheCounters {
   uint64_t bytes_read = 0;
   uint64_t read_errors = 0;
   uint64_t dropped = 0;  // lookahead reads dropped as stale
+  // Lookahead: reads it started, of those the records demanded before they
+  // were evicted, bytes of the ones evicted unused; demand hints for records
+  // a lookahead hint had asked for first (recall's numerator).
+  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
+  uint64_t demand_hinted = 0;
+  uint64_t warm_reads = 0;
   uint32_t queued[3] = {0, 0, 0};     // by HintKind
   uint32_t in_flight[3] = {0, 0, 0};  // by HintKind
   uint32_t ready = 0, loading = 0, failed = 0, pinned = 0;
@@ -59,7 +69,8 @@ class SlotCache {
  public:
   // `table` was laid out by SlotTable::Init; `has_bank[L]` says whether layer
   // L has experts. `record_bytes` is what one read brings in.
-  SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes);
+  SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
+            Policy policy = Policy::kLfru);
 
   // A client's pin page, readable for as long as the client is registered.
   void AddClient(uint32_t id, const shm::PinPage* page);
@@ -80,6 +91,17 @@ class SlotCache {
   // Marks the table as stopping and wakes every waiting client.
   void Shutdown();
 
+  // Adds saved use counts ([layers][experts], as uses() returns them).
+  void SeedUses(std::span<const uint32_t> uses);
+  // Up to `max` keys with uses, most used first.
+  std::vector<uint32_t> Hottest(uint32_t max) const;
+  // Queues warm-up reads of `keys` not already held or queued, at most as
+  // many as there are empty slots; returns how many were queued.
+  uint32_t Warm(std::span<const uint32_t> keys);
+  // Empties every ready or failed slot that no client pins, in `layer` or in
+  // all layers (layer < 0); returns how many.
+  uint32_t Drop(int layer);
+
   CacheCounters counters() const;
   ClientCounters client_counters(uint32_t id) const;
   // Demand hints per (layer, expert), and of those the ones that found the
@@ -95,6 +117,8 @@ class SlotCache {
     uint64_t last_use = 0;
     uint32_t awaited_by = 0;     // client id + 1 that asked for it; 0 for none
     uint64_t awaited_stamp = 0;  // that client's progress when it asked
+    bool lookahead_read = false;    // read for a lookahead hint, not demanded since
+    bool lookahead_hinted = false;  // a lookahead hint named it, no demand since
   };
   struct Pending {
     uint32_t key;
@@ -111,7 +135,8 @@ class SlotCache {
   bool Stale(const Pending& p) const;
   bool Awaited(const SlotMeta& m) const;
   // A slot to load into, retired and ready for reuse; kNoSlot when none.
-  uint32_t TakeVictim();
+  uint32_t TakeVictim(bool empty_only);
+  void Forget(uint32_t slot);  // bookkeeping for a slot about to be reused
   void Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t client, uint64_t stamp);
   void Touch(uint32_t slot, uint32_t client, uint64_t stamp);
   std::vector<const shm::PinPage*> Pages() const;
@@ -119,6 +144,7 @@ class SlotCache {
   shm::SlotTable t_;
   std::vector<bool> has_bank_;
   uint64_t record_bytes_;
+  Policy policy_;
   uint32_t experts_;
   std::vector<SlotMeta> meta_;
   std::map<uint32_t, Client> clients_;

@@ -386,6 +386,13 @@ Result<DaemonStatus> DaemonClient::GetStatus() {
       d.clients.push_back(std::move(info));
     }
     d.io_depth = r.getIoDepth();
+    d.policy = r.getPolicy().cStr();
+    d.lookahead_reads = r.getLookaheadReads();
+    d.lookahead_used = r.getLookaheadUsed();
+    d.lookahead_unused_bytes = r.getLookaheadUnusedBytes();
+    d.lookahead_dropped = r.getLookaheadDropped();
+    d.demand_hinted = r.getDemandHinted();
+    d.warm_reads = r.getWarmReads();
     return d;
   } catch (const kj::Exception& e) {
     return s.Note(e);
@@ -404,6 +411,31 @@ Status DaemonClient::Stop() {
     const Status status = s.Note(e);
     // A daemon that closes the connection on its way out has done what was asked.
     return e.getType() == kj::Exception::Type::DISCONNECTED ? Status::Ok() : status;
+  }
+}
+
+Result<uint32_t> DaemonClient::Warm() {
+  Impl& s = *impl_;
+  if (s.lost) return s.Lost();
+  try {
+    auto req = s.daemon.warmRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    return req.send().wait(s.io.waitScope).getQueued();
+  } catch (const kj::Exception& e) {
+    return s.Note(e);
+  }
+}
+
+Result<uint32_t> DaemonClient::Drop(int layer) {
+  Impl& s = *impl_;
+  if (s.lost) return s.Lost();
+  try {
+    auto req = s.daemon.dropRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    req.setLayer(layer);
+    return req.send().wait(s.io.waitScope).getDropped();
+  } catch (const kj::Exception& e) {
+    return s.Note(e);
   }
 }
 

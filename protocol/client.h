@@ -103,6 +103,13 @@ struct DaemonStatus {
   std::vector<uint32_t> in_flight;  // reads under way by priority
   std::vector<ClientStatusInfo> clients;
   uint32_t io_depth = 0;
+  std::string policy;  // eviction: lfru or lru
+  // Lookahead: reads started for it, records demanded before eviction, bytes
+  // evicted unused, reads dropped before they started; demand hints for
+  // records a lookahead named first (recall = demand_hinted / (hits + misses)).
+  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
+  uint64_t lookahead_dropped = 0, demand_hinted = 0;
+  uint64_t warm_reads = 0;
 
   // Slots holding something or getting it (ready, loading or failed), and the rest.
   uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
@@ -161,6 +168,11 @@ class DaemonClient {
   // Asks the daemon to stop as SIGTERM would. The connection closing before
   // the answer arrives counts as success: the daemon is going away as asked.
   Status Stop();
+
+  // Queues warm-up reads of the most used records into free slots; how many.
+  Result<uint32_t> Warm();
+  // Empties the unpinned slots of `layer`, or of every layer with -1; how many.
+  Result<uint32_t> Drop(int layer);
 
   // False once the connection is known to be lost (after a Poll or a call noticed it).
   bool connected() const;

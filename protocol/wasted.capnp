@@ -107,6 +107,13 @@ struct Status {
   inFlight @22 :List(UInt32);  # reads under way by priority
   clients @23 :List(ClientStatus);
   ioDepth @24 :UInt32;
+  policy @25 :Text;               # eviction: "lfru" or "lru"
+  lookaheadReads @26 :UInt64;     # reads started for lookahead hints
+  lookaheadUsed @27 :UInt64;      # of those, records demanded before they were evicted
+  lookaheadUnusedBytes @28 :UInt64;  # bytes read for lookahead and evicted unused
+  lookaheadDropped @29 :UInt64;   # lookahead reads dropped before they started (layer passed)
+  demandHinted @30 :UInt64;       # demand hints for records a lookahead had asked for first
+  warmReads @31 :UInt64;          # reads started for warm-up
 }
 
 interface Daemon {
@@ -117,4 +124,9 @@ interface Daemon {
   status @1 (version :UInt32) -> (status :Status);
   # Stops the daemon as SIGTERM would: clients are told, state is saved.
   stop @2 (version :UInt32);
+  # Queues warm-up reads of the most used records (by the saved and current
+  # use counts) into free slots; answers with how many were queued.
+  warm @3 (version :UInt32) -> (queued :UInt32);
+  # Empties every slot no client has pinned, in one layer or (layer = -1) all.
+  drop @4 (version :UInt32, layer :Int32) -> (dropped :UInt32);
 }

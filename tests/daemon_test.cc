@@ -576,4 +576,60 @@ TEST_F(Daemon, AllowedGroupsAndUidsMayAttach) {
   EXPECT_TRUE(Has(other.Output(), "uid 1 ")) << other.Output();
 }
 
+// Warm starts: the use counts saved at stop bring the used records back at
+// the next start (at the lowest priority, into free slots), so a client of
+// the restarted daemon misses nothing; `wastectl drop` and `warm` do the
+// same on demand; --cold skips it.
+TEST_F(Daemon, WarmStartsFromSavedUseCounts) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c, {"--budget", "64M"});
+  const auto first = Logits(c, "", "first");
+  const uint64_t used = Status()["reads"];
+  ASSERT_GT(used, 0u);
+  daemon_.Signal(SIGTERM);
+  ASSERT_EQ(daemon_.Wait(), 0);
+
+  auto settled = [&] {  // every warm-up read done
+    const auto t0 = Clock::now();
+    json s;
+    do {
+      s = Status();
+      if (s["queued"]["warm"] == 0 && s["in_flight"]["warm"] == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (Since(t0) < 5);
+    return s;
+  };
+  StartDaemon(c, {"--budget", "64M"});
+  json s = settled();
+  // Every record the first client demanded (lookahead reads it never used
+  // have no use count and stay out).
+  const uint64_t warmed = s["warm_reads"];
+  EXPECT_GT(warmed, 0u) << s.dump();
+  EXPECT_LE(warmed, used);
+  EXPECT_EQ(s["slots"]["ready"], warmed);
+  EXPECT_EQ(Logits(c, "", "second"), first);
+  s = Status();
+  EXPECT_EQ(s["misses"], 0) << "the client needed reads the warm-up should have done: " << s.dump();
+
+  const uint64_t ready = s["slots"]["ready"];
+  Outcome r = Shell(Bin("wastectl") + " drop --socket " + socket_);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, std::to_string(ready) + " slots emptied")) << r.out;
+  EXPECT_EQ(Status()["slots"]["ready"], 0);
+  r = Shell(Bin("wastectl") + " drop --layer 999 --socket " + socket_);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(Has(r.out, "layer 999")) << r.out;
+  r = Shell(Bin("wastectl") + " warm --socket " + socket_);
+  EXPECT_EQ(r.code, 0) << r.out;
+  s = settled();
+  EXPECT_GE(s["slots"]["ready"].get<uint64_t>(), warmed) << s.dump();
+  daemon_.Signal(SIGTERM);
+  ASSERT_EQ(daemon_.Wait(), 0);
+
+  StartDaemon(c, {"--budget", "64M", "--cold"});
+  s = settled();
+  EXPECT_EQ(s["warm_reads"], 0);
+  EXPECT_EQ(s["slots"]["ready"], 0);
+}
+
 }  // namespace

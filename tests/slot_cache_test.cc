@@ -15,13 +15,14 @@ namespace {
 constexpr uint32_t kLayers = 4, kExperts = 16;
 
 struct Fixture {
-  explicit Fixture(uint32_t slots) {
+  explicit Fixture(uint32_t slots, Policy policy = Policy::kLfru) {
     mem.resize(shm::SlotTable::BytesFor(kLayers, kExperts, slots) / 8 + 1);
     auto t = shm::SlotTable::Init(reinterpret_cast<uint8_t*>(mem.data()), mem.size() * 8, kLayers,
                                   kExperts, slots, 4096, 4096);
     EXPECT_TRUE(t.ok());
     table = *t;
-    cache = std::make_unique<SlotCache>(table, std::vector<bool>{false, true, true, true}, 4096);
+    cache = std::make_unique<SlotCache>(table, std::vector<bool>{false, true, true, true}, 4096,
+                                        policy);
     for (auto& p : pages) {
       p = std::make_unique<shm::PinPage>();
       for (auto& w : p->pins) w.store(0);
@@ -214,6 +215,95 @@ TEST(SlotCache, ShutdownTellsClientsThroughTheTable) {
   f.cache->Shutdown();
   EXPECT_EQ(f.table.header().serving.load(), 0u);
   EXPECT_NE(f.table.header().epoch.load(), epoch);
+}
+
+TEST(SlotCache, LruIgnoresUses) {
+  for (const Policy policy : {Policy::kLfru, Policy::kLru}) {
+    Fixture f(2, policy);
+    f.cache->AddClient(0, f.pages[0].get());
+    f.Hint(0, 1, {0}, HintKind::kDemand);
+    f.RunReads();
+    for (int i = 0; i < 5; ++i) f.Hint(0, 1, {0}, HintKind::kDemand);  // popular, then old
+    f.Hint(0, 2, {1}, HintKind::kDemand);                             // recent, used once
+    f.RunReads();
+    f.Hint(0, 3, {2}, HintKind::kDemand);
+    f.RunReads();
+    // LFRU keeps the popular one; LRU keeps the recent one.
+    EXPECT_EQ(f.State(1, 0), policy == Policy::kLfru ? shm::SlotState::kReady
+                                                      : shm::SlotState::kEmpty);
+    EXPECT_EQ(f.State(2, 1), policy == Policy::kLfru ? shm::SlotState::kEmpty
+                                                      : shm::SlotState::kReady);
+  }
+}
+
+TEST(SlotCache, WarmUpTakesOnlyFreeSlotsMostUsedFirst) {
+  Fixture f(3);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.RunReads();
+  std::vector<uint32_t> saved(kLayers * kExperts, 0);
+  saved[2 * kExperts + 5] = 9;
+  saved[3 * kExperts + 1] = 7;
+  saved[1 * kExperts + 0] = 3;  // already held: not read again
+  saved[3 * kExperts + 9] = 1;
+  f.cache->SeedUses(saved);
+  const auto hot = f.cache->Hottest(10);
+  ASSERT_EQ(hot.size(), 4u);
+  EXPECT_EQ(hot[0], shm::ExpertKey(2, 5));
+  EXPECT_EQ(hot[1], shm::ExpertKey(3, 1));
+  EXPECT_EQ(f.cache->Warm(hot), 2u);  // two free slots
+  const auto jobs = f.RunReads();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].kind, HintKind::kWarm);
+  EXPECT_EQ(f.State(2, 5), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(3, 1), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);  // warming evicted nothing
+  EXPECT_EQ(f.cache->Warm(f.cache->Hottest(10)), 0u);
+  EXPECT_EQ(f.cache->counters().warm_reads, 2u);
+}
+
+TEST(SlotCache, DropEmptiesAllButPinnedSlots) {
+  Fixture f(4);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0, 1}, HintKind::kDemand);
+  f.Hint(0, 2, {0, 1}, HintKind::kDemand);
+  f.RunReads();
+  shm::PinSet pins(f.pages[0].get());
+  ASSERT_EQ(shm::TryPin(f.table, pins, 1, 1).kind, shm::PinAttempt::kPinned);
+  EXPECT_EQ(f.cache->Drop(2), 2u);
+  EXPECT_EQ(f.State(2, 0), shm::SlotState::kEmpty);
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
+  EXPECT_EQ(f.cache->Drop(-1), 1u);  // layer 1 expert 1 is pinned
+  EXPECT_EQ(f.State(1, 1), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kEmpty);
+}
+
+TEST(SlotCache, LookaheadIsCountedAndKeptUntilItsLayerPasses) {
+  Fixture f(3);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.Hint(0, 2, {4, 5}, HintKind::kLookahead);  // predicted for the next layer
+  f.RunReads();
+  EXPECT_EQ(f.cache->counters().lookahead_reads, 2u);
+  f.Hint(0, 2, {4}, HintKind::kDemand);  // right about 4, wrong about 5
+  auto c = f.cache->counters();
+  EXPECT_EQ(c.lookahead_used, 1u);
+  EXPECT_EQ(c.demand_hinted, 1u);
+  EXPECT_EQ(c.hits, 1u);
+  // While the client is in layer 2, the lookahead record 5 is still awaited:
+  // a new record takes layer 1's slot, which is done with.
+  f.Hint(0, 2, {6}, HintKind::kDemand);
+  f.RunReads();
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kEmpty);
+  EXPECT_EQ(f.State(2, 5), shm::SlotState::kReady);
+  // Once layer 2 has come and gone, the unused lookahead record goes first
+  // (it has no uses) and its bytes count as read for nothing.
+  f.Hint(0, 3, {7}, HintKind::kDemand);
+  f.RunReads();
+  EXPECT_EQ(f.State(2, 5), shm::SlotState::kEmpty);
+  c = f.cache->counters();
+  EXPECT_EQ(c.lookahead_unused_bytes, 4096u);
+  EXPECT_EQ(c.lookahead_used, 1u);
 }
 
 }  // namespace

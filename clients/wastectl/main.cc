@@ -1,6 +1,6 @@
 // wastectl: inspect and steer a running wasted over its socket. It speaks the
 // protocol only (protocol/client.h) and links no engine. Commands: status
-// (human or --json) and stop; clients, warm and drop arrive with issue 7.
+// (human or --json), stop, warm and drop; clients arrives with issue 7.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -150,6 +150,17 @@ json StatusJson(const waste::DaemonStatus& s, const std::string& socket) {
           {"queued", ByPriority(s.queued)},
           {"in_flight", ByPriority(s.in_flight)},
           {"io_depth", s.io_depth},
+          {"policy", s.policy},
+          {"lookahead",
+           {{"reads", s.lookahead_reads},
+            {"used", s.lookahead_used},
+            {"unused_bytes", s.lookahead_unused_bytes},
+            {"dropped", s.lookahead_dropped},
+            {"precision", s.lookahead_reads ? json(double(s.lookahead_used) / s.lookahead_reads)
+                                            : json(nullptr)},
+            {"recall", s.hits + s.misses ? json(double(s.demand_hinted) / (s.hits + s.misses))
+                                         : json(nullptr)}}},
+          {"warm_reads", s.warm_reads},
           {"clients", clients}};
 }
 
@@ -182,6 +193,19 @@ void PrintStatus(const waste::DaemonStatus& s, const std::string& socket) {
               static_cast<unsigned long long>(s.read_errors));
   std::printf("queued     %s\n", ByPriorityText(s.queued).c_str());
   std::printf("in flight  %s (io depth %u)\n", ByPriorityText(s.in_flight).c_str(), s.io_depth);
+  std::printf("eviction   %s; %llu warm-up reads\n", s.policy.c_str(),
+              static_cast<unsigned long long>(s.warm_reads));
+  if (s.lookahead_reads + s.demand_hinted + s.lookahead_dropped > 0) {
+    const double total = static_cast<double>(s.hits + s.misses);
+    std::printf(
+        "lookahead  %llu reads, %llu used (precision %.0f%%), recall %.0f%%, %.2f GB read unused, "
+        "%llu dropped as late\n",
+        static_cast<unsigned long long>(s.lookahead_reads),
+        static_cast<unsigned long long>(s.lookahead_used),
+        s.lookahead_reads ? 100.0 * s.lookahead_used / s.lookahead_reads : 0.0,
+        total > 0 ? 100.0 * s.demand_hinted / total : 0.0, s.lookahead_unused_bytes / 1e9,
+        static_cast<unsigned long long>(s.lookahead_dropped));
+  }
   if (s.clients.empty()) {
     std::printf("clients    none\n");
     return;
@@ -231,6 +255,27 @@ int RunStop(const std::string& socket) {
   return kOk;
 }
 
+int RunWarm(const std::string& socket) {
+  int code = kOk;
+  auto client = Connect(socket, &code);
+  if (!client) return code;
+  auto n = client->Warm();
+  if (!n.ok()) return Fail(n.status());
+  std::printf("%u warm-up reads queued (the most used records, into free slots)\n", *n);
+  return kOk;
+}
+
+int RunDrop(const std::string& socket, int layer) {
+  int code = kOk;
+  auto client = Connect(socket, &code);
+  if (!client) return code;
+  auto n = client->Drop(layer);
+  if (!n.ok()) return Fail(n.status());
+  std::printf("%u slots emptied%s\n", *n,
+              layer < 0 ? "" : (" in layer " + std::to_string(layer)).c_str());
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -249,6 +294,14 @@ int main(int argc, char** argv) {
   CLI::App* stop = app.add_subcommand(
       "stop", "Stop the daemon as SIGTERM would: its clients are told, its state is saved");
   stop->add_option("--socket", socket, "wasted's Unix socket")->capture_default_str();
+  CLI::App* warm = app.add_subcommand(
+      "warm", "Read the most used records (by the saved and current use counts) into free slots");
+  warm->add_option("--socket", socket, "wasted's Unix socket")->capture_default_str();
+  int layer = -1;
+  CLI::App* drop =
+      app.add_subcommand("drop", "Empty every slot no client has pinned (in one layer with --layer)");
+  drop->add_option("--socket", socket, "wasted's Unix socket")->capture_default_str();
+  drop->add_option("--layer", layer, "Only this layer")->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
@@ -258,6 +311,8 @@ int main(int argc, char** argv) {
   }
   if (status->parsed()) return RunStatus(socket, as_json);
   if (stop->parsed()) return RunStop(socket);
+  if (warm->parsed()) return RunWarm(socket);
+  if (drop->parsed()) return RunDrop(socket, layer);
   std::fprintf(stderr, "wastectl: no command given (see --help)\n");
   return kUsage;
 }
