@@ -297,7 +297,9 @@ void Daemon::Pump() {
   const uint32_t depth = static_cast<uint32_t>(readers_->threads());
   const uint32_t busy = cache_->in_flight();
   if (busy >= depth || !cache_->has_queued()) return;
-  for (const ReadJob& job : cache_->Dispatch(depth - busy)) readers_->Submit(job);
+  const std::vector<ReadJob> jobs = cache_->Dispatch(depth - busy);
+  if (busy == 0 && !jobs.empty()) busy_since_ = Clock::now();
+  for (const ReadJob& job : jobs) readers_->Submit(job);
 }
 
 void Daemon::AddClient(ClientRecord client) {
@@ -384,6 +386,9 @@ StatusSnapshot Daemon::Snapshot() const {
   s.lookahead_dropped = c.dropped;
   s.demand_hinted = c.demand_hinted;
   s.warm_reads = c.warm_reads;
+  s.read_busy_seconds = busy_seconds_ + (c.in_flight[0] + c.in_flight[1] + c.in_flight[2] > 0
+                                             ? MsSince(busy_since_) / 1000
+                                             : 0);
   for (const auto& [id, lc] : clients_) {
     const ClientCounters cc = cache_->client_counters(id);
     ClientSnapshot x;
@@ -511,6 +516,7 @@ int Daemon::Run() {
         Post([this, r = std::move(r)] {
           if (r.error != shm::ReadError::kNone) spdlog::error("read failed: {}", r.message);
           cache_->Complete(r.job, r.error, r.detail);
+          if (cache_->in_flight() == 0) busy_seconds_ += MsSince(busy_since_) / 1000;
         });
       });
   if (Status st = readers_->Open(); !st.ok()) {

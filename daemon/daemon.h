@@ -128,6 +128,10 @@ class Daemon final : public LoopApi {
   bool mail_closed_ = false;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point last_client_;
+  // Time with at least one read in flight: bytes read / this is the read
+  // path's throughput, comparable with the disk's own limit.
+  std::chrono::steady_clock::time_point busy_since_;
+  double busy_seconds_ = 0;
 
   std::map<uint32_t, LiveClient> clients_;
   std::unique_ptr<Readers> readers_;

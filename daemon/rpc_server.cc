@@ -266,6 +266,7 @@ class DaemonServer final : public proto::Daemon::Server {
       o.setLookaheadDropped(s.lookahead_dropped);
       o.setDemandHinted(s.demand_hinted);
       o.setWarmReads(s.warm_reads);
+      o.setReadBusySeconds(s.read_busy_seconds);
       auto q = o.initQueued(3);
       auto fl = o.initInFlight(3);
       for (int k = 0; k < 3; ++k) {

@@ -57,6 +57,7 @@ struct StatusSnapshot {
   std::string policy;
   uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
   uint64_t lookahead_dropped = 0, demand_hinted = 0, warm_reads = 0;
+  double read_busy_seconds = 0;
 };
 
 // What the RPC thread may ask of the event loop. Every method is safe to call

@@ -393,6 +393,7 @@ Result<DaemonStatus> DaemonClient::GetStatus() {
     d.lookahead_dropped = r.getLookaheadDropped();
     d.demand_hinted = r.getDemandHinted();
     d.warm_reads = r.getWarmReads();
+    d.read_busy_seconds = r.getReadBusySeconds();
     return d;
   } catch (const kj::Exception& e) {
     return s.Note(e);

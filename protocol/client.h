@@ -110,6 +110,7 @@ struct DaemonStatus {
   uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
   uint64_t lookahead_dropped = 0, demand_hinted = 0;
   uint64_t warm_reads = 0;
+  double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
 
   // Slots holding something or getting it (ready, loading or failed), and the rest.
   uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }

@@ -114,6 +114,7 @@ struct Status {
   lookaheadDropped @29 :UInt64;   # lookahead reads dropped before they started (layer passed)
   demandHinted @30 :UInt64;       # demand hints for records a lookahead had asked for first
   warmReads @31 :UInt64;          # reads started for warm-up
+  readBusySeconds @32 :Float64;   # time with at least one read in flight
 }
 
 interface Daemon {

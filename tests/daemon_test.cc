@@ -267,6 +267,7 @@ TEST_F(Daemon, TwoClientsShareOneTrunkAndOneCache) {
   const json after_first = Status();
   const uint64_t reads = after_first["reads"];
   ASSERT_GT(reads, 0u);
+  EXPECT_GT(after_first["read_busy_seconds"].get<double>(), 0.0) << after_first.dump();
 
   std::vector<uint8_t> a, b;
   std::thread ta([&] { a = Logits(c, "", "a"); });

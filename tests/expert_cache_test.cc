@@ -64,6 +64,9 @@ TEST_F(Cache, CountsHitsAndReads) {
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.reads, 1u);
   EXPECT_EQ(s.bytes_read, ct_->record_bytes());
+  // The one read took some time, and no more than the wait for it.
+  EXPECT_GT(s.read_busy_seconds, 0.0);
+  EXPECT_LE(s.read_busy_seconds, s.wait_seconds + 1e-3);
 }
 
 TEST_F(Cache, PinnedSlotsAreNeverEvicted) {

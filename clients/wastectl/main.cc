@@ -161,6 +161,7 @@ json StatusJson(const waste::DaemonStatus& s, const std::string& socket) {
             {"recall", s.hits + s.misses ? json(double(s.demand_hinted) / (s.hits + s.misses))
                                          : json(nullptr)}}},
           {"warm_reads", s.warm_reads},
+          {"read_busy_seconds", s.read_busy_seconds},
           {"clients", clients}};
 }
 
@@ -188,8 +189,9 @@ void PrintStatus(const waste::DaemonStatus& s, const std::string& socket) {
   }
   std::printf("demand     %llu hits, %llu misses, %s\n", static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.misses), rate_text.c_str());
-  std::printf("reads      %llu records, %.2f GB read, %llu read errors\n",
+  std::printf("reads      %llu records, %.2f GB read (%.2f GB/s while reading), %llu read errors\n",
               static_cast<unsigned long long>(s.reads), static_cast<double>(s.bytes_read) / 1e9,
+              s.read_busy_seconds > 0 ? s.bytes_read / s.read_busy_seconds / 1e9 : 0.0,
               static_cast<unsigned long long>(s.read_errors));
   std::printf("queued     %s\n", ByPriorityText(s.queued).c_str());
   std::printf("in flight  %s (io depth %u)\n", ByPriorityText(s.in_flight).c_str(), s.io_depth);

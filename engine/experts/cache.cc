@@ -202,9 +202,13 @@ void ExpertCache::ReaderLoop() {
       }
     }
     uint8_t* dst = memory_.data() + record_bytes_ * static_cast<size_t>(r.slot);
+    if (reading_++ == 0) busy_since_ = std::chrono::steady_clock::now();
     lock.unlock();
     const Status st = ReadInto(r.key, dst);  // the slot is loading: nobody else touches it
     lock.lock();
+    if (--reading_ == 0)
+      stats_.read_busy_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count();
     Slot& s = slots_[r.slot];
     s.state = st.ok() ? State::kReady : State::kFailed;
     if (!st.ok()) s.error = st.message();

@@ -8,6 +8,7 @@
 // be: otherwise, having no uses yet, it would be the first to go.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -82,6 +83,8 @@ class ExpertCache : public ExpertSource {
   std::deque<Request> queue_[3];  // by HintKind: demand, lookahead, warm
   uint64_t clock_ = 0;
   ExpertStats stats_;
+  int reading_ = 0;  // reads in flight
+  std::chrono::steady_clock::time_point busy_since_;
   bool stop_ = false;
   std::vector<std::thread> readers_;
 };

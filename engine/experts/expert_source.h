@@ -25,6 +25,9 @@ struct ExpertStats {
   uint64_t reads = 0;   // records read from disk
   uint64_t bytes_read = 0;
   double wait_seconds = 0;  // time Acquire spent blocked
+  // Time with at least one read in flight (bytes_read / this is the read
+  // path's throughput while it works, comparable with the disk's limit).
+  double read_busy_seconds = 0;
 };
 
 class ExpertSource {
