@@ -40,6 +40,15 @@ struct Session {
 // Time spent per phase of the forward pass, for `waste bench`.
 struct PhaseTimes {
   double attention = 0, experts = 0, expert_wait = 0, other = 0;
+  double lookahead = 0;  // the lookahead's router matvecs and ranking
+};
+
+// How well the router lookahead guessed, counted in distinct (layer, expert)
+// records per chunk: precision is used / hinted, recall used / demanded.
+struct LookaheadStats {
+  uint64_t hinted = 0;    // records hinted as HintKind::kLookahead
+  uint64_t used = 0;      // of those, demanded by the layer they were hinted for, in that chunk
+  uint64_t demanded = 0;  // records demanded by layers that had been sent a lookahead hint
 };
 
 struct ModelOptions {
@@ -47,6 +56,19 @@ struct ModelOptions {
   kernels::Isa isa = kernels::BestIsa();
   int chunk = 32;     // prefill tokens per chunk
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
+  // Router lookahead: once a layer's attention is done, the next layer's
+  // router (when it is a MoE layer) is run on the hidden state and each
+  // token's `lookahead` best experts are hinted as HintKind::kLookahead, so
+  // their reads overlap this layer's experts. A chunk hints the union of its tokens' guesses, the most
+  // voted first, at most `prefetch` of them. 0 turns it off. The real router
+  // still decides, so the logits do not depend on it. 8 (the router's own
+  // top_k on Kimi-Linear) until it is measured.
+  int lookahead = 8;
+  // Also guess the next token's first MoE layer from this token's final
+  // hidden state. Off: on kl48b it was right 32% of the time, no better than
+  // the previous token's own experts (32%, already cached), and 8% on the
+  // records that token had not used (chance: 3%). See MEASUREMENTS.md.
+  bool lookahead_next_token = false;
   // Called with every token's routed experts at every MoE layer (for traces).
   std::function<void(int position, int layer, std::span<const int> experts)> on_route;
 };
@@ -66,6 +88,9 @@ class Model {
   const ModelConfig& config() const { return c_; }
   const Container& container() const { return ct_; }
   int threads() const { return pool_.size(); }
+  // Experts guessed per token by the lookahead: options.lookahead, but no
+  // more than the router can choose from; 0 when off.
+  int lookahead() const { return guess_config_.top_k; }
 
   Session NewSession(int max_context) const;
 
@@ -76,6 +101,10 @@ class Model {
                  std::vector<float>* all_logits = nullptr);
 
   const PhaseTimes& times() const { return times_; }
+  // Since load: the next-layer lookahead's counts, and the next-token guess's
+  // (non-zero only with options.lookahead_next_token).
+  const LookaheadStats& lookahead_stats() const { return lookahead_stats_; }
+  const LookaheadStats& next_token_stats() const { return next_token_stats_; }
   // Attention constants, for tests against a reference.
   std::span<const float> rope_inv_freq() const { return inv_freq_; }
   float softmax_scale() const { return softmax_scale_; }
@@ -88,7 +117,15 @@ class Model {
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
-  Status MoeChunk(int L, int position, int T, const float* h, float* out);
+  // `ahead`: a layer whose guessed experts (guess_[ahead]) are hinted once
+  // this layer's own first demand hints are out; -1 for none.
+  Status MoeChunk(int L, int position, int T, const float* h, float* out, int ahead);
+  // Layer L's router on T hidden states ([T][hidden]): the union of each
+  // one's best guess_config_.top_k experts, most voted first, at most `cap`.
+  std::vector<int> GuessExperts(int L, int T, const float* h, size_t cap);
+  void HintGuess(int L);
+  // Counts what layer L demands (`wanted`, distinct) against what was guessed for it.
+  void ScoreGuesses(int L, std::span<const int> wanted);
   void DenseMlp(int L, const float* h, float* out);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);
   void RotaryInPlace(float* v, int pos) const;  // the rope dims of one head or k_pe
@@ -105,6 +142,11 @@ class Model {
   std::vector<float> inv_freq_;  // rope: [qk_rope / 2]
   float softmax_scale_ = 1.f;
   PhaseTimes times_;
+  // Lookahead.
+  ModelConfig guess_config_;             // c_ with top_k = the experts guessed per token
+  std::vector<std::vector<int>> guess_;  // [n_layers]: experts hinted for it, not yet demanded
+  std::vector<int> next_token_guess_;    // for the first MoE layer of the next chunk
+  LookaheadStats lookahead_stats_, next_token_stats_;
 };
 
 }  // namespace waste
