@@ -62,6 +62,7 @@ int RunBench(const BenchOptions& o) {
   const double prefill = Since(t0);
   const ExpertStats before = e->experts ? e->experts->stats() : ExpertStats{};
   const PhaseTimes pt0 = m.times();
+  const LookaheadStats la0 = m.lookahead_stats();
   Sampler greedy({});
   const auto t1 = Clock::now();
   for (int i = 0; i < o.gen_tokens; ++i) {
@@ -74,6 +75,11 @@ int RunBench(const BenchOptions& o) {
   const double decode = Since(t1);
   const ExpertStats after = e->experts ? e->experts->stats() : ExpertStats{};
   const PhaseTimes& pt = m.times();
+  const LookaheadStats& la1 = m.lookahead_stats();
+  // Decode only, like the expert counters; a ratio over nothing is 0.
+  auto ratio = [](uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / b : 0.0; };
+  const uint64_t la_hinted = la1.hinted - la0.hinted, la_used = la1.used - la0.used;
+  const uint64_t la_demanded = la1.demanded - la0.demanded;
   const double hits = static_cast<double>(after.hits - before.hits);
   const double misses = static_cast<double>(after.misses - before.misses);
   const double n = std::max(1, o.gen_tokens);
@@ -91,12 +97,17 @@ int RunBench(const BenchOptions& o) {
       {"decode_tokens", o.gen_tokens},
       {"decode_tok_s", o.gen_tokens / std::max(decode, 1e-9)},
       {"decode_hit_rate", hits + misses > 0 ? hits / (hits + misses) : 0.0},
+      {"lookahead", m.lookahead()},
+      {"lookahead_hinted", la_hinted},
+      {"lookahead_precision", ratio(la_used, la_hinted)},
+      {"lookahead_recall", ratio(la_used, la_demanded)},
       {"decode_gb_read_per_token",
        static_cast<double>(after.bytes_read - before.bytes_read) / 1e9 / n},
       {"decode_seconds_per_token",
        {{"expert_io_wait", (pt.expert_wait - pt0.expert_wait) / n},
         {"expert_arithmetic", (pt.experts - pt0.experts) / n},
         {"attention", (pt.attention - pt0.attention) / n},
+        {"lookahead", (pt.lookahead - pt0.lookahead) / n},
         {"other", (pt.other - pt0.other) / n},
         {"total", decode / n}}},
   };
@@ -112,12 +123,19 @@ int RunBench(const BenchOptions& o) {
               100 * j["decode_hit_rate"].get<double>(),
               j["decode_gb_read_per_token"].get<double>());
   std::printf(
-      "per token  expert I/O wait %.1f ms, expert arithmetic %.1f ms, attention %.1f ms, other "
-      "%.1f ms"
-      " (total %.1f ms)\n",
+      "per token  expert I/O wait %.1f ms, expert arithmetic %.1f ms, attention %.1f ms, "
+      "lookahead %.1f ms, other %.1f ms (total %.1f ms)\n",
       1e3 * sp["expert_io_wait"].get<double>(), 1e3 * sp["expert_arithmetic"].get<double>(),
-      1e3 * sp["attention"].get<double>(), 1e3 * sp["other"].get<double>(),
-      1e3 * sp["total"].get<double>());
+      1e3 * sp["attention"].get<double>(), 1e3 * sp["lookahead"].get<double>(),
+      1e3 * sp["other"].get<double>(), 1e3 * sp["total"].get<double>());
+  if (m.lookahead() > 0)
+    std::printf(
+        "lookahead  %d per token, %.1f records hinted per token, precision %.1f%%, "
+        "recall %.1f%%\n",
+        m.lookahead(), la_hinted / n, 100 * j["lookahead_precision"].get<double>(),
+        100 * j["lookahead_recall"].get<double>());
+  else
+    std::printf("lookahead  off\n");
   std::printf("threads %d, budget %s, cache %llu records, experts %s\n", m.threads(),
               FormatSize(e->budget).c_str(), static_cast<unsigned long long>(e->cache_slots),
               e->where.c_str());

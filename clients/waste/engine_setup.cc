@@ -22,6 +22,11 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_option("--readers", o->readers, "Expert reads in flight")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  cmd->add_option("--lookahead", o->lookahead,
+                  "Experts per token hinted for the next MoE layer by running its router "
+                  "early (0: off)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   cmd->add_flag("--verify", o->verify, "Check the crc32 of every expert record read");
   cmd->add_option("--isa", o->isa,
                   "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
@@ -34,6 +39,11 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
 }
 
 namespace {
+
+// The smallest in-process cache the lookahead runs with. A layer has at most
+// `prefetch` (16) demand hints and 16 lookahead hints outstanding; twice that
+// leaves room for reads of earlier layers still in flight.
+constexpr uint64_t kLookaheadMinSlots = 64;
 
 // Connects to wasted, starting one first with --spawn. A null link (and no
 // error) means: run in this process.
@@ -120,6 +130,16 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   ModelOptions mo;
   mo.threads = o.threads;
   mo.chunk = o.chunk;
+  mo.lookahead = o.lookahead;
+  const uint64_t records = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
+  if (e.cache && mo.lookahead > 0 && e.cache_slots < std::min(records, kLookaheadMinSlots)) {
+    // ExpertCache::Acquire fails when every slot is loading, and a layer's
+    // lookahead reads can fill a cache this small just before its demands
+    // (not one that holds every record: each then keeps its slot).
+    std::cerr << "waste: lookahead off: an in-process cache of " << e.cache_slots
+              << " records is below the " << kLookaheadMinSlots << " it needs\n";
+    mo.lookahead = 0;
+  }
   mo.on_route = o.on_route;
   if (o.isa == "scalar")
     mo.isa = kernels::Isa::kScalar;

@@ -25,6 +25,8 @@ struct EngineOptions {
   int context = 4096;
   int chunk = 32;
   int readers = 4;
+  // Experts hinted per token for the next MoE layer (ModelOptions::lookahead).
+  int lookahead = ModelOptions{}.lookahead;
   bool verify = false;  // crc32 of every record read
   std::string isa;      // scalar, avx2, avx512; empty: the best available
   std::function<void(int, int, std::span<const int>)> on_route;  // routing trace sink
@@ -37,8 +39,8 @@ struct EngineOptions {
   double spawn_idle_exit = 300;  // seconds a spawned daemon lingers without clients
 };
 
-// Adds --budget, --threads, --ctx, --chunk, --readers, --verify, --isa,
-// --socket, --local, --spawn.
+// Adds --budget, --threads, --ctx, --chunk, --readers, --lookahead, --verify,
+// --isa, --socket, --local, --spawn.
 void AddEngineFlags(CLI::App* cmd, EngineOptions* o);
 
 struct Engine {
