@@ -14,5 +14,6 @@ void AddEval(CLI::App& app, int* exit_code);
 void AddTokenize(CLI::App& app, int* exit_code);  // tokenize and detokenize
 void AddBench(CLI::App& app, int* exit_code);
 void AddChat(CLI::App& app, int* exit_code);
+void AddReplay(CLI::App& app, int* exit_code);  // a routing trace against wasted's cache
 
 }  // namespace waste::cli
