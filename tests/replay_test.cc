@@ -5,6 +5,7 @@
 // bad traces are refused with the line that is wrong, before the daemon is
 // touched, and a missing daemon is an error, not a fallback.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -48,12 +49,17 @@ std::string TraceLine(int t) {
 
 class Replay : public ::testing::Test {
  protected:
-  // One container for every test: synth is deterministic, and the daemon
-  // only reads it.
+  // One container for every test of this process: the daemon only reads it.
+  // Named by pid because ctest runs each test as a process of its own, in
+  // parallel, and one must not rewrite the container under another.
   static void SetUpTestSuite() {
-    container_ = ::testing::TempDir() + "/waste-replay_test-tiny-kimi";
+    container_ = ::testing::TempDir() + "/waste-replay_test-tiny-kimi-" + std::to_string(getpid());
     const Outcome r = Shell(Bin("waste") + " synth -q --force --preset tiny-kimi " + container_);
     ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    std::filesystem::remove_all(container_, ec);
   }
 
   void SetUp() override {
@@ -64,14 +70,17 @@ class Replay : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (started_) Shell(Bin("wastectl") + " stop --socket " + socket_);
+    if (!started_) return;
+    const Outcome r = Shell(Bin("wastectl") + " stop --socket " + socket_);
+    EXPECT_EQ(r.code, 0) << r.out;
   }
 
-  // Detached: wasted returns once it listens.
+  // Detached: wasted returns once it listens. --idle-exit is the backstop
+  // should the stop in TearDown not happen (a crash, a missing wastectl).
   void StartDaemon(const std::string& budget) {
     const Outcome r =
         Shell(Bin("wasted") + " " + container_ + " --socket " + socket_ + " --state-dir " + dir_ +
-              "/state --log-file " + dir_ + "/wasted.log --budget " + budget);
+              "/state --log-file " + dir_ + "/wasted.log --idle-exit 20 --budget " + budget);
     ASSERT_EQ(r.code, 0) << r.out;
     started_ = true;
   }
