@@ -13,12 +13,12 @@
 // Eviction (LFRU): an empty slot first, then a failed one, then the ready
 // slot with the fewest recent uses, the least recently used among equals
 // (with the LRU policy, only the least recently used). Uses are the demand
-// hints a record received, halved every 64 x slots demand hints so old
-// popularity fades. A slot any live client has pinned is never evicted; a
-// record a client asked for, by demand or lookahead, and has not finished
-// with (its layer has not come and gone for that client) is evicted only
-// when nothing else can be. Warm-up reads take only empty slots: warming
-// never evicts anything.
+// hints a record received (a client's repeat within one layer is not a
+// use), halved every 4 x slots uses so old popularity fades. A slot any live
+// client has pinned is never evicted; a record a client asked for, by demand
+// or lookahead, and has not finished with (its layer has not come and gone
+// for that client) is evicted only when nothing else can be. Warm-up reads
+// take only empty slots: warming never evicts anything.
 #pragma once
 
 #include <cstdint>
@@ -129,6 +129,9 @@ class SlotCache {
     const shm::PinPage* page;
     uint64_t progress = 0;  // pass << 16 | layer of its latest demand hint
     ClientCounters counters;
+    // Keys already counted as uses at `progress`: a client waiting for a
+    // record repeats its demand hint, and a repeat is not another use.
+    std::vector<uint32_t> counted;
   };
 
   void Enqueue(const Pending& p, HintKind kind);
@@ -152,7 +155,8 @@ class SlotCache {
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
-  uint64_t clock_ = 0;
+  uint64_t clock_ = 0;    // recency: bumped at every use and every assignment
+  uint64_t demands_ = 0;  // uses counted, for the decay
   CacheCounters c_;
 };
 

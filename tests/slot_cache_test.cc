@@ -35,6 +35,12 @@ struct Fixture {
   void Hint(uint32_t client, int layer, std::vector<uint32_t> experts, HintKind kind) {
     cache->Hint(client, layer, experts, kind);
   }
+  // Another use of a record, on a later pass of the client's forward pass
+  // (a demand repeated within one layer of one pass is not another use).
+  void Use(uint32_t client, int layer, int expert) {
+    Hint(client, 3, {}, HintKind::kDemand);  // the rest of this pass
+    Hint(client, layer, {static_cast<uint32_t>(expert)}, HintKind::kDemand);
+  }
   // Starts and finishes every read the cache hands out, successfully.
   std::vector<ReadJob> RunReads(uint32_t max = 100) {
     auto jobs = cache->Dispatch(max);
@@ -160,8 +166,8 @@ TEST(SlotCache, EvictsTheLeastUsedThenTheLeastRecent) {
   f.RunReads();
   // Uses: expert 0 three more times, expert 2 once more; expert 1 is the
   // least used. Then move on so nothing is still awaited.
-  for (int i = 0; i < 3; ++i) f.Hint(0, 1, {0}, HintKind::kDemand);
-  f.Hint(0, 1, {2}, HintKind::kDemand);
+  for (int i = 0; i < 3; ++i) f.Use(0, 1, 0);
+  f.Use(0, 1, 2);
   f.Hint(0, 2, {4}, HintKind::kDemand);
   f.RunReads();
   EXPECT_EQ(f.State(1, 1), shm::SlotState::kEmpty);
@@ -179,7 +185,7 @@ TEST(SlotCache, ARecordAskedForIsKeptUntilItsLayerIsDone) {
   f.Hint(0, 1, {0}, HintKind::kDemand);  // client 0 wants it, has not used it yet
   f.Hint(1, 3, {5}, HintKind::kDemand);
   f.RunReads();
-  for (int i = 0; i < 5; ++i) f.Hint(1, 3, {5}, HintKind::kDemand);  // popular elsewhere
+  for (int i = 0; i < 5; ++i) f.Use(1, 3, 5);  // popular elsewhere
   f.Hint(1, 2, {6}, HintKind::kDemand);  // client 1 moves on: its record is no longer awaited
   f.RunReads();
   EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);  // still awaited by client 0
@@ -217,13 +223,29 @@ TEST(SlotCache, ShutdownTellsClientsThroughTheTable) {
   EXPECT_NE(f.table.header().epoch.load(), epoch);
 }
 
+TEST(SlotCache, ARepeatedDemandIsNotAnotherUse) {
+  Fixture f(4);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.cache->AddClient(1, f.pages[1].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.Hint(0, 1, {0}, HintKind::kDemand);  // waiting, it asks again
+  f.Hint(0, 1, {0, 1}, HintKind::kDemand);
+  EXPECT_EQ(f.cache->uses()[1 * kExperts + 0], 1u);
+  EXPECT_EQ(f.cache->counters().misses, 2u);
+  f.RunReads();
+  f.Hint(1, 1, {0}, HintKind::kDemand);  // another client: another use
+  f.Use(0, 1, 0);                        // the next pass: another use
+  EXPECT_EQ(f.cache->uses()[1 * kExperts + 0], 3u);
+  EXPECT_EQ(f.cache->hits()[1 * kExperts + 0], 2u);
+}
+
 TEST(SlotCache, LruIgnoresUses) {
   for (const Policy policy : {Policy::kLfru, Policy::kLru}) {
     Fixture f(2, policy);
     f.cache->AddClient(0, f.pages[0].get());
     f.Hint(0, 1, {0}, HintKind::kDemand);
     f.RunReads();
-    for (int i = 0; i < 5; ++i) f.Hint(0, 1, {0}, HintKind::kDemand);  // popular, then old
+    for (int i = 0; i < 5; ++i) f.Use(0, 1, 0);  // popular, then old
     f.Hint(0, 2, {1}, HintKind::kDemand);                             // recent, used once
     f.RunReads();
     f.Hint(0, 3, {2}, HintKind::kDemand);

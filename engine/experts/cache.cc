@@ -148,7 +148,7 @@ Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
   s.uses += 1;
   s.last_use = ++clock_;
   s.awaited = false;
-  if (clock_ % (64 * slots_.size()) == 0)
+  if (clock_ % (4 * slots_.size()) == 0)
     for (Slot& x : slots_) x.uses /= 2;  // popularity fades
   if (s.state == State::kFailed) {
     --s.pins;

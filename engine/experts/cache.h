@@ -2,7 +2,7 @@
 // record long and page aligned, filled by reader threads with O_DIRECT reads
 // straight from the banks, demand before lookahead before warm-up. Eviction
 // is LFRU: the unpinned slot with the fewest recent uses goes first (uses are
-// halved every 64 x slots acquisitions, so old popularity fades), the
+// halved every 4 x slots acquisitions, so old popularity fades), the
 // least recently used among equals. A pinned or loading slot is never
 // evicted, and a record read for a hint is evicted only when nothing else can
 // be: otherwise, having no uses yet, it would be the first to go.
