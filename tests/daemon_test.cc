@@ -248,8 +248,14 @@ TEST_F(Daemon, LogitsAreBitIdenticalThroughTheDaemon) {
       StartDaemon(c, {"--budget", std::to_string(budget)});
       const auto through = Logits(c, "", preset + "-daemon-" + std::to_string(budget));
       EXPECT_EQ(through, local) << "budget " << budget;
+      // The lookahead only changes when bytes move (invariant 1).
+      EXPECT_EQ(Logits(c, "--lookahead 0", preset + "-nola-" + std::to_string(budget)), local);
+      EXPECT_EQ(Logits(c, "--lookahead 64", preset + "-la64-" + std::to_string(budget)), local);
       const json s = Status();
       EXPECT_GT(s.value("reads", 0), 0) << s.dump();
+      const json& la = s["lookahead"];
+      EXPECT_GT(la["reads"].get<uint64_t>(), 0u) << s.dump();
+      EXPECT_LE(la["used"].get<uint64_t>(), la["reads"].get<uint64_t>());
       daemon_.Signal(SIGTERM);
       EXPECT_EQ(daemon_.Wait(), 0);
     }
