@@ -37,7 +37,12 @@ struct DaemonOptions {
   std::string container;
   std::string socket;
   uint64_t budget = 0;  // 0: chosen from this machine (DaemonBudget)
-  int io_depth = 8;     // reads in flight
+  // Reads in flight. 2 measured best for decode on the 2-core development
+  // machine (docs/MEASUREMENTS.md, issue 5): one more read lets the disk
+  // overlap, and each read still finishes soon enough for the expert the
+  // forward pass waits on; 8 and 32 share the bandwidth among reads that
+  // are not needed yet and take CPU from the arithmetic.
+  int io_depth = 2;
   bool verify_crc = false;
   bool huge_pages = true;  // ask for huge pages for the segments
   bool wire_trunk = true;  // mlock the trunk
