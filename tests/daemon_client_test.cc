@@ -656,7 +656,7 @@ TEST(Wastectl, StatusAsJsonAndText) {
        {"kimi-linear  /models/fake", "pid 4242", "8.00 GiB; trunk 3.00 GiB + cache 4.00 GiB",
         "wired (mlock); pages: 2 MiB huge pages", "66 used (60 ready, 5 loading, 1 failed)",
         "7 pinned, 34 free", "900 hits, 100 misses, 90.0% hit rate",
-        "150 records, 0.15 GB read, 2 read errors", "demand 10, lookahead 11, warm 12",
+        "150 records, 0.15 GB read", "2 read errors", "demand 10, lookahead 11, warm 12",
         "(io depth 16)", "waste run /models/fake hello"}) {
     EXPECT_TRUE(Has(r.out, want)) << want << " in\n" << r.out;
   }

@@ -69,6 +69,38 @@ TEST_F(Cache, CountsHitsAndReads) {
   EXPECT_LE(s.read_busy_seconds, s.wait_seconds + 1e-3);
 }
 
+TEST_F(Cache, AnAcquireWaitsWhenEverySlotIsLoading) {
+  auto c = Make(2);
+  const int hinted[2] = {3, 4};
+  c->Hint(2, hinted, HintKind::kLookahead);  // both slots taken by reads
+  auto rec = c->Acquire(1, 0);  // waits for one of them, then evicts it
+  ASSERT_TRUE(rec.ok()) << rec.status().message();
+  const std::vector<uint8_t> want = Direct(1, 0);
+  EXPECT_EQ(0, std::memcmp(*rec, want.data(), want.size()));
+  c->Release(1, 0);
+}
+
+TEST_F(Cache, AWrongGuessIsNotKeptOnceItsLayerHasPassed) {
+  auto c = Make(2);
+  const int guessed[1] = {7};
+  c->Hint(1, guessed, HintKind::kLookahead);  // a guess for layer 1, never used
+  for (int e : {0, 1}) {  // layer 1 runs with other experts, then layer 2
+    ASSERT_TRUE(c->Acquire(1, e).ok());
+    c->Release(1, e);
+  }
+  for (int i = 0; i < 3; ++i) {  // layer 2 now: layer 1's used record is popular
+    ASSERT_TRUE(c->Acquire(1, 1).ok());
+    c->Release(1, 1);
+  }
+  ASSERT_TRUE(c->Acquire(2, 0).ok());
+  c->Release(2, 0);
+  // The guess (no uses, no longer awaited) went, not the record used 4 times.
+  const uint64_t reads = c->stats().reads;
+  ASSERT_TRUE(c->Acquire(1, 1).ok());
+  c->Release(1, 1);
+  EXPECT_EQ(c->stats().reads, reads);
+}
+
 TEST_F(Cache, PinnedSlotsAreNeverEvicted) {
   auto c = Make(2);
   auto a = c->Acquire(1, 0);
@@ -78,7 +110,7 @@ TEST_F(Cache, PinnedSlotsAreNeverEvicted) {
   // Both slots pinned: a third record cannot be had, and says so.
   auto third = c->Acquire(1, 2);
   ASSERT_FALSE(third.ok());
-  EXPECT_NE(third.status().message().find("all 2 slots are in use"), std::string::npos);
+  EXPECT_NE(third.status().message().find("all 2 slots are pinned"), std::string::npos);
   EXPECT_EQ(0, std::memcmp(*a, want_a.data(), want_a.size()));
   c->Release(1, 1);
   auto again = c->Acquire(1, 2);  // evicts (1, 1), never the pinned (1, 0)

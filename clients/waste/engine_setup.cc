@@ -133,9 +133,9 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   mo.lookahead = o.lookahead;
   const uint64_t records = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
   if (e.cache && mo.lookahead > 0 && e.cache_slots < std::min(records, kLookaheadMinSlots)) {
-    // ExpertCache::Acquire fails when every slot is loading, and a layer's
-    // lookahead reads can fill a cache this small just before its demands
-    // (not one that holds every record: each then keeps its slot).
+    // In a cache this small a layer's lookahead reads take the slots its
+    // own demands need next, and each then waits for a read to finish only
+    // to evict it (not in one that holds every record: each keeps its slot).
     std::cerr << "waste: lookahead off: an in-process cache of " << e.cache_slots
               << " records is below the " << kLookaheadMinSlots << " it needs\n";
     mo.lookahead = 0;

@@ -120,12 +120,26 @@ Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
                          " does not exist");
   const uint32_t key = Key(layer, expert);
   std::unique_lock<std::mutex> lock(mu_);
+  // A new layer: the records hinted for the one before and never acquired
+  // (wrong lookahead guesses) are awaited no longer, so they go first.
+  if (layer != current_layer_) {
+    for (Slot& x : slots_)
+      if (x.awaited && KeyLayer(x.key) == current_layer_) x.awaited = false;
+    current_layer_ = layer;
+  }
   bool hit = false;
-  const int i = SlotFor(key, HintKind::kDemand, &hit);
-  if (i < 0)
-    return Status::Error("expert cache: all " + std::to_string(slots_.size()) +
-                         " slots are in use; cannot load expert " + std::to_string(expert) +
-                         " of layer " + std::to_string(layer));
+  int i;
+  // Every slot loading (hinted reads can take them all in a small cache):
+  // wait for one to finish. Every slot pinned: that cannot resolve.
+  while ((i = SlotFor(key, HintKind::kDemand, &hit)) < 0) {
+    const bool loading = std::any_of(slots_.begin(), slots_.end(),
+                                     [](const Slot& x) { return x.state == State::kLoading; });
+    if (!loading)
+      return Status::Error("expert cache: all " + std::to_string(slots_.size()) +
+                           " slots are pinned; cannot load expert " + std::to_string(expert) +
+                           " of layer " + std::to_string(layer));
+    ready_cv_.wait(lock);
+  }
   Slot& s = slots_[i];
   ++s.pins;  // pinned before waiting: the slot cannot be reassigned under us
   if (hit) {

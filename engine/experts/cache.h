@@ -84,6 +84,7 @@ class ExpertCache : public ExpertSource {
   uint64_t clock_ = 0;
   ExpertStats stats_;
   int reading_ = 0;  // reads in flight
+  int current_layer_ = -1;  // of the latest Acquire
   std::chrono::steady_clock::time_point busy_since_;
   bool stop_ = false;
   std::vector<std::thread> readers_;
