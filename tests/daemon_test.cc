@@ -542,7 +542,8 @@ TEST_F(Daemon, AMemlockRefusalIsExplained) {
   const std::string log = dir_ + "/wasted.log";
   const Outcome r = Shell("prlimit --memlock=0:0 setpriv --bounding-set -ipc_lock --inh-caps "
                           "-ipc_lock " + Bin("wasted") + " " + c + " --socket " + socket_ +
-                          " --log-file " + log + " --state-dir " + dir_ + "/state");
+                          " --log-file " + log + " --state-dir " + dir_ + "/state" +
+                          " --idle-exit 30");  // detached: a backstop if the test fails early
   ASSERT_EQ(r.code, 0) << r.out;
   const std::vector<uint8_t> bytes = waste::testing::FileBytes(log);
   const std::string text(bytes.begin(), bytes.end());
