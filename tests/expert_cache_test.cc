@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -84,6 +85,9 @@ TEST_F(Cache, AWrongGuessIsNotKeptOnceItsLayerHasPassed) {
   auto c = Make(2);
   const int guessed[1] = {7};
   c->Hint(1, guessed, HintKind::kLookahead);  // a guess for layer 1, never used
+  for (int i = 0; i < 500 && c->stats().reads < 1; ++i)  // let its read finish first
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(c->stats().reads, 1u);
   for (int e : {0, 1}) {  // layer 1 runs with other experts, then layer 2
     ASSERT_TRUE(c->Acquire(1, e).ok());
     c->Release(1, e);
