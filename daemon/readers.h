@@ -13,10 +13,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "daemon/slot_cache.h"
+#include "engine/experts/record_reader.h"
 #include "engine/format/container.h"
 
 namespace waste::daemon {
@@ -49,7 +51,7 @@ class Readers {
   const bool verify_crc_;
   std::function<uint8_t*(uint32_t)> slot_memory_;
   std::function<void(ReadResult)> done_;
-  std::vector<int> fds_;  // by layer, -1 where there is no bank
+  std::optional<RecordReader> banks_;  // set by Open
 
   std::mutex mu_;
   std::condition_variable cv_;

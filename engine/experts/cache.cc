@@ -1,12 +1,8 @@
 #include "engine/experts/cache.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <tuple>
 
 namespace waste {
@@ -33,15 +29,9 @@ Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
   auto memory = Region::Allocate(c->record_bytes_ * opt.slots);
   if (!memory.ok()) return memory.status().Prefixed("expert cache");
   c->memory_ = std::move(*memory);
-  for (int L = 0; L < ct.config().n_layers; ++L) {
-    const ExpertBank* b = ct.manifest().Bank(L);
-    if (!b) continue;
-    const std::string path = ct.dir() + "/" + b->file;
-    int fd = opt.direct_io ? open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
-    if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::Error(b->file + ": " + std::strerror(errno));
-    c->bank_fds_[L] = fd;
-  }
+  auto banks = RecordReader::Open(ct, opt.direct_io);
+  if (!banks.ok()) return banks.status();
+  c->banks_.emplace(std::move(*banks));
   for (int i = 0; i < opt.readers; ++i)
     c->readers_.emplace_back([p = c.get()] { p->ReaderLoop(); });
   return c;
@@ -49,7 +39,6 @@ Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
 
 ExpertCache::ExpertCache(const Container& ct, const CacheOptions& opt)
     : ct_(ct), opt_(opt), record_bytes_(ct.record_bytes()) {
-  bank_fds_.assign(ct.config().n_layers, -1);
   slots_.resize(opt.slots);
 }
 
@@ -60,8 +49,6 @@ ExpertCache::~ExpertCache() {
   }
   request_cv_.notify_all();
   for (auto& t : readers_) t.join();
-  for (int fd : bank_fds_)
-    if (fd >= 0) close(fd);
 }
 
 int ExpertCache::Victim() const {
@@ -184,20 +171,10 @@ ExpertStats ExpertCache::stats() const {
 
 Status ExpertCache::ReadInto(uint32_t key, uint8_t* dst) {
   const int layer = KeyLayer(key), expert = KeyExpert(key);
-  const uint64_t off = record_bytes_ * static_cast<uint64_t>(expert);
-  size_t done = 0;
-  while (done < record_bytes_) {
-    const ssize_t got =
-        pread(bank_fds_[layer], dst + done, record_bytes_ - done, static_cast<off_t>(off + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      return Status::Error("expert " + std::to_string(expert) + " of layer " +
-                           std::to_string(layer) + ": " +
-                           (got < 0 ? std::strerror(errno) : "short read"));
-    done += static_cast<size_t>(got);
-  }
-  return ct_.CheckRecord(layer, expert, {dst, record_bytes_}, opt_.verify_crc)
-      .Prefixed("expert " + std::to_string(expert) + " of layer " + std::to_string(layer));
+  const RecordReader::Outcome r = banks_->Read(layer, expert, dst, opt_.verify_crc);
+  if (r.ok()) return Status::Ok();
+  return Status::Error("expert " + std::to_string(expert) + " of layer " + std::to_string(layer) +
+                       ": " + r.message);
 }
 
 void ExpertCache::ReaderLoop() {

@@ -14,12 +14,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/experts/expert_source.h"
+#include "engine/experts/record_reader.h"
 #include "engine/format/container.h"
 #include "engine/memory/region.h"
 
@@ -73,7 +75,7 @@ class ExpertCache : public ExpertSource {
   const CacheOptions opt_;
   size_t record_bytes_;
   Region memory_;  // slots * record_bytes, page aligned, populated
-  std::vector<int> bank_fds_;  // by layer: O_DIRECT descriptors where possible
+  std::optional<RecordReader> banks_;  // set by Create
 
   mutable std::mutex mu_;
   std::condition_variable ready_cv_;    // a slot finished loading
