@@ -1,6 +1,7 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -19,8 +20,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "daemon/notify.h"
 #include "engine/format/fingerprint.h"
 #include "engine/model/trunk.h"
+#include "waste/version.h"
 
 namespace waste::daemon {
 namespace {
@@ -41,7 +44,49 @@ uint64_t AllRecords(const Container& ct) {
 
 constexpr uint64_t kMaxClients = 1024;  // pin pages the overhead is planned for
 
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+std::string GroupText(gid_t g) {
+  if (g == static_cast<gid_t>(-1)) return "none";
+  const ::group* gr = getgrgid(g);
+  return gr ? std::string(gr->gr_name) + " (" + std::to_string(g) + ")" : std::to_string(g);
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> DescribeSettings(const DaemonOptions& o) {
+  std::string uids;
+  for (uid_t u : o.access.uids) uids += (uids.empty() ? "" : ",") + std::to_string(u);
+  std::error_code ec;
+  const auto abs = std::filesystem::weakly_canonical(o.container, ec);
+  return {
+      {"container", ec ? o.container : abs.string()},
+      {"socket", o.socket},
+      {"budget", o.budget ? FormatSize(o.budget) : "auto"},
+      {"io-depth", std::to_string(o.io_depth)},
+      {"verify-crc", o.verify_crc ? "yes" : "no"},
+      {"allow-uid", uids.empty() ? "none" : uids},
+      {"allow-group", GroupText(o.access.group)},
+      {"idle-exit", Seconds(o.idle_exit_seconds)},
+      {"state-dir", o.state_dir.empty() ? "none" : o.state_dir},
+      {"save-interval", Seconds(o.save_interval_seconds)},
+      {"cold", o.warm_start ? "no" : "yes"},
+      {"policy", o.policy == Policy::kLru ? "lru" : "lfru"},
+      {"no-huge-pages", o.huge_pages ? "no" : "yes"},
+      {"no-wire", o.wire_trunk ? "no" : "yes"},
+      {"log-file", o.log_file.empty() ? "none" : o.log_file},
+      {"log-level", o.log_level},
+  };
+}
+
+bool ReloadableSetting(const std::string& name) {
+  return name == "log-level" || name == "allow-uid" || name == "allow-group" ||
+         name == "idle-exit" || name == "save-interval";
+}
 
 DaemonBudget PlanDaemon(const Container& ct) {
   DaemonBudget b;
@@ -92,6 +137,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& opt) {
 
 Status Daemon::Setup() {
   started_ = Clock::now();
+  std::string settings;
+  for (const auto& [name, value] : DescribeSettings(opt_))
+    settings += (settings.empty() ? "" : ", ") + name + " " + value;
+  spdlog::info("wasted {} starting, pid {}, uid {}: {}", WASTE_VERSION, getpid(), geteuid(),
+               settings);
   auto t = Clock::now();
   std::error_code ec;
   const auto abs = std::filesystem::canonical(opt_.container, ec);
@@ -307,6 +357,7 @@ void Daemon::AddClient(ClientRecord client) {
     const uint32_t id = c.id;
     cache_->AddClient(id, reinterpret_cast<const shm::PinPage*>(c.pins->mapping.data()));
     clients_[id] = LiveClient{std::move(c), Clock::now()};
+    NotifyManager(ManagerStatus());
   });
 }
 
@@ -315,11 +366,14 @@ void Daemon::RemoveClient(uint32_t id) {
     auto it = clients_.find(id);
     if (it == clients_.end()) return;
     const ClientCounters cc = cache_->client_counters(id);
-    spdlog::info("client {} detached (pid {}): {} hits, {} misses, {} pins released", id,
-                 it->second.record.pid, cc.hits, cc.misses, cc.pins);
+    spdlog::info("client {} detached (pid {} uid {}, attached {:.1f} s): {} hits, {} misses, {} "
+                 "pins released",
+                 id, it->second.record.pid, it->second.record.uid, MsSince(it->second.since) / 1000,
+                 cc.hits, cc.misses, cc.pins);
     cache_->RemoveClient(id);  // before the page's mapping can go
     clients_.erase(it);
     last_client_ = Clock::now();
+    NotifyManager(ManagerStatus());
   });
 }
 
@@ -345,6 +399,115 @@ void Daemon::Drop(int layer, std::function<void(uint32_t)> reply) {
     spdlog::info("dropped {} slots ({})", n, layer < 0 ? "all layers" : "layer " + std::to_string(layer));
     reply(n);
   });
+}
+
+void Daemon::Reload(std::string who, std::function<void(Result<ReloadOutcome>)> reply) {
+  Post([this, who = std::move(who), reply = std::move(reply)] { reply(ReloadSettings(who)); });
+}
+
+Result<ReloadOutcome> Daemon::ReloadSettings(const std::string& who) {
+  if (stopping_) return Status::Error("wasted is stopping");
+  if (!settings_source_) return Status::Error("this wasted has no settings to read again");
+  NotifyManager("RELOADING=1\nMONOTONIC_USEC=" +
+                std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   Clock::now().time_since_epoch())
+                                   .count()));
+  Result<DaemonOptions> next = settings_source_();
+  if (!next.ok()) {
+    spdlog::error("reload ({}) refused, the running settings are kept: {}", who,
+                  next.status().message());
+    NotifyManager("READY=1\n" + ManagerStatus());
+    return next.status().Prefixed("reload refused, the running settings are kept");
+  }
+  const auto before = DescribeSettings(opt_);
+  const auto after = DescribeSettings(*next);
+  ReloadOutcome out;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const auto& [name, old_value] = before[i];
+    const std::string& new_value = after[i].second;
+    if (old_value == new_value) continue;
+    const std::string change = name + ": " + old_value + " -> " + new_value;
+    if (!ReloadableSetting(name)) {
+      out.need_restart.push_back(change);
+      continue;
+    }
+    if (name == "allow-group") {
+      if (Status st = ApplySocketAccess(next->access); !st.ok()) {
+        spdlog::error("reload ({}): allow-group not changed: {}", who, st.message());
+        out.need_restart.push_back(change + " (not applied: " + st.message() + ")");
+        next->access.group = opt_.access.group;
+        continue;
+      }
+      opt_.access.group = next->access.group;
+    } else if (name == "allow-uid") {
+      opt_.access.uids = next->access.uids;
+    } else if (name == "log-level") {
+      opt_.log_level = next->log_level;
+      spdlog::set_level(spdlog::level::from_str(opt_.log_level));
+    } else if (name == "idle-exit") {
+      opt_.idle_exit_seconds = next->idle_exit_seconds;
+      last_client_ = Clock::now();  // the idle time counts from now
+    } else if (name == "save-interval") {
+      opt_.save_interval_seconds = next->save_interval_seconds;
+    }
+    out.applied.push_back(change);
+  }
+  rpc_->SetAccess(opt_.access);
+  StartTimers();
+  std::string applied, later;
+  for (const auto& a : out.applied) applied += (applied.empty() ? "" : "; ") + a;
+  for (const auto& r : out.need_restart) later += (later.empty() ? "" : "; ") + r;
+  if (out.applied.empty() && out.need_restart.empty())
+    spdlog::info("reloaded settings ({}): nothing changed", who);
+  else if (!out.applied.empty())
+    spdlog::info("reloaded settings ({}): applied {}", who, applied);
+  if (!out.need_restart.empty())
+    spdlog::warn("reloaded settings ({}): changed but NOT applied until wasted restarts: {}", who,
+                 later);
+  NotifyManager("READY=1\n" + ManagerStatus());
+  return out;
+}
+
+Status Daemon::ApplySocketAccess(const AccessPolicy& access) {
+  const std::string& path = opt_.socket;
+  const bool group = access.group != static_cast<gid_t>(-1);
+  // Widen in the safe order: the group first, then the mode; narrow at once.
+  if (group && chown(path.c_str(), static_cast<uid_t>(-1), access.group) != 0)
+    return Status::Error("chown " + path + " to group " + std::to_string(access.group) + ": " +
+                         std::strerror(errno));
+  if (chmod(path.c_str(), group ? 0660 : 0600) != 0)
+    return Status::Error("chmod " + path + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+void Daemon::StartTimers() {
+  uv_timer_stop(&idle_timer_);
+  if (opt_.idle_exit_seconds > 0) {
+    uv_timer_start(
+        &idle_timer_,
+        [](uv_timer_t* t) {
+          auto* d = static_cast<Daemon*>(t->loop->data);
+          if (d->clients_.empty() && MsSince(d->last_client_) / 1000 >= d->opt_.idle_exit_seconds)
+            d->Stop("no clients for " + Seconds(d->opt_.idle_exit_seconds) + " s");
+        },
+        1000, 1000);
+  }
+  uv_timer_stop(&save_timer_);
+  if (opt_.save_interval_seconds > 0 && !opt_.state_dir.empty()) {
+    const auto every = static_cast<uint64_t>(opt_.save_interval_seconds * 1000);
+    uv_timer_start(
+        &save_timer_, [](uv_timer_t* t) { static_cast<Daemon*>(t->loop->data)->SaveUses(); },
+        every, every);
+  }
+}
+
+void Daemon::NotifyManager(const std::string& state) const {
+  if (Status st = NotifyServiceManager(state); !st.ok()) spdlog::warn("{}", st.message());
+}
+
+std::string Daemon::ManagerStatus() const {
+  return "STATUS=serving " + ct_->dir() + " on " + opt_.socket + ", " +
+         std::to_string(clients_.size()) + (clients_.size() == 1 ? " client" : " clients");
 }
 
 void Daemon::RequestStop(std::string why) {
@@ -473,9 +636,11 @@ void Daemon::Stop(const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
   spdlog::info("stopping: {}", why);
+  NotifyManager("STOPPING=1\nSTATUS=stopping: " + why);
   // From here a second SIGTERM or SIGINT ends the process at once.
   uv_signal_stop(&sigterm_);
   uv_signal_stop(&sigint_);
+  uv_signal_stop(&sighup_);
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
   cache_->Shutdown();  // clients waiting on a slot wake and see it
@@ -490,6 +655,7 @@ void Daemon::Stop(const std::string& why) {
   uv_close(reinterpret_cast<uv_handle_t*>(&mail_async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sighup_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&idle_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&save_timer_), nullptr);
 }
@@ -507,6 +673,14 @@ int Daemon::Run() {
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
   uv_signal_init(&loop_, &sigint_);
   uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_signal_init(&loop_, &sighup_);
+  uv_signal_start(
+      &sighup_,
+      [](uv_signal_t* h, int) {
+        auto* d = static_cast<Daemon*>(h->loop->data);
+        if (!d->stopping_) (void)d->ReloadSettings("SIGHUP");  // it logs what it did
+      },
+      SIGHUP);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not a death
 
   readers_ = std::make_unique<Readers>(
@@ -532,28 +706,14 @@ int Daemon::Run() {
 
   last_client_ = Clock::now();
   uv_timer_init(&loop_, &idle_timer_);
-  if (opt_.idle_exit_seconds > 0) {
-    uv_timer_start(
-        &idle_timer_,
-        [](uv_timer_t* t) {
-          auto* d = static_cast<Daemon*>(t->loop->data);
-          if (d->clients_.empty() && MsSince(d->last_client_) / 1000 >= d->opt_.idle_exit_seconds)
-            d->Stop("no clients for " + std::to_string(d->opt_.idle_exit_seconds) + " s");
-        },
-        1000, 1000);
-  }
   uv_timer_init(&loop_, &save_timer_);
-  if (opt_.save_interval_seconds > 0 && !opt_.state_dir.empty()) {
-    const auto every = static_cast<uint64_t>(opt_.save_interval_seconds * 1000);
-    uv_timer_start(
-        &save_timer_, [](uv_timer_t* t) { static_cast<Daemon*>(t->loop->data)->SaveUses(); },
-        every, every);
-  }
+  StartTimers();
   LoadUses();
   Pump();
   spdlog::info("serving {} on {} ({} reads in flight, {} eviction), ready in {:.0f} ms",
                ct_->dir(), opt_.socket, opt_.io_depth,
                opt_.policy == Policy::kLru ? "LRU" : "LFRU", MsSince(started_));
+  NotifyManager("READY=1\n" + ManagerStatus());
   uv_run(&loop_, UV_RUN_DEFAULT);
   uv_loop_close(&loop_);
   spdlog::info("stopped");

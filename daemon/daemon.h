@@ -8,7 +8,11 @@
 // and status requests arrive from the RPC thread through a mailbox, read
 // completions from the reader threads the same way. SIGTERM or SIGINT stops
 // it cleanly (clients are told through the slot table and their connections
-// close, the use counts are saved); a second signal ends it at once.
+// close, the use counts are saved); a second signal ends it at once. SIGHUP
+// or the reload call re-reads the settings (set_settings_source) and applies
+// those that can change while it runs. Under systemd (Type=notify) it tells
+// the service manager when it is ready, reloading and stopping
+// (daemon/notify.h).
 #pragma once
 
 #include <sys/types.h>
@@ -52,7 +56,23 @@ struct DaemonOptions {
   double save_interval_seconds = 300;  // use counts are also saved this often
   bool warm_start = true;              // warm the cache from saved use counts at start
   Policy policy = Policy::kLfru;
+  // Logging is set up by main(); the daemon changes the level on reload and
+  // reports a changed file as needing a restart.
+  std::string log_level = "info";
+  std::string log_file;  // empty: stderr in the foreground, else syslog
 };
+
+// The settings as `name value` pairs, named as the flags, in the order of
+// wasted --help: the start-up log line and the reload comparison.
+std::vector<std::pair<std::string, std::string>> DescribeSettings(const DaemonOptions& o);
+
+// Settings that a reload applies while the daemon runs; every other one
+// takes effect at the next start.
+bool ReloadableSetting(const std::string& name);
+
+// Re-reads the settings from where they came from (main(): the command line
+// again, and the file it names).
+using SettingsSource = std::function<Result<DaemonOptions>()>;
 
 // The daemon's share of a memory plan: trunk + cache + its own overhead; the
 // clients' state and scratch are theirs.
@@ -86,6 +106,11 @@ class Daemon final : public LoopApi {
   void RequestStop(std::string why) override;
   void Warm(std::function<void(uint32_t)> reply) override;
   void Drop(int layer, std::function<void(uint32_t)> reply) override;
+  void Reload(std::string who, std::function<void(Result<ReloadOutcome>)> reply) override;
+
+  // Where SIGHUP and the reload call get the settings from; without one a
+  // reload is refused.
+  void set_settings_source(SettingsSource source) { settings_source_ = std::move(source); }
 
  private:
   struct LiveClient {
@@ -108,6 +133,12 @@ class Daemon final : public LoopApi {
   void SaveUses() const;
   void LoadUses();  // adds saved use counts and queues the warm-up
   StatusSnapshot Snapshot() const;
+  // Reads the settings again and applies what can change now; logs one line.
+  Result<ReloadOutcome> ReloadSettings(const std::string& who);
+  Status ApplySocketAccess(const AccessPolicy& access);
+  void StartTimers();  // idle exit and periodic saves, from opt_
+  void NotifyManager(const std::string& state) const;
+  std::string ManagerStatus() const;  // the STATUS= line systemd shows
 
   DaemonOptions opt_;
   std::chrono::steady_clock::time_point started_;
@@ -126,7 +157,7 @@ class Daemon final : public LoopApi {
 
   uv_loop_t loop_{};
   uv_async_t mail_async_{};
-  uv_signal_t sigterm_{}, sigint_{};
+  uv_signal_t sigterm_{}, sigint_{}, sighup_{};
   uv_timer_t idle_timer_{}, save_timer_{};
   std::mutex mail_mu_;
   std::vector<std::function<void()>> mail_;
@@ -141,6 +172,7 @@ class Daemon final : public LoopApi {
   std::map<uint32_t, LiveClient> clients_;
   std::unique_ptr<Readers> readers_;
   std::unique_ptr<RpcServer> rpc_;
+  SettingsSource settings_source_;
 };
 
 }  // namespace waste::daemon

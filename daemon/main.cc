@@ -1,15 +1,18 @@
 // wasted: the expert I/O daemon. Parses its settings (flags, or a file of
 // the same names; flags win), sets up logging, optionally detaches, then
-// hands over to Daemon (daemon/daemon.h).
+// hands over to Daemon (daemon/daemon.h). SIGHUP and `wastectl reload` parse
+// the same command line again, re-reading the file it names.
 #include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
@@ -30,35 +33,40 @@ std::string DefaultStateDir() {
   return "";
 }
 
-void SetupLogging(bool foreground, const std::string& file, const std::string& level) {
-  std::shared_ptr<spdlog::logger> log;
-  if (!file.empty())
-    log = spdlog::basic_logger_mt("wasted", file);
-  else if (foreground)
-    log = spdlog::stderr_color_mt("wasted");
-  else
-    log = spdlog::syslog_logger_mt("wasted", "wasted", LOG_PID, LOG_DAEMON);
-  spdlog::set_default_logger(log);
-  spdlog::set_level(spdlog::level::from_str(level));
-  spdlog::set_pattern(foreground && file.empty() ? "%Y-%m-%d %H:%M:%S.%e wasted %l: %v"
-                                                 : "%Y-%m-%d %H:%M:%S.%e [%P] %l: %v");
-  spdlog::flush_on(spdlog::level::info);
-}
+// Everything the command line (and the file it names) sets.
+struct Settings {
+  waste::daemon::DaemonOptions daemon;
+  bool check = false;
+  bool foreground = false;
+};
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Parses argv into `s`. Returns -1 when the daemon should go on, else the
+// exit code (after --help or --version, 0; after a bad setting, 2, with the
+// message printed unless `quiet`, in which case it is in `*error`).
+int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* error) {
   CLI::App app{"wasted: owns a model's weights and shares an expert cache with its clients"};
   app.set_version_flag("--version", "wasted " WASTE_VERSION);
-  app.set_config("--config", "", "Settings file: `key = value` lines named as the long flags");
-  waste::daemon::DaemonOptions o;
+  CLI::Option* config = app.set_config("--config", "",
+                 "Settings file: `name = value` lines named as the long flags (see "
+                 "wasted.conf.example); flags given here win");
+  // A misspelt setting in the file is an error, not silently ignored.
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  waste::daemon::DaemonOptions& o = s->daemon;
   o.socket = waste::DefaultDaemonSocket();
   o.state_dir = DefaultStateDir();
-  std::string budget_text, level = "info", log_file, group;
+  std::string budget_text, group;
   std::vector<uint32_t> uids;
-  bool check = false, foreground = false, no_huge = false, no_wire = false;
-  app.add_option("CONTAINER", o.container, "Container directory")->required();
-  app.add_option("--socket", o.socket, "Unix socket to listen on")->capture_default_str();
+  bool no_huge = false, no_wire = false, cold = false;
+  std::string policy = "lfru";
+  // Positional, and also `container = DIR` in the settings file.
+  app.add_option("CONTAINER,--container", o.container,
+                 "Container directory (the argument, or `container = DIR` in the settings file)")
+      ->required();
+  // The defaults of --socket and --state-dir depend on who runs it: said as
+  // rules, not as this process's values (the man page is made from --help).
+  app.add_option("--socket", o.socket,
+                 "Unix socket to listen on (default: $XDG_RUNTIME_DIR/wasted.sock, else "
+                 "/run/wasted/wasted.sock)");
   app.add_option("--budget", budget_text,
                  "Memory for trunk + cache + daemon, e.g. 4G (default: from this machine)");
   app.add_option("--io-depth", o.io_depth, "Expert reads in flight")
@@ -72,30 +80,47 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--state-dir", o.state_dir,
-                 "Where use counts are saved (at stop and periodically) and read at start")
-      ->capture_default_str();
+                 "Where use counts are saved (at stop and periodically) and read at start "
+                 "(default: /var/lib/wasted as root, else $XDG_STATE_HOME/wasted or "
+                 "~/.local/state/wasted)");
   app.add_option("--save-interval", o.save_interval_seconds,
                  "Seconds between saves of the use counts (0: only at stop)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  bool cold = false;
   app.add_flag("--cold", cold, "Do not warm the cache from the saved use counts at start");
-  std::string policy = "lfru";
   app.add_option("--policy", policy, "Eviction: lfru (fewest recent uses) or lru")
       ->check(CLI::IsMember({"lfru", "lru"}))
       ->capture_default_str();
   app.add_flag("--no-huge-pages", no_huge, "Use 4 KiB pages for the segments");
   app.add_flag("--no-wire", no_wire, "Do not mlock the trunk");
-  app.add_flag("--foreground", foreground, "Stay attached to the terminal and log to stderr");
-  app.add_option("--log-file", log_file, "Log to this file (default: stderr in the foreground, "
-                                         "else syslog, i.e. the journal)");
-  app.add_option("--log-level", level, "trace, debug, info, warn, error")
+  app.add_flag("--foreground", s->foreground,
+               "Stay attached to the terminal and log to stderr (what systemd runs)");
+  app.add_option("--log-file", o.log_file, "Log to this file (default: stderr in the foreground, "
+                                           "else syslog, i.e. the journal)");
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
-  app.add_flag("--check", check, "Validate the container and the budget, then exit");
+  app.add_flag("--check", s->check, "Validate the container and the budget, then exit");
+  auto fail = [&](const std::string& why) {
+    if (quiet) {
+      *error = why;
+    } else {
+      std::fprintf(stderr, "wasted: %s\n", why.c_str());
+    }
+    return 2;
+  };
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse NAME" of a name it does not know.
+    const std::string what = e.what(), unknown = "INI was not able to parse ";
+    const std::string file = config->results().empty() ? "" : " " + config->results().back();
+    if (what.rfind(unknown, 0) == 0)
+      return fail("--config" + file + ": unknown setting \"" + what.substr(unknown.size()) +
+                  "\" (settings are named as the long flags, see wasted --help)");
+    return fail("--config" + file + ": " + what);
   } catch (const CLI::ParseError& e) {
+    if (quiet) return fail(e.what());
     return app.exit(e);
   }
   for (uint32_t u : uids) o.access.uids.push_back(static_cast<uid_t>(u));
@@ -105,8 +130,7 @@ int main(int argc, char** argv) {
     } else if (const ::group* g = getgrnam(group.c_str())) {
       o.access.group = g->gr_gid;
     } else {
-      std::fprintf(stderr, "wasted: --allow-group: no group named %s\n", group.c_str());
-      return 2;
+      return fail("--allow-group: no group named " + group);
     }
   }
   o.huge_pages = !no_huge;
@@ -115,15 +139,69 @@ int main(int argc, char** argv) {
   o.wire_trunk = !no_wire;
   if (!budget_text.empty()) {
     auto b = waste::ParseSize(budget_text);
-    if (!b.ok()) {
-      std::fprintf(stderr, "wasted: --budget: %s\n", b.status().message().c_str());
-      return 2;
-    }
+    if (!b.ok()) return fail("--budget: " + b.status().message());
     o.budget = *b;
   }
-  SetupLogging(foreground || check, log_file, level);
+  return -1;
+}
 
-  if (check) {
+// Under systemd, stderr is a stream into the journal ($JOURNAL_STREAM names
+// its device and inode): lines then start with their syslog priority
+// ("<6>"), which the journal takes as the level, and carry no timestamp of
+// their own (the journal adds one).
+bool StderrIsJournal() {
+  const char* js = std::getenv("JOURNAL_STREAM");
+  struct stat st {};
+  if (!js || fstat(STDERR_FILENO, &st) != 0) return false;
+  unsigned long long dev = 0, ino = 0;
+  return std::sscanf(js, "%llu:%llu", &dev, &ino) == 2 && dev == st.st_dev && ino == st.st_ino;
+}
+
+class SyslogPriorityFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& m, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    // trace, debug, info, warn, err, critical, off
+    static constexpr const char* kPriority[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", ""};
+    const char* p = kPriority[m.level];
+    dest.append(p, p + std::strlen(p));
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<SyslogPriorityFlag>();
+  }
+};
+
+void SetupLogging(bool foreground, const std::string& file, const std::string& level) {
+  std::shared_ptr<spdlog::logger> log;
+  if (!file.empty())
+    log = spdlog::basic_logger_mt("wasted", file);
+  else if (foreground)
+    log = spdlog::stderr_color_mt("wasted");
+  else
+    log = spdlog::syslog_logger_mt("wasted", "wasted", LOG_PID, LOG_DAEMON);
+  spdlog::set_default_logger(log);
+  spdlog::set_level(spdlog::level::from_str(level));
+  if (foreground && file.empty() && StderrIsJournal()) {
+    auto f = std::make_unique<spdlog::pattern_formatter>();
+    f->add_flag<SyslogPriorityFlag>('*').set_pattern("%*%l: %v");
+    spdlog::set_formatter(std::move(f));
+  } else {
+    spdlog::set_pattern(foreground && file.empty() ? "%Y-%m-%d %H:%M:%S.%e wasted %l: %v"
+                                                   : "%Y-%m-%d %H:%M:%S.%e [%P] %l: %v");
+  }
+  spdlog::flush_on(spdlog::level::info);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings;
+  if (const int code = ParseSettings(argc, argv, &settings, false, nullptr); code >= 0) return code;
+  waste::daemon::DaemonOptions& o = settings.daemon;
+  const bool foreground = settings.foreground;
+  SetupLogging(foreground || settings.check, o.log_file, o.log_level);
+
+  if (settings.check) {
     auto ct = waste::Container::Open(o.container);
     if (!ct.ok()) {
       spdlog::error("{}: {}", o.container, ct.status().message());
@@ -174,6 +252,14 @@ int main(int argc, char** argv) {
       return 1;
     return 1;
   }
+  // SIGHUP and `wastectl reload` read the same command line again.
+  (*d)->set_settings_source([argc, argv]() -> waste::Result<waste::daemon::DaemonOptions> {
+    Settings again;
+    std::string error;
+    const int code = ParseSettings(argc, argv, &again, true, &error);
+    if (code >= 0) return waste::Status::Error(error.empty() ? "the settings did not parse" : error);
+    return again.daemon;
+  });
   if (!foreground) {
     const char ok = 1;
     if (write(ready_pipe[1], &ok, 1) != 1) return 1;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
@@ -82,7 +83,8 @@ struct RpcServer::Impl {
   Impl(const ServedModel& m, const AccessPolicy& a, LoopApi* l, int fd)
       : model(m), access(a), loop(l), listen_fd(fd) {}
   const ServedModel& model;
-  const AccessPolicy& access;
+  std::mutex access_mu;  // a reload replaces `access` from the loop thread
+  AccessPolicy access;
   LoopApi* loop;
   int listen_fd;
   std::atomic<uint32_t> next_id{1};
@@ -90,7 +92,12 @@ struct RpcServer::Impl {
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> stop;
 
   void CheckPeer(const ucred& cred, bool* logged) {
-    if (access.Allows(cred.uid)) return;
+    AccessPolicy now;
+    {
+      std::lock_guard<std::mutex> lock(access_mu);
+      now = access;
+    }
+    if (now.Allows(cred.uid)) return;
     const std::string why = "uid " + std::to_string(cred.uid) +
                             " may not use this wasted (it allows root, its own uid " +
                             std::to_string(geteuid()) + " and the uids or group in its settings)";
@@ -308,6 +315,28 @@ class DaemonServer final : public proto::Daemon::Server {
         .then([ctx](uint32_t n) mutable { ctx.getResults().setDropped(n); });
   }
 
+  kj::Promise<void> reload(ReloadContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
+    using Outcome = kj::Own<Result<ReloadOutcome>>;
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<Outcome>();
+    auto f = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<Outcome>>>(
+        kj::mv(paf.fulfiller));
+    s_->loop->Reload("reload asked for by " + Who(cred_), [f](Result<ReloadOutcome> r) {
+      (*f)->fulfill(kj::heap<Result<ReloadOutcome>>(std::move(r)));
+    });
+    return paf.promise.then([ctx](Outcome r) mutable {
+      if (!r->ok()) Refuse(r->status().message());
+      auto out = ctx.getResults();
+      auto applied = out.initApplied(static_cast<unsigned>((*r)->applied.size()));
+      for (size_t i = 0; i < (*r)->applied.size(); ++i)
+        applied.set(static_cast<unsigned>(i), (*r)->applied[i]);
+      auto later = out.initNeedRestart(static_cast<unsigned>((*r)->need_restart.size()));
+      for (size_t i = 0; i < (*r)->need_restart.size(); ++i)
+        later.set(static_cast<unsigned>(i), (*r)->need_restart[i]);
+    });
+  }
+
   kj::Promise<void> stop(StopContext ctx) override {
     s_->CheckPeer(cred_, &refusal_logged_);
     RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
@@ -447,6 +476,11 @@ void RpcServer::Stop() {
   if (!thread_.joinable()) return;
   impl_->stop->fulfill();
   thread_.join();
+}
+
+void RpcServer::SetAccess(const AccessPolicy& access) {
+  std::lock_guard<std::mutex> lock(impl_->access_mu);
+  impl_->access = access;
 }
 
 RpcServer::~RpcServer() {

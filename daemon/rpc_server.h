@@ -2,7 +2,7 @@
 // event loop (Cap'n Proto passes file descriptors only through its own async
 // I/O, so its loop cannot be libuv's). It accepts connections on the
 // listening socket, checks each peer's uid (SO_PEERCRED), answers attach,
-// hint, status and stop, and forwards everything that touches the cache to
+// hint, status, stop, warm, drop and reload, and forwards everything that touches the cache to
 // the event loop thread through LoopApi. It never reads or writes the cache
 // itself.
 #pragma once
@@ -60,6 +60,12 @@ struct StatusSnapshot {
   double read_busy_seconds = 0;
 };
 
+// What a reload did: the settings it applied ("log-level info -> debug") and
+// those that changed but take effect only at a restart.
+struct ReloadOutcome {
+  std::vector<std::string> applied, need_restart;
+};
+
 // What the RPC thread may ask of the event loop. Every method is safe to call
 // from the RPC thread and returns at once; the work happens on the loop.
 class LoopApi {
@@ -75,6 +81,9 @@ class LoopApi {
   // slots were emptied.
   virtual void Warm(std::function<void(uint32_t)> reply) = 0;
   virtual void Drop(int layer, std::function<void(uint32_t)> reply) = 0;
+  // Re-reads the settings and applies what can change while running; `who`
+  // asked (for the log). `reply` runs on the event loop thread.
+  virtual void Reload(std::string who, std::function<void(Result<ReloadOutcome>)> reply) = 0;
 };
 
 // What attach hands out; fixed once the daemon has started.
@@ -105,6 +114,10 @@ class RpcServer {
   // Closes every connection and joins the thread. Clients see their
   // connection end.
   void Stop();
+
+  // Replaces who may call (a reload); attached clients keep their sessions,
+  // and the new policy decides every call from now on. Any thread.
+  void SetAccess(const AccessPolicy& access);
 
   struct Impl;  // the state the server objects share (rpc_server.cc)
 

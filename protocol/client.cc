@@ -82,7 +82,16 @@ void CloseFd(SegmentFd& s) {
 
 std::string DefaultDaemonSocket() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  return runtime && *runtime ? std::string(runtime) + "/wasted.sock" : "/run/wasted/wasted.sock";
+  return runtime && *runtime ? std::string(runtime) + "/wasted.sock" : kSystemDaemonSocket;
+}
+
+std::string ClientDaemonSocket() {
+  const std::string own = DefaultDaemonSocket();
+  struct stat st {};
+  if (own == kSystemDaemonSocket || (lstat(own.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)))
+    return own;
+  if (lstat(kSystemDaemonSocket, &st) == 0 && S_ISSOCK(st.st_mode)) return kSystemDaemonSocket;
+  return own;
 }
 
 // ---- Attachment ----
@@ -435,6 +444,22 @@ Result<uint32_t> DaemonClient::Drop(int layer) {
     req.setVersion(proto::PROTOCOL_VERSION);
     req.setLayer(layer);
     return req.send().wait(s.io.waitScope).getDropped();
+  } catch (const kj::Exception& e) {
+    return s.Note(e);
+  }
+}
+
+Result<ReloadAnswer> DaemonClient::Reload() {
+  Impl& s = *impl_;
+  if (s.lost) return s.Lost();
+  try {
+    auto req = s.daemon.reloadRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    auto r = req.send().wait(s.io.waitScope);
+    ReloadAnswer a;
+    for (auto t : r.getApplied()) a.applied.emplace_back(t.cStr());
+    for (auto t : r.getNeedRestart()) a.need_restart.emplace_back(t.cStr());
+    return a;
   } catch (const kj::Exception& e) {
     return s.Note(e);
   }

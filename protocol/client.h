@@ -117,10 +117,27 @@ struct DaemonStatus {
   uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
 };
 
-// wasted's socket unless told otherwise: $XDG_RUNTIME_DIR/wasted.sock when
-// that variable is set and not empty, else /run/wasted/wasted.sock. The one
-// rule for the daemon and every client.
+// The system service's socket (ops/wasted.service). Instances of the
+// template unit wasted@NAME listen on /run/wasted/NAME.sock.
+inline constexpr const char* kSystemDaemonSocket = "/run/wasted/wasted.sock";
+
+// Where wasted listens unless told otherwise: $XDG_RUNTIME_DIR/wasted.sock
+// when that variable is set and not empty (a user's own daemon, e.g. one
+// `waste run --spawn` starts), else kSystemDaemonSocket (root, and the
+// systemd unit, which runs without XDG_RUNTIME_DIR).
 std::string DefaultDaemonSocket();
+
+// Where a client connects unless told otherwise: DefaultDaemonSocket() when
+// a socket is there, else kSystemDaemonSocket when a socket is there (a
+// logged-in user reaching the system service), else DefaultDaemonSocket()
+// (so a "not listening" message and --spawn name the user's own path).
+std::string ClientDaemonSocket();
+
+// The answer to a reload, one "name: old -> new" per changed setting.
+struct ReloadAnswer {
+  std::vector<std::string> applied;       // in effect now
+  std::vector<std::string> need_restart;  // changed in the settings; take effect at restart
+};
 
 // Why Connect failed, for callers that act on it (wastectl's exit codes).
 enum class ConnectFailure {
@@ -174,6 +191,11 @@ class DaemonClient {
   Result<uint32_t> Warm();
   // Empties the unpinned slots of `layer`, or of every layer with -1; how many.
   Result<uint32_t> Drop(int layer);
+
+  // Re-reads the daemon's settings as SIGHUP does; what it applied and what
+  // needs a restart. A settings file that does not parse is the daemon's
+  // refusal message (its running settings are kept).
+  Result<ReloadAnswer> Reload();
 
   // False once the connection is known to be lost (after a Poll or a call noticed it).
   bool connected() const;

@@ -130,4 +130,10 @@ interface Daemon {
   warm @3 (version :UInt32) -> (queued :UInt32);
   # Empties every slot no client has pinned, in one layer or (layer = -1) all.
   drop @4 (version :UInt32, layer :Int32) -> (dropped :UInt32);
+  # Re-reads the daemon's settings (its command line and settings file), as
+  # SIGHUP does, and applies those that can change while it runs (log level,
+  # allowed uids and group, idle exit, save interval). Answers with what it
+  # applied and what changed but needs a restart, one "name: old -> new" each;
+  # a file that does not parse is refused and the running settings are kept.
+  reload @5 (version :UInt32) -> (applied :List(Text), needRestart :List(Text));
 }

@@ -31,7 +31,7 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_option("--isa", o->isa,
                   "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
-  o->socket = DefaultDaemonSocket();
+  o->socket = ClientDaemonSocket();
   cmd->add_option("--socket", o->socket, "wasted's socket")->capture_default_str();
   cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
   cmd->add_flag("--spawn", o->spawn,

@@ -288,7 +288,7 @@ void AddReplay(CLI::App& app, int* exit_code) {
   cmd->add_option("TRACE", o->trace,
                   "Routing trace: one JSON line per token, {\"layers\": [[experts], ...]}")
       ->required();
-  o->socket = DefaultDaemonSocket();
+  o->socket = ClientDaemonSocket();
   cmd->add_option("--socket", o->socket, "wasted's socket")->capture_default_str();
   cmd->add_option("--tokens", o->tokens,
                   "Replay tokens A to B-1 of the trace (A:B, counted from 0; default: all)");

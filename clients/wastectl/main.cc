@@ -1,6 +1,6 @@
 // wastectl: inspect and steer a running wasted over its socket. It speaks the
 // protocol only (protocol/client.h) and links no engine. Commands: status
-// (human or --json), stop, warm and drop; clients arrives with issue 7.
+// (human or --json), stop, warm, drop and reload; clients arrives with issue 7.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -35,8 +35,8 @@ constexpr const char* kFooter = R"(Exit codes:
   3  no daemon is listening at the socket
   4  refused for permissions: the socket's mode, or the daemon's check of our uid
 
-The socket defaults to $XDG_RUNTIME_DIR/wasted.sock, else /run/wasted/wasted.sock
-(the daemon's own default).)";
+The socket defaults to $XDG_RUNTIME_DIR/wasted.sock when a socket is there, else
+/run/wasted/wasted.sock (the system service's) when one is there, else the first.)";
 
 // wasted refuses a peer whose uid it does not allow with an error answer
 // "uid N may not use this wasted (...)" (daemon/rpc_server.cc); that is a
@@ -278,6 +278,24 @@ int RunDrop(const std::string& socket, int layer) {
   return kOk;
 }
 
+int RunReload(const std::string& socket, bool as_json) {
+  int code = kOk;
+  auto client = Connect(socket, &code);
+  if (!client) return code;
+  auto r = client->Reload();
+  if (!r.ok()) return Fail(r.status());
+  if (as_json) {
+    std::printf("%s\n", json{{"applied", r->applied}, {"need_restart", r->need_restart}}.dump(2).c_str());
+    return kOk;
+  }
+  if (r->applied.empty() && r->need_restart.empty())
+    std::printf("settings reloaded: nothing changed\n");
+  for (const std::string& a : r->applied) std::printf("applied   %s\n", a.c_str());
+  for (const std::string& n : r->need_restart)
+    std::printf("changed, takes effect at restart   %s\n", n.c_str());
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -287,7 +305,7 @@ int main(int argc, char** argv) {
   app.footer(kFooter);
   app.require_subcommand(0, 1);
 
-  std::string socket = waste::DefaultDaemonSocket();
+  std::string socket = waste::ClientDaemonSocket();
   bool as_json = false;
   CLI::App* status = app.add_subcommand(
       "status", "Show the model, the memory budget, the cache, the reads and the clients");
@@ -305,6 +323,11 @@ int main(int argc, char** argv) {
   drop->add_option("--socket", socket, "wasted's Unix socket")->capture_default_str();
   drop->add_option("--layer", layer, "Only this layer")->check(CLI::NonNegativeNumber);
 
+  CLI::App* reload = app.add_subcommand(
+      "reload", "Re-read the daemon's settings file and apply what can change while it runs");
+  reload->add_option("--socket", socket, "wasted's Unix socket")->capture_default_str();
+  reload->add_flag("--json", as_json, "Print one JSON object instead");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -315,6 +338,7 @@ int main(int argc, char** argv) {
   if (stop->parsed()) return RunStop(socket);
   if (warm->parsed()) return RunWarm(socket);
   if (drop->parsed()) return RunDrop(socket, layer);
+  if (reload->parsed()) return RunReload(socket, as_json);
   std::fprintf(stderr, "wastectl: no command given (see --help)\n");
   return kUsage;
 }
