@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev                 # crc32 of expert records
   liburing-dev               # the daemon's read path
   libpcre2-dev               # the tokenizer's pre-token regex (Unicode properties)
+  help2man                   # man pages from each program's --help, at build time
 )
 
 missing=()
