@@ -9,13 +9,16 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,17 +150,25 @@ class Wasted {
 // A datagram socket standing in for systemd's notification socket.
 class NotifySocket {
  public:
+  // `path` may start with '@': a socket in the abstract namespace, as
+  // systemd allows for NOTIFY_SOCKET.
   explicit NotifySocket(const std::string& path) : path_(path) {
     fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-    unlink(path.c_str());
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+    std::memcpy(a.sun_path, path.data(), std::min(path.size(), sizeof a.sun_path - 1));
+    socklen_t len = sizeof a;
+    if (path[0] == '@') {
+      a.sun_path[0] = '\0';
+      len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
+    } else {
+      unlink(path.c_str());
+    }
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), len), 0) << std::strerror(errno);
   }
   ~NotifySocket() {
     close(fd_);
-    unlink(path_.c_str());
+    if (path_[0] != '@') unlink(path_.c_str());
   }
   // The next datagram that contains `what`, or "" after `seconds`; every
   // datagram read on the way is kept in seen().
@@ -326,11 +337,15 @@ TEST_F(Installed, UnitsPassSystemdAnalyzeVerify) {
 // ---- Readiness and journal ----
 
 // READY=1 arrives once the socket accepts connections; SIGHUP brings
-// RELOADING=1 then READY=1; SIGTERM brings STOPPING=1 and a clean exit.
+// RELOADING=1, the file applied, then READY=1; SIGTERM brings STOPPING=1
+// and a clean exit.
 TEST_F(Service, TellsSystemdWhenReadyReloadingAndStopping) {
   const std::string c = Synth();
+  const std::string conf = dir_ + "/wasted.conf";
+  WriteText(conf, "log-level = info\n");
   NotifySocket notify(dir_ + "/notify.sock");
-  Wasted d({c, "--socket", socket_, "--foreground", "--state-dir", dir_ + "/state"},
+  Wasted d({c, "--config", conf, "--socket", socket_, "--foreground", "--state-dir",
+            dir_ + "/state"},
            {"NOTIFY_SOCKET=" + dir_ + "/notify.sock"});
   const std::string ready = notify.Await("READY=1");
   ASSERT_NE(ready, "") << "no READY=1; datagrams: " << notify.seen() << "\nwasted: " << d.Output();
@@ -339,15 +354,74 @@ TEST_F(Service, TellsSystemdWhenReadyReloadingAndStopping) {
                              ", 0 clients"))
       << ready;
 
+  WriteText(conf, "log-level = debug\n");
   d.Signal(SIGHUP);
   EXPECT_NE(notify.Await("RELOADING=1"), "") << notify.seen();
   EXPECT_NE(notify.Await("READY=1"), "") << notify.seen();
+  EXPECT_TRUE(Has(d.Output(), "reloaded settings (SIGHUP): applied log-level: info -> debug"))
+      << d.Output();
   EXPECT_EQ(Ctl("status").code, 0) << "not serving after the reload";
 
   d.Signal(SIGTERM);
   const std::string stopping = notify.Await("STOPPING=1");
   EXPECT_TRUE(Has(stopping, "STATUS=stopping: signal")) << notify.seen();
   EXPECT_EQ(d.Wait(20), 0) << d.Output();
+}
+
+// systemd may name an abstract socket ("@...") in NOTIFY_SOCKET.
+TEST_F(Service, TellsSystemdThroughAnAbstractSocket) {
+  const std::string c = Synth();
+  const std::string name = "@waste-service-test-" + std::to_string(getpid());
+  NotifySocket notify(name);
+  Wasted d({c, "--socket", socket_, "--foreground", "--state-dir", dir_ + "/state"},
+           {"NOTIFY_SOCKET=" + name});
+  EXPECT_NE(notify.Await("READY=1"), "") << notify.seen() << "\nwasted: " << d.Output();
+  d.Signal(SIGTERM);
+  EXPECT_NE(notify.Await("STOPPING=1"), "") << notify.seen();
+  EXPECT_EQ(d.Wait(20), 0) << d.Output();
+}
+
+// What the unit gives wasted, without systemd: a user of its own, no
+// capabilities, no new privileges, a memlock limit above the trunk (the unit
+// says infinity; here the limit this process has, which it cannot raise
+// without CAP_SYS_RESOURCE). The trunk is wired and records are read
+// (O_DIRECT) and served. Needs root and setpriv.
+TEST_F(Service, AsTheUnitRunsItUnprivilegedTheTrunkIsWired) {
+  if (geteuid() != 0 || Shell("command -v setpriv").code != 0)
+    GTEST_SKIP() << "SKIP: needs root and setpriv to run wasted as uid 65534";
+  rlimit memlock{};
+  getrlimit(RLIMIT_MEMLOCK, &memlock);
+  if (memlock.rlim_cur != RLIM_INFINITY && memlock.rlim_cur < (4u << 20))
+    GTEST_SKIP() << "SKIP: the memlock limit (" << memlock.rlim_cur
+                 << " bytes) is below the tiny trunk's 1.6 MiB and a bit";
+  const std::string c = Synth();
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  const std::string run = dir_ + "/run", state = dir_ + "/state";
+  for (const std::string& d : {run, state}) {
+    fs::create_directories(d);
+    ASSERT_EQ(chown(d.c_str(), 65534, 65534), 0);
+  }
+  socket_ = run + "/wasted.sock";
+  const std::string log = run + "/wasted.log";
+  const Outcome r = Shell(
+      "setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs --bounding-set -all --inh-caps -all " + Bin("wasted") + " " + c +
+      " --socket " + socket_ + " --state-dir " + state + " --log-file " + log +
+      " --idle-exit 30");  // detached; exits on its own if the test fails early
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string eval = Bin("waste") + " eval " + c + " --ids 3,14,15,92 --threads 2 --logits ";
+  Outcome through = Shell(eval + dir_ + "/served --socket " + socket_);
+  EXPECT_EQ(through.code, 0) << through.out;
+  Outcome local = Shell(eval + dir_ + "/local --local");
+  EXPECT_EQ(local.code, 0) << local.out;
+  EXPECT_EQ(waste::testing::FileBytes(dir_ + "/served"), waste::testing::FileBytes(dir_ + "/local"));
+  const json s = json::parse(Ctl("status --json").out);
+  EXPECT_EQ(s["trunk_wired"], true) << s.dump();
+  EXPECT_GT(s["reads"].get<int>(), 0) << s.dump();
+  EXPECT_EQ(s["read_errors"], 0) << s.dump();
+  EXPECT_EQ(Ctl("stop").code, 0);
+  const std::string text = ReadText(log);
+  EXPECT_TRUE(Has(text, "uid 65534")) << text;
+  EXPECT_FALSE(Has(text, "NOT wired")) << text;
 }
 
 // Under systemd ($JOURNAL_STREAM names stderr) each line starts with its
@@ -358,6 +432,10 @@ TEST_F(Service, LogLinesCarryJournalPriorities) {
   ASSERT_TRUE(AwaitListening(d));
   const Outcome r = Shell(Bin("waste") + " run " + c + " --ids 1,2 -n 1 --socket " + socket_);
   EXPECT_EQ(r.code, 0) << r.out;
+  // The daemon sees the client's connection end a moment after it exits.
+  const auto t0 = Clock::now();
+  while (!json::parse(Ctl("status --json").out)["clients"].empty() && Since(t0) < 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   d.Signal(SIGTERM);
   EXPECT_EQ(d.Wait(20), 0);
   const std::string out = d.Output();
