@@ -354,6 +354,12 @@ TEST_F(Service, TellsSystemdWhenReadyReloadingAndStopping) {
                              ", 0 clients"))
       << ready;
 
+  // The status line follows the clients.
+  const Outcome run = Shell(Bin("waste") + " run " + c + " --ids 1,2 -n 1 --socket " + socket_);
+  EXPECT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(notify.Await(", 1 client"), "") << notify.seen();
+  EXPECT_NE(notify.Await(", 0 clients"), "") << notify.seen();
+
   WriteText(conf, "log-level = debug\n");
   d.Signal(SIGHUP);
   EXPECT_NE(notify.Await("RELOADING=1"), "") << notify.seen();
