@@ -286,6 +286,23 @@ TEST_F(Installed, ProgramsUnitsAccountAndExampleAreWhereDebianLooks) {
   EXPECT_TRUE(Has(example, "#budget = ")) << "the example settings are not installed";
 }
 
+// A Debian package stages with DESTDIR: the files land under it, and the
+// units name the programs where they will be once installed, not the stage.
+TEST(Install, DestdirStagesWithoutLeakingIntoTheUnits) {
+  const std::string stage = waste::testing::ScratchDir();
+  const Outcome r = Shell("DESTDIR=" + stage + " cmake --install " +
+                          std::string(WASTE_BUILD_DIR) + " --prefix /usr");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(access((stage + "/usr/bin/wasted").c_str(), X_OK), 0);
+  const std::string unit = ReadText(stage + "/usr/lib/systemd/system/wasted.service");
+  EXPECT_TRUE(Has(unit, "\nExecStart=/usr/bin/wasted --foreground ")) << unit;
+  EXPECT_TRUE(Has(unit, "\nExecReload=/usr/bin/wastectl reload ")) << unit;
+  EXPECT_FALSE(Has(unit, stage)) << unit;
+  EXPECT_TRUE(fs::exists(stage + "/usr/lib/sysusers.d/wasted.conf"));
+  EXPECT_TRUE(fs::exists(stage + "/usr/share/doc/waste/wasted.conf.example"));
+  fs::remove_all(stage);
+}
+
 TEST_F(Installed, ManPagesRenderWithTheFlags) {
 #ifndef WASTE_HAVE_MAN_PAGES
   GTEST_SKIP() << "SKIP: help2man was not found when configuring; no man pages were built";
