@@ -15,6 +15,7 @@ packages=(
   liburing-dev               # the daemon's read path
   libpcre2-dev               # the tokenizer's pre-token regex (Unicode properties)
   help2man                   # man pages from each program's --help, at build time
+  strace                     # tests: wasted's system calls against its unit's seccomp filter
 )
 
 missing=()

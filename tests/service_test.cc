@@ -81,8 +81,9 @@ bool Connectable(const std::string& path) {
 // pipe's device and inode, as systemd does for a service's stderr.
 class Wasted {
  public:
+  // `launcher`: a program that runs wasted (e.g. strace and its flags).
   Wasted(const std::vector<std::string>& args, const std::vector<std::string>& env,
-         bool journal = false) {
+         bool journal = false, const std::vector<std::string>& launcher = {}) {
     int out[2];
     EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
     std::vector<std::string> environment = env;
@@ -97,11 +98,13 @@ class Wasted {
       dup2(out[1], 1);
       dup2(out[1], 2);
       for (const std::string& e : environment) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> argv = {const_cast<char*>("wasted")};
+      const std::string bin = Bin("wasted");
+      std::vector<char*> argv;
+      for (const auto& a : launcher) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(const_cast<char*>(launcher.empty() ? "wasted" : bin.c_str()));
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      const std::string bin = Bin("wasted");
-      execv(bin.c_str(), argv.data());
+      execv(launcher.empty() ? bin.c_str() : launcher[0].c_str(), argv.data());
       _exit(127);
     }
     close(out[1]);
@@ -445,6 +448,74 @@ TEST_F(Service, AsTheUnitRunsItUnprivilegedTheTrunkIsWired) {
   const std::string text = ReadText(log);
   EXPECT_TRUE(Has(text, "uid 65534")) << text;
   EXPECT_FALSE(Has(text, "NOT wired")) << text;
+}
+
+// The system calls named by a systemd syscall-filter set, nested sets expanded.
+std::set<std::string> SyscallSet(const std::string& set) {
+  std::set<std::string> out;
+  const Outcome r = Shell("systemd-analyze syscall-filter " + set);
+  std::istringstream lines(r.out);
+  std::string line;
+  std::getline(lines, line);  // the set's own name
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string name;
+    if (!(words >> name) || name[0] == '#') continue;
+    if (name[0] == '@') {
+      const std::set<std::string> nested = SyscallSet(name);
+      out.insert(nested.begin(), nested.end());
+    } else {
+      out.insert(name);
+    }
+  }
+  return out;
+}
+
+// Every system call wasted makes (start, a client's reads, a reload by
+// SIGHUP and by call with a group to check, periodic saves, stop) is in the
+// unit's SystemCallFilter=@system-service: the seccomp filter cannot kill it.
+TEST_F(Service, EverySystemCallIsInTheUnitsFilter) {
+  if (Shell("command -v systemd-analyze && strace -f -qq -o /dev/null true").code != 0)
+    GTEST_SKIP() << "SKIP: needs systemd-analyze and a strace allowed to trace, to compare "
+                    "wasted's system calls with the unit's filter";
+  const std::set<std::string> allowed = SyscallSet("@system-service");
+  ASSERT_GT(allowed.size(), 100u) << "systemd-analyze did not list @system-service";
+  const std::string c = Synth();
+  const std::string conf = dir_ + "/wasted.conf", trace = dir_ + "/strace.txt";
+  WriteText(conf, "save-interval = 1\n");
+  NotifySocket notify(dir_ + "/notify.sock");
+  Wasted d({c, "--config", conf, "--socket", socket_, "--foreground", "--state-dir",
+            dir_ + "/state"},
+           {"NOTIFY_SOCKET=" + dir_ + "/notify.sock"}, /*journal=*/false,
+           {"/usr/bin/env", "strace", "-f", "-qq", "-o", trace});
+  ASSERT_NE(notify.Await("READY=1", 60), "") << d.Output();
+  const Outcome eval = Shell(Bin("waste") + " eval " + c + " --ids 3,14,15,92 --threads 2 --socket " +
+                             socket_);
+  EXPECT_EQ(eval.code, 0) << eval.out;
+  WriteText(conf, "save-interval = 1\nallow-group = 0\nallow-uid = 65534\n");
+  EXPECT_EQ(Ctl("reload").code, 0);
+  const json s = json::parse(Ctl("status --json").out);
+  WriteText(conf, "save-interval = 1\nlog-level = debug\n");
+  kill(s["pid"].get<pid_t>(), SIGHUP);
+  EXPECT_NE(notify.Await("RELOADING=1"), "") << notify.seen();
+  EXPECT_NE(notify.Await("READY=1"), "") << notify.seen();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // a periodic save
+  EXPECT_EQ(Ctl("stop").code, 0);
+  EXPECT_EQ(d.Wait(30), 0) << d.Output();
+
+  std::set<std::string> used;
+  std::istringstream lines(ReadText(trace));
+  const std::regex call(R"(^\d+\s+(?:<\.\.\. )?([a-z_0-9]+)[( ])");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, call)) used.insert(m[1]);
+  }
+  for (const char* needed : {"mlock", "memfd_create", "pread64", "bind", "sendmsg", "chown"})
+    EXPECT_TRUE(used.count(needed)) << needed << " not seen: is the trace complete?";
+  std::string outside;
+  for (const std::string& u : used)
+    if (!allowed.count(u)) outside += " " + u;
+  EXPECT_EQ(outside, "") << "system calls outside @system-service:" << outside;
 }
 
 // Under systemd ($JOURNAL_STREAM names stderr) each line starts with its
