@@ -450,6 +450,52 @@ TEST_F(Service, AsTheUnitRunsItUnprivilegedTheTrunkIsWired) {
   EXPECT_FALSE(Has(text, "NOT wired")) << text;
 }
 
+// ProtectSystem=strict without systemd: in a mount namespace of its own
+// every filesystem is read-only but the runtime and state directories, and
+// wasted runs there as uid 65534 without capabilities. It serves, saves its
+// use counts and stops cleanly: it writes nowhere else. Needs root and
+// unshare (util-linux) allowed to make a mount namespace.
+TEST_F(Service, UnderAReadOnlySystemItWritesOnlyItsOwnDirectories) {
+  if (geteuid() != 0 || Shell("unshare -m --propagation private true && command -v setpriv").code != 0)
+    GTEST_SKIP() << "SKIP: needs root, setpriv and unshare allowed to make a mount namespace";
+  const std::string c = Synth();
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  const std::string run = dir_ + "/run", state = dir_ + "/state";
+  for (const std::string& d : {run, state}) {
+    fs::create_directories(d);
+    ASSERT_EQ(chown(d.c_str(), 65534, 65534), 0);
+  }
+  socket_ = run + "/wasted.sock";
+  const std::string script = dir_ + "/sandbox.sh";
+  WriteText(script, "set -u\n"
+            "R=" + run + "; S=" + state + "\n"
+            "mount --bind $R $R && mount --bind $S $S || exit 9\n"
+            // every mount read-only, as ProtectSystem=strict; /proc, /sys, /dev as they are
+            "awk '$3 !~ /^(proc|sysfs|devtmpfs|devpts|mqueue|cgroup2?|tmpfs)$/ {print $2}' "
+            "/proc/self/mounts | while read m; do mount -o remount,bind,ro \"$m\"; done\n"
+            "mount -o remount,bind,rw $R && mount -o remount,bind,rw $S || exit 8\n"
+            "touch " + dir_ + "/writable 2>/dev/null && echo NOT-READ-ONLY\n"
+            "setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs --bounding-set -all "
+            "--inh-caps -all " + Bin("wasted") + " " + c + " --socket $R/wasted.sock --state-dir $S "
+            "--log-file $R/wasted.log --save-interval 1 --idle-exit 30 || exit 7\n" +
+            Bin("waste") + " eval " + c + " --ids 3,14,15 --threads 2 --socket $R/wasted.sock "
+            ">/dev/null; echo eval=$?\n"
+            "sleep 1.2\n" +  // a periodic save
+            Bin("wastectl") + " reload --socket $R/wasted.sock >/dev/null; echo reload=$?\n" +
+            Bin("wastectl") + " stop --socket $R/wasted.sock >/dev/null; echo stop=$?\n"
+            "for i in $(seq 100); do [ -e $R/wasted.sock ] || break; sleep 0.05; done\n");
+  const Outcome r = Shell("unshare -m --propagation private sh " + script);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(Has(r.out, "NOT-READ-ONLY")) << "the sandbox was not read-only: " << r.out;
+  EXPECT_TRUE(Has(r.out, "eval=0\nreload=0\nstop=0\n")) << r.out;
+  const std::string log = ReadText(run + "/wasted.log");
+  EXPECT_TRUE(Has(log, "uid 65534") && Has(log, "wired") && Has(log, "client 1 attached") &&
+              Has(log, "use counts saved to " + state + "/") && Has(log, "stopped"))
+      << log;
+  EXPECT_FALSE(Has(log, "error") || Has(log, "warning")) << log;
+  EXPECT_FALSE(fs::exists(socket_)) << "the socket was left behind";
+}
+
 // The system calls named by a systemd syscall-filter set, nested sets expanded.
 std::set<std::string> SyscallSet(const std::string& set) {
   std::set<std::string> out;
