@@ -520,6 +520,7 @@ std::set<std::string> SyscallSet(const std::string& set) {
 // Every system call wasted makes (start, a client's reads, a reload by
 // SIGHUP and by call with a group to check, periodic saves, stop) is in the
 // unit's SystemCallFilter=@system-service: the seccomp filter cannot kill it.
+// And none maps memory writable and executable (MemoryDenyWriteExecute).
 TEST_F(Service, EverySystemCallIsInTheUnitsFilter) {
   if (Shell("command -v systemd-analyze && strace -f -qq -o /dev/null true").code != 0)
     GTEST_SKIP() << "SKIP: needs systemd-analyze and a strace allowed to trace, to compare "
@@ -555,6 +556,13 @@ TEST_F(Service, EverySystemCallIsInTheUnitsFilter) {
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (std::regex_search(line, m, call)) used.insert(m[1]);
+    // MemoryDenyWriteExecute=yes: no writable and executable mapping, and
+    // nothing made executable after the fact (the loader maps libraries
+    // read+exec from their files, which it allows).
+    const bool exec = Has(line, "PROT_EXEC");
+    EXPECT_FALSE(exec && (Has(line, "PROT_WRITE") || Has(line, "mprotect(") ||
+                          Has(line, "pkey_mprotect(")))
+        << "MemoryDenyWriteExecute would refuse: " << line;
   }
   for (const char* needed : {"mlock", "memfd_create", "pread64", "bind", "sendmsg", "chown"})
     EXPECT_TRUE(used.count(needed)) << needed << " not seen: is the trace complete?";
