@@ -311,7 +311,7 @@ TEST_F(Installed, ManPagesRenderWithTheFlags) {
   GTEST_SKIP() << "SKIP: help2man was not found when configuring; no man pages were built";
 #else
   for (const char* page : {"share/man/man1/waste.1", "share/man/man1/wastectl.1",
-                           "share/man/man8/wasted.8"}) {
+                           "share/man/man8/wasted.8", "share/man/man5/wasted.conf.5"}) {
     const std::string text = ReadText(At(page));
     EXPECT_TRUE(Has(text, ".TH ")) << page << " is missing or not a man page";
   }
@@ -325,6 +325,21 @@ TEST_F(Installed, ManPagesRenderWithTheFlags) {
   EXPECT_FALSE(Has(r.out, "warning")) << r.out;
   EXPECT_TRUE(Has(r.out, "--io-depth")) << r.out;
 #endif
+}
+
+// wasted.conf(5) is written from the example settings: every setting in it.
+TEST_F(Installed, TheSettingsManPageIsTheExample) {
+  const std::string page = ReadText(At("share/man/man5/wasted.conf.5"));
+  ASSERT_TRUE(Has(page, ".TH WASTED.CONF 5")) << page;
+  for (const char* entry : {"\\fBio\\-depth = 2\\fR", "\\fBpolicy = lfru\\fR",
+                            "\\fBbudget = \"\"\\fR", "\\fBallow\\-uid = 1000\\fR"})
+    EXPECT_TRUE(Has(page, entry)) << entry << " not in wasted.conf(5):\n" << page;
+  if (Shell("command -v groff").code != 0) return;
+  const Outcome r = Shell("groff -man -Tutf8 -ww -P-cbou " + At("share/man/man5/wasted.conf.5"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(Has(r.out, "warning")) << r.out;
+  EXPECT_TRUE(Has(r.out, "save-interval = 300")) << r.out;
+  EXPECT_TRUE(Has(r.out, "Seconds between saves of the use counts")) << r.out;
 }
 
 TEST_F(Installed, UnitsPassSystemdAnalyzeVerify) {
