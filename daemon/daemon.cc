@@ -435,7 +435,6 @@ Result<ReloadOutcome> Daemon::ReloadSettings(const std::string& who) {
       if (Status st = ApplySocketAccess(next->access); !st.ok()) {
         spdlog::error("reload ({}): allow-group not changed: {}", who, st.message());
         out.need_restart.push_back(change + " (not applied: " + st.message() + ")");
-        next->access.group = opt_.access.group;
         continue;
       }
       opt_.access.group = next->access.group;
