@@ -9,6 +9,7 @@ packages=(
   libuv1-dev                 # the daemon's event loop
   libspdlog-dev              # logging
   libgtest-dev               # tests
+  libbenchmark-dev           # bench/ (microbenchmarks, -DWASTE_BUILD_BENCHMARKS=ON)
   nlohmann-json3-dev         # manifest.json and --json output
   libcli11-dev               # command lines
   zlib1g-dev                 # crc32 of expert records

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -597,6 +598,224 @@ TEST_P(VqFormats, PoolSplitGivesTheSameRows) {
     std::fill(got.begin(), got.end(), 0.f);
     pool.ParallelFor(1024, grain, [&](int64_t a, int64_t b) {
       VqApply(rec.View(0), lut.data(), got.data(), a, b, BestIsa());
+    });
+    ASSERT_EQ(got, want) << "grain " << grain;
+  }
+}
+
+// ---- the quantized (int8) table ----
+
+// A quantized table in a guarded buffer, from a float table.
+struct QLut {
+  Guarded mem;
+  QLut(const VqRecord& rec, const float* lut, Isa isa)
+      : mem(VqQLutBytes(rec.cols, rec.q.stages, rec.q.index_bits)) {
+    VqQuantizeLut(lut, rec.cols, rec.q.stages, rec.q.entries, rec.q.index_bits, mem.bytes(), isa);
+  }
+  const uint8_t* data() { return mem.bytes(); }
+};
+
+int64_t QGroups(int64_t cols) { return (cols / 8 + kVqGroup - 1) / kVqGroup; }
+float QScale(const uint8_t* qlut, int64_t g) {
+  float f;
+  std::memcpy(&f, qlut + 4 * g, 4);
+  return f;
+}
+
+TEST_P(VqFormats, QuantizedTableRoundsEachGroupToItsScale) {
+  const VqFormat& f = GetParam();
+  const int width = f.index_bits == 6 ? 64 : 256;
+  for (int64_t cols : kVqCols) {
+    SCOPED_TRACE(::testing::Message() << "cols " << cols);
+    VqRecord rec(f, 1, cols, 500);
+    Input x(cols, 501);
+    Lut lut(rec, 0, x.data(), Isa::kScalar);
+    QLut q(rec, lut.data(), Isa::kScalar);
+    const int64_t nv = cols / 8, groups = QGroups(cols);
+    EXPECT_EQ(VqQLutBytes(cols, f.stages, f.index_bits),
+              static_cast<size_t>(4 * groups + nv * f.stages * width));
+    const uint8_t* bytes = q.data() + 4 * groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = QScale(q.data(), g);
+      float amax = 0;
+      bool hit_max = false;
+      for (int64_t v = g * kVqGroup; v < std::min(nv, (g + 1) * kVqGroup); ++v)
+        for (int s = 0; s < f.stages; ++s)
+          for (int e = 0; e < f.entries; ++e)
+            amax = std::max(amax, std::fabs(lut.data()[(v * f.stages + s) * f.entries + e]));
+      ASSERT_EQ(scale, amax / 127.f) << "group " << g;
+      for (int64_t v = g * kVqGroup; v < std::min(nv, (g + 1) * kVqGroup); ++v)
+        for (int s = 0; s < f.stages; ++s)
+          for (int e = 0; e < width; ++e) {
+            const int b = bytes[(v * f.stages + s) * width + e];
+            if (e >= f.entries) {
+              ASSERT_EQ(b, 128) << "padding v " << v << " s " << s << " e " << e;
+              continue;
+            }
+            ASSERT_GE(b, 1);
+            const float want = lut.data()[(v * f.stages + s) * f.entries + e];
+            ASSERT_LE(std::fabs((b - 128) * scale - want), 0.5001f * scale)
+                << "v " << v << " s " << s << " e " << e;
+            hit_max = hit_max || b == 1 || b == 255;
+          }
+      EXPECT_TRUE(hit_max) << "no entry of group " << g << " reached +-127";
+    }
+  }
+}
+
+// The scalar twin computes exactly f16(scale[r]) * sum_g scale_g * (integer sum).
+TEST_P(VqFormats, QuantizedScalarApplyIsTheScaledIntegerSum) {
+  const VqFormat& f = GetParam();
+  const int width = f.index_bits == 6 ? 64 : 256;
+  for (int64_t cols : kVqCols) {
+    VqRecord rec(f, 65, cols, 510);
+    Input x(cols, 511);
+    for (int m = 0; m < format::kMatrices; ++m) {
+      Lut lut(rec, m, x.data(), Isa::kScalar);
+      QLut q(rec, lut.data(), Isa::kScalar);
+      Guarded y(65 * 4);
+      VqApplyQ(rec.View(m), q.data(), y.floats(), 0, 65, Isa::kScalar);
+      const int64_t nv = cols / 8, groups = QGroups(cols);
+      for (int64_t r = 0; r < 65; ++r) {
+        double want = 0, abs = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          int64_t sum = 0;
+          for (int64_t v = g * kVqGroup; v < std::min(nv, (g + 1) * kVqGroup); ++v)
+            for (int s = 0; s < f.stages; ++s) {
+              const int e = rec.idx[m][(s * rec.rows + r) * nv + v];
+              sum += q.data()[4 * groups + (v * f.stages + s) * width + e] - 128;
+            }
+          want += double{QScale(q.data(), g)} * static_cast<double>(sum);
+          abs += std::fabs(double{QScale(q.data(), g)} * static_cast<double>(sum));
+        }
+        want *= format::F16ToF32(rec.scale[m][r]);
+        abs *= format::F16ToF32(rec.scale[m][r]);
+        ASSERT_NEAR(y.floats()[r], want, kRel * abs + 1e-30)
+            << "cols " << cols << " matrix " << m << " row " << r;
+      }
+    }
+  }
+}
+
+// The int8 table against the exact float table: its rounding error only.
+// Each of the nv * stages terms is off by at most scale_g / 2.
+TEST_P(VqFormats, QuantizedApplyIsWithinTheTableRounding) {
+  const VqFormat& f = GetParam();
+  for (int64_t cols : kVqCols) {
+    VqRecord rec(f, 130, cols, 520);
+    Input x(cols, 521);
+    Lut lut(rec, 1, x.data(), Isa::kScalar);
+    QLut q(rec, lut.data(), Isa::kScalar);
+    std::vector<float> exact(130), quant(130);
+    VqApply(rec.View(1), lut.data(), exact.data(), 0, 130, Isa::kScalar);
+    VqApplyQ(rec.View(1), q.data(), quant.data(), 0, 130, BestIsa());
+    double bound = 0;
+    for (int64_t g = 0; g < QGroups(cols); ++g)
+      bound += 0.5 * QScale(q.data(), g) *
+               std::min<int64_t>(kVqGroup, cols / 8 - g * kVqGroup) * f.stages;
+    for (int64_t r = 0; r < 130; ++r)
+      ASSERT_LE(std::fabs(quant[r] - exact[r]),
+                format::F16ToF32(rec.scale[1][r]) * bound * 1.0001 + 1e-5 * std::fabs(exact[r]))
+          << "cols " << cols << " row " << r;
+  }
+}
+
+// Every path gives the same bytes and the same bits, on awkward shapes and
+// row ranges that start and end inside index blocks.
+TEST_P(VqFormats, QuantizedSimdIsBitIdenticalToTheScalarTwin) {
+  const VqFormat& f = GetParam();
+  uint32_t seed = 530;
+  for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{65}, int64_t{130}, int64_t{200}}) {
+    for (int64_t cols : {int64_t{8}, int64_t{24}, int64_t{72}, int64_t{136}, int64_t{2304}}) {
+      SCOPED_TRACE(::testing::Message() << f.name << " " << rows << "x" << cols);
+      VqRecord rec(f, rows, cols, seed++);
+      Input x(cols, seed++);
+      for (int m = 0; m < format::kMatrices; ++m) {
+        Lut lut(rec, m, x.data(), Isa::kScalar);
+        QLut want_q(rec, lut.data(), Isa::kScalar);
+        const size_t bytes = VqQLutBytes(cols, f.stages, f.index_bits);
+        std::vector<float> want(static_cast<size_t>(rows));
+        VqApplyQ(rec.View(m), want_q.data(), want.data(), 0, rows, Isa::kScalar);
+        for (Isa isa : AvailableIsas()) {
+          SCOPED_TRACE(Name(isa));
+          QLut q(rec, lut.data(), isa);
+          ASSERT_EQ(std::memcmp(q.data(), want_q.data(), bytes), 0) << "matrix " << m;
+          Guarded y(static_cast<size_t>(rows) * 4);
+          VqApplyQ(rec.View(m), q.data(), y.floats(), 0, rows, isa);
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(y.floats()[r], want[r]) << "matrix " << m << " row " << r;
+          const int64_t ranges[][2] = {{0, 0},   {0, 1},   {rows - 1, rows}, {rows / 2, rows},
+                                       {3, rows - 2}, {17, 50}, {63, 66}, {64, 128},
+                                       {5, 6},   {60, 199}};
+          for (const auto& range : ranges) {
+            const int64_t a = std::min(range[0], rows), b = std::max(a, std::min(range[1], rows));
+            std::fill_n(y.floats(), rows, -12345.f);
+            VqApplyQ(rec.View(m), q.data(), y.floats(), a, b, isa);
+            for (int64_t r = 0; r < rows; ++r) {
+              if (r >= a && r < b)
+                ASSERT_EQ(y.floats()[r], want[r]) << "range [" << a << ", " << b << ") row " << r;
+              else
+                ASSERT_EQ(y.floats()[r], -12345.f)
+                    << "range [" << a << ", " << b << ") wrote row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tables with infinities and NaNs (from a non-finite input) give the same
+// bytes and bits on every path.
+TEST_P(VqFormats, QuantizedNonFiniteTablesAgree) {
+  const VqFormat& f = GetParam();
+  VqRecord rec(f, 70, 136, 540);
+  Input x(136, 541);
+  Lut lut(rec, 0, x.data(), Isa::kScalar);
+  float* t = lut.mem.floats();
+  t[3] = std::numeric_limits<float>::quiet_NaN();                       // group 0
+  t[f.stages * f.entries * 9 + 1] = std::numeric_limits<float>::infinity();  // group 1
+  const size_t bytes = VqQLutBytes(136, f.stages, f.index_bits);
+  QLut want_q(rec, lut.data(), Isa::kScalar);
+  std::vector<float> want(70);
+  VqApplyQ(rec.View(0), want_q.data(), want.data(), 0, 70, Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    QLut q(rec, lut.data(), isa);
+    ASSERT_EQ(std::memcmp(q.data(), want_q.data(), bytes), 0) << Name(isa);
+    std::vector<float> y(70);
+    VqApplyQ(rec.View(0), q.data(), y.data(), 0, 70, isa);
+    for (int r = 0; r < 70; ++r)
+      ASSERT_EQ(std::memcmp(&y[r], &want[r], 4), 0) << Name(isa) << " row " << r;
+  }
+}
+
+TEST_P(VqFormats, QuantizedIndicesPastTheEntriesStayInsideTheTable) {
+  const VqFormat& f = GetParam();
+  VqRecord rec(f, 130, 136, 9, /*wild_indices=*/true);
+  Input x(136, 10);
+  Lut lut(rec, 2, x.data(), Isa::kScalar);
+  QLut q(rec, lut.data(), Isa::kScalar);
+  std::vector<float> want(130);
+  VqApplyQ(rec.View(2), q.data(), want.data(), 0, 130, Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    std::vector<float> y(130);
+    VqApplyQ(rec.View(2), q.data(), y.data(), 0, 130, isa);
+    for (int r = 0; r < 130; ++r) ASSERT_EQ(y[r], want[r]) << Name(isa) << " row " << r;
+  }
+}
+
+TEST_P(VqFormats, QuantizedPoolSplitGivesTheSameRows) {
+  VqRecord rec(GetParam(), 1024, 2304, 11);
+  Input x(2304, 12);
+  Lut lut(rec, 0, x.data(), BestIsa());
+  QLut q(rec, lut.data(), BestIsa());
+  std::vector<float> want(1024), got(1024);
+  VqApplyQ(rec.View(0), q.data(), want.data(), 0, 1024, BestIsa());
+  ThreadPool pool(3);
+  for (int64_t grain : {1, 16, 32, 64, 100}) {
+    std::fill(got.begin(), got.end(), 0.f);
+    pool.ParallelFor(1024, grain, [&](int64_t a, int64_t b) {
+      VqApplyQ(rec.View(0), q.data(), got.data(), a, b, BestIsa());
     });
     ASSERT_EQ(got, want) << "grain " << grain;
   }

@@ -31,6 +31,11 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_option("--isa", o->isa,
                   "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  cmd->add_option("--expert-table", o->expert_table,
+                  "Routed experts' lookup table: f32 (exact) or i8 (an int8 copy, faster, "
+                  "not exact: docs/MEASUREMENTS.md)")
+      ->check(CLI::IsMember({"f32", "i8"}))
+      ->capture_default_str();
   o->socket = ClientDaemonSocket();
   cmd->add_option("--socket", o->socket, "wasted's socket")->capture_default_str();
   cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
@@ -152,6 +157,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     if (std::find(avail.begin(), avail.end(), mo.isa) == avail.end())
       return Status::Error("--isa " + o.isa + " is not supported by this CPU");
   }
+  mo.expert_table = o.expert_table == "i8" ? kernels::VqTable::kI8 : kernels::VqTable::kF32;
   auto m = LoadModel(c, e, mo);
   if (!m.ok()) return m.status();
   e.model = std::move(*m);

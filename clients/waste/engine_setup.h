@@ -29,6 +29,7 @@ struct EngineOptions {
   int lookahead = ModelOptions{}.lookahead;
   bool verify = false;  // crc32 of every record read
   std::string isa;      // scalar, avx2, avx512; empty: the best available
+  std::string expert_table = "f32";  // f32 or i8 (ModelOptions::expert_table)
   std::function<void(int, int, std::span<const int>)> on_route;  // routing trace sink
   // Where the experts come from: wasted at `socket` when one listens there;
   // otherwise this process, after a notice, unless `spawn` starts a daemon.
@@ -40,7 +41,7 @@ struct EngineOptions {
 };
 
 // Adds --budget, --threads, --ctx, --chunk, --readers, --lookahead, --verify,
-// --isa, --socket, --local, --spawn.
+// --isa, --expert-table, --socket, --local, --spawn.
 void AddEngineFlags(CLI::App* cmd, EngineOptions* o);
 
 struct Engine {

@@ -34,6 +34,11 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
+// The quantized table (vq.h); the same bytes and bits as vq.cc's scalar twin.
+void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int index_bits,
+                   uint8_t* qlut);
+bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
+              int64_t row_end);
 }  // namespace avx512
 
 }  // namespace waste::kernels

@@ -1,6 +1,7 @@
 #include "engine/kernels/vq.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "engine/format/encoding.h"
@@ -49,7 +50,97 @@ void ApplyScalar(const VqMatrixView& m, const float* lut, float* y, int64_t row_
   }
 }
 
+// ---- the quantized table: the reference every SIMD path matches bit for bit ----
+
+int64_t Groups(int64_t nv) { return (nv + kVqGroup - 1) / kVqGroup; }
+int TableEntries(int index_bits) { return index_bits == 6 ? 64 : 256; }
+
+void QuantizeScalar(const float* lut, int64_t cols, int stages, int entries, int index_bits,
+                    uint8_t* qlut) {
+  const int64_t nv = cols / 8, groups = Groups(nv);
+  const int width = TableEntries(index_bits);
+  uint8_t* bytes = qlut + 4 * groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t v0 = g * kVqGroup, v1 = std::min(nv, v0 + kVqGroup);
+    const float* src = lut + v0 * stages * entries;
+    const int64_t n = (v1 - v0) * stages * entries;
+    float amax = 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = std::fabs(src[i]);
+      amax = a > amax ? a : amax;  // skips NaN, as vmaxps(a, amax) does
+    }
+    const float scale = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
+    std::memcpy(qlut + 4 * g, &scale, 4);
+    for (int64_t vs = 0; vs < (v1 - v0) * stages; ++vs) {
+      uint8_t* out = bytes + (v0 * stages + vs) * width;
+      for (int e = 0; e < width; ++e) {
+        if (e >= entries) {
+          out[e] = 128;
+          continue;
+        }
+        float t = src[vs * entries + e] * inv;
+        t = t > -127.f ? t : -127.f;  // NaN becomes -127, as vmaxps(t, -127) makes it
+        t = t < 127.f ? t : 127.f;
+        out[e] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(t)) + 128);
+      }
+    }
+  }
+}
+
+void ApplyQScalar(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
+                  int64_t row_end) {
+  const int64_t nv = m.cols / 8, groups = Groups(nv);
+  const int64_t block = m.index_block;
+  const int bytes_per_vector = m.index_bits == 6 ? 3 : m.stages;
+  const int width = TableEntries(m.index_bits);
+  const uint8_t* table = qlut + 4 * groups;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float sum = 0.f;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t q = 0;  // exact: at most 127 * kVqGroup * 8 in magnitude
+      for (int64_t v = g * kVqGroup; v < std::min(nv, (g + 1) * kVqGroup); ++v) {
+        const int64_t pos = block ? ((r / block) * nv + v) * block + r % block : r * nv + v;
+        const uint8_t* p = m.indices + pos * bytes_per_vector;
+        uint8_t unpacked[4];
+        if (m.index_bits == 6) {
+          format::UnpackVq4(p, unpacked);
+          p = unpacked;
+        }
+        const uint8_t* t = table + v * m.stages * width;
+        for (int s = 0; s < m.stages; ++s) q += t[s * width + p[s]] - 128;
+      }
+      float scale;
+      std::memcpy(&scale, qlut + 4 * g, 4);
+      sum = std::fma(scale, static_cast<float>(q), sum);  // the SIMD paths' vfmadd
+    }
+    uint16_t h;
+    std::memcpy(&h, m.scales + 2 * r, sizeof h);
+    y[r] = format::F16ToF32(h) * sum;
+  }
+}
+
 }  // namespace
+
+size_t VqQLutBytes(int64_t cols, int stages, int index_bits) {
+  const int64_t nv = cols / 8;
+  return static_cast<size_t>(4 * Groups(nv) + nv * stages * TableEntries(index_bits));
+}
+
+void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int index_bits,
+                   uint8_t* qlut, Isa isa) {
+  if (UsableIsa(isa) >= Isa::kAvx512) {
+    avx512::VqQuantizeLut(lut, cols, stages, entries, index_bits, qlut);
+  } else {
+    QuantizeScalar(lut, cols, stages, entries, index_bits, qlut);
+  }
+}
+
+void VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
+              int64_t row_end, Isa isa) {
+  if (row_begin >= row_end) return;
+  if (UsableIsa(isa) >= Isa::kAvx512 && avx512::VqApplyQ(m, qlut, y, row_begin, row_end)) return;
+  ApplyQScalar(m, qlut, y, row_begin, row_end);
+}
 
 size_t VqLutFloats(int64_t cols, int stages, int entries) {
   return static_cast<size_t>(cols / 8) * static_cast<size_t>(stages) *

@@ -55,4 +55,48 @@ void VqBuildLut(const float* const* codebooks, int stages, int entries, const fl
 void VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end,
              Isa isa);
 
+// ---- The quantized table (an option: not exact) ----
+//
+// The same product from an int8 copy of the table, which AVX-512 VBMI looks
+// up 64 rows at a time with byte permutes instead of gathering floats. Per
+// group of kVqGroup vector positions the table shares one float scale,
+//   scale_g = max |lut| over the group / 127,  q = round(lut / scale_g),
+// stored biased as q + 128 in a byte, and a row's integer sum over the
+// group is exact, so the product is
+//   y[r] = f16(scale[r]) * sum_g scale_g * (sum over the group's v, s of q),
+// the groups added in order with fused multiply-adds. Every path computes
+// exactly that, so all give the same bits from the same table (the scalar
+// path is the SIMD paths' twin, not an approximation of them). It differs
+// from VqApply by the table's rounding: docs/MEASUREMENTS.md has the logit
+// error it causes.
+
+// Which table the routed experts' products use: the exact float table
+// (VqApply) or its int8 copy (VqApplyQ).
+enum class VqTable { kF32, kI8 };
+
+// Vector positions (8 inputs each) per scale group.
+inline constexpr int kVqGroup = 8;
+
+// Bytes of the quantized table for `cols` inputs: the group scales
+// ([ceil(cols / 8 / kVqGroup)] floats), then [cols / 8][stages][E] biased
+// bytes, E = 64 for index_bits 6 and 256 for index_bits 8 (entries past
+// `entries` hold the value 0, so a damaged index reads 0, never memory
+// outside the table).
+size_t VqQLutBytes(int64_t cols, int stages, int index_bits);
+
+// Quantizes `lut` (as VqBuildLut made it for cols, stages, entries) into
+// `qlut` ([VqQLutBytes(cols, stages, index_bits)] bytes, any alignment).
+// entries <= 64 when index_bits is 6. Same bytes on every path; NaNs in
+// `lut` become -127 and an infinite group maximum gives that group scale
+// inf and q 0 (the result is then NaN, as the float path's would be).
+void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int index_bits,
+                   uint8_t* qlut, Isa isa);
+
+// y[r] = the product above for r in [row_begin, row_end); otherwise as
+// VqApply, with a table from VqQuantizeLut for m's cols, stages, entries and
+// index_bits. The AVX-512 path needs VBMI and index_block 64; every other
+// case (AVX2 included) runs the scalar twin.
+void VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
+              int64_t row_end, Isa isa);
+
 }  // namespace waste::kernels

@@ -204,6 +204,249 @@ __mmask16 LaneRange(int64_t a, int64_t b) {
   return static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
 }
 
+
+// ---- VqQuantizeLut / VqApplyQ: the int8 table ----
+//
+// A 64-row index block's bytes for one vector position are S (stages)
+// registers; byte permutes (vpermt2b, vpermb) de-interleave them into one
+// register of 64 row indices per stage, and the stage's 256-byte table
+// (four registers) is looked up with two vpermi2b and a blend on the index's
+// top bit (VQ4P: its 64-entry tables need one vpermb). The 64 looked-up bytes
+// are summed in 16-bit words without widening (see Accumulate) and turned
+// into floats once per scale group.
+//
+// Lane L of a de-interleaved register holds row 16 * (L % 4) + L / 4 of the
+// block, so that the group sums' dword lanes (Flush) come out as rows
+// 0-15, 16-31, 32-47 and 48-63 in order.
+
+constexpr int kQBlock = 64;  // rows per index block the int8 path covers
+
+constexpr int LaneRow(int lane) { return 16 * (lane % 4) + lane / 4; }
+
+// Controls to gather stage s's bytes of a block of 64 rows x S bytes held in
+// S registers: byte L names the source byte modulo 128, for a vpermt2b over
+// the register pair it lies in (or a vpermb of a last, unpaired register);
+// pair[p] marks the lanes whose byte lies in pair p.
+template <int S>
+struct Deinterleave {
+  alignas(64) uint8_t ctrl[S][64];
+  uint64_t pair[S][4];
+};
+template <int S>
+constexpr Deinterleave<S> MakeDeinterleave() {
+  Deinterleave<S> d{};
+  for (int s = 0; s < S; ++s)
+    for (int lane = 0; lane < 64; ++lane) {
+      const int byte = S * LaneRow(lane) + s;
+      d.ctrl[s][lane] = static_cast<uint8_t>(byte % 128);
+      d.pair[s][byte / 128] |= uint64_t{1} << lane;
+    }
+  return d;
+}
+template <int S>
+constexpr Deinterleave<S> kDeinterleave = MakeDeinterleave<S>();
+
+// Stage s's 64 index bytes, in LaneRow order, from a block's S registers.
+template <int S>
+__m512i Gather(const __m512i* in, __m512i ctrl, const uint64_t* pair) {
+  __m512i r = S == 1 ? _mm512_permutexvar_epi8(ctrl, in[0])
+                     : _mm512_permutex2var_epi8(in[0], ctrl, in[1]);
+#pragma GCC unroll 4
+  for (int p = 1; 2 * p < S; ++p) {
+    if (2 * p + 1 < S) {
+      r = _mm512_mask_blend_epi8(pair[p], r, _mm512_permutex2var_epi8(in[2 * p], ctrl, in[2 * p + 1]));
+    } else {
+      r = _mm512_mask_permutexvar_epi8(r, pair[p], ctrl, in[2 * p]);
+    }
+  }
+  return r;
+}
+
+// A 256-entry byte table (four registers) looked up by 64 indices.
+__m512i Lookup256(const __m512i* table, __m512i idx) {
+  const __m512i lower = _mm512_permutex2var_epi8(table[0], idx, table[1]);
+  const __m512i upper = _mm512_permutex2var_epi8(table[2], idx, table[3]);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lower, upper);
+}
+
+// The running sums of one block's group: 64 rows' biased bytes b = q + 128
+// added as 16-bit words. `raw` adds the registers as they are (even rows in
+// the low bytes, odd rows' bytes times 256 in the high ones), `odd` adds the
+// odd rows' bytes alone; both wrap modulo 2^16. They start at values that
+// cancel the bias of n terms, so that at the end
+//   odd = sum of the odd rows' q,  raw - 256 * odd = sum of the even rows' q
+// exactly, each at most 127 * n <= 32767 in magnitude.
+struct GroupSums {
+  __m512i raw, odd;
+};
+GroupSums StartGroup(int n) {
+  const int odd0 = -128 * n;
+  return {_mm512_set1_epi16(static_cast<short>(256 * odd0 - 128 * n)),
+          _mm512_set1_epi16(static_cast<short>(odd0))};
+}
+void Accumulate(GroupSums& g, __m512i bytes) {
+  g.raw = _mm512_add_epi16(g.raw, bytes);
+  g.odd = _mm512_add_epi16(g.odd, _mm512_srli_epi16(bytes, 8));
+}
+// acc[k] (rows 16k .. 16k + 15) += scale * the group's sums.
+void Flush(const GroupSums& g, float scale, __m512* acc) {
+  const __m512i even = _mm512_sub_epi16(g.raw, _mm512_slli_epi16(g.odd, 8));
+  const __m512 sc = _mm512_set1_ps(scale);
+  const __m512i rows[4] = {_mm512_srai_epi32(_mm512_slli_epi32(even, 16), 16),
+                           _mm512_srai_epi32(_mm512_slli_epi32(g.odd, 16), 16),
+                           _mm512_srai_epi32(even, 16), _mm512_srai_epi32(g.odd, 16)};
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) acc[k] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(rows[k]), acc[k]);
+}
+
+// Row scales and the masked store of one block's 64 sums; [lo, hi) are the
+// rows of the block to write.
+void FinishBlock(const VqMatrixView& m, float* y, int64_t base, int64_t lo, int64_t hi,
+                 const __m512* acc) {
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __mmask16 keep = LaneRange(lo - 16 * k, hi - 16 * k);
+    if (!keep) continue;
+    const int64_t row = base + 16 * k;
+    const __m512 scale = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(keep, m.scales + 2 * row));
+    _mm512_mask_storeu_ps(y + row, keep, _mm512_mul_ps(scale, acc[k]));
+  }
+}
+
+// One pass over the vector positions for N consecutive index blocks, which
+// share each table load. S index bytes per row (8-bit indices: S stages;
+// VQ4P: S = 3 bytes for its 4 stages).
+struct QPass {
+  const VqMatrixView* m;
+  const uint8_t* qlut;
+  float* y;
+  int64_t first_block;
+  int64_t lo[2], hi[2];  // per block: the rows of it to write
+};
+
+// The four stage indices of VQ4P's packed bytes b0, b1, b2 (stage s is bits
+// 6s .. 6s + 5 of b0 | b1 << 8 | b2 << 16); only their low 6 bits are
+// meaningful, which is all vpermb reads.
+void Unpack6(const __m512i* b, __m512i* idx) {
+  const __m512i low2 = _mm512_set1_epi8(0x03), low4 = _mm512_set1_epi8(0x0f);
+  idx[0] = b[0];
+  idx[1] = _mm512_ternarylogic_epi32(low2, _mm512_srli_epi16(b[0], 6), _mm512_slli_epi16(b[1], 2),
+                                     0xca);  // low2 ? b0 >> 6 : b1 << 2
+  idx[2] = _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(b[1], 4), _mm512_slli_epi16(b[2], 4),
+                                     0xca);
+  idx[3] = _mm512_srli_epi16(b[2], 2);
+}
+
+template <int S, bool kPacked, int N>
+void QPassRun(const QPass& p) {
+  const VqMatrixView& m = *p.m;
+  const int64_t nv = m.cols / 8, groups = (nv + kVqGroup - 1) / kVqGroup;
+  constexpr int kStages = kPacked ? 4 : S;
+  constexpr int kWidth = kPacked ? 64 : 256;
+  const uint8_t* table = p.qlut + 4 * groups;
+  const uint8_t* idx[N];
+#pragma GCC unroll 2
+  for (int b = 0; b < N; ++b) idx[b] = m.indices + (p.first_block + b) * nv * kQBlock * S;
+  __m512i ctrl[S];
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s) ctrl[s] = _mm512_load_si512(kDeinterleave<S>.ctrl[s]);
+  __m512 acc[N][4];
+#pragma GCC unroll 2
+  for (int b = 0; b < N; ++b)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) acc[b][k] = _mm512_setzero_ps();
+
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t v0 = g * kVqGroup, v1 = v0 + kVqGroup < nv ? v0 + kVqGroup : nv;
+    GroupSums sums[N];
+#pragma GCC unroll 2
+    for (int b = 0; b < N; ++b) sums[b] = StartGroup(static_cast<int>(v1 - v0) * kStages);
+    for (int64_t v = v0; v < v1; ++v) {
+      __m512i stage_idx[N][kStages];
+#pragma GCC unroll 2
+      for (int b = 0; b < N; ++b) {
+        __m512i in[S];
+#pragma GCC unroll 8
+        for (int j = 0; j < S; ++j) in[j] = _mm512_loadu_si512(idx[b] + v * kQBlock * S + 64 * j);
+        if constexpr (kPacked) {
+          __m512i bytes[3];
+#pragma GCC unroll 3
+          for (int j = 0; j < 3; ++j) bytes[j] = Gather<S>(in, ctrl[j], kDeinterleave<S>.pair[j]);
+          Unpack6(bytes, stage_idx[b]);
+        } else {
+#pragma GCC unroll 8
+          for (int s = 0; s < S; ++s)
+            stage_idx[b][s] = Gather<S>(in, ctrl[s], kDeinterleave<S>.pair[s]);
+        }
+      }
+      const uint8_t* t = table + v * kStages * kWidth;
+#pragma GCC unroll 8
+      for (int s = 0; s < kStages; ++s) {
+        if constexpr (kPacked) {
+          const __m512i tab = _mm512_loadu_si512(t + 64 * s);
+#pragma GCC unroll 2
+          for (int b = 0; b < N; ++b)
+            Accumulate(sums[b], _mm512_permutexvar_epi8(stage_idx[b][s], tab));
+        } else {
+          __m512i tab[4];
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) tab[j] = _mm512_loadu_si512(t + 256 * s + 64 * j);
+#pragma GCC unroll 2
+          for (int b = 0; b < N; ++b) Accumulate(sums[b], Lookup256(tab, stage_idx[b][s]));
+        }
+      }
+    }
+    float scale;
+    __builtin_memcpy(&scale, p.qlut + 4 * g, 4);
+#pragma GCC unroll 2
+    for (int b = 0; b < N; ++b) Flush(sums[b], scale, acc[b]);
+  }
+#pragma GCC unroll 2
+  for (int b = 0; b < N; ++b)
+    FinishBlock(m, p.y, (p.first_block + b) * kQBlock, p.lo[b], p.hi[b], acc[b]);
+}
+
+using QPassFn = void (*)(const QPass&);
+
+template <int S>
+constexpr QPassFn kQPasses[2] = {&QPassRun<S, false, 1>, &QPassRun<S, false, 2>};
+constexpr QPassFn kQPassesPacked[2] = {&QPassRun<3, true, 1>, &QPassRun<3, true, 2>};
+
+QPassFn QPassFor(const VqMatrixView& m, int blocks) {
+  if (m.index_bits == 6) return kQPassesPacked[blocks - 1];
+  switch (m.stages) {
+    case 1:
+      return kQPasses<1>[blocks - 1];
+    case 2:
+      return kQPasses<2>[blocks - 1];
+    case 3:
+      return kQPasses<3>[blocks - 1];
+    case 4:
+      return kQPasses<4>[blocks - 1];
+    case 5:
+      return kQPasses<5>[0];  // two blocks of five or more stages run out of registers
+    case 6:
+      return kQPasses<6>[0];
+    case 7:
+      return kQPasses<7>[0];
+    default:
+      return kQPasses<8>[0];
+  }
+}
+
+// Quantizes `count` floats at `src` to biased bytes at `out`.
+void QuantizeRun(const float* src, int64_t count, float inv, uint8_t* out) {
+  const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
+  const __m512i bias = _mm512_set1_epi32(128);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = count - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - i)) - 1u);
+    __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + i), vinv);
+    t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);  // max(NaN, lo) is lo
+    const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(t), bias);  // nearest, ties to even
+    _mm_mask_storeu_epi8(out + i, k, _mm512_cvtepi32_epi8(q));
+  }
+}
+
 }  // namespace
 
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
@@ -235,6 +478,62 @@ bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begi
       PassFor(m, chunks)(p);
       first += 16 * chunks;
     }
+  }
+  return true;
+}
+
+}  // namespace waste::kernels::avx512
+
+namespace waste::kernels::avx512 {
+
+void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int index_bits,
+                   uint8_t* qlut) {
+  const int64_t nv = cols / 8, groups = (nv + kVqGroup - 1) / kVqGroup;
+  const int width = index_bits == 6 ? 64 : 256;
+  uint8_t* bytes = qlut + 4 * groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t v0 = g * kVqGroup, v1 = v0 + kVqGroup < nv ? v0 + kVqGroup : nv;
+    const float* src = lut + v0 * stages * entries;
+    const int64_t n = (v1 - v0) * stages * entries;
+    __m512 amax = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 k = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1u);
+      const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, src + i));
+      amax = _mm512_max_ps(a, amax);  // a NaN lane keeps amax
+    }
+    const float top = _mm512_reduce_max_ps(amax);
+    const float scale = top / 127.f, inv = top > 0.f ? 127.f / top : 0.f;
+    __builtin_memcpy(qlut + 4 * g, &scale, 4);
+    for (int64_t vs = 0; vs < (v1 - v0) * stages; ++vs) {
+      uint8_t* out = bytes + (v0 * stages + vs) * width;
+      QuantizeRun(src + vs * entries, entries, inv, out);
+      for (int e = entries; e < width; e += 64) {
+        const int left = width - e;
+        _mm512_mask_storeu_epi8(out + e, left >= 64 ? ~0ull : (1ull << left) - 1,
+                                _mm512_set1_epi8(static_cast<char>(128)));
+      }
+    }
+  }
+}
+
+bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
+              int64_t row_end) {
+  if (m.index_block != kQBlock) return false;
+  if (m.index_bits == 6 ? m.stages != 4 || m.entries > 64
+                        : m.index_bits != 8 || m.stages < 1 || m.stages > 8)
+    return false;
+  const int max_blocks = m.index_bits == 8 && m.stages > 4 ? 1 : 2;
+  const int64_t last = (row_end - 1) / kQBlock;
+  for (int64_t b = row_begin / kQBlock; b <= last;) {
+    const int blocks = last - b + 1 < max_blocks ? static_cast<int>(last - b + 1) : max_blocks;
+    QPass p{&m, qlut, y, b, {}, {}};
+    for (int j = 0; j < blocks; ++j) {
+      const int64_t base = (b + j) * kQBlock;
+      p.lo[j] = (row_begin > base ? row_begin : base) - base;
+      p.hi[j] = (row_end < base + kQBlock ? row_end : base + kQBlock) - base;
+    }
+    QPassFor(m, blocks)(p);
+    b += blocks;
   }
   return true;
 }

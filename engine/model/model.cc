@@ -509,12 +509,21 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
     for (int s = 0; s < q.stages; ++s) books[s] = ct_.Codebook(base + matrix * q.stages + s).data();
     return books.data();
   };
+  // With the int8 table the float tables are quantized as they are built.
+  const bool int8 = opt_.expert_table == kernels::VqTable::kI8;
+  const size_t qlut_gu = int8 ? kernels::VqQLutBytes(hid, q.stages, q.index_bits) : 0;
+  std::vector<uint8_t> qluts(static_cast<size_t>(T) * 2 * qlut_gu),
+      qlut_down(int8 ? kernels::VqQLutBytes(inter, q.stages, q.index_bits) : 0);
   const auto te = Clock::now();
   for (int t = 0; t < T; ++t) {
-    kernels::VqBuildLut(codebooks(0), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
-                        luts.data() + (2 * t) * lut_gu, opt_.isa);
-    kernels::VqBuildLut(codebooks(1), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
-                        luts.data() + (2 * t + 1) * lut_gu, opt_.isa);
+    for (int m = 0; m < 2; ++m) {
+      float* lut = luts.data() + (2 * t + m) * lut_gu;
+      kernels::VqBuildLut(codebooks(m), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
+                          lut, opt_.isa);
+      if (int8)
+        kernels::VqQuantizeLut(lut, hid, q.stages, q.entries, q.index_bits,
+                               qluts.data() + (2 * t + m) * qlut_gu, opt_.isa);
+    }
   }
   std::vector<float> per_slot(static_cast<size_t>(T) * k * hid, 0.f);  // [t][j][hidden]
   std::vector<float> g(inter), u(inter);
@@ -545,16 +554,31 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
     for (const auto& [t, j] : who) {
       const float* lg = luts.data() + (2 * t) * lut_gu;
       const float* lu = luts.data() + (2 * t + 1) * lut_gu;
-      pool_.ParallelFor(inter, 32, [&](int64_t a, int64_t b) {
-        kernels::VqApply(vg, lg, g.data(), a, b, opt_.isa);
-        kernels::VqApply(vu, lu, u.data(), a, b, opt_.isa);
+      const uint8_t* qg = qluts.data() + (2 * t) * qlut_gu;
+      const uint8_t* qu = qluts.data() + (2 * t + 1) * qlut_gu;
+      // Grain 64: the int8 kernel works on whole 64-row index blocks.
+      pool_.ParallelFor(inter, 64, [&](int64_t a, int64_t b) {
+        if (int8) {
+          kernels::VqApplyQ(vg, qg, g.data(), a, b, opt_.isa);
+          kernels::VqApplyQ(vu, qu, u.data(), a, b, opt_.isa);
+        } else {
+          kernels::VqApply(vg, lg, g.data(), a, b, opt_.isa);
+          kernels::VqApply(vu, lu, u.data(), a, b, opt_.isa);
+        }
       });
       for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
       kernels::VqBuildLut(codebooks(2), q.stages, q.entries, g.data(), inter, lut_down.data(),
                           opt_.isa);
+      if (int8)
+        kernels::VqQuantizeLut(lut_down.data(), inter, q.stages, q.entries, q.index_bits,
+                               qlut_down.data(), opt_.isa);
       float* dst = per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
-      pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) {
-        kernels::VqApply(vd, lut_down.data(), dst, a, b, opt_.isa);
+      pool_.ParallelFor(hid, 64, [&](int64_t a, int64_t b) {
+        if (int8) {
+          kernels::VqApplyQ(vd, qlut_down.data(), dst, a, b, opt_.isa);
+        } else {
+          kernels::VqApply(vd, lut_down.data(), dst, a, b, opt_.isa);
+        }
       });
     }
     experts_->Release(L, e);

@@ -20,6 +20,7 @@
 #include "engine/experts/expert_source.h"
 #include "engine/format/container.h"
 #include "engine/kernels/cpu.h"
+#include "engine/kernels/vq.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/model/trunk.h"
 
@@ -54,6 +55,11 @@ struct LookaheadStats {
 struct ModelOptions {
   int threads = 0;  // 0: every CPU this process may use
   kernels::Isa isa = kernels::BestIsa();
+  // The routed experts' lookup table: kF32 is exact (the reference fixtures
+  // hold to 1e-4 of the largest logit); kI8 is its int8 copy, several times
+  // faster with AVX-512 and off by the table's rounding (engine/kernels/vq.h;
+  // its logit error and KL are in docs/MEASUREMENTS.md, "int8 lookup table").
+  kernels::VqTable expert_table = kernels::VqTable::kF32;
   int chunk = 32;     // prefill tokens per chunk
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
   // Router lookahead: once a layer's attention is done, the next layer's
