@@ -8,7 +8,7 @@
 
 namespace waste {
 
-Result<Region> Region::Allocate(size_t bytes) {
+Result<Region> Region::Allocate(size_t bytes, bool populate) {
   Region r;
   if (bytes == 0) return r;
   constexpr size_t kHuge = 2u << 20;
@@ -19,6 +19,7 @@ Result<Region> Region::Allocate(size_t bytes) {
   r.data_ = static_cast<uint8_t*>(p);
   r.size_ = bytes;
   r.huge_ = madvise(p, r.mapped_, MADV_HUGEPAGE) == 0;
+  if (!populate) return r;
   // Populate now (MADV_POPULATE_WRITE where the kernel has it, else touch).
 #ifdef MADV_POPULATE_WRITE
   if (madvise(p, r.mapped_, MADV_POPULATE_WRITE) != 0)

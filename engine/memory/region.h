@@ -14,8 +14,11 @@ namespace waste {
 
 class Region {
  public:
-  // `bytes` of zeroed memory, page aligned.
-  static Result<Region> Allocate(size_t bytes);
+  // `bytes` of zeroed memory, page aligned. `populate`: fault every page in
+  // now (for memory the hot path reads at once, like the trunk); otherwise
+  // each page is faulted in when first touched, a huge page at a time where
+  // transparent huge pages are allowed (for state that fills as it is used).
+  static Result<Region> Allocate(size_t bytes, bool populate = true);
 
   Region() = default;
   Region(Region&& o) noexcept;

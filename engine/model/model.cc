@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <new>
 #include <numbers>
 #include <tuple>
 
@@ -88,7 +89,7 @@ struct Model::Layer {
   const float* q_a_norm = nullptr;
   const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
   const float* kv_a_norm = nullptr;
-  std::vector<float> kv_b_k;  // [heads][qk_nope][kv_lora]: the absorbed key rows, dequantized
+  const float* kv_b_k = nullptr;  // [heads][qk_nope][kv_lora]: the absorbed key rows, decoded
   // FFN
   const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;  // dense or shared
   const kernels::MatrixView* router = nullptr;
@@ -171,14 +172,8 @@ Status Model::Resolve() {
       l->kv_a_norm = t.Vector(a + "kv_a_layernorm.weight");
       l->kv_b = &t.Matrix(a + "kv_b_proj.weight");
       // The key half of kv_b_proj is used transposed (absorbed into the
-      // query), so it is dequantized once here: heads * qk_nope rows.
-      const int per_head = c_.qk_nope + c_.v_head;
-      l->kv_b_k.resize(static_cast<size_t>(c_.n_heads) * c_.qk_nope * c_.kv_lora);
-      for (int h = 0; h < c_.n_heads; ++h)
-        for (int d = 0; d < c_.qk_nope; ++d)
-          kernels::DequantRow(
-              *l->kv_b, static_cast<int64_t>(h) * per_head + d,
-              l->kv_b_k.data() + (static_cast<size_t>(h) * c_.qk_nope + d) * c_.kv_lora);
+      // query); the trunk holds it decoded (Trunk::AbsorbedKeyName).
+      l->kv_b_k = t.Vector(Trunk::AbsorbedKeyName(L));
     }
     if (c_.is_moe_layer(L)) {
       const std::string m = p + "block_sparse_moe.";
@@ -250,16 +245,32 @@ uint64_t Session::state_bytes() const {
 Session Model::NewSession(int max_context) const {
   Session s;
   s.max_context = max_context;
+  const size_t kda = static_cast<size_t>(c_.kda_heads) * c_.kda_head_dim * c_.kda_head_dim;
+  const size_t ring = static_cast<size_t>(3) * (c_.conv_kernel - 1) * c_.kda_width();
+  const size_t kv = static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope);
+  // Each layer's part starts on a 64-byte line.
+  auto line = [](size_t floats) { return (floats + 15) / 16 * 16; };
+  size_t total = 0;
+  for (int L = 0; L < c_.n_layers; ++L)
+    total += c_.layer_kind[L] == LayerKind::kKda ? line(kda) + line(ring) : line(kv);
+  auto memory = Region::Allocate(std::max<size_t>(total, 1) * sizeof(float), /*populate=*/false);
+  if (!memory.ok()) throw std::bad_alloc();
+  s.memory = std::move(*memory);
+  float* next = reinterpret_cast<float*>(s.memory.data());
+  auto take = [&](size_t floats) {
+    std::span<float> part(next, floats);
+    next += line(floats);
+    return part;
+  };
   s.kda_state.resize(c_.n_layers);
   s.conv_ring.resize(c_.n_layers);
   s.latent_kv.resize(c_.n_layers);
   for (int L = 0; L < c_.n_layers; ++L) {
     if (c_.layer_kind[L] == LayerKind::kKda) {
-      s.kda_state[L].assign(static_cast<size_t>(c_.kda_heads) * c_.kda_head_dim * c_.kda_head_dim,
-                            0.f);
-      s.conv_ring[L].assign(static_cast<size_t>(3) * (c_.conv_kernel - 1) * c_.kda_width(), 0.f);
+      s.kda_state[L] = take(kda);
+      s.conv_ring[L] = take(ring);
     } else {
-      s.latent_kv[L].assign(static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope), 0.f);
+      s.latent_kv[L] = take(kv);
     }
   }
   return s;
@@ -377,7 +388,7 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       if (!inv_freq_.empty()) RotaryInPlace(qh + nope, pos);
       // The query in latent space: q_nope through the key rows of kv_b_proj.
       std::fill(qlat.begin(), qlat.end(), 0.f);
-      const float* wk = l.kv_b_k.data() + static_cast<size_t>(hd) * nope * lat;
+      const float* wk = l.kv_b_k + static_cast<size_t>(hd) * nope * lat;
       for (int d = 0; d < nope; ++d)
         for (int c = 0; c < lat; ++c) qlat[c] += qh[d] * wk[static_cast<size_t>(d) * lat + c];
       float mx = -INFINITY;

@@ -22,6 +22,7 @@
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/vq.h"
 #include "engine/kernels/thread_pool.h"
+#include "engine/memory/region.h"
 #include "engine/model/trunk.h"
 
 namespace waste {
@@ -30,10 +31,14 @@ namespace waste {
 struct Session {
   int position = 0;     // tokens seen
   int max_context = 0;  // capacity of the latent KV cache
-  // Per layer; empty where the layer kind does not use it.
-  std::vector<std::vector<float>> kda_state;  // [heads][head_dim (k)][head_dim (v)]
-  std::vector<std::vector<float>> conv_ring;  // [3 (q,k,v)][kernel-1][kda_width], oldest first
-  std::vector<std::vector<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
+  // Per layer, views into `memory`; empty where the layer kind does not use it.
+  std::vector<std::span<float>> kda_state;  // [heads][head_dim (k)][head_dim (v)]
+  std::vector<std::span<float>> conv_ring;  // [3 (q,k,v)][kernel-1][kda_width], oldest first
+  std::vector<std::span<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
+  // Owns all of the above: zeroed, faulted in as it is first written (the
+  // latent KV one position at a time), on huge pages where allowed. Moving a
+  // Session keeps the views valid.
+  Region memory;
 
   uint64_t state_bytes() const;
 };
@@ -101,6 +106,9 @@ class Model {
   // more than the router can choose from; 0 when off.
   int lookahead() const { return guess_config_.top_k; }
 
+  // A fresh conversation of up to `max_context` tokens. Its memory is
+  // reserved, not touched: pages are faulted in as the state is used. Throws
+  // std::bad_alloc when the address space is exhausted, as a vector would.
   Session NewSession(int max_context) const;
 
   // Runs `tokens` at the session's position, in chunks of options.chunk.

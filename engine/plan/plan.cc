@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/model/trunk.h"
+
 namespace waste {
 namespace {
 
@@ -54,10 +56,7 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   const ModelConfig& c = m.config;
   MemoryPlan p;
   p.context = context;
-  const TrunkTensor* embed = m.FindTensor("model.embed_tokens.weight");
-  for (const TrunkTensor& t : m.trunk) {
-    if (&t != embed) p.trunk += t.stored_bytes();
-  }
+  p.trunk = Trunk::PackedBytes(m);  // what is resident: the trunk as packed, derived tensors included
   const uint64_t f = sizeof(float);
   for (int L = 0; L < c.n_layers; ++L) {
     if (c.layer_kind[L] == LayerKind::kKda) {
