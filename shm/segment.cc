@@ -135,9 +135,26 @@ Result<int> Segment::ReadOnlyFd() const {
 
 Result<Mapping> Mapping::Map(int fd, size_t bytes, bool writable, bool populate) {
   const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-  void* p = mmap(nullptr, bytes, prot, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+  // Advise huge pages before populating: a huge page of shared memory is
+  // mapped whole (one entry for 2 MiB) only where the mapping asked for
+  // them when it was faulted in.
+  void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status::Error(Errno("mmap"));
   madvise(p, bytes, MADV_HUGEPAGE);  // advice only; ignored where THP is off
+  if (populate) {
+    int err = EINVAL;
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+    err = madvise(p, bytes, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0 ? 0 : errno;
+#endif
+    if (err == EINVAL) {  // a kernel before 5.14: touch every page
+      volatile const uint8_t* b = static_cast<const uint8_t*>(p);
+      for (size_t off = 0; off < bytes; off += 4096) (void)b[off];
+    } else if (err != 0) {  // e.g. a hugetlb pool that cannot back it
+      munmap(p, bytes);
+      errno = err;
+      return Status::Error(Errno("populating a mapping of " + std::to_string(bytes) + " bytes"));
+    }
+  }
   return Mapping(p, bytes);
 }
 

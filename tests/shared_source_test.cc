@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -95,7 +96,7 @@ class FakeDaemon {
         cache_rw_(Must(shm::Mapping::Map(cache_seg_.fd(), cache_seg_.size(), true, true))),
         pins_ro_(Must(shm::Mapping::Map(pins_seg_.fd(), pins_seg_.size(), false, true))),
         table_ro_(MapReadOnly(table_seg_)),
-        cache_ro_(MapReadOnly(cache_seg_)),
+        cache_ro_(MapReadOnly(cache_seg_, /*populate=*/false)),  // as attach maps it
         pins_rw_(Must(shm::Mapping::Map(pins_seg_.fd(), pins_seg_.size(), true, true))),
         table_(Must(shm::SlotTable::Init(table_rw_.data(), table_rw_.size(), kLayers, kExperts,
                                          slots, kRecordBytes, kStride))),
@@ -156,9 +157,9 @@ class FakeDaemon {
   }
 
  private:
-  static shm::Mapping MapReadOnly(const shm::Segment& seg) {
+  static shm::Mapping MapReadOnly(const shm::Segment& seg, bool populate = true) {
     const int fd = Must(seg.ReadOnlyFd());
-    shm::Mapping m = Must(shm::Mapping::Map(fd, seg.size(), false, true));
+    shm::Mapping m = Must(shm::Mapping::Map(fd, seg.size(), false, populate));
     close(fd);
     return m;
   }
@@ -276,6 +277,36 @@ TEST(SharedSource, ReadySlotIsAHitWithoutAHint) {
   EXPECT_EQ(d.index(1, 5), shm::kNoSlot);
   src.Release(1, 5);  // one too many: ignored
   EXPECT_EQ(src.held(), 0u);
+}
+
+// Resident bytes of this process's mapping that contains `p` (smaps "Rss").
+uint64_t MappedBytesAround(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(' ') > line.find('-'))
+      inside = a >= lo && a < hi;
+    unsigned long kb = 0;
+    if (inside && std::sscanf(line.c_str(), "Rss: %lu kB", &kb) == 1) return uint64_t{kb} * 1024;
+  }
+  return 0;
+}
+
+TEST(SharedSource, FirstPinMapsTheWholeSlot) {
+  FakeDaemon d(4);
+  TestSink sink;
+  d.Load(1, 1, 5);
+  const SharedCacheView view = d.ClientView();
+  SharedExpertSource src(view, kHasExperts, kExperts, &sink);
+  ASSERT_EQ(MappedBytesAround(view.cache), 0u) << "the client's cache mapping starts unmapped";
+  auto r = src.Acquire(1, 5);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // Mapped by the pin itself, before anything read the record.
+  EXPECT_GE(MappedBytesAround(view.cache), kStride);
+  src.Release(1, 5);
 }
 
 TEST(SharedSource, ProgressCountsPasses) {

@@ -1,5 +1,7 @@
 #include "engine/experts/shared_source.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +24,20 @@ constexpr auto kRetryPatience = std::chrono::seconds(1);
 
 std::string Where(int layer, int expert) {
   return "layer " + std::to_string(layer) + " expert " + std::to_string(expert);
+}
+
+// Maps [p, p + n) into this process's page tables now. Advice: where the
+// kernel lacks MADV_POPULATE_READ (before 5.14) the pages fault in as read.
+void MapSlot(const uint8_t* p, uint64_t n) {
+#ifdef MADV_POPULATE_READ
+  const uintptr_t page = 4096;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 int BoundedLayers(const std::vector<bool>& has_experts, const shm::SlotTable& t) {
@@ -141,6 +157,11 @@ Result<const uint8_t*> SharedExpertSource::AcquireLocked(int layer, int expert,
                                std::to_string(view_.cache_bytes) + " bytes)");
         }
         held_.push_back({key, a.slot});
+        if (a.slot >= slot_mapped_.size()) slot_mapped_.resize(a.slot + 1, false);
+        if (!slot_mapped_[a.slot]) {
+          MapSlot(view_.cache + offset, header.record_bytes);
+          slot_mapped_[a.slot] = true;
+        }
         return view_.cache + offset;
       }
       case shm::PinAttempt::kNoRoom:

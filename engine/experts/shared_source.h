@@ -94,6 +94,10 @@ class SharedExpertSource : public ExpertSource {
   mutable std::mutex mu_;  // one forward-pass thread in practice; cheap insurance
   shm::PinSet pinset_;
   std::vector<Held> held_;  // one entry per Acquire not yet released
+  // [slots]: whether this process has mapped the slot's pages. The first
+  // pin of a slot maps all of it in one call (MADV_POPULATE_READ) instead of
+  // a fault per 64 KiB while the kernels read it.
+  std::vector<bool> slot_mapped_;
   int last_layer_ = -1;     // of the previous Acquire, to count passes
   uint64_t pass_ = 0;
   ExpertStats stats_;
