@@ -1,6 +1,8 @@
 // Google Benchmark microbenchmarks of the routed experts' kernels at the
 // shapes of the kimi-linear-48b preset (hidden 2304, expert width 1024):
 // gate and up are 1024 rows x 2304 inputs, down 2304 rows x 1024 inputs.
+// apply_f32 is VqApply (gathers), apply_split the same product from the
+// byte-plane split (VqApplySplit, exact), apply_i8 the int8 table (VqApplyQ).
 // Each product reports index bytes per second (bytes_per_second) and table
 // lookups per second (lookups, one per row, vector position and stage).
 // One thread; not run by CI. Example:
@@ -39,7 +41,7 @@ struct Setup {
   std::vector<uint8_t> indices, scales;
   std::vector<float> books, x, lut, y;
   std::vector<const float*> book_ptrs;
-  std::vector<uint8_t> qlut;
+  std::vector<uint8_t> qlut, planes;
   VqMatrixView view;
 
   Setup(const Format& format, const Shape& sh) : f(format), shape(sh) {
@@ -66,6 +68,10 @@ struct Setup {
     qlut.resize(VqQLutBytes(shape.cols, f.stages, f.index_bits));
     VqQuantizeLut(lut.data(), shape.cols, f.stages, f.entries, f.index_bits, qlut.data(),
                   BestIsa());
+    if (f.index_bits == 8) {
+      planes.resize(VqSplitLutBytes(shape.cols, f.stages));
+      VqSplitLut(lut.data(), shape.cols, f.stages, f.entries, planes.data(), BestIsa());
+    }
     y.resize(static_cast<size_t>(shape.rows));
     view.indices = indices.data();
     view.scales = scales.data();
@@ -96,6 +102,18 @@ void ApplyF32(benchmark::State& state, Format f, Shape sh, Isa isa) {
   s.Count(state);
 }
 
+// The exact product from the byte-plane split of the float table.
+void ApplySplit(benchmark::State& state, Format f, Shape sh, Isa isa) {
+  if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
+  Setup s(f, sh);
+  for (auto _ : state) {
+    VqApplySplit(s.view, s.lut.data(), s.planes.data(), s.y.data(), 0, sh.rows, isa);
+    benchmark::DoNotOptimize(s.y.data());
+    benchmark::ClobberMemory();
+  }
+  s.Count(state);
+}
+
 void ApplyI8(benchmark::State& state, Format f, Shape sh, Isa isa) {
   if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
   Setup s(f, sh);
@@ -107,15 +125,18 @@ void ApplyI8(benchmark::State& state, Format f, Shape sh, Isa isa) {
   s.Count(state);
 }
 
-// Table building, per input vector: floats, then the int8 copy. Reported
-// per input vector position (bytes: the float table written).
-void BuildLut(benchmark::State& state, Format f, Shape sh, Isa isa, bool quantize) {
+// Table building, per input vector: floats, then (kind) the int8 copy or
+// the byte-plane split. Bytes: the float table's.
+enum class Derived { kNone, kI8, kSplit };
+void BuildLut(benchmark::State& state, Format f, Shape sh, Isa isa, Derived kind) {
   if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
   Setup s(f, sh);
   for (auto _ : state) {
     VqBuildLut(s.book_ptrs.data(), f.stages, f.entries, s.x.data(), sh.cols, s.lut.data(), isa);
-    if (quantize)
+    if (kind == Derived::kI8)
       VqQuantizeLut(s.lut.data(), sh.cols, f.stages, f.entries, f.index_bits, s.qlut.data(), isa);
+    if (kind == Derived::kSplit)
+      VqSplitLut(s.lut.data(), sh.cols, f.stages, f.entries, s.planes.data(), isa);
     benchmark::DoNotOptimize(s.qlut.data());
     benchmark::ClobberMemory();
   }
@@ -133,9 +154,14 @@ void RegisterAll() {
         benchmark::RegisterBenchmark((base + "apply_i8/" + IsaName(isa)).c_str(), ApplyI8, f, sh,
                                      isa);
         benchmark::RegisterBenchmark((base + "lut_f32/" + IsaName(isa)).c_str(), BuildLut, f, sh,
-                                     isa, false);
+                                     isa, Derived::kNone);
         benchmark::RegisterBenchmark((base + "lut_i8/" + IsaName(isa)).c_str(), BuildLut, f, sh,
-                                     isa, true);
+                                     isa, Derived::kI8);
+        if (f.index_bits != 8) continue;
+        benchmark::RegisterBenchmark((base + "apply_split/" + IsaName(isa)).c_str(), ApplySplit, f,
+                                     sh, isa);
+        benchmark::RegisterBenchmark((base + "lut_split/" + IsaName(isa)).c_str(), BuildLut, f,
+                                     sh, isa, Derived::kSplit);
       }
     }
 }

@@ -603,6 +603,80 @@ TEST_P(VqFormats, PoolSplitGivesTheSameRows) {
   }
 }
 
+// ---- the float table split into byte planes ----
+
+TEST_P(VqFormats, SplitLutHoldsEachFloatsBytes) {
+  const VqFormat& f = GetParam();
+  if (f.index_bits != 8) GTEST_SKIP() << "index_bits 8 only";
+  for (int64_t cols : kVqCols) {
+    VqRecord rec(f, 1, cols, 600);
+    Input x(cols, 601);
+    Lut lut(rec, 0, x.data(), Isa::kScalar);
+    const size_t bytes = VqSplitLutBytes(cols, f.stages);
+    ASSERT_EQ(bytes, static_cast<size_t>(cols / 8 * f.stages * 1024));
+    Guarded want(bytes);
+    VqSplitLut(lut.data(), cols, f.stages, f.entries, want.bytes(), Isa::kScalar);
+    for (int64_t t = 0; t < cols / 8 * f.stages; ++t)
+      for (int e = 0; e < 256; ++e) {
+        uint8_t b[4];
+        std::memcpy(b, lut.data() + t * f.entries + e, 4);
+        for (int p = 0; p < 4; ++p)
+          ASSERT_EQ(want.bytes()[(t * 4 + p) * 256 + e], b[p]) << "table " << t << " entry " << e;
+      }
+    for (Isa isa : AvailableIsas()) {
+      Guarded got(bytes);
+      VqSplitLut(lut.data(), cols, f.stages, f.entries, got.bytes(), isa);
+      ASSERT_EQ(std::memcmp(got.bytes(), want.bytes(), bytes), 0) << Name(isa) << " cols " << cols;
+    }
+  }
+}
+
+// VqApplySplit is VqApply, bit for bit, on every path: awkward shapes, row
+// ranges inside index blocks, indices past the entries, non-finite tables.
+TEST_P(VqFormats, SplitApplyIsBitIdenticalToVqApply) {
+  const VqFormat& f = GetParam();
+  if (f.index_bits != 8) GTEST_SKIP() << "index_bits 8 only";
+  uint32_t seed = 610;
+  for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{65}, int64_t{130}, int64_t{200}}) {
+    for (int64_t cols : {int64_t{8}, int64_t{24}, int64_t{136}, int64_t{2304}}) {
+      SCOPED_TRACE(::testing::Message() << f.name << " " << rows << "x" << cols);
+      for (bool wild : {false, true}) {
+        VqRecord rec(f, rows, cols, seed++, wild);
+        Input x(cols, seed++);
+        for (int m = 0; m < format::kMatrices; ++m) {
+          Lut lut(rec, m, x.data(), Isa::kScalar);
+          if (wild) {  // and non-finite entries
+            lut.mem.floats()[1] = std::numeric_limits<float>::quiet_NaN();
+            lut.mem.floats()[f.entries + 2] = -std::numeric_limits<float>::infinity();
+          }
+          Guarded planes(VqSplitLutBytes(cols, f.stages));
+          VqSplitLut(lut.data(), cols, f.stages, f.entries, planes.bytes(), BestIsa());
+          std::vector<float> want(static_cast<size_t>(rows));
+          VqApply(rec.View(m), lut.data(), want.data(), 0, rows, Isa::kScalar);
+          for (Isa isa : AvailableIsas()) {
+            SCOPED_TRACE(Name(isa));
+            Guarded y(static_cast<size_t>(rows) * 4);
+            const int64_t ranges[][2] = {{0, rows}, {0, 0},   {0, 1},   {rows - 1, rows},
+                                         {3, rows - 2}, {17, 50}, {63, 66}, {64, 128},
+                                         {60, 199}};
+            for (const auto& range : ranges) {
+              const int64_t a = std::min(range[0], rows), b = std::max(a, std::min(range[1], rows));
+              std::fill_n(y.floats(), rows, -12345.f);
+              VqApplySplit(rec.View(m), lut.data(), planes.bytes(), y.floats(), a, b, isa);
+              for (int64_t r = 0; r < rows; ++r) {
+                const float w = r >= a && r < b ? want[r] : -12345.f;
+                ASSERT_EQ(std::memcmp(&y.floats()[r], &w, 4), 0)
+                    << "matrix " << m << " range [" << a << ", " << b << ") row " << r << ": "
+                    << y.floats()[r] << " against " << w;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- the quantized (int8) table ----
 
 // A quantized table in a guarded buffer, from a float table.

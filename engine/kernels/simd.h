@@ -39,6 +39,10 @@ void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int 
                    uint8_t* qlut);
 bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
               int64_t row_end);
+// The float table split into byte planes (vq.h); VqApply's bits.
+void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes);
+bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_t row_begin,
+                  int64_t row_end);
 }  // namespace avx512
 
 }  // namespace waste::kernels

@@ -119,7 +119,44 @@ void ApplyQScalar(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t 
   }
 }
 
+void SplitScalar(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes) {
+  const int64_t tables = cols / 8 * stages;
+  for (int64_t i = 0; i < tables; ++i)
+    for (int e = 0; e < 256; ++e) {
+      uint32_t bits;
+      std::memcpy(&bits, lut + i * entries + e, 4);
+      for (int p = 0; p < 4; ++p)
+        planes[(i * 4 + p) * 256 + e] = static_cast<uint8_t>(bits >> (8 * p));
+    }
+}
+
 }  // namespace
+
+size_t VqSplitLutBytes(int64_t cols, int stages) {
+  return static_cast<size_t>(cols / 8) * static_cast<size_t>(stages) * 1024;
+}
+
+void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes,
+                Isa isa) {
+  if (UsableIsa(isa) >= Isa::kAvx512) {
+    avx512::VqSplitLut(lut, cols, stages, entries, planes);
+  } else {
+    SplitScalar(lut, cols, stages, entries, planes);
+  }
+}
+
+bool VqSplitCovers(int index_bits, int index_block, Isa isa) {
+  return UsableIsa(isa) >= Isa::kAvx512 && index_bits == 8 && index_block == 64;
+}
+
+void VqApplySplit(const VqMatrixView& m, const float* lut, const uint8_t* planes, float* y,
+                  int64_t row_begin, int64_t row_end, Isa isa) {
+  if (row_begin >= row_end) return;
+  if (planes && UsableIsa(isa) >= Isa::kAvx512 &&
+      avx512::VqApplySplit(m, planes, y, row_begin, row_end))
+    return;
+  VqApply(m, lut, y, row_begin, row_end, isa);
+}
 
 size_t VqQLutBytes(int64_t cols, int stages, int index_bits) {
   const int64_t nv = cols / 8;

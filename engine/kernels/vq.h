@@ -55,6 +55,35 @@ void VqBuildLut(const float* const* codebooks, int stages, int entries, const fl
 void VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end,
              Isa isa);
 
+// ---- The float table split into byte planes (exact) ----
+//
+// Gathers are VqApply's whole cost with AVX-512 on this machine. Split into
+// four byte planes (byte p of every float of a (v, stage) table, 256 bytes
+// each), the table is looked up 64 rows at a time with byte permutes like
+// the int8 table below, and the floats rebuilt from their bytes are added
+// in VqApply's order: the same bits as VqApply.
+
+// Bytes VqSplitLut writes for `cols` inputs: (cols / 8) * stages * 4 * 256.
+size_t VqSplitLutBytes(int64_t cols, int stages);
+
+// planes[((v * stages + s) * 4 + p) * 256 + e] = byte p (little-endian) of
+// lut[(v * stages + s) * entries + e] for e < 256, reading past `entries`
+// into the next table or the padding exactly as VqApply does for a damaged
+// index. lut: as VqBuildLut made it; index_bits 8 only. The bytes do not
+// depend on `isa`.
+void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes,
+                Isa isa);
+
+// Whether VqApplySplit uses the planes for matrices of this quantization on
+// `isa` (AVX-512, index_bits 8, index_block 64); when not, splitting is
+// wasted work.
+bool VqSplitCovers(int index_bits, int index_block, Isa isa);
+
+// VqApply(m, lut, ...), bit for bit, using `planes` (VqSplitLut of `lut`)
+// where VqSplitCovers and `lut` otherwise (also when `planes` is null).
+void VqApplySplit(const VqMatrixView& m, const float* lut, const uint8_t* planes, float* y,
+                  int64_t row_begin, int64_t row_end, Isa isa);
+
 // ---- The quantized table (an option: not exact) ----
 //
 // The same product from an int8 copy of the table, which AVX-512 VBMI looks

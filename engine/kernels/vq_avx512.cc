@@ -233,18 +233,18 @@ struct Deinterleave {
   uint64_t pair[S][4];
 };
 template <int S>
-constexpr Deinterleave<S> MakeDeinterleave() {
+constexpr Deinterleave<S> MakeDeinterleave(int (*row)(int)) {
   Deinterleave<S> d{};
   for (int s = 0; s < S; ++s)
     for (int lane = 0; lane < 64; ++lane) {
-      const int byte = S * LaneRow(lane) + s;
+      const int byte = S * row(lane) + s;
       d.ctrl[s][lane] = static_cast<uint8_t>(byte % 128);
       d.pair[s][byte / 128] |= uint64_t{1} << lane;
     }
   return d;
 }
 template <int S>
-constexpr Deinterleave<S> kDeinterleave = MakeDeinterleave<S>();
+constexpr Deinterleave<S> kDeinterleave = MakeDeinterleave<S>(&LaneRow);
 
 // Stage s's 64 index bytes, in LaneRow order, from a block's S registers.
 template <int S>
@@ -318,7 +318,7 @@ void FinishBlock(const VqMatrixView& m, float* y, int64_t base, int64_t lo, int6
 // VQ4P: S = 3 bytes for its 4 stages).
 struct QPass {
   const VqMatrixView* m;
-  const uint8_t* qlut;
+  const uint8_t* qlut;  // or the split float table (PlanePassRun)
   float* y;
   int64_t first_block;
   int64_t lo[2], hi[2];  // per block: the rows of it to write
@@ -406,11 +406,118 @@ void QPassRun(const QPass& p) {
     FinishBlock(m, p.y, (p.first_block + b) * kQBlock, p.lo[b], p.hi[b], acc[b]);
 }
 
+
+// ---- VqApply from the float table split into byte planes: exact ----
+//
+// The same sums as GatherPass, in the same order, without gathers: byte p of
+// every float of a (v, stage) table is a 256-byte plane, looked up like the
+// int8 table (two vpermi2b and a blend per plane), and four unpacks rebuild
+// the 64 floats. Lane L of the de-interleaved indices holds row PlaneRow(L),
+// the row that the unpacks put in order: register k of the rebuilt floats
+// holds rows 16k .. 16k + 15.
+
+constexpr int PlaneRow(int lane) { return 16 * ((lane % 16) / 4) + 4 * (lane / 16) + lane % 4; }
+
+template <int S>
+constexpr Deinterleave<S> kPlaneDeinterleave = MakeDeinterleave<S>(&PlaneRow);
+
+// Rows 16k .. 16k + 15 of the floats whose bytes are planes[0..3].
+void Rebuild(const __m512i* planes, __m512* out) {
+  const __m512i lo01 = _mm512_unpacklo_epi8(planes[0], planes[1]);
+  const __m512i hi01 = _mm512_unpackhi_epi8(planes[0], planes[1]);
+  const __m512i lo23 = _mm512_unpacklo_epi8(planes[2], planes[3]);
+  const __m512i hi23 = _mm512_unpackhi_epi8(planes[2], planes[3]);
+  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(lo01, lo23));
+  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(lo01, lo23));
+  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(hi01, hi23));
+  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(hi01, hi23));
+}
+
+template <int S, int N>
+void PlanePassRun(const QPass& p) {
+  const VqMatrixView& m = *p.m;
+  const int64_t nv = m.cols / 8;
+  const uint8_t* idx[N];
+#pragma GCC unroll 2
+  for (int b = 0; b < N; ++b) idx[b] = m.indices + (p.first_block + b) * nv * kQBlock * S;
+  __m512i ctrl[S];
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s) ctrl[s] = _mm512_load_si512(kPlaneDeinterleave<S>.ctrl[s]);
+  __m512 acc[N][4];
+#pragma GCC unroll 2
+  for (int b = 0; b < N; ++b)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) acc[b][k] = _mm512_setzero_ps();
+  for (int64_t v = 0; v < nv; ++v) {
+    __m512i in[N][S];
+#pragma GCC unroll 2
+    for (int b = 0; b < N; ++b)
+#pragma GCC unroll 8
+      for (int j = 0; j < S; ++j) in[b][j] = _mm512_loadu_si512(idx[b] + v * kQBlock * S + 64 * j);
+    const uint8_t* t = p.qlut + v * S * 1024;
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      __m512i e[N];
+      __mmask64 upper[N];
+#pragma GCC unroll 2
+      for (int b = 0; b < N; ++b) {
+        e[b] = Gather<S>(in[b], ctrl[s], kPlaneDeinterleave<S>.pair[s]);
+        upper[b] = _mm512_movepi8_mask(e[b]);
+      }
+      __m512i bytes[N][4];
+#pragma GCC unroll 4
+      for (int pl = 0; pl < 4; ++pl) {
+        const uint8_t* plane = t + (s * 4 + pl) * 256;
+        const __m512i t0 = _mm512_loadu_si512(plane), t1 = _mm512_loadu_si512(plane + 64);
+        const __m512i t2 = _mm512_loadu_si512(plane + 128), t3 = _mm512_loadu_si512(plane + 192);
+#pragma GCC unroll 2
+        for (int b = 0; b < N; ++b)
+          bytes[b][pl] = _mm512_mask_blend_epi8(upper[b], _mm512_permutex2var_epi8(t0, e[b], t1),
+                                                _mm512_permutex2var_epi8(t2, e[b], t3));
+      }
+#pragma GCC unroll 2
+      for (int b = 0; b < N; ++b) {
+        __m512 f[4];
+        Rebuild(bytes[b], f);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) acc[b][k] = _mm512_add_ps(acc[b][k], f[k]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int b = 0; b < N; ++b)
+    FinishBlock(m, p.y, (p.first_block + b) * kQBlock, p.lo[b], p.hi[b], acc[b]);
+}
+
 using QPassFn = void (*)(const QPass&);
 
 template <int S>
 constexpr QPassFn kQPasses[2] = {&QPassRun<S, false, 1>, &QPassRun<S, false, 2>};
 constexpr QPassFn kQPassesPacked[2] = {&QPassRun<3, true, 1>, &QPassRun<3, true, 2>};
+
+template <int S>
+constexpr QPassFn kPlanePasses[2] = {&PlanePassRun<S, 1>, &PlanePassRun<S, 2>};
+
+QPassFn PlanePassFor(const VqMatrixView& m, int blocks) {
+  switch (m.stages) {
+    case 1:
+      return kPlanePasses<1>[blocks - 1];
+    case 2:
+      return kPlanePasses<2>[blocks - 1];
+    case 3:
+      return kPlanePasses<3>[blocks - 1];
+    case 4:
+      return kPlanePasses<4>[blocks - 1];
+    case 5:
+      return kPlanePasses<5>[0];
+    case 6:
+      return kPlanePasses<6>[0];
+    case 7:
+      return kPlanePasses<7>[0];
+    default:
+      return kPlanePasses<8>[0];
+  }
+}
 
 QPassFn QPassFor(const VqMatrixView& m, int blocks) {
   if (m.index_bits == 6) return kQPassesPacked[blocks - 1];
@@ -516,25 +623,68 @@ void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int 
   }
 }
 
+namespace {
+
+// Runs the pass pass_for picks over the 64-row blocks of [row_begin,
+// row_end), up to max_blocks at a time.
+void RunBlocks(const VqMatrixView& m, const uint8_t* table, float* y, int64_t row_begin,
+               int64_t row_end, QPassFn (*pass_for)(const VqMatrixView&, int), int max_blocks) {
+  const int64_t last = (row_end - 1) / kQBlock;
+  for (int64_t b = row_begin / kQBlock; b <= last;) {
+    const int blocks = last - b + 1 < max_blocks ? static_cast<int>(last - b + 1) : max_blocks;
+    QPass p{&m, table, y, b, {}, {}};
+    for (int j = 0; j < blocks; ++j) {
+      const int64_t base = (b + j) * kQBlock;
+      p.lo[j] = (row_begin > base ? row_begin : base) - base;
+      p.hi[j] = (row_end < base + kQBlock ? row_end : base + kQBlock) - base;
+    }
+    pass_for(m, blocks)(p);
+    b += blocks;
+  }
+}
+
+}  // namespace
+
+void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes) {
+  // Byte b of float j goes to byte 16 * b + j: each 16-byte quarter is a plane.
+  alignas(64) static constexpr uint8_t kByPlane[64] = {
+      0, 4, 8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
+      1, 5, 9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61,
+      2, 6, 10, 14, 18, 22, 26, 30, 34, 38, 42, 46, 50, 54, 58, 62,
+      3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63};
+  const __m512i by_plane = _mm512_load_si512(kByPlane);
+  const int64_t tables = cols / 8 * stages;
+  for (int64_t i = 0; i < tables; ++i) {
+    const float* src = lut + i * entries;
+    uint8_t* out = planes + i * 1024;
+    for (int j = 0; j < 16; ++j) {
+      const __m512i q = _mm512_permutexvar_epi8(by_plane, _mm512_loadu_si512(src + 16 * j));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * j), _mm512_castsi512_si128(q));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 256 + 16 * j),
+                       _mm512_extracti32x4_epi32(q, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 512 + 16 * j),
+                       _mm512_extracti32x4_epi32(q, 2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 768 + 16 * j),
+                       _mm512_extracti32x4_epi32(q, 3));
+    }
+  }
+}
+
+bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_t row_begin,
+                  int64_t row_end) {
+  if (m.index_block != kQBlock || m.index_bits != 8 || m.stages < 1 || m.stages > 8) return false;
+  RunBlocks(m, planes, y, row_begin, row_end, &PlanePassFor, m.stages > 4 ? 1 : 2);
+  return true;
+}
+
 bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
               int64_t row_end) {
   if (m.index_block != kQBlock) return false;
   if (m.index_bits == 6 ? m.stages != 4 || m.entries > 64
                         : m.index_bits != 8 || m.stages < 1 || m.stages > 8)
     return false;
-  const int max_blocks = m.index_bits == 8 && m.stages > 4 ? 1 : 2;
-  const int64_t last = (row_end - 1) / kQBlock;
-  for (int64_t b = row_begin / kQBlock; b <= last;) {
-    const int blocks = last - b + 1 < max_blocks ? static_cast<int>(last - b + 1) : max_blocks;
-    QPass p{&m, qlut, y, b, {}, {}};
-    for (int j = 0; j < blocks; ++j) {
-      const int64_t base = (b + j) * kQBlock;
-      p.lo[j] = (row_begin > base ? row_begin : base) - base;
-      p.hi[j] = (row_end < base + kQBlock ? row_end : base + kQBlock) - base;
-    }
-    QPassFor(m, blocks)(p);
-    b += blocks;
-  }
+  RunBlocks(m, qlut, y, row_begin, row_end, &QPassFor,
+            m.index_bits == 8 && m.stages > 4 ? 1 : 2);  // two blocks of 5+ stages spill
   return true;
 }
 

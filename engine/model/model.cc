@@ -520,20 +520,38 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
     for (int s = 0; s < q.stages; ++s) books[s] = ct_.Codebook(base + matrix * q.stages + s).data();
     return books.data();
   };
-  // With the int8 table the float tables are quantized as they are built.
+  // Each float table is then either split into byte planes (the exact
+  // kernel without gathers, where it covers the format) or quantized (the
+  // int8 table, when asked for).
   const bool int8 = opt_.expert_table == kernels::VqTable::kI8;
-  const size_t qlut_gu = int8 ? kernels::VqQLutBytes(hid, q.stages, q.index_bits) : 0;
-  std::vector<uint8_t> qluts(static_cast<size_t>(T) * 2 * qlut_gu),
-      qlut_down(int8 ? kernels::VqQLutBytes(inter, q.stages, q.index_bits) : 0);
+  const bool split = !int8 && kernels::VqSplitCovers(q.index_bits, q.index_block, opt_.isa);
+  const size_t derived_gu_bytes = int8    ? kernels::VqQLutBytes(hid, q.stages, q.index_bits)
+                         : split ? kernels::VqSplitLutBytes(hid, q.stages)
+                                 : 0;
+  std::vector<uint8_t> derived_gu(static_cast<size_t>(T) * 2 * derived_gu_bytes),
+      derived_down(int8    ? kernels::VqQLutBytes(inter, q.stages, q.index_bits)
+                : split ? kernels::VqSplitLutBytes(inter, q.stages)
+                        : 0);
+  auto derive = [&](const float* lut, int64_t cols, uint8_t* table) {
+    if (int8)
+      kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, table, opt_.isa);
+    else if (split)
+      kernels::VqSplitLut(lut, cols, q.stages, q.entries, table, opt_.isa);
+  };
+  auto apply = [&](const kernels::VqMatrixView& v, const float* lut, const uint8_t* derived,
+                   float* y, int64_t a, int64_t b) {
+    if (int8)
+      kernels::VqApplyQ(v, derived, y, a, b, opt_.isa);
+    else
+      kernels::VqApplySplit(v, lut, split ? derived : nullptr, y, a, b, opt_.isa);
+  };
   const auto te = Clock::now();
   for (int t = 0; t < T; ++t) {
     for (int m = 0; m < 2; ++m) {
       float* lut = luts.data() + (2 * t + m) * lut_gu;
       kernels::VqBuildLut(codebooks(m), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
                           lut, opt_.isa);
-      if (int8)
-        kernels::VqQuantizeLut(lut, hid, q.stages, q.entries, q.index_bits,
-                               qluts.data() + (2 * t + m) * qlut_gu, opt_.isa);
+      derive(lut, hid, derived_gu.data() + (2 * t + m) * derived_gu_bytes);
     }
   }
   std::vector<float> per_slot(static_cast<size_t>(T) * k * hid, 0.f);  // [t][j][hidden]
@@ -565,31 +583,20 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
     for (const auto& [t, j] : who) {
       const float* lg = luts.data() + (2 * t) * lut_gu;
       const float* lu = luts.data() + (2 * t + 1) * lut_gu;
-      const uint8_t* qg = qluts.data() + (2 * t) * qlut_gu;
-      const uint8_t* qu = qluts.data() + (2 * t + 1) * qlut_gu;
-      // Grain 64: the int8 kernel works on whole 64-row index blocks.
+      const uint8_t* qg = derived_gu.data() + (2 * t) * derived_gu_bytes;
+      const uint8_t* qu = derived_gu.data() + (2 * t + 1) * derived_gu_bytes;
+      // Grain 64: the byte-permute kernels work on whole 64-row index blocks.
       pool_.ParallelFor(inter, 64, [&](int64_t a, int64_t b) {
-        if (int8) {
-          kernels::VqApplyQ(vg, qg, g.data(), a, b, opt_.isa);
-          kernels::VqApplyQ(vu, qu, u.data(), a, b, opt_.isa);
-        } else {
-          kernels::VqApply(vg, lg, g.data(), a, b, opt_.isa);
-          kernels::VqApply(vu, lu, u.data(), a, b, opt_.isa);
-        }
+        apply(vg, lg, qg, g.data(), a, b);
+        apply(vu, lu, qu, u.data(), a, b);
       });
       for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
       kernels::VqBuildLut(codebooks(2), q.stages, q.entries, g.data(), inter, lut_down.data(),
                           opt_.isa);
-      if (int8)
-        kernels::VqQuantizeLut(lut_down.data(), inter, q.stages, q.entries, q.index_bits,
-                               qlut_down.data(), opt_.isa);
+      derive(lut_down.data(), inter, derived_down.data());
       float* dst = per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
       pool_.ParallelFor(hid, 64, [&](int64_t a, int64_t b) {
-        if (int8) {
-          kernels::VqApplyQ(vd, qlut_down.data(), dst, a, b, opt_.isa);
-        } else {
-          kernels::VqApply(vd, lut_down.data(), dst, a, b, opt_.isa);
-        }
+        apply(vd, lut_down.data(), derived_down.data(), dst, a, b);
       });
     }
     experts_->Release(L, e);
