@@ -585,8 +585,10 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       const float* lu = luts.data() + (2 * t + 1) * lut_gu;
       const uint8_t* qg = derived_gu.data() + (2 * t) * derived_gu_bytes;
       const uint8_t* qu = derived_gu.data() + (2 * t + 1) * derived_gu_bytes;
-      // Grain 64: the byte-permute kernels work on whole 64-row index blocks.
-      pool_.ParallelFor(inter, 64, [&](int64_t a, int64_t b) {
+      // The byte-permute kernels work on whole 64-row index blocks, and the
+      // split table's on up to four per pass (gate/up's table is read from
+      // L2 once per pass): grain 256 here, 64 for down's wider matrix.
+      pool_.ParallelFor(inter, 256, [&](int64_t a, int64_t b) {
         apply(vg, lg, qg, g.data(), a, b);
         apply(vu, lu, qu, u.data(), a, b);
       });
