@@ -514,7 +514,6 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   // which all its experts share: their lookup tables are built once per token.
   const size_t lut_gu = kernels::VqLutFloats(hid, q.stages, q.entries);
   const size_t lut_d = kernels::VqLutFloats(inter, q.stages, q.entries);
-  std::vector<float> luts(static_cast<size_t>(T) * 2 * lut_gu), lut_down(lut_d);
   std::vector<const float*> books(q.stages);
   auto codebooks = [&](int matrix) {
     for (int s = 0; s < q.stages; ++s) books[s] = ct_.Codebook(base + matrix * q.stages + s).data();
@@ -532,6 +531,11 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       derived_down(int8    ? kernels::VqQLutBytes(inter, q.stages, q.index_bits)
                 : split ? kernels::VqSplitLutBytes(inter, q.stages)
                         : 0);
+  // The products read only the derived tables when there are any, so then
+  // one token's float tables are scratch (a 32-token chunk's would be 56 MiB
+  // at the 48B shapes, freshly faulted in on every call).
+  const bool keep_float = !int8 && !split;
+  std::vector<float> luts(static_cast<size_t>(keep_float ? T : 1) * 2 * lut_gu), lut_down(lut_d);
   auto derive = [&](const float* lut, int64_t cols, uint8_t* table) {
     if (int8)
       kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, table, opt_.isa);
@@ -548,7 +552,7 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   const auto te = Clock::now();
   for (int t = 0; t < T; ++t) {
     for (int m = 0; m < 2; ++m) {
-      float* lut = luts.data() + (2 * t + m) * lut_gu;
+      float* lut = luts.data() + (keep_float ? 2 * t + m : m) * lut_gu;
       kernels::VqBuildLut(codebooks(m), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
                           lut, opt_.isa);
       derive(lut, hid, derived_gu.data() + (2 * t + m) * derived_gu_bytes);
@@ -581,8 +585,8 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
     };
     const kernels::VqMatrixView vg = view(0), vu = view(1), vd = view(2);
     for (const auto& [t, j] : who) {
-      const float* lg = luts.data() + (2 * t) * lut_gu;
-      const float* lu = luts.data() + (2 * t + 1) * lut_gu;
+      const float* lg = keep_float ? luts.data() + (2 * t) * lut_gu : nullptr;
+      const float* lu = keep_float ? luts.data() + (2 * t + 1) * lut_gu : nullptr;
       const uint8_t* qg = derived_gu.data() + (2 * t) * derived_gu_bytes;
       const uint8_t* qu = derived_gu.data() + (2 * t + 1) * derived_gu_bytes;
       // The byte-permute kernels work on whole 64-row index blocks, and the
