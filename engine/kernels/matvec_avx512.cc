@@ -179,6 +179,58 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
     y[r] = RowGrouped<kFmt>(w.payload + r * row_bytes, scales + 2 * r * groups, x, w.cols, w.group);
 }
 
+// Q4G in groups of 128 (the trunk's usual shape), a different way round: a
+// group is one 64-byte load, and dword lane i holds weights 8i..8i+7, one
+// per nibble. vpermps reads only an index's low 4 bits, so shifting the
+// group right by 4s and looking it up in a register of the 16 values
+// (n - 8) gives weights 8i + s of every lane as floats: a shift, a permute
+// and an FMA per 16 weights, with no widening. The input is visited in the
+// same order, transposed once per call into xt.
+constexpr int64_t kMaxTransposed = 16384;  // columns; wider rows take RowsGrouped
+
+void RowsQ4G128(const MatrixView& w, const float* x, float* y, int64_t row_begin,
+                int64_t row_end) {
+  const int64_t groups = w.cols / 128;
+  alignas(64) float xt[kMaxTransposed];  // [groups][8 (s)][16 (i)] = x[128g + 8i + s]
+  for (int64_t g = 0; g < groups; ++g)
+    for (int s = 0; s < 8; ++s)
+      for (int i = 0; i < 16; ++i) xt[g * 128 + s * 16 + i] = x[g * 128 + 8 * i + s];
+  const __m512 values =
+      _mm512_setr_ps(-8.f, -7.f, -6.f, -5.f, -4.f, -3.f, -2.f, -1.f, 0.f, 1.f, 2.f, 3.f, 4.f, 5.f,
+                     6.f, 7.f);
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = w.payload + r * groups * 64;
+    const uint8_t* row_scales = scales + 2 * r * groups;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m512i q = _mm512_loadu_si512(row + g * 64);
+      const float* xg = xt + g * 128;
+      // Four sums of two nibble positions each: short dependency chains.
+      __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(q, values), _mm512_load_ps(xg));
+      __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), values),
+                                _mm512_load_ps(xg + 16));
+      __m512 s2 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 8), values),
+                                _mm512_load_ps(xg + 32));
+      __m512 s3 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 12), values),
+                                _mm512_load_ps(xg + 48));
+      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 16), values),
+                           _mm512_load_ps(xg + 64), s0);
+      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 20), values),
+                           _mm512_load_ps(xg + 80), s1);
+      s2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 24), values),
+                           _mm512_load_ps(xg + 96), s2);
+      s3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 28), values),
+                           _mm512_load_ps(xg + 112), s3);
+      uint16_t h;
+      std::memcpy(&h, row_scales + 2 * g, sizeof h);
+      acc = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)),
+                            _mm512_set1_ps(_cvtsh_ss(h)), acc);
+    }
+    y[r] = _mm512_reduce_add_ps(acc);
+  }
+}
+
 }  // namespace
 
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
@@ -196,7 +248,10 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
     case Fmt::kQ3G:
       if (w.group <= 0 || w.group % 16 != 0) return false;
       if (w.fmt == Fmt::kQ8G) RowsGrouped<Fmt::kQ8G>(w, x, y, row_begin, row_end);
-      if (w.fmt == Fmt::kQ4G) RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
+      if (w.fmt == Fmt::kQ4G && w.group == 128 && w.cols % 128 == 0 && w.cols <= kMaxTransposed)
+        RowsQ4G128(w, x, y, row_begin, row_end);
+      else if (w.fmt == Fmt::kQ4G)
+        RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
       if (w.fmt == Fmt::kQ3G) RowsGrouped<Fmt::kQ3G>(w, x, y, row_begin, row_end);
       return true;
     default:
