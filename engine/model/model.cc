@@ -339,19 +339,27 @@ void Model::Kda(int L, Session& s, const float* h, float* out) {
         decay[i] = std::exp(-a * Softplus(fg[hd * D + i] + l.dt_bias[hd * D + i]));
       const float b = Sigmoid(beta[hd]);
       float* Sh = S + hd * D * D;  // [k][v]
-      // S <- diag(decay) S;  u = S^T k;  S += k (b (v - u))^T;  o = S^T q
-      for (int i = 0; i < D; ++i)
-        for (int j = 0; j < D; ++j) Sh[i * D + j] *= decay[i];
-      std::fill(u.begin(), u.end(), 0.f);
-      for (int i = 0; i < D; ++i)
-        for (int j = 0; j < D; ++j) u[j] += k[i] * Sh[i * D + j];
-      for (int j = 0; j < D; ++j) u[j] = b * (v[j] - u[j]);
-      for (int i = 0; i < D; ++i)
-        for (int j = 0; j < D; ++j) Sh[i * D + j] += k[i] * u[j];
+      // S <- diag(decay) S;  u = S^T k;  S += k (b (v - u))^T;  o = S^T q.
+      // Two passes over S instead of four: each row is decayed and read for
+      // u, then updated and read for o; every sum runs in the same order.
       float* oh = o.data() + hd * D;
+      std::fill(u.begin(), u.end(), 0.f);
+      for (int i = 0; i < D; ++i) {
+        float* row = Sh + i * D;
+        for (int j = 0; j < D; ++j) {
+          row[j] *= decay[i];
+          u[j] += k[i] * row[j];
+        }
+      }
+      for (int j = 0; j < D; ++j) u[j] = b * (v[j] - u[j]);
       std::fill(oh, oh + D, 0.f);
-      for (int i = 0; i < D; ++i)
-        for (int j = 0; j < D; ++j) oh[j] += q[i] * Sh[i * D + j];
+      for (int i = 0; i < D; ++i) {
+        float* row = Sh + i * D;
+        for (int j = 0; j < D; ++j) {
+          row[j] += k[i] * u[j];
+          oh[j] += q[i] * row[j];
+        }
+      }
       // Gated output norm, per head.
       RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
       for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate[hd * D + j]);
