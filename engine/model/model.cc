@@ -522,11 +522,9 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   // which all its experts share: their lookup tables are built once per token.
   const size_t lut_gu = kernels::VqLutFloats(hid, q.stages, q.entries);
   const size_t lut_d = kernels::VqLutFloats(inter, q.stages, q.entries);
-  std::vector<const float*> books(q.stages);
-  auto codebooks = [&](int matrix) {
-    for (int s = 0; s < q.stages; ++s) books[s] = ct_.Codebook(base + matrix * q.stages + s).data();
-    return books.data();
-  };
+  std::vector<const float*> books(static_cast<size_t>(3 * q.stages));  // [matrix][stage]
+  for (int i = 0; i < 3 * q.stages; ++i) books[i] = ct_.Codebook(base + i).data();
+  auto codebooks = [&](int matrix) { return books.data() + matrix * q.stages; };
   // Each float table is then either split into byte planes (the exact
   // kernel without gathers, where it covers the format) or quantized (the
   // int8 table, when asked for).
@@ -540,10 +538,10 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
                 : split ? kernels::VqSplitLutBytes(inter, q.stages)
                         : 0);
   // The products read only the derived tables when there are any, so then
-  // one token's float tables are scratch (a 32-token chunk's would be 56 MiB
-  // at the 48B shapes, freshly faulted in on every call).
+  // the float tables are scratch (a 32-token chunk's would be 56 MiB at the
+  // 48B shapes, freshly faulted in on every call).
   const bool keep_float = !int8 && !split;
-  std::vector<float> luts(static_cast<size_t>(keep_float ? T : 1) * 2 * lut_gu), lut_down(lut_d);
+  std::vector<float> luts(keep_float ? static_cast<size_t>(T) * 2 * lut_gu : 0), lut_down(lut_d);
   auto derive = [&](const float* lut, int64_t cols, uint8_t* table) {
     if (int8)
       kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, table, opt_.isa);
@@ -558,14 +556,20 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       kernels::VqApplySplit(v, lut, split ? derived : nullptr, y, a, b, opt_.isa);
   };
   const auto te = Clock::now();
-  for (int t = 0; t < T; ++t) {
-    for (int m = 0; m < 2; ++m) {
-      float* lut = luts.data() + (keep_float ? 2 * t + m : m) * lut_gu;
-      kernels::VqBuildLut(codebooks(m), q.stages, q.entries, h + static_cast<size_t>(t) * hid, hid,
-                          lut, opt_.isa);
-      derive(lut, hid, derived_gu.data() + (2 * t + m) * derived_gu_bytes);
+  // Every token's gate and up tables are independent, so the pool builds
+  // them (each wholly one thread's: the split cannot change a bit); a float
+  // table that is only scratch is the chunk's own.
+  pool_.ParallelFor(2 * T, 1, [&](int64_t i0, int64_t i1) {
+    std::unique_ptr<float[]> scratch;
+    if (!keep_float) scratch = std::make_unique_for_overwrite<float[]>(lut_gu);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / 2;
+      float* lut = keep_float ? luts.data() + i * lut_gu : scratch.get();
+      kernels::VqBuildLut(codebooks(static_cast<int>(i % 2)), q.stages, q.entries, h + t * hid,
+                          hid, lut, opt_.isa);
+      derive(lut, hid, derived_gu.data() + i * derived_gu_bytes);
     }
-  }
+  });
   std::vector<float> per_slot(static_cast<size_t>(T) * k * hid, 0.f);  // [t][j][hidden]
   std::vector<float> g(inter), u(inter);
   double wait = 0;
