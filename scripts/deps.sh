@@ -16,6 +16,8 @@ packages=(
   liburing-dev               # the daemon's read path
   libpcre2-dev               # the tokenizer's pre-token regex (Unicode properties)
   help2man                   # man pages from each program's --help, at build time
+  groff-base                 # tests: the man pages render without warnings
+  systemd                    # tests: systemd-analyze verify and security on the units (nothing is started)
   strace                     # tests: wasted's system calls against its unit's seccomp filter
 )
 
