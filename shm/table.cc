@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -59,6 +60,7 @@ Result<SlotTable> SlotTable::Init(uint8_t* mem, uint64_t size, uint32_t layers, 
   h->layers = layers;
   h->experts = experts;
   h->slots = slots;
+  h->pins_per_client = kPinsPerClient;
   h->record_bytes = record_bytes;
   h->slot_stride = slot_stride;
   h->epoch.store(0);
@@ -89,17 +91,21 @@ Result<SlotTable> SlotTable::Attach(uint8_t* mem, uint64_t size, uint32_t layers
   return SlotTable(mem);
 }
 
+uint32_t SlotTable::pins_per_client() const {
+  const uint32_t n = header_->pins_per_client;
+  return n == 0 || n > kPinsPerClient ? kPinsPerClient : n;
+}
+
 void SlotTable::Announce() const {
   header_->epoch.fetch_add(1, std::memory_order_seq_cst);
   FutexWakeAll(&header_->epoch);
 }
 
-PinSet::PinSet(PinPage* page) : page_(page) {
-  free_.reserve(kPinsPerClient);
-  for (uint32_t i = kPinsPerClient; i-- > 0;) {
-    page_->pins[i].store(0, std::memory_order_relaxed);
-    free_.push_back(i);
-  }
+PinSet::PinSet(PinPage* page, uint32_t capacity)
+    : page_(page), capacity_(capacity == 0 || capacity > kPinsPerClient ? kPinsPerClient : capacity) {
+  for (uint32_t i = 0; i < kPinsPerClient; ++i) page_->pins[i].store(0, std::memory_order_relaxed);
+  free_.reserve(capacity_);
+  for (uint32_t i = capacity_; i-- > 0;) free_.push_back(i);
 }
 
 bool PinSet::Add(uint32_t slot) {
@@ -113,7 +119,7 @@ bool PinSet::Add(uint32_t slot) {
 
 void PinSet::Remove(uint32_t slot) {
   // A linear scan of one page: a forward pass holds a pin or two at a time.
-  for (uint32_t i = 0; i < kPinsPerClient; ++i) {
+  for (uint32_t i = 0; i < capacity_; ++i) {
     if (page_->pins[i].load(std::memory_order_relaxed) == slot + 1) {
       page_->pins[i].store(0, std::memory_order_release);
       free_.push_back(i);
@@ -145,7 +151,7 @@ PinAttempt TryPin(const SlotTable& t, PinSet& pins, int layer, int expert) {
       }
       case SlotState::kReady:
         if (!pins.Add(s)) return {PinAttempt::kNoRoom, s, w};
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        // The pin's store and this load are both seq_cst (shm/table.h).
         if (e.word.load(std::memory_order_seq_cst) == w &&
             e.key.load(std::memory_order_acquire) == key)
           return {PinAttempt::kPinned, s, w};
@@ -156,19 +162,21 @@ PinAttempt TryPin(const SlotTable& t, PinSet& pins, int layer, int expert) {
   return {PinAttempt::kAbsent};
 }
 
-void CollectPins(std::span<const PinPage* const> pages, uint32_t slots,
+void CollectPins(std::span<const PinPage* const> pages, uint32_t per_page, uint32_t slots,
                  std::vector<uint16_t>* pinned) {
   pinned->assign(slots, 0);
+  per_page = std::min(per_page, kPinsPerClient);
   for (const PinPage* p : pages)
-    for (uint32_t i = 0; i < kPinsPerClient; ++i) {
+    for (uint32_t i = 0; i < per_page; ++i) {
       const uint32_t v = p->pins[i].load(std::memory_order_acquire);
       if (v != 0 && v <= slots && (*pinned)[v - 1] < 0xffff) ++(*pinned)[v - 1];
     }
 }
 
-bool AnyPins(std::span<const PinPage* const> pages, uint32_t slot) {
+bool AnyPins(std::span<const PinPage* const> pages, uint32_t per_page, uint32_t slot) {
+  per_page = std::min(per_page, kPinsPerClient);
   for (const PinPage* p : pages)
-    for (uint32_t i = 0; i < kPinsPerClient; ++i)
+    for (uint32_t i = 0; i < per_page; ++i)
       if (p->pins[i].load(std::memory_order_seq_cst) == slot + 1) return true;
   return false;
 }
@@ -186,8 +194,8 @@ bool Retire(const SlotTable& t, uint32_t slot, std::span<const PinPage* const> p
   // the index may already send the key to another slot (a retried read).
   if (entry && entry->load(std::memory_order_relaxed) != slot) entry = nullptr;
   if (entry) entry->store(kNoSlot, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (AnyPins(pages, slot)) {
+  // The stores above and AnyPins' loads are seq_cst (shm/table.h).
+  if (AnyPins(pages, t.pins_per_client(), slot)) {
     // A client pinned it before seeing the change: the bytes are untouched,
     // so the old word (same generation) is still true.
     if (entry) entry->store(slot, std::memory_order_seq_cst);

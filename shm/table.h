@@ -16,11 +16,13 @@
 // client's page, and it treats every word of a page as untrusted.
 //
 // Pinning, the client's side (TryPin), and retiring, the daemon's side
-// (Retire), form a store-fence-load handshake: the client stores its pin and
-// then re-reads the state word; the daemon stores the new state word and then
-// re-reads the pins. With both fences sequentially consistent at least one of
-// them sees the other's store, so either the client backs off or the daemon
-// keeps the slot: a pinned slot is never overwritten (invariant 3).
+// (Retire), form a store-load handshake: the client stores its pin and then
+// re-reads the state word; the daemon stores the new state word and then
+// re-reads the pins. All four are sequentially consistent operations, so
+// they fall in one total order and at least one side sees the other's store
+// (no fences needed, and none used: ThreadSanitizer does not model them):
+// either the client backs off or the daemon keeps the slot, and a pinned
+// slot is never overwritten (invariant 3).
 #pragma once
 
 #include <atomic>
@@ -69,7 +71,11 @@ struct alignas(64) TableHeader {
   uint32_t layers;   // index rows (every layer, MoE or not)
   uint32_t experts;  // index columns
   uint32_t slots;
-  uint32_t reserved;
+  // How many entries of a pin page the daemon honours: the first ones. A
+  // client never pins more at once; a pin written beyond them protects
+  // nothing (the per-client cap on pins, so that no client can hold the
+  // whole cache). Read through SlotTable::pins_per_client().
+  uint32_t pins_per_client;
   uint64_t record_bytes;  // one expert record
   uint64_t slot_stride;   // slot s starts at cache + s * slot_stride (4 KiB multiple)
   // Bumped and woken whenever an index entry or a slot's state changes, so a
@@ -105,6 +111,7 @@ class SlotTable {
   SlotTable() = default;
   TableHeader& header() const { return *header_; }
   uint32_t slots() const { return header_->slots; }
+  uint32_t pins_per_client() const;  // 1..kPinsPerClient
   SlotEntry& slot(uint32_t s) const { return slots_[s]; }
   // Callers check layer < layers and expert < experts.
   std::atomic<uint32_t>& index(int layer, int expert) const {
@@ -135,8 +142,10 @@ constexpr uint32_t kPinsPerClient = 1022;
 // the thread that runs the forward pass.
 class PinSet {
  public:
-  explicit PinSet(PinPage* page);
-  // Records a pin on `slot`; false when every entry is taken.
+  // Uses the first `capacity` entries of the page (the table's
+  // pins_per_client) and clears the whole page.
+  explicit PinSet(PinPage* page, uint32_t capacity = kPinsPerClient);
+  // Records a pin on `slot`; false when every usable entry is taken.
   bool Add(uint32_t slot);
   // Drops one pin on `slot` (the most recent one).
   void Remove(uint32_t slot);
@@ -144,6 +153,7 @@ class PinSet {
 
  private:
   PinPage* page_;
+  uint32_t capacity_;
   std::vector<uint32_t> free_;  // entry indices not in use
   uint32_t held_ = 0;
 };
@@ -167,16 +177,18 @@ struct PinAttempt {
 // the slot changes under it, so kAbsent and kLoading are real states.
 PinAttempt TryPin(const SlotTable& t, PinSet& pins, int layer, int expert);
 
-// The daemon's side: which slots any of `pages` pins. Out-of-range words in a
-// page are ignored; `pinned` is resized to the slot count and counts pins.
-void CollectPins(std::span<const PinPage* const> pages, uint32_t slots,
+// The daemon's side: which slots any of `pages` pins in its first `per_page`
+// entries. Out-of-range words in a page are ignored; `pinned` is resized to
+// the slot count and counts pins.
+void CollectPins(std::span<const PinPage* const> pages, uint32_t per_page, uint32_t slots,
                  std::vector<uint16_t>* pinned);
-// Whether any page pins `slot`.
-bool AnyPins(std::span<const PinPage* const> pages, uint32_t slot);
+// Whether any page pins `slot` in its first `per_page` entries.
+bool AnyPins(std::span<const PinPage* const> pages, uint32_t per_page, uint32_t slot);
 
 // Takes a ready or failed slot out of service so it can be reused (daemon):
-// clears its index entry and marks it empty, then checks the pin pages; if a
-// pin raced in, puts everything back and returns false.
+// clears its index entry and marks it empty, then checks the pin pages (the
+// first pins_per_client entries of each); if a pin raced in, puts everything
+// back and returns false.
 bool Retire(const SlotTable& t, uint32_t slot, std::span<const PinPage* const> pages);
 
 // futex(2) on a word in shared memory, across processes. Wait returns when

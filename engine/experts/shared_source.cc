@@ -55,7 +55,7 @@ SharedExpertSource::SharedExpertSource(SharedCacheView view, std::vector<bool> h
           std::min<int64_t>(std::max(experts, 0), int64_t{view_.table.header().experts}))),
       sink_(sink),
       give_up_seconds_(give_up_seconds),
-      pinset_(view_.pins) {}
+      pinset_(view_.pins, view_.table.pins_per_client()) {}
 
 SharedExpertSource::~SharedExpertSource() {
   std::lock_guard<std::mutex> lock(mu_);
