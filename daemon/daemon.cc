@@ -248,9 +248,16 @@ Status Daemon::BuildCache() {
   auto table = shm::SlotTable::Init(table_map_.data(), table_map_.size(), layers, experts,
                                     static_cast<uint32_t>(slots), ct_->record_bytes(), stride);
   if (!table.ok()) return table.status();
+  // Written before any client can attach; clients read it from the header.
+  const uint32_t pins_cap =
+      opt_.max_pins_per_client
+          ? opt_.max_pins_per_client
+          : std::max<uint32_t>(static_cast<uint32_t>(c.top_k), static_cast<uint32_t>(slots / 4));
+  table->header().pins_per_client = std::clamp<uint32_t>(pins_cap, 1, shm::kPinsPerClient);
   std::vector<bool> has_bank(layers);
   for (uint32_t L = 0; L < layers; ++L) has_bank[L] = ct_->manifest().Bank(static_cast<int>(L));
-  cache_ = std::make_unique<SlotCache>(*table, has_bank, ct_->record_bytes(), opt_.policy);
+  cache_ = std::make_unique<SlotCache>(*table, has_bank, ct_->record_bytes(), opt_.policy,
+                                       opt_.max_queued_per_client);
 
   // Clients get descriptors that cannot be mapped writable.
   for (auto [seg_ptr, out] : {std::pair{&trunk_seg_, &trunk_ro_}, std::pair{&cache_seg_, &cache_ro_},
@@ -275,9 +282,11 @@ Status Daemon::BuildCache() {
   served_.trunk_bytes = trunk_seg_.size();
   served_.cache_bytes = cache_seg_.size();
   served_.table_bytes = table_seg_.size();
-  spdlog::info("cache: {} slots of {} ({} of {} records, {:.0f}%), {}, populated in {:.0f} ms",
+  spdlog::info("cache: {} slots of {} ({} of {} records, {:.0f}%), {}, populated in {:.0f} ms; "
+               "per client at most {} pins and {} reads queued",
                slots, FormatSize(stride), slots, AllRecords(*ct_), 100.0 * slots / AllRecords(*ct_),
-               shm::PageKindName(cache_seg_.page_kind()), MsSince(t));
+               shm::PageKindName(cache_seg_.page_kind()), MsSince(t),
+               table->pins_per_client(), opt_.max_queued_per_client);
   return Status::Ok();
 }
 
@@ -378,7 +387,15 @@ void Daemon::RemoveClient(uint32_t id) {
 }
 
 void Daemon::Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) {
-  Post([this, id, layer, e = std::move(experts), kind] { cache_->Hint(id, layer, e, kind); });
+  Post([this, id, layer, e = std::move(experts), kind] {
+    if (cache_->Hint(id, layer, e, kind) == 0) return;
+    auto it = clients_.find(id);
+    if (it == clients_.end() || it->second.cap_logged) return;
+    it->second.cap_logged = true;  // once per client, not once per hint
+    spdlog::warn("client {} (pid {}): {} reads queued, its cap; hints beyond it are dropped "
+                 "until its reads start",
+                 id, it->second.record.pid, opt_.max_queued_per_client);
+  });
 }
 
 void Daemon::GetStatus(std::function<void(StatusSnapshot)> reply) {
@@ -605,8 +622,15 @@ void Daemon::LoadUses() {
 
 void Daemon::SaveUses() const {
   if (opt_.state_dir.empty()) return;
+  // The state is the daemon's alone (which experts its clients used says
+  // something about what they asked): a directory it creates is 0700, its
+  // files 0600.
   std::error_code ec;
-  std::filesystem::create_directories(opt_.state_dir, ec);
+  if (!std::filesystem::exists(opt_.state_dir, ec)) {
+    std::filesystem::create_directories(opt_.state_dir, ec);
+    std::filesystem::permissions(opt_.state_dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+  }
   const std::string path = UsesPath();
   nlohmann::json j;
   j["container"] = ct_->dir();
@@ -617,10 +641,18 @@ void Daemon::SaveUses() const {
   j["hits"] = cache_->hits();
   const std::string tmp = path + ".tmp";
   {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump() << "\n";
-    if (!f) {
-      spdlog::warn("could not save use counts to {}", path);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const std::string text = j.dump() + "\n";
+    bool ok = fd >= 0 && fchmod(fd, 0600) == 0;  // an old file keeps its mode otherwise
+    for (size_t done = 0; ok && done < text.size();) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) done += static_cast<size_t>(n);
+    }
+    if (fd >= 0 && close(fd) != 0) ok = false;
+    if (!ok) {
+      spdlog::warn("could not save use counts to {}: {}", path, std::strerror(errno));
       return;
     }
   }

@@ -60,6 +60,11 @@ struct DaemonOptions {
   // reports a changed file as needing a restart.
   std::string log_level = "info";
   std::string log_file;  // empty: stderr in the foreground, else syslog
+  // Per-client caps, so that one client asking for everything cannot starve
+  // the others: pins held at once (0: the larger of top-k and a quarter of
+  // the slots) and reads queued (hints beyond it are dropped).
+  uint32_t max_pins_per_client = 0;
+  uint32_t max_queued_per_client = kMaxQueuedPerClient;
 };
 
 // The settings as `name value` pairs, named as the flags, in the order of
@@ -116,6 +121,7 @@ class Daemon final : public LoopApi {
   struct LiveClient {
     ClientRecord record;
     std::chrono::steady_clock::time_point since;
+    bool cap_logged = false;  // its hints went over the cap on queued reads
   };
 
   explicit Daemon(const DaemonOptions& opt) : opt_(opt) {}

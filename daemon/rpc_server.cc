@@ -308,9 +308,9 @@ class DaemonServer final : public proto::Daemon::Server {
     auto p = ctx.getParams();
     RpcServer::Impl::CheckVersion(p.getVersion());
     const int layer = p.getLayer();
-    if (layer >= static_cast<int>(s_->model.layers))
+    if (layer < -1 || layer >= static_cast<int>(s_->model.layers))
       Refuse("layer " + std::to_string(layer) + " does not exist (the model has " +
-             std::to_string(s_->model.layers) + " layers)");
+             std::to_string(s_->model.layers) + " layers; -1 means all)");
     return Ask([this, layer](auto reply) { s_->loop->Drop(layer, std::move(reply)); })
         .then([ctx](uint32_t n) mutable { ctx.getResults().setDropped(n); });
   }

@@ -8,18 +8,19 @@ namespace waste::daemon {
 using shm::SlotState;
 
 SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
-                     Policy policy)
+                     Policy policy, uint32_t max_queued_per_client)
     : t_(table),
       has_bank_(std::move(has_bank)),
       record_bytes_(record_bytes),
       policy_(policy),
+      max_queued_(std::max<uint32_t>(max_queued_per_client, 1)),
       experts_(table.header().experts),
       meta_(table.slots()),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
       hits_(uses_.size(), 0) {}
 
 void SlotCache::AddClient(uint32_t id, const shm::PinPage* page) {
-  clients_[id] = Client{page, 0, {}, {}};
+  clients_[id] = Client{page, 0, {}, {}, 0};
 }
 
 void SlotCache::RemoveClient(uint32_t id) {
@@ -43,10 +44,11 @@ void SlotCache::Touch(uint32_t slot, uint32_t client, uint64_t stamp) {
   m.awaited_stamp = stamp;
 }
 
-void SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> experts,
-                     HintKind kind) {
+uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> experts,
+                         HintKind kind) {
   auto cit = clients_.find(client);
-  if (cit == clients_.end()) return;  // detached while the hint was in the mailbox
+  if (cit == clients_.end()) return 0;  // detached while the hint was in the mailbox
+  uint32_t capped = 0;
   Client& cl = cit->second;
   uint64_t stamp;
   const uint64_t pass = cl.progress >> 16, now_layer = cl.progress & 0xffff;
@@ -118,19 +120,56 @@ void SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> exper
       shm::Retire(t_, s, Pages());
       t_.Announce();
     }
+    if (cl.counters.queued >= max_queued_ && !queued_.count(key)) {
+      ++capped;
+      ++cl.counters.capped;
+      ++c_.capped;
+      continue;
+    }
     Enqueue({key, client, stamp}, kind);
   }
+  return capped;
+}
+
+void SlotCache::Dequeued(const Pending& p) {
+  if (auto it = clients_.find(p.client); it != clients_.end() && it->second.counters.queued > 0)
+    --it->second.counters.queued;
+}
+
+size_t SlotCache::Fairest(const std::deque<Pending>& q) const {
+  size_t best = 0;
+  uint64_t best_served = UINT64_MAX;
+  uint32_t best_client = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    if (i > 0 && q[i].client == best_client) continue;  // its oldest is already the candidate
+    auto it = clients_.find(q[i].client);
+    const uint64_t served = it == clients_.end() ? 0 : it->second.served;
+    if (served < best_served) {
+      best = i;
+      best_served = served;
+      best_client = q[i].client;
+      if (served == 0) break;  // never served (or gone): nobody comes before it
+    }
+  }
+  return best;
 }
 
 void SlotCache::Enqueue(const Pending& p, HintKind kind) {
   if (auto it = queued_.find(p.key); it != queued_.end()) {
     if (static_cast<int>(kind) >= static_cast<int>(it->second)) return;  // merged
     auto& q = queue_[static_cast<int>(it->second)];
-    q.erase(std::remove_if(q.begin(), q.end(), [&](const Pending& x) { return x.key == p.key; }),
-            q.end());
+    for (auto x = q.begin(); x != q.end();) {
+      if (x->key == p.key) {
+        Dequeued(*x);
+        x = q.erase(x);
+      } else {
+        ++x;
+      }
+    }
   }
   queued_[p.key] = kind;
   queue_[static_cast<int>(kind)].push_back(p);
+  if (auto it = clients_.find(p.client); it != clients_.end()) ++it->second.counters.queued;
 }
 
 bool SlotCache::Stale(const Pending& p) const {
@@ -152,7 +191,7 @@ void SlotCache::Forget(uint32_t slot) {
 uint32_t SlotCache::TakeVictim(bool empty_only) {
   const std::vector<const shm::PinPage*> pages = Pages();
   std::vector<uint16_t> pinned;
-  shm::CollectPins(pages, t_.slots(), &pinned);
+  shm::CollectPins(pages, t_.pins_per_client(), t_.slots(), &pinned);
   for (int attempt = 0; attempt < 8; ++attempt) {
     uint32_t best = shm::kNoSlot;
     std::tuple<int, bool, uint64_t, uint64_t> best_rank{};
@@ -212,23 +251,28 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
   for (int k = 0; k < 3 && jobs.size() < max; ++k) {
     auto& q = queue_[k];
     while (!q.empty() && jobs.size() < max) {
-      const Pending p = q.front();
-      if (k == static_cast<int>(HintKind::kLookahead) && Stale(p)) {
-        q.pop_front();
+      const size_t at = Fairest(q);
+      const Pending p = q[at];
+      const auto take = [&] {
+        q.erase(q.begin() + static_cast<std::ptrdiff_t>(at));
         queued_.erase(p.key);
+        Dequeued(p);
+      };
+      if (k == static_cast<int>(HintKind::kLookahead) && Stale(p)) {
+        take();
         ++c_.dropped;
         continue;
       }
       const bool warm = k == static_cast<int>(HintKind::kWarm);
       const uint32_t victim = TakeVictim(/*empty_only=*/warm);
       if (victim == shm::kNoSlot && warm) {  // no free slot: warming never evicts
-        q.pop_front();
-        queued_.erase(p.key);
+        take();
         continue;
       }
       if (victim == shm::kNoSlot) break;  // everything pinned or loading: wait
-      q.pop_front();
-      queued_.erase(p.key);
+      take();
+      if (auto it = clients_.find(p.client); it != clients_.end())
+        it->second.served = ++dispatch_clock_;
       Assign(victim, p.key, static_cast<HintKind>(k), p.client, p.stamp);
       ++in_flight_[k];
       if (k == static_cast<int>(HintKind::kLookahead)) ++c_.lookahead_reads;
@@ -325,7 +369,7 @@ CacheCounters SlotCache::counters() const {
     c.in_flight[k] = in_flight_[k];
   }
   std::vector<uint16_t> pinned;
-  shm::CollectPins(Pages(), t_.slots(), &pinned);
+  shm::CollectPins(Pages(), t_.pins_per_client(), t_.slots(), &pinned);
   for (uint32_t s = 0; s < t_.slots(); ++s) {
     switch (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed))) {
       case SlotState::kReady:
@@ -350,7 +394,7 @@ ClientCounters SlotCache::client_counters(uint32_t id) const {
   if (it == clients_.end()) return {};
   ClientCounters c = it->second.counters;
   c.pins = 0;
-  for (uint32_t i = 0; i < shm::kPinsPerClient; ++i)
+  for (uint32_t i = 0; i < t_.pins_per_client(); ++i)
     if (it->second.page->pins[i].load(std::memory_order_relaxed) != 0) ++c.pins;
   return c;
 }

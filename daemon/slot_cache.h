@@ -10,6 +10,13 @@
 // lookahead read whose layer the asking client has already passed is dropped
 // before it is issued.
 //
+// Fairness: within a priority, the next read goes to the client served least
+// recently (each client's own reads keep their order), and a client may have
+// at most `max_queued_per_client` reads queued; hints beyond that are dropped
+// (a waiting client repeats its demand, so nothing is lost but the flood).
+// With the cap on pins per client (shm/table.h, pins_per_client), a client
+// that asks for everything at once cannot starve the others.
+//
 // Eviction (LFRU): an empty slot first, then a failed one, then the ready
 // slot with the fewest recent uses, the least recently used among equals
 // (with the LRU policy, only the least recently used). Uses are the demand
@@ -55,6 +62,7 @@ struct CacheCounters {
   uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
   uint64_t demand_hinted = 0;
   uint64_t warm_reads = 0;
+  uint64_t capped = 0;  // hinted records dropped because their client had its cap queued
   uint32_t queued[3] = {0, 0, 0};     // by HintKind
   uint32_t in_flight[3] = {0, 0, 0};  // by HintKind
   uint32_t ready = 0, loading = 0, failed = 0, pinned = 0;
@@ -62,23 +70,30 @@ struct CacheCounters {
 
 struct ClientCounters {
   uint64_t hits = 0, misses = 0;
+  uint64_t capped = 0;  // hinted records dropped for the cap on queued reads
   uint32_t pins = 0;
+  uint32_t queued = 0;  // reads queued for it right now
 };
+
+// Reads a client may have queued: a forward pass has a window of demands and
+// one lookahead (at most 64 records each) out at a time, far below this.
+constexpr uint32_t kMaxQueuedPerClient = 256;
 
 class SlotCache {
  public:
   // `table` was laid out by SlotTable::Init; `has_bank[L]` says whether layer
   // L has experts. `record_bytes` is what one read brings in.
   SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
-            Policy policy = Policy::kLfru);
+            Policy policy = Policy::kLfru, uint32_t max_queued_per_client = kMaxQueuedPerClient);
 
   // A client's pin page, readable for as long as the client is registered.
   void AddClient(uint32_t id, const shm::PinPage* page);
   void RemoveClient(uint32_t id);
 
   // Records a hint. Callers have checked the ids (layer has a bank, expert
-  // below the table's expert count).
-  void Hint(uint32_t client, int layer, std::span<const uint32_t> experts, HintKind kind);
+  // below the table's expert count). Returns how many of the experts were
+  // dropped because the client already has its cap of reads queued.
+  uint32_t Hint(uint32_t client, int layer, std::span<const uint32_t> experts, HintKind kind);
 
   // Up to `max` reads to start now, highest priority first, each with its
   // slot assigned and marked loading. Fewer when every slot is pinned or
@@ -132,9 +147,14 @@ class SlotCache {
     // Keys already counted as uses at `progress`: a client waiting for a
     // record repeats its demand hint, and a repeat is not another use.
     std::vector<uint32_t> counted;
+    uint64_t served = 0;  // dispatch_clock_ when a read of its last started
   };
 
   void Enqueue(const Pending& p, HintKind kind);
+  // The entry of `q` to start next: the oldest of the client served least
+  // recently.
+  size_t Fairest(const std::deque<Pending>& q) const;
+  void Dequeued(const Pending& p);  // a read left the queue (started or dropped)
   bool Stale(const Pending& p) const;
   bool Awaited(const SlotMeta& m) const;
   // A slot to load into, retired and ready for reuse; kNoSlot when none.
@@ -148,6 +168,7 @@ class SlotCache {
   std::vector<bool> has_bank_;
   uint64_t record_bytes_;
   Policy policy_;
+  uint32_t max_queued_;
   uint32_t experts_;
   std::vector<SlotMeta> meta_;
   std::map<uint32_t, Client> clients_;
@@ -157,6 +178,7 @@ class SlotCache {
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
   uint64_t clock_ = 0;    // recency: bumped at every use and every assignment
   uint64_t demands_ = 0;  // uses counted, for the decay
+  uint64_t dispatch_clock_ = 0;
   CacheCounters c_;
 };
 

@@ -15,14 +15,15 @@ namespace {
 constexpr uint32_t kLayers = 4, kExperts = 16;
 
 struct Fixture {
-  explicit Fixture(uint32_t slots, Policy policy = Policy::kLfru) {
+  explicit Fixture(uint32_t slots, Policy policy = Policy::kLfru,
+                   uint32_t max_queued = kMaxQueuedPerClient) {
     mem.resize(shm::SlotTable::BytesFor(kLayers, kExperts, slots) / 8 + 1);
     auto t = shm::SlotTable::Init(reinterpret_cast<uint8_t*>(mem.data()), mem.size() * 8, kLayers,
                                   kExperts, slots, 4096, 4096);
     EXPECT_TRUE(t.ok());
     table = *t;
     cache = std::make_unique<SlotCache>(table, std::vector<bool>{false, true, true, true}, 4096,
-                                        policy);
+                                        policy, max_queued);
     for (auto& p : pages) {
       p = std::make_unique<shm::PinPage>();
       for (auto& w : p->pins) w.store(0);
@@ -142,6 +143,70 @@ TEST(SlotCache, APinPageFullOfGarbageIsHarmless) {
   f.Hint(0, 1, {0, 1, 2}, HintKind::kDemand);
   EXPECT_EQ(f.RunReads().size(), 2u);
   EXPECT_EQ(f.RunReads().size(), 1u);  // evicting works: garbage pins nothing
+}
+
+// A client that asks for everything at once gets its cap of reads queued,
+// no more; the next read goes to the client served least recently, so a
+// second client's demand starts next, not after the flood.
+TEST(SlotCache, AGreedyClientCannotStarveAnother) {
+  Fixture f(64, Policy::kLfru, /*max_queued=*/8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.cache->AddClient(1, f.pages[1].get());
+  std::vector<uint32_t> all(kExperts);
+  for (uint32_t e = 0; e < kExperts; ++e) all[e] = e;
+  uint32_t capped = 0;
+  for (int L = 1; L < 4; ++L) capped += f.cache->Hint(0, L, all, HintKind::kDemand);
+  EXPECT_EQ(capped, 3 * kExperts - 8);
+  EXPECT_EQ(f.cache->client_counters(0).queued, 8u);
+  EXPECT_EQ(f.cache->client_counters(0).capped, 3 * kExperts - 8);
+  EXPECT_EQ(f.cache->counters().queued[0], 8u);
+
+  auto first = f.cache->Dispatch(1);  // the greedy client was first in line
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].key, shm::ExpertKey(1, 0));
+  f.Hint(1, 3, {15}, HintKind::kDemand);  // queued behind seven of the greedy one's
+  auto next = f.cache->Dispatch(1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].key, shm::ExpertKey(3, 15)) << "the second client waited for the flood";
+  // Then turns alternate while both have reads queued; each keeps its order.
+  f.Hint(1, 2, {15}, HintKind::kDemand);
+  f.Hint(1, 3, {14}, HintKind::kDemand);
+  auto more = f.cache->Dispatch(4);
+  ASSERT_EQ(more.size(), 4u);
+  EXPECT_EQ(more[0].key, shm::ExpertKey(1, 1));
+  EXPECT_EQ(more[1].key, shm::ExpertKey(2, 15));
+  EXPECT_EQ(more[2].key, shm::ExpertKey(1, 2));
+  EXPECT_EQ(more[3].key, shm::ExpertKey(3, 14));
+  // Reads started make room under the cap again.
+  EXPECT_EQ(f.cache->client_counters(0).queued, 5u);
+  const std::vector<uint32_t> four = {0, 1, 2, 3};
+  EXPECT_EQ(f.cache->Hint(0, 3, four, HintKind::kDemand), 1u);
+}
+
+// The cap on pins: the daemon honours the first pins_per_client entries of a
+// page, and a client's PinSet uses no more, so a page filled to the brim
+// protects only that many slots.
+TEST(SlotCache, PinsBeyondTheCapProtectNothing) {
+  Fixture f(4);
+  f.table.header().pins_per_client = 2;
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0, 1, 2, 3}, HintKind::kDemand);
+  f.RunReads();
+  shm::PinSet pins(f.pages[0].get(), f.table.pins_per_client());
+  ASSERT_EQ(shm::TryPin(f.table, pins, 1, 0).kind, shm::PinAttempt::kPinned);
+  ASSERT_EQ(shm::TryPin(f.table, pins, 1, 1).kind, shm::PinAttempt::kPinned);
+  EXPECT_EQ(shm::TryPin(f.table, pins, 1, 2).kind, shm::PinAttempt::kNoRoom);
+  // A hostile client writes pins past its cap by hand: they count for nothing.
+  f.pages[0]->pins[2].store(f.table.index(1, 2).load() + 1);
+  f.pages[0]->pins[1021].store(f.table.index(1, 3).load() + 1);
+  EXPECT_EQ(f.cache->counters().pinned, 2u);
+  EXPECT_EQ(f.cache->client_counters(0).pins, 2u);
+  f.Hint(0, 2, {0, 1}, HintKind::kDemand);
+  EXPECT_EQ(f.RunReads().size(), 2u);  // evicted the two "pinned" past the cap
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(1, 1), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(1, 2), shm::SlotState::kEmpty);
+  EXPECT_EQ(f.State(1, 3), shm::SlotState::kEmpty);
 }
 
 TEST(SlotCache, AClientGoneReleasesItsPins) {
