@@ -19,6 +19,7 @@ packages=(
   groff-base                 # tests: the man pages render without warnings
   systemd                    # tests: systemd-analyze verify and security on the units (nothing is started)
   strace                     # tests: wasted's system calls against its unit's seccomp filter
+  clang libclang-rt-dev      # libFuzzer (scripts/fuzz.sh); Debian's clang and its runtime, same version
 )
 
 missing=()
