@@ -17,12 +17,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include <capnp/message.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/notify.h"
 #include "engine/format/fingerprint.h"
 #include "engine/model/trunk.h"
+#include "protocol/metrics.h"
 #include "waste/version.h"
 
 namespace waste::daemon {
@@ -78,6 +80,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSettings(const DaemonOp
       {"policy", o.policy == Policy::kLru ? "lru" : "lfru"},
       {"no-huge-pages", o.huge_pages ? "no" : "yes"},
       {"no-wire", o.wire_trunk ? "no" : "yes"},
+      {"metrics-listen", o.metrics_listen.empty() ? "none" : o.metrics_listen},
       {"log-file", o.log_file.empty() ? "none" : o.log_file},
       {"log-level", o.log_level},
   };
@@ -170,6 +173,11 @@ Status Daemon::Setup() {
   WASTE_RETURN_IF_ERROR(BuildTrunk());
   WASTE_RETURN_IF_ERROR(BuildCache());
   WASTE_RETURN_IF_ERROR(Listen());
+  if (!opt_.metrics_listen.empty()) {
+    auto m = MetricsHttp::Bind(opt_.metrics_listen);
+    if (!m.ok()) return m.status();
+    metrics_ = std::move(*m);
+  }
   return Status::Ok();
 }
 
@@ -398,6 +406,13 @@ void Daemon::Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKin
   });
 }
 
+void Daemon::Progress(uint32_t id, uint64_t tokens) {
+  Post([this, id, tokens] {
+    auto it = clients_.find(id);
+    if (it != clients_.end()) it->second.tokens = std::max(it->second.tokens, tokens);
+  });
+}
+
 void Daemon::GetStatus(std::function<void(StatusSnapshot)> reply) {
   Post([this, reply = std::move(reply)] { reply(Snapshot()); });
 }
@@ -579,9 +594,47 @@ StatusSnapshot Daemon::Snapshot() const {
     x.hits = cc.hits;
     x.misses = cc.misses;
     x.pins = cc.pins;
+    x.tokens = lc.tokens;
     s.clients.push_back(std::move(x));
   }
+  s.experts = served_.experts;
+  s.record_bytes = served_.record_bytes;
+  const std::vector<LayerCounters> layers = cache_->layer_counters();
+  const std::vector<uint32_t>& uses = cache_->uses();
+  constexpr size_t kHottest = 8;
+  for (uint32_t L = 0; L < served_.layers; ++L) {
+    if (!served_.has_bank[L]) continue;
+    const LayerCounters& lc = layers[L];
+    LayerSnapshot x;
+    x.layer = L;
+    x.ready = lc.ready;
+    x.loading = lc.loading;
+    x.hits = lc.hits;
+    x.misses = lc.misses;
+    x.resident = lc.resident;
+    std::vector<uint32_t> order;
+    for (uint32_t e = 0; e < served_.experts; ++e)
+      if (uses[size_t(L) * served_.experts + e] > 0) order.push_back(e);
+    const size_t n = std::min(kHottest, order.size());
+    auto use = [&](uint32_t e) { return uses[size_t(L) * served_.experts + e]; };
+    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(),
+                      [&](uint32_t a, uint32_t b) { return use(a) != use(b) ? use(a) > use(b) : a < b; });
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t e = order[i];
+      x.hottest.push_back({e, use(e), (lc.resident[e / 8] >> (e % 8) & 1) != 0});
+    }
+    s.layers.push_back(std::move(x));
+  }
   return s;
+}
+
+std::string Daemon::MetricsPage() const {
+  // Through the protocol's own Status, so the page and `wastectl metrics`
+  // cannot drift apart.
+  capnp::MallocMessageBuilder message;
+  auto status = message.initRoot<proto::Status>();
+  FillStatus(Snapshot(), WASTE_VERSION, status);
+  return PrometheusText(StatusMetrics(StatusFromProto(status.asReader())));
 }
 
 std::string Daemon::UsesPath() const {
@@ -676,6 +729,7 @@ void Daemon::Stop(const std::string& why) {
   std::signal(SIGINT, SIG_DFL);
   cache_->Shutdown();  // clients waiting on a slot wake and see it
   rpc_.reset();        // connections close: clients see the daemon go
+  if (metrics_) metrics_->Close();
   readers_.reset();    // reads under way finish; their results are dropped
   SaveUses();
   {
@@ -734,6 +788,12 @@ int Daemon::Run() {
     return 1;
   }
   rpc_ = std::move(*rpc);
+  if (metrics_) {
+    if (Status st = metrics_->Start(&loop_, [this] { return MetricsPage(); }); !st.ok()) {
+      spdlog::error("{}", st.message());
+      return 1;
+    }
+  }
 
   last_client_ = Clock::now();
   uv_timer_init(&loop_, &idle_timer_);

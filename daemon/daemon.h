@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/metrics_http.h"
 #include "daemon/readers.h"
 #include "daemon/rpc_server.h"
 #include "daemon/slot_cache.h"
@@ -65,6 +66,8 @@ struct DaemonOptions {
   // the slots) and reads queued (hints beyond it are dropped).
   uint32_t max_pins_per_client = 0;
   uint32_t max_queued_per_client = kMaxQueuedPerClient;
+  // HOST:PORT on loopback for an HTTP page of metrics (GET /metrics); empty: none.
+  std::string metrics_listen;
 };
 
 // The settings as `name value` pairs, named as the flags, in the order of
@@ -107,6 +110,7 @@ class Daemon final : public LoopApi {
   void AddClient(ClientRecord client) override;
   void RemoveClient(uint32_t id) override;
   void Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) override;
+  void Progress(uint32_t id, uint64_t tokens) override;
   void GetStatus(std::function<void(StatusSnapshot)> reply) override;
   void RequestStop(std::string why) override;
   void Warm(std::function<void(uint32_t)> reply) override;
@@ -122,6 +126,7 @@ class Daemon final : public LoopApi {
     ClientRecord record;
     std::chrono::steady_clock::time_point since;
     bool cap_logged = false;  // its hints went over the cap on queued reads
+    uint64_t tokens = 0;  // as the client last reported
   };
 
   explicit Daemon(const DaemonOptions& opt) : opt_(opt) {}
@@ -145,6 +150,7 @@ class Daemon final : public LoopApi {
   void StartTimers();  // idle exit and periodic saves, from opt_
   void NotifyManager(const std::string& state) const;
   std::string ManagerStatus() const;  // the STATUS= line systemd shows
+  std::string MetricsPage() const;  // what `wastectl metrics` prints, from Snapshot()
 
   DaemonOptions opt_;
   std::chrono::steady_clock::time_point started_;
@@ -179,6 +185,7 @@ class Daemon final : public LoopApi {
   std::unique_ptr<Readers> readers_;
   std::unique_ptr<RpcServer> rpc_;
   SettingsSource settings_source_;
+  std::unique_ptr<MetricsHttp> metrics_;
 };
 
 }  // namespace waste::daemon

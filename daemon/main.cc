@@ -91,6 +91,9 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
   app.add_option("--policy", policy, "Eviction: lfru (fewest recent uses) or lru")
       ->check(CLI::IsMember({"lfru", "lru"}))
       ->capture_default_str();
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "Serve GET /metrics (Prometheus text) on this loopback HOST:PORT, e.g. "
+                 "127.0.0.1:9464 (default: off)");
   app.add_flag("--no-huge-pages", no_huge, "Use 4 KiB pages for the segments");
   app.add_flag("--no-wire", no_wire, "Do not mlock the trunk");
   app.add_flag("--foreground", s->foreground,

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <mutex>
 
@@ -57,6 +58,98 @@ class SegmentServer final : public proto::Segment::Server {
 };
 
 }  // namespace
+
+std::string ProcessCommandLine(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string raw(4096, '\0');
+  f.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  raw.resize(static_cast<size_t>(f.gcount()));
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  for (char& ch : raw)
+    if (ch == '\0') ch = ' ';
+  return PrintableCommand(raw);
+}
+
+std::string PrintableCommand(std::string text) {
+  // A terminal escape in someone's argv must not reach the terminal of
+  // whoever runs wastectl.
+  for (char& ch : text)
+    if ((ch >= 0 && ch < 0x20) || ch == 0x7f) ch = '?';
+  return text;
+}
+
+void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Status::Builder o) {
+  o.setVersion(version);
+  o.setPid(s.pid);
+  o.setUptimeSeconds(s.uptime_seconds);
+  o.setContainer(s.container);
+  o.setArch(s.arch);
+  o.setBudget(s.budget);
+  o.setTrunkBytes(s.trunk_bytes);
+  o.setCacheBytes(s.cache_bytes);
+  o.setOverheadBytes(s.overhead_bytes);
+  o.setTrunkWired(s.trunk_wired);
+  o.setPageKind(s.page_kind);
+  o.setSlots(s.slots);
+  o.setSlotsReady(s.ready);
+  o.setSlotsLoading(s.loading);
+  o.setSlotsPinned(s.pinned);
+  o.setSlotsFailed(s.failed);
+  o.setHits(s.hits);
+  o.setMisses(s.misses);
+  o.setReads(s.reads);
+  o.setBytesRead(s.bytes_read);
+  o.setReadErrors(s.read_errors);
+  o.setIoDepth(s.io_depth);
+  o.setPolicy(s.policy);
+  o.setLookaheadReads(s.lookahead_reads);
+  o.setLookaheadUsed(s.lookahead_used);
+  o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
+  o.setLookaheadDropped(s.lookahead_dropped);
+  o.setDemandHinted(s.demand_hinted);
+  o.setWarmReads(s.warm_reads);
+  o.setReadBusySeconds(s.read_busy_seconds);
+  o.setExperts(s.experts);
+  o.setRecordBytes(s.record_bytes);
+  auto q = o.initQueued(3);
+  auto fl = o.initInFlight(3);
+  for (unsigned k = 0; k < 3; ++k) {
+    q.set(k, s.queued[k]);
+    fl.set(k, s.in_flight[k]);
+  }
+  auto cl = o.initClients(static_cast<unsigned>(s.clients.size()));
+  for (size_t i = 0; i < s.clients.size(); ++i) {
+    const ClientSnapshot& c = s.clients[i];
+    auto x = cl[static_cast<unsigned>(i)];
+    x.setId(c.id);
+    x.setPid(c.pid);
+    x.setUid(c.uid);
+    x.setCommand(c.command);
+    x.setAttachedSeconds(c.attached_seconds);
+    x.setHits(c.hits);
+    x.setMisses(c.misses);
+    x.setPins(c.pins);
+    x.setTokens(c.tokens);
+  }
+  auto ls = o.initLayers(static_cast<unsigned>(s.layers.size()));
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerSnapshot& l = s.layers[i];
+    auto x = ls[static_cast<unsigned>(i)];
+    x.setLayer(l.layer);
+    x.setHits(l.hits);
+    x.setMisses(l.misses);
+    x.setSlotsReady(l.ready);
+    x.setSlotsLoading(l.loading);
+    x.setResident(kj::arrayPtr(l.resident.data(), l.resident.size()));
+    auto hot = x.initHottest(static_cast<unsigned>(l.hottest.size()));
+    for (size_t j = 0; j < l.hottest.size(); ++j) {
+      auto h = hot[static_cast<unsigned>(j)];
+      h.setExpert(l.hottest[j].expert);
+      h.setUses(l.hottest[j].uses);
+      h.setResident(l.hottest[j].resident);
+    }
+  }
+}
 
 bool AccessPolicy::Allows(uid_t uid) const {
   if (uid == 0 || uid == geteuid()) return true;
@@ -157,6 +250,12 @@ class SessionServer final : public proto::Session::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> progress(ProgressContext ctx) override {
+    if (ended_) Refuse("this session has detached");
+    s_->loop->Progress(id_, ctx.getParams().getTokens());
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> detach(DetachContext) override {
     End();
     return kj::READY_NOW;
@@ -189,7 +288,11 @@ class DaemonServer final : public proto::Daemon::Server {
     rec.id = s_->next_id++;
     rec.pid = cred_.pid;
     rec.uid = cred_.uid;
-    rec.command = std::string(p.getClient().getCommand().cStr()).substr(0, 4096);
+    // The kernel's word on who the peer is, not the client's; what the
+    // client says is kept only when /proc will not tell (hidepid, a race).
+    rec.command = ProcessCommandLine(cred_.pid);
+    if (rec.command.empty())
+      rec.command = PrintableCommand(std::string(p.getClient().getCommand().cStr()).substr(0, 4096));
     // The pin page: writable by the client, read-only here, and sealed so
     // the client cannot shrink it under the daemon's mapping.
     auto seg = shm::Segment::Create("wasted-pins", sizeof(shm::PinPage), false);
@@ -242,57 +345,7 @@ class DaemonServer final : public proto::Daemon::Server {
       (*f)->fulfill(kj::heap<StatusSnapshot>(std::move(snap)));
     });
     return paf.promise.then([ctx](Snap snap) mutable {
-      const StatusSnapshot& s = *snap;
-      auto o = ctx.getResults().initStatus();
-      o.setVersion(WASTE_VERSION);
-      o.setPid(s.pid);
-      o.setUptimeSeconds(s.uptime_seconds);
-      o.setContainer(s.container);
-      o.setArch(s.arch);
-      o.setBudget(s.budget);
-      o.setTrunkBytes(s.trunk_bytes);
-      o.setCacheBytes(s.cache_bytes);
-      o.setOverheadBytes(s.overhead_bytes);
-      o.setTrunkWired(s.trunk_wired);
-      o.setPageKind(s.page_kind);
-      o.setSlots(s.slots);
-      o.setSlotsReady(s.ready);
-      o.setSlotsLoading(s.loading);
-      o.setSlotsPinned(s.pinned);
-      o.setSlotsFailed(s.failed);
-      o.setHits(s.hits);
-      o.setMisses(s.misses);
-      o.setReads(s.reads);
-      o.setBytesRead(s.bytes_read);
-      o.setReadErrors(s.read_errors);
-      o.setIoDepth(s.io_depth);
-      o.setPolicy(s.policy);
-      o.setLookaheadReads(s.lookahead_reads);
-      o.setLookaheadUsed(s.lookahead_used);
-      o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
-      o.setLookaheadDropped(s.lookahead_dropped);
-      o.setDemandHinted(s.demand_hinted);
-      o.setWarmReads(s.warm_reads);
-      o.setReadBusySeconds(s.read_busy_seconds);
-      auto q = o.initQueued(3);
-      auto fl = o.initInFlight(3);
-      for (int k = 0; k < 3; ++k) {
-        q.set(k, s.queued[k]);
-        fl.set(k, s.in_flight[k]);
-      }
-      auto cl = o.initClients(static_cast<unsigned>(s.clients.size()));
-      for (size_t i = 0; i < s.clients.size(); ++i) {
-        const ClientSnapshot& c = s.clients[i];
-        auto x = cl[static_cast<unsigned>(i)];
-        x.setId(c.id);
-        x.setPid(c.pid);
-        x.setUid(c.uid);
-        x.setCommand(c.command);
-        x.setAttachedSeconds(c.attached_seconds);
-        x.setHits(c.hits);
-        x.setMisses(c.misses);
-        x.setPins(c.pins);
-      }
+      FillStatus(*snap, WASTE_VERSION, ctx.getResults().initStatus());
     });
   }
 

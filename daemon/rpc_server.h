@@ -19,6 +19,7 @@
 #include "engine/experts/expert_source.h"
 #include "engine/status.h"
 #include "shm/segment.h"
+#include "wasted.capnp.h"
 
 namespace waste::daemon {
 
@@ -40,7 +41,20 @@ struct ClientSnapshot {
   uint32_t id = 0, pid = 0, uid = 0, pins = 0;
   std::string command;
   double attached_seconds = 0;
+  uint64_t hits = 0, misses = 0, tokens = 0;
+};
+
+struct ExpertUseSnapshot {
+  uint32_t expert = 0;
+  uint64_t uses = 0;
+  bool resident = false;
+};
+
+struct LayerSnapshot {
+  uint32_t layer = 0, ready = 0, loading = 0;
   uint64_t hits = 0, misses = 0;
+  std::vector<uint8_t> resident;  // bit e: expert e is ready
+  std::vector<ExpertUseSnapshot> hottest;  // most used first
 };
 
 // Everything `wastectl status` shows, gathered on the event loop thread.
@@ -58,6 +72,9 @@ struct StatusSnapshot {
   uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
   uint64_t lookahead_dropped = 0, demand_hinted = 0, warm_reads = 0;
   double read_busy_seconds = 0;
+  std::vector<LayerSnapshot> layers;  // layers with experts only
+  uint32_t experts = 0;
+  uint64_t record_bytes = 0;
 };
 
 // What a reload did: the settings it applied ("log-level info -> debug") and
@@ -65,6 +82,17 @@ struct StatusSnapshot {
 struct ReloadOutcome {
   std::vector<std::string> applied, need_restart;
 };
+
+// Writes a snapshot as the protocol's Status (the answer to status, and the
+// source of the metrics page); `version` is wasted's.
+void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Status::Builder out);
+
+// The command line of process `pid` from /proc/PID/cmdline, arguments joined
+// by spaces and cut at 4096 bytes, made printable; empty when it cannot be
+// read (the process is gone, or /proc hides it).
+std::string ProcessCommandLine(pid_t pid);
+// `text` with control characters (escapes, newlines) replaced by '?'.
+std::string PrintableCommand(std::string text);
 
 // What the RPC thread may ask of the event loop. Every method is safe to call
 // from the RPC thread and returns at once; the work happens on the loop.
@@ -74,6 +102,8 @@ class LoopApi {
   virtual void AddClient(ClientRecord client) = 0;
   virtual void RemoveClient(uint32_t id) = 0;
   virtual void Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) = 0;
+  // The client's running total of tokens run (Session.progress).
+  virtual void Progress(uint32_t id, uint64_t tokens) = 0;
   // `reply` runs on the event loop thread.
   virtual void GetStatus(std::function<void(StatusSnapshot)> reply) = 0;
   virtual void RequestStop(std::string why) = 0;

@@ -17,7 +17,9 @@ SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t 
       experts_(table.header().experts),
       meta_(table.slots()),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
-      hits_(uses_.size(), 0) {}
+      hits_(uses_.size(), 0),
+      layer_hits_(table.header().layers, 0),
+      layer_misses_(table.header().layers, 0) {}
 
 void SlotCache::AddClient(uint32_t id, const shm::PinPage* page) {
   clients_[id] = Client{page, 0, {}, {}, 0};
@@ -85,9 +87,11 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
       ++uses_[at];
       if (st == SlotState::kReady) {
         ++hits_[at];
+        ++layer_hits_[static_cast<size_t>(layer)];
         ++c_.hits;
         ++cl.counters.hits;
       } else {
+        ++layer_misses_[static_cast<size_t>(layer)];
         ++c_.misses;
         ++cl.counters.misses;
       }
@@ -387,6 +391,31 @@ CacheCounters SlotCache::counters() const {
     if (pinned[s]) ++c.pinned;
   }
   return c;
+}
+
+std::vector<LayerCounters> SlotCache::layer_counters() const {
+  std::vector<LayerCounters> out(layer_hits_.size());
+  for (size_t L = 0; L < out.size(); ++L) {
+    out[L].hits = layer_hits_[L];
+    out[L].misses = layer_misses_[L];
+    out[L].resident.assign((experts_ + 7) / 8, 0);
+  }
+  for (uint32_t s = 0; s < t_.slots(); ++s) {
+    const shm::SlotEntry& e = t_.slot(s);
+    const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
+    if (st != SlotState::kReady && st != SlotState::kLoading) continue;
+    const uint32_t key = e.key.load(std::memory_order_relaxed);
+    const auto L = static_cast<size_t>(shm::KeyLayer(key));
+    const auto x = static_cast<uint32_t>(shm::KeyExpert(key));
+    if (L >= out.size() || x >= experts_) continue;
+    if (st == SlotState::kLoading) {
+      ++out[L].loading;
+      continue;
+    }
+    ++out[L].ready;
+    out[L].resident[x / 8] |= static_cast<uint8_t>(1u << (x % 8));
+  }
+  return out;
 }
 
 ClientCounters SlotCache::client_counters(uint32_t id) const {

@@ -68,6 +68,13 @@ struct CacheCounters {
   uint32_t ready = 0, loading = 0, failed = 0, pinned = 0;
 };
 
+// One layer's share of the cache and of the demand hints.
+struct LayerCounters {
+  uint64_t hits = 0, misses = 0;  // demand hints, as CacheCounters counts them
+  uint32_t ready = 0, loading = 0;  // slots holding this layer's records
+  std::vector<uint8_t> resident;    // bit e (byte e / 8, bit e % 8): expert e is ready
+};
+
 struct ClientCounters {
   uint64_t hits = 0, misses = 0;
   uint64_t capped = 0;  // hinted records dropped for the cap on queued reads
@@ -119,6 +126,8 @@ class SlotCache {
 
   CacheCounters counters() const;
   ClientCounters client_counters(uint32_t id) const;
+  // By layer, [layers]; a layer without experts stays all zero.
+  std::vector<LayerCounters> layer_counters() const;
   // Demand hints per (layer, expert), and of those the ones that found the
   // record ready; row-major [layers][experts].
   const std::vector<uint32_t>& uses() const { return uses_; }
@@ -176,6 +185,7 @@ class SlotCache {
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
+  std::vector<uint64_t> layer_hits_, layer_misses_;  // [layers]
   uint64_t clock_ = 0;    // recency: bumped at every use and every assignment
   uint64_t demands_ = 0;  // uses counted, for the decay
   uint64_t dispatch_clock_ = 0;

@@ -80,6 +80,71 @@ void CloseFd(SegmentFd& s) {
 
 }  // namespace
 
+DaemonStatus StatusFromProto(proto::Status::Reader r) {
+  DaemonStatus d;
+  d.version = r.getVersion().cStr();
+  d.pid = r.getPid();
+  d.uptime_seconds = r.getUptimeSeconds();
+  d.container = r.getContainer().cStr();
+  d.arch = r.getArch().cStr();
+  d.budget = r.getBudget();
+  d.trunk_bytes = r.getTrunkBytes();
+  d.cache_bytes = r.getCacheBytes();
+  d.overhead_bytes = r.getOverheadBytes();
+  d.trunk_wired = r.getTrunkWired();
+  d.page_kind = r.getPageKind().cStr();
+  d.slots = r.getSlots();
+  d.slots_ready = r.getSlotsReady();
+  d.slots_loading = r.getSlotsLoading();
+  d.slots_pinned = r.getSlotsPinned();
+  d.slots_failed = r.getSlotsFailed();
+  d.hits = r.getHits();
+  d.misses = r.getMisses();
+  d.reads = r.getReads();
+  d.bytes_read = r.getBytesRead();
+  d.read_errors = r.getReadErrors();
+  for (uint32_t q : r.getQueued()) d.queued.push_back(q);
+  for (uint32_t q : r.getInFlight()) d.in_flight.push_back(q);
+  for (const auto c : r.getClients()) {
+    ClientStatusInfo info;
+    info.id = c.getId();
+    info.pid = c.getPid();
+    info.uid = c.getUid();
+    info.command = c.getCommand().cStr();
+    info.attached_seconds = c.getAttachedSeconds();
+    info.hits = c.getHits();
+    info.misses = c.getMisses();
+    info.pins = c.getPins();
+    info.tokens = c.getTokens();
+    d.clients.push_back(std::move(info));
+  }
+  d.io_depth = r.getIoDepth();
+  d.policy = r.getPolicy().cStr();
+  d.lookahead_reads = r.getLookaheadReads();
+  d.lookahead_used = r.getLookaheadUsed();
+  d.lookahead_unused_bytes = r.getLookaheadUnusedBytes();
+  d.lookahead_dropped = r.getLookaheadDropped();
+  d.demand_hinted = r.getDemandHinted();
+  d.warm_reads = r.getWarmReads();
+  d.read_busy_seconds = r.getReadBusySeconds();
+  d.experts = r.getExperts();
+  d.record_bytes = r.getRecordBytes();
+  for (const auto l : r.getLayers()) {
+    LayerStatusInfo info;
+    info.layer = l.getLayer();
+    info.hits = l.getHits();
+    info.misses = l.getMisses();
+    info.slots_ready = l.getSlotsReady();
+    info.slots_loading = l.getSlotsLoading();
+    const auto bits = l.getResident();
+    info.resident.assign(bits.begin(), bits.end());
+    for (const auto h : l.getHottest())
+      info.hottest.push_back({h.getExpert(), h.getUses(), h.getResident()});
+    d.layers.push_back(std::move(info));
+  }
+  return d;
+}
+
 std::string DefaultDaemonSocket() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
   return runtime && *runtime ? std::string(runtime) + "/wasted.sock" : kSystemDaemonSocket;
@@ -344,6 +409,25 @@ void DaemonClient::SendHint(int layer, std::span<const int> experts, HintKind ki
   s.Turn();
 }
 
+void DaemonClient::SendProgress(uint64_t tokens) {
+  Impl& s = *impl_;
+  if (s.lost) return;
+  KJ_IF_MAYBE (session, s.session) {
+    try {
+      auto req = session->progressRequest();
+      req.setTokens(tokens);
+      Impl* raw = &s;
+      s.tasks.add(req.send().ignoreResult().catch_([raw](kj::Exception&& e) {
+        if (e.getType() == kj::Exception::Type::DISCONNECTED) raw->Note(e);
+      }));
+    } catch (const kj::Exception& e) {
+      s.Note(e);
+      return;
+    }
+    s.Turn();
+  }
+}
+
 Status DaemonClient::Poll() {
   Impl& s = *impl_;
   if (!s.lost) s.Turn();
@@ -357,53 +441,7 @@ Result<DaemonStatus> DaemonClient::GetStatus() {
     auto req = s.daemon.statusRequest();
     req.setVersion(proto::PROTOCOL_VERSION);
     auto answer = req.send().wait(s.io.waitScope);
-    const auto r = answer.getStatus();
-    DaemonStatus d;
-    d.version = r.getVersion().cStr();
-    d.pid = r.getPid();
-    d.uptime_seconds = r.getUptimeSeconds();
-    d.container = r.getContainer().cStr();
-    d.arch = r.getArch().cStr();
-    d.budget = r.getBudget();
-    d.trunk_bytes = r.getTrunkBytes();
-    d.cache_bytes = r.getCacheBytes();
-    d.overhead_bytes = r.getOverheadBytes();
-    d.trunk_wired = r.getTrunkWired();
-    d.page_kind = r.getPageKind().cStr();
-    d.slots = r.getSlots();
-    d.slots_ready = r.getSlotsReady();
-    d.slots_loading = r.getSlotsLoading();
-    d.slots_pinned = r.getSlotsPinned();
-    d.slots_failed = r.getSlotsFailed();
-    d.hits = r.getHits();
-    d.misses = r.getMisses();
-    d.reads = r.getReads();
-    d.bytes_read = r.getBytesRead();
-    d.read_errors = r.getReadErrors();
-    for (uint32_t q : r.getQueued()) d.queued.push_back(q);
-    for (uint32_t q : r.getInFlight()) d.in_flight.push_back(q);
-    for (const auto c : r.getClients()) {
-      ClientStatusInfo info;
-      info.id = c.getId();
-      info.pid = c.getPid();
-      info.uid = c.getUid();
-      info.command = c.getCommand().cStr();
-      info.attached_seconds = c.getAttachedSeconds();
-      info.hits = c.getHits();
-      info.misses = c.getMisses();
-      info.pins = c.getPins();
-      d.clients.push_back(std::move(info));
-    }
-    d.io_depth = r.getIoDepth();
-    d.policy = r.getPolicy().cStr();
-    d.lookahead_reads = r.getLookaheadReads();
-    d.lookahead_used = r.getLookaheadUsed();
-    d.lookahead_unused_bytes = r.getLookaheadUnusedBytes();
-    d.lookahead_dropped = r.getLookaheadDropped();
-    d.demand_hinted = r.getDemandHinted();
-    d.warm_reads = r.getWarmReads();
-    d.read_busy_seconds = r.getReadBusySeconds();
-    return d;
+    return StatusFromProto(answer.getStatus());
   } catch (const kj::Exception& e) {
     return s.Note(e);
   }

@@ -74,6 +74,27 @@ struct ClientStatusInfo {
   uint64_t hits = 0;    // demand hints for records already ready
   uint64_t misses = 0;  // demand hints that had to wait for a read
   uint32_t pins = 0;    // slots pinned right now
+  uint64_t tokens = 0;  // tokens run, as the client reported them
+};
+
+// One expert's popularity in its layer (proto::ExpertUse).
+struct ExpertUseInfo {
+  uint32_t expert = 0;
+  uint64_t uses = 0;  // demand hints, saved counts of earlier runs included
+  bool resident = false;
+};
+
+// One layer with experts (proto::LayerStatus).
+struct LayerStatusInfo {
+  uint32_t layer = 0;
+  uint64_t hits = 0, misses = 0;
+  uint32_t slots_ready = 0, slots_loading = 0;
+  std::vector<uint8_t> resident;  // bit e (byte e / 8, bit e % 8): expert e is ready
+  std::vector<ExpertUseInfo> hottest;  // most used first
+
+  bool is_resident(uint32_t expert) const {
+    return expert / 8 < resident.size() && (resident[expert / 8] >> (expert % 8) & 1) != 0;
+  }
 };
 
 // The daemon's state (proto::Status), field for field.
@@ -111,6 +132,9 @@ struct DaemonStatus {
   uint64_t lookahead_dropped = 0, demand_hinted = 0;
   uint64_t warm_reads = 0;
   double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
+  std::vector<LayerStatusInfo> layers;  // layers with experts, in order
+  uint32_t experts = 0;                 // experts per layer
+  uint64_t record_bytes = 0;            // one record, one read
 
   // Slots holding something or getting it (ready, loading or failed), and the rest.
   uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
@@ -132,6 +156,10 @@ std::string DefaultDaemonSocket();
 // logged-in user reaching the system service), else DefaultDaemonSocket()
 // (so a "not listening" message and --spawn name the user's own path).
 std::string ClientDaemonSocket();
+
+// A Status message as the client's struct (also how wasted turns its own
+// snapshot into what its metrics page shows).
+DaemonStatus StatusFromProto(proto::Status::Reader r);
 
 // The answer to a reload, one "name: old -> new" per changed setting.
 struct ReloadAnswer {
@@ -174,6 +202,10 @@ class DaemonClient {
   // ids are refused here the same way, and so is a hint before Attach. After
   // the connection is lost hints are dropped quietly (Poll reports the loss).
   void SendHint(int layer, std::span<const int> experts, HintKind kind);
+
+  // Tells the daemon the running total of tokens this client has run; sent
+  // like a hint, without waiting. Nothing before Attach or after a loss.
+  void SendProgress(uint64_t tokens);
 
   // Runs the event loop without blocking: answers arrive, hint refusals are
   // recorded. Fails, and keeps failing, once the connection is lost:

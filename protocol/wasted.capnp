@@ -68,6 +68,9 @@ interface Session {
   hint @0 (layer :UInt32, experts :List(UInt32), kind :HintKind);
   # Ends the session; the same happens when the connection closes.
   detach @1 ();
+  # Fire and forget: the tokens this client has run so far (a running total,
+  # so a lost or late message costs nothing), for wastectl clients.
+  progress @2 (tokens :UInt64);
 }
 
 struct ClientStatus {
@@ -79,6 +82,25 @@ struct ClientStatus {
   hits @5 :UInt64;     # demand hints for records already ready
   misses @6 :UInt64;   # demand hints that had to wait for a read
   pins @7 :UInt32;     # slots pinned right now
+  tokens @8 :UInt64;   # tokens run, as the client reported them (Session.progress)
+}
+
+# One expert's popularity in its layer.
+struct ExpertUse {
+  expert @0 :UInt32;
+  uses @1 :UInt64;    # demand hints for it (saved counts from earlier runs included)
+  resident @2 :Bool;  # its record is ready in a slot now
+}
+
+# One layer with experts.
+struct LayerStatus {
+  layer @0 :UInt32;
+  hits @1 :UInt64;           # demand hints in this layer for records already ready
+  misses @2 :UInt64;         # and for records that were not
+  slotsReady @3 :UInt32;     # slots holding a ready record of this layer
+  slotsLoading @4 :UInt32;   # slots being read for it
+  resident @5 :Data;         # bit e (byte e / 8, bit e % 8) set: expert e is ready
+  hottest @6 :List(ExpertUse);  # the most used experts, most used first (up to 8)
 }
 
 struct Status {
@@ -115,6 +137,9 @@ struct Status {
   demandHinted @30 :UInt64;       # demand hints for records a lookahead had asked for first
   warmReads @31 :UInt64;          # reads started for warm-up
   readBusySeconds @32 :Float64;   # time with at least one read in flight
+  layers @33 :List(LayerStatus);  # every layer with experts, in order
+  experts @34 :UInt32;            # experts per layer
+  recordBytes @35 :UInt64;        # one expert record (one read)
 }
 
 interface Daemon {

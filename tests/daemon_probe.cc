@@ -1,12 +1,13 @@
 // daemon_probe: a small client of wasted that the multi-process tests drive
 // (daemon_test.cc). It attaches the way `waste` does and then does one
 // thing on purpose: pins records and holds them, loops acquiring records
-// until the daemon goes away, sends out-of-range hints, attaches with a
+// until the daemon goes away, runs a fixed pattern of "tokens" (--tokens),
+// sends out-of-range hints, attaches with a
 // wrong protocol version, asks for everything at once and floods (--greedy),
 // forks clients and kills them at random points (--chaos), or checks every
 // ready slot against the container (--verify). It reports on stdout, one
 // line per event:
-//   ATTACHED (then, with --go, waits for a line on stdin) | PINNED L:E | HELD n | OK n | REFUSAL msg | ERROR msg
+//   ATTACHED (then, with --go, waits for a line on stdin) | PINNED L:E | TOKENS n | HELD n | OK n | REFUSAL msg | ERROR msg
 //   WRITABLE|REFUSED segment (mapping a segment writable) | FAULT|WROTE segment
 //   ACQUIRED n MS ms | GREEDY n (pins it got) | CHAOS cycles killed exited
 //   VERIFIED n (ready slots byte-identical to the container)
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: daemon_probe SOCKET CONTAINER [--version N] [--pin L:E,..] [--hold] "
-                 "[--hint L:E] [--loop SECONDS] [--check] [--try-write] [--greedy] "
+                 "[--hint L:E] [--loop SECONDS] [--tokens N] [--check] [--try-write] [--greedy] "
                  "[--chaos CYCLES] [--verify] [--go]\n");
     return 2;
   }
@@ -189,12 +190,14 @@ int main(int argc, char** argv) {
   bool go = false;  // wait for a line on stdin after attaching
   double loop = 0;
   int chaos = 0;
+  int tokens = 0;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--version" && i + 1 < argc) version = static_cast<uint32_t>(std::stoul(argv[++i]));
     else if (a == "--pin" && i + 1 < argc) pin = argv[++i];
     else if (a == "--hint" && i + 1 < argc) hint = argv[++i];
     else if (a == "--loop" && i + 1 < argc) loop = std::stod(argv[++i]);
+    else if (a == "--tokens" && i + 1 < argc) tokens = std::stoi(argv[++i]);
     else if (a == "--hold") hold = true;
     else if (a == "--check") check = true;
     else if (a == "--try-write") try_write = true;
@@ -273,6 +276,23 @@ int main(int argc, char** argv) {
       if (waste::Status st = (*link)->client->Poll(); !st.ok()) return Fail(st.message());
     }
     std::printf("REFUSAL %s\n", (*link)->client->last_refusal().c_str());
+  }
+  if (tokens > 0) {
+    // Token t demands expert t % 2 in every layer with experts, in order, and
+    // reports each token: N tokens make N x layers demand hints, the first
+    // two tokens' misses and the rest hits when the cache holds them all.
+    const waste::ModelConfig& c = ct->config();
+    for (int t = 0; t < tokens; ++t) {
+      for (int L = 0; L < c.n_layers; ++L) {
+        if (!ct->manifest().Bank(L)) continue;
+        const int e[1] = {t % 2};
+        src.Hint(L, e, waste::HintKind::kDemand);
+        if (waste::Status st = acquire(L, e[0]); !st.ok()) return Fail(st.message());
+        src.Release(L, e[0]);
+      }
+      src.TokensDone(1);
+    }
+    std::printf("TOKENS %d\n", tokens);
   }
   int held = 0;
   if (!pin.empty()) {

@@ -393,5 +393,34 @@ TEST(SlotCache, LookaheadIsCountedAndKeptUntilItsLayerPasses) {
   EXPECT_EQ(c.lookahead_used, 1u);
 }
 
+// Per layer: demand hits and misses as the totals count them, ready and
+// loading slots, and the bitmap of ready experts.
+TEST(SlotCache, LayerCountersSplitTheTotals) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {3, 9}, HintKind::kDemand);  // two misses in layer 1
+  f.RunReads();
+  f.Hint(0, 2, {5}, HintKind::kDemand);  // a miss in layer 2, left loading
+  ASSERT_EQ(f.cache->Dispatch(1).size(), 1u);
+  f.Use(0, 1, 9);  // a hit in layer 1 (on the next pass)
+  const std::vector<LayerCounters> layers = f.cache->layer_counters();
+  ASSERT_EQ(layers.size(), kLayers);
+  EXPECT_EQ(layers[1].hits, 1u);
+  EXPECT_EQ(layers[1].misses, 2u);
+  EXPECT_EQ(layers[1].ready, 2u);
+  EXPECT_EQ(layers[1].loading, 0u);
+  ASSERT_EQ(layers[1].resident.size(), kExperts / 8);
+  EXPECT_EQ(layers[1].resident[0], 1u << 3);
+  EXPECT_EQ(layers[1].resident[1], 1u << 1);
+  EXPECT_EQ(layers[2].misses, 1u);
+  EXPECT_EQ(layers[2].ready, 0u);
+  EXPECT_EQ(layers[2].loading, 1u);
+  EXPECT_EQ(layers[2].resident, std::vector<uint8_t>(kExperts / 8, 0));
+  EXPECT_EQ(layers[0].hits + layers[0].misses + layers[3].hits + layers[3].misses, 0u);
+  const CacheCounters c = f.cache->counters();
+  EXPECT_EQ(c.hits, 1u);
+  EXPECT_EQ(c.misses, 3u);
+}
+
 }  // namespace
 }  // namespace waste::daemon

@@ -20,6 +20,7 @@ class ClientSink final : public HintSink {
     c_->SendHint(layer, experts, kind);
   }
   Status Poll() override { return c_->Poll(); }
+  void SendProgress(uint64_t tokens) override { c_->SendProgress(tokens); }
 
  private:
   DaemonClient* c_;

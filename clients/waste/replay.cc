@@ -187,6 +187,7 @@ int RunReplay(const ReplayOptions& o) {
         ++acquired;
       }
     }
+    source.TokensDone(1);
     if (source.stats().misses != misses) ++tokens_with_miss;
     if (const double s = Since(tt); s > slowest) slowest = s, slowest_token = i;
   }

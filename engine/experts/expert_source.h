@@ -43,6 +43,11 @@ class ExpertSource {
   virtual void Release(int layer, int expert) = 0;
 
   virtual ExpertStats stats() const = 0;
+
+  // Told after the forward pass has run `tokens` more tokens. The in-process
+  // cache has no use for it; a daemon's client passes the running total on
+  // for `wastectl clients`.
+  virtual void TokensDone(int tokens) { (void)tokens; }
 };
 
 }  // namespace waste

@@ -235,6 +235,12 @@ void SharedExpertSource::Release(int layer, int expert) {
   }
 }
 
+void SharedExpertSource::TokensDone(int tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_ += static_cast<uint64_t>(std::max(tokens, 0));
+  sink_->SendProgress(tokens_);
+}
+
 ExpertStats SharedExpertSource::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -26,6 +26,9 @@ class HintSink {
   // Lets the connection make progress (send queued messages, notice a dead
   // daemon); an error once the daemon is gone, naming why.
   virtual Status Poll() = 0;
+  // Fire and forget: the tokens this client has run so far. A sink that
+  // reports nothing (a test's) may ignore it.
+  virtual void SendProgress(uint64_t tokens) { (void)tokens; }
 };
 
 // What attaching gave the client, already mapped: the table and the cache
@@ -72,6 +75,9 @@ class SharedExpertSource : public ExpertSource {
   // the daemon does the reading.
   ExpertStats stats() const override;
 
+  // Adds to the running total of tokens and sends it to the daemon.
+  void TokensDone(int tokens) override;
+
   // Pins held right now (for tests and diagnostics).
   uint32_t held() const;
 
@@ -90,6 +96,7 @@ class SharedExpertSource : public ExpertSource {
   const int experts_;  // likewise
   HintSink* const sink_;
   const double give_up_seconds_;
+  uint64_t tokens_ = 0;  // run so far, guarded by mu_
 
   mutable std::mutex mu_;  // one forward-pass thread in practice; cheap insurance
   shm::PinSet pinset_;

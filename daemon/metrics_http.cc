@@ -1,0 +1,180 @@
+#include "daemon/metrics_http.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace waste::daemon {
+
+namespace {
+
+constexpr size_t kMaxRequest = 8192;
+
+std::string Response(int code, const char* reason, const std::string& type,
+                     const std::string& body) {
+  return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
+}
+
+}  // namespace
+
+struct MetricsHttp::Connection {
+  uv_tcp_t tcp{};
+  uv_write_t write{};
+  MetricsHttp* server = nullptr;
+  std::string request, response;
+  bool answered = false;
+};
+
+Result<std::unique_ptr<MetricsHttp>> MetricsHttp::Bind(const std::string& address) {
+  const std::string what = "--metrics-listen " + address + ": ";
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= address.size())
+    return Status::Error(what + "expected HOST:PORT, e.g. 127.0.0.1:9464");
+  std::string host = address.substr(0, colon);
+  const std::string port_text = address.substr(colon + 1);
+  if (port_text.find_first_not_of("0123456789") != std::string::npos || port_text.size() > 5 ||
+      std::stoul(port_text) > 65535)
+    return Status::Error(what + "the port is not a number from 0 to 65535");
+  const uint16_t port = static_cast<uint16_t>(std::stoul(port_text));
+  if (host == "localhost") host = "127.0.0.1";
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  bool loopback = false;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a->sin6_addr) != 1)
+      return Status::Error(what + "not an IPv6 address");
+    loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    if (inet_pton(AF_INET, host.c_str(), &a->sin_addr) != 1)
+      return Status::Error(what + "not an IPv4 address, [IPv6] address or localhost");
+    loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    len = sizeof *a;
+  }
+  if (!loopback)
+    return Status::Error(what + "metrics are served on loopback only (127.0.0.0/8, [::1], "
+                                "localhost): the page has no authentication");
+  std::unique_ptr<MetricsHttp> m(new MetricsHttp());
+  m->fd_ = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (m->fd_ < 0) return Status::Error(what + "socket: " + std::strerror(errno));
+  const int one = 1;
+  setsockopt(m->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(m->fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0)
+    return Status::Error(what + "bind: " + std::strerror(errno));
+  if (listen(m->fd_, 16) != 0) return Status::Error(what + "listen: " + std::strerror(errno));
+  sockaddr_storage got{};
+  socklen_t got_len = sizeof got;
+  getsockname(m->fd_, reinterpret_cast<sockaddr*>(&got), &got_len);
+  const uint16_t bound = ntohs(got.ss_family == AF_INET6
+                                   ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
+                                   : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+  m->address_ = host + ":" + std::to_string(bound);
+  return m;
+}
+
+MetricsHttp::~MetricsHttp() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status MetricsHttp::Start(uv_loop_t* loop, std::function<std::string()> page) {
+  page_ = std::move(page);
+  uv_tcp_init(loop, &server_);
+  server_.data = this;
+  started_ = true;
+  if (int rc = uv_tcp_open(&server_, fd_); rc != 0)
+    return Status::Error("metrics listener: " + std::string(uv_strerror(rc)));
+  fd_ = -1;  // libuv's now
+  const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&server_), 16, [](uv_stream_t* s, int status) {
+    if (status == 0) static_cast<MetricsHttp*>(s->data)->Accept();
+  });
+  if (rc != 0) return Status::Error("metrics listener: " + std::string(uv_strerror(rc)));
+  spdlog::info("metrics on http://{}/metrics", address_);
+  return Status::Ok();
+}
+
+void MetricsHttp::Accept() {
+  auto* c = new Connection();
+  c->server = this;
+  uv_tcp_init(server_.loop, &c->tcp);
+  c->tcp.data = c;
+  open_.insert(c);
+  if (uv_accept(reinterpret_cast<uv_stream_t*>(&server_), reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
+    Drop(c);
+    return;
+  }
+  uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&c->tcp),
+      [](uv_handle_t*, size_t, uv_buf_t* buf) {
+        static char scratch[4096];  // the loop thread's alone; copied out at once
+        *buf = uv_buf_init(scratch, sizeof scratch);
+      },
+      [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
+        auto* conn = static_cast<Connection*>(s->data);
+        if (n < 0) {
+          conn->server->Drop(conn);
+          return;
+        }
+        if (conn->answered) return;
+        conn->request.append(buf->base, static_cast<size_t>(n));
+        if (conn->request.find("\r\n\r\n") != std::string::npos ||
+            conn->request.find("\n\n") != std::string::npos || conn->request.size() > kMaxRequest)
+          conn->server->Answer(conn);
+      });
+}
+
+void MetricsHttp::Answer(Connection* c) {
+  c->answered = true;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+  const std::string line = c->request.substr(0, c->request.find_first_of("\r\n"));
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+  const std::string method = line.substr(0, sp1);
+  const std::string path =
+      sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 == std::string::npos ? sp2 : sp2 - sp1 - 1);
+  if (c->request.size() > kMaxRequest) {
+    c->response = Response(431, "Request Header Fields Too Large", "text/plain", "request too long\n");
+  } else if (method != "GET") {
+    c->response = Response(405, "Method Not Allowed", "text/plain", "only GET is served\n");
+  } else if (path != "/metrics" && path != "/") {
+    c->response = Response(404, "Not Found", "text/plain", "the metrics are at /metrics\n");
+  } else {
+    c->response = Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", page_());
+  }
+  c->write.data = c;
+  uv_buf_t buf = uv_buf_init(c->response.data(), static_cast<unsigned>(c->response.size()));
+  const int rc = uv_write(&c->write, reinterpret_cast<uv_stream_t*>(&c->tcp), &buf, 1,
+                          [](uv_write_t* w, int) {
+                            auto* conn = static_cast<Connection*>(w->data);
+                            conn->server->Drop(conn);
+                          });
+  if (rc != 0) Drop(c);
+}
+
+void MetricsHttp::Drop(Connection* c) {
+  if (!open_.erase(c)) return;  // already closing
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp),
+           [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
+}
+
+void MetricsHttp::Close() {
+  if (closed_) return;
+  closed_ = true;
+  while (!open_.empty()) Drop(*open_.begin());
+  if (started_) uv_close(reinterpret_cast<uv_handle_t*>(&server_), nullptr);
+}
+
+}  // namespace waste::daemon
