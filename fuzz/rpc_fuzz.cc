@@ -47,6 +47,7 @@ class CheckingLoop final : public LoopApi {
  public:
   void AddClient(ClientRecord c) override { Check(c.pins && c.pins->mapping.size() >= 4096); }
   void RemoveClient(uint32_t) override {}
+  void Progress(uint32_t, uint64_t) override {}
   void Hint(uint32_t, int layer, std::vector<uint32_t> experts, HintKind kind) override {
     Check(layer >= 0 && static_cast<uint32_t>(layer) < kLayers && layer != 0);  // 0 has no bank
     Check(static_cast<int>(kind) >= 0 && static_cast<int>(kind) <= 2);
