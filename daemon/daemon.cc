@@ -590,6 +590,7 @@ StatusSnapshot Daemon::Snapshot() const {
     x.pid = static_cast<uint32_t>(lc.record.pid);
     x.uid = static_cast<uint32_t>(lc.record.uid);
     x.command = lc.record.command;
+    x.command_from_proc = lc.record.command_from_proc;
     x.attached_seconds = MsSince(lc.since) / 1000;
     x.hits = cc.hits;
     x.misses = cc.misses;

@@ -130,6 +130,7 @@ void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Stat
     x.setMisses(c.misses);
     x.setPins(c.pins);
     x.setTokens(c.tokens);
+    x.setCommandFromProc(c.command_from_proc);
   }
   auto ls = o.initLayers(static_cast<unsigned>(s.layers.size()));
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -291,6 +292,7 @@ class DaemonServer final : public proto::Daemon::Server {
     // The kernel's word on who the peer is, not the client's; what the
     // client says is kept only when /proc will not tell (hidepid, a race).
     rec.command = ProcessCommandLine(cred_.pid);
+    rec.command_from_proc = !rec.command.empty();
     if (rec.command.empty())
       rec.command = PrintableCommand(std::string(p.getClient().getCommand().cStr()).substr(0, 4096));
     // The pin page: writable by the client, read-only here, and sealed so

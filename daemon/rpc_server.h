@@ -29,6 +29,7 @@ struct ClientRecord {
   pid_t pid = 0;
   uid_t uid = 0;
   std::string command;
+  bool command_from_proc = false;  // read from /proc, not taken from the client
   // Owns the pin page's memfd and the daemon's read-only mapping of it.
   struct PinPage {
     shm::Segment segment;
@@ -40,6 +41,7 @@ struct ClientRecord {
 struct ClientSnapshot {
   uint32_t id = 0, pid = 0, uid = 0, pins = 0;
   std::string command;
+  bool command_from_proc = false;
   double attached_seconds = 0;
   uint64_t hits = 0, misses = 0, tokens = 0;
 };

@@ -116,6 +116,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
     info.misses = c.getMisses();
     info.pins = c.getPins();
     info.tokens = c.getTokens();
+    info.command_from_proc = c.getCommandFromProc();
     d.clients.push_back(std::move(info));
   }
   d.io_depth = r.getIoDepth();

@@ -75,6 +75,7 @@ struct ClientStatusInfo {
   uint64_t misses = 0;  // demand hints that had to wait for a read
   uint32_t pins = 0;    // slots pinned right now
   uint64_t tokens = 0;  // tokens run, as the client reported them
+  bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
 };
 
 // One expert's popularity in its layer (proto::ExpertUse).

@@ -83,6 +83,7 @@ struct ClientStatus {
   misses @6 :UInt64;   # demand hints that had to wait for a read
   pins @7 :UInt32;     # slots pinned right now
   tokens @8 :UInt64;   # tokens run, as the client reported them (Session.progress)
+  commandFromProc @9 :Bool;  # command read by the daemon from /proc; false: the client's own word
 }
 
 # One expert's popularity in its layer.
