@@ -20,6 +20,7 @@ packages=(
   systemd                    # tests: systemd-analyze verify and security on the units (nothing is started)
   strace                     # tests: wasted's system calls against its unit's seccomp filter
   clang libclang-rt-dev      # libFuzzer (scripts/fuzz.sh); Debian's clang and its runtime, same version
+  tmux                       # tests drive `wastectl status --watch` in a terminal and read the screen
 )
 
 missing=()

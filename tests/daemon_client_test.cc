@@ -215,7 +215,32 @@ class FakeDaemon final : public proto::Daemon::Server {
     c.setHits(80);
     c.setMisses(20);
     c.setPins(2);
+    c.setTokens(12);
     s.setIoDepth(16);
+    s.setExperts(16);
+    s.setRecordBytes(3ull << 20);
+    s.setReadBusySeconds(0.5);
+    s.setLookaheadReads(40);
+    s.setLookaheadUsed(30);
+    s.setDemandHinted(500);
+    auto layers = s.initLayers(2);
+    layers[0].setLayer(1);
+    layers[0].setHits(450);
+    layers[0].setMisses(50);
+    layers[0].setSlotsReady(3);
+    const uint8_t resident[2] = {0x03, 0x02};  // experts 0, 1 and 9
+    layers[0].setResident(kj::arrayPtr(resident, 2));
+    auto hot = layers[0].initHottest(3);
+    const uint32_t hot_expert[3] = {9, 4, 0};
+    const uint64_t hot_uses[3] = {300, 120, 90};
+    for (unsigned i = 0; i < 3; ++i) {
+      hot[i].setExpert(hot_expert[i]);
+      hot[i].setUses(hot_uses[i]);
+      hot[i].setResident(hot_expert[i] != 4);
+    }
+    layers[1].setLayer(2);
+    layers[1].setHits(450);
+    layers[1].setMisses(50);
     return kj::READY_NOW;
   }
 
@@ -650,16 +675,95 @@ TEST(Wastectl, StatusAsJsonAndText) {
   EXPECT_EQ(j["clients"][0]["command"], "waste run /models/fake hello");
   EXPECT_EQ(j["clients"][0]["uid"], 1000);
 
+  EXPECT_EQ(j["clients"][0]["tokens"], 12);
+  EXPECT_DOUBLE_EQ(j["clients"][0]["hit_rate"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(j["read_bytes_per_second"].get<double>(), 3e8);
+  EXPECT_DOUBLE_EQ(j["lookahead"]["precision"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["lookahead"]["recall"].get<double>(), 0.5);
+  ASSERT_EQ(j["layers"].size(), 2u);
+  EXPECT_EQ(j["layers"][0]["layer"], 1);
+  EXPECT_EQ(j["layers"][0]["resident"], nlohmann::json({0, 1, 9}));
+  EXPECT_DOUBLE_EQ(j["layers"][0]["hit_rate"].get<double>(), 0.9);
+  EXPECT_EQ(j["layers"][0]["hottest"][0]["expert"], 9);
+  EXPECT_EQ(j["layers"][0]["hottest"][0]["uses"], 300);
+  EXPECT_EQ(j["layers"][0]["hottest"][1]["resident"], false);
+  EXPECT_EQ(j["layers"][1]["resident"], nlohmann::json::array());
+
   r = Wastectl("status --socket " + sock);
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* want :
-       {"kimi-linear  /models/fake", "pid 4242", "8.00 GiB; trunk 3.00 GiB + cache 4.00 GiB",
+  for (const std::string& want : std::vector<std::string>{
+       "model      kimi-linear: 2 layers with 16 experts, records of 3.00 MiB",
+        "container  /models/fake", "pid 4242",
+        "8.00 GiB: trunk 3.00 GiB + cache 4.00 GiB + overhead 1.00 GiB",
         "wired (mlock); pages: 2 MiB huge pages", "66 used (60 ready, 5 loading, 1 failed)",
-        "7 pinned, 34 free", "900 hits, 100 misses, 90.0% hit rate",
-        "150 records, 0.15 GB read", "2 read errors", "demand 10, lookahead 11, warm 12",
-        "(io depth 16)", "waste run /models/fake hello"}) {
+        "7 pinned, 34 free", "90.0% (900 hits, 100 misses of demand hints)",
+        "150 records, 143.05 MiB, 286.10 MiB/s while reading, 2 errors",
+        "queued     demand 10, lookahead 11, warm 12",
+        "in flight  demand 20, lookahead 21, warm 22 (io depth 16)",
+        "lookahead  precision 75.0%, recall 50.0%; 40 reads, 30 used\n"
+        "           0 B read and evicted unused, 0 reads dropped as late\n",
+        "socket     " + sock.substr(0, 66)}) {
     EXPECT_TRUE(Has(r.out, want)) << want << " in\n" << r.out;
   }
+  // The client's row and the layers' rows, columns as printed.
+  // The command is cut to fit 80 columns here; `clients` shows it whole.
+  EXPECT_TRUE(Has(r.out, "   3  777  1000     4.0 s      12    80      20  80.0%     2  waste run /mode...\n")) << r.out;
+  EXPECT_TRUE(Has(r.out, "      1   3/16   450      50  90.0%  9*:300 4:120 0*:90\n")) << r.out;
+  EXPECT_TRUE(Has(r.out, "      2   0/16   450      50  90.0%  \n")) << r.out;
+  size_t at = 0;
+  for (size_t nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    EXPECT_LE(nl - at, 80u) << "wider than 80 columns: " << r.out.substr(at, nl - at);
+
+  // clients: the same client, whole, in both forms.
+  r = Wastectl("clients --socket " + sock);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "id  pid   uid  attached  tokens  hits  misses   hit%  pins  command")) << r.out;
+  EXPECT_TRUE(Has(r.out, "777  1000     4.0 s      12    80      20  80.0%     2  waste run /models/fake hello")) << r.out;
+  r = Wastectl("clients --json --socket " + sock);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto cj = nlohmann::json::parse(r.out);
+  ASSERT_EQ(cj.size(), 1u);
+  EXPECT_EQ(cj[0]["pid"], 777);
+  EXPECT_EQ(cj[0]["tokens"], 12);
+  EXPECT_EQ(cj[0]["pins"], 2);
+  EXPECT_EQ(cj[0]["command_from_proc"], false);  // the fake does not say it read /proc
+
+  // metrics: the Prometheus text, and the same samples as JSON.
+  r = Wastectl("metrics --socket " + sock);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* want :
+       {"# TYPE waste_demand_hits_total counter\nwaste_demand_hits_total 900\n",
+        "# HELP waste_demand_misses_total ", "waste_demand_misses_total 100\n",
+        "waste_budget_bytes{part=\"trunk\"} 3221225472\n", "waste_trunk_wired 1\n",
+        "waste_cache_slots{state=\"free\"} 34\n", "waste_cache_slots_pinned 7\n",
+        "waste_reads_in_flight{priority=\"lookahead\"} 21\n",
+        "waste_reads_queued{priority=\"warm\"} 12\n", "waste_read_bytes_total 150000000\n",
+        "waste_read_busy_seconds_total 0.5\n", "waste_layer_demand_hits_total{layer=\"2\"} 450\n",
+        "waste_layer_slots_ready{layer=\"1\"} 3\n",
+        "waste_client_tokens_total{client=\"3\",pid=\"777\"} 12\n",
+        "waste_client_pins{client=\"3\",pid=\"777\"} 2\n", "waste_clients 1\n",
+        "waste_info{version=\"0.1.0-fake\",arch=\"kimi-linear\",container=\"/models/fake\""}) {
+    EXPECT_TRUE(Has(r.out, want)) << want << " in\n" << r.out;
+  }
+  // Every line is a comment or `name{labels} value`; every family has HELP and TYPE.
+  at = 0;
+  for (size_t nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string line = r.out.substr(at, nl - at);
+    if (line.rfind("# HELP waste_", 0) == 0 || line.rfind("# TYPE waste_", 0) == 0) continue;
+    EXPECT_EQ(line.rfind("waste_", 0), 0u) << line;
+    const std::string value = line.substr(line.rfind(' ') + 1);
+    EXPECT_EQ(value.find_first_not_of("0123456789.e+-"), std::string::npos) << line;
+  }
+  r = Wastectl("metrics --json --socket " + sock);
+  ASSERT_EQ(r.code, 0) << r.out;
+  bool found = false;
+  for (const auto& f : nlohmann::json::parse(r.out)) {
+    if (f["name"] != "waste_demand_hits_total") continue;
+    found = true;
+    EXPECT_EQ(f["type"], "counter");
+    EXPECT_EQ(f["samples"][0]["value"], 900);
+  }
+  EXPECT_TRUE(found) << r.out;
 }
 
 TEST(Wastectl, StopAndExitCodes) {
@@ -690,6 +794,13 @@ TEST(Wastectl, StopAndExitCodes) {
   r = Wastectl("stop --socket " + dir + "/absent.sock", true);
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_EQ(Wastectl("status --frobnicate", true).code, 2);
+  EXPECT_EQ(Wastectl("status --watch --json --socket " + sock, true).code, 2);
+  for (const char* cmd : {"clients --json", "metrics", "warm --json", "drop --layer 1",
+                          "status --watch"}) {
+    r = Wastectl(std::string(cmd) + " --socket " + dir + "/absent.sock", true);
+    EXPECT_EQ(r.code, 3) << cmd << ": " << r.out;
+    EXPECT_TRUE(Has(r.out, "wastectl: ") && Has(r.out, dir + "/absent.sock")) << cmd << ": " << r.out;
+  }
   EXPECT_EQ(Wastectl("", true).code, 2);
   r = Wastectl("--help");
   EXPECT_EQ(r.code, 0);

@@ -6,8 +6,10 @@
 // client, a dead daemon fails its clients fast, a damaged record fails only
 // itself, and bad input is refused with a message while everyone else is
 // served.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -927,3 +929,240 @@ TEST_F(Daemon, WarmStartsFromSavedUseCounts) {
 }
 
 }  // namespace
+
+namespace observe {
+
+// An HTTP GET of `path` on 127.0.0.1:`port`: the whole answer, or "" when
+// nothing listens.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// A loopback TCP port nobody listens on right now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace observe
+
+// What wastectl reports is what a client did: a probe runs 6 "tokens", each
+// demanding expert t % 2 in every layer with experts, and stays attached.
+// The counts must come out exactly, in status (both forms), clients and
+// metrics (from wastectl and from the daemon's own HTTP page).
+TEST_F(Daemon, WastectlCountsWhatAClientDid) {
+  const std::string c = Synth("tiny-kimi");
+  const int port = observe::FreePort();
+  StartDaemon(c, {"--budget", "64M", "--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  json s = Status();
+  const uint64_t moe = s["layers"].size();
+  ASSERT_GT(moe, 0u) << s.dump();
+  EXPECT_EQ(s["hits"], 0);
+  EXPECT_EQ(s["hit_rate"], nullptr);
+
+  Child probe = Child::Run(Probe(c, {"--tokens", "6", "--hold"}));
+  ASSERT_NE(probe.WaitLine("HELD"), "") << probe.Output();
+  // Hints and progress are fire and forget: wait until the daemon has them all.
+  const auto t0 = Clock::now();
+  for (;;) {
+    s = Status();
+    const bool all = s["clients"].size() == 1 && s["clients"][0]["tokens"] == 6 &&
+                     s["hits"].get<uint64_t>() + s["misses"].get<uint64_t>() == 6 * moe;
+    if (all) break;
+    ASSERT_LT(Since(t0), 10) << "the daemon never counted what the probe did: " << s.dump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Tokens 0 and 1 miss in every layer; tokens 2 to 5 find experts 0 and 1 ready.
+  EXPECT_EQ(s["misses"], 2 * moe);
+  EXPECT_EQ(s["hits"], 4 * moe);
+  EXPECT_EQ(s["reads"], 2 * moe);
+  EXPECT_EQ(s["bytes_read"], s["reads"].get<uint64_t>() * s["record_bytes"].get<uint64_t>());
+  EXPECT_NEAR(s["hit_rate"].get<double>(), 4.0 / 6, 1e-9);
+  EXPECT_EQ(s["slots"]["ready"], 2 * moe);
+  EXPECT_EQ(s["queued"]["demand"], 0);
+  EXPECT_EQ(s["in_flight"]["demand"], 0);
+  EXPECT_EQ(s["lookahead"]["reads"], 0);
+  const json& cl = s["clients"][0];
+  EXPECT_EQ(cl["pid"], probe.pid());
+  EXPECT_EQ(cl["uid"], getuid());
+  EXPECT_EQ(cl["hits"], 4 * moe);
+  EXPECT_EQ(cl["misses"], 2 * moe);
+  EXPECT_EQ(cl["pins"], 0);
+  // The command line is the kernel's (/proc), not what the client said.
+  EXPECT_EQ(cl["command_from_proc"], true) << cl.dump();
+  EXPECT_TRUE(Has(cl["command"], "daemon_probe " + socket_ + " " + c + " --tokens 6 --hold"))
+      << cl.dump();
+  for (const json& l : s["layers"]) {
+    EXPECT_EQ(l["hits"], 4) << l.dump();
+    EXPECT_EQ(l["misses"], 2) << l.dump();
+    EXPECT_EQ(l["slots_ready"], 2) << l.dump();
+    EXPECT_EQ(l["resident"], json({0, 1})) << l.dump();
+    ASSERT_EQ(l["hottest"].size(), 2u) << l.dump();
+    EXPECT_EQ(l["hottest"][0], json({{"expert", 0}, {"uses", 3}, {"resident", true}}));
+    EXPECT_EQ(l["hottest"][1], json({{"expert", 1}, {"uses", 3}, {"resident", true}}));
+  }
+  const std::string first_layer = std::to_string(s["layers"][0]["layer"].get<int>());
+
+  // The same in text.
+  Outcome r = Shell(Bin("wastectl") + " status --socket " + socket_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string counts = std::to_string(4 * moe) + " hits, " + std::to_string(2 * moe) + " misses";
+  EXPECT_TRUE(Has(r.out, "hit rate   66.7% (" + counts)) << r.out;
+  EXPECT_TRUE(Has(r.out, "   4       2  66.7%  0*:3 1*:3\n")) << r.out;
+  EXPECT_TRUE(Has(r.out, "daemon_probe")) << r.out;
+  r = Shell(Bin("wastectl") + " clients --socket " + socket_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, " " + std::to_string(probe.pid()) + " ")) << r.out;
+  EXPECT_TRUE(Has(r.out, "--tokens 6 --hold")) << r.out;
+  r = Shell(Bin("wastectl") + " clients --json --socket " + socket_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)[0]["tokens"], 6) << r.out;
+
+  // Metrics, from wastectl and from the daemon's page: the same counters.
+  const std::string hits_line = "\nwaste_demand_hits_total " + std::to_string(4 * moe) + "\n";
+  const std::string tokens_line = "\nwaste_client_tokens_total{client=\"" +
+                                  std::to_string(cl["id"].get<int>()) + "\",pid=\"" +
+                                  std::to_string(probe.pid()) + "\"} 6\n";
+  const std::string layer_line =
+      "\nwaste_layer_demand_misses_total{layer=\"" + first_layer + "\"} 2\n";
+  r = Shell(Bin("wastectl") + " metrics --socket " + socket_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const std::string& want : {hits_line, tokens_line, layer_line})
+    EXPECT_TRUE(Has(r.out, want)) << want << " in\n" << r.out;
+  const std::string page = observe::HttpGet(port, "/metrics");
+  EXPECT_EQ(page.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << page;
+  EXPECT_TRUE(Has(page, "Content-Type: text/plain; version=0.0.4")) << page;
+  for (const std::string& want : {hits_line, tokens_line, layer_line})
+    EXPECT_TRUE(Has(page, want)) << want << " in\n" << page;
+  EXPECT_EQ(observe::HttpGet(port, "/nope").rfind("HTTP/1.0 404", 0), 0u);
+
+  // drop --layer empties that layer only; both forms say how many.
+  r = Shell(Bin("wastectl") + " drop --json --layer " + first_layer + " --socket " + socket_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out), json({{"dropped", 2}, {"layer", std::stoi(first_layer)}})) << r.out;
+  s = Status();
+  EXPECT_EQ(s["layers"][0]["resident"], json::array()) << s.dump();
+  EXPECT_EQ(s["slots"]["ready"], 2 * moe - 2);
+  if (moe > 1) {
+    EXPECT_EQ(s["layers"][1]["resident"], json({0, 1})) << s.dump();
+  }
+
+  // The probe leaves: no clients, the counts stay.
+  probe = Child();
+  const auto t1 = Clock::now();
+  while (!Status()["clients"].empty()) {
+    ASSERT_LT(Since(t1), 5) << "the probe stayed listed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  r = Shell(Bin("wastectl") + " clients --socket " + socket_);
+  EXPECT_EQ(r.out, "no clients attached\n");
+  EXPECT_EQ(Status()["hits"], 4 * moe);
+}
+
+// --metrics-listen serves loopback only, and says so.
+TEST_F(Daemon, MetricsListenIsLoopbackOnly) {
+  const std::string c = Synth("tiny-kimi");
+  Outcome r = Shell(Bin("wasted") + " " + c + " --foreground --socket " + socket_ +
+                    " --metrics-listen 192.0.2.1:9464");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(Has(r.out, "loopback only")) << r.out;
+  r = Shell(Bin("wasted") + " " + c + " --foreground --socket " + socket_ +
+            " --metrics-listen 127.0.0.1:http");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(Has(r.out, "the port is not a number")) << r.out;
+  EXPECT_FALSE(Connectable(socket_));
+}
+
+// `wastectl status --watch` in a real terminal (tmux), read off the screen:
+// the fields are there, the screen changes when a client runs, and q and
+// Ctrl-C leave the terminal as it was.
+TEST_F(Daemon, WatchRedrawsInATerminal) {
+  if (Shell("tmux -V").code != 0) {
+    std::fprintf(stderr, "SKIP: tmux is not installed (scripts/deps.sh installs it)\n");
+    GTEST_SKIP() << "tmux is not installed (scripts/deps.sh installs it)";
+  }
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c, {"--budget", "64M"});
+  // A private tmux server: nothing of anyone else's is touched.
+  const std::string tmux = "tmux -S " + dir_ + "/tmux.sock ";
+  struct KillServer {
+    std::string tmux;
+    ~KillServer() { Shell(tmux + "kill-server"); }
+  } kill_server{tmux};
+  auto screen = [&] { return Shell(tmux + "capture-pane -p -t watch").out; };
+  // Waits until the screen shows `text`; the last screen either way.
+  auto wait_for = [&](const std::string& text) {
+    std::string shown;
+    const auto t0 = Clock::now();
+    while (Since(t0) < 10) {
+      shown = screen();
+      if (Has(shown, text)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return shown;
+  };
+  Outcome r = Shell(tmux + "new-session -d -s watch -x 100 -y 40 'LC_ALL=C " + Bin("wastectl") +
+                    " status --watch --interval 0.2 --socket " + socket_ + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  Shell(tmux + "set-option -t watch remain-on-exit on");
+  std::string shown = wait_for("clients: none attached");
+  for (const char* want : {"wasted ", "slots ", "hit rate - overall", "hit rate every 0.2 s |",
+                           "layer |", "q or Ctrl-C quits"})
+    EXPECT_TRUE(Has(shown, want)) << want << " on\n" << shown;
+  EXPECT_EQ(Shell(tmux + "display -p -t watch '#{alternate_on}'").out, "1\n");
+
+  Child probe = Child::Run(Probe(c, {"--tokens", "6", "--hold"}));
+  ASSERT_NE(probe.WaitLine("HELD"), "") << probe.Output();
+  const std::string row = " " + std::to_string(probe.pid()) + " ";
+  shown = wait_for(row);
+  EXPECT_TRUE(Has(shown, row)) << "the client's row: " << row << " on\n" << shown;
+  shown = wait_for("66.7% overall");
+  EXPECT_TRUE(Has(shown, "66.7% overall")) << shown;
+  // Experts 0 and 1 of every layer are ready: the first cell of each row
+  // (one expert a cell at this width) is full, and each row counts 2 ready.
+  EXPECT_TRUE(Has(shown, "|## ")) << shown;
+  EXPECT_TRUE(Has(shown, "|   2/")) << shown;
+  probe = Child();
+
+  // q quits and gives the terminal back: no alternate screen, exit 0.
+  Shell(tmux + "send-keys -t watch q");
+  std::string dead;
+  for (auto t0 = Clock::now(); Since(t0) < 5; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+    dead = Shell(tmux + "display -p -t watch '#{pane_dead} #{pane_dead_status} #{alternate_on}'").out;
+    if (dead.rfind("1 ", 0) == 0) break;
+  }
+  EXPECT_EQ(dead, "1 0 0\n");
+
+  // Ctrl-C does the same.
+  r = Shell(tmux + "respawn-pane -k -t watch 'LC_ALL=C " + Bin("wastectl") +
+            " status --watch --interval 0.2 --socket " + socket_ + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  wait_for("q or Ctrl-C quits");
+  Shell(tmux + "send-keys -t watch C-c");
+  for (auto t0 = Clock::now(); Since(t0) < 5; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+    dead = Shell(tmux + "display -p -t watch '#{pane_dead} #{pane_dead_status} #{alternate_on}'").out;
+    if (dead.rfind("1 ", 0) == 0) break;
+  }
+  EXPECT_EQ(dead, "1 0 0\n");
+}

@@ -1,0 +1,296 @@
+#include "clients/wastectl/status_view.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/size_text.h"
+
+namespace waste::ctl {
+
+using nlohmann::json;
+
+namespace {
+
+std::string U(uint64_t v) {
+  return std::to_string(v);
+}
+
+json ByPriority(const std::vector<uint32_t>& counts) {
+  json j = json::object();
+  for (size_t i = 0; i < counts.size(); ++i) j[PriorityName(i)] = counts[i];
+  return j;
+}
+
+std::string ByPriorityText(const std::vector<uint32_t>& counts) {
+  if (counts.empty()) return "none reported";
+  std::string out;
+  for (size_t i = 0; i < counts.size(); ++i)
+    out += (i ? ", " : "") + PriorityName(i) + " " + std::to_string(counts[i]);
+  return out;
+}
+
+json Nullable(std::optional<double> v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+// Bytes per second while at least one read was in flight.
+std::optional<double> Throughput(const DaemonStatus& s) {
+  if (s.read_busy_seconds <= 0) return std::nullopt;
+  return static_cast<double>(s.bytes_read) / s.read_busy_seconds;
+}
+
+// Of the lookahead's reads, the share demanded before eviction.
+std::optional<double> Precision(const DaemonStatus& s) {
+  if (s.lookahead_reads == 0) return std::nullopt;
+  return static_cast<double>(s.lookahead_used) / static_cast<double>(s.lookahead_reads);
+}
+
+// Of the demand hints, the share a lookahead hint had named first.
+std::optional<double> Recall(const DaemonStatus& s) {
+  if (s.hits + s.misses == 0) return std::nullopt;
+  return static_cast<double>(s.demand_hinted) / static_cast<double>(s.hits + s.misses);
+}
+
+uint32_t ResidentCount(const LayerStatusInfo& l, uint32_t experts) {
+  uint32_t n = 0;
+  for (uint32_t e = 0; e < experts; ++e) n += l.is_resident(e);
+  return n;
+}
+
+}  // namespace
+
+std::string Duration(double seconds) {
+  char buf[48];
+  const auto s = static_cast<unsigned long long>(seconds);
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%llum %02llus", s / 60, s % 60);
+  } else if (s < 86400) {
+    std::snprintf(buf, sizeof buf, "%lluh %02llum", s / 3600, s / 60 % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llud %02lluh", s / 86400, s / 3600 % 24);
+  }
+  return buf;
+}
+
+std::optional<double> HitRate(uint64_t hits, uint64_t misses) {
+  if (hits + misses == 0) return std::nullopt;
+  return static_cast<double>(hits) / static_cast<double>(hits + misses);
+}
+
+std::string Percent(std::optional<double> rate) {
+  if (!rate) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * *rate);
+  return buf;
+}
+
+std::string ShortCommand(const std::string& command) {
+  const size_t space = command.find(' ');
+  const size_t slash = command.rfind('/', space == std::string::npos ? command.npos : space);
+  return slash == std::string::npos ? command : command.substr(slash + 1);
+}
+
+std::string PriorityName(size_t i) {
+  static const char* kNames[] = {"demand", "lookahead", "warm"};
+  return i < 3 ? kNames[i] : "priority" + std::to_string(i);
+}
+
+std::string Fit(const std::string& text, size_t width) {
+  if (text.size() <= width) return text;
+  if (width <= 3) return text.substr(0, width);
+  return text.substr(0, width - 3) + "...";
+}
+
+std::vector<std::string> Table(const std::vector<std::vector<std::string>>& rows, size_t width) {
+  std::vector<size_t> w;
+  for (const auto& row : rows) {
+    if (w.size() < row.size()) w.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], row[i].size());
+  }
+  std::vector<std::string> lines;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i + 1 < row.size(); ++i)
+      line += "  " + std::string(w[i] - row[i].size(), ' ') + row[i];
+    if (!row.empty()) line += "  " + row.back();
+    lines.push_back(Fit(line, width));
+  }
+  return lines;
+}
+
+std::vector<std::vector<std::string>> ClientRows(const DaemonStatus& s, bool short_program) {
+  std::vector<std::vector<std::string>> rows = {
+      {"id", "pid", "uid", "attached", "tokens", "hits", "misses", "hit%", "pins", "command"}};
+  for (const ClientStatusInfo& c : s.clients) {
+    rows.push_back({U(c.id), U(c.pid), U(c.uid), Duration(c.attached_seconds), U(c.tokens),
+                    U(c.hits), U(c.misses), Percent(HitRate(c.hits, c.misses)), U(c.pins),
+                    short_program ? ShortCommand(c.command) : c.command});
+  }
+  return rows;
+}
+
+json ClientsJson(const DaemonStatus& s) {
+  json clients = json::array();
+  for (const ClientStatusInfo& c : s.clients) {
+    clients.push_back({{"id", c.id},
+                       {"pid", c.pid},
+                       {"uid", c.uid},
+                       {"attached_seconds", c.attached_seconds},
+                       {"tokens", c.tokens},
+                       {"hits", c.hits},
+                       {"misses", c.misses},
+                       {"hit_rate", Nullable(HitRate(c.hits, c.misses))},
+                       {"pins", c.pins},
+                       {"command", c.command},
+                       {"command_from_proc", c.command_from_proc}});
+  }
+  return clients;
+}
+
+json StatusJson(const DaemonStatus& s, const std::string& socket) {
+  json layers = json::array();
+  for (const LayerStatusInfo& l : s.layers) {
+    json resident = json::array();
+    for (uint32_t e = 0; e < s.experts; ++e)
+      if (l.is_resident(e)) resident.push_back(e);
+    json hottest = json::array();
+    for (const ExpertUseInfo& h : l.hottest)
+      hottest.push_back({{"expert", h.expert}, {"uses", h.uses}, {"resident", h.resident}});
+    layers.push_back({{"layer", l.layer},
+                      {"slots_ready", l.slots_ready},
+                      {"slots_loading", l.slots_loading},
+                      {"hits", l.hits},
+                      {"misses", l.misses},
+                      {"hit_rate", Nullable(HitRate(l.hits, l.misses))},
+                      {"resident", resident},
+                      {"hottest", hottest}});
+  }
+  return {{"socket", socket},
+          {"version", s.version},
+          {"pid", s.pid},
+          {"uptime_seconds", s.uptime_seconds},
+          {"container", s.container},
+          {"arch", s.arch},
+          {"experts", s.experts},
+          {"record_bytes", s.record_bytes},
+          {"budget",
+           {{"total", s.budget},
+            {"trunk", s.trunk_bytes},
+            {"cache", s.cache_bytes},
+            {"overhead", s.overhead_bytes}}},
+          {"trunk_wired", s.trunk_wired},
+          {"page_kind", s.page_kind},
+          {"slots",
+           {{"total", s.slots},
+            {"used", s.slots_used()},
+            {"ready", s.slots_ready},
+            {"loading", s.slots_loading},
+            {"pinned", s.slots_pinned},
+            {"failed", s.slots_failed},
+            {"free", s.slots_free()}}},
+          {"hits", s.hits},
+          {"misses", s.misses},
+          {"hit_rate", Nullable(HitRate(s.hits, s.misses))},
+          {"reads", s.reads},
+          {"bytes_read", s.bytes_read},
+          {"read_errors", s.read_errors},
+          {"read_busy_seconds", s.read_busy_seconds},
+          {"read_bytes_per_second", Nullable(Throughput(s))},
+          {"queued", ByPriority(s.queued)},
+          {"in_flight", ByPriority(s.in_flight)},
+          {"io_depth", s.io_depth},
+          {"policy", s.policy},
+          {"lookahead",
+           {{"reads", s.lookahead_reads},
+            {"used", s.lookahead_used},
+            {"unused_bytes", s.lookahead_unused_bytes},
+            {"dropped", s.lookahead_dropped},
+            {"demand_hinted", s.demand_hinted},
+            {"precision", Nullable(Precision(s))},
+            {"recall", Nullable(Recall(s))}}},
+          {"warm_reads", s.warm_reads},
+          {"clients", ClientsJson(s)},
+          {"layers", layers}};
+}
+
+std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t width) {
+  std::vector<std::string> lines;
+  char buf[512];
+  auto add = [&](const std::string& label, const std::string& text) {
+    lines.push_back(Fit(label.empty() ? text : label + std::string(11 - label.size(), ' ') + text,
+                        width));
+  };
+  add("", "wasted " + s.version + ", pid " + U(s.pid) + ", up " + Duration(s.uptime_seconds));
+  add("socket", socket);
+  add("model", s.arch + ": " + U(s.layers.size()) + " layers with " + U(s.experts) +
+                   " experts, records of " + FormatSize(s.record_bytes));
+  add("container", s.container);
+  // The budget is a ceiling; the parts may add up to less (a small container).
+  add("budget", FormatSize(s.budget) + ": trunk " + FormatSize(s.trunk_bytes) + " + cache " +
+                    FormatSize(s.cache_bytes) + " + overhead " + FormatSize(s.overhead_bytes));
+  add("trunk", std::string(s.trunk_wired ? "wired (mlock)" : "NOT wired (mlock failed; it may be "
+                                                             "paged out)") +
+                   "; pages: " + s.page_kind);
+  std::snprintf(buf, sizeof buf, "%u: %u used (%u ready, %u loading, %u failed), %u pinned, %u free",
+                s.slots, s.slots_used(), s.slots_ready, s.slots_loading, s.slots_failed,
+                s.slots_pinned, s.slots_free());
+  add("slots", buf);
+  add("hit rate", Percent(HitRate(s.hits, s.misses)) + " (" + U(s.hits) + " hits, " + U(s.misses) +
+                      " misses of demand hints)");
+  const auto tput = Throughput(s);
+  add("reads", U(s.reads) + " records, " + FormatSize(s.bytes_read) + ", " +
+                   (tput ? FormatSize(static_cast<uint64_t>(*tput)) + "/s while reading"
+                         : std::string("no reads yet")) +
+                   ", " + U(s.read_errors) + " errors");
+  add("in flight", ByPriorityText(s.in_flight) + " (io depth " + U(s.io_depth) + ")");
+  add("queued", ByPriorityText(s.queued));
+  if (s.lookahead_reads + s.demand_hinted + s.lookahead_dropped == 0) {
+    add("lookahead", "no lookahead hints yet");
+  } else {
+    std::snprintf(buf, sizeof buf, "precision %s, recall %s; %llu reads, %llu used",
+                  Percent(Precision(s)).c_str(), Percent(Recall(s)).c_str(),
+                  static_cast<unsigned long long>(s.lookahead_reads),
+                  static_cast<unsigned long long>(s.lookahead_used));
+    add("lookahead", buf);
+    add(" ", FormatSize(s.lookahead_unused_bytes) + " read and evicted unused, " +
+                 U(s.lookahead_dropped) + " reads dropped as late");
+  }
+  add("eviction", s.policy + "; " + U(s.warm_reads) + " warm-up reads");
+
+  lines.push_back("");
+  if (s.clients.empty()) {
+    add("clients", "none attached");
+  } else {
+    lines.push_back("clients (" + U(s.clients.size()) + ")");
+    for (std::string& l : Table(ClientRows(s, /*short_program=*/true), width))
+      lines.push_back(std::move(l));
+  }
+
+  lines.push_back("");
+  lines.push_back(Fit("layers (ready: experts of the layer in the cache; hottest: expert:uses, * ready)",
+                      width));
+  std::vector<std::vector<std::string>> rows = {
+      {"layer", "ready", "hits", "misses", "hit%", "hottest"}};
+  for (const LayerStatusInfo& l : s.layers) {
+    std::string hot;
+    for (const ExpertUseInfo& h : l.hottest)
+      hot += (hot.empty() ? "" : " ") + U(h.expert) + (h.resident ? "*" : "") + ":" + U(h.uses);
+    rows.push_back({U(l.layer), U(ResidentCount(l, s.experts)) + "/" + U(s.experts), U(l.hits),
+                    U(l.misses), Percent(HitRate(l.hits, l.misses)), hot});
+  }
+  for (std::string& l : Table(rows, width)) {
+    // The hottest list is cut at a whole entry, not in the middle of one.
+    if (l.size() >= 3 && l.compare(l.size() - 3, 3, "...") == 0) {
+      const size_t space = l.rfind(' ', l.size() - 4);
+      if (space != std::string::npos) l = l.substr(0, space) + " ...";
+    }
+    lines.push_back(std::move(l));
+  }
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+}  // namespace waste::ctl
