@@ -36,12 +36,16 @@ struct ExpertQuant {
   int vec_dim = 8;       // weights per VQ vector
   int entries = 256;     // codebook entries per stage
   int index_block = 64;  // rows per index block (0: plain row-major)
-  int index_bits = 8;    // 8: one byte per stage index; 6: VQ4P packing
+  int index_bits = 8;    // 8: one byte per stage index; 6: VQ4P packing; 16: BF16R weights
 
-  // Index bytes per (row, vector position).
-  int bytes_per_vector() const { return index_bits == 6 ? 3 : stages; }
+  // BF16R: the weights themselves, no codebooks (stages 0) and no row scales.
+  bool lossless() const { return fmt == format::Fmt::kBF16R; }
+  // Index bytes per (row, vector position); BF16R: the vector's 8 bf16 weights.
+  int bytes_per_vector() const {
+    return index_bits == 16 ? 2 * vec_dim : index_bits == 6 ? 3 : stages;
+  }
   double bits_per_weight() const { return 8.0 * bytes_per_vector() / vec_dim; }
-  static ExpertQuant For(format::Fmt fmt);  // the standard settings of VQ3R, VQ2R, VQ4P
+  static ExpertQuant For(format::Fmt fmt);  // the standard settings of VQ3R, VQ2R, VQ4P, BF16R
 };
 
 // Where each part of an expert record sits; derived from the config and the

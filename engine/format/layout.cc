@@ -22,6 +22,8 @@ std::string_view FmtName(Fmt f) {
       return "Q3G";
     case Fmt::kVQ4P:
       return "VQ4P";
+    case Fmt::kBF16R:
+      return "BF16R";
   }
   return "?";
 }
@@ -30,7 +32,7 @@ bool IsTrunkFmt(int f) {
   return f == 0 || f == 1 || f == 2 || f == 3 || f == 7;
 }
 bool IsExpertFmt(int f) {
-  return f == 4 || f == 5 || f == 8;
+  return f == 4 || f == 5 || f == 8 || f == 9;
 }
 
 }  // namespace waste::format

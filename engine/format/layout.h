@@ -32,11 +32,15 @@ enum class Fmt : uint8_t {
   kSUB1 = 6,  // specified by WARP, never written: refused
   kQ3G = 7,   // 3-bit packed rows with a guard byte, f16 scale per group
   kVQ4P = 8,  // experts: 4 stages of 64 entries, four 6-bit indices in 3 bytes
+  // Experts, this project's extension: each matrix stored whole as
+  // row-major bfloat16, no row scales, no codebooks. Lossless for a
+  // BF16 checkpoint, so a container can be compared exactly with its source.
+  kBF16R = 9,
 };
 
 std::string_view FmtName(Fmt f);
 bool IsTrunkFmt(int fmt);   // F32, F16, Q8G, Q4G, Q3G
-bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P
+bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R
 
 // Record flag bits (WARP's WF_*).
 inline constexpr uint8_t kFlagBf16 = 1u << 0;     // f16 payloads are bf16: not implemented, refused
@@ -45,6 +49,7 @@ inline constexpr uint8_t kFlagHotHint = 1u << 2;  // the converter marked it hot
 
 // Header of one expert record in experts-L{n}.bin. The record is
 //   header | gate indices | up indices | down indices | f16 row scales | zero pad to 4 KiB
+// (BF16R: header | gate | up | down, each [rows][cols] bfloat16 | zero pad; no scales)
 // and crc32 (zlib's) covers the bytes from the end of the header to the end of
 // the scales.
 struct ExpertHeader {

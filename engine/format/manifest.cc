@@ -55,6 +55,20 @@ Status GetSmallInt(const json& o, const std::string& where, const char* key, int
 Status ParseExpertQuant(const json& j, ExpertQuant* q) {
   if (!j.is_object()) return Status::Error("expert_quant is missing or not an object");
   const std::string w = "expert_quant";
+  if (auto f = j.find("fmt"); f != j.end() && f->is_string() && f->get<std::string>() == "BF16R") {
+    // This project's lossless extension: only one shape of it exists.
+    *q = ExpertQuant::For(Fmt::kBF16R);
+    int stages, vec_dim, entries, block, bits;
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 0, 8, &stages));
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "vec_dim", 1, 64, &vec_dim));
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "entries", 0, 256, &entries));
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_block", 0, 4096, &block, 0));
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_bits", 6, 16, &bits));
+    if (stages != 0 || vec_dim != 8 || entries != 0 || block != 0 || bits != 16)
+      return Status::Error(
+          "expert_quant: BF16R needs stages 0, vec_dim 8, entries 0, index_block 0, index_bits 16");
+    return Status::Ok();
+  }
   WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 1, 8, &q->stages));
   WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "vec_dim", 1, 64, &q->vec_dim));
   WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "entries", 1, 256, &q->entries));
@@ -208,6 +222,7 @@ ExpertQuant ExpertQuant::For(Fmt fmt) {
   q.fmt = fmt;
   if (fmt == Fmt::kVQ2R) q.stages = 2;
   if (fmt == Fmt::kVQ4P) q.stages = 4, q.entries = 64, q.index_bits = 6;
+  if (fmt == Fmt::kBF16R) q.stages = 0, q.entries = 0, q.index_block = 0, q.index_bits = 16;
   return q;
 }
 
@@ -230,7 +245,7 @@ Result<RecordLayout> RecordLayout::For(const ModelConfig& c, const ExpertQuant& 
     off += static_cast<uint64_t>(r.index_bytes(m, q));
   }
   r.scales_off = static_cast<uint32_t>(off);
-  off += 2 * static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
+  if (!q.lossless()) off += 2 * static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
   const uint64_t padded = (off + format::kAlign - 1) / format::kAlign * format::kAlign;
   if (padded > (uint64_t{1} << 31))
     return Status::Error("config: one expert record would be " + std::to_string(padded) +

@@ -37,7 +37,8 @@ F32, F16, Q8G, Q4G, Q3G = 0, 1, 2, 3, 7
 TRUNK_FMT_NAMES = {F32: "F32", F16: "F16", Q8G: "Q8G", Q4G: "Q4G", Q3G: "Q3G"}
 # Expert formats.
 VQ3R, VQ2R, VQ4P = 4, 5, 8
-EXPERT_FMT_NAMES = {VQ3R: "VQ3R", VQ2R: "VQ2R", VQ4P: "VQ4P"}
+BF16R = 9  # this project's extension: each matrix stored whole as bfloat16, no scales
+EXPERT_FMT_NAMES = {VQ3R: "VQ3R", VQ2R: "VQ2R", VQ4P: "VQ4P", BF16R: "BF16R"}
 MATRICES = ("gate", "up", "down")  # record order, matrix index 0, 1, 2
 
 
@@ -129,7 +130,12 @@ class Container:
         self.index_bits = int(q.get("index_bits", 8) or 8)
         if self.vec_dim != 8:
             raise FormatError("expert_quant.vec_dim must be 8")
-        if self.index_bits == 6:
+        if q.get("fmt") == "BF16R":
+            if (self.stages, self.entries, self.index_block, self.index_bits) != (0, 0, 0, 16):
+                raise FormatError("BF16R needs stages 0, entries 0, index_block 0, index_bits 16")
+            self.bytes_per_vector = 2 * self.vec_dim
+            self.expert_fmt = BF16R
+        elif self.index_bits == 6:
             if self.stages != 4 or self.entries != 64:
                 raise FormatError("6-bit indices are VQ4P: 4 stages of 64 entries")
             self.bytes_per_vector = 3
@@ -235,7 +241,7 @@ class Container:
             regions.append((off, size))
             off += size
         scales_off = off
-        end = scales_off + 2 * sum(rows)
+        end = scales_off + (0 if self.expert_fmt == BF16R else 2 * sum(rows))
         record = -(-end // ALIGN) * ALIGN
         return {"rows": rows, "cols": cols, "regions": regions, "scales_off": scales_off,
                 "payload_end": end, "record_bytes": record}
@@ -273,7 +279,7 @@ class Container:
             raise FormatError(f"{where}: lowrank_id {lowrank} / bf16 flag not supported")
         if cb != int(meta["codebook_base"]):
             raise FormatError(f"{where}: codebook_id {cb} != codebook_base {meta['codebook_base']}")
-        ok_fmt = {VQ4P} if self.index_bits == 6 else {VQ3R, VQ2R}
+        ok_fmt = {BF16R} if self.expert_fmt == BF16R else {VQ4P} if self.index_bits == 6 else {VQ3R, VQ2R}
         if fmt not in ok_fmt:
             raise FormatError(f"{where}: fmt {fmt} disagrees with index_bits {self.index_bits}")
         want = [r[0] for r in lay["regions"]] + [lay["scales_off"]]
@@ -314,6 +320,11 @@ class Container:
         rec, lay, cb = self.record(layer, expert)
         so = lay["scales_off"]
         out = {}
+        if self.expert_fmt == BF16R:
+            for m, name in enumerate(MATRICES):
+                off, size = lay["regions"][m]
+                out[name] = bf16_to_f32(rec[off:off + size]).reshape(lay["rows"][m], lay["cols"][m])
+            return out
         for m, name in enumerate(MATRICES):
             rows, cols = lay["rows"][m], lay["cols"][m]
             idx = self._indices(rec, lay, m)
