@@ -118,7 +118,7 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::stri
   auto cfg = ModelConfig::FromJson(config);
   if (!cfg.ok()) return cfg.status();
   if (!format::IsExpertFmt(static_cast<int>(expert_fmt)))
-    return Status::Error("expert format must be VQ3R, VQ2R or VQ4P");
+    return Status::Error("expert format must be VQ3R, VQ2R, VQ4P or BF16R");
   w->m_.config = *cfg;
   w->m_.config_json = WithKimiMoeKeys(config);
   w->m_.arch = cfg->model_type;
@@ -345,6 +345,125 @@ Status ContainerWriter::WriteBank(int layer, const FillRecord& fill) {
   std::erase_if(m_.banks, [&](const ExpertBank& x) { return x.layer == layer; });
   m_.banks.push_back(bank);
   return Status::Ok();
+}
+
+nlohmann::json ContainerWriter::State() const {
+  nlohmann::json trunk = nlohmann::json::array();
+  for (const TrunkTensor& t : m_.trunk)
+    trunk.push_back({{"name", t.name},
+                     {"fmt", static_cast<int>(t.fmt)},
+                     {"bf16", t.bf16},
+                     {"shape", t.shape},
+                     {"group", t.group},
+                     {"offset", t.offset},
+                     {"payload_bytes", t.payload_bytes},
+                     {"scale_offset", t.scale_offset},
+                     {"scale_bytes", t.scale_bytes}});
+  nlohmann::json banks = nlohmann::json::array();
+  for (const ExpertBank& b : m_.banks)
+    banks.push_back({{"layer", b.layer}, {"codebook_base", b.codebook_base}, {"bytes", b.bytes}});
+  return {{"config", m_.config_json},
+          {"expert_fmt", static_cast<int>(m_.quant.fmt)},
+          {"trunk", trunk},
+          {"trunk_bytes", trunk_size_},
+          {"codebooks", n_codebooks_},
+          {"codebook_base", codebook_base_},
+          {"banks", banks}};
+}
+
+Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Resume(const std::string& dir,
+                                                                 const nlohmann::json& state,
+                                                                 int jobs) {
+  std::unique_ptr<ContainerWriter> w(new ContainerWriter());
+  w->dir_ = dir;
+  w->jobs_ = std::clamp(jobs, 1, 256);
+  try {
+    const int fmt = state.at("expert_fmt").get<int>();
+    if (!format::IsExpertFmt(fmt)) return Status::Error("resume state: bad expert format");
+    auto cfg = ModelConfig::FromJson(state.at("config"));
+    if (!cfg.ok()) return cfg.status().Prefixed("resume state");
+    w->m_.config = *cfg;
+    w->m_.config_json = state.at("config");
+    w->m_.arch = cfg->model_type;
+    w->m_.quant = ExpertQuant::For(static_cast<Fmt>(fmt));
+    auto lay = RecordLayout::For(*cfg, w->m_.quant);
+    if (!lay.ok()) return lay.status();
+    w->m_.record = *lay;
+    w->trunk_size_ = state.at("trunk_bytes").get<uint64_t>();
+    for (const auto& e : state.at("trunk")) {
+      TrunkTensor t;
+      t.name = e.at("name").get<std::string>();
+      t.fmt = static_cast<Fmt>(e.at("fmt").get<int>());
+      t.bf16 = e.at("bf16").get<bool>();
+      t.shape = e.at("shape").get<std::vector<int64_t>>();
+      t.elements = 1;
+      for (int64_t d : t.shape) t.elements *= d;
+      t.group = e.at("group").get<int>();
+      t.offset = e.at("offset").get<uint64_t>();
+      t.payload_bytes = e.at("payload_bytes").get<uint64_t>();
+      t.scale_offset = e.at("scale_offset").get<uint64_t>();
+      t.scale_bytes = e.at("scale_bytes").get<uint64_t>();
+      if (t.offset + t.payload_bytes > w->trunk_size_ ||
+          (t.scale_bytes && t.scale_offset + t.scale_bytes > w->trunk_size_))
+        return Status::Error("resume state: trunk tensor " + t.name + " lies past trunk_bytes");
+      w->bytes_written_ += t.stored_bytes();
+      w->m_.trunk.push_back(std::move(t));
+    }
+    w->n_codebooks_ = state.at("codebooks").get<int>();
+    w->codebook_base_ = state.at("codebook_base").get<std::vector<int>>();
+    if (static_cast<int>(w->codebook_base_.size()) != cfg->n_layers || w->n_codebooks_ < 0)
+      return Status::Error("resume state: codebook bases do not fit the config");
+    const ExpertQuant& q = w->m_.quant;
+    for (const auto& e : state.at("banks")) {
+      ExpertBank b;
+      b.layer = e.at("layer").get<int>();
+      b.codebook_base = e.at("codebook_base").get<int>();
+      b.bytes = e.at("bytes").get<uint64_t>();
+      b.experts = cfg->n_experts;
+      b.file = "experts-L" + std::to_string(b.layer) + ".bin";
+      if (b.layer < 0 || b.layer >= cfg->n_layers || !cfg->is_moe_layer(b.layer) ||
+          b.bytes != uint64_t{lay->record_bytes} * static_cast<uint64_t>(b.experts) ||
+          b.codebook_base != w->codebook_base_[b.layer])
+        return Status::Error("resume state: bank " + b.file + " does not fit the config");
+      struct stat st;
+      if (stat((dir + "/" + b.file).c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != b.bytes)
+        return Status::Error(b.file + ": not the " + std::to_string(b.bytes) +
+                             " bytes the resume state says were written");
+      w->bytes_written_ += b.bytes;
+      w->m_.banks.push_back(b);
+    }
+    // Codebooks of layers without a finished bank are written again.
+    const int per_layer = 3 * q.stages;
+    int keep = 0;
+    for (const ExpertBank& b : w->m_.banks) keep = std::max(keep, b.codebook_base + per_layer);
+    for (int L = 0; L < cfg->n_layers; ++L)
+      if (!w->m_.Bank(L) && w->codebook_base_[L] >= keep) w->codebook_base_[L] = -1;
+    w->n_codebooks_ = keep;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error(std::string("resume state: ") + e.what());
+  }
+  // Reopen the two growing files at the lengths the state covers.
+  const ExpertQuant& q = w->m_.quant;
+  const uint64_t one_codebook = sizeof(format::CodebookHeader) + uint64_t{2} * q.entries * q.vec_dim;
+  const std::pair<int*, std::pair<const char*, uint64_t>> files[] = {
+      {&w->trunk_fd_, {"trunk.bin", w->trunk_size_}},
+      {&w->cb_fd_, {"codebooks.bin", one_codebook * static_cast<uint64_t>(w->n_codebooks_)}},
+  };
+  for (const auto& [fd, file] : files) {
+    if (fd == &w->cb_fd_ && w->m_.config.n_experts == 0) continue;
+    const std::string path = dir + "/" + file.first;
+    *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (*fd < 0) return Status::Error(path + ": " + std::strerror(errno));
+    struct stat st;
+    if (fstat(*fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < file.second)
+      return Status::Error(std::string(file.first) + ": shorter than the resume state says (" +
+                           std::to_string(file.second) + " bytes)");
+    if (ftruncate(*fd, static_cast<off_t>(file.second)) != 0 ||
+        lseek(*fd, 0, SEEK_END) != static_cast<off_t>(file.second))
+      return Status::Error(std::string(file.first) + ": " + std::strerror(errno));
+  }
+  w->bytes_written_ += one_codebook * static_cast<uint64_t>(w->n_codebooks_);
+  return w;
 }
 
 Status ContainerWriter::WriteFile(const std::string& name, std::string_view bytes) {

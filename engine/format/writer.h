@@ -59,6 +59,7 @@ class ContainerWriter {
 
   // Appends MoE layer `layer`'s 3 * stages codebooks (gate stages, up stages,
   // down stages), each entries * vec_dim values, and records its base.
+  // BF16R has none: call it with an empty span before the layer's bank.
   Status AddCodebooks(int layer, std::span<const float> books);
 
   // Writes layer `layer`'s bank. `fill(expert, rec)` writes the payload of
@@ -76,6 +77,21 @@ class ContainerWriter {
   Status Finish();
 
   uint64_t bytes_written() const { return bytes_written_; }
+
+  // Where the writing stands, for resuming after an interruption: the
+  // config, the expert format, every trunk tensor and codebook written and
+  // every bank finished. Taken between steps (after AddTensor*, AddCodebooks
+  // or WriteBank returned), never during one.
+  nlohmann::json State() const;
+  // Reopens `dir` at `state` (what State() returned): trunk.bin and
+  // codebooks.bin are cut back to what the state covers and appended to;
+  // banks the state lists must still have their size and are kept. Nothing
+  // that the state does not list survives, so a step that was interrupted
+  // is simply done again. The state is untrusted (it is a file on disk).
+  static Result<std::unique_ptr<ContainerWriter>> Resume(const std::string& dir,
+                                                         const nlohmann::json& state, int jobs = 1);
+  bool HasBank(int layer) const { return m_.Bank(layer) != nullptr; }
+  int tensors_written() const { return static_cast<int>(m_.trunk.size()); }
 
  private:
   ContainerWriter() = default;
