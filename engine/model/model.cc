@@ -430,6 +430,35 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
   MatVec(*l.o, o.data(), out);
 }
 
+void Model::ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                            const float* h, float* per_slot) {
+  const RecordLayout& lay = ct_.record_layout();
+  const int hid = c_.hidden, inter = c_.moe_inter, k = c_.top_k;
+  auto view = [&](int m) {  // the record's matrix m, row-major bfloat16
+    kernels::MatrixView v;
+    v.fmt = format::Fmt::kF16;
+    v.bf16 = true;
+    v.rows = lay.rows[m];
+    v.cols = lay.cols[m];
+    v.payload = rec + lay.matrix_off[m];
+    return v;
+  };
+  const kernels::MatrixView vg = view(0), vu = view(1), vd = view(2);
+  std::vector<float> g(inter), u(inter);  // [moe_inter]
+  for (const auto& [t, j] : who) {
+    const float* x = h + static_cast<size_t>(t) * hid;
+    pool_.ParallelFor(inter, 32, [&](int64_t a, int64_t b) {
+      kernels::MatVec(vg, x, g.data(), a, b, opt_.isa);
+      kernels::MatVec(vu, x, u.data(), a, b, opt_.isa);
+    });
+    for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+    float* dst = per_slot + (static_cast<size_t>(t) * k + j) * hid;
+    pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) {
+      kernels::MatVec(vd, g.data(), dst, a, b, opt_.isa);
+    });
+  }
+}
+
 void Model::DenseMlp(int L, const float* h, float* out) {
   const Layer& l = *layers_[L];
   const int64_t inter = l.gate->rows;
@@ -559,7 +588,7 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   // Every token's gate and up tables are independent, so the pool builds
   // them (each wholly one thread's: the split cannot change a bit); a float
   // table that is only scratch is the chunk's own.
-  pool_.ParallelFor(2 * T, 1, [&](int64_t i0, int64_t i1) {
+  pool_.ParallelFor(q.lossless() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
     std::unique_ptr<float[]> scratch;
     if (!keep_float) scratch = std::make_unique_for_overwrite<float[]>(lut_gu);
     for (int64_t i = i0; i < i1; ++i) {
@@ -595,6 +624,11 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       v.index_block = q.index_block;
       return v;
     };
+    if (q.lossless()) {
+      ApplyBf16Expert(*rec, who, h, per_slot.data());
+      experts_->Release(L, e);
+      continue;
+    }
     const kernels::VqMatrixView vg = view(0), vu = view(1), vd = view(2);
     for (const auto& [t, j] : who) {
       const float* lg = keep_float ? luts.data() + (2 * t) * lut_gu : nullptr;

@@ -143,6 +143,10 @@ class Model {
   void HintGuess(int L);
   // Counts what layer L demands (`wanted`, distinct) against what was guessed for it.
   void ScoreGuesses(int L, std::span<const int> wanted);
+  // One BF16R expert record applied to the tokens (t, slot j) routed to it:
+  // h is the chunk's [T][hidden] input, per_slot its [T][top_k][hidden] output.
+  void ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                       const float* h, float* per_slot);
   void DenseMlp(int L, const float* h, float* out);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);
   void RotaryInPlace(float* v, int pos) const;  // the rope dims of one head or k_pe
