@@ -15,5 +15,6 @@ void AddTokenize(CLI::App& app, int* exit_code);  // tokenize and detokenize
 void AddBench(CLI::App& app, int* exit_code);
 void AddChat(CLI::App& app, int* exit_code);
 void AddReplay(CLI::App& app, int* exit_code);  // a routing trace against wasted's cache
+void AddConvert(CLI::App& app, int* exit_code);  // convert (a Hugging Face checkpoint) and verify
 
 }  // namespace waste::cli

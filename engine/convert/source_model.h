@@ -1,0 +1,43 @@
+// What a checkpoint's config.json and tensor names mean to the container:
+// the two families the engine runs, as their checkpoints are published.
+//
+//   DeepSeek-V3 family (model_type deepseek_v3, kimi_k2: V3, R1, Kimi K2):
+//     model.layers.L.mlp.{gate, shared_experts}.*  -> model.layers.L.block_sparse_moe.*
+//     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight  (routed experts)
+//     model.layers.N.* for N >= num_hidden_layers (multi-token prediction): not used
+//   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
+//     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
+//   Everything else has the container's name (engine/format/model_config.h, TrunkSpec).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/format/model_config.h"
+#include "engine/status.h"
+
+namespace waste::convert {
+
+enum class Family { kDeepseekV3, kKimiLinear };
+
+struct SourceModel {
+  Family family = Family::kDeepseekV3;
+  nlohmann::json config;  // what the container's manifest carries (normalized, below)
+  ModelConfig shape;
+
+  // The checkpoint's name for a trunk tensor of the container.
+  std::string TrunkName(const std::string& container_name) const;
+  // The checkpoint's name for matrix m (0 gate, 1 up, 2 down) of routed expert e.
+  std::string ExpertName(int layer, int expert, int matrix) const;
+};
+
+// Reads a config.json. Normalized for the container: transformers 5's
+// rope_parameters become rope_theta / rope_scaling; quantization_config and
+// compression_config are dropped (the container's weights are not the
+// checkpoint's). Refused by name: an unknown model_type, an activation other
+// than silu, tied embeddings, rope_interleave false, and whatever
+// ModelConfig::FromJson refuses.
+Result<SourceModel> MapSource(const nlohmann::json& config);
+
+}  // namespace waste::convert

@@ -1,0 +1,193 @@
+#include "engine/convert/tokenizer_import.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/format/container.h"
+
+namespace waste::convert {
+namespace {
+
+using nlohmann::json;
+
+std::string Base64(std::string_view in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out += kAlphabet[(v >> (6 * k)) & 63];
+  }
+  const size_t rest = in.size() - i;
+  if (rest > 0) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (rest == 2 ? uint8_t(in[i + 1]) << 8 : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// GPT-2's byte-level alphabet: byte b is written as the code point
+// ByteChar(b); printable Latin-1 bytes stand for themselves.
+std::map<uint32_t, uint8_t> CharToByte() {
+  std::map<uint32_t, uint8_t> m;
+  uint32_t extra = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool self = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    m[self ? static_cast<uint32_t>(b) : extra++] = static_cast<uint8_t>(b);
+  }
+  return m;
+}
+
+// Decodes one UTF-8 token string of the byte-level alphabet to its bytes.
+bool TokenBytes(const std::string& s, const std::map<uint32_t, uint8_t>& map, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    uint32_t cp;
+    int n;
+    if (c < 0x80) cp = c, n = 1;
+    else if ((c >> 5) == 6) cp = c & 31, n = 2;
+    else if ((c >> 4) == 14) cp = c & 15, n = 3;
+    else return false;
+    if (i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 63);
+    const auto it = map.find(cp);
+    if (it == map.end()) return false;
+    out->push_back(static_cast<char>(it->second));
+    i += n;
+  }
+  return true;
+}
+
+Result<json> ReadJson(const std::string& dir, const std::string& name) {
+  auto text = ReadSmallFile(dir + "/" + name, 256u << 20);
+  if (!text.ok()) return text.status();
+  return ParseJson(*text, name);
+}
+
+std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials) {
+  auto has = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (!specials.count(n)) return false;
+    return true;
+  };
+  if (has({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"})) {
+    const json chat = {
+        {"system", {"<|im_system|>system<|im_middle|>", "<|im_end|>"}},
+        {"user", {"<|im_user|>user<|im_middle|>", "<|im_end|>"}},
+        {"assistant", {"<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"}},
+        {"open", "<|im_assistant|>assistant<|im_middle|>"},
+    };
+    return chat.dump(1);
+  }
+  // DeepSeek-V3's template: {system}<｜User｜>{user}<｜Assistant｜>{reply}<｜end▁of▁sentence｜>
+  const char* user = "<\xEF\xBD\x9CUser\xEF\xBD\x9C>";
+  const char* assistant = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
+  const char* eos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+  if (m.family == Family::kDeepseekV3 && has({user, assistant, eos})) {
+    const json chat = {
+        {"system", {"", ""}},
+        {"user", {user, ""}},
+        {"assistant", {assistant, eos}},
+        {"open", assistant},
+    };
+    return chat.dump(1);
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceModel& model) {
+  namespace fs = std::filesystem;
+  TokenizerImport t;
+  std::error_code ec;
+  json specials = json::array();
+  std::set<std::string> special_texts;
+  auto add_special = [&](int64_t id, const std::string& text) {
+    if (text.empty() || text.size() > 256 || !special_texts.insert(text).second) return;
+    specials.push_back({{"id", id}, {"text", text}});
+  };
+  if (fs::exists(dir + "/tiktoken.model", ec)) {
+    auto bytes = ReadSmallFile(dir + "/tiktoken.model", 64u << 20);
+    if (!bytes.ok()) return bytes.status();
+    t.tokenizer_model = std::move(*bytes);
+    t.source = "tiktoken.model";
+    if (fs::exists(dir + "/tokenizer_config.json", ec)) {
+      auto cfg = ReadJson(dir, "tokenizer_config.json");
+      if (!cfg.ok()) return cfg.status();
+      if (auto d = cfg->find("added_tokens_decoder"); d != cfg->end() && d->is_object()) {
+        for (const auto& [id, e] : d->items()) {
+          if (!e.is_object() || !e.contains("content") || !e["content"].is_string() ||
+              id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos)
+            return Status::Error("tokenizer_config.json: added_tokens_decoder." + id +
+                                 " is not {\"content\": string}");
+          add_special(std::stoll(id), e["content"].get<std::string>());
+        }
+      }
+    }
+  } else if (fs::exists(dir + "/tokenizer.json", ec)) {
+    auto tj = ReadJson(dir, "tokenizer.json");
+    if (!tj.ok()) return tj.status();
+    const json* vocab = nullptr;
+    if (auto m = tj->find("model"); m != tj->end() && m->is_object() &&
+                                    m->value("type", std::string()) == "BPE" &&
+                                    m->contains("vocab") && (*m)["vocab"].is_object())
+      vocab = &(*m)["vocab"];
+    if (!vocab) {
+      t.note = "tokenizer.json is not a byte-level BPE model; no tokenizer written";
+      return t;
+    }
+    const auto to_byte = CharToByte();
+    std::map<int64_t, std::string> by_id;
+    std::set<std::string> seen;
+    for (const auto& [token, id] : vocab->items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
+        return Status::Error("tokenizer.json: model.vocab." + token + " is not an id");
+      std::string bytes;
+      if (!TokenBytes(token, to_byte, &bytes) || bytes.empty()) {
+        t.note = "tokenizer.json: token \"" + token +
+                 "\" is not in the byte-level alphabet; no tokenizer written";
+        return t;
+      }
+      if (!seen.insert(bytes).second || !by_id.emplace(id.get<int64_t>(), bytes).second)
+        return Status::Error("tokenizer.json: token \"" + token + "\" repeats a token or an id");
+    }
+    int64_t next = 0;
+    for (const auto& [id, bytes] : by_id) {
+      if (id != next++)
+        return Status::Error("tokenizer.json: the vocabulary's ids do not run 0.." +
+                             std::to_string(by_id.size() - 1) + " (id " + std::to_string(id) + ")");
+      t.tokenizer_model += Base64(bytes) + " " + std::to_string(id) + "\n";
+    }
+    if (auto added = tj->find("added_tokens"); added != tj->end() && added->is_array()) {
+      for (const json& a : *added) {
+        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+            !a.contains("content") || !a["content"].is_string())
+          return Status::Error("tokenizer.json: added_tokens holds " + a.dump().substr(0, 80));
+        if (!by_id.count(a["id"].get<int64_t>()))
+          add_special(a["id"].get<int64_t>(), a["content"].get<std::string>());
+      }
+    }
+    t.source = "tokenizer.json";
+  } else {
+    t.note = "no tiktoken.model or tokenizer.json in the checkpoint; no tokenizer written";
+    return t;
+  }
+  // Only specials inside the model's vocabulary can be written.
+  json kept = json::array();
+  for (const json& s : specials)
+    if (s["id"].get<int64_t>() < model.shape.vocab) kept.push_back(s);
+  if (!kept.empty()) t.specials_json = kept.dump(1);
+  t.chat_json = ChatFor(model, special_texts);
+  if (t.chat_json.empty()) t.note = "no chat markup: the family's special tokens are missing";
+  return t;
+}
+
+}  // namespace waste::convert
