@@ -456,5 +456,31 @@ TEST(BadInput, InterruptedConversionResumesFromTheLastLayer) {
   CompareWithReference(out, "deepseek-v3");
 }
 
+// ---------------------------------------------------------- the programs
+
+TEST(Cli, ConvertAndVerifyAsAUserRunsThem) {
+  const std::string dir = waste::testing::ScratchDir();
+  const std::string waste = std::string(WASTE_BIN_DIR) + "/waste";
+  const std::string src = kFixtures + "kimi-linear";
+  auto r = waste::testing::Shell(waste + " convert " + src + " " + dir + "/out --expert-format vq2r");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* want : {"convert: trunk: ", "convert: layer 1 (1/3): 8 experts",
+                           "experts ", "bits per weight (vq2r)", "layer   3  mean 0.",
+                           "tokenizer: from tiktoken.model"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  r = waste::testing::Shell(waste + " verify " + dir + "/out --source " + src);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("24 expert records (headers, crc32) checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no problems"), std::string::npos) << r.out;
+  // Refused input: exit 1 and the reason; a bad command line: exit 2.
+  r = waste::testing::Shell(waste + " convert " + src + " " + dir + "/out");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("already holds a container"), std::string::npos) << r.out;
+  r = waste::testing::Shell(waste + " convert " + src + " " + dir + "/x --expert-format vq9");
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = waste::testing::Shell(waste + " verify " + dir + "/nothing");
+  EXPECT_EQ(r.code, 1) << r.out;
+}
+
 }  // namespace
 }  // namespace waste::convert

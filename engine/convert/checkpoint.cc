@@ -175,8 +175,7 @@ Result<Weight> Checkpoint::Find(const std::string& name) const {
                              std::string(DTypeName(s->dtype)) + " " + ShapeText(s->shape) +
                              ", the block scales of " + ShapeText(e->shape) + " need F32 " +
                              ShapeText(want));
-      if (sf != f)  // the scales live in the weight's shard in every published layout
-        return Status::Error(sf->name() + ": tensor " + name + "_scale_inv is not in " + f->name());
+      w.scale_file = sf;
       mark({name, name + "_scale_inv"});
     } else if (e->dtype == DType::kF32 || e->dtype == DType::kF16 || e->dtype == DType::kBF16) {
       mark({name});
@@ -207,8 +206,8 @@ Result<Weight> Checkpoint::Find(const std::string& name) const {
                            std::string(DTypeName(s->dtype)) + " " + ShapeText(s->shape) +
                            ", MXFP4 scales of " + ShapeText(w.shape) + " need U8 " +
                            ShapeText(want));
-    if (sf != f) return Status::Error(sf->name() + ": tensor " + scale + " is not in " + f->name());
     w.scale = s;
+    w.scale_file = sf;
     mark({packed, scale});
   } else {
     return Status::Error("the checkpoint has no tensor " + name);
@@ -243,7 +242,7 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
       break;
     }
     case Storage::kFp8Block: {
-      const uint8_t* sb = w.file->Bytes(*w.scale).data();
+      const uint8_t* sb = w.scale_file->Bytes(*w.scale).data();
       const int64_t scale_cols = CeilDiv(cols, w.block_cols);
       const bool bf = w.scale->dtype == DType::kBF16;
       for (int64_t r = 0; r < n; ++r) {
@@ -267,7 +266,7 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
       break;
     }
     case Storage::kMxfp4: {
-      const uint8_t* sb = w.file->Bytes(*w.scale).data();
+      const uint8_t* sb = w.scale_file->Bytes(*w.scale).data();
       const int64_t scale_cols = CeilDiv(cols, 32);
       for (int64_t r = 0; r < n; ++r) {
         const int64_t row = first + r;
@@ -291,7 +290,16 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
 
 void Checkpoint::Release(const Weight& w) const {
   w.file->Release(*w.data);
-  if (w.scale) w.file->Release(*w.scale);
+  if (w.scale) w.scale_file->Release(*w.scale);
+}
+
+void Checkpoint::ReleaseRows(const Weight& w, int64_t first, int64_t n) const {
+  if (w.rows <= 0) return;
+  const uint64_t row_bytes = w.data->bytes / static_cast<uint64_t>(w.rows);
+  TensorEntry part = *w.data;
+  part.offset += row_bytes * static_cast<uint64_t>(first);
+  part.bytes = row_bytes * static_cast<uint64_t>(n);
+  w.file->Release(part);
 }
 
 std::vector<std::string> Checkpoint::Unused() const {

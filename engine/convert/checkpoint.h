@@ -38,6 +38,7 @@ struct Weight {
   const SafetensorsFile* file = nullptr;
   const TensorEntry* data = nullptr;   // the values (packed codes for MXFP4)
   const TensorEntry* scale = nullptr;  // FP8 and MXFP4 only
+  const SafetensorsFile* scale_file = nullptr;  // the shard holding `scale`
   int block_rows = 128, block_cols = 128;  // FP8 block; MXFP4: 1 x 32
 
   std::string where() const;  // "FILE: tensor NAME"
@@ -62,6 +63,8 @@ class Checkpoint {
   Status ReadRows(const Weight& w, int64_t first, int64_t n, float* out) const;
   // Drops the pages `w` occupies from this process (they stay cached).
   void Release(const Weight& w) const;
+  // The same for the codes of rows [first, first + n) only.
+  void ReleaseRows(const Weight& w, int64_t first, int64_t n) const;
 
   // Tensors no Find has asked for: what the conversion left out.
   std::vector<std::string> Unused() const;

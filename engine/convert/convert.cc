@@ -150,10 +150,11 @@ Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm) {
 // What identifies a conversion, so --resume never mixes two.
 json Fingerprint(const Checkpoint& ck, const ConvertOptions& o, int trunk_bits) {
   json shards = json::object();
-  for (const auto& e : fs::directory_iterator(ck.dir())) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ck.dir(), ec)) {
     const std::string n = e.path().filename().string();
     if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0)
-      shards[n] = static_cast<uint64_t>(e.file_size());
+      shards[n] = static_cast<uint64_t>(e.file_size(ec));
   }
   return {{"config", ck.config()},
           {"shards", shards},
@@ -258,6 +259,7 @@ Status Converter::Trunk(ContainerWriter& w) {
           const int64_t a = first * cols, n = rows * cols;
           if (src.cols == cols) {
             err.Set(ck_.ReadRows(src, first, rows, dst));
+            ck_.ReleaseRows(src, first, rows);  // a 2 GB embedding never sits in memory whole
           } else {  // a vector stored with another last dimension: whole rows of the source
             std::vector<float> all(static_cast<size_t>(src.rows * src.cols));
             err.Set(ck_.ReadRows(src, 0, src.rows, all.data()));
@@ -291,6 +293,7 @@ Result<std::vector<float>> Converter::FitCodebooks(const ExpertQuant& q, int L) 
     }
     VqFitOptions fit = o_.fit;
     fit.seed = o_.fit.seed * 131 + static_cast<uint64_t>(L * 3 + m);
+    fit.threads = o_.jobs;
     const std::vector<float> b = FitResidualCodebooks(vectors, q.stages, q.entries, fit);
     books.insert(books.end(), b.begin(), b.end());
   }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <thread>
 
 #include "engine/format/encoding.h"
 
@@ -46,26 +48,53 @@ float RoundF16(float v) {
   return format::F16ToF32(format::F32ToF16(v));
 }
 
+// Runs body(block) for blocks [0, kBlocks) on `threads` threads. The work is
+// cut into a fixed number of blocks whatever the thread count, and results
+// are merged block by block in order, so they do not depend on the threads.
+constexpr int kBlocks = 32;
+void ForBlocks(int threads, const std::function<void(int)>& body) {
+  threads = std::clamp(threads, 1, kBlocks);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int b = t; b < kBlocks; b += threads) body(b);
+    });
+  for (int b = 0; b < kBlocks; b += threads) body(b);
+  for (auto& th : pool) th.join();
+}
+
 // k-means on n vectors (n x 8) into `entries` centroids.
-void KMeans(const float* x, int64_t n, int entries, int iterations, uint64_t seed, float* books) {
+void KMeans(const float* x, int64_t n, int entries, int iterations, uint64_t seed, int threads,
+            float* books) {
   uint64_t rng = seed;
   for (int e = 0; e < entries; ++e) {
     const int64_t pick = n > 0 ? static_cast<int64_t>(Next(rng) % static_cast<uint64_t>(n)) : 0;
     for (int i = 0; i < kDim; ++i) books[e * kDim + i] = n > 0 ? x[pick * kDim + i] : 0.f;
   }
-  std::vector<int> assign(static_cast<size_t>(n));
   std::vector<double> sum(static_cast<size_t>(entries) * kDim);
   std::vector<int64_t> count(entries);
+  // Per block: sums and counts of the vectors it assigned.
+  std::vector<std::vector<double>> block_sum(kBlocks, std::vector<double>(sum.size()));
+  std::vector<std::vector<int64_t>> block_count(kBlocks, std::vector<int64_t>(entries));
   std::vector<float> norms(entries);
   for (int it = 0; it < iterations; ++it) {
     Norms(books, entries, norms.data());
+    ForBlocks(threads, [&](int b) {
+      std::vector<double>& bs = block_sum[b];
+      std::vector<int64_t>& bc = block_count[b];
+      std::fill(bs.begin(), bs.end(), 0.0);
+      std::fill(bc.begin(), bc.end(), 0);
+      for (int64_t j = n * b / kBlocks; j < n * (b + 1) / kBlocks; ++j) {
+        const int a = Nearest(x + j * kDim, books, norms.data(), entries);
+        ++bc[a];
+        for (int i = 0; i < kDim; ++i) bs[a * kDim + i] += x[j * kDim + i];
+      }
+    });
     std::fill(sum.begin(), sum.end(), 0.0);
     std::fill(count.begin(), count.end(), 0);
-    for (int64_t j = 0; j < n; ++j) {
-      const int a = Nearest(x + j * kDim, books, norms.data(), entries);
-      assign[j] = a;
-      ++count[a];
-      for (int i = 0; i < kDim; ++i) sum[a * kDim + i] += x[j * kDim + i];
+    for (int b = 0; b < kBlocks; ++b) {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += block_sum[b][i];
+      for (int e = 0; e < entries; ++e) count[e] += block_count[b][e];
     }
     for (int e = 0; e < entries; ++e) {
       if (count[e] > 0) {
@@ -108,14 +137,16 @@ std::vector<float> FitResidualCodebooks(std::span<const float> vectors, int stag
   for (int s = 0; s < stages; ++s) {
     float* b = books.data() + static_cast<size_t>(s) * entries * kDim;
     KMeans(residual.data(), n, entries, o.iterations, o.seed * 1000003u + static_cast<uint64_t>(s),
-           b);
+           o.threads, b);
     for (int i = 0; i < entries * kDim; ++i) b[i] = RoundF16(b[i]);
     Norms(b, entries, norms.data());
-    for (int64_t j = 0; j < n; ++j) {
-      float* x = residual.data() + j * kDim;
-      const int a = Nearest(x, b, norms.data(), entries);
-      for (int i = 0; i < kDim; ++i) x[i] -= b[a * kDim + i];
-    }
+    ForBlocks(o.threads, [&](int blk) {
+      for (int64_t j = n * blk / kBlocks; j < n * (blk + 1) / kBlocks; ++j) {
+        float* x = residual.data() + j * kDim;
+        const int a = Nearest(x, b, norms.data(), entries);
+        for (int i = 0; i < kDim; ++i) x[i] -= b[a * kDim + i];
+      }
+    });
   }
   return books;
 }

@@ -22,6 +22,7 @@ struct VqFitOptions {
   int max_vectors = 65536;  // vectors per matrix kind, drawn evenly from the sample
   int iterations = 12;      // Lloyd iterations per stage
   uint64_t seed = 1;
+  int threads = 1;  // for the assignment steps; the result does not depend on it
 };
 
 // Appends the 8-dim vectors of `rows` x `cols` weights (row-major), each row
