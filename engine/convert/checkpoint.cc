@@ -293,6 +293,11 @@ void Checkpoint::Release(const Weight& w) const {
   if (w.scale) w.scale_file->Release(*w.scale);
 }
 
+void Checkpoint::Prefetch(const Weight& w) const {
+  w.file->Prefetch(*w.data);
+  if (w.scale) w.scale_file->Prefetch(*w.scale);
+}
+
 void Checkpoint::ReleaseRows(const Weight& w, int64_t first, int64_t n) const {
   if (w.rows <= 0) return;
   const uint64_t row_bytes = w.data->bytes / static_cast<uint64_t>(w.rows);

@@ -63,6 +63,8 @@ class Checkpoint {
   Status ReadRows(const Weight& w, int64_t first, int64_t n, float* out) const;
   // Drops the pages `w` occupies from this process (they stay cached).
   void Release(const Weight& w) const;
+  // Starts reading `w` in ahead of ReadRows (SafetensorsFile::Prefetch).
+  void Prefetch(const Weight& w) const;
   // The same for the codes of rows [first, first + n) only.
   void ReleaseRows(const Weight& w, int64_t first, int64_t n) const;
 

@@ -240,6 +240,7 @@ Status Converter::Trunk(ContainerWriter& w) {
   for (size_t i = 0; i < p_.trunk.size(); ++i) {
     const TensorSpec& s = p_.trunk[i];
     const Weight& src = p_.trunk_src[i];
+    ck_.Prefetch(src);
     Fmt fmt = Fmt::kF32;
     bool bf16 = false;
     if (s.storage == waste::Storage::kMatrix) {
@@ -288,6 +289,7 @@ Result<std::vector<float>> Converter::FitCodebooks(const ExpertQuant& q, int L) 
     for (int k = 0; k < sample; ++k) {
       const int e = static_cast<int>(static_cast<int64_t>(k) * c.n_experts / sample);
       const Weight& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
+      ck_.Prefetch(src);
       WASTE_RETURN_IF_ERROR(ck_.ReadRows(src, 0, rows, w.data()));
       AppendNormalizedVectors(w.data(), rows, cols, step, &vectors);
     }
@@ -319,7 +321,11 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
   std::atomic<int> done{0};
   std::mutex say_mu;
   auto last_say = Clock::now();
+  // Each expert is asked for whole before it is decoded, and the next one
+  // too, so the reads are large and overlap the arithmetic.
   WASTE_RETURN_IF_ERROR(w.WriteBank(L, [&](int e, std::span<uint8_t> rec) {
+    for (int k = e; k < std::min(e + 2, c.n_experts); ++k)
+      for (int m = 0; m < 3; ++m) ck_.Prefetch(p_.experts[L][static_cast<size_t>(k) * 3 + m]);
     std::vector<float> buf;
     std::array<std::vector<uint8_t>, 3> idx;
     std::array<std::vector<uint16_t>, 3> sc;

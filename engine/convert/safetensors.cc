@@ -155,4 +155,10 @@ void SafetensorsFile::Release(const TensorEntry& t) const {
     madvise(const_cast<uint8_t*>(base_) + first, last - first, MADV_DONTNEED);
 }
 
+void SafetensorsFile::Prefetch(const TensorEntry& t) const {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t first = t.offset / page * page;
+  madvise(const_cast<uint8_t*>(base_) + first, t.offset + t.bytes - first, MADV_WILLNEED);
+}
+
 }  // namespace waste::convert
