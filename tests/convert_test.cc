@@ -45,21 +45,8 @@ json ReadJson(const std::string& path) {
   return json::parse(f);
 }
 
-std::vector<float> Floats(const std::string& path) {
-  const std::vector<uint8_t> b = waste::testing::FileBytes(path);
-  std::vector<float> f(b.size() / 4);
-  std::memcpy(f.data(), b.data(), f.size() * 4);
-  return f;
-}
-
-std::vector<int> Top(const float* row, int n, int k) {
-  std::vector<int> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-  idx.resize(k);
-  return idx;
-}
+using waste::testing::FileFloats;
+using waste::testing::TopK;
 
 bool SameFloat(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0;
@@ -171,7 +158,7 @@ double CompareWithReference(const std::string& container, const std::string& nam
   Model& m = **model;
   const int V = m.config().vocab;
   const auto prompt = fx["prompt_ids"].get<std::vector<int>>();
-  const std::vector<float> want = Floats(kFixtures + fx["logits"]["file"].get<std::string>());
+  const std::vector<float> want = FileFloats(kFixtures + fx["logits"]["file"].get<std::string>());
   EXPECT_EQ(want.size(), prompt.size() * V);
   Session s = m.NewSession(64);
   std::vector<float> got;
@@ -186,7 +173,7 @@ double CompareWithReference(const std::string& container, const std::string& nam
       diff = std::max(diff, std::fabs(g[i] - w[i]));
     }
     EXPECT_LE(diff, 1e-3f * scale) << name << " position " << p;
-    EXPECT_EQ(Top(g, V, 10), Top(w, V, 10)) << name << " position " << p << ": top-10 differs";
+    EXPECT_EQ(TopK(g, V, 10), TopK(w, V, 10)) << name << " position " << p << ": top-10 differs";
     worst = std::max(worst, static_cast<double>(diff / scale));
   }
   return worst;

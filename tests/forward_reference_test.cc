@@ -27,21 +27,8 @@ using nlohmann::json;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/forward/";
 
-std::vector<float> Floats(const std::string& path) {
-  const std::vector<uint8_t> b = waste::testing::FileBytes(path);
-  std::vector<float> f(b.size() / 4);
-  std::memcpy(f.data(), b.data(), f.size() * 4);
-  return f;
-}
-
-std::vector<int> Top(const float* row, int n, int k) {
-  std::vector<int> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-  idx.resize(k);
-  return idx;
-}
+using waste::testing::FileFloats;
+using waste::testing::TopK;
 
 // Compares one row of logits; `what` names it in failures.
 void CompareRow(const float* got, const float* want, int vocab, const std::string& what) {
@@ -52,7 +39,7 @@ void CompareRow(const float* got, const float* want, int vocab, const std::strin
   }
   EXPECT_LE(worst, 1e-4f * scale) << what << ": max |difference| " << worst
                                   << " against largest logit " << scale;
-  EXPECT_EQ(Top(got, vocab, 10), Top(want, vocab, 10)) << what << ": top-10 differs";
+  EXPECT_EQ(TopK(got, vocab, 10), TopK(want, vocab, 10)) << what << ": top-10 differs";
 }
 
 class Reference : public ::testing::TestWithParam<const char*> {};
@@ -99,8 +86,8 @@ TEST_P(Reference, LogitsMatchTheReference) {
 
   const auto prompt = fx["prompt_ids"].get<std::vector<int>>();
   const auto fed = fx["decode_input_ids"].get<std::vector<int>>();
-  const std::vector<float> prefill = Floats(kFixtures + preset + ".prefill_logits.bin");
-  const std::vector<float> rows = Floats(kFixtures + preset + ".logits.bin");
+  const std::vector<float> prefill = FileFloats(kFixtures + preset + ".prefill_logits.bin");
+  const std::vector<float> rows = FileFloats(kFixtures + preset + ".logits.bin");
   ASSERT_EQ(prefill.size(), prompt.size() * V);
   ASSERT_EQ(rows.size(), (fed.size() + 1) * V);
 

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,24 @@ inline std::string ScratchDir(const std::string& tag = "") {
 inline std::vector<uint8_t> FileBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// The little-endian float32 values of a fixture file.
+inline std::vector<float> FileFloats(const std::string& path) {
+  const std::vector<uint8_t> b = FileBytes(path);
+  std::vector<float> f(b.size() / 4);
+  std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+
+// Indices of the k largest of row[0, n), largest first; ties by index.
+inline std::vector<int> TopK(const float* row, int n, int k) {
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+  idx.resize(k);
+  return idx;
 }
 
 // What a shell command line did: its exit code (-1 when it did not exit

@@ -456,9 +456,9 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
     trunk_done = true;
     WASTE_RETURN_IF_ERROR(save_state());
   }
-  uint64_t todo_bytes = 0, done_bytes = 0;
+  uint64_t left_bytes = 0, done_bytes = 0;
   for (int L = 0; L < c.n_layers; ++L)
-    if (c.is_moe_layer(L) && !w->HasBank(L)) todo_bytes += plan->layer_source_bytes[L];
+    if (c.is_moe_layer(L) && !w->HasBank(L)) left_bytes += plan->layer_source_bytes[L];
   const auto experts_t0 = Clock::now();
   for (int L = 0; L < c.n_layers; ++L) {
     if (!c.is_moe_layer(L) || w->HasBank(L)) continue;
@@ -476,7 +476,7 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
                   L, layers.size(), c.n_moe_layers(), ls.experts, ls.source_bytes / 1e6,
                   ls.seconds, ls.source_bytes / 1e6 / std::max(ls.seconds, 1e-9),
                   ls.mean_rel_error, ls.max_rel_error,
-                  Duration(static_cast<double>(todo_bytes - done_bytes) / std::max(rate, 1.0))
+                  Duration(static_cast<double>(left_bytes - done_bytes) / std::max(rate, 1.0))
                       .c_str());
     conv.Say(line);
   }
