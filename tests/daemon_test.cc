@@ -208,10 +208,11 @@ class Daemon : public ::testing::Test {
 
   // The logits of `waste eval` over fixed ids, through the daemon or not.
   std::vector<uint8_t> Logits(const std::string& container, const std::string& flags,
-                              const std::string& tag) {
+                              const std::string& tag,
+                              const std::string& ids = "3,14,15,92,65,35,89,79,32,38,46") {
     const std::string file = dir_ + "/logits-" + tag;
-    const Outcome r = Shell(Bin("waste") + " eval " + container +
-                            " --ids 3,14,15,92,65,35,89,79,32,38,46 --threads 2 --logits " + file +
+    const Outcome r = Shell(Bin("waste") + " eval " + container + " --ids " + ids +
+                            " --threads 2 --logits " + file +
                             " --socket " + socket_ + " " + flags);
     EXPECT_EQ(r.code, 0) << r.out;
     auto bytes = waste::testing::FileBytes(file);
@@ -265,6 +266,72 @@ TEST_F(Daemon, LogitsAreBitIdenticalThroughTheDaemon) {
       const json& la = s["lookahead"];
       EXPECT_GT(la["reads"].get<uint64_t>(), 0u) << s.dump();
       EXPECT_LE(la["used"].get<uint64_t>(), la["reads"].get<uint64_t>());
+      daemon_.Signal(SIGTERM);
+      EXPECT_EQ(daemon_.Wait(), 0);
+    }
+  }
+}
+
+// A container written by `waste convert` with the lossless expert format
+// (BF16R, fmt 9, and a BF16 trunk), served by wasted: through the daemon
+// (a cache at its floor that evicts all the time, with every record's crc32
+// checked, and one that holds everything) the logits are bit-identical to
+// the same container run in one process, and both match the logits the
+// fixture's reference produced (tests/fixtures/convert, the tolerance of
+// convert_test: argmax and top-10 identical, max |difference| within 1e-3
+// of the position's largest logit).
+TEST_F(Daemon, LosslessConvertedContainersServeTheReferenceLogits) {
+  const std::string fixtures = std::string(WASTE_FIXTURES) + "/convert/";
+  std::ifstream fx_file(fixtures + "fixtures.json");
+  const json fixtures_json = json::parse(fx_file);
+  for (const std::string name : {"deepseek-v3", "kimi-linear"}) {
+    SCOPED_TRACE(name);
+    const json& fx = fixtures_json[name];
+    const std::string c = dir_ + "/" + name;
+    const Outcome conv =
+        Shell(Bin("waste") + " convert " + fixtures + name + " " + c + " --expert-format bf16");
+    ASSERT_EQ(conv.code, 0) << conv.out;
+    auto ct = waste::Container::Open(c);
+    ASSERT_TRUE(ct.ok()) << ct.status().message();
+    ASSERT_TRUE(ct->manifest().quant.lossless());
+    std::string ids;
+    for (int id : fx["prompt_ids"].get<std::vector<int>>())
+      ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    const std::vector<uint8_t> local = Logits(c, "--local", name + "-local", ids);
+
+    // Against the reference, position by position.
+    const std::vector<float> want =
+        waste::testing::FileFloats(fixtures + fx["logits"]["file"].get<std::string>());
+    const int V = fx["logits"]["shape"][1].get<int>();
+    ASSERT_EQ(local.size(), want.size() * 4);
+    std::vector<float> got(want.size());
+    std::memcpy(got.data(), local.data(), local.size());
+    for (size_t p = 0; p < want.size() / V; ++p) {
+      const float* g = got.data() + p * V;
+      const float* w = want.data() + p * V;
+      float scale = 0, diff = 0;
+      for (int i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(w[i]));
+        diff = std::max(diff, std::fabs(g[i] - w[i]));
+      }
+      EXPECT_LE(diff, 1e-3f * scale) << "position " << p;
+      EXPECT_EQ(waste::testing::TopK(g, V, 10), waste::testing::TopK(w, V, 10))
+          << "position " << p << ": top-10 differs";
+    }
+
+    const uint64_t floor = waste::daemon::PlanDaemon(*ct).floor();
+    for (const uint64_t budget : std::vector<uint64_t>{floor, floor + (64ull << 20)}) {
+      SCOPED_TRACE("budget " + std::to_string(budget));
+      std::vector<std::string> flags = {"--budget", std::to_string(budget)};
+      if (budget == floor) flags.push_back("--verify-crc");
+      StartDaemon(c, flags);
+      EXPECT_EQ(Logits(c, "", name + "-daemon-" + std::to_string(budget), ids), local);
+      EXPECT_EQ(Logits(c, "--lookahead 0", name + "-nola-" + std::to_string(budget), ids), local);
+      const json s = Status();
+      EXPECT_GT(s.value("reads", 0), 0) << s.dump();
+      EXPECT_EQ(s["slots"].value("failed", -1), 0) << s.dump();
+      EXPECT_EQ(s.value("read_errors", -1), 0) << s.dump();
+      EXPECT_EQ(s.value("record_bytes", 0u), ct->record_bytes()) << s.dump();
       daemon_.Signal(SIGTERM);
       EXPECT_EQ(daemon_.Wait(), 0);
     }
