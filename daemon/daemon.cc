@@ -383,10 +383,10 @@ void Daemon::RemoveClient(uint32_t id) {
     auto it = clients_.find(id);
     if (it == clients_.end()) return;
     const ClientCounters cc = cache_->client_counters(id);
-    spdlog::info("client {} detached (pid {} uid {}, attached {:.1f} s): {} hits, {} misses, {} "
+    spdlog::info("client {} detached (pid {} uid {}, attached {:.1f} s): {} hits, {} late, {} misses, {} "
                  "pins released",
                  id, it->second.record.pid, it->second.record.uid, MsSince(it->second.since) / 1000,
-                 cc.hits, cc.misses, cc.pins);
+                 cc.hits, cc.late, cc.misses, cc.pins);
     cache_->RemoveClient(id);  // before the page's mapping can go
     clients_.erase(it);
     last_client_ = Clock::now();
@@ -565,6 +565,7 @@ StatusSnapshot Daemon::Snapshot() const {
   s.pinned = c.pinned;
   s.failed = c.failed;
   s.hits = c.hits;
+  s.late = c.late;
   s.misses = c.misses;
   s.reads = c.reads;
   s.bytes_read = c.bytes_read;
@@ -593,6 +594,7 @@ StatusSnapshot Daemon::Snapshot() const {
     x.command_from_proc = lc.record.command_from_proc;
     x.attached_seconds = MsSince(lc.since) / 1000;
     x.hits = cc.hits;
+    x.late = cc.late;
     x.misses = cc.misses;
     x.pins = cc.pins;
     x.tokens = lc.tokens;
@@ -611,6 +613,7 @@ StatusSnapshot Daemon::Snapshot() const {
     x.ready = lc.ready;
     x.loading = lc.loading;
     x.hits = lc.hits;
+    x.late = lc.late;
     x.misses = lc.misses;
     x.resident = lc.resident;
     std::vector<uint32_t> order;

@@ -97,6 +97,7 @@ void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Stat
   o.setSlotsFailed(s.failed);
   o.setHits(s.hits);
   o.setMisses(s.misses);
+  o.setLate(s.late);
   o.setReads(s.reads);
   o.setBytesRead(s.bytes_read);
   o.setReadErrors(s.read_errors);
@@ -128,6 +129,7 @@ void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Stat
     x.setAttachedSeconds(c.attached_seconds);
     x.setHits(c.hits);
     x.setMisses(c.misses);
+    x.setLate(c.late);
     x.setPins(c.pins);
     x.setTokens(c.tokens);
     x.setCommandFromProc(c.command_from_proc);
@@ -139,6 +141,7 @@ void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Stat
     x.setLayer(l.layer);
     x.setHits(l.hits);
     x.setMisses(l.misses);
+    x.setLate(l.late);
     x.setSlotsReady(l.ready);
     x.setSlotsLoading(l.loading);
     x.setResident(kj::arrayPtr(l.resident.data(), l.resident.size()));

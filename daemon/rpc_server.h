@@ -43,7 +43,7 @@ struct ClientSnapshot {
   std::string command;
   bool command_from_proc = false;
   double attached_seconds = 0;
-  uint64_t hits = 0, misses = 0, tokens = 0;
+  uint64_t hits = 0, late = 0, misses = 0, tokens = 0;
 };
 
 struct ExpertUseSnapshot {
@@ -54,7 +54,7 @@ struct ExpertUseSnapshot {
 
 struct LayerSnapshot {
   uint32_t layer = 0, ready = 0, loading = 0;
-  uint64_t hits = 0, misses = 0;
+  uint64_t hits = 0, late = 0, misses = 0;
   std::vector<uint8_t> resident;  // bit e: expert e is ready
   std::vector<ExpertUseSnapshot> hottest;  // most used first
 };
@@ -67,7 +67,7 @@ struct StatusSnapshot {
   uint64_t budget = 0, trunk_bytes = 0, cache_bytes = 0, overhead_bytes = 0;
   bool trunk_wired = false;
   uint32_t slots = 0, ready = 0, loading = 0, pinned = 0, failed = 0, io_depth = 0;
-  uint64_t hits = 0, misses = 0, reads = 0, bytes_read = 0, read_errors = 0;
+  uint64_t hits = 0, late = 0, misses = 0, reads = 0, bytes_read = 0, read_errors = 0;
   uint32_t queued[3] = {0, 0, 0}, in_flight[3] = {0, 0, 0};
   std::vector<ClientSnapshot> clients;
   std::string policy;

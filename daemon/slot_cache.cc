@@ -19,6 +19,7 @@ SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t 
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
       hits_(uses_.size(), 0),
       layer_hits_(table.header().layers, 0),
+      layer_late_(table.header().layers, 0),
       layer_misses_(table.header().layers, 0) {}
 
 void SlotCache::AddClient(uint32_t id, const shm::PinPage* page) {
@@ -85,11 +86,17 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
         for (SlotMeta& x : meta_) x.uses /= 2;
       const size_t at = static_cast<size_t>(layer) * experts_ + e;
       ++uses_[at];
+      const auto q = queued_.find(key);
       if (st == SlotState::kReady) {
         ++hits_[at];
         ++layer_hits_[static_cast<size_t>(layer)];
         ++c_.hits;
         ++cl.counters.hits;
+      } else if (st == SlotState::kLoading || q != queued_.end()) {
+        // Asked for in time to be read, not in time to be ready.
+        ++layer_late_[static_cast<size_t>(layer)];
+        ++c_.late;
+        ++cl.counters.late;
       } else {
         ++layer_misses_[static_cast<size_t>(layer)];
         ++c_.misses;
@@ -100,8 +107,7 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
         if (m.lookahead_hinted) ++c_.demand_hinted;
         if (m.lookahead_read) ++c_.lookahead_used;
         m.lookahead_hinted = m.lookahead_read = false;
-      } else if (auto q = queued_.find(key);
-                 q != queued_.end() && q->second == HintKind::kLookahead) {
+      } else if (q != queued_.end() && q->second == HintKind::kLookahead) {
         ++c_.demand_hinted;  // asked for by lookahead, not read yet
       }
     }
@@ -397,6 +403,7 @@ std::vector<LayerCounters> SlotCache::layer_counters() const {
   std::vector<LayerCounters> out(layer_hits_.size());
   for (size_t L = 0; L < out.size(); ++L) {
     out[L].hits = layer_hits_[L];
+    out[L].late = layer_late_[L];
     out[L].misses = layer_misses_[L];
     out[L].resident.assign((experts_ + 7) / 8, 0);
   }

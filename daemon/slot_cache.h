@@ -50,8 +50,13 @@ struct ReadJob {
 enum class Policy { kLfru, kLru };
 
 struct CacheCounters {
-  uint64_t hits = 0;    // demand hints for records already ready
-  uint64_t misses = 0;  // demand hints for records not ready
+  // Each counted demand hint is one of three: a hit (the record was ready),
+  // late (its read had already been asked for, by a lookahead, a warm-up or
+  // another client, and was queued or in flight) or a miss (nobody had asked:
+  // the demand starts the read).
+  uint64_t hits = 0;
+  uint64_t late = 0;
+  uint64_t misses = 0;
   uint64_t reads = 0;   // reads completed successfully
   uint64_t bytes_read = 0;
   uint64_t read_errors = 0;
@@ -70,13 +75,13 @@ struct CacheCounters {
 
 // One layer's share of the cache and of the demand hints.
 struct LayerCounters {
-  uint64_t hits = 0, misses = 0;  // demand hints, as CacheCounters counts them
+  uint64_t hits = 0, late = 0, misses = 0;  // demand hints, as CacheCounters counts them
   uint32_t ready = 0, loading = 0;  // slots holding this layer's records
   std::vector<uint8_t> resident;    // bit e (byte e / 8, bit e % 8): expert e is ready
 };
 
 struct ClientCounters {
-  uint64_t hits = 0, misses = 0;
+  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as CacheCounters counts them
   uint64_t capped = 0;  // hinted records dropped for the cap on queued reads
   uint32_t pins = 0;
   uint32_t queued = 0;  // reads queued for it right now
@@ -185,7 +190,7 @@ class SlotCache {
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
-  std::vector<uint64_t> layer_hits_, layer_misses_;  // [layers]
+  std::vector<uint64_t> layer_hits_, layer_late_, layer_misses_;  // [layers]
   uint64_t clock_ = 0;    // recency: bumped at every use and every assignment
   uint64_t demands_ = 0;  // uses counted, for the decay
   uint64_t dispatch_clock_ = 0;

@@ -99,6 +99,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   d.slots_pinned = r.getSlotsPinned();
   d.slots_failed = r.getSlotsFailed();
   d.hits = r.getHits();
+  d.late = r.getLate();
   d.misses = r.getMisses();
   d.reads = r.getReads();
   d.bytes_read = r.getBytesRead();
@@ -113,6 +114,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
     info.command = c.getCommand().cStr();
     info.attached_seconds = c.getAttachedSeconds();
     info.hits = c.getHits();
+    info.late = c.getLate();
     info.misses = c.getMisses();
     info.pins = c.getPins();
     info.tokens = c.getTokens();
@@ -134,6 +136,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
     LayerStatusInfo info;
     info.layer = l.getLayer();
     info.hits = l.getHits();
+    info.late = l.getLate();
     info.misses = l.getMisses();
     info.slots_ready = l.getSlotsReady();
     info.slots_loading = l.getSlotsLoading();

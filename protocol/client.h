@@ -71,8 +71,9 @@ struct ClientStatusInfo {
   uint32_t uid = 0;
   std::string command;
   double attached_seconds = 0;
-  uint64_t hits = 0;    // demand hints for records already ready
-  uint64_t misses = 0;  // demand hints that had to wait for a read
+  uint64_t hits = 0;    // its demand hints, as DaemonStatus counts them
+  uint64_t late = 0;
+  uint64_t misses = 0;
   uint32_t pins = 0;    // slots pinned right now
   uint64_t tokens = 0;  // tokens run, as the client reported them
   bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
@@ -88,7 +89,7 @@ struct ExpertUseInfo {
 // One layer with experts (proto::LayerStatus).
 struct LayerStatusInfo {
   uint32_t layer = 0;
-  uint64_t hits = 0, misses = 0;
+  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as DaemonStatus counts them
   uint32_t slots_ready = 0, slots_loading = 0;
   std::vector<uint8_t> resident;  // bit e (byte e / 8, bit e % 8): expert e is ready
   std::vector<ExpertUseInfo> hottest;  // most used first
@@ -116,7 +117,11 @@ struct DaemonStatus {
   uint32_t slots_loading = 0;
   uint32_t slots_pinned = 0;  // a subset of the ready ones
   uint32_t slots_failed = 0;
+  // Demand hints, each counted once: hits (the record was ready), late (asked
+  // for earlier, by a lookahead, a warm-up or another client, and still
+  // queued or being read), misses (nobody had asked: the demand started it).
   uint64_t hits = 0;
+  uint64_t late = 0;
   uint64_t misses = 0;
   uint64_t reads = 0;  // records read from disk
   uint64_t bytes_read = 0;
@@ -128,7 +133,7 @@ struct DaemonStatus {
   std::string policy;  // eviction: lfru or lru
   // Lookahead: reads started for it, records demanded before eviction, bytes
   // evicted unused, reads dropped before they started; demand hints for
-  // records a lookahead named first (recall = demand_hinted / (hits + misses)).
+  // records a lookahead named first (recall = demand_hinted / demands()).
   uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
   uint64_t lookahead_dropped = 0, demand_hinted = 0;
   uint64_t warm_reads = 0;
@@ -137,6 +142,7 @@ struct DaemonStatus {
   uint32_t experts = 0;                 // experts per layer
   uint64_t record_bytes = 0;            // one record, one read
 
+  uint64_t demands() const { return hits + late + misses; }
   // Slots holding something or getting it (ready, loading or failed), and the rest.
   uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
   uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }

@@ -77,7 +77,11 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
       .Sample(s.slots_pinned);
   b.Family("waste_demand_hits_total", "counter", "Demand hints for records already ready")
       .Sample(D(s.hits));
-  b.Family("waste_demand_misses_total", "counter", "Demand hints for records not ready")
+  b.Family("waste_demand_late_total", "counter",
+           "Demand hints for records asked for earlier whose read was still queued or under way")
+      .Sample(D(s.late));
+  b.Family("waste_demand_misses_total", "counter",
+           "Demand hints for records nobody had asked for (the demand started the read)")
       .Sample(D(s.misses));
   b.Family("waste_reads_total", "counter", "Records read from disk").Sample(D(s.reads));
   b.Family("waste_read_bytes_total", "counter", "Bytes read from disk").Sample(D(s.bytes_read));
@@ -113,8 +117,12 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
   auto& lh = b.Family("waste_layer_demand_hits_total", "counter",
                       "Demand hints for records already ready, by layer");
   for (const LayerStatusInfo& l : s.layers) lh.Sample(D(l.hits), {{"layer", std::to_string(l.layer)}});
+  auto& ll = b.Family("waste_layer_demand_late_total", "counter",
+                      "Demand hints for records asked for earlier and not ready yet, by layer");
+  for (const LayerStatusInfo& l : s.layers)
+    ll.Sample(D(l.late), {{"layer", std::to_string(l.layer)}});
   auto& lm = b.Family("waste_layer_demand_misses_total", "counter",
-                      "Demand hints for records not ready, by layer");
+                      "Demand hints for records nobody had asked for, by layer");
   for (const LayerStatusInfo& l : s.layers)
     lm.Sample(D(l.misses), {{"layer", std::to_string(l.layer)}});
   auto& lr = b.Family("waste_layer_slots_ready", "gauge", "Slots holding a ready record, by layer");
@@ -129,6 +137,9 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
   };
   auto& ch = b.Family("waste_client_demand_hits_total", "counter", "Demand hits, by client");
   for (const auto& c : s.clients) ch.Sample(D(c.hits), client_labels(c));
+  auto& cl = b.Family("waste_client_demand_late_total", "counter",
+                      "Demand hints whose read was asked for earlier and still under way, by client");
+  for (const auto& c : s.clients) cl.Sample(D(c.late), client_labels(c));
   auto& cm = b.Family("waste_client_demand_misses_total", "counter", "Demand misses, by client");
   for (const auto& c : s.clients) cm.Sample(D(c.misses), client_labels(c));
   auto& ct = b.Family("waste_client_tokens_total", "counter", "Tokens run, by client");

@@ -80,10 +80,11 @@ struct ClientStatus {
   command @3 :Text;
   attachedSeconds @4 :Float64;
   hits @5 :UInt64;     # demand hints for records already ready
-  misses @6 :UInt64;   # demand hints that had to wait for a read
+  misses @6 :UInt64;   # demand hints for records nobody had asked for (they start the read)
   pins @7 :UInt32;     # slots pinned right now
   tokens @8 :UInt64;   # tokens run, as the client reported them (Session.progress)
   commandFromProc @9 :Bool;  # command read by the daemon from /proc; false: the client's own word
+  late @10 :UInt64;    # demand hints for records asked for earlier, still queued or being read
 }
 
 # One expert's popularity in its layer.
@@ -97,11 +98,12 @@ struct ExpertUse {
 struct LayerStatus {
   layer @0 :UInt32;
   hits @1 :UInt64;           # demand hints in this layer for records already ready
-  misses @2 :UInt64;         # and for records that were not
+  misses @2 :UInt64;         # and for records nobody had asked for
   slotsReady @3 :UInt32;     # slots holding a ready record of this layer
   slotsLoading @4 :UInt32;   # slots being read for it
   resident @5 :Data;         # bit e (byte e / 8, bit e % 8) set: expert e is ready
   hottest @6 :List(ExpertUse);  # the most used experts, most used first (up to 8)
+  late @7 :UInt64;           # and for records asked for earlier, still queued or being read
 }
 
 struct Status {
@@ -141,6 +143,10 @@ struct Status {
   layers @33 :List(LayerStatus);  # every layer with experts, in order
   experts @34 :UInt32;            # experts per layer
   recordBytes @35 :UInt64;        # one expert record (one read)
+  # Demand hints, each counted once: hits (ready), late (asked for earlier,
+  # by a lookahead, a warm-up or another client, and still queued or being
+  # read) and misses (nobody had asked: the demand starts the read).
+  late @36 :UInt64;
 }
 
 interface Daemon {

@@ -196,7 +196,8 @@ class FakeDaemon final : public proto::Daemon::Server {
     s.setSlotsPinned(7);
     s.setSlotsFailed(1);
     s.setHits(900);
-    s.setMisses(100);
+    s.setLate(60);
+    s.setMisses(40);
     s.setReads(150);
     s.setBytesRead(150'000'000);
     s.setReadErrors(2);
@@ -213,7 +214,8 @@ class FakeDaemon final : public proto::Daemon::Server {
     c.setCommand("waste run /models/fake hello");
     c.setAttachedSeconds(4.0);
     c.setHits(80);
-    c.setMisses(20);
+    c.setLate(5);
+    c.setMisses(15);
     c.setPins(2);
     c.setTokens(12);
     s.setIoDepth(16);
@@ -226,7 +228,8 @@ class FakeDaemon final : public proto::Daemon::Server {
     auto layers = s.initLayers(2);
     layers[0].setLayer(1);
     layers[0].setHits(450);
-    layers[0].setMisses(50);
+    layers[0].setLate(30);
+    layers[0].setMisses(20);
     layers[0].setSlotsReady(3);
     const uint8_t resident[2] = {0x03, 0x02};  // experts 0, 1 and 9
     layers[0].setResident(kj::arrayPtr(resident, 2));
@@ -501,7 +504,9 @@ TEST(DaemonClient, StatusCarriesEveryField) {
   EXPECT_EQ(s->slots_used(), 66u);
   EXPECT_EQ(s->slots_free(), 34u);
   EXPECT_EQ(s->hits, 900u);
-  EXPECT_EQ(s->misses, 100u);
+  EXPECT_EQ(s->late, 60u);
+  EXPECT_EQ(s->misses, 40u);
+  EXPECT_EQ(s->demands(), 1000u);
   EXPECT_EQ(s->reads, 150u);
   EXPECT_EQ(s->bytes_read, 150'000'000u);
   EXPECT_EQ(s->read_errors, 2u);
@@ -516,7 +521,8 @@ TEST(DaemonClient, StatusCarriesEveryField) {
   EXPECT_EQ(c.command, "waste run /models/fake hello");
   EXPECT_DOUBLE_EQ(c.attached_seconds, 4.0);
   EXPECT_EQ(c.hits, 80u);
-  EXPECT_EQ(c.misses, 20u);
+  EXPECT_EQ(c.late, 5u);
+  EXPECT_EQ(c.misses, 15u);
   EXPECT_EQ(c.pins, 2u);
 
   EXPECT_TRUE(client->Stop().ok());
@@ -666,7 +672,10 @@ TEST(Wastectl, StatusAsJsonAndText) {
   EXPECT_EQ(j["slots"]["used"], 66);
   EXPECT_EQ(j["slots"]["pinned"], 7);
   EXPECT_EQ(j["slots"]["free"], 34);
-  EXPECT_DOUBLE_EQ(j["hit_rate"].get<double>(), 0.9);
+  EXPECT_DOUBLE_EQ(j["hit_rate"].get<double>(), 0.9);  // late is not a hit
+  EXPECT_EQ(j["late"], 60);
+  EXPECT_EQ(j["misses"], 40);
+  EXPECT_DOUBLE_EQ(j["late_rate"].get<double>(), 0.06);
   EXPECT_EQ(j["bytes_read"], 150000000);
   EXPECT_EQ(j["queued"]["lookahead"], 11);
   EXPECT_EQ(j["in_flight"]["warm"], 22);
@@ -677,6 +686,8 @@ TEST(Wastectl, StatusAsJsonAndText) {
 
   EXPECT_EQ(j["clients"][0]["tokens"], 12);
   EXPECT_DOUBLE_EQ(j["clients"][0]["hit_rate"].get<double>(), 0.8);
+  EXPECT_EQ(j["clients"][0]["late"], 5);
+  EXPECT_DOUBLE_EQ(j["clients"][0]["late_rate"].get<double>(), 0.05);
   EXPECT_DOUBLE_EQ(j["read_bytes_per_second"].get<double>(), 3e8);
   EXPECT_DOUBLE_EQ(j["lookahead"]["precision"].get<double>(), 0.75);
   EXPECT_DOUBLE_EQ(j["lookahead"]["recall"].get<double>(), 0.5);
@@ -684,6 +695,8 @@ TEST(Wastectl, StatusAsJsonAndText) {
   EXPECT_EQ(j["layers"][0]["layer"], 1);
   EXPECT_EQ(j["layers"][0]["resident"], nlohmann::json({0, 1, 9}));
   EXPECT_DOUBLE_EQ(j["layers"][0]["hit_rate"].get<double>(), 0.9);
+  EXPECT_EQ(j["layers"][0]["late"], 30);
+  EXPECT_EQ(j["layers"][1]["late"], 0);
   EXPECT_EQ(j["layers"][0]["hottest"][0]["expert"], 9);
   EXPECT_EQ(j["layers"][0]["hottest"][0]["uses"], 300);
   EXPECT_EQ(j["layers"][0]["hottest"][1]["resident"], false);
@@ -696,20 +709,22 @@ TEST(Wastectl, StatusAsJsonAndText) {
         "container  /models/fake", "pid 4242",
         "8.00 GiB: trunk 3.00 GiB + cache 4.00 GiB + overhead 1.00 GiB",
         "wired (mlock); pages: 2 MiB huge pages", "66 used (60 ready, 5 loading, 1 failed)",
-        "7 pinned, 34 free", "90.0% (900 hits, 100 misses of demand hints)",
+        "7 pinned, 34 free", "90.0% (900 hits, 60 late, 40 misses of demand hints)",
+        "late       6.0% of demands (asked for ahead, still queued or being read)\n",
         "150 records, 143.05 MiB, 286.10 MiB/s while reading, 2 errors",
         "queued     demand 10, lookahead 11, warm 12",
         "in flight  demand 20, lookahead 21, warm 22 (io depth 16)",
         "lookahead  precision 75.0%, recall 50.0%; 40 reads, 30 used\n"
-        "           0 B read and evicted unused, 0 reads dropped as late\n",
+        "           0 B read and evicted unused, 0 reads dropped as stale (layer passed)\n",
         "socket     " + sock.substr(0, 66)}) {
     EXPECT_TRUE(Has(r.out, want)) << want << " in\n" << r.out;
   }
   // The client's row and the layers' rows, columns as printed.
   // The command is cut to fit 80 columns here; `clients` shows it whole.
-  EXPECT_TRUE(Has(r.out, "   3  777  1000     4.0 s      12    80      20  80.0%     2  waste run /mode...\n")) << r.out;
-  EXPECT_TRUE(Has(r.out, "      1   3/16   450      50  90.0%  9*:300 4:120 0*:90\n")) << r.out;
-  EXPECT_TRUE(Has(r.out, "      2   0/16   450      50  90.0%  \n")) << r.out;
+  // (the hit rate is left out here to leave room for the command).
+  EXPECT_TRUE(Has(r.out, "   3  777  1000     4.0 s      12    80     5      15     2  waste run /model...\n")) << r.out;
+  EXPECT_TRUE(Has(r.out, "      1   3/16   450    30      20  90.0%  9*:300 4:120 0*:90\n")) << r.out;
+  EXPECT_TRUE(Has(r.out, "      2   0/16   450     0      50  90.0%  \n")) << r.out;
   size_t at = 0;
   for (size_t nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
     EXPECT_LE(nl - at, 80u) << "wider than 80 columns: " << r.out.substr(at, nl - at);
@@ -717,8 +732,8 @@ TEST(Wastectl, StatusAsJsonAndText) {
   // clients: the same client, whole, in both forms.
   r = Wastectl("clients --socket " + sock);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(Has(r.out, "id  pid   uid  attached  tokens  hits  misses   hit%  pins  command")) << r.out;
-  EXPECT_TRUE(Has(r.out, "777  1000     4.0 s      12    80      20  80.0%     2  waste run /models/fake hello")) << r.out;
+  EXPECT_TRUE(Has(r.out, "id  pid   uid  attached  tokens  hits  late  misses   hit%  pins  command")) << r.out;
+  EXPECT_TRUE(Has(r.out, "777  1000     4.0 s      12    80     5      15  80.0%     2  waste run /models/fake hello")) << r.out;
   r = Wastectl("clients --json --socket " + sock);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto cj = nlohmann::json::parse(r.out);
@@ -733,7 +748,10 @@ TEST(Wastectl, StatusAsJsonAndText) {
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* want :
        {"# TYPE waste_demand_hits_total counter\nwaste_demand_hits_total 900\n",
-        "# HELP waste_demand_misses_total ", "waste_demand_misses_total 100\n",
+        "# HELP waste_demand_misses_total ", "waste_demand_misses_total 40\n",
+        "# TYPE waste_demand_late_total counter\nwaste_demand_late_total 60\n",
+        "waste_layer_demand_late_total{layer=\"1\"} 30\n",
+        "waste_client_demand_late_total{client=\"3\",pid=\"777\"} 5\n",
         "waste_budget_bytes{part=\"trunk\"} 3221225472\n", "waste_trunk_wired 1\n",
         "waste_cache_slots{state=\"free\"} 34\n", "waste_cache_slots_pinned 7\n",
         "waste_reads_in_flight{priority=\"lookahead\"} 21\n",

@@ -396,6 +396,14 @@ TEST_F(Daemon, ARestartedClientReadsNoTrunk) {
   const uint64_t local_read = local["bytes_read_by_open"];
   const uint64_t attached_read = attached["bytes_read_by_open"];
   EXPECT_GT(local_read, attached_read + trunk / 4) << local_read << " vs " << attached_read;
+  // Attached, bench also splits its decode's demand hints as wasted counted
+  // them: one per record each generated token asks for in each MoE layer.
+  const waste::ModelConfig& cfg = ct->config();
+  const json& d = attached["decode_demands"];
+  EXPECT_EQ(d["hits"].get<uint64_t>() + d["late"].get<uint64_t>() + d["misses"].get<uint64_t>(),
+            2ull * cfg.n_moe_layers() * cfg.top_k)
+      << attached.dump();
+  EXPECT_FALSE(local.contains("decode_demands")) << local.dump();
 }
 
 // Invariant 3: a killed client's pins go with its connection, at once.
@@ -973,6 +981,7 @@ TEST_F(Daemon, WarmStartsFromSavedUseCounts) {
   EXPECT_EQ(Logits(c, "", "second"), first);
   s = Status();
   EXPECT_EQ(s["misses"], 0) << "the client needed reads the warm-up should have done: " << s.dump();
+  EXPECT_EQ(s["late"], 0) << "the client waited for reads the warm-up should have done: " << s.dump();
 
   const uint64_t ready = s["slots"]["ready"];
   Outcome r = Shell(Bin("wastectl") + " drop --socket " + socket_);
@@ -1055,13 +1064,17 @@ TEST_F(Daemon, WastectlCountsWhatAClientDid) {
   for (;;) {
     s = Status();
     const bool all = s["clients"].size() == 1 && s["clients"][0]["tokens"] == 6 &&
-                     s["hits"].get<uint64_t>() + s["misses"].get<uint64_t>() == 6 * moe;
+                     s["hits"].get<uint64_t>() + s["late"].get<uint64_t>() +
+                             s["misses"].get<uint64_t>() ==
+                         6 * moe;
     if (all) break;
     ASSERT_LT(Since(t0), 10) << "the daemon never counted what the probe did: " << s.dump();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // Tokens 0 and 1 miss in every layer; tokens 2 to 5 find experts 0 and 1 ready.
+  // Tokens 0 and 1 miss in every layer; tokens 2 to 5 find experts 0 and 1
+  // ready. Nothing asked ahead (no lookahead), so nothing is late.
   EXPECT_EQ(s["misses"], 2 * moe);
+  EXPECT_EQ(s["late"], 0);
   EXPECT_EQ(s["hits"], 4 * moe);
   EXPECT_EQ(s["reads"], 2 * moe);
   EXPECT_EQ(s["bytes_read"], s["reads"].get<uint64_t>() * s["record_bytes"].get<uint64_t>());
@@ -1075,6 +1088,7 @@ TEST_F(Daemon, WastectlCountsWhatAClientDid) {
   EXPECT_EQ(cl["uid"], getuid());
   EXPECT_EQ(cl["hits"], 4 * moe);
   EXPECT_EQ(cl["misses"], 2 * moe);
+  EXPECT_EQ(cl["late"], 0);
   EXPECT_EQ(cl["pins"], 0);
   // The command line is the kernel's (/proc), not what the client said.
   EXPECT_EQ(cl["command_from_proc"], true) << cl.dump();
@@ -1083,6 +1097,7 @@ TEST_F(Daemon, WastectlCountsWhatAClientDid) {
   for (const json& l : s["layers"]) {
     EXPECT_EQ(l["hits"], 4) << l.dump();
     EXPECT_EQ(l["misses"], 2) << l.dump();
+    EXPECT_EQ(l["late"], 0) << l.dump();
     EXPECT_EQ(l["slots_ready"], 2) << l.dump();
     EXPECT_EQ(l["resident"], json({0, 1})) << l.dump();
     ASSERT_EQ(l["hottest"].size(), 2u) << l.dump();
@@ -1094,9 +1109,10 @@ TEST_F(Daemon, WastectlCountsWhatAClientDid) {
   // The same in text.
   Outcome r = Shell(Bin("wastectl") + " status --socket " + socket_);
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string counts = std::to_string(4 * moe) + " hits, " + std::to_string(2 * moe) + " misses";
+  const std::string counts =
+      std::to_string(4 * moe) + " hits, 0 late, " + std::to_string(2 * moe) + " misses";
   EXPECT_TRUE(Has(r.out, "hit rate   66.7% (" + counts)) << r.out;
-  EXPECT_TRUE(Has(r.out, "   4       2  66.7%  0*:3 1*:3\n")) << r.out;
+  EXPECT_TRUE(Has(r.out, "   4     0       2  66.7%  0*:3 1*:3\n")) << r.out;
   EXPECT_TRUE(Has(r.out, "daemon_probe")) << r.out;
   r = Shell(Bin("wastectl") + " clients --socket " + socket_);
   ASSERT_EQ(r.code, 0) << r.out;

@@ -393,6 +393,55 @@ TEST(SlotCache, LookaheadIsCountedAndKeptUntilItsLayerPasses) {
   EXPECT_EQ(c.lookahead_used, 1u);
 }
 
+// A demand for a record a lookahead asked for is late, not a miss and not a
+// hit, whether its read is still queued or already under way; a repeat of a
+// demand counts nothing; a demand nobody anticipated is a miss; a record
+// already read is a hit. Per client and per layer too.
+TEST(SlotCache, ADemandForARecordStillBeingReadIsLate) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.cache->AddClient(1, f.pages[1].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.Hint(0, 2, {1, 2, 3}, HintKind::kLookahead);  // guesses for layer 2
+  const std::vector<ReadJob> first = f.cache->Dispatch(2);  // layer 1's 0, layer 2's 1
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(f.State(2, 1), shm::SlotState::kLoading);
+  // Client 0 reaches layer 2: 1 is in flight, 2 and 3 still queued, 4 new.
+  f.Hint(0, 2, {1, 2, 4}, HintKind::kDemand);
+  f.Hint(0, 2, {1}, HintKind::kDemand);  // waiting, it asks again: no count
+  CacheCounters c = f.cache->counters();
+  EXPECT_EQ(c.hits, 0u);
+  EXPECT_EQ(c.late, 2u);    // 1 (in flight) and 2 (queued)
+  EXPECT_EQ(c.misses, 2u);  // layer 1's 0 and layer 2's 4
+  EXPECT_EQ(c.demand_hinted, 2u);
+  for (const ReadJob& j : first) f.cache->Complete(j, shm::ReadError::kNone, 0);
+  f.RunReads();
+  // The other client demands records that are ready (hits) and one being
+  // read for nobody's lookahead but client 0's demand (late: already asked for).
+  f.Hint(0, 3, {7}, HintKind::kDemand);
+  ASSERT_EQ(f.cache->Dispatch(1).size(), 1u);
+  f.Hint(1, 2, {1, 4}, HintKind::kDemand);
+  f.Hint(1, 3, {7, 8}, HintKind::kDemand);
+  c = f.cache->counters();
+  EXPECT_EQ(c.hits, 2u);
+  EXPECT_EQ(c.late, 3u);
+  EXPECT_EQ(c.misses, 4u);  // and 3 for client 0, 8 for client 1
+  const ClientCounters c0 = f.cache->client_counters(0), c1 = f.cache->client_counters(1);
+  EXPECT_EQ(c0.hits, 0u);
+  EXPECT_EQ(c0.late, 2u);
+  EXPECT_EQ(c0.misses, 3u);
+  EXPECT_EQ(c1.hits, 2u);
+  EXPECT_EQ(c1.late, 1u);
+  EXPECT_EQ(c1.misses, 1u);
+  const std::vector<LayerCounters> layers = f.cache->layer_counters();
+  EXPECT_EQ(layers[1].misses, 1u);
+  EXPECT_EQ(layers[2].hits, 2u);
+  EXPECT_EQ(layers[2].late, 2u);
+  EXPECT_EQ(layers[2].misses, 1u);
+  EXPECT_EQ(layers[3].late, 1u);
+  EXPECT_EQ(layers[3].misses, 2u);
+}
+
 // Per layer: demand hits and misses as the totals count them, ready and
 // loading slots, and the bitmap of ready experts.
 TEST(SlotCache, LayerCountersSplitTheTotals) {
@@ -419,6 +468,7 @@ TEST(SlotCache, LayerCountersSplitTheTotals) {
   EXPECT_EQ(layers[0].hits + layers[0].misses + layers[3].hits + layers[3].misses, 0u);
   const CacheCounters c = f.cache->counters();
   EXPECT_EQ(c.hits, 1u);
+  EXPECT_EQ(c.late, 0u);
   EXPECT_EQ(c.misses, 3u);
 }
 

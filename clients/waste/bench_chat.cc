@@ -1,9 +1,12 @@
 // waste bench (throughput and where the time goes) and waste chat (a REPL).
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -39,16 +42,26 @@ uint64_t BytesReadByThisProcess() {
   return 0;
 }
 
+// This process's demand hints as wasted classified them (hits, late,
+// misses: protocol/client.h, DaemonStatus); only when attached.
+struct DemandCounts {
+  uint64_t hits = 0, late = 0, misses = 0;
+};
+
 // The expert source's counters; attached to wasted, the reads are the
 // daemon's (all of its clients'), so bench a daemon with no other client.
-ExpertStats ReadCounters(const Engine& e) {
+// The demand counts are this client's own (found by its pid).
+ExpertStats ReadCounters(const Engine& e, std::optional<DemandCounts>* demands) {
   ExpertStats s = e.experts ? e.experts->stats() : ExpertStats{};
+  demands->reset();
   if (e.daemon) {
     auto d = e.daemon->client->GetStatus();
     if (d.ok()) {
       s.reads = d->reads;
       s.bytes_read = d->bytes_read;
       s.read_busy_seconds = d->read_busy_seconds;
+      for (const ClientStatusInfo& c : d->clients)
+        if (c.pid == static_cast<uint32_t>(getpid())) *demands = DemandCounts{c.hits, c.late, c.misses};
     }
   }
   return s;
@@ -75,7 +88,8 @@ int RunBench(const BenchOptions& o) {
     return 1;
   }
   const double prefill = Since(t0);
-  const ExpertStats before = ReadCounters(*e);
+  std::optional<DemandCounts> demands0, demands1;
+  const ExpertStats before = ReadCounters(*e, &demands0);
   const PhaseTimes pt0 = m.times();
   const LookaheadStats la0 = m.lookahead_stats();
   Sampler greedy({});
@@ -88,7 +102,7 @@ int RunBench(const BenchOptions& o) {
     }
   }
   const double decode = Since(t1);
-  const ExpertStats after = ReadCounters(*e);
+  const ExpertStats after = ReadCounters(*e, &demands1);
   const PhaseTimes& pt = m.times();
   const LookaheadStats& la1 = m.lookahead_stats();
   // Decode only, like the expert counters; a ratio over nothing is 0.
@@ -132,6 +146,23 @@ int RunBench(const BenchOptions& o) {
         {"other", (pt.other - pt0.other) / n},
         {"total", decode / n}}},
   };
+  // Through wasted: the decode's demand hints as the daemon saw them. A late
+  // record was asked for ahead (lookahead) but its read had not finished
+  // when the layer demanded it; the client's hit rate above counts it as a
+  // wait, like a miss.
+  std::optional<DemandCounts> demand;
+  if (demands0 && demands1)
+    demand = DemandCounts{demands1->hits - demands0->hits, demands1->late - demands0->late,
+                          demands1->misses - demands0->misses};
+  if (demand) {
+    const uint64_t all = demand->hits + demand->late + demand->misses;
+    j["decode_demands"] = {{"hits", demand->hits},
+                           {"late", demand->late},
+                           {"misses", demand->misses},
+                           {"hit_rate", ratio(demand->hits, all)},
+                           {"late_rate", ratio(demand->late, all)},
+                           {"miss_rate", ratio(demand->misses, all)}};
+  }
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -140,11 +171,20 @@ int RunBench(const BenchOptions& o) {
   std::printf("prefill  %d tokens, %.2f tok/s\n", o.prompt_tokens,
               j["prefill_tok_s"].get<double>());
   std::printf(
-      "decode   %d tokens, %.2f tok/s, hit rate %.1f%%, %.3f GB read per token (%.2f GB/s while "
-      "reading), %.1f%% of the time waiting for reads\n",
+      "decode   %d tokens, %.2f tok/s, hit rate %.1f%% (acquired without waiting), %.3f GB read "
+      "per token (%.2f GB/s while reading), %.1f%% of the time waiting for reads\n",
       o.gen_tokens, j["decode_tok_s"].get<double>(), 100 * j["decode_hit_rate"].get<double>(),
       j["decode_gb_read_per_token"].get<double>(), j["decode_read_gb_s"].get<double>(),
       100 * j["decode_wait_share"].get<double>());
+  if (demand) {
+    const auto& d = j["decode_demands"];
+    std::printf(
+        "demands  %llu seen by wasted: %.1f%% hits, %.1f%% late (asked for ahead, still being "
+        "read), %.1f%% misses\n",
+        static_cast<unsigned long long>(demand->hits + demand->late + demand->misses),
+        100 * d["hit_rate"].get<double>(), 100 * d["late_rate"].get<double>(),
+        100 * d["miss_rate"].get<double>());
+  }
   std::printf(
       "per token  expert I/O wait %.1f ms, expert arithmetic %.1f ms, attention %.1f ms, "
       "lookahead %.1f ms, other %.1f ms (total %.1f ms)\n",

@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   CLI::App* clients = command(
-      "clients", "List the attached clients: pid, uid, command line, time attached, tokens, hits, "
+      "clients", "List the attached clients: pid, uid, command line, time attached, tokens, hits, late, "
                  "misses, pins");
   CLI::App* metrics = command(
       "metrics", "Print the status counters in the Prometheus text format (--json: as a list)");

@@ -47,8 +47,8 @@ std::optional<double> Precision(const DaemonStatus& s) {
 
 // Of the demand hints, the share a lookahead hint had named first.
 std::optional<double> Recall(const DaemonStatus& s) {
-  if (s.hits + s.misses == 0) return std::nullopt;
-  return static_cast<double>(s.demand_hinted) / static_cast<double>(s.hits + s.misses);
+  if (s.demands() == 0) return std::nullopt;
+  return static_cast<double>(s.demand_hinted) / static_cast<double>(s.demands());
 }
 
 uint32_t ResidentCount(const LayerStatusInfo& l, uint32_t experts) {
@@ -74,9 +74,13 @@ std::string Duration(double seconds) {
   return buf;
 }
 
-std::optional<double> HitRate(uint64_t hits, uint64_t misses) {
-  if (hits + misses == 0) return std::nullopt;
-  return static_cast<double>(hits) / static_cast<double>(hits + misses);
+std::optional<double> HitRate(uint64_t hits, uint64_t late, uint64_t misses) {
+  if (hits + late + misses == 0) return std::nullopt;
+  return static_cast<double>(hits) / static_cast<double>(hits + late + misses);
+}
+
+std::optional<double> LateRate(uint64_t hits, uint64_t late, uint64_t misses) {
+  return HitRate(late, hits, misses);
 }
 
 std::string Percent(std::optional<double> rate) {
@@ -120,14 +124,16 @@ std::vector<std::string> Table(const std::vector<std::vector<std::string>>& rows
   return lines;
 }
 
-std::vector<std::vector<std::string>> ClientRows(const DaemonStatus& s, bool short_program) {
+std::vector<std::vector<std::string>> ClientRows(const DaemonStatus& s, bool compact) {
   std::vector<std::vector<std::string>> rows = {
-      {"id", "pid", "uid", "attached", "tokens", "hits", "misses", "hit%", "pins", "command"}};
+      {"id", "pid", "uid", "attached", "tokens", "hits", "late", "misses", "hit%", "pins", "command"}};
   for (const ClientStatusInfo& c : s.clients) {
     rows.push_back({U(c.id), U(c.pid), U(c.uid), Duration(c.attached_seconds), U(c.tokens),
-                    U(c.hits), U(c.misses), Percent(HitRate(c.hits, c.misses)), U(c.pins),
-                    short_program ? ShortCommand(c.command) : c.command});
+                    U(c.hits), U(c.late), U(c.misses), Percent(HitRate(c.hits, c.late, c.misses)),
+                    U(c.pins), compact ? ShortCommand(c.command) : c.command});
   }
+  if (compact)
+    for (auto& row : rows) row.erase(row.begin() + 8);  // hit%
   return rows;
 }
 
@@ -140,8 +146,10 @@ json ClientsJson(const DaemonStatus& s) {
                        {"attached_seconds", c.attached_seconds},
                        {"tokens", c.tokens},
                        {"hits", c.hits},
+                       {"late", c.late},
                        {"misses", c.misses},
-                       {"hit_rate", Nullable(HitRate(c.hits, c.misses))},
+                       {"hit_rate", Nullable(HitRate(c.hits, c.late, c.misses))},
+                       {"late_rate", Nullable(LateRate(c.hits, c.late, c.misses))},
                        {"pins", c.pins},
                        {"command", c.command},
                        {"command_from_proc", c.command_from_proc}});
@@ -162,8 +170,10 @@ json StatusJson(const DaemonStatus& s, const std::string& socket) {
                       {"slots_ready", l.slots_ready},
                       {"slots_loading", l.slots_loading},
                       {"hits", l.hits},
+                      {"late", l.late},
                       {"misses", l.misses},
-                      {"hit_rate", Nullable(HitRate(l.hits, l.misses))},
+                      {"hit_rate", Nullable(HitRate(l.hits, l.late, l.misses))},
+                      {"late_rate", Nullable(LateRate(l.hits, l.late, l.misses))},
                       {"resident", resident},
                       {"hottest", hottest}});
   }
@@ -191,8 +201,10 @@ json StatusJson(const DaemonStatus& s, const std::string& socket) {
             {"failed", s.slots_failed},
             {"free", s.slots_free()}}},
           {"hits", s.hits},
+          {"late", s.late},
           {"misses", s.misses},
-          {"hit_rate", Nullable(HitRate(s.hits, s.misses))},
+          {"hit_rate", Nullable(HitRate(s.hits, s.late, s.misses))},
+          {"late_rate", Nullable(LateRate(s.hits, s.late, s.misses))},
           {"reads", s.reads},
           {"bytes_read", s.bytes_read},
           {"read_errors", s.read_errors},
@@ -237,8 +249,10 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
                 s.slots, s.slots_used(), s.slots_ready, s.slots_loading, s.slots_failed,
                 s.slots_pinned, s.slots_free());
   add("slots", buf);
-  add("hit rate", Percent(HitRate(s.hits, s.misses)) + " (" + U(s.hits) + " hits, " + U(s.misses) +
-                      " misses of demand hints)");
+  add("hit rate", Percent(HitRate(s.hits, s.late, s.misses)) + " (" + U(s.hits) + " hits, " +
+                      U(s.late) + " late, " + U(s.misses) + " misses of demand hints)");
+  add("late", Percent(LateRate(s.hits, s.late, s.misses)) +
+                  " of demands (asked for ahead, still queued or being read)");
   const auto tput = Throughput(s);
   add("reads", U(s.reads) + " records, " + FormatSize(s.bytes_read) + ", " +
                    (tput ? FormatSize(static_cast<uint64_t>(*tput)) + "/s while reading"
@@ -255,7 +269,7 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
                   static_cast<unsigned long long>(s.lookahead_used));
     add("lookahead", buf);
     add(" ", FormatSize(s.lookahead_unused_bytes) + " read and evicted unused, " +
-                 U(s.lookahead_dropped) + " reads dropped as late");
+                 U(s.lookahead_dropped) + " reads dropped as stale (layer passed)");
   }
   add("eviction", s.policy + "; " + U(s.warm_reads) + " warm-up reads");
 
@@ -264,7 +278,7 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
     add("clients", "none attached");
   } else {
     lines.push_back("clients (" + U(s.clients.size()) + ")");
-    for (std::string& l : Table(ClientRows(s, /*short_program=*/true), width))
+    for (std::string& l : Table(ClientRows(s, /*compact=*/true), width))
       lines.push_back(std::move(l));
   }
 
@@ -272,13 +286,13 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
   lines.push_back(Fit("layers (ready: experts of the layer in the cache; hottest: expert:uses, * ready)",
                       width));
   std::vector<std::vector<std::string>> rows = {
-      {"layer", "ready", "hits", "misses", "hit%", "hottest"}};
+      {"layer", "ready", "hits", "late", "misses", "hit%", "hottest"}};
   for (const LayerStatusInfo& l : s.layers) {
     std::string hot;
     for (const ExpertUseInfo& h : l.hottest)
       hot += (hot.empty() ? "" : " ") + U(h.expert) + (h.resident ? "*" : "") + ":" + U(h.uses);
     rows.push_back({U(l.layer), U(ResidentCount(l, s.experts)) + "/" + U(s.experts), U(l.hits),
-                    U(l.misses), Percent(HitRate(l.hits, l.misses)), hot});
+                    U(l.late), U(l.misses), Percent(HitRate(l.hits, l.late, l.misses)), hot});
   }
   for (std::string& l : Table(rows, width)) {
     // The hottest list is cut at a whole entry, not in the middle of one.

@@ -92,8 +92,9 @@ class Terminal {
 void WatchHistory::Add(const DaemonStatus& s, double seconds) {
   if (last) {
     const uint64_t dh = s.hits - std::min(s.hits, last->hits);
+    const uint64_t dl = s.late - std::min(s.late, last->late);
     const uint64_t dm = s.misses - std::min(s.misses, last->misses);
-    hit_rate_now = HitRate(dh, dm);
+    hit_rate_now = HitRate(dh, dl, dm);
     hit_rate.push_back(hit_rate_now);
     const uint64_t db = s.bytes_read - std::min(s.bytes_read, last->bytes_read);
     read_rate = seconds > 0 ? static_cast<double>(db) / seconds : 0;
@@ -117,9 +118,10 @@ std::vector<std::string> WatchFrame(const DaemonStatus& s, const WatchHistory& h
                 s.slots, s.slots_ready, s.slots_loading, s.slots_failed, s.slots_pinned,
                 s.slots_free(), FormatSize(s.budget).c_str());
   add(buf);
-  std::snprintf(buf, sizeof buf, "hit rate %s overall, %s now; %llu hits, %llu misses",
-                Percent(HitRate(s.hits, s.misses)).c_str(), Percent(h.hit_rate_now).c_str(),
-                static_cast<unsigned long long>(s.hits),
+  std::snprintf(buf, sizeof buf, "hit rate %s overall, %s now; %llu hits, %llu late, %llu misses",
+                Percent(HitRate(s.hits, s.late, s.misses)).c_str(),
+                Percent(h.hit_rate_now).c_str(), static_cast<unsigned long long>(s.hits),
+                static_cast<unsigned long long>(s.late),
                 static_cast<unsigned long long>(s.misses));
   add(buf);
   std::string flying;
@@ -132,9 +134,9 @@ std::vector<std::string> WatchFrame(const DaemonStatus& s, const WatchHistory& h
                                                                    double(s.lookahead_reads))
                                           : std::nullopt)
                     .c_str(),
-                Percent(s.hits + s.misses ? std::optional<double>(double(s.demand_hinted) /
-                                                                   double(s.hits + s.misses))
-                                          : std::nullopt)
+                Percent(s.demands() ? std::optional<double>(double(s.demand_hinted) /
+                                                             double(s.demands()))
+                                    : std::nullopt)
                     .c_str(),
                 s.clients.size());
   add(buf);
@@ -156,7 +158,7 @@ std::vector<std::string> WatchFrame(const DaemonStatus& s, const WatchHistory& h
   if (s.clients.empty()) {
     out.push_back("clients: none attached");
   } else {
-    for (std::string& l : Table(ClientRows(s, /*short_program=*/true), width))
+    for (std::string& l : Table(ClientRows(s, /*compact=*/true), width))
       out.push_back(std::move(l));
   }
 
@@ -188,7 +190,7 @@ std::vector<std::string> WatchFrame(const DaemonStatus& s, const WatchHistory& h
       line += Shade(n ? double(in) / n : 0, utf8 ? kShadesUtf8 : kShadesAscii, 5, true);
     }
     std::snprintf(buf, sizeof buf, "| %3u/%-3u %6s", ready, s.experts,
-                  Percent(HitRate(l.hits, l.misses)).c_str());
+                  Percent(HitRate(l.hits, l.late, l.misses)).c_str());
     out.push_back(line + buf);
   }
   if (shown < s.layers.size())
