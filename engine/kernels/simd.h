@@ -1,7 +1,7 @@
 // Internal to engine/kernels: the entry points of the AVX2 and AVX-512
 // translation units (matvec_avx2.cc, vq_avx2.cc, matvec_avx512.cc,
-// vq_avx512.cc), which are compiled with their own -m flags. Call them only
-// after UsableIsa() said the CPU has the instructions.
+// vq_avx512.cc, recurrence_avx512.cc), which are compiled with their own -m
+// flags. Call them only after UsableIsa() said the CPU has the instructions.
 //
 // Each returns false, having written nothing, for a shape it does not
 // cover; the caller then falls back to the next lower path.
@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/recurrence.h"
 #include "engine/kernels/vq.h"
 
 namespace waste::kernels {
@@ -43,6 +44,11 @@ bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes);
 bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_t row_begin,
                   int64_t row_end);
+// recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 16 == 0.
+bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
+                  const float* q, float* u, float* o);
+bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
+                    int64_t cols, float* y);
 }  // namespace avx512
 
 }  // namespace waste::kernels

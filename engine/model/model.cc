@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "engine/format/encoding.h"
+#include "engine/kernels/recurrence.h"
 #include "engine/kernels/vq.h"
 #include "engine/model/router.h"
 
@@ -338,28 +339,8 @@ void Model::Kda(int L, Session& s, const float* h, float* out) {
       for (int i = 0; i < D; ++i)
         decay[i] = std::exp(-a * Softplus(fg[hd * D + i] + l.dt_bias[hd * D + i]));
       const float b = Sigmoid(beta[hd]);
-      float* Sh = S + hd * D * D;  // [k][v]
-      // S <- diag(decay) S;  u = S^T k;  S += k (b (v - u))^T;  o = S^T q.
-      // Two passes over S instead of four: each row is decayed and read for
-      // u, then updated and read for o; every sum runs in the same order.
       float* oh = o.data() + hd * D;
-      std::fill(u.begin(), u.end(), 0.f);
-      for (int i = 0; i < D; ++i) {
-        float* row = Sh + i * D;
-        for (int j = 0; j < D; ++j) {
-          row[j] *= decay[i];
-          u[j] += k[i] * row[j];
-        }
-      }
-      for (int j = 0; j < D; ++j) u[j] = b * (v[j] - u[j]);
-      std::fill(oh, oh + D, 0.f);
-      for (int i = 0; i < D; ++i) {
-        float* row = Sh + i * D;
-        for (int j = 0; j < D; ++j) {
-          row[j] += k[i] * u[j];
-          oh[j] += q[i] * row[j];
-        }
-      }
+      kernels::KdaStateStep(S + hd * D * D, D, decay.data(), k, v, b, q, u.data(), oh, opt_.isa);
       // Gated output norm, per head.
       RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
       for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate[hd * D + j]);
@@ -395,10 +376,8 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       float* qh = q.data() + hd * qd;
       if (!inv_freq_.empty()) RotaryInPlace(qh + nope, pos);
       // The query in latent space: q_nope through the key rows of kv_b_proj.
-      std::fill(qlat.begin(), qlat.end(), 0.f);
       const float* wk = l.kv_b_k + static_cast<size_t>(hd) * nope * lat;
-      for (int d = 0; d < nope; ++d)
-        for (int c = 0; c < lat; ++c) qlat[c] += qh[d] * wk[static_cast<size_t>(d) * lat + c];
+      kernels::WeightedRowSum(qh, wk, nope, lat, lat, qlat.data(), opt_.isa);
       float mx = -INFINITY;
       for (int t = 0; t < n; ++t) {
         const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;
@@ -410,13 +389,9 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       }
       float sum = 0.f;
       for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+      for (int t = 0; t < n; ++t) score[t] /= sum;
       float* ol = olat.data() + hd * lat;
-      std::fill(ol, ol + lat, 0.f);
-      for (int t = 0; t < n; ++t) {
-        const float p = score[t] / sum;
-        const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;
-        for (int c = 0; c < lat; ++c) ol[c] += p * kv[c];
-      }
+      kernels::WeightedRowSum(score.data(), s.latent_kv[L].data(), n, row, lat, ol, opt_.isa);
       // Values: the value rows of kv_b_proj applied to the attended latent.
       kernels::MatrixView vrows = *l.kv_b;
       const int64_t first = hd * (nope + vd) + nope;
