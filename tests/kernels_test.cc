@@ -322,6 +322,51 @@ TEST_P(TrunkFormats, RowBytes) {
 INSTANTIATE_TEST_SUITE_P(kernels, TrunkFormats, ::testing::ValuesIn(kTrunkFormats),
                          [](const auto& test) { return std::string(test.param.name); });
 
+// The AVX-512 Q4G product in groups of 128 puts each group of the input in
+// fixed point (matvec_avx512.cc). Inputs that stress that: a group spanning
+// 40 orders of magnitude, a zero group, huge values, a group too small for
+// fixed point (which must take the float path), and non-finite values
+// (which must come out as the scalar path's do).
+TEST(Q4G128FixedInput, AgreesWithScalarOnHostileInputs) {
+  WASTE_REQUIRE_ISA(Isa::kAvx512);
+  const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
+  const int64_t rows = 9, cols = 512;  // four groups
+  TrunkMatrix m(f, rows, cols, 0, 77);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  struct Case {
+    const char* name;
+    float (*value)(int64_t c, float r);
+  };
+  const Case cases[] = {
+      {"wide range in a group", [](int64_t c, float r) { return c % 128 == 3 ? 1e20f : r * 1e-20f; }},
+      {"a zero group", [](int64_t c, float r) { return c < 128 ? 0.f : r; }},
+      {"huge", [](int64_t, float r) { return r * 1e30f; }},
+      {"tiny group", [](int64_t c, float r) { return c >= 256 && c < 384 ? r * 1e-35f : r; }},
+      {"denormal group", [](int64_t c, float r) { return c < 128 ? r * 1e-40f : r; }},
+      {"one group of outliers", [](int64_t c, float r) { return c >= 384 ? r * 1e4f : r; }},
+      {"infinity", [](int64_t c, float r) { return c == 200 ? INFINITY : r; }},
+      {"nan", [](int64_t c, float r) { return c == 17 ? NAN : r; }},
+  };
+  for (const Case& k : cases) {
+    Guarded x(static_cast<size_t>(cols) * 4);
+    for (int64_t c = 0; c < cols; ++c) x.floats()[c] = k.value(c, normal(rng));
+    std::vector<float> want(rows), got(rows);
+    MatVec(m.view, x.floats(), want.data(), 0, rows, Isa::kScalar);
+    MatVec(m.view, x.floats(), got.data(), 0, rows, Isa::kAvx512);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!std::isfinite(want[r])) {
+        EXPECT_EQ(std::isnan(got[r]), std::isnan(want[r])) << k.name << " row " << r;
+        if (std::isinf(want[r])) {
+          EXPECT_EQ(got[r], want[r]) << k.name << " row " << r;
+        }
+        continue;
+      }
+      EXPECT_NEAR(got[r], want[r], kRel * m.AbsDot(r, x.floats()) + 1e-38) << k.name << " row " << r;
+    }
+  }
+}
+
 // ---- VQ experts ----
 
 struct VqFormat {

@@ -9,7 +9,8 @@ Isa Detect() {
                     __builtin_cpu_supports("f16c");
   if (!avx2) return Isa::kScalar;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+                      __builtin_cpu_supports("avx512vnni");
   return avx512 ? Isa::kAvx512 : Isa::kAvx2;
 }
 

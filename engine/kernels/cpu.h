@@ -14,7 +14,7 @@ namespace waste::kernels {
 enum class Isa {
   kScalar,  // baseline x86-64
   kAvx2,    // AVX2 + FMA + F16C
-  kAvx512,  // AVX-512 F, BW, VL and VBMI, on top of kAvx2
+  kAvx512,  // AVX-512 F, BW, VL, VBMI and VNNI, on top of kAvx2
 };
 
 // The best Isa this CPU and OS support (cpuid via __builtin_cpu_supports,

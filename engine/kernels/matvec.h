@@ -32,7 +32,9 @@ int64_t MatrixRowBytes(const MatrixView& w);
 // y[r] = sum_c W[r][c] * x[c] for r in [row_begin, row_end); writes only
 // those y[r]. x: [cols], y: [rows] (indexed by absolute row).
 // 0 <= row_begin <= row_end <= rows. Accumulates in float32; the SIMD paths
-// differ from the scalar one by summation order only. `isa` is lowered to
+// differ from the scalar one by summation order, and AVX-512's Q4G path in
+// groups of 128 also by rounding x to fixed point per group (2^-23 of the
+// group's largest |x|; README.md). `isa` is lowered to
 // what the CPU supports (UsableIsa); a shape a SIMD path does not cover (a
 // group that is not a multiple of 8 or 16) runs on the next lower path.
 // Safe to call concurrently on disjoint row ranges.

@@ -1,5 +1,5 @@
 // MatVec with AVX-512 (F, BW, VL, VBMI): 16 columns per step. Compiled with
-// -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx2 -mfma -mf16c; see simd.h
+// -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mavx2 -mfma -mf16c; see simd.h
 // for what this file may use.
 
 #include "engine/kernels/avx512_intrin.h"
@@ -179,25 +179,118 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
     y[r] = RowGrouped<kFmt>(w.payload + r * row_bytes, scales + 2 * r * groups, x, w.cols, w.group);
 }
 
-// Q4G in groups of 128 (the trunk's usual shape), a different way round: a
-// group is one 64-byte load, and dword lane i holds weights 8i..8i+7, one
-// per nibble. vpermps reads only an index's low 4 bits, so shifting the
-// group right by 4s and looking it up in a register of the 16 values
-// (n - 8) gives weights 8i + s of every lane as floats: a shift, a permute
-// and an FMA per 16 weights, with no widening. The input is visited in the
-// same order, transposed once per call into xt.
-constexpr int64_t kMaxTransposed = 16384;  // columns; wider rows take RowsGrouped
+// Q4G in groups of 128 (the trunk's usual shape) as integer dot products
+// (AVX-512 VNNI's vpdpbusd: 64 unsigned bytes times 64 signed bytes, summed
+// four at a time into 16 int32 lanes).
+//
+// The input: each 128-column group of x becomes integers m = x * 2^(21-e),
+// rounded to nearest, where 2^e <= the group's largest |x| < 2^(e+1); so
+// |m| <= 2^22 and x = m * 2^(e-21) to within half a step, 2^-23 of the
+// group's largest value (float itself keeps 2^-24 of each value). m is split
+// into three signed bytes (balanced base 256: m = d0 + 256 d1 + 65536 d2).
+// The weights: a group is one 64-byte load; its low nibbles are the even
+// columns and its high nibbles the odd ones, taken as unsigned bytes n in
+// [0, 15] (the weight is n - 8). Per group, three accumulators collect
+// sum n * d_k over even and odd columns; a2 << 16 + a1 << 8 + a0 is then
+// sum n * m exactly in int32 (|lane| < 2^29), and the bias lanes subtract
+// 8 * sum m. The group's sum, converted to float once, is scaled by the
+// f16 scale times 2^(e-21).
+//
+// Compared with the float product (which rounds every product and partial
+// sum), this rounds each input once and each group's sum once: the kernel
+// tests hold it to the same tolerance, and docs/MEASUREMENTS.md has the
+// logit differences. An input that is not finite or whose group is below
+// 2^-100 cannot be put in fixed point; that call takes the float path.
+constexpr int64_t kMaxFixedGroups = 16384 / 128;  // wider rows take RowsGrouped
 
-void RowsQ4G128(const MatrixView& w, const float* x, float* y, int64_t row_begin,
+struct FixedInput {
+  // [group][digit k][64 even columns, then 64 odd]: d_k of m for column
+  // 128 g + 2 j + (0 even, 1 odd) at [g][k][64 * odd + j].
+  alignas(64) int8_t digits[kMaxFixedGroups][3][128];
+  // [group][lane]: -8 * sum of m over the lane's columns 8 lane .. 8 lane + 7.
+  alignas(64) int32_t bias[kMaxFixedGroups][16];
+  float unit[kMaxFixedGroups];  // 2^(e-21): what one step of m is worth
+};
+
+// Sum n * m of one group, per lane: the digits d at [k][0..127] against the
+// unsigned bytes lo (even columns) and hi (odd), plus `start`.
+__m512i GroupDot(__m512i start, __m512i lo, __m512i hi, const int8_t (*d)[128]) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i a2 = _mm512_dpbusd_epi32(zero, lo, _mm512_load_si512(d[2]));
+  __m512i a1 = _mm512_dpbusd_epi32(zero, lo, _mm512_load_si512(d[1]));
+  __m512i a0 = _mm512_dpbusd_epi32(start, lo, _mm512_load_si512(d[0]));
+  a2 = _mm512_dpbusd_epi32(a2, hi, _mm512_load_si512(d[2] + 64));
+  a1 = _mm512_dpbusd_epi32(a1, hi, _mm512_load_si512(d[1] + 64));
+  a0 = _mm512_dpbusd_epi32(a0, hi, _mm512_load_si512(d[0] + 64));
+  return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)),
+                          a0);
+}
+
+// False if x cannot be put in fixed point (see above).
+bool FixInput(const float* x, int64_t groups, FixedInput* f) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i eights = _mm512_set1_epi8(8);
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 v[8];
+    __m512 mx = _mm512_setzero_ps();
+    for (int t = 0; t < 8; ++t) {
+      v[t] = _mm512_loadu_ps(x + 128 * g + 16 * t);
+      mx = _mm512_max_ps(mx, _mm512_abs_ps(v[t]));
+    }
+    // max_ps returns its second operand when either is NaN: check every
+    // lane for finiteness instead of trusting the maximum.
+    __mmask16 bad = 0;
+    for (int t = 0; t < 8; ++t)
+      bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v[t]), _mm512_set1_ps(3.4028235e38f), _CMP_NLE_UQ);
+    if (bad) return false;
+    const float largest = _mm512_reduce_max_ps(mx);
+    if (largest == 0.f) {
+      for (int k = 0; k < 3; ++k)
+        for (int b = 0; b < 128; b += 64)
+          _mm512_store_si512(f->digits[g][k] + b, _mm512_setzero_si512());
+      _mm512_store_si512(f->bias[g], _mm512_setzero_si512());
+      f->unit[g] = 0.f;
+      continue;
+    }
+    // The exponent e from the float's bits: largest in [2^e, 2^(e+1)).
+    uint32_t bits;
+    std::memcpy(&bits, &largest, sizeof bits);
+    const int e = static_cast<int>(bits >> 23) - 127;
+    if (e < -100) return false;  // 2^(21-e) would overflow, 2^(e-21) underflow
+    const uint32_t scale_bits = static_cast<uint32_t>(21 - e + 127) << 23;
+    const uint32_t unit_bits = static_cast<uint32_t>(e - 21 + 127) << 23;
+    float scale_value;
+    std::memcpy(&scale_value, &scale_bits, sizeof scale_value);
+    std::memcpy(&f->unit[g], &unit_bits, sizeof f->unit[g]);
+    const __m512 scale = _mm512_set1_ps(scale_value);
+    for (int half = 0; half < 2; ++half) {
+      for (int t = 0; t < 4; ++t) {
+        // Columns 32 t + 2 j + half, j = 0..15.
+        const __m512 xs = _mm512_permutex2var_ps(v[2 * t], half ? odd : even, v[2 * t + 1]);
+        const __m512i m = _mm512_cvtps_epi32(_mm512_mul_ps(xs, scale));  // nearest, ties even
+        const __m512i d0 = _mm512_srai_epi32(_mm512_slli_epi32(m, 24), 24);
+        const __m512i m1 = _mm512_srai_epi32(_mm512_sub_epi32(m, d0), 8);
+        const __m512i d1 = _mm512_srai_epi32(_mm512_slli_epi32(m1, 24), 24);
+        const __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(m1, d1), 8);
+        const int at = 64 * half + 16 * t;
+        _mm_store_si128(reinterpret_cast<__m128i*>(f->digits[g][0] + at), _mm512_cvtepi32_epi8(d0));
+        _mm_store_si128(reinterpret_cast<__m128i*>(f->digits[g][1] + at), _mm512_cvtepi32_epi8(d1));
+        _mm_store_si128(reinterpret_cast<__m128i*>(f->digits[g][2] + at), _mm512_cvtepi32_epi8(d2));
+      }
+    }
+    // 8 * sum m per lane: the same product with every weight byte 8.
+    _mm512_store_si512(f->bias[g], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                    GroupDot(_mm512_setzero_si512(), eights,
+                                                             eights, f->digits[g])));
+  }
+  return true;
+}
+
+void RowsQ4G128(const MatrixView& w, const FixedInput& f, float* y, int64_t row_begin,
                 int64_t row_end) {
   const int64_t groups = w.cols / 128;
-  alignas(64) float xt[kMaxTransposed];  // [groups][8 (s)][16 (i)] = x[128g + 8i + s]
-  for (int64_t g = 0; g < groups; ++g)
-    for (int s = 0; s < 8; ++s)
-      for (int i = 0; i < 16; ++i) xt[g * 128 + s * 16 + i] = x[g * 128 + 8 * i + s];
-  const __m512 values =
-      _mm512_setr_ps(-8.f, -7.f, -6.f, -5.f, -4.f, -3.f, -2.f, -1.f, 0.f, 1.f, 2.f, 3.f, 4.f, 5.f,
-                     6.f, 7.f);
+  const __m512i nibble = _mm512_set1_epi8(15);
   const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = w.payload + r * groups * 64;
@@ -205,27 +298,12 @@ void RowsQ4G128(const MatrixView& w, const float* x, float* y, int64_t row_begin
     __m512 acc = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
       const __m512i q = _mm512_loadu_si512(row + g * 64);
-      const float* xg = xt + g * 128;
-      // Four sums of two nibble positions each: short dependency chains.
-      __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(q, values), _mm512_load_ps(xg));
-      __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), values),
-                                _mm512_load_ps(xg + 16));
-      __m512 s2 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 8), values),
-                                _mm512_load_ps(xg + 32));
-      __m512 s3 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 12), values),
-                                _mm512_load_ps(xg + 48));
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 16), values),
-                           _mm512_load_ps(xg + 64), s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 20), values),
-                           _mm512_load_ps(xg + 80), s1);
-      s2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 24), values),
-                           _mm512_load_ps(xg + 96), s2);
-      s3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 28), values),
-                           _mm512_load_ps(xg + 112), s3);
+      const __m512i lo = _mm512_and_si512(q, nibble);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+      const __m512i sum = GroupDot(_mm512_load_si512(f.bias[g]), lo, hi, f.digits[g]);
       uint16_t h;
       std::memcpy(&h, row_scales + 2 * g, sizeof h);
-      acc = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)),
-                            _mm512_set1_ps(_cvtsh_ss(h)), acc);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(_cvtsh_ss(h) * f.unit[g]), acc);
     }
     y[r] = _mm512_reduce_add_ps(acc);
   }
@@ -248,10 +326,17 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
     case Fmt::kQ3G:
       if (w.group <= 0 || w.group % 16 != 0) return false;
       if (w.fmt == Fmt::kQ8G) RowsGrouped<Fmt::kQ8G>(w, x, y, row_begin, row_end);
-      if (w.fmt == Fmt::kQ4G && w.group == 128 && w.cols % 128 == 0 && w.cols <= kMaxTransposed)
-        RowsQ4G128(w, x, y, row_begin, row_end);
-      else if (w.fmt == Fmt::kQ4G)
+      if (w.fmt == Fmt::kQ4G) {
+        const int64_t groups = w.cols / 128;
+        if (w.group == 128 && w.cols % 128 == 0 && groups <= kMaxFixedGroups) {
+          alignas(64) FixedInput fixed;
+          if (FixInput(x, groups, &fixed)) {
+            RowsQ4G128(w, fixed, y, row_begin, row_end);
+            return true;
+          }
+        }
         RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
+      }
       if (w.fmt == Fmt::kQ3G) RowsGrouped<Fmt::kQ3G>(w, x, y, row_begin, row_end);
       return true;
     default:
