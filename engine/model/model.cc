@@ -537,15 +537,28 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   const size_t derived_gu_bytes = int8    ? kernels::VqQLutBytes(hid, q.stages, q.index_bits)
                          : split ? kernels::VqSplitLutBytes(hid, q.stages)
                                  : 0;
-  std::vector<uint8_t> derived_gu(static_cast<size_t>(T) * 2 * derived_gu_bytes),
-      derived_down(int8    ? kernels::VqQLutBytes(inter, q.stages, q.index_bits)
-                : split ? kernels::VqSplitLutBytes(inter, q.stages)
-                        : 0);
+  // The buffers only grow (resize keeps what was there; every byte read
+  // below is first written for this chunk).
+  std::vector<uint8_t>& derived_gu = moe_.derived_gu;
+  std::vector<uint8_t>& derived_down = moe_.derived_down;
+  derived_gu.resize(std::max(derived_gu.size(), static_cast<size_t>(T) * 2 * derived_gu_bytes));
+  const size_t derived_down_bytes = int8    ? kernels::VqQLutBytes(inter, q.stages, q.index_bits)
+                                    : split ? kernels::VqSplitLutBytes(inter, q.stages)
+                                            : 0;
+  derived_down.resize(std::max(derived_down.size(), derived_down_bytes));
   // The products read only the derived tables when there are any, so then
   // the float tables are scratch (a 32-token chunk's would be 56 MiB at the
-  // 48B shapes, freshly faulted in on every call).
+  // 48B shapes).
   const bool keep_float = !int8 && !split;
-  std::vector<float> luts(keep_float ? static_cast<size_t>(T) * 2 * lut_gu : 0), lut_down(lut_d);
+  std::vector<float>& luts = moe_.luts;
+  std::vector<float>& lut_down = moe_.lut_down;
+  if (keep_float) luts.resize(std::max(luts.size(), static_cast<size_t>(T) * 2 * lut_gu));
+  lut_down.resize(std::max(lut_down.size(), lut_d));
+  if (moe_.table_floats != lut_gu) {  // another layer shape: the spares do not fit
+    std::lock_guard<std::mutex> lock(moe_.tables_mu);
+    moe_.spare_tables.clear();
+    moe_.table_floats = lut_gu;
+  }
   auto derive = [&](const float* lut, int64_t cols, uint8_t* table) {
     if (int8)
       kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, table, opt_.isa);
@@ -565,7 +578,24 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   // table that is only scratch is the chunk's own.
   pool_.ParallelFor(q.lossless() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
     std::unique_ptr<float[]> scratch;
-    if (!keep_float) scratch = std::make_unique_for_overwrite<float[]>(lut_gu);
+    if (!keep_float) {
+      std::lock_guard<std::mutex> lock(moe_.tables_mu);
+      if (moe_.spare_tables.empty()) {
+        scratch = std::make_unique_for_overwrite<float[]>(lut_gu);
+      } else {
+        scratch = std::move(moe_.spare_tables.back());
+        moe_.spare_tables.pop_back();
+      }
+    }
+    struct GiveBack {  // even if a kernel throws
+      MoeScratch& m;
+      std::unique_ptr<float[]>& table;
+      ~GiveBack() {
+        if (!table) return;
+        std::lock_guard<std::mutex> lock(m.tables_mu);
+        m.spare_tables.push_back(std::move(table));
+      }
+    } give_back{moe_, scratch};
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / 2;
       float* lut = keep_float ? luts.data() + i * lut_gu : scratch.get();
@@ -574,7 +604,10 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       derive(lut, hid, derived_gu.data() + i * derived_gu_bytes);
     }
   });
-  std::vector<float> per_slot(static_cast<size_t>(T) * k * hid, 0.f);  // [t][j][hidden]
+  // [t][j][hidden]: slot j of token t is written whole by its expert before
+  // it is read, and slots past a token's route count are never read.
+  std::vector<float>& per_slot = moe_.per_slot;
+  per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * hid));
   std::vector<float> g(inter), u(inter);
   double wait = 0;
   for (const auto& [e, who] : users) {

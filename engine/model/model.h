@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -168,6 +169,23 @@ class Model {
   std::vector<std::vector<int>> guess_;  // [n_layers]: experts hinted for it, not yet demanded
   std::vector<int> next_token_guess_;    // for the first MoE layer of the next chunk
   LookaheadStats lookahead_stats_, next_token_stats_;
+  // MoeChunk's work buffers, kept from call to call. Allocated per layer
+  // and chunk they came back as fresh pages every time (43k page faults for
+  // one token at the 48B shapes, and a fresh page is slow on this VM); now
+  // they grow to the largest chunk seen and stay.
+  struct MoeScratch {
+    std::vector<uint8_t> derived_gu;    // [T][2][derived table bytes] (split or int8 table)
+    std::vector<uint8_t> derived_down;  // [derived table bytes] of one expert's down input
+    std::vector<float> luts;      // [T][2][lut floats]: float tables, when the product reads them
+    std::vector<float> lut_down;  // [lut floats] of one expert's down input
+    std::vector<float> per_slot;  // [T][top_k][hidden]: each routed expert's output
+    // Scratch float tables for the pool's threads, each lent to one chunk
+    // of a ParallelFor at a time: at most one per thread is ever made.
+    std::mutex tables_mu;
+    std::vector<std::unique_ptr<float[]>> spare_tables;  // guarded by tables_mu
+    size_t table_floats = 0;                             // size of each spare table
+  };
+  MoeScratch moe_;
 };
 
 }  // namespace waste
