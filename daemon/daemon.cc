@@ -91,10 +91,10 @@ bool ReloadableSetting(const std::string& name) {
          name == "idle-exit" || name == "save-interval";
 }
 
-DaemonBudget PlanDaemon(const Container& ct) {
+DaemonBudget PlanDaemon(const Container& ct, bool huge_pages) {
   DaemonBudget b;
   const ModelConfig& c = ct.config();
-  b.trunk = shm::Segment::SizeFor(Trunk::PackedBytes(ct.manifest()), /*want_huge=*/false);
+  b.trunk = shm::Segment::SizeFor(Trunk::PackedBytes(ct.manifest()), huge_pages);
   const uint64_t stride = SlotStride(ct);
   const uint64_t table = shm::SlotTable::BytesFor(
       static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(std::max(c.n_experts, 1)),
@@ -106,6 +106,7 @@ DaemonBudget PlanDaemon(const Container& ct) {
   // experts on their way: room for top-k records of two clients at least.
   b.min_cache = stride * std::max<uint64_t>(2 * std::max(c.top_k, 1), 4);
   if (AllRecords(ct) > 0) b.min_cache = std::min(b.min_cache, stride * AllRecords(ct));
+  b.min_cache = shm::Segment::SizeFor(b.min_cache, huge_pages);
   b.working_set = stride * uint64_t(c.top_k) * c.n_moe_layers();
   return b;
 }
@@ -160,7 +161,7 @@ Status Daemon::Setup() {
   if (c.n_moe_layers() == 0 || c.n_experts == 0)
     return Status::Error(opt_.container + ": the model has no routed experts; run it in process");
 
-  const DaemonBudget plan = PlanDaemon(*ct_);
+  const DaemonBudget plan = PlanDaemon(*ct_, opt_.huge_pages);
   const MemoryLimit limit = ProcessMemoryLimit();
   auto budget = ChooseBudget(plan, opt_.budget, limit);
   if (!budget.ok()) return budget.status();

@@ -91,7 +91,10 @@ struct DaemonBudget {
   uint64_t working_set = 0;
   uint64_t floor() const { return trunk + overhead + min_cache; }
 };
-DaemonBudget PlanDaemon(const Container& ct);
+// `huge_pages`: as --no-huge-pages leaves it; the segments are then sized
+// in whole huge pages where the system gives them (shm::Segment::SizeFor),
+// and so is the floor.
+DaemonBudget PlanDaemon(const Container& ct, bool huge_pages);
 // --budget when given (refused below the floor), else the largest of floor +
 // 3, 2 or 1 working sets under 3/4 of `limit`; refused below the floor with
 // what the floor is made of.

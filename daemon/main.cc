@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
       spdlog::error("{}: {}", o.container, ct.status().message());
       return 1;
     }
-    const waste::daemon::DaemonBudget plan = waste::daemon::PlanDaemon(*ct);
+    const waste::daemon::DaemonBudget plan = waste::daemon::PlanDaemon(*ct, o.huge_pages);
     auto b = waste::daemon::ChooseBudget(plan, o.budget, waste::ProcessMemoryLimit());
     if (!b.ok()) {
       spdlog::error("{}", b.status().message());
