@@ -30,6 +30,7 @@
 #include "engine/format/writer.h"
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/recurrence.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/kernels/vq.h"
 
@@ -321,6 +322,35 @@ TEST_P(TrunkFormats, RowBytes) {
 
 INSTANTIATE_TEST_SUITE_P(kernels, TrunkFormats, ::testing::ValuesIn(kTrunkFormats),
                          [](const auto& test) { return std::string(test.param.name); });
+
+// WeightedRows reads a block of rows in place and must give, on every Isa,
+// the bits of decoding them (DequantRow) and summing with WeightedRowSum:
+// MLA's logits depend on it being the same whichever path runs.
+TEST_P(TrunkFormats, WeightedRowsAreDequantRowThenWeightedRowSum) {
+  const TrunkFormat& f = GetParam();
+  uint32_t seed = 300;
+  for (int64_t cols : {int64_t{1}, int64_t{13}, int64_t{136}, int64_t{300}, int64_t{512}}) {
+    const int64_t rows = 40;
+    TrunkMatrix m(f, rows, cols, 1, seed++);
+    std::mt19937 rng(seed++);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> a(rows);
+    for (float& v : a) v = normal(rng);
+    for (const auto& [first, n] : {std::pair<int64_t, int64_t>{0, 40}, {5, 17}, {39, 1}, {3, 0}}) {
+      std::vector<float> dense(static_cast<size_t>(n * cols)), want(cols);
+      for (int64_t r = 0; r < n; ++r) DequantRow(m.view, first + r, dense.data() + r * cols);
+      WeightedRowSum(a.data(), dense.data(), n, cols, cols, want.data(), Isa::kScalar);
+      for (Isa isa : AvailableIsas()) {
+        std::vector<float> y(static_cast<size_t>(cols) + 16, -3.f);
+        WeightedRows(m.view, first, a.data(), n, y.data(), isa);
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), static_cast<size_t>(cols) * 4))
+            << f.name << " " << IsaName(isa) << " cols " << cols << " rows [" << first << ", "
+            << first + n << ")";
+        EXPECT_EQ(y[cols], -3.f) << "wrote past cols, " << IsaName(isa);
+      }
+    }
+  }
+}
 
 // The AVX-512 Q4G product in groups of 128 puts each group of the input in
 // fixed point (matvec_avx512.cc). Inputs that stress that: a group spanning

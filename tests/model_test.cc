@@ -411,29 +411,6 @@ TEST_P(Forward, ATrunkPackedElsewhereGivesTheSameLogits) {
   EXPECT_EQ(0, std::memcmp(shared.data(), base.data(), base.size() * 4)) << "logits differ";
 }
 
-TEST_P(Forward, AbsorbedKeyRowsAreTheDecodedKeyRowsOfKvB) {
-  const ModelConfig& c = ct_->config();
-  auto t = Trunk::Load(*ct_);
-  ASSERT_TRUE(t.ok()) << t.status().message();
-  int checked = 0;
-  std::vector<float> row(c.kv_lora);
-  for (int L = 0; L < c.n_layers; ++L) {
-    if (c.layer_kind[L] != LayerKind::kMla) continue;
-    const kernels::MatrixView& kv_b =
-        (*t)->Matrix("model.layers." + std::to_string(L) + ".self_attn.kv_b_proj.weight");
-    const float* key = (*t)->Vector(Trunk::AbsorbedKeyName(L));
-    for (int h = 0; h < c.n_heads; ++h)
-      for (int d = 0; d < c.qk_nope; ++d) {
-        kernels::DequantRow(kv_b, int64_t{h} * (c.qk_nope + c.v_head) + d, row.data());
-        ASSERT_EQ(0, std::memcmp(row.data(), key + (int64_t{h} * c.qk_nope + d) * c.kv_lora,
-                                 row.size() * 4))
-            << "layer " << L << " head " << h << " row " << d;
-      }
-    ++checked;
-  }
-  EXPECT_GT(checked, 0) << "the preset has no MLA layer to check";
-}
-
 TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
   const uint64_t n = Trunk::PackedBytes(ct_->manifest());
   ASSERT_GT(n, Trunk::kAlign);

@@ -101,4 +101,12 @@ void DequantRow(const MatrixView& w, int64_t row, float* out) {
   ForEachWeight(w, row, [&](int64_t c, float v) { out[c] = v; });
 }
 
+void WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows, float* y,
+                  Isa isa) {
+  if (UsableIsa(isa) == Isa::kAvx512 && avx512::WeightedRows(w, first_row, a, n_rows, y)) return;
+  std::fill(y, y + w.cols, 0.f);
+  for (int64_t r = 0; r < n_rows; ++r)
+    ForEachWeight(w, first_row + r, [&](int64_t c, float v) { y[c] += a[r] * v; });
+}
+
 }  // namespace waste::kernels

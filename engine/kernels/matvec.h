@@ -41,6 +41,16 @@ int64_t MatrixRowBytes(const MatrixView& w);
 void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
             Isa isa);
 
+// y[c] = sum over r in [0, n_rows) of a[r] * W[first_row + r][c], for c in
+// [0, cols), each weight decoded as DequantRow decodes it. Each sum runs
+// over r in ascending order from 0.f, a multiply then an add, so every Isa
+// gives the bits of DequantRow followed by WeightedRowSum (recurrence.h).
+// MLA's query in latent space: q_nope through a head's key rows of
+// kv_b_proj, read in place. a: [n_rows], y: [cols].
+// 0 <= first_row <= first_row + n_rows <= rows.
+void WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows, float* y,
+                  Isa isa);
+
 // Row `row` of W decoded to floats exactly as encoding.h defines it
 // (scale * q for grouped formats). out: [cols]. Scalar.
 void DequantRow(const MatrixView& w, int64_t row, float* out);

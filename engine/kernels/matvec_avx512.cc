@@ -309,6 +309,50 @@ void RowsQ4G128(const MatrixView& w, const FixedInput& f, float* y, int64_t row_
   }
 }
 
+// WeightedRows: y[c] = sum over r of a[r] * W[first + r][c], each weight
+// decoded as DequantRow decodes it (scale * q for grouped formats, an exact
+// product), then multiplied and added in the scalar reference's order.
+// 16 columns per step inside one group (group % 16 == 0), 128 per sweep.
+template <Fmt kFmt>
+__m512 DecodeScaled(const MatrixView& w, const uint8_t* row, const uint8_t* row_scales, int64_t c,
+                    __mmask16 m) {
+  if constexpr (kFmt == Fmt::kF32) {
+    return _mm512_maskz_loadu_ps(m, row + 4 * c);
+  } else if constexpr (kFmt == Fmt::kF16) {
+    return LoadHalves(row + 2 * c, m, w.bf16);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row_scales + 2 * (c / w.group), sizeof h);
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), Decode<kFmt>(row, c));
+  }
+}
+
+template <Fmt kFmt>
+void WeightedRowsT(const MatrixView& w, int64_t first, const float* a, int64_t n_rows, float* y) {
+  const int64_t row_bytes = MatrixRowBytes(w);
+  const int64_t groups = w.group > 0 ? (w.cols + w.group - 1) / w.group : 0;
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
+  for (int64_t c0 = 0; c0 < w.cols; c0 += 128) {
+    const int64_t width = w.cols - c0 < 128 ? w.cols - c0 : 128;
+    const int n = static_cast<int>((width + 15) / 16);
+    const __mmask16 last = FirstLanes(width - 16 * (n - 1));
+    __m512 acc[8];
+    for (int t = 0; t < n; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint8_t* row = w.payload + (first + r) * row_bytes;
+      const uint8_t* row_scales = scales ? scales + 2 * (first + r) * groups : nullptr;
+      const __m512 ar = _mm512_set1_ps(a[r]);
+      for (int t = 0; t < n; ++t) {
+        const __mmask16 m = t + 1 < n ? static_cast<__mmask16>(0xffff) : last;
+        const __m512 v = DecodeScaled<kFmt>(w, row, row_scales, c0 + 16 * t, m);
+        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(ar, v));
+      }
+    }
+    for (int t = 0; t + 1 < n; ++t) _mm512_storeu_ps(y + c0 + 16 * t, acc[t]);
+    _mm512_mask_storeu_ps(y + c0 + 16 * (n - 1), last, acc[n - 1]);
+  }
+}
+
 }  // namespace
 
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
@@ -338,6 +382,28 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
         RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
       }
       if (w.fmt == Fmt::kQ3G) RowsGrouped<Fmt::kQ3G>(w, x, y, row_begin, row_end);
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
+                  float* y) {
+  switch (w.fmt) {
+    case Fmt::kF32:
+      WeightedRowsT<Fmt::kF32>(w, first_row, a, n_rows, y);
+      return true;
+    case Fmt::kF16:
+      WeightedRowsT<Fmt::kF16>(w, first_row, a, n_rows, y);
+      return true;
+    case Fmt::kQ8G:
+    case Fmt::kQ4G:
+    case Fmt::kQ3G:
+      if (w.group <= 0 || w.group % 16 != 0) return false;
+      if (w.fmt == Fmt::kQ8G) WeightedRowsT<Fmt::kQ8G>(w, first_row, a, n_rows, y);
+      if (w.fmt == Fmt::kQ4G) WeightedRowsT<Fmt::kQ4G>(w, first_row, a, n_rows, y);
+      if (w.fmt == Fmt::kQ3G) WeightedRowsT<Fmt::kQ3G>(w, first_row, a, n_rows, y);
       return true;
     default:
       return false;

@@ -44,6 +44,10 @@ bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes);
 bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_t row_begin,
                   int64_t row_end);
+// matvec.h's WeightedRows, the scalar reference's bits; grouped formats need
+// group % 16 == 0.
+bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
+                  float* y);
 // recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 16 == 0.
 bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o);

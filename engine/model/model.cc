@@ -90,7 +90,6 @@ struct Model::Layer {
   const float* q_a_norm = nullptr;
   const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
   const float* kv_a_norm = nullptr;
-  const float* kv_b_k = nullptr;  // [heads][qk_nope][kv_lora]: the absorbed key rows, decoded
   // FFN
   const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;  // dense or shared
   const kernels::MatrixView* router = nullptr;
@@ -171,10 +170,9 @@ Status Model::Resolve() {
       }
       l->kv_a = &t.Matrix(a + "kv_a_proj_with_mqa.weight");
       l->kv_a_norm = t.Vector(a + "kv_a_layernorm.weight");
+      // Its key rows are also used transposed (absorbed into the query), read
+      // in place by kernels::WeightedRows.
       l->kv_b = &t.Matrix(a + "kv_b_proj.weight");
-      // The key half of kv_b_proj is used transposed (absorbed into the
-      // query); the trunk holds it decoded (Trunk::AbsorbedKeyName).
-      l->kv_b_k = t.Vector(Trunk::AbsorbedKeyName(L));
     }
     if (c_.is_moe_layer(L)) {
       const std::string m = p + "block_sparse_moe.";
@@ -376,8 +374,7 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       float* qh = q.data() + hd * qd;
       if (!inv_freq_.empty()) RotaryInPlace(qh + nope, pos);
       // The query in latent space: q_nope through the key rows of kv_b_proj.
-      const float* wk = l.kv_b_k + static_cast<size_t>(hd) * nope * lat;
-      kernels::WeightedRowSum(qh, wk, nope, lat, lat, qlat.data(), opt_.isa);
+      kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), opt_.isa);
       float mx = -INFINITY;
       for (int t = 0; t < n; ++t) {
         const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;

@@ -11,27 +11,15 @@ namespace waste {
 
 namespace {
 
-// A tensor of the packed layout: one of the container's (t), or one derived
-// from a container tensor at pack time (t null, `derived` set).
-struct Placed {
-  const TrunkTensor* t = nullptr;
-  uint64_t at = 0;  // from the base of the packed trunk
-  // Derived: MLA layer `layer`'s absorbed key rows, the first qk_nope of
-  // each head's rows of kv_b_proj, dequantized to F32:
-  // [heads][qk_nope][kv_lora]. Decoding them at pack time, once, spares every
-  // process that maps the trunk from doing it at load.
-  int layer = -1;
-  std::string name;  // the view's name
-  int64_t rows = 0, cols = 0;
-};
-
 uint64_t Padded(uint64_t n) {
   return (n + Trunk::kAlign - 1) / Trunk::kAlign * Trunk::kAlign;
 }
 
-std::string KvB(int layer) {
-  return "model.layers." + std::to_string(layer) + ".self_attn.kv_b_proj.weight";
-}
+// A tensor's place in the packed layout.
+struct Placed {
+  const TrunkTensor* t = nullptr;
+  uint64_t at = 0;  // from the base of the packed trunk
+};
 
 // The packed layout: where each resident tensor goes, and the total in *bytes.
 std::vector<Placed> Layout(const Manifest& m, uint64_t* bytes) {
@@ -40,33 +28,14 @@ std::vector<Placed> Layout(const Manifest& m, uint64_t* bytes) {
   uint64_t at = 0;
   for (const TrunkTensor& tt : m.trunk) {
     if (&tt == embedding) continue;
-    Placed p;
-    p.t = &tt;
-    p.at = at;
-    out.push_back(p);
+    out.push_back({&tt, at});
     at += Padded(tt.stored_bytes());
-  }
-  const ModelConfig& c = m.config;
-  for (int L = 0; L < c.n_layers; ++L) {
-    if (c.layer_kind[L] != LayerKind::kMla) continue;
-    Placed p;
-    p.at = at;
-    p.layer = L;
-    p.name = Trunk::AbsorbedKeyName(L);
-    p.rows = int64_t{c.n_heads} * c.qk_nope;
-    p.cols = c.kv_lora;
-    out.push_back(p);
-    at += Padded(static_cast<uint64_t>(p.rows * p.cols) * sizeof(float));
   }
   *bytes = at;
   return out;
 }
 
 }  // namespace
-
-std::string Trunk::AbsorbedKeyName(int layer) {
-  return "model.layers." + std::to_string(layer) + ".self_attn.absorbed_key";
-}
 
 uint64_t Trunk::PackedBytes(const Manifest& m) {
   uint64_t bytes = 0;
@@ -82,27 +51,12 @@ Status Trunk::Pack(const Container& ct, uint8_t* dst, uint64_t dst_bytes) {
                          " bytes, the destination has only " + std::to_string(dst_bytes));
   if (need > 0 && dst == nullptr) return Status::Error("trunk: packing into a null destination");
   for (const Placed& p : layout) {
-    if (!p.t) continue;
     const TrunkTensor& tt = *p.t;
     uint8_t* at = dst + p.at;
     WASTE_RETURN_IF_ERROR(
         ct.ReadTensorInto(tt, {at, tt.payload_bytes}, {at + tt.payload_bytes, tt.scale_bytes}));
     // Zero padding: the packed bytes are then a function of the container alone.
     std::memset(at + tt.stored_bytes(), 0, Padded(tt.stored_bytes()) - tt.stored_bytes());
-  }
-  // The derived tensors, from what was just packed.
-  const std::unique_ptr<Trunk> packed = View(ct, dst);
-  const ModelConfig& c = ct.config();
-  for (const Placed& p : layout) {
-    if (p.t) continue;
-    const kernels::MatrixView& kv_b = packed->Matrix(KvB(p.layer));
-    float* out = reinterpret_cast<float*>(dst + p.at);
-    for (int h = 0; h < c.n_heads; ++h)
-      for (int d = 0; d < c.qk_nope; ++d)
-        kernels::DequantRow(kv_b, int64_t{h} * (c.qk_nope + c.v_head) + d,
-                            out + (int64_t{h} * c.qk_nope + d) * c.kv_lora);
-    const uint64_t used = static_cast<uint64_t>(p.rows * p.cols) * sizeof(float);
-    std::memset(dst + p.at + used, 0, Padded(used) - used);
   }
   return Status::Ok();
 }
@@ -136,14 +90,6 @@ std::unique_ptr<Trunk> Trunk::View(const Container& ct, const uint8_t* base) {
   const Manifest& m = ct.manifest();
   t->embedding_ = m.FindTensor("model.embed_tokens.weight");
   for (const Placed& p : Layout(m, &t->resident_bytes_)) {
-    if (!p.t) {
-      kernels::MatrixView v;  // F32
-      v.rows = p.rows;
-      v.cols = p.cols;
-      v.payload = base + p.at;
-      t->views_[p.name] = v;
-      continue;
-    }
     const TrunkTensor& tt = *p.t;
     kernels::MatrixView v;
     v.fmt = tt.fmt;

@@ -6,10 +6,8 @@
 // shared segment, which the daemon filled with Pack (Over).
 //
 // The packed layout, a function of the manifest alone: every trunk tensor but
-// the embedding table, in manifest order, each its payload then its scales;
-// then the tensors derived from them at pack time (each MLA layer's absorbed
-// key rows, AbsorbedKeyName); each starting at a multiple of 64 bytes from
-// the base; padding is zero.
+// the embedding table, in manifest order, each its payload then its scales,
+// each starting at a multiple of 64 bytes from the base; padding is zero.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +46,8 @@ class Trunk {
   // A matrix the config says exists (TrunkSpec); nullptr-free by contract:
   // Container::Open has checked presence and shape.
   const kernels::MatrixView& Matrix(const std::string& name) const;
-  // An F32 tensor's values (a derived one included).
+  // An F32 tensor's values.
   const float* Vector(const std::string& name) const;
-  // The name of MLA layer `layer`'s absorbed key rows, derived from
-  // kv_b_proj: F32 [heads][qk_nope][kv_lora], each row decoded exactly as
-  // DequantRow decodes row h * (qk_nope + v_head) + d of kv_b_proj.
-  static std::string AbsorbedKeyName(int layer);
   // Row `token` of the embedding table, dequantized into out[hidden].
   Status EmbeddingRow(int token, float* out) const;
 
