@@ -30,6 +30,7 @@
 #include "engine/format/writer.h"
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/nearest.h"
 #include "engine/kernels/recurrence.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/kernels/vq.h"
@@ -974,6 +975,105 @@ TEST_P(VqFormats, QuantizedPoolSplitGivesTheSameRows) {
 
 INSTANTIATE_TEST_SUITE_P(kernels, VqFormats, ::testing::ValuesIn(kVqFormats),
                          [](const auto& test) { return std::string(test.param.name); });
+
+// ---- nearest entry (waste convert's search) ----
+
+// The codebook shapes: sizes of no chunk, part of one, one, one and a bit,
+// the formats' 64 and 256, and awkward ones between.
+constexpr int kNearestEntries[] = {1, 2, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 255, 256};
+
+class Nearest : public ::testing::TestWithParam<Isa> {};
+
+// Every path against the scalar rule, vector by vector, on random codebooks
+// and inputs of awkward counts; then on codebooks built to tie: each entry
+// repeated (so every distance has an equal twin, in another lane, another
+// chunk or the same one), entries that are all the same, all zero, and
+// inputs with NaN and infinities.
+TEST_P(Nearest, SimdPicksTheScalarEntryEvenOnTies) {
+  const Isa isa = GetParam();
+  WASTE_REQUIRE_ISA(isa);
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  int checked = 0, tied = 0;
+  auto check = [&](const std::vector<float>& books, int entries, const std::vector<float>& x,
+                   const std::string& what) {
+    const NearestEntry search(books.data(), entries, isa);
+    ASSERT_EQ(search.isa(), isa);
+    const int64_t n = static_cast<int64_t>(x.size()) / 8;
+    std::vector<int32_t> got(static_cast<size_t>(n) + 1, -7);
+    search.Find(x.data(), n, got.data());
+    EXPECT_EQ(got[n], -7) << what << ": wrote past n";
+    std::vector<float> norms(entries);
+    for (int e = 0; e < entries; ++e) {
+      float s = 0.f;
+      for (int i = 0; i < 8; ++i) s += books[e * 8 + i] * books[e * 8 + i];
+      norms[e] = s;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t want = NearestEntryScalar(x.data() + j * 8, books.data(), norms.data(), entries);
+      ASSERT_EQ(got[j], want) << what << ": entries " << entries << ", vector " << j;
+      ++checked;
+    }
+  };
+  for (int entries : kNearestEntries) {
+    for (int64_t n : {0, 1, 3, 16, 17, 257}) {
+      std::vector<float> books(static_cast<size_t>(entries) * 8), x(static_cast<size_t>(n) * 8);
+      for (float& v : books) v = normal(rng);
+      for (float& v : x) v = normal(rng);
+      check(books, entries, x, "random");
+      // Ties: the first half of the entries repeated in the second, in
+      // reverse, so a minimum's twin sits at another lane and chunk.
+      for (int e = entries / 2; e < entries; ++e)
+        for (int i = 0; i < 8; ++i) books[e * 8 + i] = books[(entries - 1 - e) * 8 + i];
+      // Inputs that are codebook entries (distance exactly -norm) and
+      // quantized values, which tie more often.
+      for (int64_t j = 0; j < n; j += 2)
+        for (int i = 0; i < 8; ++i) x[j * 8 + i] = books[(j % entries) * 8 + i];
+      for (int64_t j = 1; j < n; j += 2)
+        for (int i = 0; i < 8; ++i) x[j * 8 + i] = std::round(x[j * 8 + i] * 2.f) / 2.f;
+      check(books, entries, x, "repeated entries");
+      if (entries > 1) ++tied;
+      // Every entry the same: the answer is 0, whatever the lane count.
+      for (int e = 1; e < entries; ++e)
+        std::copy_n(books.begin(), 8, books.begin() + e * 8);
+      check(books, entries, x, "identical entries");
+      std::fill(books.begin(), books.end(), 0.f);
+      check(books, entries, x, "zero entries");
+    }
+  }
+  // Non-finite inputs and entries: NaN distances are never chosen; when no
+  // distance is below +inf the answer is entry 0.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (int entries : {1, 17, 256}) {
+    std::vector<float> books(static_cast<size_t>(entries) * 8);
+    for (float& v : books) v = normal(rng);
+    books[(entries - 1) * 8 + 3] = inf;  // its norm is +inf
+    if (entries > 2) books[(entries / 2) * 8] = nan;
+    std::vector<float> x = {nan, 0, 0, 0, 0, 0, 0, 0,  inf, 1, 1, 1, 1, 1, 1, 1,
+                            -inf, 0, 0, 0, 0, 0, 0, 0, 1e30f, 1e30f, 0, 0, 0, 0, 0, 0,
+                            0, 0, 0, 0, 0, 0, 0, 0,   1, 2, 3, 4, 5, 6, 7, 8};
+    check(books, entries, x, "non-finite");
+  }
+  std::printf("%s: %d vectors checked, %d tie-rich codebooks\n", IsaName(isa), checked, tied);
+}
+
+// The scalar rule itself: the first of equal minima wins, and a NaN
+// distance never does.
+TEST(NearestScalar, TheFirstMinimumWins) {
+  const float books[4 * 8] = {1, 0, 0, 0, 0, 0, 0, 0,  0, 1, 0, 0, 0, 0, 0, 0,
+                              1, 0, 0, 0, 0, 0, 0, 0,  0, 1, 0, 0, 0, 0, 0, 0};
+  const float norms[4] = {1, 1, 1, 1};
+  const float on_first[8] = {1, 0, 0, 0, 0, 0, 0, 0}, on_second[8] = {0, 1, 0, 0, 0, 0, 0, 0};
+  const float between[8] = {1, 1, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(NearestEntryScalar(on_first, books, norms, 4), 0);
+  EXPECT_EQ(NearestEntryScalar(on_second, books, norms, 4), 1);
+  EXPECT_EQ(NearestEntryScalar(between, books, norms, 4), 0);
+  const float nan_norms[4] = {std::nanf(""), 1, 1, 1};
+  EXPECT_EQ(NearestEntryScalar(on_first, books, nan_norms, 4), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, Nearest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const auto& test) { return std::string(IsaName(test.param)); });
 
 // ---- thread pool ----
 
