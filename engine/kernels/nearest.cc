@@ -20,7 +20,9 @@ int32_t NearestEntryScalar(const float* x, const float* books, const float* norm
 }
 
 NearestEntry::NearestEntry(const float* books, int entries, Isa isa)
-    : entries_(entries), isa_(UsableIsa(isa)), books_(books, books + int64_t{entries} * 8),
+    : entries_(entries),
+      isa_(UsableIsa(isa)),
+      books_(books, books + int64_t{entries} * 8),
       norms_(static_cast<size_t>(entries)) {
   for (int e = 0; e < entries; ++e) {
     float s = 0.f;

@@ -16,9 +16,8 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i eight = _mm256_set1_epi32(8);
   for (int64_t j = 0; j < n; ++j, x += 8) {
-    const __m256 x0 = _mm256_set1_ps(x[0]), x1 = _mm256_set1_ps(x[1]),
-                 x2 = _mm256_set1_ps(x[2]), x3 = _mm256_set1_ps(x[3]),
-                 x4 = _mm256_set1_ps(x[4]), x5 = _mm256_set1_ps(x[5]),
+    const __m256 x0 = _mm256_set1_ps(x[0]), x1 = _mm256_set1_ps(x[1]), x2 = _mm256_set1_ps(x[2]),
+                 x3 = _mm256_set1_ps(x[3]), x4 = _mm256_set1_ps(x[4]), x5 = _mm256_set1_ps(x[5]),
                  x6 = _mm256_set1_ps(x[6]), x7 = _mm256_set1_ps(x[7]);
     __m256 best = inf;
     __m256i best_at = _mm256_setzero_si256(), at = lane;
@@ -32,7 +31,8 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
       dot = _mm256_add_ps(dot, _mm256_mul_ps(x5, _mm256_loadu_ps(t + 40)));
       dot = _mm256_add_ps(dot, _mm256_mul_ps(x6, _mm256_loadu_ps(t + 48)));
       dot = _mm256_add_ps(dot, _mm256_mul_ps(x7, _mm256_loadu_ps(t + 56)));
-      const __m256 dist = _mm256_sub_ps(_mm256_loadu_ps(lanes_norms + 8 * c), _mm256_mul_ps(two, dot));
+      const __m256 dist =
+          _mm256_sub_ps(_mm256_loadu_ps(lanes_norms + 8 * c), _mm256_mul_ps(two, dot));
       const __m256 less = _mm256_cmp_ps(dist, best, _CMP_LT_OQ);
       best = _mm256_blendv_ps(best, dist, less);
       best_at = _mm256_castps_si256(

@@ -23,9 +23,8 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i sixteen = _mm512_set1_epi32(16);
   for (int64_t j = 0; j < n; ++j, x += 8) {
-    const __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]),
-                 x2 = _mm512_set1_ps(x[2]), x3 = _mm512_set1_ps(x[3]),
-                 x4 = _mm512_set1_ps(x[4]), x5 = _mm512_set1_ps(x[5]),
+    const __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]), x2 = _mm512_set1_ps(x[2]),
+                 x3 = _mm512_set1_ps(x[3]), x4 = _mm512_set1_ps(x[4]), x5 = _mm512_set1_ps(x[5]),
                  x6 = _mm512_set1_ps(x[6]), x7 = _mm512_set1_ps(x[7]);
     __m512 best = inf;
     __m512i best_at = _mm512_setzero_si512(), at = lane;
@@ -39,7 +38,8 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
       dot = _mm512_add_ps(dot, _mm512_mul_ps(x5, _mm512_loadu_ps(t + 80)));
       dot = _mm512_add_ps(dot, _mm512_mul_ps(x6, _mm512_loadu_ps(t + 96)));
       dot = _mm512_add_ps(dot, _mm512_mul_ps(x7, _mm512_loadu_ps(t + 112)));
-      const __m512 dist = _mm512_sub_ps(_mm512_loadu_ps(lanes_norms + 16 * c), _mm512_mul_ps(two, dot));
+      const __m512 dist =
+          _mm512_sub_ps(_mm512_loadu_ps(lanes_norms + 16 * c), _mm512_mul_ps(two, dot));
       const __mmask16 less = _mm512_cmp_ps_mask(dist, best, _CMP_LT_OQ);
       best = _mm512_mask_mov_ps(best, less, dist);
       best_at = _mm512_mask_mov_epi32(best_at, less, at);
