@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include "engine/convert/verify.h"
 #include "engine/experts/cache.h"
 #include "engine/format/encoding.h"
+#include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/test_util.h"
@@ -265,6 +267,42 @@ TEST(Vq, Vq3rWeightErrorIsReportedAndPinned) {
   const int ids[3] = {3, 4, 5};
   ASSERT_TRUE((*model)->Forward(s, ids, logits.data()).ok());
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
+// The nearest-entry search on every SIMD path this CPU has writes the same
+// container, byte for byte, as the scalar search (engine/kernels/nearest.h):
+// k-means, residual stages and the experts' indices all go through it.
+TEST(Vq, EverySearchPathWritesTheScalarPathsBytes) {
+  if (kernels::AvailableIsas().size() == 1)
+    GTEST_SKIP() << "SKIP: this CPU has no SIMD path to compare with the scalar one";
+  const std::string dir = waste::testing::ScratchDir();
+  auto files = [](const std::string& c) {
+    std::map<std::string, std::vector<uint8_t>> out;
+    for (const auto& e : fs::directory_iterator(c))
+      out[e.path().filename().string()] = waste::testing::FileBytes(e.path().string());
+    return out;
+  };
+  for (const char* fmt : {"vq3r", "vq4p"}) {
+    SCOPED_TRACE(fmt);
+    ConvertOptions o = Options(kFixtures + "kimi-linear", dir + "/" + fmt + "-scalar", fmt);
+    o.fit.isa = kernels::Isa::kScalar;
+    ASSERT_TRUE(Convert(o).ok());
+    const auto want = files(o.out);
+    ASSERT_GT(want.count("codebooks.bin"), 0u);
+    for (kernels::Isa isa : kernels::AvailableIsas()) {
+      if (isa == kernels::Isa::kScalar) continue;
+      SCOPED_TRACE(kernels::IsaName(isa));
+      o.out = dir + "/" + fmt + "-" + kernels::IsaName(isa);
+      o.fit.isa = isa;
+      ASSERT_TRUE(Convert(o).ok());
+      const auto got = files(o.out);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, bytes] : want) {
+        ASSERT_TRUE(got.count(name)) << name;
+        EXPECT_TRUE(got.at(name) == bytes) << name << " differs from the scalar path's";
+      }
+    }
+  }
 }
 
 TEST(Verify, LosslessMatchesItsSourceExactlyAndFindsDamage) {

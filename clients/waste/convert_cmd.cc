@@ -6,13 +6,14 @@
 #include "clients/waste/commands.h"
 #include "engine/convert/convert.h"
 #include "engine/convert/verify.h"
+#include "engine/kernels/cpu.h"
 #include "engine/plan/plan.h"
 
 namespace waste::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string src, out, expert_format = "vq3r";
+  std::string src, out, expert_format = "vq3r", isa;
   int jobs = 2, trunk_bits = 0, sample_experts = 8, iterations = 12;
   bool resume = false, quiet = false;
 };
@@ -32,8 +33,18 @@ int RunConvert(const ConvertArgs& a) {
   o.resume = a.resume;
   o.fit.sample_experts = a.sample_experts;
   o.fit.iterations = a.iterations;
+  if (!a.isa.empty()) {  // the nearest-entry search's path: the same bytes on each
+    o.fit.isa = a.isa == "scalar" ? kernels::Isa::kScalar
+                : a.isa == "avx2" ? kernels::Isa::kAvx2
+                                  : kernels::Isa::kAvx512;
+    if (kernels::UsableIsa(o.fit.isa) != o.fit.isa) {
+      std::fprintf(stderr, "waste convert: --isa %s is not supported by this CPU\n", a.isa.c_str());
+      return 2;
+    }
+  }
   o.progress = [&](std::string_view line) {
-    if (!a.quiet) std::fprintf(stderr, "convert: %.*s\n", static_cast<int>(line.size()), line.data());
+    if (!a.quiet)
+      std::fprintf(stderr, "convert: %.*s\n", static_cast<int>(line.size()), line.data());
   };
   auto r = convert::Convert(o);
   if (!r.ok()) {
@@ -48,7 +59,8 @@ int RunConvert(const ConvertArgs& a) {
               s.trunk_bits_per_weight());
   std::printf("  experts %s, %.2f bits per weight (%s)\n", FormatSize(s.expert_bytes).c_str(),
               s.expert_bits_per_weight(), a.expert_format.c_str());
-  if (s.layers_resumed) std::printf("  %d layers were written by an earlier run\n", s.layers_resumed);
+  if (s.layers_resumed)
+    std::printf("  %d layers were written by an earlier run\n", s.layers_resumed);
   std::printf("  relative error of the expert weights ||W - Q|| / ||W||, per layer:\n");
   for (const auto& l : s.layers)
     std::printf("    layer %3d  mean %.5f  max %.5f\n", l.layer, l.mean_rel_error, l.max_rel_error);
@@ -97,7 +109,8 @@ void AddConvert(CLI::App& app, int* exit_code) {
       "convert", "Convert a Hugging Face safetensors checkpoint (DeepSeek-V3 family, Kimi-Linear)");
   cmd->add_option("SRC", a->src, "Checkpoint directory (config.json, *.safetensors)")->required();
   cmd->add_option("OUT", a->out, "Container directory to write (new or empty)")->required();
-  cmd->add_option("--jobs", a->jobs, "Threads encoding experts")->capture_default_str()
+  cmd->add_option("--jobs", a->jobs, "Threads encoding experts")
+      ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->add_option("--expert-format", a->expert_format, "bf16 (lossless), vq3r, vq2r or vq4p")
       ->capture_default_str();
@@ -106,9 +119,15 @@ void AddConvert(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({4, 8, 16}));
   cmd->add_option("--sample-experts", a->sample_experts,
                   "VQ: experts per layer the codebooks are fitted on")
-      ->capture_default_str()->check(CLI::Range(1, 65536));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--kmeans-iterations", a->iterations, "VQ: k-means iterations per stage")
-      ->capture_default_str()->check(CLI::Range(1, 1000));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--isa", a->isa,
+                  "VQ: the nearest-entry search's instruction set: scalar, avx2, avx512 "
+                  "(default: the best; the output is the same)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
   cmd->add_flag("--resume", a->resume, "Continue an interrupted conversion in OUT");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress lines");
   cmd->callback([a, exit_code] { *exit_code = RunConvert(*a); });

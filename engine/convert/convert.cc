@@ -352,7 +352,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
         idx[m].assign(static_cast<size_t>(q.stages * rows * cols / 8), 0);
         sc[m].assign(static_cast<size_t>(rows), 0);
         qe = QuantizeMatrix(buf.data(), rows, cols, books.data() + m * per_matrix_books, q.stages,
-                            q.entries, idx[m].data(), sc[m].data());
+                            q.entries, o_.fit.isa, idx[m].data(), sc[m].data());
       }
       rel[static_cast<size_t>(e) * 3 + m] = qe.relative();
       ck_.Release(src);

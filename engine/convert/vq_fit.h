@@ -8,12 +8,18 @@
 // vectors, each next stage on what the stages before leave. Every expert is
 // then quantized against them: greedy residual search stage by stage, then
 // each row's scale refitted by least squares to the chosen vectors.
+//
+// Every "nearest entry" here is engine/kernels/nearest.h's, whose SIMD paths
+// give the scalar rule's index bit for bit: the bytes written do not depend
+// on the CPU or on VqFitOptions::isa.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "engine/kernels/cpu.h"
 
 namespace waste::convert {
 
@@ -23,6 +29,9 @@ struct VqFitOptions {
   int iterations = 12;      // Lloyd iterations per stage
   uint64_t seed = 1;
   int threads = 1;  // for the assignment steps; the result does not depend on it
+  // The nearest-entry search's path (engine/kernels/nearest.h); every path
+  // gives the same bits, so the result does not depend on it either.
+  kernels::Isa isa = kernels::BestIsa();
 };
 
 // Appends the 8-dim vectors of `rows` x `cols` weights (row-major), each row
@@ -44,8 +53,10 @@ struct QuantError {
 // Quantizes `w` (rows x cols, cols a multiple of 8) against `books` (stages *
 // entries * 8, f16-exact): indices stage-major [stage][row * (cols / 8) + v]
 // (stages * rows * cols / 8 bytes), f16 row scales [rows]. Returns the error
-// of the weights as the record will decode them.
+// of the weights as the record will decode them. `isa`: the search's path,
+// which does not change the result.
 QuantError QuantizeMatrix(const float* w, int64_t rows, int64_t cols, const float* books,
-                          int stages, int entries, uint8_t* indices, uint16_t* scales);
+                          int stages, int entries, kernels::Isa isa, uint8_t* indices,
+                          uint16_t* scales);
 
 }  // namespace waste::convert
