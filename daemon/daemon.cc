@@ -221,6 +221,11 @@ Status Daemon::BuildTrunk() {
                trunk_seg_.page_kind() == shm::PageKind::kHugetlb ? "not sealable (hugetlb)"
                                                                  : "sealed",
                trunk_wired_ ? "wired" : "not wired");
+  if (opt_.huge_pages && trunk_seg_.page_kind() == shm::PageKind::kSmall)
+    spdlog::info(
+        "no huge pages for shared memory here (shmem_enabled is never and no hugetlb pool): "
+        "every client maps the trunk and cache 4 KiB at a time, about 0.06 s more per attach "
+        "on a 1 GiB trunk; ops/README.md says how to allow them");
   return Status::Ok();
 }
 
