@@ -6,11 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "engine/experts/cache.h"
 #include "engine/model/session_io.h"
@@ -50,9 +52,13 @@ class Recorder : public ExpertSource {
     return inner_->Acquire(layer, expert);
   }
   void Release(int layer, int expert) override { inner_->Release(layer, expert); }
+  bool Ready(int layer, int expert) override {
+    return ready ? ready(layer, expert) : inner_->Ready(layer, expert);
+  }
   ExpertStats stats() const override { return inner_->stats(); }
 
   std::vector<Event> events;
+  std::function<bool(int, int)> ready;  // when set, answers Ready instead of the inner source
 
  private:
   ExpertSource* inner_;
@@ -264,6 +270,52 @@ TEST_P(Forward, TheLookaheadNeverChangesTheLogits) {
           << ": logits differ";
     }
   }
+}
+
+// The forward pass takes the records its source says are ready before the
+// others (so reads overlap arithmetic); the order must not change a bit.
+TEST_P(Forward, ReadyRecordsAreTakenFirstAndChangeNoBit) {
+  const ModelConfig& c = ct_->config();
+  const std::vector<float> plain = Run({1000, 4, 2, 1, 0}, /*token_at_a_time=*/true);
+  std::unique_ptr<Recorder> rec;
+  Engine e = Make({1000, 4, 2, 1, 0}, nullptr, &rec);
+  rec->ready = [](int, int expert) { return expert % 2 == 1; };  // odd ones "ready"
+  Session sess = e.model->NewSession(64);
+  std::vector<float> out, logits(c.vocab);
+  for (int id : prompt_) {
+    const int t[1] = {id};
+    ASSERT_TRUE(e.model->Forward(sess, t, logits.data()).ok());
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int next[1] = {
+        static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  ASSERT_EQ(out.size(), plain.size());
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), out.size() * 4)) << "logits differ";
+  // Each run of acquires of one layer: the odd experts, ascending, then the
+  // even ones, ascending.
+  int checked = 0;
+  for (size_t i = 0; i < rec->events.size();) {
+    if (!rec->events[i].acquire) {
+      ++i;
+      continue;
+    }
+    const int layer = rec->events[i].layer;
+    std::vector<int> order;
+    for (; i < rec->events.size() && (!rec->events[i].acquire || rec->events[i].layer == layer);
+         ++i)
+      if (rec->events[i].acquire) order.push_back(rec->events[i].experts[0]);
+    std::vector<int> want = order;
+    std::sort(want.begin(), want.end(), [](int a, int b) {
+      return (a % 2 != b % 2) ? a % 2 == 1 : a < b;
+    });
+    EXPECT_EQ(order, want) << "layer " << layer;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST_P(Forward, LookaheadHintsComeBeforeTheirLayersDemands) {

@@ -100,6 +100,12 @@ void ExpertCache::Hint(int layer, std::span<const int> experts, HintKind kind) {
   }
 }
 
+bool ExpertCache::Ready(int layer, int expert) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = index_.find(Key(layer, expert));
+  return it != index_.end() && slots_[it->second].state == State::kReady;
+}
+
 Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
   const ExpertBank* bank = ct_.manifest().Bank(layer);
   if (!bank || expert < 0 || expert >= bank->experts)

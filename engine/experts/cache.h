@@ -42,6 +42,7 @@ class ExpertCache : public ExpertSource {
   void Hint(int layer, std::span<const int> experts, HintKind kind) override;
   Result<const uint8_t*> Acquire(int layer, int expert) override;
   void Release(int layer, int expert) override;
+  bool Ready(int layer, int expert) override;
   ExpertStats stats() const override;
 
   uint64_t slots() const { return slots_.size(); }

@@ -42,6 +42,17 @@ class ExpertSource {
   virtual Result<const uint8_t*> Acquire(int layer, int expert) = 0;
   virtual void Release(int layer, int expert) = 0;
 
+  // Whether Acquire(layer, expert) would return without waiting: the record
+  // is in memory and checked. Pins nothing, asks for nothing, never blocks;
+  // the answer may be stale as soon as it is given, and false when the
+  // source cannot tell cheaply. The forward pass uses it only to take the
+  // records already here before those still being read.
+  virtual bool Ready(int layer, int expert) {
+    (void)layer;
+    (void)expert;
+    return false;
+  }
+
   virtual ExpertStats stats() const = 0;
 
   // Told after the forward pass has run `tokens` more tokens. The in-process

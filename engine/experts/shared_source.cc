@@ -91,6 +91,16 @@ void SharedExpertSource::Hint(int layer, std::span<const int> experts, HintKind 
   (void)sink_->Poll();
 }
 
+bool SharedExpertSource::Ready(int layer, int expert) {
+  if (!CheckIds(layer, expert).ok()) return false;
+  const shm::SlotTable& t = view_.table;
+  const uint32_t s = t.index(layer, expert).load(std::memory_order_acquire);
+  if (s == shm::kNoSlot || s >= t.slots()) return false;
+  const shm::SlotEntry& e = t.slot(s);
+  return shm::StateOf(e.word.load(std::memory_order_acquire)) == shm::SlotState::kReady &&
+         e.key.load(std::memory_order_acquire) == shm::ExpertKey(layer, expert);
+}
+
 Result<const uint8_t*> SharedExpertSource::Acquire(int layer, int expert) {
   WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
   std::unique_lock<std::mutex> lock(mu_);

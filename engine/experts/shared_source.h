@@ -69,6 +69,8 @@ class SharedExpertSource : public ExpertSource {
   Result<const uint8_t*> Acquire(int layer, int expert) override;
   // Drops one pin taken by Acquire(layer, expert); ignores one never taken.
   void Release(int layer, int expert) override;
+  // A look at the slot table: the record is published in a ready slot.
+  bool Ready(int layer, int expert) override;
 
   // hits: pinned on the first look; misses: had to wait (or failed);
   // wait_seconds: time those Acquires took. reads and bytes_read stay 0:

@@ -607,7 +607,21 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * hid));
   std::vector<float> g(inter), u(inter);
   double wait = 0;
-  for (const auto& [e, who] : users) {
+  // Records already in memory first: one still being read is taken after
+  // them, so its read overlaps their arithmetic. Each expert writes only its
+  // own per-slot outputs, which are summed in routing order below, so the
+  // order cannot change a bit.
+  std::vector<int> pending = wanted;  // ascending ids
+  while (!pending.empty()) {
+    size_t pick = 0;
+    for (size_t i = 0; i < pending.size(); ++i)
+      if (experts_->Ready(L, pending[i])) {
+        pick = i;
+        break;
+      }
+    const int e = pending[pick];
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(pick));
+    const std::vector<std::pair<int, int>>& who = users[e];
     if (next_hint < wanted.size())
       experts_->Hint(L, std::span<const int>(&wanted[next_hint++], 1), HintKind::kDemand);
     const auto tw = Clock::now();
