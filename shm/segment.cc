@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace waste::shm {
@@ -144,7 +145,24 @@ Result<Mapping> Mapping::Map(int fd, size_t bytes, bool writable, bool populate)
   if (populate) {
     int err = EINVAL;
 #if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
-    err = madvise(p, bytes, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0 ? 0 : errno;
+    const int advice = writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+    const auto populate_range = [&](size_t begin, size_t end) {
+      return madvise(static_cast<uint8_t*>(p) + begin, end - begin, advice) == 0 ? 0 : errno;
+    };
+    // A large mapping on 4 KiB pages is a quarter of a million page-table
+    // entries per GiB; two threads fill them in about 0.10 s instead of
+    // 0.13-0.22 (1 GiB, this VM), the halves split on a 2 MiB boundary.
+    constexpr size_t kSplitAbove = size_t{64} << 20, kHuge = size_t{2} << 20;
+    if (bytes >= kSplitAbove && std::thread::hardware_concurrency() >= 2) {
+      const size_t half = bytes / 2 / kHuge * kHuge;
+      int second = 0;
+      std::thread helper([&] { second = populate_range(half, bytes); });
+      err = populate_range(0, half);
+      helper.join();
+      if (err == 0) err = second;
+    } else {
+      err = populate_range(0, bytes);
+    }
 #endif
     if (err == EINVAL) {  // a kernel before 5.14: touch every page
       volatile const uint8_t* b = static_cast<const uint8_t*>(p);
