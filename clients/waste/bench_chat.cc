@@ -283,7 +283,9 @@ int RunChat(const ChatOptions& o) {
           m.Forward(s, one, logits.data());  // the reply, its end included, stays in context
       if (next == end_id || next == m.config().eos_token || !st.ok()) break;
       const std::string_view piece = tok.TokenBytes(next);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      // A token may have no bytes: its view's data() is then null, which
+      // fwrite must not get even for 0 bytes (UBSan: nonnull argument).
+      if (!piece.empty()) std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
     std::printf("\n");
