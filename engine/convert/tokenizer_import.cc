@@ -7,30 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/container.h"
+#include "engine/tokenizer/base64.h"
 
 namespace waste::convert {
 namespace {
 
 using nlohmann::json;
-
-std::string Base64(std::string_view in) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int k = 3; k >= 0; --k) out += kAlphabet[(v >> (6 * k)) & 63];
-  }
-  const size_t rest = in.size() - i;
-  if (rest > 0) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (rest == 2 ? uint8_t(in[i + 1]) << 8 : 0);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
+using tokenizer::Base64Encode;
 
 // GPT-2's byte-level alphabet: byte b is written as the code point
 // ByteChar(b); printable Latin-1 bytes stand for themselves.
@@ -164,7 +147,7 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
       if (id != next++)
         return Status::Error("tokenizer.json: the vocabulary's ids do not run 0.." +
                              std::to_string(by_id.size() - 1) + " (id " + std::to_string(id) + ")");
-      t.tokenizer_model += Base64(bytes) + " " + std::to_string(id) + "\n";
+      t.tokenizer_model += Base64Encode(bytes) + " " + std::to_string(id) + "\n";
     }
     if (auto added = tj->find("added_tokens"); added != tj->end() && added->is_array()) {
       for (const json& a : *added) {

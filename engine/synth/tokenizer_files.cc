@@ -7,31 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/tokenizer/base64.h"
+
 namespace waste {
 namespace {
-
-std::string Base64(std::string_view in) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int k = 3; k >= 0; --k) out += kAlphabet[(v >> (6 * k)) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint8_t(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
 
 // Words whose every prefix becomes a token, so each merge joins two tokens
 // that already exist (as byte-pair encoding requires).
@@ -89,7 +68,7 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size) {
     return f;
   }
   for (size_t r = 0; r < tokens.size(); ++r)
-    f.tokenizer_model += Base64(tokens[r]) + " " + std::to_string(r) + "\n";
+    f.tokenizer_model += tokenizer::Base64Encode(tokens[r]) + " " + std::to_string(r) + "\n";
 
   nlohmann::json specials = nlohmann::json::array();
   for (int i = 0; i < n_special; ++i) {

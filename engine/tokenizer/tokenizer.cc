@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/container.h"  // ReadSmallFile, ParseJson
+#include "engine/tokenizer/base64.h"
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
@@ -19,6 +20,7 @@
 namespace waste {
 namespace {
 
+using tokenizer::Base64Decode;
 using tokenizer::RankTable;
 
 // Kimi's tiktoken.model is 2.4 MB for 163,840 tokens; a file this size would
@@ -45,40 +47,6 @@ std::string Quote(std::string_view s) {
   }
   if (s.size() > 40) out += "...";
   return out + "\"";
-}
-
-int Base64Value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
-// Strict standard base64: whole groups of four, '=' only as the final
-// padding, and padding bits zero (the one canonical spelling of the bytes).
-std::optional<std::string> Base64Decode(std::string_view s) {
-  if (s.empty() || s.size() % 4 != 0) return std::nullopt;
-  size_t pad = 0;
-  while (pad < 2 && pad < s.size() && s[s.size() - 1 - pad] == '=') ++pad;
-  const std::string_view body = s.substr(0, s.size() - pad);
-  std::string out;
-  out.reserve(body.size() * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (const char c : body) {
-    const int v = Base64Value(c);
-    if (v < 0) return std::nullopt;  // also a third '=' or one inside
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xff);
-    }
-  }
-  if (acc & ((1u << bits) - 1)) return std::nullopt;  // non-zero padding bits
-  return out;
 }
 
 struct Special {
