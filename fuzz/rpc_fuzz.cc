@@ -29,12 +29,14 @@
 #include <kj/async-io.h>
 
 #include "daemon/rpc_server.h"
+#include "fuzz/input.h"
 #include "wasted.capnp.h"
 
 namespace {
 
 using namespace waste;
 using namespace waste::daemon;
+using waste::fuzz::Input;
 
 constexpr uint32_t kLayers = 6, kExperts = 16;
 
@@ -121,17 +123,6 @@ kj::AsyncIoContext& Io() {
   static kj::AsyncIoContext io = kj::setupAsyncIo();
   return io;
 }
-
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  uint8_t Byte() {
-    if (n == 0) return 0;
-    --n;
-    return *p++;
-  }
-  uint32_t Word() { return Byte() | Byte() << 8 | Byte() << 16 | uint32_t{Byte()} << 24; }
-};
 
 kj::Own<kj::AsyncIoStream> Connect() {
   auto& io = Io();

@@ -13,26 +13,17 @@
 #include <vector>
 
 #include "daemon/slot_cache.h"
+#include "fuzz/input.h"
 
 namespace {
 
 using waste::HintKind;
 using waste::daemon::ReadJob;
 using waste::daemon::SlotCache;
+using waste::fuzz::Input;
 namespace shm = waste::shm;
 
 constexpr uint32_t kLayers = 4, kExperts = 16;
-
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  uint8_t Byte() {
-    if (n == 0) return 0;
-    --n;
-    return *p++;
-  }
-  uint32_t Word() { return Byte() | Byte() << 8 | Byte() << 16 | uint32_t{Byte()} << 24; }
-};
 
 void Check(bool ok) {
   if (!ok) std::abort();
