@@ -1,15 +1,26 @@
-// Google Benchmark microbenchmarks of the trunk's matrix-vector product at
-// shapes of the kimi-linear-48b preset: a KDA projection (4096 rows x 2304
-// inputs) and its output (2304 x 4096) in Q4G, and 16384 rows of the LM
-// head (Q8G, 2304 inputs). Reports weight bytes per second. One thread; not
-// run by CI. Example:
-//   build/bin/matvec_bench --benchmark_repetitions=5
+// Google Benchmark microbenchmarks of the trunk's matrix products
+// (engine/kernels/matvec.h) at shapes of the kimi-linear-48b preset, per
+// path (scalar, avx2, avx512):
+//   MatVec  a KDA projection (4096 rows x 2304 inputs) and its output
+//           (2304 x 4096) in Q4G (--trunk-bits 4) and BF16 (--trunk-bits
+//           16), 16384 rows of the LM head in Q8G (2304 inputs), and a
+//           BF16R expert's gate (1024 x 2304, --expert-format bf16).
+//   WeightedRows  MLA's query in latent space: one head's 128 key rows of
+//           kv_b_proj (8192 rows x 512 latent), read in place, in Q4G, Q8G
+//           and BF16 (scalar and avx512; AVX2 runs the scalar loop).
+// Reports weight bytes per second (the payload read, scales not counted).
+// One thread; not run by CI. Example:
+//   build/bin/matvec_bench --benchmark_filter='/avx512' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "engine/format/encoding.h"
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/matvec.h"
@@ -17,46 +28,97 @@
 namespace waste::kernels {
 namespace {
 
+struct Shape {
+  const char* name;
+  format::Fmt fmt;
+  bool bf16;
+  int64_t rows, cols;
+};
+
 struct Setup {
   std::vector<uint8_t> payload;
   std::vector<uint16_t> scales;
   std::vector<float> x, y;
   MatrixView view;
 
-  Setup(format::Fmt fmt, int64_t rows, int64_t cols, int group) {
+  explicit Setup(const Shape& sh) {
     std::mt19937 rng(1);
-    view.fmt = fmt;
-    view.rows = rows;
-    view.cols = cols;
-    view.group = group;
-    payload.resize(static_cast<size_t>(MatrixRowBytes(view) * rows));
-    for (uint8_t& b : payload) b = static_cast<uint8_t>(rng());
-    scales.assign(static_cast<size_t>(rows * ((cols + group - 1) / group)),
-                  format::F32ToF16(0.01f));
     std::normal_distribution<float> normal(0.f, 1.f);
-    x.resize(static_cast<size_t>(cols));
+    view.fmt = sh.fmt;
+    view.bf16 = sh.bf16;
+    view.rows = sh.rows;
+    view.cols = sh.cols;
+    view.group = sh.fmt == format::Fmt::kF16 ? 0 : 128;
+    payload.resize(static_cast<size_t>(MatrixRowBytes(view) * sh.rows));
+    if (sh.bf16) {  // real weights: random bits would be NaNs and subnormals
+      for (size_t i = 0; i + 1 < payload.size(); i += 2) {
+        const uint16_t h = format::F32ToBf16(0.02f * normal(rng));
+        std::memcpy(&payload[i], &h, 2);
+      }
+    } else {
+      for (uint8_t& b : payload) b = static_cast<uint8_t>(rng());
+      scales.assign(static_cast<size_t>(sh.rows * ((sh.cols + 127) / 128)),
+                    format::F32ToF16(0.01f));
+    }
+    x.resize(static_cast<size_t>(std::max(sh.rows, sh.cols)));
     for (float& v : x) v = normal(rng);
-    y.resize(static_cast<size_t>(rows));
+    y.resize(static_cast<size_t>(std::max(sh.rows, sh.cols)));
     view.payload = payload.data();
-    view.scales = scales.data();
+    view.scales = scales.empty() ? nullptr : scales.data();
   }
 };
 
-void Run(benchmark::State& state, format::Fmt fmt, int64_t rows, int64_t cols, int group) {
-  Setup s(fmt, rows, cols, group);
-  const Isa isa = UsableIsa(Isa::kAvx512);
+void Run(benchmark::State& state, Shape sh, Isa isa) {
+  if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
+  Setup s(sh);
   for (auto _ : state) {
-    MatVec(s.view, s.x.data(), s.y.data(), 0, rows, isa);
+    MatVec(s.view, s.x.data(), s.y.data(), 0, sh.rows, isa);
     benchmark::DoNotOptimize(s.y.data());
+    benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(s.payload.size()));
 }
 
-BENCHMARK_CAPTURE(Run, q4g_4096x2304, format::Fmt::kQ4G, 4096, 2304, 128);
-BENCHMARK_CAPTURE(Run, q4g_2304x4096, format::Fmt::kQ4G, 2304, 4096, 128);
-BENCHMARK_CAPTURE(Run, q8g_16384x2304, format::Fmt::kQ8G, 16384, 2304, 128);
+// One head's key rows (the first head's: every head's slice has the same
+// size); the input is the head's 128 q_nope floats.
+void Rows(benchmark::State& state, Shape sh, Isa isa) {
+  if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
+  constexpr int64_t kKeyRows = 128;
+  Setup s(sh);
+  for (auto _ : state) {
+    WeightedRows(s.view, 0, s.x.data(), kKeyRows, s.y.data(), isa);
+    benchmark::DoNotOptimize(s.y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kKeyRows * MatrixRowBytes(s.view));
+}
 
 }  // namespace
-}  // namespace waste::kernels
 
-BENCHMARK_MAIN();
+void RegisterBenchmarks() {
+  using format::Fmt;
+  const Shape matvec[] = {
+      {"q4g_4096x2304", Fmt::kQ4G, false, 4096, 2304},
+      {"q4g_2304x4096", Fmt::kQ4G, false, 2304, 4096},
+      {"q8g_16384x2304", Fmt::kQ8G, false, 16384, 2304},
+      {"bf16_4096x2304", Fmt::kF16, true, 4096, 2304},
+      {"bf16_2304x4096", Fmt::kF16, true, 2304, 4096},
+      {"bf16_1024x2304", Fmt::kF16, true, 1024, 2304},
+  };
+  const Shape kv_b[] = {
+      {"q4g", Fmt::kQ4G, false, 8192, 512},
+      {"q8g", Fmt::kQ8G, false, 8192, 512},
+      {"bf16", Fmt::kF16, true, 8192, 512},
+  };
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    for (const Shape& sh : matvec)
+      benchmark::RegisterBenchmark((std::string(sh.name) + "/" + IsaName(isa)).c_str(), Run, sh,
+                                   isa);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx512})
+    for (const Shape& sh : kv_b)
+      benchmark::RegisterBenchmark(
+          ("weighted_rows/" + std::string(sh.name) + "_128x512/" + IsaName(isa)).c_str(), Rows, sh,
+          isa);
+}
+
+}  // namespace waste::kernels

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "engine/format/encoding.h"
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/vq.h"
@@ -143,7 +144,9 @@ void BuildLut(benchmark::State& state, Format f, Shape sh, Isa isa, Derived kind
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(s.lut.size() * 4));
 }
 
-void RegisterAll() {
+}  // namespace
+
+void RegisterBenchmarks() {
   const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
   for (const Format& f : kFormats)
     for (const Shape& sh : kShapes) {
@@ -166,13 +169,4 @@ void RegisterAll() {
     }
 }
 
-}  // namespace
 }  // namespace waste::kernels
-
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  waste::kernels::RegisterAll();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
