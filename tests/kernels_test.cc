@@ -1128,6 +1128,22 @@ TEST_P(Pool, ManyCallsInARow) {
               static_cast<long long>(worker_chunks.load()));
 }
 
+// jobs() counts the calls the workers took part in (each a barrier), not
+// those that ran on the caller alone.
+TEST_P(Pool, CountsTheJobsHandedToTheWorkers) {
+  ThreadPool pool(GetParam());
+  const uint64_t parallel = pool.size() > 1 ? 1 : 0;
+  auto nothing = [](int64_t, int64_t) {};
+  EXPECT_EQ(pool.jobs(), 0u);
+  pool.ParallelFor(0, 1, nothing);
+  pool.ParallelFor(16, 16, nothing);  // one grain: the caller alone
+  EXPECT_EQ(pool.jobs(), 0u);
+  pool.ParallelFor(17, 16, nothing);
+  EXPECT_EQ(pool.jobs(), parallel);
+  pool.ParallelFor(8, 1, [&](int64_t, int64_t) { pool.ParallelFor(100, 1, nothing); });  // nested
+  EXPECT_EQ(pool.jobs(), 2 * parallel);
+}
+
 TEST_P(Pool, SleepingWorkersWakeUp) {
   ThreadPool pool(GetParam());
   for (int call = 0; call < 3; ++call) {

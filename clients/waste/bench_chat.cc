@@ -91,6 +91,7 @@ int RunBench(const BenchOptions& o) {
   std::optional<DemandCounts> demands0, demands1;
   const ExpertStats before = ReadCounters(*e, &demands0);
   const PhaseTimes pt0 = m.times();
+  const PoolJobs pj0 = m.pool_jobs();
   const LookaheadStats la0 = m.lookahead_stats();
   Sampler greedy({});
   const auto t1 = Clock::now();
@@ -104,6 +105,7 @@ int RunBench(const BenchOptions& o) {
   const double decode = Since(t1);
   const ExpertStats after = ReadCounters(*e, &demands1);
   const PhaseTimes& pt = m.times();
+  const PoolJobs pj = m.pool_jobs();
   const LookaheadStats& la1 = m.lookahead_stats();
   // Decode only, like the expert counters; a ratio over nothing is 0.
   auto ratio = [](uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / b : 0.0; };
@@ -145,6 +147,10 @@ int RunBench(const BenchOptions& o) {
         {"lookahead", (pt.lookahead - pt0.lookahead) / n},
         {"other", (pt.other - pt0.other) / n},
         {"total", decode / n}}},
+      // Barriers (thread-pool jobs) per token: a count, valid on a busy machine.
+      {"decode_pool_jobs_per_token",
+       {{"attention", static_cast<double>(pj.attention - pj0.attention) / n},
+        {"total", static_cast<double>(pj.total - pj0.total) / n}}},
   };
   // Through wasted: the decode's demand hints as the daemon saw them. A late
   // record was asked for ahead (lookahead) but its read had not finished
@@ -191,6 +197,9 @@ int RunBench(const BenchOptions& o) {
       1e3 * sp["expert_io_wait"].get<double>(), 1e3 * sp["expert_arithmetic"].get<double>(),
       1e3 * sp["attention"].get<double>(), 1e3 * sp["lookahead"].get<double>(),
       1e3 * sp["other"].get<double>(), 1e3 * sp["total"].get<double>());
+  std::printf("barriers   %.1f thread-pool jobs per token, %.1f of them in attention\n",
+              j["decode_pool_jobs_per_token"]["total"].get<double>(),
+              j["decode_pool_jobs_per_token"]["attention"].get<double>());
   if (m.lookahead() > 0)
     std::printf(
         "lookahead  %d per token, %.1f records hinted per token, precision %.1f%%, "

@@ -94,6 +94,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   std::lock_guard<std::mutex> lock(call_mu_);
   caller_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  jobs_.fetch_add(1, std::memory_order_relaxed);
 
   // About four chunks per thread, each a whole number of grains.
   const int64_t grains = (n + grain - 1) / grain;

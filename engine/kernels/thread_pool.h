@@ -39,6 +39,12 @@ class ThreadPool {
   // remaining chunks still run and the first exception is rethrown here.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // ParallelFor calls handed to the workers since construction: each is a
+  // barrier (the caller waits for the slowest chunk). Calls that ran
+  // wholly on the caller's thread (small, nested, or a pool of one) are
+  // not counted. A count, not a time, so it is the same on a busy machine.
+  uint64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
+
  private:
   void WorkerLoop();
   // Claims and runs chunks of job `generation` until none is left (or a
@@ -68,6 +74,7 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};         // workers blocked in generation_.wait
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> jobs_{0};  // see jobs()
 };
 
 // The CPUs this process may run on (sched_getaffinity), at least 1.

@@ -710,6 +710,7 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
   for (int L = 0; L < c_.n_layers; ++L) {
     const Layer& l = *layers_[L];
     const auto ta = Clock::now();
+    const uint64_t ja = pool_.jobs();
     for (int t = 0; t < T; ++t) {
       float* xt = x.data() + static_cast<size_t>(t) * hid;
       float* ht = hn.data() + static_cast<size_t>(t) * hid;
@@ -723,6 +724,7 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
       RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
     }
     times_.attention += Since(ta);
+    attention_jobs_ += pool_.jobs() - ja;
     // Lookahead: the next layer's router (when it has one) on the residual
     // as it stands, normed with that layer's own post-attention norm, as its
     // router will see it two residual updates later. On kl48b this guessed

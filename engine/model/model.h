@@ -50,6 +50,13 @@ struct PhaseTimes {
   double lookahead = 0;  // the lookahead's router matvecs and ranking
 };
 
+// Parallel jobs the pool has run since load (kernels::ThreadPool::jobs():
+// each is a barrier, where the caller waits for the slowest chunk), in all
+// and in attention. Counts, not times: the same on a busy machine.
+struct PoolJobs {
+  uint64_t attention = 0, total = 0;
+};
+
 // How well the router lookahead guessed, counted in distinct (layer, expert)
 // records per chunk: precision is used / hinted, recall used / demanded.
 struct LookaheadStats {
@@ -119,6 +126,7 @@ class Model {
                  std::vector<float>* all_logits = nullptr);
 
   const PhaseTimes& times() const { return times_; }
+  PoolJobs pool_jobs() const { return {attention_jobs_, pool_.jobs()}; }
   // Since load: the next-layer lookahead's counts, and the next-token guess's
   // (non-zero only with options.lookahead_next_token).
   const LookaheadStats& lookahead_stats() const { return lookahead_stats_; }
@@ -164,6 +172,7 @@ class Model {
   std::vector<float> inv_freq_;  // rope: [qk_rope / 2]
   float softmax_scale_ = 1.f;
   PhaseTimes times_;
+  uint64_t attention_jobs_ = 0;  // see pool_jobs()
   // Lookahead.
   ModelConfig guess_config_;             // c_ with top_k = the experts guessed per token
   std::vector<std::vector<int>> guess_;  // [n_layers]: experts hinted for it, not yet demanded
