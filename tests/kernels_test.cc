@@ -353,6 +353,56 @@ TEST_P(TrunkFormats, WeightedRowsAreDequantRowThenWeightedRowSum) {
   }
 }
 
+// MatVecs runs several matrices in one ParallelFor with chunks that cut
+// across them: each output must be the bits of one MatVec over its whole
+// matrix, and nothing outside the outputs may be written. Awkward row counts
+// (zero rows, one, fewer than the threads, not a multiple of the grain) put
+// chunk edges at and next to every matrix boundary.
+TEST_P(TrunkFormats, MatVecsGivesTheBitsOfOneMatVecPerMatrix) {
+  const TrunkFormat& f = GetParam();
+  const int64_t cols = 256;  // whole groups of 128: AVX-512's fixed-point Q4G path runs too
+  const int64_t rows[] = {37, 0, 1, 130, 2, 65, 3};
+  std::vector<std::unique_ptr<TrunkMatrix>> mats;
+  uint32_t seed = 400;
+  for (int64_t r : rows) mats.push_back(std::make_unique<TrunkMatrix>(f, r, cols, 1, seed++));
+  Input x0(cols, seed++), x1(cols, seed++);
+  auto input = [&](size_t i) { return i % 2 ? x1.data() : x0.data(); };  // jobs share inputs
+  constexpr float kSentinel = -7.f;
+  for (Isa isa : AvailableIsas()) {
+    std::vector<std::vector<float>> want;
+    for (size_t i = 0; i < mats.size(); ++i) {
+      want.emplace_back(static_cast<size_t>(mats[i]->view.rows));
+      MatVec(mats[i]->view, input(i), want.back().data(), 0, mats[i]->view.rows, isa);
+    }
+    for (int threads : {1, 2, 3, 8}) {
+      ThreadPool pool(threads);
+      for (int64_t grain : {1, 3, 32, 1000}) {
+        // Each output has a sentinel on either side.
+        std::vector<std::vector<float>> out;
+        std::vector<MatVecJob> jobs;
+        for (size_t i = 0; i < mats.size(); ++i)
+          out.emplace_back(static_cast<size_t>(mats[i]->view.rows) + 2, kSentinel);
+        for (size_t i = 0; i < mats.size(); ++i)
+          jobs.push_back({&mats[i]->view, input(i), out[i].data() + 1});
+        const uint64_t jobs_before = pool.jobs();
+        MatVecs(pool, jobs, grain, isa);
+        // One barrier for all of them, when the pool is used at all.
+        const int64_t total = 37 + 0 + 1 + 130 + 2 + 65 + 3;
+        EXPECT_EQ(pool.jobs() - jobs_before, pool.size() > 1 && total > grain ? 1u : 0u);
+        for (size_t i = 0; i < mats.size(); ++i) {
+          const int64_t n = mats[i]->view.rows;
+          SCOPED_TRACE(::testing::Message() << f.name << " " << IsaName(isa) << " " << threads
+                                            << " threads, grain " << grain << ", matrix " << i
+                                            << " (" << n << " rows)");
+          EXPECT_EQ(out[i][0], kSentinel) << "wrote before the output";
+          EXPECT_EQ(out[i][static_cast<size_t>(n) + 1], kSentinel) << "wrote past the output";
+          EXPECT_EQ(0, std::memcmp(out[i].data() + 1, want[i].data(), static_cast<size_t>(n) * 4));
+        }
+      }
+    }
+  }
+}
+
 // The AVX-512 Q4G product in groups of 128 puts each group of the input in
 // fixed point (matvec_avx512.cc). Inputs that stress that: a group spanning
 // 40 orders of magnitude, a zero group, huge values, a group too small for

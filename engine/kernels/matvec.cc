@@ -5,6 +5,7 @@
 
 #include "engine/format/encoding.h"
 #include "engine/kernels/simd.h"
+#include "engine/kernels/thread_pool.h"
 
 namespace waste::kernels {
 namespace {
@@ -95,6 +96,21 @@ void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
   if (isa >= Isa::kAvx512 && avx512::MatVec(w, x, y, row_begin, row_end)) return;
   if (isa >= Isa::kAvx2 && avx2::MatVec(w, x, y, row_begin, row_end)) return;
   MatVecScalar(w, x, y, row_begin, row_end);
+}
+
+void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa) {
+  int64_t total = 0;
+  for (const MatVecJob& j : jobs) total += j.w->rows;
+  pool.ParallelFor(total, grain, [&](int64_t a, int64_t b) {
+    // [a, b) in the concatenation; `first` is the current job's first row there.
+    int64_t first = 0;
+    for (const MatVecJob& j : jobs) {
+      if (first >= b) break;
+      const int64_t lo = std::max(a, first), hi = std::min(b, first + j.w->rows);
+      if (lo < hi) MatVec(*j.w, j.x, j.y, lo - first, hi - first, isa);
+      first += j.w->rows;
+    }
+  });
 }
 
 void DequantRow(const MatrixView& w, int64_t row, float* out) {

@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "engine/format/layout.h"
 #include "engine/kernels/cpu.h"
 
 namespace waste::kernels {
+
+class ThreadPool;
 
 // A row-major matrix as stored in trunk.bin. Not owning.
 struct MatrixView {
@@ -40,6 +43,23 @@ int64_t MatrixRowBytes(const MatrixView& w);
 // Safe to call concurrently on disjoint row ranges.
 void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
             Isa isa);
+
+// One product of MatVecs: y = W x, every row. x: [w->cols], y: [w->rows].
+struct MatVecJob {
+  const MatrixView* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+// Every job's product in one pool.ParallelFor, so one barrier instead of
+// one per matrix. The jobs' rows, laid end to end, are cut into chunks
+// (multiples of `grain`, as ParallelFor cuts) that may begin and end
+// inside any matrix; each chunk calls MatVec on its row range of every
+// matrix it touches. A row is computed by one MatVec call whatever the
+// range around it, so the results are the bits of one MatVec(job, 0, rows)
+// per job, for any thread count. Jobs may share inputs; outputs must not
+// overlap one another or the inputs. Matrices of zero rows are allowed.
+void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa);
 
 // y[c] = sum over r in [0, n_rows) of a[r] * W[first_row + r][c], for c in
 // [0, cols), each weight decoded as DequantRow decodes it. Each sum runs
