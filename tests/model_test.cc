@@ -1,7 +1,8 @@
 // The forward pass on the synthetic presets: placement never changes the
 // logits (chunk size, cache size, reads in flight, threads, token at a
 // time, router lookahead), the lookahead's hints and counts, session state
-// round-trips, and bad records and ids are refused.
+// round-trips, bad records and ids are refused, and attention takes the
+// barriers (pool jobs) per token it should.
 #include "engine/model/model.h"
 
 #include <gtest/gtest.h>
@@ -493,6 +494,36 @@ TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
   auto m = Model::Load(*ct_, cache->get(), {}, std::move(*foreign));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("another container"), std::string::npos);
+}
+
+// Attention's barriers per token and layer (ParallelFor calls the workers
+// join): KDA runs every projection of the layer's input in one pass, its
+// heads (with their rows of the low-rank second halves and their conv
+// channels) in a second and o in a third; MLA its first query projection
+// with kv_a, then q_b when it has a q LoRA, the heads, and o. Each of these
+// passes has more rows than one grain on the presets, so each is a job.
+TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
+  Placement two;
+  two.threads = 2;
+  Engine e = Make(two);
+  const ModelConfig& c = e.model->config();
+  Session sess = e.model->NewSession(64);
+  std::vector<float> logits(c.vocab);
+  const uint64_t kda = static_cast<uint64_t>(c.n_kda_layers());
+  const uint64_t mla = static_cast<uint64_t>(c.n_layers) - kda;
+  const uint64_t per_token = 3 * kda + (c.q_lora > 0 ? 4 : 3) * mla;
+  EXPECT_EQ(e.model->pool_jobs().attention, 0u);
+  ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());  // prefill: per token too
+  EXPECT_EQ(e.model->pool_jobs().attention, per_token * prompt_.size());
+  const PoolJobs before = e.model->pool_jobs();
+  const int next[1] = {1};
+  ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());
+  const PoolJobs after = e.model->pool_jobs();
+  EXPECT_EQ(after.attention - before.attention, per_token);
+  EXPECT_GT(after.total - before.total, per_token);  // the MoE layers and the LM head too
+  std::printf("%s: %llu parallel jobs per decode token, %llu of them in attention\n", GetParam(),
+              static_cast<unsigned long long>(after.total - before.total),
+              static_cast<unsigned long long>(per_token));
 }
 
 TEST_P(Forward, SessionStateRoundTrips) {

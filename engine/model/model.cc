@@ -276,8 +276,11 @@ Session Model::NewSession(int max_context) const {
 }
 
 void Model::MatVec(const kernels::MatrixView& w, const float* x, float* y) {
-  const kernels::Isa isa = opt_.isa;
-  pool_.ParallelFor(w.rows, 32, [&](int64_t a, int64_t b) { kernels::MatVec(w, x, y, a, b, isa); });
+  MatVecs({{&w, x, y}});
+}
+
+void Model::MatVecs(std::initializer_list<kernels::MatVecJob> jobs) {
+  kernels::MatVecs(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa);
 }
 
 void Model::RotaryInPlace(float* v, int pos) const {
@@ -297,36 +300,42 @@ void Model::Kda(int L, Session& s, const float* h, float* out) {
   const Layer& l = *layers_[L];
   const int H = c_.kda_heads, D = c_.kda_head_dim, C = H * D, K = c_.conv_kernel;
   std::vector<float> qkv(3 * static_cast<size_t>(C)), f(D), fg(C), ga(D), gate(C), beta(H), o(C);
-  MatVec(*l.q, h, qkv.data());
-  MatVec(*l.k, h, qkv.data() + C);
-  MatVec(*l.v, h, qkv.data() + 2 * C);
-  // Short causal convolutions, then SiLU. The ring holds the K-1 previous
-  // projections, oldest first; tap K-1 multiplies the current one.
-  float* ring = s.conv_ring[L].data();
-  for (int p = 0; p < 3; ++p) {
-    float* r = ring + static_cast<size_t>(p) * (K - 1) * C;
-    float* x = qkv.data() + static_cast<size_t>(p) * C;
-    const float* w = l.conv[p];
-    for (int ch = 0; ch < C; ++ch) {
-      float acc = 0.f;
-      for (int i = 0; i < K - 1; ++i) acc += w[ch * K + i] * r[static_cast<size_t>(i) * C + ch];
-      acc += w[ch * K + K - 1] * x[ch];
-      for (int i = 0; i + 1 < K - 1; ++i)
-        r[static_cast<size_t>(i) * C + ch] = r[static_cast<size_t>(i + 1) * C + ch];
-      if (K > 1) r[static_cast<size_t>(K - 2) * C + ch] = x[ch];
-      x[ch] = Silu(acc);
-    }
-  }
-  MatVec(*l.f_a, h, f.data());
-  MatVec(*l.f_b, f.data(), fg.data());
-  MatVec(*l.b, h, beta.data());
-  MatVec(*l.g_a, h, ga.data());
-  MatVec(*l.g_b, ga.data(), gate.data());
+  // Three barriers per layer: every projection of h in one pass; then each
+  // head's low-rank second halves, convolutions and recurrence in one pass
+  // over the heads (a head's rows of f_b and g_b and its conv channels are
+  // its own); then o. Each row and channel is computed as before, wholly
+  // by one thread, so the bits are those of one pass per matrix.
+  MatVecs({{l.q, h, qkv.data()},
+           {l.k, h, qkv.data() + C},
+           {l.v, h, qkv.data() + 2 * C},
+           {l.f_a, h, f.data()},
+           {l.b, h, beta.data()},
+           {l.g_a, h, ga.data()}});
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   float* S = s.kda_state[L].data();
+  float* ring = s.conv_ring[L].data();
   pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> u(D), decay(D), normed(D);
     for (int64_t hd = h0; hd < h1; ++hd) {
+      kernels::MatVec(*l.f_b, f.data(), fg.data(), hd * D, (hd + 1) * D, opt_.isa);
+      kernels::MatVec(*l.g_b, ga.data(), gate.data(), hd * D, (hd + 1) * D, opt_.isa);
+      // Short causal convolutions of the head's channels, then SiLU. The
+      // ring holds the K-1 previous projections, oldest first; tap K-1
+      // multiplies the current one.
+      for (int p = 0; p < 3; ++p) {
+        float* r = ring + static_cast<size_t>(p) * (K - 1) * C;
+        float* x = qkv.data() + static_cast<size_t>(p) * C;
+        const float* w = l.conv[p];
+        for (int64_t ch = hd * D; ch < (hd + 1) * D; ++ch) {
+          float acc = 0.f;
+          for (int i = 0; i < K - 1; ++i) acc += w[ch * K + i] * r[static_cast<size_t>(i) * C + ch];
+          acc += w[ch * K + K - 1] * x[ch];
+          for (int i = 0; i + 1 < K - 1; ++i)
+            r[static_cast<size_t>(i) * C + ch] = r[static_cast<size_t>(i + 1) * C + ch];
+          if (K > 1) r[static_cast<size_t>(K - 2) * C + ch] = x[ch];
+          x[ch] = Silu(acc);
+        }
+      }
       float* q = qkv.data() + hd * D;
       float* k = qkv.data() + C + hd * D;
       const float* v = qkv.data() + 2 * C + hd * D;
@@ -352,15 +361,15 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
   const int nh = c_.n_heads, nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
   const int qd = nope + rope, row = lat + rope;
   std::vector<float> q(static_cast<size_t>(nh) * qd), ckv(row);
+  // The query's first projection and kv_a read the same h: one pass.
   if (l.q_a) {
     std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
-    MatVec(*l.q_a, h, qa.data());
+    MatVecs({{l.q_a, h, qa.data()}, {l.kv_a, h, ckv.data()}});
     RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
     MatVec(*l.q_b, qn.data(), q.data());
   } else {
-    MatVec(*l.q_proj, h, q.data());
+    MatVecs({{l.q_proj, h, q.data()}, {l.kv_a, h, ckv.data()}});
   }
-  MatVec(*l.kv_a, h, ckv.data());
   float* cache = s.latent_kv[L].data() + static_cast<size_t>(pos) * row;
   RmsNorm(ckv.data(), l.kv_a_norm, lat, kLatentNormEps, cache);
   std::copy(ckv.begin() + lat, ckv.end(), cache + lat);
@@ -435,8 +444,7 @@ void Model::DenseMlp(int L, const float* h, float* out) {
   const Layer& l = *layers_[L];
   const int64_t inter = l.gate->rows;
   std::vector<float> g(inter), u(inter);
-  MatVec(*l.gate, h, g.data());
-  MatVec(*l.up, h, u.data());
+  MatVecs({{l.gate, h, g.data()}, {l.up, h, u.data()}});
   for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
   MatVec(*l.down, g.data(), out);
 }

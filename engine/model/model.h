@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -21,6 +22,7 @@
 #include "engine/experts/expert_source.h"
 #include "engine/format/container.h"
 #include "engine/kernels/cpu.h"
+#include "engine/kernels/matvec.h"
 #include "engine/kernels/vq.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/memory/region.h"
@@ -158,6 +160,9 @@ class Model {
                        const float* h, float* per_slot);
   void DenseMlp(int L, const float* h, float* out);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);
+  // Several products in one pass over the pool (one barrier): the bits of
+  // one MatVec each (kernels::MatVecs).
+  void MatVecs(std::initializer_list<kernels::MatVecJob> jobs);
   void RotaryInPlace(float* v, int pos) const;  // the rope dims of one head or k_pe
 
   const Container& ct_;
