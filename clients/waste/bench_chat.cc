@@ -88,6 +88,10 @@ int RunBench(const BenchOptions& o) {
     return 1;
   }
   const double prefill = Since(t0);
+  // Wall-clock time of the first token, so that a script can time it from
+  // the moment it started this process (exec, loading, flags included).
+  const double first_token_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::optional<DemandCounts> demands0, demands1;
   const ExpertStats before = ReadCounters(*e, &demands0);
   const PhaseTimes pt0 = m.times();
@@ -119,6 +123,7 @@ int RunBench(const BenchOptions& o) {
       {"experts_from", e->where},
       {"open_seconds", open_seconds},
       {"first_token_seconds", open_seconds + prefill},
+      {"first_token_unix_seconds", first_token_unix},
       {"bytes_read_by_open", read_at_open},
       {"threads", m.threads()},
       {"budget", e->budget},
