@@ -70,6 +70,29 @@ TEST_F(Cache, CountsHitsAndReads) {
   EXPECT_LE(s.read_busy_seconds, s.wait_seconds + 1e-3);
 }
 
+// TryAcquire pins a record that is in memory and starts no read for one
+// that is not.
+TEST_F(Cache, TryAcquirePinsOnlyWhatIsInMemory) {
+  auto c = Make(4);
+  auto absent = c->TryAcquire(1, 2);
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_EQ(*absent, nullptr);
+  EXPECT_EQ(c->stats().reads, 0u);
+  ASSERT_TRUE(c->Acquire(1, 2).ok());
+  c->Release(1, 2);
+  auto rec = c->TryAcquire(1, 2);
+  ASSERT_TRUE(rec.ok()) << rec.status().message();
+  ASSERT_NE(*rec, nullptr);
+  EXPECT_EQ(0, std::memcmp(*rec, Direct(1, 2).data(), ct_->record_bytes()));
+  EXPECT_EQ(c->stats().hits, 1u);
+  // Pinned: with every other slot pinned too, nothing can evict it.
+  for (int e : {3, 4, 5}) ASSERT_TRUE(c->Acquire(1, e).ok());
+  EXPECT_FALSE(c->Acquire(1, 6).ok()) << "all four slots are pinned";
+  c->Release(1, 2);
+  EXPECT_TRUE(c->Acquire(1, 6).ok()) << "its slot is free again";
+  EXPECT_FALSE(c->TryAcquire(1, 99).ok()) << "no such expert";
+}
+
 TEST_F(Cache, AnAcquireWaitsWhenEverySlotIsLoading) {
   auto c = Make(2);
   const int hinted[2] = {3, 4};

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <thread>
 
 #include "engine/experts/cache.h"
 #include "engine/model/session_io.h"
@@ -44,24 +46,47 @@ class Recorder : public ExpertSource {
     std::vector<int> experts;
   };
   explicit Recorder(ExpertSource* inner) : inner_(inner) {}
+  // The forward pass's threads call these concurrently.
   void Hint(int layer, std::span<const int> experts, HintKind kind) override {
-    events.push_back({layer, false, kind, {experts.begin(), experts.end()}});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      owner_only.push_back(std::this_thread::get_id());
+      events.push_back({layer, false, kind, {experts.begin(), experts.end()}});
+    }
     inner_->Hint(layer, experts, kind);
   }
   Result<const uint8_t*> Acquire(int layer, int expert) override {
-    events.push_back({layer, true, HintKind::kDemand, {expert}});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      owner_only.push_back(std::this_thread::get_id());
+      events.push_back({layer, true, HintKind::kDemand, {expert}});
+    }
     return inner_->Acquire(layer, expert);
+  }
+  Result<const uint8_t*> TryAcquire(int layer, int expert) override {
+    if (ready && !ready(layer, expert)) return nullptr;  // what Ready said
+    auto r = inner_->TryAcquire(layer, expert);
+    if (r.ok() && *r) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++tried;
+      events.push_back({layer, true, HintKind::kDemand, {expert}});
+    }
+    return r;
   }
   void Release(int layer, int expert) override { inner_->Release(layer, expert); }
   bool Ready(int layer, int expert) override {
     return ready ? ready(layer, expert) : inner_->Ready(layer, expert);
   }
+  uint64_t PinLimit() const override { return inner_->PinLimit(); }
   ExpertStats stats() const override { return inner_->stats(); }
 
   std::vector<Event> events;
+  std::vector<std::thread::id> owner_only;  // the threads that called Hint and Acquire
+  uint64_t tried = 0;                       // TryAcquires that pinned
   std::function<bool(int, int)> ready;  // when set, answers Ready instead of the inner source
 
  private:
+  std::mutex mu_;  // guards events
   ExpertSource* inner_;
 };
 
@@ -279,7 +304,10 @@ TEST_P(Forward, ReadyRecordsAreTakenFirstAndChangeNoBit) {
   const ModelConfig& c = ct_->config();
   const std::vector<float> plain = Run({1000, 4, 2, 1, 0}, /*token_at_a_time=*/true);
   std::unique_ptr<Recorder> rec;
-  Engine e = Make({1000, 4, 2, 1, 0}, nullptr, &rec);
+  // One thread, so that the order of the acquires is the order of taking
+  // (with two, each thread's acquire may come before the other's); the
+  // logits are compared with the two-thread run's.
+  Engine e = Make({1000, 4, 1, 1, 0}, nullptr, &rec);
   rec->ready = [](int, int expert) { return expert % 2 == 1; };  // odd ones "ready"
   Session sess = e.model->NewSession(64);
   std::vector<float> out, logits(c.vocab);
@@ -317,6 +345,29 @@ TEST_P(Forward, ReadyRecordsAreTakenFirstAndChangeNoBit) {
     ++checked;
   }
   EXPECT_GT(checked, 0);
+}
+
+// A daemon client's connection belongs to one thread: the forward pass's
+// other threads only TryAcquire (and Release), never Hint or Acquire. Run
+// with records arriving late, so that the owner waits while they compute.
+TEST_P(Forward, OnlyTheCallingThreadHintsOrWaits) {
+  const ModelConfig& c = ct_->config();
+  const std::vector<float> plain = Run({1000, 4, 1, 1, 0}, /*token_at_a_time=*/true);
+  std::unique_ptr<Recorder> rec;
+  Engine e = Make({1000, 1, 2, 1, 6}, nullptr, &rec);  // one reader: reads queue up
+  Session sess = e.model->NewSession(64);
+  std::vector<float> out, logits(c.vocab);
+  for (int id : prompt_) {
+    const int t[1] = {id};
+    ASSERT_TRUE(e.model->Forward(sess, t, logits.data()).ok());
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  ASSERT_LE(out.size(), plain.size());  // the prompt's logits; plain also decodes
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), out.size() * 4)) << "logits differ";
+  ASSERT_FALSE(rec->owner_only.empty());
+  for (const std::thread::id& id : rec->owner_only) EXPECT_EQ(id, std::this_thread::get_id());
+  std::printf("records pinned by the other thread: %llu\n",
+              static_cast<unsigned long long>(rec->tried));
 }
 
 TEST_P(Forward, LookaheadHintsComeBeforeTheirLayersDemands) {

@@ -279,6 +279,41 @@ TEST(SharedSource, ReadySlotIsAHitWithoutAHint) {
   EXPECT_EQ(src.held(), 0u);
 }
 
+// TryAcquire pins what is ready and nothing else, and never sends a hint:
+// the forward pass's other threads may call it, but not the sink.
+TEST(SharedSource, TryAcquirePinsOnlyWhatIsReadyAndSendsNothing) {
+  FakeDaemon d(4);
+  TestSink sink;
+  d.Load(1, 2, 7);
+  d.StartLoad(3, 2, 8);  // still being read
+  const SharedCacheView view = d.ClientView();
+  SharedExpertSource src(view, kHasExperts, kExperts, &sink);
+
+  auto absent = src.TryAcquire(2, 9);
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_EQ(*absent, nullptr);
+  auto loading = src.TryAcquire(2, 8);
+  ASSERT_TRUE(loading.ok()) << loading.status().message();
+  EXPECT_EQ(*loading, nullptr);
+  EXPECT_EQ(src.held(), 0u);
+
+  auto ready = src.TryAcquire(2, 7);
+  ASSERT_TRUE(ready.ok()) << ready.status().message();
+  EXPECT_EQ(*ready, view.cache + 1 * kStride);
+  EXPECT_TRUE(HasPattern(*ready, shm::ExpertKey(2, 7)));
+  EXPECT_EQ(src.held(), 1u);
+  EXPECT_FALSE(d.Retire(1)) << "pinned by TryAcquire";
+  src.Release(2, 7);
+  EXPECT_EQ(src.held(), 0u);
+  EXPECT_TRUE(d.Retire(1));
+
+  EXPECT_FALSE(src.TryAcquire(0, 1).ok()) << "layer 0 has no experts";
+  EXPECT_FALSE(src.TryAcquire(2, static_cast<int>(kExperts)).ok());
+  EXPECT_EQ(sink.count(), 0u);
+  EXPECT_EQ(src.stats().hits, 1u);
+  EXPECT_EQ(src.stats().misses, 0u);
+}
+
 // Resident bytes of this process's mapping that contains `p` (smaps "Rss").
 uint64_t MappedBytesAround(const void* p) {
   std::ifstream smaps("/proc/self/smaps");

@@ -100,6 +100,29 @@ void ExpertCache::Hint(int layer, std::span<const int> experts, HintKind kind) {
   }
 }
 
+Result<const uint8_t*> ExpertCache::TryAcquire(int layer, int expert) {
+  const ExpertBank* bank = ct_.manifest().Bank(layer);
+  if (!bank || expert < 0 || expert >= bank->experts)
+    return Status::Error("expert " + std::to_string(expert) + " of layer " + std::to_string(layer) +
+                         " does not exist");
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = index_.find(Key(layer, expert));
+  if (it == index_.end() || slots_[it->second].state != State::kReady) return nullptr;
+  Slot& s = slots_[it->second];
+  ++s.pins;
+  ++stats_.hits;
+  CountUse(s);
+  return memory_.data() + record_bytes_ * static_cast<size_t>(it->second);
+}
+
+void ExpertCache::CountUse(Slot& s) {
+  s.uses += 1;
+  s.last_use = ++clock_;
+  s.awaited = false;
+  if (clock_ % (4 * slots_.size()) == 0)
+    for (Slot& x : slots_) x.uses /= 2;  // popularity fades
+}
+
 bool ExpertCache::Ready(int layer, int expert) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = index_.find(Key(layer, expert));
@@ -152,11 +175,7 @@ Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
     stats_.wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  s.uses += 1;
-  s.last_use = ++clock_;
-  s.awaited = false;
-  if (clock_ % (4 * slots_.size()) == 0)
-    for (Slot& x : slots_) x.uses /= 2;  // popularity fades
+  CountUse(s);
   if (s.state == State::kFailed) {
     --s.pins;
     return Status::Error(s.error);

@@ -41,11 +41,13 @@ class ExpertCache : public ExpertSource {
 
   void Hint(int layer, std::span<const int> experts, HintKind kind) override;
   Result<const uint8_t*> Acquire(int layer, int expert) override;
+  Result<const uint8_t*> TryAcquire(int layer, int expert) override;
   void Release(int layer, int expert) override;
   bool Ready(int layer, int expert) override;
   ExpertStats stats() const override;
 
   uint64_t slots() const { return slots_.size(); }
+  uint64_t PinLimit() const override { return slots_.size(); }  // Acquire fails only when all are pinned
 
  private:
   enum class State { kEmpty, kLoading, kReady, kFailed };
@@ -68,6 +70,7 @@ class ExpertCache : public ExpertSource {
   // With mu_ held: the slot holding `key` or a fresh one loading it; -1 when
   // every slot is pinned or loading.
   int SlotFor(uint32_t key, HintKind kind, bool* hit);
+  void CountUse(Slot& s);  // an acquire of s: its popularity and recency; under mu_
   int Victim() const;
   void ReaderLoop();
   Status ReadInto(uint32_t key, uint8_t* dst);

@@ -34,12 +34,20 @@ class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
 
+  // Threads: Hint and Acquire only from the thread that owns the source (a
+  // daemon client's connection belongs to one thread); TryAcquire, Release,
+  // Ready and PinLimit from any thread, concurrently with the owner.
+
   // Asks for records to be brought in; never blocks, may be ignored.
   virtual void Hint(int layer, std::span<const int> experts, HintKind kind) = 0;
 
   // The record of (layer, expert), checked, pinned until Release. Fails with
   // a message naming the layer and expert when the record cannot be had.
   virtual Result<const uint8_t*> Acquire(int layer, int expert) = 0;
+  // Acquire if the record is in memory and can be pinned now, without
+  // waiting or asking anything of anyone; else nullptr (pinned nothing).
+  // Fails only on ids that do not exist.
+  virtual Result<const uint8_t*> TryAcquire(int layer, int expert) = 0;
   virtual void Release(int layer, int expert) = 0;
 
   // Whether Acquire(layer, expert) would return without waiting: the record
@@ -52,6 +60,11 @@ class ExpertSource {
     (void)expert;
     return false;
   }
+
+  // How many records one process may hold pinned at once: while it holds
+  // fewer, Acquire never fails for want of room (it waits instead). At
+  // least 1. The forward pass acquires on at most this many threads.
+  virtual uint64_t PinLimit() const { return 1; }
 
   virtual ExpertStats stats() const = 0;
 

@@ -101,12 +101,50 @@ bool SharedExpertSource::Ready(int layer, int expert) {
          e.key.load(std::memory_order_acquire) == shm::ExpertKey(layer, expert);
 }
 
-Result<const uint8_t*> SharedExpertSource::Acquire(int layer, int expert) {
-  WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
-  std::unique_lock<std::mutex> lock(mu_);
+void SharedExpertSource::NoteLayer(int layer) {
   if (layer < last_layer_) ++pass_;  // the forward pass started over
   last_layer_ = layer;
   view_.pins->progress.store(pass_ << 16 | static_cast<uint64_t>(layer), std::memory_order_relaxed);
+}
+
+Result<const uint8_t*> SharedExpertSource::Pinned(int layer, int expert, uint32_t slot,
+                                                  std::unique_lock<std::mutex>& lock) {
+  const shm::TableHeader& header = view_.table.header();
+  const uint64_t offset = uint64_t{slot} * header.slot_stride;
+  if (offset > view_.cache_bytes || view_.cache_bytes - offset < header.record_bytes) {
+    pinset_.Remove(slot);
+    return Status::Error(Where(layer, expert) + ": slot " + std::to_string(slot) +
+                         " lies outside the cache segment (" + std::to_string(view_.cache_bytes) +
+                         " bytes)");
+  }
+  held_.push_back({shm::ExpertKey(layer, expert), slot});
+  if (slot >= slot_mapped_.size()) slot_mapped_.resize(slot + 1, false);
+  if (!slot_mapped_[slot]) {
+    slot_mapped_[slot] = true;
+    // Outside the lock: the forward pass's other threads pin their own
+    // records meanwhile (a slot mapped twice is harmless).
+    lock.unlock();
+    MapSlot(view_.cache + offset, header.record_bytes);
+    lock.lock();
+  }
+  return view_.cache + offset;
+}
+
+Result<const uint8_t*> SharedExpertSource::TryAcquire(int layer, int expert) {
+  WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
+  std::unique_lock<std::mutex> lock(mu_);
+  NoteLayer(layer);
+  const shm::PinAttempt a = shm::TryPin(view_.table, pinset_, layer, expert);
+  if (a.kind != shm::PinAttempt::kPinned) return nullptr;
+  Result<const uint8_t*> r = Pinned(layer, expert, a.slot, lock);
+  if (r.ok()) ++stats_.hits;
+  return r;
+}
+
+Result<const uint8_t*> SharedExpertSource::Acquire(int layer, int expert) {
+  WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
+  std::unique_lock<std::mutex> lock(mu_);
+  NoteLayer(layer);
   const auto t0 = Clock::now();
   bool waited = false;
   Result<const uint8_t*> r = AcquireLocked(layer, expert, lock, &waited);
@@ -123,7 +161,6 @@ Result<const uint8_t*> SharedExpertSource::AcquireLocked(int layer, int expert,
                                                          std::unique_lock<std::mutex>& lock,
                                                          bool* waited) {
   const shm::TableHeader& header = view_.table.header();
-  const uint32_t key = shm::ExpertKey(layer, expert);
 
   // Hints sent during this Acquire. `demanded`: one was sent while the record
   // was absent or failed, so the next failure is the answer to our demand.
@@ -158,22 +195,8 @@ Result<const uint8_t*> SharedExpertSource::AcquireLocked(int layer, int expert,
     const std::atomic<uint32_t>* wait_on = nullptr;
     uint32_t wait_for = 0;
     switch (a.kind) {
-      case shm::PinAttempt::kPinned: {
-        const uint64_t offset = uint64_t{a.slot} * header.slot_stride;
-        if (offset > view_.cache_bytes || view_.cache_bytes - offset < header.record_bytes) {
-          pinset_.Remove(a.slot);
-          return Status::Error(Where(layer, expert) + ": slot " + std::to_string(a.slot) +
-                               " lies outside the cache segment (" +
-                               std::to_string(view_.cache_bytes) + " bytes)");
-        }
-        held_.push_back({key, a.slot});
-        if (a.slot >= slot_mapped_.size()) slot_mapped_.resize(a.slot + 1, false);
-        if (!slot_mapped_[a.slot]) {
-          MapSlot(view_.cache + offset, header.record_bytes);
-          slot_mapped_[a.slot] = true;
-        }
-        return view_.cache + offset;
-      }
+      case shm::PinAttempt::kPinned:
+        return Pinned(layer, expert, a.slot, lock);
       case shm::PinAttempt::kNoRoom:
         return Status::Error(Where(layer, expert) + ": pin page full (" +
                              std::to_string(pinset_.held()) + " records held)");
@@ -230,6 +253,11 @@ Result<const uint8_t*> SharedExpertSource::AcquireLocked(int layer, int expert,
                            secs + " s");
     }
   }
+}
+
+uint64_t SharedExpertSource::PinLimit() const {
+  return std::max<uint64_t>(
+      1, std::min<uint64_t>(view_.table.pins_per_client(), view_.table.slots()));
 }
 
 void SharedExpertSource::Release(int layer, int expert) {

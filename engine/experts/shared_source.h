@@ -67,6 +67,8 @@ class SharedExpertSource : public ExpertSource {
   // page, a daemon that is gone, stopping or silent past give_up_seconds.
   // Never returns bytes of a slot it has not pinned and found ready.
   Result<const uint8_t*> Acquire(int layer, int expert) override;
+  // Pins the record if it is ready now; sends nothing to the daemon.
+  Result<const uint8_t*> TryAcquire(int layer, int expert) override;
   // Drops one pin taken by Acquire(layer, expert); ignores one never taken.
   void Release(int layer, int expert) override;
   // A look at the slot table: the record is published in a ready slot.
@@ -75,6 +77,8 @@ class SharedExpertSource : public ExpertSource {
   // hits: pinned on the first look; misses: had to wait (or failed);
   // wait_seconds: time those Acquires took. reads and bytes_read stay 0:
   // the daemon does the reading.
+  // The pin page's room, and no more than the cache's slots.
+  uint64_t PinLimit() const override;
   ExpertStats stats() const override;
 
   // Adds to the running total of tokens and sends it to the daemon.
@@ -89,6 +93,11 @@ class SharedExpertSource : public ExpertSource {
     uint32_t slot;
   };
   Status CheckIds(int layer, int expert) const;
+  void NoteLayer(int layer);  // counts passes, publishes progress; under mu_
+  // The pinned record in `slot`, its pages mapped; under `lock` (released
+  // while mapping).
+  Result<const uint8_t*> Pinned(int layer, int expert, uint32_t slot,
+                                std::unique_lock<std::mutex>& lock);
   Result<const uint8_t*> AcquireLocked(int layer, int expert, std::unique_lock<std::mutex>& lock,
                                        bool* waited);
 

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <new>
 #include <numbers>
+#include <thread>
 #include <tuple>
 
 #include "engine/format/encoding.h"
@@ -492,6 +494,29 @@ void Model::ScoreGuesses(int L, std::span<const int> wanted) {
   if (L == c_.first_dense) score(next_token_guess_, next_token_stats_);
 }
 
+Model::ExpertScratch Model::MoeScratch::TakeExpertScratch(size_t inter, size_t lut_floats,
+                                                          size_t derived_bytes) {
+  ExpertScratch x;
+  {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    if (!spare_experts.empty()) {
+      x = std::move(spare_experts.back());
+      spare_experts.pop_back();
+    }
+  }
+  // Grow only: what a smaller layer or chunk does not need stays allocated.
+  if (x.g.size() < inter) x.g.resize(inter);
+  if (x.u.size() < inter) x.u.resize(inter);
+  if (x.lut_down.size() < lut_floats) x.lut_down.resize(lut_floats);
+  if (x.derived_down.size() < derived_bytes) x.derived_down.resize(derived_bytes);
+  return x;
+}
+
+void Model::MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
+  std::lock_guard<std::mutex> lock(tables_mu);
+  spare_experts.push_back(std::move(x));
+}
+
 Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, int ahead) {
   const Layer& l = *layers_[L];
   const int E = c_.n_experts, k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
@@ -545,20 +570,16 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   // The buffers only grow (resize keeps what was there; every byte read
   // below is first written for this chunk).
   std::vector<uint8_t>& derived_gu = moe_.derived_gu;
-  std::vector<uint8_t>& derived_down = moe_.derived_down;
   derived_gu.resize(std::max(derived_gu.size(), static_cast<size_t>(T) * 2 * derived_gu_bytes));
   const size_t derived_down_bytes = int8    ? kernels::VqQLutBytes(inter, q.stages, q.index_bits)
                                     : split ? kernels::VqSplitLutBytes(inter, q.stages)
                                             : 0;
-  derived_down.resize(std::max(derived_down.size(), derived_down_bytes));
   // The products read only the derived tables when there are any, so then
   // the float tables are scratch (a 32-token chunk's would be 56 MiB at the
   // 48B shapes).
   const bool keep_float = !int8 && !split;
   std::vector<float>& luts = moe_.luts;
-  std::vector<float>& lut_down = moe_.lut_down;
   if (keep_float) luts.resize(std::max(luts.size(), static_cast<size_t>(T) * 2 * lut_gu));
-  lut_down.resize(std::max(lut_down.size(), lut_d));
   if (moe_.table_floats != lut_gu) {  // another layer shape: the spares do not fit
     std::lock_guard<std::mutex> lock(moe_.tables_mu);
     moe_.spare_tables.clear();
@@ -613,78 +634,205 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   // it is read, and slots past a token's route count are never read.
   std::vector<float>& per_slot = moe_.per_slot;
   per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * hid));
-  std::vector<float> g(inter), u(inter);
-  double wait = 0;
-  // Records already in memory first: one still being read is taken after
-  // them, so its read overlaps their arithmetic. Each expert writes only its
-  // own per-slot outputs, which are summed in routing order below, so the
-  // order cannot change a bit.
-  std::vector<int> pending = wanted;  // ascending ids
-  while (!pending.empty()) {
-    size_t pick = 0;
-    for (size_t i = 0; i < pending.size(); ++i)
-      if (experts_->Ready(L, pending[i])) {
-        pick = i;
-        break;
-      }
-    const int e = pending[pick];
-    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(pick));
+
+  // The experts themselves, one whole expert per thread at a time, taken
+  // from a shared list: each is computed alone over all its rows (no
+  // barrier per matrix, and SiLU and down's table are not a serial step
+  // that leaves the other thread idle). Records already in memory are taken
+  // first, so a late read overlaps the others' arithmetic; the layer's
+  // shared expert (weights in the trunk, one piece of work per token) is
+  // taken when no record is ready, filling what would be a wait.
+  //
+  // Only the calling thread (the owner) may hint or wait in Acquire: a
+  // daemon client's connection belongs to one thread. The other threads
+  // take only what they can pin at once (TryAcquire) and shared experts,
+  // and poll while the owner waits for a read. Each expert writes its own
+  // per-slot outputs, summed in routing order below, and a row's arithmetic
+  // does not depend on the thread or range that computes it, so neither
+  // order nor thread changes a bit.
+  struct Shared {
+    std::mutex mu;
+    std::vector<int> pending;  // ascending ids, not yet taken
+    size_t next_hint = 0;      // of `wanted`: the next demand hint to send
+    size_t hints_due = 0;      // records taken since the owner last hinted
+    int shared_next = 0;       // tokens whose shared expert is taken
+    bool owner_working = false;
+    double wait = 0;           // blocked or polling, summed over the threads
+    Status error = Status::Ok();
+  } sh;
+  sh.pending = wanted;
+  sh.next_hint = next_hint;
+  // [T][hidden]: each token's shared-expert output, when the layer has one.
+  const int shared_tokens = l.gate ? T : 0;
+  std::vector<float>& shared_out = moe_.shared_out;
+  shared_out.resize(std::max(shared_out.size(), static_cast<size_t>(shared_tokens) * hid));
+
+  auto view = [&](const uint8_t* rec, int m) {
+    kernels::VqMatrixView v;
+    v.indices = rec + lay.matrix_off[m];
+    v.scales = rec + lay.scales_off +
+               2 * (m == 0   ? 0
+                    : m == 1 ? lay.rows[0]
+                             : lay.rows[0] + lay.rows[1]);
+    v.rows = lay.rows[m];
+    v.cols = lay.cols[m];
+    v.stages = q.stages;
+    v.entries = q.entries;
+    v.index_bits = q.index_bits;
+    v.index_block = q.index_block;
+    return v;
+  };
+  // One expert's arithmetic for every token routed to it, on this thread.
+  auto compute = [&](int e, const uint8_t* rec, ExpertScratch& x) {
     const std::vector<std::pair<int, int>>& who = users[e];
-    if (next_hint < wanted.size())
-      experts_->Hint(L, std::span<const int>(&wanted[next_hint++], 1), HintKind::kDemand);
-    const auto tw = Clock::now();
-    auto rec = experts_->Acquire(L, e);
-    wait += Since(tw);
-    if (!rec.ok()) return rec.status();
-    auto view = [&](int m) {
-      kernels::VqMatrixView v;
-      v.indices = *rec + lay.matrix_off[m];
-      v.scales = *rec + lay.scales_off +
-                 2 * (m == 0   ? 0
-                      : m == 1 ? lay.rows[0]
-                               : lay.rows[0] + lay.rows[1]);
-      v.rows = lay.rows[m];
-      v.cols = lay.cols[m];
-      v.stages = q.stages;
-      v.entries = q.entries;
-      v.index_bits = q.index_bits;
-      v.index_block = q.index_block;
-      return v;
-    };
     if (q.lossless()) {
-      ApplyBf16Expert(*rec, who, h, per_slot.data());
-      experts_->Release(L, e);
-      continue;
+      ApplyBf16Expert(rec, who, h, per_slot.data());  // its ParallelFor runs on this thread
+      return;
     }
-    const kernels::VqMatrixView vg = view(0), vu = view(1), vd = view(2);
+    const kernels::VqMatrixView vg = view(rec, 0), vu = view(rec, 1), vd = view(rec, 2);
     for (const auto& [t, j] : who) {
       const float* lg = keep_float ? luts.data() + (2 * t) * lut_gu : nullptr;
       const float* lu = keep_float ? luts.data() + (2 * t + 1) * lut_gu : nullptr;
       const uint8_t* qg = derived_gu.data() + (2 * t) * derived_gu_bytes;
       const uint8_t* qu = derived_gu.data() + (2 * t + 1) * derived_gu_bytes;
-      // The byte-permute kernels work on whole 64-row index blocks, and the
-      // split table's on up to four per pass (gate/up's table is read from
-      // L2 once per pass): grain 256 here, 64 for down's wider matrix.
-      pool_.ParallelFor(inter, 256, [&](int64_t a, int64_t b) {
-        apply(vg, lg, qg, g.data(), a, b);
-        apply(vu, lu, qu, u.data(), a, b);
-      });
-      for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
-      kernels::VqBuildLut(codebooks(2), q.stages, q.entries, g.data(), inter, lut_down.data(),
-                          opt_.isa);
-      derive(lut_down.data(), inter, derived_down.data());
+      apply(vg, lg, qg, x.g.data(), 0, inter);
+      apply(vu, lu, qu, x.u.data(), 0, inter);
+      for (int i = 0; i < inter; ++i) x.g[i] = Silu(x.g[i]) * x.u[i];
+      kernels::VqBuildLut(codebooks(2), q.stages, q.entries, x.g.data(), inter,
+                          x.lut_down.data(), opt_.isa);
+      derive(x.lut_down.data(), inter, x.derived_down.data());
       float* dst = per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
-      pool_.ParallelFor(hid, 64, [&](int64_t a, int64_t b) {
-        apply(vd, lut_down.data(), derived_down.data(), dst, a, b);
-      });
+      apply(vd, x.lut_down.data(), x.derived_down.data(), dst, 0, hid);
     }
-    experts_->Release(L, e);
-  }
+  };
+  auto shared_expert = [&](int t) {  // DenseMlp's ParallelFors run on this thread
+    DenseMlp(L, h + static_cast<size_t>(t) * hid, shared_out.data() + static_cast<size_t>(t) * hid);
+  };
+  auto fail = [&](const Status& st) {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    if (sh.error.ok()) sh.error = st;
+  };
+
+  // The owner: takes a ready record, else a shared expert, else the first
+  // record still missing, and waits for it. Sends the demand hints that the
+  // window allows for every record taken (by any thread) since its last take.
+  auto owner = [&](ExpertScratch& x) {
+    {
+      std::lock_guard<std::mutex> lock(sh.mu);
+      sh.owner_working = true;
+    }
+    for (;;) {
+      int e = -1, t = -1;
+      {
+        std::lock_guard<std::mutex> lock(sh.mu);
+        for (; sh.hints_due > 0 && sh.next_hint < wanted.size(); --sh.hints_due)
+          experts_->Hint(L, std::span<const int>(&wanted[sh.next_hint++], 1), HintKind::kDemand);
+        if (!sh.error.ok()) break;
+        size_t pick = sh.pending.size();
+        for (size_t i = 0; i < sh.pending.size(); ++i)
+          if (experts_->Ready(L, sh.pending[i])) {
+            pick = i;
+            break;
+          }
+        if (pick == sh.pending.size() && sh.shared_next < shared_tokens) {
+          t = sh.shared_next++;
+        } else if (!sh.pending.empty()) {
+          if (pick == sh.pending.size()) pick = 0;
+          e = sh.pending[pick];
+          sh.pending.erase(sh.pending.begin() + static_cast<std::ptrdiff_t>(pick));
+          ++sh.hints_due;
+        } else {
+          break;
+        }
+      }
+      if (t >= 0) {
+        shared_expert(t);
+        continue;
+      }
+      const auto tw = Clock::now();
+      auto rec = experts_->Acquire(L, e);
+      const double waited = Since(tw);
+      {
+        std::lock_guard<std::mutex> lock(sh.mu);
+        sh.wait += waited;
+      }
+      if (!rec.ok()) {
+        fail(rec.status());
+        break;
+      }
+      compute(e, *rec, x);
+      experts_->Release(L, e);
+    }
+    std::lock_guard<std::mutex> lock(sh.mu);
+    sh.owner_working = false;
+  };
+  // Another thread: takes a record it can pin at once, else a shared
+  // expert; polls while the owner may still make records ready; stops when
+  // everything is taken.
+  auto helper = [&](ExpertScratch& x) {
+    for (;;) {
+      int e = -1, t = -1;
+      const uint8_t* rec = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(sh.mu);
+        if (!sh.error.ok()) return;
+        for (size_t i = 0; i < sh.pending.size() && !rec; ++i) {
+          if (!experts_->Ready(L, sh.pending[i])) continue;
+          auto r = experts_->TryAcquire(L, sh.pending[i]);
+          if (!r.ok()) {
+            sh.error = r.status();
+            return;
+          }
+          if (*r) {
+            rec = *r;
+            e = sh.pending[i];
+            sh.pending.erase(sh.pending.begin() + static_cast<std::ptrdiff_t>(i));
+            ++sh.hints_due;
+          }
+        }
+        if (!rec && sh.shared_next < shared_tokens) t = sh.shared_next++;
+        if (!rec && t < 0 && (sh.pending.empty() || !sh.owner_working)) return;
+      }
+      if (rec) {
+        compute(e, rec, x);
+        experts_->Release(L, e);
+      } else if (t >= 0) {
+        shared_expert(t);
+      } else {  // every record left is being read
+        const auto tw = Clock::now();
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        std::lock_guard<std::mutex> lock(sh.mu);
+        sh.wait += Since(tw);
+      }
+    }
+  };
+  // A thread holds one pin at a time, so no more threads than the source
+  // can pin at once (a one-slot cache computes on one thread).
+  const int workers = static_cast<int>(std::min<uint64_t>(pool_.size(), experts_->PinLimit()));
+  const std::thread::id owner_thread = std::this_thread::get_id();
+  auto run = [&](bool as_owner) {
+    ExpertScratch x = moe_.TakeExpertScratch(inter, lut_d, derived_down_bytes);
+    struct GiveBack {  // even if a kernel throws
+      MoeScratch& m;
+      ExpertScratch& x;
+      ~GiveBack() { m.GiveBackExpertScratch(std::move(x)); }
+    } give_back{moe_, x};
+    as_owner ? owner(x) : helper(x);
+  };
+  pool_.ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    run(std::this_thread::get_id() == owner_thread);
+  });
+  // The pool may have run every chunk on its other threads, which cannot
+  // wait for reads: the owner finishes whatever is left.
+  run(true);
+  if (!sh.error.ok()) return sh.error;
+  // Waiting is the threads' blocked and polling time averaged over them, so
+  // that it and the arithmetic add up to the time this section took.
+  const double wait = sh.wait / workers;
   times_.expert_wait += wait;
   times_.experts += Since(te) - wait;
 
   // Per token, in routing order: the weighted experts, then the shared expert.
-  std::vector<float> shared(hid);
   for (int t = 0; t < T; ++t) {
     float* o = out + static_cast<size_t>(t) * hid;
     std::fill(o, o + hid, 0.f);
@@ -694,7 +842,7 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       for (int i = 0; i < hid; ++i) o[i] += w * src[i];
     }
     if (l.gate) {
-      DenseMlp(L, h + static_cast<size_t>(t) * hid, shared.data());
+      const float* shared = shared_out.data() + static_cast<size_t>(t) * hid;
       for (int i = 0; i < hid; ++i) o[i] += shared[i];
     }
   }

@@ -187,17 +187,28 @@ class Model {
   // and chunk they came back as fresh pages every time (43k page faults for
   // one token at the 48B shapes, and a fresh page is slow on this VM); now
   // they grow to the largest chunk seen and stay.
+  // One thread's buffers for one expert at a time (MoeChunk).
+  struct ExpertScratch {
+    std::vector<float> g, u;            // [moe_inter]: gate and up outputs, then SiLU(g) * u
+    std::vector<float> lut_down;        // [lut floats] of down's input
+    std::vector<uint8_t> derived_down;  // [derived table bytes] of down's input
+  };
   struct MoeScratch {
-    std::vector<uint8_t> derived_gu;    // [T][2][derived table bytes] (split or int8 table)
-    std::vector<uint8_t> derived_down;  // [derived table bytes] of one expert's down input
-    std::vector<float> luts;      // [T][2][lut floats]: float tables, when the product reads them
-    std::vector<float> lut_down;  // [lut floats] of one expert's down input
-    std::vector<float> per_slot;  // [T][top_k][hidden]: each routed expert's output
-    // Scratch float tables for the pool's threads, each lent to one chunk
-    // of a ParallelFor at a time: at most one per thread is ever made.
+    std::vector<uint8_t> derived_gu;  // [T][2][derived table bytes] (split or int8 table)
+    std::vector<float> luts;          // [T][2][lut floats]: float tables, when the product reads them
+    std::vector<float> per_slot;      // [T][top_k][hidden]: each routed expert's output
+    std::vector<float> shared_out;    // [T][hidden]: each token's shared-expert output
+    // Scratch lent to the pool's threads, each to one chunk of a
+    // ParallelFor at a time: at most one of each per thread is ever made.
     std::mutex tables_mu;
     std::vector<std::unique_ptr<float[]>> spare_tables;  // guarded by tables_mu
     size_t table_floats = 0;                             // size of each spare table
+    std::vector<ExpertScratch> spare_experts;            // guarded by tables_mu
+
+    // A spare ExpertScratch (or a new one), each buffer at least the size
+    // given; give it back when done.
+    ExpertScratch TakeExpertScratch(size_t inter, size_t lut_floats, size_t derived_bytes);
+    void GiveBackExpertScratch(ExpertScratch x);
   };
   MoeScratch moe_;
 };
