@@ -73,6 +73,7 @@ void QuantizeGrouped(const GroupedShape& s, const float* x, uint8_t* payload, ui
   const int qmin = s.bits == 8 ? -127 : s.bits == 4 ? -8 : -4;
   const int64_t ng = s.groups_per_row();
   const int64_t rb = s.row_bytes();
+  if (s.payload_bytes() == 0) return;  // no rows: payload may be null, which memset must not see
   std::memset(payload, 0, static_cast<size_t>(s.payload_bytes()));
   for (int64_t r = 0; r < s.rows; ++r) {
     const float* xr = x + r * s.cols;
