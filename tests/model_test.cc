@@ -136,6 +136,18 @@ class Forward : public ::testing::TestWithParam<const char*> {
   }
   // Every position's logits for the prompt, then 4 greedy steps (or 4 steps
   // on the tokens `forced` gives).
+  // Runs the prompt a token at a time; every token's logits, in order
+  // (`logits` ends with the last one's).
+  std::vector<float> PromptAToken(Engine& e, Session& sess, std::vector<float>& logits) {
+    std::vector<float> out;
+    for (int id : prompt_) {
+      const int t[1] = {id};
+      EXPECT_TRUE(e.model->Forward(sess, t, logits.data()).ok());
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  }
+
   std::vector<float> Run(const Placement& s, bool token_at_a_time = false,
                          std::unique_ptr<Trunk> trunk = nullptr,
                          const std::vector<int>* forced = nullptr) {
@@ -144,11 +156,7 @@ class Forward : public ::testing::TestWithParam<const char*> {
     std::vector<float> all, out;
     if (token_at_a_time) {
       std::vector<float> one(e.model->config().vocab);
-      for (int id : prompt_) {
-        const int t[1] = {id};
-        EXPECT_TRUE(e.model->Forward(sess, t, one.data()).ok());
-        out.insert(out.end(), one.begin(), one.end());
-      }
+      out = PromptAToken(e, sess, one);
     } else {
       EXPECT_TRUE(e.model->Forward(sess, prompt_, nullptr, &all).ok());
       out = all;
@@ -310,12 +318,8 @@ TEST_P(Forward, ReadyRecordsAreTakenFirstAndChangeNoBit) {
   Engine e = Make({1000, 4, 1, 1, 0}, nullptr, &rec);
   rec->ready = [](int, int expert) { return expert % 2 == 1; };  // odd ones "ready"
   Session sess = e.model->NewSession(64);
-  std::vector<float> out, logits(c.vocab);
-  for (int id : prompt_) {
-    const int t[1] = {id};
-    ASSERT_TRUE(e.model->Forward(sess, t, logits.data()).ok());
-    out.insert(out.end(), logits.begin(), logits.end());
-  }
+  std::vector<float> logits(c.vocab);
+  std::vector<float> out = PromptAToken(e, sess, logits);
   for (int i = 0; i < 4; ++i) {
     const int next[1] = {
         static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
@@ -356,12 +360,8 @@ TEST_P(Forward, OnlyTheCallingThreadHintsOrWaits) {
   std::unique_ptr<Recorder> rec;
   Engine e = Make({1000, 1, 2, 1, 6}, nullptr, &rec);  // one reader: reads queue up
   Session sess = e.model->NewSession(64);
-  std::vector<float> out, logits(c.vocab);
-  for (int id : prompt_) {
-    const int t[1] = {id};
-    ASSERT_TRUE(e.model->Forward(sess, t, logits.data()).ok());
-    out.insert(out.end(), logits.begin(), logits.end());
-  }
+  std::vector<float> logits(c.vocab);
+  std::vector<float> out = PromptAToken(e, sess, logits);
   ASSERT_LE(out.size(), plain.size());  // the prompt's logits; plain also decodes
   EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), out.size() * 4)) << "logits differ";
   ASSERT_FALSE(rec->owner_only.empty());
