@@ -100,11 +100,16 @@ void ExpertCache::Hint(int layer, std::span<const int> experts, HintKind kind) {
   }
 }
 
-Result<const uint8_t*> ExpertCache::TryAcquire(int layer, int expert) {
+Status ExpertCache::CheckIds(int layer, int expert) const {
   const ExpertBank* bank = ct_.manifest().Bank(layer);
   if (!bank || expert < 0 || expert >= bank->experts)
     return Status::Error("expert " + std::to_string(expert) + " of layer " + std::to_string(layer) +
                          " does not exist");
+  return Status::Ok();
+}
+
+Result<const uint8_t*> ExpertCache::TryAcquire(int layer, int expert) {
+  WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = index_.find(Key(layer, expert));
   if (it == index_.end() || slots_[it->second].state != State::kReady) return nullptr;
@@ -130,10 +135,7 @@ bool ExpertCache::Ready(int layer, int expert) {
 }
 
 Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
-  const ExpertBank* bank = ct_.manifest().Bank(layer);
-  if (!bank || expert < 0 || expert >= bank->experts)
-    return Status::Error("expert " + std::to_string(expert) + " of layer " + std::to_string(layer) +
-                         " does not exist");
+  WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
   const uint32_t key = Key(layer, expert);
   std::unique_lock<std::mutex> lock(mu_);
   // A new layer: the records hinted for the one before and never acquired

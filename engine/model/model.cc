@@ -708,10 +708,6 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   auto shared_expert = [&](int t) {  // DenseMlp's ParallelFors run on this thread
     DenseMlp(L, h + static_cast<size_t>(t) * hid, shared_out.data() + static_cast<size_t>(t) * hid);
   };
-  auto fail = [&](const Status& st) {
-    std::lock_guard<std::mutex> lock(sh.mu);
-    if (sh.error.ok()) sh.error = st;
-  };
 
   // The owner: takes a ready record, else a shared expert, else the first
   // record still missing, and waits for it. Sends the demand hints that the
@@ -755,11 +751,9 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
       {
         std::lock_guard<std::mutex> lock(sh.mu);
         sh.wait += waited;
+        if (!rec.ok() && sh.error.ok()) sh.error = rec.status();
       }
-      if (!rec.ok()) {
-        fail(rec.status());
-        break;
-      }
+      if (!rec.ok()) break;
       compute(e, *rec, x);
       experts_->Release(L, e);
     }
