@@ -182,6 +182,15 @@ Status Daemon::Setup() {
   return Status::Ok();
 }
 
+namespace {
+// "transparent huge pages", or "4 KiB pages (why no huge ones)".
+std::string PagesOf(const shm::Segment& seg) {
+  std::string s = shm::PageKindName(seg.page_kind());
+  if (!seg.why_small_pages().empty()) s += " (" + seg.why_small_pages() + ")";
+  return s;
+}
+}  // namespace
+
 Status Daemon::BuildTrunk() {
   auto t = Clock::now();
   const uint64_t bytes = Trunk::PackedBytes(ct_->manifest());
@@ -217,15 +226,9 @@ Status Daemon::BuildTrunk() {
   }
   spdlog::info("trunk: {} packed into a memfd in {:.0f} ms ({:.2f} GB/s), {}, {}, {}",
                FormatSize(bytes), load_ms, bytes / load_ms / 1e6,
-               shm::PageKindName(trunk_seg_.page_kind()),
-               trunk_seg_.page_kind() == shm::PageKind::kHugetlb ? "not sealable (hugetlb)"
+               PagesOf(trunk_seg_), trunk_seg_.page_kind() == shm::PageKind::kHugetlb ? "not sealable (hugetlb)"
                                                                  : "sealed",
                trunk_wired_ ? "wired" : "not wired");
-  if (opt_.huge_pages && trunk_seg_.page_kind() == shm::PageKind::kSmall)
-    spdlog::info(
-        "no huge pages for shared memory here (shmem_enabled is never and no hugetlb pool): "
-        "every client maps the trunk and cache 4 KiB at a time, about 0.06 s more per attach "
-        "on a 1 GiB trunk; ops/README.md says how to allow them");
   return Status::Ok();
 }
 
@@ -299,8 +302,12 @@ Status Daemon::BuildCache() {
   spdlog::info("cache: {} slots of {} ({} of {} records, {:.0f}%), {}, populated in {:.0f} ms; "
                "per client at most {} pins and {} reads queued",
                slots, FormatSize(stride), slots, AllRecords(*ct_), 100.0 * slots / AllRecords(*ct_),
-               shm::PageKindName(cache_seg_.page_kind()), MsSince(t),
-               table->pins_per_client(), opt_.max_queued_per_client);
+               PagesOf(cache_seg_), MsSince(t), table->pins_per_client(),
+               opt_.max_queued_per_client);
+  if (opt_.huge_pages && cache_seg_.page_kind() == shm::PageKind::kSmall)
+    spdlog::info(
+        "no huge pages for the cache: every client maps it 4 KiB at a time, which costs attach "
+        "time and decode speed (docs/MEASUREMENTS.md); ops/README.md says how to allow them");
   return Status::Ok();
 }
 

@@ -20,11 +20,14 @@ class Segment {
  public:
   // Creates a segment of `bytes` (rounded up to the page size used).
   // `want_huge`: a hugetlb memfd when the reserved pool can back it, else
-  // transparent huge pages when shmem_enabled allows them, else 4 KiB pages;
-  // page_kind() says which one the segment got.
+  // transparent huge pages (faulted in where shmem_enabled allows them,
+  // otherwise made at once with MADV_COLLAPSE, Linux 6.1+, for every whole
+  // 2 MiB), else 4 KiB pages; page_kind() says which one the segment got, and
+  // why_small_pages() why it got no huge ones.
   static Result<Segment> Create(const std::string& name, size_t bytes, bool want_huge);
   // The size Create(bytes, want_huge) may round up to, at most: whole huge
-  // pages where the system could give them, else whole 4 KiB pages.
+  // pages where a pool or shmem_enabled could give them, else whole 4 KiB
+  // pages (a collapsed segment keeps its tail on 4 KiB pages).
   static size_t SizeFor(size_t bytes, bool want_huge);
 
   Segment() = default;  // no descriptor
@@ -37,6 +40,8 @@ class Segment {
   int fd() const { return fd_; }
   size_t size() const { return size_; }
   PageKind page_kind() const { return kind_; }
+  // Empty unless huge pages were asked for and not had: then the reason.
+  const std::string& why_small_pages() const { return why_small_; }
 
   // Forbids every later write, resize or new writable mapping of the memfd
   // (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL). Writable
@@ -55,9 +60,12 @@ class Segment {
 
  private:
   Segment(int fd, size_t size, PageKind kind) : fd_(fd), size_(size), kind_(kind) {}
+  // A sealable memfd of exactly `size` bytes, as kSmall.
+  static Result<Segment> NewMemfd(const std::string& name, size_t size);
   int fd_ = -1;
   size_t size_ = 0;
   PageKind kind_ = PageKind::kSmall;
+  std::string why_small_;
 };
 
 // A mapping of a segment's descriptor; unmapped on destruction.

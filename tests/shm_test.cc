@@ -7,10 +7,33 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace waste::shm {
 namespace {
+
+// Kilobytes of shared memory that /proc/self/smaps shows mapped by 2 MiB
+// entries in the mapping that starts at `addr`, or -1 if there is no such
+// mapping.
+long PmdMappedKb(const void* addr) {
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(addr)));
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  while (std::getline(f, line)) {
+    if (line.rfind(start, 0) == 0) {
+      in = true;
+    } else if (in && line.rfind("ShmemPmdMapped:", 0) == 0) {
+      return std::stol(line.substr(15));
+    }
+  }
+  return -1;
+}
 
 TEST(Segment, SealedSegmentRefusesWritableMappings) {
   auto seg = Segment::Create("waste-test", 10000, /*want_huge=*/false);
@@ -57,16 +80,50 @@ TEST(Segment, AnotherProcessReadsThroughTheDescriptor) {
 TEST(Segment, HugePagesOrAClearFallback) {
   auto seg = Segment::Create("waste-test-huge", 3 << 20, /*want_huge=*/true);
   ASSERT_TRUE(seg.ok()) << seg.status().message();
-  // Whole huge pages when it got them, whole small pages (not 2 MiB of
-  // padding) when it fell back; SizeFor predicts no less than it got.
-  const size_t page = seg->page_kind() == PageKind::kSmall ? 4096 : (2u << 20);
+  // Whole hugetlb pages from a pool; otherwise whole small pages at least
+  // (a collapsed segment keeps its tail small) and never a huge page more
+  // than asked; SizeFor predicts no less than it got.
+  const size_t page = seg->page_kind() == PageKind::kHugetlb ? (2u << 20) : 4096;
   EXPECT_EQ(seg->size() % page, 0u);
-  EXPECT_LT(seg->size(), (3u << 20) + page);
+  EXPECT_LT(seg->size(), (3u << 20) + (2u << 20));
   EXPECT_GE(Segment::SizeFor(3 << 20, true), seg->size());
   std::printf("huge-page request got: %s\n", PageKindName(seg->page_kind()));
   auto m = Mapping::Map(seg->fd(), seg->size(), true, true);
   ASSERT_TRUE(m.ok()) << m.status().message();
   m->data()[seg->size() - 1] = 1;
+}
+
+// Where huge pages are had, a client's read-only mapping is made of whole
+// 2 MiB entries (all but a collapsed segment's small tail) and sees the
+// owner's bytes; on this VM (shmem_enabled never, no pool) that takes the
+// MADV_COLLAPSE path.
+TEST(Segment, HugePagesAreMappedWholeByAReader) {
+  constexpr size_t kBytes = (size_t{6} << 20) + 3 * 4096;
+  auto seg = Segment::Create("waste-test-collapse", kBytes, /*want_huge=*/true);
+  ASSERT_TRUE(seg.ok()) << seg.status().message();
+  if (seg->page_kind() == PageKind::kSmall) {
+    EXPECT_FALSE(seg->why_small_pages().empty());
+    GTEST_SKIP() << "SKIP: this system gave no huge pages: " << seg->why_small_pages();
+  }
+  EXPECT_TRUE(seg->why_small_pages().empty());
+  ASSERT_GE(seg->size(), kBytes);
+  {
+    auto rw = Mapping::Map(seg->fd(), seg->size(), true, true);
+    ASSERT_TRUE(rw.ok()) << rw.status().message();
+    for (size_t i = 0; i < kBytes; i += 4096) rw->data()[i] = static_cast<uint8_t>(i >> 12);
+  }
+  auto ro_fd = seg->ReadOnlyFd();
+  ASSERT_TRUE(ro_fd.ok());
+  auto ro = Mapping::Map(*ro_fd, seg->size(), false, true);
+  close(*ro_fd);
+  ASSERT_TRUE(ro.ok()) << ro.status().message();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ro->data()) % (2u << 20), 0u);
+  for (size_t i = 0; i < kBytes; i += 4096) {
+    ASSERT_EQ(ro->data()[i], static_cast<uint8_t>(i >> 12)) << "at " << i;
+  }
+  if (seg->page_kind() == PageKind::kTransparentHuge) {  // hugetlb shows elsewhere in smaps
+    EXPECT_EQ(PmdMappedKb(ro->data()), static_cast<long>(seg->size() / (2u << 20) * 2048));
+  }
 }
 
 TEST(Segment, EmptyIsRefused) {
