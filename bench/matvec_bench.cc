@@ -4,7 +4,9 @@
 //   MatVec  a KDA projection (4096 rows x 2304 inputs) and its output
 //           (2304 x 4096) in Q4G (--trunk-bits 4) and BF16 (--trunk-bits
 //           16), 16384 rows of the LM head in Q8G (2304 inputs), and a
-//           BF16R expert's gate (1024 x 2304, --expert-format bf16).
+//           BF16R expert's gate (1024 x 2304, --expert-format bf16), and
+//           MLA's value rows of one head (128 rows of kv_b_proj x 512
+//           latent, read in place) in Q4G, Q8G and BF16.
 //   WeightedRows  MLA's query in latent space: one head's 128 key rows of
 //           kv_b_proj (8192 rows x 512 latent), read in place, in Q4G, Q8G
 //           and BF16 (scalar and avx512; AVX2 runs the scalar loop).
@@ -104,6 +106,9 @@ void RegisterBenchmarks() {
       {"bf16_4096x2304", Fmt::kF16, true, 4096, 2304},
       {"bf16_2304x4096", Fmt::kF16, true, 2304, 4096},
       {"bf16_1024x2304", Fmt::kF16, true, 1024, 2304},
+      {"value_rows/q4g_128x512", Fmt::kQ4G, false, 128, 512},
+      {"value_rows/q8g_128x512", Fmt::kQ8G, false, 128, 512},
+      {"value_rows/bf16_128x512", Fmt::kF16, true, 128, 512},
   };
   const Shape kv_b[] = {
       {"q4g", Fmt::kQ4G, false, 8192, 512},
