@@ -97,7 +97,11 @@ int CollapseIntoHugePages(int fd, size_t size) {
   auto* b = static_cast<uint8_t*>(p);
   const int err = InTwoHalves(size, [b](size_t begin, size_t end) {
     for (size_t off = begin; off < end; off += kHugePage) b[off] = 0;
-    return madvise(b + begin, end - begin, MADV_COLLAPSE) == 0 ? 0 : errno;
+    for (int attempt = 0; attempt < 2; ++attempt) {  // EAGAIN is transient: once more
+      if (madvise(b + begin, end - begin, MADV_COLLAPSE) == 0) return 0;
+      if (errno != EAGAIN) break;
+    }
+    return errno;
   });
   munmap(p, size);
   return err;
