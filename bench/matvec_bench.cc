@@ -9,7 +9,7 @@
 //           latent, read in place) in Q4G, Q8G and BF16.
 //   WeightedRows  MLA's query in latent space: one head's 128 key rows of
 //           kv_b_proj (8192 rows x 512 latent), read in place, in Q4G, Q8G
-//           and BF16 (scalar and avx512; AVX2 runs the scalar loop).
+//           and BF16.
 // Reports weight bytes per second (the payload read, scales not counted).
 // One thread; not run by CI. Example:
 //   build/bin/matvec_bench --benchmark_filter='/avx512' --benchmark_repetitions=5
@@ -119,7 +119,7 @@ void RegisterBenchmarks() {
     for (const Shape& sh : matvec)
       benchmark::RegisterBenchmark((std::string(sh.name) + "/" + IsaName(isa)).c_str(), Run, sh,
                                    isa);
-  for (Isa isa : {Isa::kScalar, Isa::kAvx512})
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (const Shape& sh : kv_b)
       benchmark::RegisterBenchmark(
           ("weighted_rows/" + std::string(sh.name) + "_128x512/" + IsaName(isa)).c_str(), Rows, sh,

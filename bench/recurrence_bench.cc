@@ -7,8 +7,7 @@
 //             cached position (rows 576 floats apart, the latent then the
 //             64 rope floats) at 512 and 4096 positions; bytes of latent read
 //             per second and positions per second (items).
-// Paths: scalar and avx512 (AVX2 runs the scalar loops). One thread; not run
-// by CI. Example:
+// Paths: scalar, avx2 and avx512. One thread; not run by CI. Example:
 //   build/bin/recurrence_bench --benchmark_filter='kda_step' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
@@ -80,7 +79,7 @@ void Latent(benchmark::State& state, int64_t positions, Isa isa) {
 }  // namespace
 
 void RegisterBenchmarks() {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     const std::string name = IsaName(isa);
     benchmark::RegisterBenchmark(("kda_step/32x128x128/" + name).c_str(), KdaStep, isa);
     for (int64_t positions : {512, 4096})

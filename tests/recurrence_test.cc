@@ -72,9 +72,11 @@ TEST(KdaStateStep, ScalarFollowsTheFormula) {
 
 TEST(KdaStateStep, EveryIsaGivesTheScalarBits) {
   std::mt19937 rng(2);
-  // 16 and 128 are the SIMD shapes' edges, 144 and 256 cross a column block,
-  // 40 is not a multiple of 16 (the SIMD path must fall back).
-  for (int d : {16, 40, 128, 144, 256}) {
+  // AVX-512 takes d % 16 == 0 in column blocks of 128, AVX2 d % 8 == 0 in
+  // blocks of 32. 16 and 128 are the AVX-512 shapes' edges, 144 and 256
+  // cross its column block; 8, 24 and 40 are AVX2's alone (AVX-512 falls
+  // back to it), 24 and 40 end in a partial AVX2 block; 12 neither takes.
+  for (int d : {8, 12, 16, 24, 40, 128, 144, 256}) {
     const KdaCase base = MakeKda(d, rng);
     KdaCase ref = base;
     std::vector<float> uref(d), oref(d);
@@ -121,9 +123,11 @@ TEST(WeightedRowSum, EveryIsaGivesTheScalarBitsAndWritesOnlyCols) {
   std::mt19937 rng(4);
   struct Shape { int64_t n, cols, stride; };
   // MLA's shapes (128 rows of 512; n rows of 512 in rows of 576), and
-  // widths that leave a partial register or a partial block.
+  // widths that leave a partial register or a partial block (AVX-512: 16
+  // lanes, 128 columns a block; AVX2: 8 lanes, 64 columns).
   for (Shape s : {Shape{128, 512, 512}, Shape{9, 512, 576}, Shape{1, 1, 1}, Shape{5, 17, 17},
-                  Shape{3, 130, 131}, Shape{33, 300, 310}}) {
+                  Shape{3, 130, 131}, Shape{33, 300, 310}, Shape{4, 8, 8}, Shape{6, 64, 70},
+                  Shape{7, 75, 75}}) {
     const std::vector<float> a = Random(s.n, rng), rows = Random(s.n * s.stride, rng);
     std::vector<float> ref(s.cols + 16, -7.f);
     WeightedRowSum(a.data(), rows.data(), s.n, s.stride, s.cols, ref.data(), Isa::kScalar);

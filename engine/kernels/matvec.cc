@@ -119,7 +119,9 @@ void DequantRow(const MatrixView& w, int64_t row, float* out) {
 
 void WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows, float* y,
                   Isa isa) {
-  if (UsableIsa(isa) == Isa::kAvx512 && avx512::WeightedRows(w, first_row, a, n_rows, y)) return;
+  isa = UsableIsa(isa);
+  if (isa >= Isa::kAvx512 && avx512::WeightedRows(w, first_row, a, n_rows, y)) return;
+  if (isa >= Isa::kAvx2 && avx2::WeightedRows(w, first_row, a, n_rows, y)) return;
   std::fill(y, y + w.cols, 0.f);
   for (int64_t r = 0; r < n_rows; ++r)
     ForEachWeight(w, first_row + r, [&](int64_t c, float v) { y[c] += a[r] * v; });

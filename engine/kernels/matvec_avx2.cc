@@ -1,5 +1,7 @@
-// MatVec with AVX2 + FMA + F16C: 8 columns per step. Compiled with
-// -mavx2 -mfma -mf16c; see simd.h for what this file may use.
+// MatVec and WeightedRows with AVX2 + FMA + F16C: 8 columns per step.
+// Compiled with -mavx2 -mfma -mf16c -ffp-contract=off (MatVec's fused
+// multiply-adds are explicit; WeightedRows must not have any); see simd.h
+// for what this file may use.
 #include <immintrin.h>
 
 #include <cstring>
@@ -166,6 +168,63 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
     y[r] = RowGrouped<kFmt>(w.payload + r * row_bytes, scales + 2 * r * groups, x, w.cols, w.group);
 }
 
+// WeightedRows: y[c] = sum over r of a[r] * W[first + r][c], each weight
+// decoded as DequantRow decodes it (scale * q for grouped formats, an exact
+// product), then multiplied and added in the scalar reference's order.
+// 8 columns per step inside one group (group % 8 == 0), 64 per sweep (8
+// accumulators of AVX2's 16 registers).
+constexpr int64_t kWeightedBlock = 64;
+
+// The 8 weights of columns c..c+7 of a row, of which the first `lanes` (m =
+// FirstLanes(lanes)) are inside the row; lanes outside it are zero or, for
+// grouped formats, the padding of the last group (read, never stored).
+template <Fmt kFmt>
+__m256 DecodeScaled(const MatrixView& w, const uint8_t* row, const uint8_t* row_scales, int64_t c,
+                    int64_t lanes, __m256i m) {
+  if constexpr (kFmt == Fmt::kF32) {
+    if (lanes == 8) return _mm256_loadu_ps(AsFloats(row + 4 * c));
+    return _mm256_maskload_ps(AsFloats(row + 4 * c), m);
+  } else if constexpr (kFmt == Fmt::kF16) {
+    if (lanes == 8)
+      return Halves(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)), w.bf16);
+    alignas(16) uint16_t tail[8] = {};  // F16 rows are not padded
+    std::memcpy(tail, row + 2 * c, static_cast<size_t>(lanes) * 2);
+    return Halves(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)), w.bf16);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row_scales + 2 * (c / w.group), sizeof h);
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), Decode<kFmt>(row, c));
+  }
+}
+
+template <Fmt kFmt>
+void WeightedRowsT(const MatrixView& w, int64_t first, const float* a, int64_t n_rows, float* y) {
+  const int64_t row_bytes = MatrixRowBytes(w);
+  const int64_t groups = w.group > 0 ? (w.cols + w.group - 1) / w.group : 0;
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kWeightedBlock) {
+    const int64_t width = w.cols - c0 < kWeightedBlock ? w.cols - c0 : kWeightedBlock;
+    const int n = static_cast<int>((width + 7) / 8);
+    const int64_t last_lanes = width - 8 * (n - 1);
+    const __m256i all = FirstLanes(8), last = FirstLanes(last_lanes);
+    __m256 acc[kWeightedBlock / 8];
+    for (int t = 0; t < n; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint8_t* row = w.payload + (first + r) * row_bytes;
+      const uint8_t* row_scales = scales ? scales + 2 * (first + r) * groups : nullptr;
+      const __m256 ar = _mm256_set1_ps(a[r]);
+      for (int t = 0; t < n; ++t) {
+        const bool full = t + 1 < n;
+        const __m256 v = DecodeScaled<kFmt>(w, row, row_scales, c0 + 8 * t, full ? 8 : last_lanes,
+                                            full ? all : last);
+        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(ar, v));
+      }
+    }
+    for (int t = 0; t + 1 < n; ++t) _mm256_storeu_ps(y + c0 + 8 * t, acc[t]);
+    _mm256_maskstore_ps(y + c0 + 8 * (n - 1), last, acc[n - 1]);
+  }
+}
+
 }  // namespace
 
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
@@ -185,6 +244,28 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
       if (w.fmt == Fmt::kQ8G) RowsGrouped<Fmt::kQ8G>(w, x, y, row_begin, row_end);
       if (w.fmt == Fmt::kQ4G) RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
       if (w.fmt == Fmt::kQ3G) RowsGrouped<Fmt::kQ3G>(w, x, y, row_begin, row_end);
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
+                  float* y) {
+  switch (w.fmt) {
+    case Fmt::kF32:
+      WeightedRowsT<Fmt::kF32>(w, first_row, a, n_rows, y);
+      return true;
+    case Fmt::kF16:
+      WeightedRowsT<Fmt::kF16>(w, first_row, a, n_rows, y);
+      return true;
+    case Fmt::kQ8G:
+    case Fmt::kQ4G:
+    case Fmt::kQ3G:
+      if (w.group <= 0 || w.group % 8 != 0) return false;
+      if (w.fmt == Fmt::kQ8G) WeightedRowsT<Fmt::kQ8G>(w, first_row, a, n_rows, y);
+      if (w.fmt == Fmt::kQ4G) WeightedRowsT<Fmt::kQ4G>(w, first_row, a, n_rows, y);
+      if (w.fmt == Fmt::kQ3G) WeightedRowsT<Fmt::kQ3G>(w, first_row, a, n_rows, y);
       return true;
     default:
       return false;

@@ -41,15 +41,17 @@ void WeightedRowSumScalar(const float* a, const float* rows, int64_t n_rows, int
 
 void KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o, Isa isa) {
-  if (UsableIsa(isa) == Isa::kAvx512 && avx512::KdaStateStep(S, d, decay, k, v, b, q, u, o))
-    return;
+  isa = UsableIsa(isa);
+  if (isa >= Isa::kAvx512 && avx512::KdaStateStep(S, d, decay, k, v, b, q, u, o)) return;
+  if (isa >= Isa::kAvx2 && avx2::KdaStateStep(S, d, decay, k, v, b, q, u, o)) return;
   KdaStateStepScalar(S, d, decay, k, v, b, q, u, o);
 }
 
 void WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
                     int64_t cols, float* y, Isa isa) {
-  if (UsableIsa(isa) == Isa::kAvx512 && avx512::WeightedRowSum(a, rows, n_rows, stride, cols, y))
-    return;
+  isa = UsableIsa(isa);
+  if (isa >= Isa::kAvx512 && avx512::WeightedRowSum(a, rows, n_rows, stride, cols, y)) return;
+  if (isa >= Isa::kAvx2 && avx2::WeightedRowSum(a, rows, n_rows, stride, cols, y)) return;
   WeightedRowSumScalar(a, rows, n_rows, stride, cols, y);
 }
 

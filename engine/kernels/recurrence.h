@@ -1,7 +1,8 @@
 // The attention layers' own loops (not matrix products over stored weights):
 // the KDA state update and the two float sums MLA's absorbed attention makes
 // per head. model.cc calls these; the scalar reference and the dispatch are
-// in recurrence.cc, the AVX-512 path in recurrence_avx512.cc.
+// in recurrence.cc, the AVX-512 and AVX2 paths in recurrence_avx512.cc and
+// recurrence_avx2.cc.
 //
 // Every SIMD path here computes each output element with the same float
 // operations in the same order as the scalar reference (a multiply and a

@@ -1,8 +1,8 @@
 // Internal to engine/kernels: the entry points of the AVX2 and AVX-512
-// translation units (matvec_avx2.cc, vq_avx2.cc, nearest_avx2.cc,
-// matvec_avx512.cc, vq_avx512.cc, recurrence_avx512.cc, nearest_avx512.cc),
-// which are compiled with their own -m flags. Call them only after
-// UsableIsa() said the CPU has the instructions.
+// translation units (matvec_avx2.cc, vq_avx2.cc, recurrence_avx2.cc,
+// nearest_avx2.cc, matvec_avx512.cc, vq_avx512.cc, recurrence_avx512.cc,
+// nearest_avx512.cc), which are compiled with their own -m flags. Call
+// them only after UsableIsa() said the CPU has the instructions.
 //
 // Each returns false, having written nothing, for a shape it does not
 // cover; the caller then falls back to the next lower path.
@@ -29,6 +29,15 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
+// matvec.h's WeightedRows, the scalar reference's bits; grouped formats need
+// group % 8 == 0.
+bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
+                  float* y);
+// recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 8 == 0.
+bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
+                  const float* q, float* u, float* o);
+bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
+                    int64_t cols, float* y);
 // NearestEntry (nearest.h) over its lane layout of 8 entries a chunk.
 void NearestEntries(const float* lanes_books, const float* lanes_norms, int chunks, const float* x,
                     int64_t n, int32_t* out);
