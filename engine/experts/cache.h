@@ -70,8 +70,10 @@ class ExpertCache : public ExpertSource {
   // With mu_ held: the slot holding `key` or a fresh one loading it; -1 when
   // every slot is pinned or loading.
   int SlotFor(uint32_t key, HintKind kind, bool* hit);
+  // An acquire of `s`: its popularity and recency. With mu_ held.
   void CountUse(Slot& s);
-  Status CheckIds(int layer, int expert) const;  // the layer has a bank holding `expert`  // an acquire of s: its popularity and recency; under mu_
+  // Ok when the layer has a bank holding `expert`, else an error naming both.
+  Status CheckIds(int layer, int expert) const;
   int Victim() const;
   void ReaderLoop();
   Status ReadInto(uint32_t key, uint8_t* dst);
