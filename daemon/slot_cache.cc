@@ -1,21 +1,20 @@
 #include "daemon/slot_cache.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace waste::daemon {
 
 using shm::SlotState;
 
 SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
-                     Policy policy, uint32_t max_queued_per_client)
+                     EvictionPolicy policy, uint32_t max_queued_per_client)
     : t_(table),
       has_bank_(std::move(has_bank)),
       record_bytes_(record_bytes),
-      policy_(policy),
       max_queued_(std::max<uint32_t>(max_queued_per_client, 1)),
       experts_(table.header().experts),
       meta_(table.slots()),
+      eviction_(table.slots(), policy),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
       hits_(uses_.size(), 0),
       layer_hits_(table.header().layers, 0),
@@ -40,9 +39,8 @@ std::vector<const shm::PinPage*> SlotCache::Pages() const {
 }
 
 void SlotCache::Touch(uint32_t slot, uint32_t client, uint64_t stamp) {
+  eviction_.Touch(slot);
   SlotMeta& m = meta_[slot];
-  m.uses += 1;
-  m.last_use = ++clock_;
   m.awaited_by = client + 1;
   m.awaited_stamp = stamp;
 }
@@ -79,11 +77,9 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
       if (!repeat) cl.counted.push_back(key);
     }
     if (kind == HintKind::kDemand && !repeat) {
-      // Popularity fades: halved every 4 x slots uses. On the real Kimi
-      // trace this beats LRU by 1-1.5 points at 6-24% caches, where every
-      // 64 x slots lost to it by 7-14 (docs/MEASUREMENTS.md, policy).
-      if (++demands_ % (4 * meta_.size()) == 0)
-        for (SlotMeta& x : meta_) x.uses /= 2;
+      // Before the touch below: a fading does not halve this use. A miss
+      // counts now; its record's use comes with its slot (Assign).
+      eviction_.CountUse();
       const size_t at = static_cast<size_t>(layer) * experts_ + e;
       ++uses_[at];
       const auto q = queued_.find(key);
@@ -196,35 +192,27 @@ bool SlotCache::Awaited(const SlotMeta& m) const {
 void SlotCache::Forget(uint32_t slot) {
   if (meta_[slot].lookahead_read) c_.lookahead_unused_bytes += record_bytes_;
   meta_[slot] = SlotMeta{};
+  eviction_.Forget(slot);
 }
 
 uint32_t SlotCache::TakeVictim(bool empty_only) {
   const std::vector<const shm::PinPage*> pages = Pages();
   std::vector<uint16_t> pinned;
   shm::CollectPins(pages, t_.pins_per_client(), t_.slots(), &pinned);
+  const auto state = [&](uint32_t s) {
+    return shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed));
+  };
   for (int attempt = 0; attempt < 8; ++attempt) {
-    uint32_t best = shm::kNoSlot;
-    std::tuple<int, bool, uint64_t, uint64_t> best_rank{};
-    for (uint32_t s = 0; s < t_.slots(); ++s) {
-      const SlotState st = shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed));
-      if (st == SlotState::kLoading || pinned[s]) continue;
-      if (empty_only && st != SlotState::kEmpty) continue;
-      const SlotMeta& m = meta_[s];
-      // Empty first, failed next, then not awaited, fewer uses (LFRU only),
-      // older use.
-      const auto rank = std::make_tuple(st == SlotState::kEmpty    ? 0
-                                        : st == SlotState::kFailed ? 1
-                                                                   : 2,
-                                        Awaited(m), policy_ == Policy::kLfru ? m.uses : 0,
-                                        m.last_use);
-      if (best == shm::kNoSlot || rank < best_rank) {
-        best = s;
-        best_rank = rank;
-        if (std::get<0>(rank) == 0) break;
-      }
-    }
-    if (best == shm::kNoSlot) return shm::kNoSlot;
-    if (std::get<0>(best_rank) == 0) return best;
+    const uint32_t best = eviction_.Victim([&](uint32_t s) {
+      const SlotState st = state(s);
+      if (st == SlotState::kLoading || pinned[s]) return SlotStanding{SlotStanding::kKept};
+      if (st == SlotState::kEmpty) return SlotStanding{SlotStanding::kEmpty};
+      if (empty_only) return SlotStanding{SlotStanding::kKept};
+      return SlotStanding{st == SlotState::kFailed ? SlotStanding::kFailed : SlotStanding::kHeld,
+                          Awaited(meta_[s])};
+    });
+    if (best == Eviction::kNone) return shm::kNoSlot;
+    if (state(best) == SlotState::kEmpty) return best;
     if (shm::Retire(t_, best, pages)) {
       Forget(best);
       return best;
@@ -247,9 +235,8 @@ void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t clie
   SlotMeta& m = meta_[slot];
   // The demand that brought it in counts; a warmed record starts as if used
   // once, so that it does not go before anything used since the start.
-  m.uses = kind == HintKind::kLookahead ? 0 : 1;
+  eviction_.Admit(slot, kind == HintKind::kLookahead ? 0 : 1);
   m.lookahead_read = m.lookahead_hinted = kind == HintKind::kLookahead;
-  m.last_use = ++clock_;
   if (kind != HintKind::kWarm) {  // asked for by a client that will come for it
     m.awaited_by = client + 1;
     m.awaited_stamp = stamp;
