@@ -67,9 +67,9 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
   }
   for (uint32_t e : experts) {
     const uint32_t key = shm::ExpertKey(layer, static_cast<int>(e));
-    const uint32_t s = t_.index(layer, static_cast<int>(e)).load(std::memory_order_relaxed);
-    const SlotState st =
-        s == shm::kNoSlot ? SlotState::kEmpty : shm::StateOf(t_.slot(s).word.load());
+    const shm::SlotPeek found = shm::PeekRecord(t_, layer, static_cast<int>(e));
+    const uint32_t s = found.slot;
+    const SlotState st = found.state;
     const bool held = st == SlotState::kReady || st == SlotState::kLoading;
     bool repeat = false;
     if (kind == HintKind::kDemand) {
@@ -199,12 +199,9 @@ uint32_t SlotCache::TakeVictim(bool empty_only) {
   const std::vector<const shm::PinPage*> pages = Pages();
   std::vector<uint16_t> pinned;
   shm::CollectPins(pages, t_.pins_per_client(), t_.slots(), &pinned);
-  const auto state = [&](uint32_t s) {
-    return shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed));
-  };
   for (int attempt = 0; attempt < 8; ++attempt) {
     const uint32_t best = eviction_.Victim([&](uint32_t s) {
-      const SlotState st = state(s);
+      const SlotState st = shm::Peek(t_, s).state;
       if (st == SlotState::kLoading || pinned[s]) return SlotStanding{SlotStanding::kKept};
       if (st == SlotState::kEmpty) return SlotStanding{SlotStanding::kEmpty};
       if (empty_only) return SlotStanding{SlotStanding::kKept};
@@ -212,7 +209,7 @@ uint32_t SlotCache::TakeVictim(bool empty_only) {
                           Awaited(meta_[s])};
     });
     if (best == Eviction::kNone) return shm::kNoSlot;
-    if (state(best) == SlotState::kEmpty) return best;
+    if (shm::Peek(t_, best).state == SlotState::kEmpty) return best;
     if (shm::Retire(t_, best, pages)) {
       Forget(best);
       return best;
@@ -224,13 +221,7 @@ uint32_t SlotCache::TakeVictim(bool empty_only) {
 
 void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t client,
                        uint64_t stamp) {
-  shm::SlotEntry& e = t_.slot(slot);
-  const uint32_t gen = shm::GenerationOf(e.word.load(std::memory_order_relaxed));
-  e.key.store(key, std::memory_order_relaxed);
-  e.error.store(0, std::memory_order_relaxed);
-  e.detail.store(0, std::memory_order_relaxed);
-  e.word.store(shm::MakeWord(SlotState::kLoading, gen + 1), std::memory_order_release);
-  t_.index(shm::KeyLayer(key), shm::KeyExpert(key)).store(slot, std::memory_order_release);
+  shm::MarkLoading(t_, slot, key);
   Forget(slot);
   SlotMeta& m = meta_[slot];
   // The demand that brought it in counts; a warmed record starts as if used
@@ -284,26 +275,18 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
 
 void SlotCache::Complete(const ReadJob& job, shm::ReadError error, uint32_t detail) {
   --in_flight_[static_cast<int>(job.kind)];
-  shm::SlotEntry& e = t_.slot(job.slot);
-  const uint32_t gen = shm::GenerationOf(e.word.load(std::memory_order_relaxed));
   if (error == shm::ReadError::kNone) {
     ++c_.reads;
     c_.bytes_read += record_bytes_;
-    e.word.store(shm::MakeWord(SlotState::kReady, gen + 1), std::memory_order_release);
+    shm::Publish(t_, job.slot);
   } else {
     ++c_.read_errors;
-    e.error.store(static_cast<uint32_t>(error), std::memory_order_relaxed);
-    e.detail.store(detail, std::memory_order_relaxed);
-    e.word.store(shm::MakeWord(SlotState::kFailed, gen + 1), std::memory_order_release);
+    shm::Fail(t_, job.slot, error, detail);
   }
-  shm::FutexWakeAll(&e.word);
-  t_.Announce();
 }
 
 void SlotCache::Shutdown() {
-  t_.header().serving.store(0, std::memory_order_seq_cst);
-  t_.Announce();
-  for (uint32_t s = 0; s < t_.slots(); ++s) shm::FutexWakeAll(&t_.slot(s).word);
+  shm::StopServing(t_);
 }
 
 void SlotCache::SeedUses(std::span<const uint32_t> uses) {
@@ -325,7 +308,7 @@ std::vector<uint32_t> SlotCache::Hottest(uint32_t max) const {
 uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
   uint32_t free = 0;
   for (uint32_t s = 0; s < t_.slots(); ++s)
-    if (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed)) == SlotState::kEmpty) ++free;
+    if (shm::Peek(t_, s).state == SlotState::kEmpty) ++free;
   uint32_t queued = 0;
   for (uint32_t key : keys) {
     if (queued >= free) break;
@@ -333,8 +316,7 @@ uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
     if (layer >= static_cast<int>(has_bank_.size()) || !has_bank_[layer] ||
         expert >= static_cast<int>(experts_))
       continue;
-    if (t_.index(layer, expert).load(std::memory_order_relaxed) != shm::kNoSlot ||
-        queued_.count(key))
+    if (shm::PeekRecord(t_, layer, expert).slot != shm::kNoSlot || queued_.count(key))
       continue;
     Enqueue({key, 0, 0}, HintKind::kWarm);
     ++queued;
@@ -346,10 +328,9 @@ uint32_t SlotCache::Drop(int layer) {
   const std::vector<const shm::PinPage*> pages = Pages();
   uint32_t dropped = 0;
   for (uint32_t s = 0; s < t_.slots(); ++s) {
-    const shm::SlotEntry& e = t_.slot(s);
-    const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
-    if (st != SlotState::kReady && st != SlotState::kFailed) continue;
-    if (layer >= 0 && shm::KeyLayer(e.key.load(std::memory_order_relaxed)) != layer) continue;
+    const shm::SlotPeek p = shm::Peek(t_, s);
+    if (p.state != SlotState::kReady && p.state != SlotState::kFailed) continue;
+    if (layer >= 0 && shm::KeyLayer(p.key) != layer) continue;
     if (shm::Retire(t_, s, pages)) {
       Forget(s);
       ++dropped;
@@ -368,7 +349,7 @@ CacheCounters SlotCache::counters() const {
   std::vector<uint16_t> pinned;
   shm::CollectPins(Pages(), t_.pins_per_client(), t_.slots(), &pinned);
   for (uint32_t s = 0; s < t_.slots(); ++s) {
-    switch (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed))) {
+    switch (shm::Peek(t_, s).state) {
       case SlotState::kReady:
         ++c.ready;
         break;
@@ -395,14 +376,12 @@ std::vector<LayerCounters> SlotCache::layer_counters() const {
     out[L].resident.assign((experts_ + 7) / 8, 0);
   }
   for (uint32_t s = 0; s < t_.slots(); ++s) {
-    const shm::SlotEntry& e = t_.slot(s);
-    const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
-    if (st != SlotState::kReady && st != SlotState::kLoading) continue;
-    const uint32_t key = e.key.load(std::memory_order_relaxed);
-    const auto L = static_cast<size_t>(shm::KeyLayer(key));
-    const auto x = static_cast<uint32_t>(shm::KeyExpert(key));
+    const shm::SlotPeek p = shm::Peek(t_, s);
+    if (p.state != SlotState::kReady && p.state != SlotState::kLoading) continue;
+    const auto L = static_cast<size_t>(shm::KeyLayer(p.key));
+    const auto x = static_cast<uint32_t>(shm::KeyExpert(p.key));
     if (L >= out.size() || x >= experts_) continue;
-    if (st == SlotState::kLoading) {
+    if (p.state == SlotState::kLoading) {
       ++out[L].loading;
       continue;
     }

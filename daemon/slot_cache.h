@@ -27,6 +27,10 @@
 // with (its layer has not come and gone for that client) is evicted only
 // when nothing else can be. Warm-up reads take only empty slots: warming
 // never evicts anything.
+//
+// Every change to the table goes through shm/table.h's slot functions
+// (MarkLoading, Publish, Fail, Retire, StopServing); this class decides,
+// they write.
 #pragma once
 
 #include <cstdint>
