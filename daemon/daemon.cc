@@ -77,7 +77,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSettings(const DaemonOp
       {"state-dir", o.state_dir.empty() ? "none" : o.state_dir},
       {"save-interval", Seconds(o.save_interval_seconds)},
       {"cold", o.warm_start ? "no" : "yes"},
-      {"policy", o.policy == Policy::kLru ? "lru" : "lfru"},
+      {"policy", o.policy == EvictionPolicy::kLru ? "lru" : "lfru"},
       {"no-huge-pages", o.huge_pages ? "no" : "yes"},
       {"no-wire", o.wire_trunk ? "no" : "yes"},
       {"metrics-listen", o.metrics_listen.empty() ? "none" : o.metrics_listen},
@@ -587,7 +587,7 @@ StatusSnapshot Daemon::Snapshot() const {
     s.queued[k] = c.queued[k];
     s.in_flight[k] = c.in_flight[k];
   }
-  s.policy = opt_.policy == Policy::kLru ? "lru" : "lfru";
+  s.policy = opt_.policy == EvictionPolicy::kLru ? "lru" : "lfru";
   s.lookahead_reads = c.lookahead_reads;
   s.lookahead_used = c.lookahead_used;
   s.lookahead_unused_bytes = c.lookahead_unused_bytes;
@@ -820,7 +820,7 @@ int Daemon::Run() {
   Pump();
   spdlog::info("serving {} on {} ({} reads in flight, {} eviction), ready in {:.0f} ms",
                ct_->dir(), opt_.socket, opt_.io_depth,
-               opt_.policy == Policy::kLru ? "LRU" : "LFRU", MsSince(started_));
+               opt_.policy == EvictionPolicy::kLru ? "LRU" : "LFRU", MsSince(started_));
   NotifyManager("READY=1\n" + ManagerStatus());
   uv_run(&loop_, UV_RUN_DEFAULT);
   uv_loop_close(&loop_);

@@ -56,7 +56,7 @@ struct DaemonOptions {
   std::string state_dir;         // where use counts are saved; empty: not saved
   double save_interval_seconds = 300;  // use counts are also saved this often
   bool warm_start = true;              // warm the cache from saved use counts at start
-  Policy policy = Policy::kLfru;
+  EvictionPolicy policy = EvictionPolicy::kLfru;
   // Logging is set up by main(); the daemon changes the level on reload and
   // reports a changed file as needing a restart.
   std::string log_level = "info";

@@ -138,7 +138,7 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
   }
   o.huge_pages = !no_huge;
   o.warm_start = !cold;
-  o.policy = policy == "lru" ? waste::daemon::Policy::kLru : waste::daemon::Policy::kLfru;
+  o.policy = policy == "lru" ? waste::EvictionPolicy::kLru : waste::EvictionPolicy::kLfru;
   o.wire_trunk = !no_wire;
   if (!budget_text.empty()) {
     auto b = waste::ParseSize(budget_text);

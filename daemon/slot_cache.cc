@@ -1,21 +1,20 @@
 #include "daemon/slot_cache.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace waste::daemon {
 
 using shm::SlotState;
 
 SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
-                     Policy policy, uint32_t max_queued_per_client)
+                     EvictionPolicy policy, uint32_t max_queued_per_client)
     : t_(table),
       has_bank_(std::move(has_bank)),
       record_bytes_(record_bytes),
-      policy_(policy),
       max_queued_(std::max<uint32_t>(max_queued_per_client, 1)),
       experts_(table.header().experts),
       meta_(table.slots()),
+      eviction_(table.slots(), policy),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
       hits_(uses_.size(), 0),
       layer_hits_(table.header().layers, 0),
@@ -40,9 +39,8 @@ std::vector<const shm::PinPage*> SlotCache::Pages() const {
 }
 
 void SlotCache::Touch(uint32_t slot, uint32_t client, uint64_t stamp) {
+  eviction_.Touch(slot);
   SlotMeta& m = meta_[slot];
-  m.uses += 1;
-  m.last_use = ++clock_;
   m.awaited_by = client + 1;
   m.awaited_stamp = stamp;
 }
@@ -69,9 +67,9 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
   }
   for (uint32_t e : experts) {
     const uint32_t key = shm::ExpertKey(layer, static_cast<int>(e));
-    const uint32_t s = t_.index(layer, static_cast<int>(e)).load(std::memory_order_relaxed);
-    const SlotState st =
-        s == shm::kNoSlot ? SlotState::kEmpty : shm::StateOf(t_.slot(s).word.load());
+    const shm::SlotPeek found = shm::PeekRecord(t_, layer, static_cast<int>(e));
+    const uint32_t s = found.slot;
+    const SlotState st = found.state;
     const bool held = st == SlotState::kReady || st == SlotState::kLoading;
     bool repeat = false;
     if (kind == HintKind::kDemand) {
@@ -79,11 +77,9 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
       if (!repeat) cl.counted.push_back(key);
     }
     if (kind == HintKind::kDemand && !repeat) {
-      // Popularity fades: halved every 4 x slots uses. On the real Kimi
-      // trace this beats LRU by 1-1.5 points at 6-24% caches, where every
-      // 64 x slots lost to it by 7-14 (docs/MEASUREMENTS.md, policy).
-      if (++demands_ % (4 * meta_.size()) == 0)
-        for (SlotMeta& x : meta_) x.uses /= 2;
+      // Before the touch below: a fading does not halve this use. A miss
+      // counts now; its record's use comes with its slot (Assign).
+      eviction_.CountUse();
       const size_t at = static_cast<size_t>(layer) * experts_ + e;
       ++uses_[at];
       const auto q = queued_.find(key);
@@ -196,6 +192,7 @@ bool SlotCache::Awaited(const SlotMeta& m) const {
 void SlotCache::Forget(uint32_t slot) {
   if (meta_[slot].lookahead_read) c_.lookahead_unused_bytes += record_bytes_;
   meta_[slot] = SlotMeta{};
+  eviction_.Forget(slot);
 }
 
 uint32_t SlotCache::TakeVictim(bool empty_only) {
@@ -203,28 +200,16 @@ uint32_t SlotCache::TakeVictim(bool empty_only) {
   std::vector<uint16_t> pinned;
   shm::CollectPins(pages, t_.pins_per_client(), t_.slots(), &pinned);
   for (int attempt = 0; attempt < 8; ++attempt) {
-    uint32_t best = shm::kNoSlot;
-    std::tuple<int, bool, uint64_t, uint64_t> best_rank{};
-    for (uint32_t s = 0; s < t_.slots(); ++s) {
-      const SlotState st = shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed));
-      if (st == SlotState::kLoading || pinned[s]) continue;
-      if (empty_only && st != SlotState::kEmpty) continue;
-      const SlotMeta& m = meta_[s];
-      // Empty first, failed next, then not awaited, fewer uses (LFRU only),
-      // older use.
-      const auto rank = std::make_tuple(st == SlotState::kEmpty    ? 0
-                                        : st == SlotState::kFailed ? 1
-                                                                   : 2,
-                                        Awaited(m), policy_ == Policy::kLfru ? m.uses : 0,
-                                        m.last_use);
-      if (best == shm::kNoSlot || rank < best_rank) {
-        best = s;
-        best_rank = rank;
-        if (std::get<0>(rank) == 0) break;
-      }
-    }
-    if (best == shm::kNoSlot) return shm::kNoSlot;
-    if (std::get<0>(best_rank) == 0) return best;
+    const uint32_t best = eviction_.Victim([&](uint32_t s) {
+      const SlotState st = shm::Peek(t_, s).state;
+      if (st == SlotState::kLoading || pinned[s]) return SlotStanding{SlotStanding::kKept};
+      if (st == SlotState::kEmpty) return SlotStanding{SlotStanding::kEmpty};
+      if (empty_only) return SlotStanding{SlotStanding::kKept};
+      return SlotStanding{st == SlotState::kFailed ? SlotStanding::kFailed : SlotStanding::kHeld,
+                          Awaited(meta_[s])};
+    });
+    if (best == Eviction::kNone) return shm::kNoSlot;
+    if (shm::Peek(t_, best).state == SlotState::kEmpty) return best;
     if (shm::Retire(t_, best, pages)) {
       Forget(best);
       return best;
@@ -236,20 +221,13 @@ uint32_t SlotCache::TakeVictim(bool empty_only) {
 
 void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t client,
                        uint64_t stamp) {
-  shm::SlotEntry& e = t_.slot(slot);
-  const uint32_t gen = shm::GenerationOf(e.word.load(std::memory_order_relaxed));
-  e.key.store(key, std::memory_order_relaxed);
-  e.error.store(0, std::memory_order_relaxed);
-  e.detail.store(0, std::memory_order_relaxed);
-  e.word.store(shm::MakeWord(SlotState::kLoading, gen + 1), std::memory_order_release);
-  t_.index(shm::KeyLayer(key), shm::KeyExpert(key)).store(slot, std::memory_order_release);
+  shm::MarkLoading(t_, slot, key);
   Forget(slot);
   SlotMeta& m = meta_[slot];
   // The demand that brought it in counts; a warmed record starts as if used
   // once, so that it does not go before anything used since the start.
-  m.uses = kind == HintKind::kLookahead ? 0 : 1;
+  eviction_.Admit(slot, kind == HintKind::kLookahead ? 0 : 1);
   m.lookahead_read = m.lookahead_hinted = kind == HintKind::kLookahead;
-  m.last_use = ++clock_;
   if (kind != HintKind::kWarm) {  // asked for by a client that will come for it
     m.awaited_by = client + 1;
     m.awaited_stamp = stamp;
@@ -297,26 +275,18 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
 
 void SlotCache::Complete(const ReadJob& job, shm::ReadError error, uint32_t detail) {
   --in_flight_[static_cast<int>(job.kind)];
-  shm::SlotEntry& e = t_.slot(job.slot);
-  const uint32_t gen = shm::GenerationOf(e.word.load(std::memory_order_relaxed));
   if (error == shm::ReadError::kNone) {
     ++c_.reads;
     c_.bytes_read += record_bytes_;
-    e.word.store(shm::MakeWord(SlotState::kReady, gen + 1), std::memory_order_release);
+    shm::Publish(t_, job.slot);
   } else {
     ++c_.read_errors;
-    e.error.store(static_cast<uint32_t>(error), std::memory_order_relaxed);
-    e.detail.store(detail, std::memory_order_relaxed);
-    e.word.store(shm::MakeWord(SlotState::kFailed, gen + 1), std::memory_order_release);
+    shm::Fail(t_, job.slot, error, detail);
   }
-  shm::FutexWakeAll(&e.word);
-  t_.Announce();
 }
 
 void SlotCache::Shutdown() {
-  t_.header().serving.store(0, std::memory_order_seq_cst);
-  t_.Announce();
-  for (uint32_t s = 0; s < t_.slots(); ++s) shm::FutexWakeAll(&t_.slot(s).word);
+  shm::StopServing(t_);
 }
 
 void SlotCache::SeedUses(std::span<const uint32_t> uses) {
@@ -338,7 +308,7 @@ std::vector<uint32_t> SlotCache::Hottest(uint32_t max) const {
 uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
   uint32_t free = 0;
   for (uint32_t s = 0; s < t_.slots(); ++s)
-    if (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed)) == SlotState::kEmpty) ++free;
+    if (shm::Peek(t_, s).state == SlotState::kEmpty) ++free;
   uint32_t queued = 0;
   for (uint32_t key : keys) {
     if (queued >= free) break;
@@ -346,8 +316,7 @@ uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
     if (layer >= static_cast<int>(has_bank_.size()) || !has_bank_[layer] ||
         expert >= static_cast<int>(experts_))
       continue;
-    if (t_.index(layer, expert).load(std::memory_order_relaxed) != shm::kNoSlot ||
-        queued_.count(key))
+    if (shm::PeekRecord(t_, layer, expert).slot != shm::kNoSlot || queued_.count(key))
       continue;
     Enqueue({key, 0, 0}, HintKind::kWarm);
     ++queued;
@@ -359,10 +328,9 @@ uint32_t SlotCache::Drop(int layer) {
   const std::vector<const shm::PinPage*> pages = Pages();
   uint32_t dropped = 0;
   for (uint32_t s = 0; s < t_.slots(); ++s) {
-    const shm::SlotEntry& e = t_.slot(s);
-    const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
-    if (st != SlotState::kReady && st != SlotState::kFailed) continue;
-    if (layer >= 0 && shm::KeyLayer(e.key.load(std::memory_order_relaxed)) != layer) continue;
+    const shm::SlotPeek p = shm::Peek(t_, s);
+    if (p.state != SlotState::kReady && p.state != SlotState::kFailed) continue;
+    if (layer >= 0 && shm::KeyLayer(p.key) != layer) continue;
     if (shm::Retire(t_, s, pages)) {
       Forget(s);
       ++dropped;
@@ -381,7 +349,7 @@ CacheCounters SlotCache::counters() const {
   std::vector<uint16_t> pinned;
   shm::CollectPins(Pages(), t_.pins_per_client(), t_.slots(), &pinned);
   for (uint32_t s = 0; s < t_.slots(); ++s) {
-    switch (shm::StateOf(t_.slot(s).word.load(std::memory_order_relaxed))) {
+    switch (shm::Peek(t_, s).state) {
       case SlotState::kReady:
         ++c.ready;
         break;
@@ -408,14 +376,12 @@ std::vector<LayerCounters> SlotCache::layer_counters() const {
     out[L].resident.assign((experts_ + 7) / 8, 0);
   }
   for (uint32_t s = 0; s < t_.slots(); ++s) {
-    const shm::SlotEntry& e = t_.slot(s);
-    const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
-    if (st != SlotState::kReady && st != SlotState::kLoading) continue;
-    const uint32_t key = e.key.load(std::memory_order_relaxed);
-    const auto L = static_cast<size_t>(shm::KeyLayer(key));
-    const auto x = static_cast<uint32_t>(shm::KeyExpert(key));
+    const shm::SlotPeek p = shm::Peek(t_, s);
+    if (p.state != SlotState::kReady && p.state != SlotState::kLoading) continue;
+    const auto L = static_cast<size_t>(shm::KeyLayer(p.key));
+    const auto x = static_cast<uint32_t>(shm::KeyExpert(p.key));
     if (L >= out.size() || x >= experts_) continue;
-    if (st == SlotState::kLoading) {
+    if (p.state == SlotState::kLoading) {
       ++out[L].loading;
       continue;
     }

@@ -17,15 +17,20 @@
 // With the cap on pins per client (shm/table.h, pins_per_client), a client
 // that asks for everything at once cannot starve the others.
 //
-// Eviction (LFRU): an empty slot first, then a failed one, then the ready
-// slot with the fewest recent uses, the least recently used among equals
-// (with the LRU policy, only the least recently used). Uses are the demand
-// hints a record received (a client's repeat within one layer is not a
-// use), halved every 4 x slots uses so old popularity fades. A slot any live
-// client has pinned is never evicted; a record a client asked for, by demand
-// or lookahead, and has not finished with (its layer has not come and gone
-// for that client) is evicted only when nothing else can be. Warm-up reads
-// take only empty slots: warming never evicts anything.
+// Eviction (base/eviction.h, LFRU or LRU): an empty slot first, then a
+// failed one, then the ready slot with the fewest recent uses, the least
+// recently used among equals (with the LRU policy, only the least recently
+// used). Uses are the demand hints a record received (a client's repeat
+// within one layer is not a use), halved every 4 x slots uses so old
+// popularity fades. A slot any live client has pinned is never evicted; a
+// record a client asked for, by demand or lookahead, and has not finished
+// with (its layer has not come and gone for that client) is evicted only
+// when nothing else can be. Warm-up reads take only empty slots: warming
+// never evicts anything.
+//
+// Every change to the table goes through shm/table.h's slot functions
+// (MarkLoading, Publish, Fail, Retire, StopServing); this class decides,
+// they write.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/eviction.h"
 #include "engine/experts/expert_source.h"
 #include "shm/table.h"
 
@@ -46,8 +52,6 @@ struct ReadJob {
   uint32_t key = 0;  // shm::ExpertKey
   HintKind kind = HintKind::kDemand;
 };
-
-enum class Policy { kLfru, kLru };
 
 struct CacheCounters {
   // Each counted demand hint is one of three: a hit (the record was ready),
@@ -96,7 +100,8 @@ class SlotCache {
   // `table` was laid out by SlotTable::Init; `has_bank[L]` says whether layer
   // L has experts. `record_bytes` is what one read brings in.
   SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t record_bytes,
-            Policy policy = Policy::kLfru, uint32_t max_queued_per_client = kMaxQueuedPerClient);
+            EvictionPolicy policy = EvictionPolicy::kLfru,
+            uint32_t max_queued_per_client = kMaxQueuedPerClient);
 
   // A client's pin page, readable for as long as the client is registered.
   void AddClient(uint32_t id, const shm::PinPage* page);
@@ -141,9 +146,8 @@ class SlotCache {
   bool has_queued() const { return !queue_[0].empty() || !queue_[1].empty() || !queue_[2].empty(); }
 
  private:
+  // What the cache knows of a slot besides its uses and recency (eviction_).
   struct SlotMeta {
-    uint64_t uses = 0;
-    uint64_t last_use = 0;
     uint32_t awaited_by = 0;     // client id + 1 that asked for it; 0 for none
     uint64_t awaited_stamp = 0;  // that client's progress when it asked
     bool lookahead_read = false;    // read for a lookahead hint, not demanded since
@@ -181,18 +185,16 @@ class SlotCache {
   shm::SlotTable t_;
   std::vector<bool> has_bank_;
   uint64_t record_bytes_;
-  Policy policy_;
   uint32_t max_queued_;
   uint32_t experts_;
   std::vector<SlotMeta> meta_;
+  Eviction eviction_;  // the slots' uses and recency
   std::map<uint32_t, Client> clients_;
   std::deque<Pending> queue_[3];                   // by HintKind
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
   std::vector<uint64_t> layer_hits_, layer_late_, layer_misses_;  // [layers]
-  uint64_t clock_ = 0;    // recency: bumped at every use and every assignment
-  uint64_t demands_ = 0;  // uses counted, for the decay
   uint64_t dispatch_clock_ = 0;
   CacheCounters c_;
 };

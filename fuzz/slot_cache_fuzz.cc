@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(t.ok());
   const shm::SlotTable table = *t;
   table.header().pins_per_client = 1 + in.Byte() % 8;
-  SlotCache cache(table, {false, true, true, true}, 4096, waste::daemon::Policy::kLfru,
+  SlotCache cache(table, {false, true, true, true}, 4096, waste::EvictionPolicy::kLfru,
                   1 + in.Byte() % 16);
   // Client 0 is hostile (its page is raw input); client 1 pins as TryPin does.
   auto hostile = std::make_unique<shm::PinPage>();

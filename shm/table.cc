@@ -181,6 +181,52 @@ bool AnyPins(std::span<const PinPage* const> pages, uint32_t per_page, uint32_t 
   return false;
 }
 
+SlotPeek Peek(const SlotTable& t, uint32_t slot) {
+  const SlotEntry& e = t.slot(slot);
+  return {slot, StateOf(e.word.load(std::memory_order_relaxed)),
+          e.key.load(std::memory_order_relaxed)};
+}
+
+SlotPeek PeekRecord(const SlotTable& t, int layer, int expert) {
+  const uint32_t s = t.index(layer, expert).load(std::memory_order_relaxed);
+  if (s == kNoSlot) return {};
+  return Peek(t, s);
+}
+
+void MarkLoading(const SlotTable& t, uint32_t slot, uint32_t key) {
+  SlotEntry& e = t.slot(slot);
+  const uint32_t gen = GenerationOf(e.word.load(std::memory_order_relaxed));
+  e.key.store(key, std::memory_order_relaxed);
+  e.error.store(0, std::memory_order_relaxed);
+  e.detail.store(0, std::memory_order_relaxed);
+  e.word.store(MakeWord(SlotState::kLoading, gen + 1), std::memory_order_release);
+  t.index(KeyLayer(key), KeyExpert(key)).store(slot, std::memory_order_release);
+}
+
+void Publish(const SlotTable& t, uint32_t slot) {
+  SlotEntry& e = t.slot(slot);
+  const uint32_t gen = GenerationOf(e.word.load(std::memory_order_relaxed));
+  e.word.store(MakeWord(SlotState::kReady, gen + 1), std::memory_order_release);
+  FutexWakeAll(&e.word);
+  t.Announce();
+}
+
+void Fail(const SlotTable& t, uint32_t slot, ReadError error, uint32_t detail) {
+  SlotEntry& e = t.slot(slot);
+  const uint32_t gen = GenerationOf(e.word.load(std::memory_order_relaxed));
+  e.error.store(static_cast<uint32_t>(error), std::memory_order_relaxed);
+  e.detail.store(detail, std::memory_order_relaxed);
+  e.word.store(MakeWord(SlotState::kFailed, gen + 1), std::memory_order_release);
+  FutexWakeAll(&e.word);
+  t.Announce();
+}
+
+void StopServing(const SlotTable& t) {
+  t.header().serving.store(0, std::memory_order_seq_cst);
+  t.Announce();
+  for (uint32_t s = 0; s < t.slots(); ++s) FutexWakeAll(&t.slot(s).word);
+}
+
 bool Retire(const SlotTable& t, uint32_t slot, std::span<const PinPage* const> pages) {
   SlotEntry& e = t.slot(slot);
   const uint32_t w = e.word.load(std::memory_order_relaxed);

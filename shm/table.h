@@ -9,7 +9,11 @@
 //
 // A slot's state word is `generation << 2 | state`; every state change bumps
 // the generation, so a client that read a word and later reads the same word
-// knows nothing happened in between. Only the daemon writes the table.
+// knows nothing happened in between. Only the daemon writes the table, from
+// one thread, and only through the functions below that say "daemon":
+//
+//   empty --MarkLoading--> loading --Publish--> ready  --Retire--> empty
+//                                  \--Fail----> failed --Retire--> empty
 //
 // A pin page (one writable page per client, its own memfd) lists the slots
 // that client is reading. The daemon never evicts a slot listed in any live
@@ -185,11 +189,44 @@ void CollectPins(std::span<const PinPage* const> pages, uint32_t per_page, uint3
 // Whether any page pins `slot` in its first `per_page` entries.
 bool AnyPins(std::span<const PinPage* const> pages, uint32_t per_page, uint32_t slot);
 
+// What the daemon sees of a slot (daemon). Relaxed loads: the daemon is the
+// only writer, so it reads its own latest stores.
+struct SlotPeek {
+  uint32_t slot = kNoSlot;
+  SlotState state = SlotState::kEmpty;
+  uint32_t key = kNoKey;  // as stored: kNoKey when empty
+};
+SlotPeek Peek(const SlotTable& t, uint32_t slot);
+// The slot the index gives for (layer, expert), ids in range; slot kNoSlot
+// (state kEmpty) when none.
+SlotPeek PeekRecord(const SlotTable& t, int layer, int expert);
+
+// Assigns an empty slot to `key` and marks it loading (daemon): key, error
+// and detail (relaxed), then the state word (generation + 1) and the index
+// entry, both with release, so that a client that finds the slot through the
+// index sees its key. Wakes nobody and does not announce: the caller calls
+// SlotTable::Announce once after a batch, which tells the clients waiting
+// for an absent record that it has a slot now.
+void MarkLoading(const SlotTable& t, uint32_t slot, uint32_t key);
+// The read into a loading slot succeeded (daemon): marks it ready
+// (generation + 1, release: the record's bytes, written before, are seen by
+// whoever sees the word), wakes every waiter on the word and announces.
+void Publish(const SlotTable& t, uint32_t slot);
+// The read into a loading slot failed (daemon): stores `error` and `detail`
+// (relaxed), marks it failed (generation + 1, release, so the two are seen
+// with it), wakes every waiter on the word and announces.
+void Fail(const SlotTable& t, uint32_t slot, ReadError error, uint32_t detail);
 // Takes a ready or failed slot out of service so it can be reused (daemon):
-// clears its index entry and marks it empty, then checks the pin pages (the
-// first pins_per_client entries of each); if a pin raced in, puts everything
-// back and returns false.
+// clears its index entry and marks it empty (generation + 1), then checks the
+// pin pages (the first pins_per_client entries of each); if a pin raced in,
+// puts everything back (the old word: its generation included) and returns
+// false. On success clears the key. All the stores and the pin loads are
+// sequentially consistent (the handshake above). Does not announce: the
+// caller does, once after a batch.
 bool Retire(const SlotTable& t, uint32_t slot, std::span<const PinPage* const> pages);
+// The daemon is stopping (daemon): clears `serving` (seq_cst), announces and
+// wakes every waiter on every slot's word, so that no client sleeps on.
+void StopServing(const SlotTable& t);
 
 // futex(2) on a word in shared memory, across processes. Wait returns when
 // the word is no longer `expected`, when woken, or after `timeout_ms`.

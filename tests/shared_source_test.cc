@@ -120,30 +120,24 @@ class FakeDaemon {
   shm::SlotState state(uint32_t slot) const { return shm::StateOf(word(slot)); }
   uint32_t index(int layer, int expert) const { return table_.index(layer, expert).load(); }
 
-  // Assigns `slot` (empty or retired) to (layer, expert) and marks it loading.
+  // Assigns `slot` (empty or retired) to (layer, expert) and marks it
+  // loading, as the daemon does (shm/table.h).
   void StartLoad(uint32_t slot, int layer, int expert) {
-    shm::SlotEntry& e = table_.slot(slot);
-    e.key.store(shm::ExpertKey(layer, expert));
-    e.error.store(0);
-    Bump(slot, shm::SlotState::kLoading);
-    table_.index(layer, expert).store(slot);
+    shm::MarkLoading(table_, slot, shm::ExpertKey(layer, expert));
     table_.Announce();
   }
   // Writes the record's pattern while loading, then publishes it.
   void FinishLoad(uint32_t slot) {
     shm::SlotEntry& e = table_.slot(slot);
     FillPattern(cache_rw_.data() + slot * kStride, e.key.load(), shm::GenerationOf(e.word) + 1);
-    Bump(slot, shm::SlotState::kReady);
+    shm::Publish(table_, slot);
   }
   void Load(uint32_t slot, int layer, int expert) {
     StartLoad(slot, layer, expert);
     FinishLoad(slot);
   }
   void Fail(uint32_t slot, shm::ReadError why, uint32_t detail = 0) {
-    shm::SlotEntry& e = table_.slot(slot);
-    e.error.store(static_cast<uint32_t>(why));
-    e.detail.store(detail);
-    Bump(slot, shm::SlotState::kFailed);
+    shm::Fail(table_, slot, why, detail);
   }
   bool Retire(uint32_t slot) {
     const shm::PinPage* pages[] = {page_};
@@ -151,10 +145,7 @@ class FakeDaemon {
     if (done) table_.Announce();
     return done;
   }
-  void Stop() {
-    table_.header().serving.store(0);
-    table_.Announce();
-  }
+  void Stop() { shm::StopServing(table_); }
 
  private:
   static shm::Mapping MapReadOnly(const shm::Segment& seg, bool populate = true) {
@@ -162,12 +153,6 @@ class FakeDaemon {
     shm::Mapping m = Must(shm::Mapping::Map(fd, seg.size(), false, populate));
     close(fd);
     return m;
-  }
-  void Bump(uint32_t slot, shm::SlotState s) {
-    shm::SlotEntry& e = table_.slot(slot);
-    e.word.store(shm::MakeWord(s, shm::GenerationOf(e.word.load()) + 1));
-    shm::FutexWakeAll(&e.word);
-    table_.Announce();
   }
 
   uint32_t slots_;

@@ -1,5 +1,8 @@
 // Shared-memory segments: a sealed segment cannot be written by anyone, a
-// read-only mapping in another process sees what the owner wrote.
+// read-only mapping in another process sees what the owner wrote. The slot
+// table's state machine, the daemon's side: every change bumps the
+// generation, the index follows, failures carry their reason, and a pinned
+// slot is not retired.
 #include "shm/segment.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +15,9 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include "shm/table.h"
 
 namespace waste::shm {
 namespace {
@@ -128,6 +134,99 @@ TEST(Segment, HugePagesAreMappedWholeByAReader) {
 
 TEST(Segment, EmptyIsRefused) {
   EXPECT_FALSE(Segment::Create("x", 0, false).ok());
+}
+
+// A table of 3 layers x 8 experts and 4 slots in ordinary memory.
+struct Table {
+  Table() : mem(SlotTable::BytesFor(3, 8, 4) / 8) {
+    auto t = SlotTable::Init(reinterpret_cast<uint8_t*>(mem.data()), mem.size() * 8, 3, 8, 4, 4096,
+                             4096);
+    EXPECT_TRUE(t.ok());
+    table = *t;
+    for (auto& w : page.pins) w.store(0);
+  }
+  uint32_t word(uint32_t s) const { return table.slot(s).word.load(); }
+  uint32_t epoch() const { return table.header().epoch.load(); }
+  std::vector<uint64_t> mem;
+  SlotTable table;
+  PinPage page;
+};
+
+TEST(SlotTable, ASlotLoadsIsPublishedAndIsRetired) {
+  Table t;
+  EXPECT_EQ(PeekRecord(t.table, 1, 5).slot, kNoSlot);
+  EXPECT_EQ(PeekRecord(t.table, 1, 5).state, SlotState::kEmpty);
+  EXPECT_EQ(Peek(t.table, 2).key, kNoKey);
+  const uint32_t e0 = t.epoch();
+
+  MarkLoading(t.table, 2, ExpertKey(1, 5));
+  EXPECT_EQ(t.word(2), MakeWord(SlotState::kLoading, 1));
+  EXPECT_EQ(t.epoch(), e0) << "marking loading does not announce";
+  const SlotPeek p = PeekRecord(t.table, 1, 5);
+  EXPECT_EQ(p.slot, 2u);
+  EXPECT_EQ(p.state, SlotState::kLoading);
+  EXPECT_EQ(p.key, ExpertKey(1, 5));
+
+  Publish(t.table, 2);
+  EXPECT_EQ(t.word(2), MakeWord(SlotState::kReady, 2));
+  EXPECT_EQ(t.epoch(), e0 + 1);
+  PinSet pins(&t.page);
+  EXPECT_EQ(TryPin(t.table, pins, 1, 5).kind, PinAttempt::kPinned);
+  pins.Remove(2);
+
+  const PinPage* pages[] = {&t.page};
+  EXPECT_TRUE(Retire(t.table, 2, pages));
+  EXPECT_EQ(t.word(2), MakeWord(SlotState::kEmpty, 3));
+  EXPECT_EQ(Peek(t.table, 2).key, kNoKey);
+  EXPECT_EQ(PeekRecord(t.table, 1, 5).slot, kNoSlot);
+  EXPECT_EQ(t.epoch(), e0 + 1) << "retiring does not announce";
+  EXPECT_EQ(TryPin(t.table, pins, 1, 5).kind, PinAttempt::kAbsent);
+}
+
+TEST(SlotTable, AFailureCarriesItsReasonUntilTheSlotIsReused) {
+  Table t;
+  MarkLoading(t.table, 0, ExpertKey(2, 7));
+  const uint32_t e0 = t.epoch();
+  Fail(t.table, 0, ReadError::kIo, 5);
+  EXPECT_EQ(t.word(0), MakeWord(SlotState::kFailed, 2));
+  EXPECT_EQ(t.epoch(), e0 + 1);
+  PinSet pins(&t.page);
+  const PinAttempt a = TryPin(t.table, pins, 2, 7);
+  EXPECT_EQ(a.kind, PinAttempt::kFailed);
+  EXPECT_EQ(a.error, ReadError::kIo);
+  EXPECT_EQ(a.detail, 5u);
+  EXPECT_EQ(pins.held(), 0u);
+  const PinPage* pages[] = {&t.page};
+  ASSERT_TRUE(Retire(t.table, 0, pages));
+  MarkLoading(t.table, 0, ExpertKey(1, 1));  // reused: the old reason is gone
+  EXPECT_EQ(t.table.slot(0).error.load(), 0u);
+  EXPECT_EQ(t.table.slot(0).detail.load(), 0u);
+  EXPECT_EQ(t.word(0), MakeWord(SlotState::kLoading, 4));
+}
+
+TEST(SlotTable, APinnedSlotIsNotRetired) {
+  Table t;
+  MarkLoading(t.table, 3, ExpertKey(0, 2));
+  Publish(t.table, 3);
+  PinSet pins(&t.page);
+  ASSERT_EQ(TryPin(t.table, pins, 0, 2).kind, PinAttempt::kPinned);
+  const uint32_t w = t.word(3);
+  const PinPage* pages[] = {&t.page};
+  EXPECT_FALSE(Retire(t.table, 3, pages));
+  EXPECT_EQ(t.word(3), w) << "put back as it was, generation included";
+  EXPECT_EQ(PeekRecord(t.table, 0, 2).slot, 3u);
+  EXPECT_EQ(Peek(t.table, 3).key, ExpertKey(0, 2));
+  pins.Remove(3);
+  EXPECT_TRUE(Retire(t.table, 3, pages));
+}
+
+TEST(SlotTable, StopServingTellsClients) {
+  Table t;
+  EXPECT_EQ(t.table.header().serving.load(), 1u);
+  const uint32_t e0 = t.epoch();
+  StopServing(t.table);
+  EXPECT_EQ(t.table.header().serving.load(), 0u);
+  EXPECT_EQ(t.epoch(), e0 + 1);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kLayers = 4, kExperts = 16;
 
 struct Fixture {
-  explicit Fixture(uint32_t slots, Policy policy = Policy::kLfru,
+  explicit Fixture(uint32_t slots, EvictionPolicy policy = EvictionPolicy::kLfru,
                    uint32_t max_queued = kMaxQueuedPerClient) {
     mem.resize(shm::SlotTable::BytesFor(kLayers, kExperts, slots) / 8 + 1);
     auto t = shm::SlotTable::Init(reinterpret_cast<uint8_t*>(mem.data()), mem.size() * 8, kLayers,
@@ -149,7 +149,7 @@ TEST(SlotCache, APinPageFullOfGarbageIsHarmless) {
 // no more; the next read goes to the client served least recently, so a
 // second client's demand starts next, not after the flood.
 TEST(SlotCache, AGreedyClientCannotStarveAnother) {
-  Fixture f(64, Policy::kLfru, /*max_queued=*/8);
+  Fixture f(64, EvictionPolicy::kLfru, /*max_queued=*/8);
   f.cache->AddClient(0, f.pages[0].get());
   f.cache->AddClient(1, f.pages[1].get());
   std::vector<uint32_t> all(kExperts);
@@ -305,7 +305,7 @@ TEST(SlotCache, ARepeatedDemandIsNotAnotherUse) {
 }
 
 TEST(SlotCache, LruIgnoresUses) {
-  for (const Policy policy : {Policy::kLfru, Policy::kLru}) {
+  for (const EvictionPolicy policy : {EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
     Fixture f(2, policy);
     f.cache->AddClient(0, f.pages[0].get());
     f.Hint(0, 1, {0}, HintKind::kDemand);
@@ -316,9 +316,9 @@ TEST(SlotCache, LruIgnoresUses) {
     f.Hint(0, 3, {2}, HintKind::kDemand);
     f.RunReads();
     // LFRU keeps the popular one; LRU keeps the recent one.
-    EXPECT_EQ(f.State(1, 0), policy == Policy::kLfru ? shm::SlotState::kReady
+    EXPECT_EQ(f.State(1, 0), policy == EvictionPolicy::kLfru ? shm::SlotState::kReady
                                                       : shm::SlotState::kEmpty);
-    EXPECT_EQ(f.State(2, 1), policy == Policy::kLfru ? shm::SlotState::kEmpty
+    EXPECT_EQ(f.State(2, 1), policy == EvictionPolicy::kLfru ? shm::SlotState::kEmpty
                                                       : shm::SlotState::kReady);
   }
 }

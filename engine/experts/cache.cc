@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <tuple>
 
 namespace waste {
 namespace {
@@ -38,9 +37,11 @@ Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
 }
 
 ExpertCache::ExpertCache(const Container& ct, const CacheOptions& opt)
-    : ct_(ct), opt_(opt), record_bytes_(ct.record_bytes()) {
-  slots_.resize(opt.slots);
-}
+    : ct_(ct),
+      opt_(opt),
+      record_bytes_(ct.record_bytes()),
+      slots_(opt.slots),
+      eviction_(static_cast<uint32_t>(opt.slots)) {}
 
 ExpertCache::~ExpertCache() {
   {
@@ -52,20 +53,14 @@ ExpertCache::~ExpertCache() {
 }
 
 int ExpertCache::Victim() const {
-  int best = -1;
-  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+  // A failed read stands as a record: the next Acquire of it retries.
+  const uint32_t v = eviction_.Victim([&](uint32_t i) {
     const Slot& s = slots_[i];
-    if (s.state == State::kEmpty) return i;
-    if (s.pins > 0 || s.state == State::kLoading) continue;
-    if (best < 0) {
-      best = i;
-      continue;
-    }
-    const Slot& b = slots_[best];
-    // Order: not awaited before awaited, then fewer uses, then older use.
-    if (std::tuple(s.awaited, s.uses, s.last_use) < std::tuple(b.awaited, b.uses, b.last_use)) best = i;
-  }
-  return best;
+    if (s.state == State::kEmpty) return SlotStanding{SlotStanding::kEmpty};
+    if (s.pins > 0 || s.state == State::kLoading) return SlotStanding{SlotStanding::kKept};
+    return SlotStanding{SlotStanding::kHeld, s.awaited};
+  });
+  return v == Eviction::kNone ? -1 : static_cast<int>(v);
 }
 
 int ExpertCache::SlotFor(uint32_t key, HintKind kind, bool* hit) {
@@ -83,6 +78,7 @@ int ExpertCache::SlotFor(uint32_t key, HintKind kind, bool* hit) {
   Slot& s = slots_[v];
   if (s.state != State::kEmpty) index_.erase(s.key);
   s = Slot{};
+  eviction_.Forget(static_cast<uint32_t>(v));  // uses start with the Acquire it is for
   s.state = State::kLoading;
   s.key = key;
   s.awaited = true;  // cleared by the Acquire it was brought in for
@@ -116,16 +112,14 @@ Result<const uint8_t*> ExpertCache::TryAcquire(int layer, int expert) {
   Slot& s = slots_[it->second];
   ++s.pins;
   ++stats_.hits;
-  CountUse(s);
+  CountUse(it->second);
   return memory_.data() + record_bytes_ * static_cast<size_t>(it->second);
 }
 
-void ExpertCache::CountUse(Slot& s) {
-  s.uses += 1;
-  s.last_use = ++clock_;
-  s.awaited = false;
-  if (clock_ % (4 * slots_.size()) == 0)
-    for (Slot& x : slots_) x.uses /= 2;  // popularity fades
+void ExpertCache::CountUse(int i) {
+  slots_[i].awaited = false;
+  eviction_.Touch(static_cast<uint32_t>(i));
+  eviction_.CountUse();  // after the touch: a fading halves this use too
 }
 
 bool ExpertCache::Ready(int layer, int expert) {
@@ -177,7 +171,7 @@ Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
     stats_.wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  CountUse(s);
+  CountUse(i);
   if (s.state == State::kFailed) {
     --s.pins;
     return Status::Error(s.error);

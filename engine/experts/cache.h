@@ -1,11 +1,12 @@
 // ExpertCache: the in-process expert source. A fixed set of slots, each one
 // record long and page aligned, filled by reader threads with O_DIRECT reads
 // straight from the banks, demand before lookahead before warm-up. Eviction
-// is LFRU: the unpinned slot with the fewest recent uses goes first (uses are
-// halved every 4 x slots acquisitions, so old popularity fades), the
-// least recently used among equals. A pinned or loading slot is never
-// evicted, and a record read for a hint is evicted only when nothing else can
-// be: otherwise, having no uses yet, it would be the first to go.
+// is base/eviction.h's LFRU, each acquisition one use: the unpinned slot
+// with the fewest recent uses goes first (uses are halved every 4 x slots
+// acquisitions, so old popularity fades), the least recently used among
+// equals. A pinned or loading slot is never evicted, and a record read for a
+// hint is evicted only when nothing else can be: otherwise, having no uses
+// yet, it would be the first to go.
 #pragma once
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/eviction.h"
 #include "engine/experts/expert_source.h"
 #include "engine/experts/record_reader.h"
 #include "engine/format/container.h"
@@ -55,8 +57,6 @@ class ExpertCache : public ExpertSource {
     State state = State::kEmpty;
     uint32_t key = 0;  // layer << 16 | expert
     int pins = 0;
-    uint64_t uses = 0;
-    uint64_t last_use = 0;
     bool awaited = false;  // brought in for a hint and not yet acquired
     std::string error;
   };
@@ -70,8 +70,8 @@ class ExpertCache : public ExpertSource {
   // With mu_ held: the slot holding `key` or a fresh one loading it; -1 when
   // every slot is pinned or loading.
   int SlotFor(uint32_t key, HintKind kind, bool* hit);
-  // An acquire of `s`: its popularity and recency. With mu_ held.
-  void CountUse(Slot& s);
+  // An acquire of slot `i`: its popularity and recency. With mu_ held.
+  void CountUse(int i);
   // Ok when the layer has a bank holding `expert`, else an error naming both.
   Status CheckIds(int layer, int expert) const;
   int Victim() const;
@@ -88,9 +88,9 @@ class ExpertCache : public ExpertSource {
   std::condition_variable ready_cv_;    // a slot finished loading
   std::condition_variable request_cv_;  // a read was queued, or stop
   std::vector<Slot> slots_;
+  Eviction eviction_;  // uses and recency of slots_
   std::unordered_map<uint32_t, int> index_;
   std::deque<Request> queue_[3];  // by HintKind: demand, lookahead, warm
-  uint64_t clock_ = 0;
   ExpertStats stats_;
   int reading_ = 0;  // reads in flight
   int current_layer_ = -1;  // of the latest Acquire
