@@ -20,16 +20,23 @@ constexpr Family kFamilies[] = {
 };
 
 std::string_view KindName(LayerKind k) {
-  return k == LayerKind::kKda ? "KDA" : "MLA";
+  switch (k) {
+    case LayerKind::kKda:
+      return "KDA";
+    case LayerKind::kMla:
+      return "MLA";
+  }
+  return "?";
 }
 
-}  // namespace
-
+// The family entry for `arch`; nullptr when there is none.
 const Family* FindFamily(Arch arch) {
   for (const Family& f : kFamilies)
     if (f.arch == arch) return &f;
   return nullptr;
 }
+
+}  // namespace
 
 Result<std::vector<LayerPlan>> PlanLayers(const ModelConfig& c) {
   const std::string family(ArchName(c.arch));

@@ -41,9 +41,6 @@ struct Family {
   bool shared_expert = false;            // its MoE layers may have shared experts
 };
 
-// The family entry for `arch`; nullptr when there is none.
-const Family* FindFamily(Arch arch);
-
 // Every layer's plan, from c's family and c itself. Refuses, by name, a
 // family without an entry and a config asking for what its family has not.
 Result<std::vector<LayerPlan>> PlanLayers(const ModelConfig& c);

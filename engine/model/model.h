@@ -182,7 +182,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   const kernels::MatrixView* lm_head_ = nullptr;
   const float* final_norm_ = nullptr;
-  Rotary rotary_;  // MLA's rope dims
+  Rotary rotary_;              // MLA's rope dims
   float softmax_scale_ = 1.f;  // MLA's
   int first_moe_ = -1;         // the first MoE layer; -1: none
   PhaseTimes times_;
