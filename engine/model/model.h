@@ -1,5 +1,8 @@
 // The forward pass of Kimi-Linear and the DeepSeek-V3 family.
 //
+// Which layers a model has is architecture.h's plan, built once at load;
+// each layer kind has a file of its own (docs/MODELS.md names them).
+//
 // A Model holds the weights (the resident trunk and an expert source) and
 // computes; a Session holds one conversation's state. Tokens go through in
 // chunks: within a chunk each token runs attention in order, and the MoE
@@ -26,6 +29,7 @@
 #include "engine/kernels/vq.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/memory/region.h"
+#include "engine/model/rotary.h"
 #include "engine/model/trunk.h"
 
 namespace waste {
@@ -134,22 +138,26 @@ class Model {
   const LookaheadStats& lookahead_stats() const { return lookahead_stats_; }
   const LookaheadStats& next_token_stats() const { return next_token_stats_; }
   // Attention constants, for tests against a reference.
-  std::span<const float> rope_inv_freq() const { return inv_freq_; }
+  std::span<const float> rope_inv_freq() const { return rotary_.inv_freq; }
   float softmax_scale() const { return softmax_scale_; }
 
  private:
-  struct Layer;
+  struct Layer;  // layer.h
   Model(const Container& ct, ExpertSource* experts, const ModelOptions& opt);
+  // Builds every layer from its plan (architecture.h).
   Status Resolve();
   Status ForwardChunk(Session& s, std::span<const int> tokens, float* logits_out, bool all);
+  // One token's attention at layer L, as the layer's kind computes it:
+  // Kda (kda.cc) or Mla (mla.cc) at position `pos`.
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
   // `ahead`: a layer whose guessed experts (guess_[ahead]) are hinted once
   // this layer's own first demand hints are out; -1 for none.
   Status MoeChunk(int L, int position, int T, const float* h, float* out, int ahead);
-  // Layer L's router on T hidden states ([T][hidden]): the union of each
-  // one's best guess_config_.top_k experts, most voted first, at most `cap`.
+  // The lookahead (lookahead.cc). Layer L's router on T hidden states
+  // ([T][hidden]): the union of each one's best guess_config_.top_k
+  // experts, most voted first, at most `cap`.
   std::vector<int> GuessExperts(int L, int T, const float* h, size_t cap);
   void HintGuess(int L);
   // Counts what layer L demands (`wanted`, distinct) against what was guessed for it.
@@ -158,12 +166,12 @@ class Model {
   // h is the chunk's [T][hidden] input, per_slot its [T][top_k][hidden] output.
   void ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
                        const float* h, float* per_slot);
+  // Layer L's dense MLP, or its shared expert, on one token (mlp.cc).
   void DenseMlp(int L, const float* h, float* out);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);
   // Several products in one pass over the pool (one barrier): the bits of
   // one MatVec each (kernels::MatVecs).
   void MatVecs(std::initializer_list<kernels::MatVecJob> jobs);
-  void RotaryInPlace(float* v, int pos) const;  // the rope dims of one head or k_pe
 
   const Container& ct_;
   const ModelConfig& c_;
@@ -174,8 +182,9 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   const kernels::MatrixView* lm_head_ = nullptr;
   const float* final_norm_ = nullptr;
-  std::vector<float> inv_freq_;  // rope: [qk_rope / 2]
-  float softmax_scale_ = 1.f;
+  Rotary rotary_;              // MLA's rope dims
+  float softmax_scale_ = 1.f;  // MLA's
+  int first_moe_ = -1;         // the first MoE layer; -1: none
   PhaseTimes times_;
   uint64_t attention_jobs_ = 0;  // see pool_jobs()
   // Lookahead.

@@ -1,0 +1,60 @@
+#include "engine/model/architecture.h"
+
+#include <algorithm>
+#include <string>
+
+namespace waste {
+namespace {
+
+// Kimi-Linear: KDA where linear_attn_config.kda_layers lists the layer, MLA
+// elsewhere (mla_use_nope: no rotary); MoE with a shared expert.
+constexpr LayerKind kKimiLinearAttention[] = {LayerKind::kKda, LayerKind::kMla};
+// DeepSeek-V3, Kimi-K2: MLA everywhere (YaRN rotary on the rope dims); MoE
+// with a shared expert after the first dense layers; grouped routing
+// (router.h; the config's n_group and topk_group).
+constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
+
+constexpr Family kFamilies[] = {
+    {Arch::kKimiLinear, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kDeepseekV3, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
+};
+
+std::string_view KindName(LayerKind k) {
+  switch (k) {
+    case LayerKind::kKda:
+      return "KDA";
+    case LayerKind::kMla:
+      return "MLA";
+  }
+  return "?";
+}
+
+// The family entry for `arch`; nullptr when there is none.
+const Family* FindFamily(Arch arch) {
+  for (const Family& f : kFamilies)
+    if (f.arch == arch) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+Result<std::vector<LayerPlan>> PlanLayers(const ModelConfig& c) {
+  const std::string family(ArchName(c.arch));
+  const Family* f = FindFamily(c.arch);
+  if (!f) return Status::Error("no architecture entry for " + family);
+  if (c.n_experts > 0 && !f->moe) return Status::Error(family + " has no MoE layers");
+  if (c.n_shared > 0 && !f->shared_expert) return Status::Error(family + " has no shared experts");
+  std::vector<LayerPlan> plans(c.n_layers);
+  for (int L = 0; L < c.n_layers; ++L) {
+    LayerPlan& p = plans[L];
+    p.attention = c.layer_kind[L];
+    if (std::find(f->attention.begin(), f->attention.end(), p.attention) == f->attention.end())
+      return Status::Error("layer " + std::to_string(L) + ": " + family + " has no " +
+                           std::string(KindName(p.attention)) + " layers");
+    p.ffn = c.is_moe_layer(L) ? FfnKind::kMoe : FfnKind::kDense;
+    p.shared_expert = p.ffn == FfnKind::kMoe && c.n_shared > 0;
+  }
+  return plans;
+}
+
+}  // namespace waste

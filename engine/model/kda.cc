@@ -1,0 +1,93 @@
+// Kimi Delta Attention with its short convolutions: resolving a KDA layer's tensors
+// and one token's step (Model::Kda).
+
+#include <cmath>
+#include <vector>
+
+#include "engine/kernels/recurrence.h"
+#include "engine/model/layer.h"
+#include "engine/model/norms.h"
+
+namespace waste {
+
+KdaWeights ResolveKda(const Trunk& t, const std::string& a) {
+  KdaWeights w;
+  w.q = &t.Matrix(a + "q_proj.weight");
+  w.k = &t.Matrix(a + "k_proj.weight");
+  w.v = &t.Matrix(a + "v_proj.weight");
+  w.b = &t.Matrix(a + "b_proj.weight");
+  w.f_a = &t.Matrix(a + "f_a_proj.weight");
+  w.f_b = &t.Matrix(a + "f_b_proj.weight");
+  w.g_a = &t.Matrix(a + "g_a_proj.weight");
+  w.g_b = &t.Matrix(a + "g_b_proj.weight");
+  w.o = &t.Matrix(a + "o_proj.weight");
+  w.conv[0] = t.Vector(a + "q_conv1d.weight");
+  w.conv[1] = t.Vector(a + "k_conv1d.weight");
+  w.conv[2] = t.Vector(a + "v_conv1d.weight");
+  w.a_log = t.Vector(a + "A_log");
+  w.dt_bias = t.Vector(a + "dt_bias");
+  w.o_norm = t.Vector(a + "o_norm.weight");
+  return w;
+}
+
+void Model::Kda(int L, Session& s, const float* h, float* out) {
+  const KdaWeights& l = layers_[L]->kda;
+  const int H = c_.kda_heads, D = c_.kda_head_dim, C = H * D, K = c_.conv_kernel;
+  std::vector<float> qkv(3 * static_cast<size_t>(C)), f(D), fg(C), ga(D), gate(C), beta(H), o(C);
+  // Three barriers per layer: every projection of h in one pass; then each
+  // head's low-rank second halves, convolutions and recurrence in one pass
+  // over the heads (a head's rows of f_b and g_b and its conv channels are
+  // its own); then o. Each row and channel is computed as before, wholly
+  // by one thread, so the bits are those of one pass per matrix.
+  MatVecs({{l.q, h, qkv.data()},
+           {l.k, h, qkv.data() + C},
+           {l.v, h, qkv.data() + 2 * C},
+           {l.f_a, h, f.data()},
+           {l.b, h, beta.data()},
+           {l.g_a, h, ga.data()}});
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  float* S = s.kda_state[L].data();
+  float* ring = s.conv_ring[L].data();
+  pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> u(D), decay(D), normed(D);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      kernels::MatVec(*l.f_b, f.data(), fg.data(), hd * D, (hd + 1) * D, opt_.isa);
+      kernels::MatVec(*l.g_b, ga.data(), gate.data(), hd * D, (hd + 1) * D, opt_.isa);
+      // Short causal convolutions of the head's channels, then SiLU. The
+      // ring holds the K-1 previous projections, oldest first; tap K-1
+      // multiplies the current one.
+      for (int p = 0; p < 3; ++p) {
+        float* r = ring + static_cast<size_t>(p) * (K - 1) * C;
+        float* x = qkv.data() + static_cast<size_t>(p) * C;
+        const float* w = l.conv[p];
+        for (int64_t ch = hd * D; ch < (hd + 1) * D; ++ch) {
+          float acc = 0.f;
+          for (int i = 0; i < K - 1; ++i) acc += w[ch * K + i] * r[static_cast<size_t>(i) * C + ch];
+          acc += w[ch * K + K - 1] * x[ch];
+          for (int i = 0; i + 1 < K - 1; ++i)
+            r[static_cast<size_t>(i) * C + ch] = r[static_cast<size_t>(i + 1) * C + ch];
+          if (K > 1) r[static_cast<size_t>(K - 2) * C + ch] = x[ch];
+          x[ch] = Silu(acc);
+        }
+      }
+      float* q = qkv.data() + hd * D;
+      float* k = qkv.data() + C + hd * D;
+      const float* v = qkv.data() + 2 * C + hd * D;
+      L2Normalize(q, D);
+      L2Normalize(k, D);
+      for (int i = 0; i < D; ++i) q[i] *= scale;
+      const float a = std::exp(l.a_log[hd]);
+      for (int i = 0; i < D; ++i)
+        decay[i] = std::exp(-a * Softplus(fg[hd * D + i] + l.dt_bias[hd * D + i]));
+      const float b = Sigmoid(beta[hd]);
+      float* oh = o.data() + hd * D;
+      kernels::KdaStateStep(S + hd * D * D, D, decay.data(), k, v, b, q, u.data(), oh, opt_.isa);
+      // Gated output norm, per head.
+      RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
+      for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate[hd * D + j]);
+    }
+  });
+  MatVec(*l.o, o.data(), out);
+}
+
+}  // namespace waste

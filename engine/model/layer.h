@@ -1,0 +1,66 @@
+// Inside engine/model only: the resolved weights of one layer, as kernel
+// views, so that nothing is looked up by name at run time. Each layer kind's
+// file resolves its own tensors (names as in TrunkSpec, model_config.h) and
+// computes with them; Model::Resolve builds a Layer from its LayerPlan.
+#pragma once
+
+#include <string>
+
+#include "engine/kernels/matvec.h"
+#include "engine/model/architecture.h"
+#include "engine/model/model.h"
+#include "engine/model/rotary.h"
+#include "engine/model/trunk.h"
+
+namespace waste {
+
+// Kimi Delta Attention and its short convolutions (kda.cc).
+struct KdaWeights {
+  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *b = nullptr;
+  const kernels::MatrixView *f_a = nullptr, *f_b = nullptr, *g_a = nullptr, *g_b = nullptr;
+  const kernels::MatrixView* o = nullptr;
+  const float* conv[3] = {};       // q, k, v: [C][kernel]
+  const float* a_log = nullptr;    // [heads]
+  const float* dt_bias = nullptr;  // [C]
+  const float* o_norm = nullptr;   // [head_dim]
+};
+// `attn`: the layer's attention prefix, "model.layers.L.self_attn.".
+KdaWeights ResolveKda(const Trunk& t, const std::string& attn);
+
+// Multi-head latent attention (mla.cc).
+struct MlaWeights {
+  // The query: q_a, its norm and q_b when c.q_lora > 0, else q_proj.
+  const kernels::MatrixView *q_a = nullptr, *q_b = nullptr, *q_proj = nullptr;
+  const float* q_a_norm = nullptr;
+  const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
+  const float* kv_a_norm = nullptr;
+  const kernels::MatrixView* o = nullptr;
+};
+MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& attn);
+// The rotation of the rope dims of q and k_pe: YaRN's as the config says, or
+// none with mla_use_nope. The same for every MLA layer.
+Rotary MlaRotary(const ModelConfig& c);
+// (qk_nope + qk_rope)^-0.5, times the rotation's softmax factor.
+float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r);
+
+// A dense MLP (mlp.cc): `prefix` + {gate,up,down}_proj.weight.
+struct MlpWeights {
+  const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
+};
+MlpWeights ResolveMlp(const Trunk& t, const std::string& prefix);
+
+struct Model::Layer {
+  LayerPlan plan;
+  const float* in_norm = nullptr;
+  const float* post_norm = nullptr;
+  KdaWeights kda;  // plan.attention == kKda
+  MlaWeights mla;  // plan.attention == kMla
+  // The dense MLP (kDense) or the shared expert (kMoe with shared_expert);
+  // null otherwise (Model::DenseMlp).
+  const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
+  // kMoe: the router's matrix and correction bias (router.h).
+  const kernels::MatrixView* router = nullptr;
+  const float* router_bias = nullptr;
+};
+
+}  // namespace waste

@@ -1,0 +1,110 @@
+// Multi-head latent attention, absorbed: resolving an MLA layer's tensors, its
+// rotation and softmax scale, and one token's attention (Model::Mla).
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/kernels/recurrence.h"
+#include "engine/model/layer.h"
+#include "engine/model/norms.h"
+
+namespace waste {
+namespace {
+
+// The latent projections' norms are built without an eps in every reference
+// (HF DeepseekV3, HF KimiLinear, Moonshot's code), so they take RMSNorm's
+// default, whatever rms_norm_eps says.
+constexpr float kLatentNormEps = 1e-6f;
+
+// f16 scales per row of a trunk matrix (none for F32 and F16).
+int64_t ScalesPerRow(const kernels::MatrixView& w) {
+  return w.group > 0 ? (w.cols + w.group - 1) / w.group : 0;
+}
+
+}  // namespace
+
+Rotary MlaRotary(const ModelConfig& c) {
+  // DeepSeek-V3: YaRN on the rope dims; Kimi-Linear (mla_use_nope): none.
+  if (c.mla_nope || c.qk_rope == 0) return {};
+  return MakeRotary(c.qk_rope, c.rope_theta, c.yarn);
+}
+
+float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r) {
+  return 1.f / std::sqrt(static_cast<float>(c.qk_nope + c.qk_rope)) * r.softmax_factor;
+}
+
+MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& a) {
+  MlaWeights w;
+  if (c.q_lora > 0) {
+    w.q_a = &t.Matrix(a + "q_a_proj.weight");
+    w.q_a_norm = t.Vector(a + "q_a_layernorm.weight");
+    w.q_b = &t.Matrix(a + "q_b_proj.weight");
+  } else {
+    w.q_proj = &t.Matrix(a + "q_proj.weight");
+  }
+  w.kv_a = &t.Matrix(a + "kv_a_proj_with_mqa.weight");
+  w.kv_a_norm = t.Vector(a + "kv_a_layernorm.weight");
+  // Its key rows are also used transposed (absorbed into the query), read
+  // in place by kernels::WeightedRows.
+  w.kv_b = &t.Matrix(a + "kv_b_proj.weight");
+  w.o = &t.Matrix(a + "o_proj.weight");
+  return w;
+}
+
+void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
+  const MlaWeights& l = layers_[L]->mla;
+  const int nh = c_.n_heads, nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
+  const int qd = nope + rope, row = lat + rope;
+  std::vector<float> q(static_cast<size_t>(nh) * qd), ckv(row);
+  // The query's first projection and kv_a read the same h: one pass.
+  if (l.q_a) {
+    std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
+    MatVecs({{l.q_a, h, qa.data()}, {l.kv_a, h, ckv.data()}});
+    RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
+    MatVec(*l.q_b, qn.data(), q.data());
+  } else {
+    MatVecs({{l.q_proj, h, q.data()}, {l.kv_a, h, ckv.data()}});
+  }
+  float* cache = s.latent_kv[L].data() + static_cast<size_t>(pos) * row;
+  RmsNorm(ckv.data(), l.kv_a_norm, lat, kLatentNormEps, cache);
+  std::copy(ckv.begin() + lat, ckv.end(), cache + lat);
+  rotary_.Apply(cache + lat, pos);
+
+  std::vector<float> olat(static_cast<size_t>(nh) * lat), o(static_cast<size_t>(nh) * vd);
+  const int n = pos + 1;
+  pool_.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> qlat(lat), score(n);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      float* qh = q.data() + hd * qd;
+      rotary_.Apply(qh + nope, pos);
+      // The query in latent space: q_nope through the key rows of kv_b_proj.
+      kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), opt_.isa);
+      float mx = -INFINITY;
+      for (int t = 0; t < n; ++t) {
+        const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;
+        float acc = 0.f;
+        for (int c = 0; c < lat; ++c) acc += qlat[c] * kv[c];
+        for (int r = 0; r < rope; ++r) acc += qh[nope + r] * kv[lat + r];
+        score[t] = acc * softmax_scale_;
+        mx = std::max(mx, score[t]);
+      }
+      float sum = 0.f;
+      for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+      for (int t = 0; t < n; ++t) score[t] /= sum;
+      float* ol = olat.data() + hd * lat;
+      kernels::WeightedRowSum(score.data(), s.latent_kv[L].data(), n, row, lat, ol, opt_.isa);
+      // Values: the value rows of kv_b_proj applied to the attended latent.
+      kernels::MatrixView vrows = *l.kv_b;
+      const int64_t first = hd * (nope + vd) + nope;
+      const int64_t row_bytes = kernels::MatrixRowBytes(*l.kv_b);
+      vrows.rows = vd;
+      vrows.payload = l.kv_b->payload + first * row_bytes;
+      if (l.kv_b->scales) vrows.scales = l.kv_b->scales + first * ScalesPerRow(*l.kv_b);
+      kernels::MatVec(vrows, ol, o.data() + hd * vd, 0, vd, opt_.isa);
+    }
+  });
+  MatVec(*l.o, o.data(), out);
+}
+
+}  // namespace waste

@@ -1,0 +1,25 @@
+// The dense MLP, down(SiLU(gate(h)) * up(h)): a dense layer's feed-forward and
+// a MoE layer's shared expert (Model::DenseMlp).
+
+#include <vector>
+
+#include "engine/model/layer.h"
+#include "engine/model/norms.h"
+
+namespace waste {
+
+MlpWeights ResolveMlp(const Trunk& t, const std::string& prefix) {
+  return {&t.Matrix(prefix + "gate_proj.weight"), &t.Matrix(prefix + "up_proj.weight"),
+          &t.Matrix(prefix + "down_proj.weight")};
+}
+
+void Model::DenseMlp(int L, const float* h, float* out) {
+  const Layer& l = *layers_[L];
+  const int64_t inter = l.gate->rows;
+  std::vector<float> g(inter), u(inter);
+  MatVecs({{l.gate, h, g.data()}, {l.up, h, u.data()}});
+  for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+  MatVec(*l.down, g.data(), out);
+}
+
+}  // namespace waste

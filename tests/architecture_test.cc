@@ -1,0 +1,55 @@
+// The architecture plan: each family's layers get the attention kind, the
+// feed-forward and the shared expert their configs say, and a config asking
+// for a kind its family has not is refused by name.
+#include "engine/model/architecture.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/synth/synth.h"
+
+namespace waste {
+namespace {
+
+ModelConfig Parse(const char* preset) {
+  auto c = ModelConfig::FromJson(SynthPreset(preset)->config);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+TEST(Architecture, KimiLinearLayersFollowTheConfig) {
+  const ModelConfig c = Parse("kimi-linear-48b");
+  auto plans = PlanLayers(c);
+  ASSERT_TRUE(plans.ok()) << plans.status().message();
+  ASSERT_EQ(plans->size(), 27u);
+  for (int L = 0; L < c.n_layers; ++L) {
+    const LayerPlan& p = (*plans)[L];
+    EXPECT_EQ(p.attention, c.layer_kind[L]) << L;
+    EXPECT_EQ(p.ffn, L < c.first_dense ? FfnKind::kDense : FfnKind::kMoe) << L;
+    EXPECT_EQ(p.shared_expert, p.ffn == FfnKind::kMoe) << L;
+  }
+  EXPECT_EQ((*plans)[0].attention, LayerKind::kKda);
+  EXPECT_EQ((*plans)[3].attention, LayerKind::kMla);
+}
+
+TEST(Architecture, DeepseekV3IsMlaEverywhere) {
+  const ModelConfig c = Parse("tiny-deepseek");
+  auto plans = PlanLayers(c);
+  ASSERT_TRUE(plans.ok()) << plans.status().message();
+  for (int L = 0; L < c.n_layers; ++L) {
+    EXPECT_EQ((*plans)[L].attention, LayerKind::kMla) << L;
+    EXPECT_EQ((*plans)[L].ffn, c.is_moe_layer(L) ? FfnKind::kMoe : FfnKind::kDense) << L;
+  }
+  EXPECT_EQ((*plans)[0].ffn, FfnKind::kDense);
+}
+
+TEST(Architecture, AKindTheFamilyHasNotIsRefused) {
+  ModelConfig c = Parse("tiny-deepseek");
+  c.layer_kind[1] = LayerKind::kKda;
+  auto plans = PlanLayers(c);
+  ASSERT_FALSE(plans.ok());
+  EXPECT_NE(plans.status().message().find("layer 1"), std::string::npos);
+  EXPECT_NE(plans.status().message().find("KDA"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace waste
