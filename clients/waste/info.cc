@@ -209,22 +209,23 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
               FormatSize(p.scratch).c_str());
   std::printf("  expert cache   %s (the top-%d experts of one layer)\n",
               FormatSize(p.min_cache).c_str(), ct->config().top_k);
-  std::printf("  daemon         %s (slot table, pin pages, buffers)\n",
+  std::printf("  tables         %s (tables and buffers)\n",
               FormatSize(p.daemon_overhead).c_str());
   std::printf("working set    %s (one token's experts over %d MoE layers)\n",
               FormatSize(p.working_set).c_str(), ct->config().n_moe_layers());
   std::printf("recommended    %s (floor + 3 working sets)\n", FormatSize(p.recommended()).c_str());
   std::printf("this machine   %s may be used (%s)\n", FormatSize(lim.bytes).c_str(),
               lim.source.c_str());
-  std::printf("wasted         floor %s (trunk segment %s + expert cache %s for two clients' "
-              "layers + overhead %s with the slot table and pin pages); ",
+  std::printf("wasted         floor %s: trunk segment %s + expert cache %s (two clients' "
+              "layers) + overhead %s (slot table, pin pages, buffers)\n",
               FormatSize(d.floor()).c_str(), FormatSize(d.trunk).c_str(),
               FormatSize(d.min_cache).c_str(), FormatSize(d.overhead).c_str());
   if (daemon_budget.ok())
-    std::printf("default budget %s; each client adds its state and scratch\n",
+    std::printf("               default budget %s, as `wasted --check` says; each client adds "
+                "its state and scratch\n",
                 FormatSize(*daemon_budget).c_str());
   else
-    std::printf("no budget fits:\n  %s\n", daemon_budget.status().message().c_str());
+    std::printf("               no budget fits:\n  %s\n", daemon_budget.status().message().c_str());
   std::printf("in one process ");
   if (machine.ok()) {
     std::printf(
