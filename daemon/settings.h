@@ -42,8 +42,8 @@ struct DaemonOptions {
   std::string log_file;  // empty: stderr in the foreground, else syslog
   // Per-client caps, so that one client asking for everything cannot starve
   // the others: pins held at once (0: the larger of top-k and a quarter of
-  // the slots) and reads queued (hints beyond it are dropped). Not settings:
-  // tests set them.
+  // the slots) and reads queued (hints beyond it are dropped). Not in the
+  // table: no flag sets them.
   uint32_t max_pins_per_client = 0;
   uint32_t max_queued_per_client = kMaxQueuedPerClient;
   // HOST:PORT on loopback for an HTTP page of metrics (GET /metrics); empty: none.
