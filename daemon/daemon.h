@@ -30,76 +30,23 @@
 #include "daemon/metrics_http.h"
 #include "daemon/readers.h"
 #include "daemon/rpc_server.h"
+#include "daemon/settings.h"
 #include "daemon/slot_cache.h"
 #include "engine/format/container.h"
-#include "engine/plan/plan.h"
 #include "shm/segment.h"
 #include "shm/table.h"
 
 namespace waste::daemon {
 
-struct DaemonOptions {
-  std::string container;
-  std::string socket;
-  uint64_t budget = 0;  // 0: chosen from this machine (DaemonBudget)
-  // Reads in flight. 2 measured best for decode on the 2-core development
-  // machine (docs/MEASUREMENTS.md, issue 5): one more read lets the disk
-  // overlap, and each read still finishes soon enough for the expert the
-  // forward pass waits on; 8 and 32 share the bandwidth among reads that
-  // are not needed yet and take CPU from the arithmetic.
-  int io_depth = 2;
-  bool verify_crc = false;
-  bool huge_pages = true;  // ask for huge pages for the segments
-  bool wire_trunk = true;  // mlock the trunk
-  AccessPolicy access;
-  double idle_exit_seconds = 0;  // stop after this long without clients; 0: never
-  std::string state_dir;         // where use counts are saved; empty: not saved
-  double save_interval_seconds = 300;  // use counts are also saved this often
-  bool warm_start = true;              // warm the cache from saved use counts at start
-  EvictionPolicy policy = EvictionPolicy::kLfru;
-  // Logging is set up by main(); the daemon changes the level on reload and
-  // reports a changed file as needing a restart.
-  std::string log_level = "info";
-  std::string log_file;  // empty: stderr in the foreground, else syslog
-  // Per-client caps, so that one client asking for everything cannot starve
-  // the others: pins held at once (0: the larger of top-k and a quarter of
-  // the slots) and reads queued (hints beyond it are dropped).
-  uint32_t max_pins_per_client = 0;
-  uint32_t max_queued_per_client = kMaxQueuedPerClient;
-  // HOST:PORT on loopback for an HTTP page of metrics (GET /metrics); empty: none.
-  std::string metrics_listen;
-};
-
-// The settings as `name value` pairs, named as the flags, in the order of
-// wasted --help: the start-up log line and the reload comparison.
-std::vector<std::pair<std::string, std::string>> DescribeSettings(const DaemonOptions& o);
-
-// Settings that a reload applies while the daemon runs; every other one
-// takes effect at the next start.
-bool ReloadableSetting(const std::string& name);
+using Clock = std::chrono::steady_clock;
+// Milliseconds since `t`, for the logs and the counters.
+inline double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 // Re-reads the settings from where they came from (main(): the command line
 // again, and the file it names).
 using SettingsSource = std::function<Result<DaemonOptions>()>;
-
-// The daemon's share of a memory plan: trunk + cache + its own overhead; the
-// clients' state and scratch are theirs.
-struct DaemonBudget {
-  uint64_t trunk = 0;      // the packed trunk segment
-  uint64_t overhead = 0;   // slot table, pin pages, buffers
-  uint64_t min_cache = 0;  // the fewest slots that let a forward pass proceed
-  uint64_t working_set = 0;
-  uint64_t floor() const { return trunk + overhead + min_cache; }
-};
-// `huge_pages`: as --no-huge-pages leaves it; the segments are then sized
-// in whole huge pages where the system gives them (shm::Segment::SizeFor),
-// and so is the floor.
-DaemonBudget PlanDaemon(const Container& ct, bool huge_pages);
-// --budget when given (refused below the floor), else the largest of floor +
-// 3, 2 or 1 working sets under 3/4 of `limit`; refused below the floor with
-// what the floor is made of.
-Result<uint64_t> ChooseBudget(const DaemonBudget& plan, uint64_t requested,
-                              const MemoryLimit& limit);
 
 class Daemon final : public LoopApi {
  public:
@@ -133,24 +80,30 @@ class Daemon final : public LoopApi {
   };
 
   explicit Daemon(const DaemonOptions& opt) : opt_(opt) {}
+  // daemon.cc: start-up and the socket.
   Status Setup();
+  Status Listen();
+  // segments.cc: the trunk, cache and slot table segments.
   Status BuildTrunk();
   Status BuildCache();
-  Status Listen();
 
+  // loop.cc: the mailbox, reads, timers and stop.
   // Runs `fn` on the loop thread soon; dropped once the loop has stopped.
   void Post(std::function<void()> fn);
   void DrainMailbox();
   void Pump();  // starts as many reads as there are idle readers
   void Stop(const std::string& why);
+  void StartTimers();  // idle exit and periodic saves, from opt_
+  // uses.cc: the saved use counts.
   std::string UsesPath() const;
   void SaveUses() const;
   void LoadUses();  // adds saved use counts and queues the warm-up
   StatusSnapshot Snapshot() const;
-  // Reads the settings again and applies what can change now; logs one line.
+  // reload.cc: reads the settings again and applies what can change now;
+  // logs one line.
   Result<ReloadOutcome> ReloadSettings(const std::string& who);
   Status ApplySocketAccess(const AccessPolicy& access);
-  void StartTimers();  // idle exit and periodic saves, from opt_
+  // notify.cc: what the service manager is told.
   void NotifyManager(const std::string& state) const;
   std::string ManagerStatus() const;  // the STATUS= line systemd shows
   std::string MetricsPage() const;  // what `wastectl metrics` prints, from Snapshot()

@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
+#include "daemon/daemon.h"
+
 namespace waste::daemon {
 
 Status NotifyServiceManager(const std::string& state) {
@@ -32,6 +36,15 @@ Status NotifyServiceManager(const std::string& state) {
     return Status::Error("telling the service manager at " + path + ": " +
                          (n < 0 ? std::strerror(err) : "short write"));
   return Status::Ok();
+}
+
+void Daemon::NotifyManager(const std::string& state) const {
+  if (Status st = NotifyServiceManager(state); !st.ok()) spdlog::warn("{}", st.message());
+}
+
+std::string Daemon::ManagerStatus() const {
+  return "STATUS=serving " + ct_->dir() + " on " + opt_.socket + ", " +
+         std::to_string(clients_.size()) + (clients_.size() == 1 ? " client" : " clients");
 }
 
 }  // namespace waste::daemon

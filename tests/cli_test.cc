@@ -8,9 +8,14 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
+#include "engine/format/encoding.h"
+#include "engine/format/writer.h"
+#include "engine/synth/synth.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -101,6 +106,99 @@ TEST_F(Cli, DaemonChecksContainerAndBudget) {
   r = Exec("wasted --check /nonexistent-container");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(Has(r.out, "manifest.json")) << r.out;
+}
+
+// A container of `preset`'s shapes whose trunk and expert banks are sparse
+// files: real manifest and codebooks, no weights (zeros), so that a model of
+// 18 GB can be planned and checked without writing it. Its trunk is encoded
+// as `waste synth` encodes it (Q8G embedding and head, Q4G matrices, F32
+// vectors).
+void WriteShapeContainer(const std::string& preset, const std::string& dir) {
+  auto spec = waste::SynthPreset(preset);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto w = waste::ContainerWriter::Create(dir, spec->config, spec->expert_fmt, true);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  const waste::ModelConfig c = (*w)->config();
+  const waste::ExpertQuant q = (*w)->quant();
+  const std::vector<float> books(size_t(q.entries) * q.vec_dim * 3 * q.stages, 0.0f);
+  for (int L = 0; L < c.n_layers; ++L)
+    if (c.is_moe_layer(L)) {
+      ASSERT_TRUE((*w)->AddCodebooks(L, books).ok());
+    }
+  nlohmann::json state = (*w)->State();
+  const uint64_t bank_bytes = uint64_t{(*w)->record_layout().record_bytes} * c.n_experts;
+  w->reset();  // closes trunk.bin and codebooks.bin
+  uint64_t at = 0;
+  for (const waste::TensorSpec& t : waste::TrunkSpec(c)) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    const int64_t cols = t.shape.back(), rows = n / cols;
+    using waste::format::Fmt;
+    Fmt fmt = Fmt::kF32;
+    if (t.storage == waste::Storage::kMatrix)
+      fmt = t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight" ? Fmt::kQ8G
+                                                                               : Fmt::kQ4G;
+    const waste::format::GroupedShape g{fmt == Fmt::kQ8G ? 8 : 4, 128, rows, cols};
+    const bool grouped = fmt != Fmt::kF32;
+    const uint64_t payload = static_cast<uint64_t>(rows * (grouped ? g.row_bytes() : cols * 4));
+    const uint64_t scales = grouped ? static_cast<uint64_t>(rows * g.groups_per_row() * 2) : 0;
+    state["trunk"].push_back({{"name", t.name},
+                              {"fmt", static_cast<int>(fmt)},
+                              {"bf16", false},
+                              {"shape", t.shape},
+                              {"group", grouped ? 128 : 0},
+                              {"offset", at},
+                              {"payload_bytes", payload},
+                              {"scale_offset", grouped ? at + payload : 0},
+                              {"scale_bytes", scales}});
+    at += payload + scales;
+  }
+  state["trunk_bytes"] = at;
+  std::filesystem::resize_file(dir + "/trunk.bin", at);
+  for (int L = 0; L < c.n_layers; ++L) {
+    if (!c.is_moe_layer(L)) continue;
+    const std::string bank = dir + "/experts-L" + std::to_string(L) + ".bin";
+    { std::ofstream(bank).flush(); }
+    std::filesystem::resize_file(bank, bank_bytes);
+    state["banks"].push_back(
+        {{"layer", L}, {"codebook_base", state["codebook_base"][L]}, {"bytes", bank_bytes}});
+  }
+  auto again = waste::ContainerWriter::Resume(dir, state);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_TRUE((*again)->Finish().ok());
+}
+
+// One planner: `waste plan --json` reports as wasted's the floor and default
+// budget that `wasted --check` reports, for the tiny presets and for the
+// shapes of kimi-linear-48b.
+TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
+  const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
+  for (const char* preset : {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"}) {
+    const std::string dir = root + "/" + preset;
+    std::filesystem::create_directories(dir);
+    if (std::string(preset) == "kimi-linear-48b") {
+      WriteShapeContainer(preset, dir);
+    } else {
+      const Outcome w = Exec("waste synth -q --force --preset " + std::string(preset) + " " + dir);
+      ASSERT_EQ(w.code, 0) << w.out;
+    }
+    const Outcome plan = Exec("waste plan --json " + dir);
+    ASSERT_EQ(plan.code, 0) << plan.out;
+    const auto j = nlohmann::json::parse(plan.out)["wasted"];
+    const Outcome check = Exec("wasted --check " + dir);
+    ASSERT_EQ(check.code, 0) << check.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(check.out, m,
+                                  std::regex(R"(budget [^(]*\((\d+) bytes\), floor [^(]*\((\d+) bytes\))")))
+        << check.out;
+    EXPECT_EQ(std::stoull(m[2]), j["floor"].get<uint64_t>()) << preset << ": " << check.out;
+    ASSERT_TRUE(j.contains("budget")) << preset << ": " << j.dump();
+    EXPECT_EQ(std::stoull(m[1]), j["budget"].get<uint64_t>()) << preset << ": " << check.out;
+    EXPECT_EQ(j["floor"].get<uint64_t>(), j["trunk"].get<uint64_t>() +
+                                              j["min_expert_cache"].get<uint64_t>() +
+                                              j["overhead"].get<uint64_t>());
+  }
+  std::filesystem::remove_all(root);
 }
 
 TEST_F(Cli, RunStreamsAndSummarizes) {

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/budget.h"
 #include "daemon/daemon.h"
 #include "engine/format/container.h"
 #include "tests/test_util.h"
@@ -258,7 +259,7 @@ TEST_F(Daemon, LogitsAreBitIdenticalThroughTheDaemon) {
     const auto local = Logits(c, "--local", preset + "-local");
     auto ct = waste::Container::Open(c);
     ASSERT_TRUE(ct.ok());
-    const uint64_t floor = waste::daemon::PlanDaemon(*ct, /*huge_pages=*/true).floor();
+    const uint64_t floor = waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor();
     for (const uint64_t budget : std::vector<uint64_t>{floor, floor + (64ull << 20)}) {
       StartDaemon(c, {"--budget", std::to_string(budget)});
       const auto through = Logits(c, "", preset + "-daemon-" + std::to_string(budget));
@@ -324,7 +325,7 @@ TEST_F(Daemon, LosslessConvertedContainersServeTheReferenceLogits) {
           << "position " << p << ": top-10 differs";
     }
 
-    const uint64_t floor = waste::daemon::PlanDaemon(*ct, /*huge_pages=*/true).floor();
+    const uint64_t floor = waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor();
     for (const uint64_t budget : std::vector<uint64_t>{floor, floor + (64ull << 20)}) {
       SCOPED_TRACE("budget " + std::to_string(budget));
       std::vector<std::string> flags = {"--budget", std::to_string(budget)};
@@ -454,7 +455,7 @@ TEST_F(Daemon, AKilledDaemonFailsItsClientsFast) {
   auto ct = waste::Container::Open(c);
   ASSERT_TRUE(ct.ok());
   const uint64_t stride = (ct->record_bytes() + 4095) / 4096 * 4096;
-  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanDaemon(*ct, /*huge_pages=*/true).floor() + 8 * stride),
+  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor() + 8 * stride),
                   "--no-huge-pages"});
   std::vector<Child> loopers;
   for (int i = 0; i < 3; ++i) {
@@ -603,7 +604,7 @@ TEST_F(Daemon, AGreedyClientCannotStarveOthers) {
   auto ct = waste::Container::Open(c);
   ASSERT_TRUE(ct.ok());
   const uint64_t stride = (ct->record_bytes() + 4095) / 4096 * 4096;
-  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanDaemon(*ct, /*huge_pages=*/true).floor() + 8 * stride),
+  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor() + 8 * stride),
                   "--no-huge-pages"});
   json s = Status();
   const uint32_t slots = s["slots"]["total"];
@@ -638,7 +639,7 @@ TEST_F(Daemon, ClientsKilledAtRandomLeaveNothingBehind) {
   ASSERT_TRUE(ct.ok());
   const uint64_t stride = (ct->record_bytes() + 4095) / 4096 * 4096;
   // Quiet: a thousand attach and detach lines would fill the pipe.
-  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanDaemon(*ct, /*huge_pages=*/true).floor() + 8 * stride),
+  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor() + 8 * stride),
                   "--no-huge-pages", "--log-level", "warn"});
   Child chaos = Child::Run(Probe(c, {"--chaos", "1000"}));
   EXPECT_EQ(chaos.Wait(240), 0) << chaos.Output();
@@ -687,7 +688,7 @@ TEST_F(Daemon, EightClientsAtFullSpeed) {
   auto ct = waste::Container::Open(c);
   ASSERT_TRUE(ct.ok());
   const uint64_t stride = (ct->record_bytes() + 4095) / 4096 * 4096;
-  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanDaemon(*ct, /*huge_pages=*/true).floor() + 8 * stride),
+  StartDaemon(c, {"--budget", std::to_string(waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor() + 8 * stride),
                   "--no-huge-pages", "--log-level", "warn"});
   [[maybe_unused]] const uint64_t budget = Status()["budget"]["total"];
   std::vector<Child> clients;

@@ -76,6 +76,37 @@ TEST(Plan, FloorOfTheTinyModel) {
   EXPECT_EQ(p.trunk, all);
 }
 
+// wasted's share: the trunk and the cache as segments of whole pages, room
+// for two clients' top-k records, the slot table and a pin page per client.
+TEST(Plan, WastedsFloorAndBudget) {
+  const std::string dir = waste::testing::ScratchDir();
+  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), dir, true, 1, nullptr).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok());
+  const ModelConfig& c = ct->config();
+  const uint64_t page = 1 << 20;  // a made-up page, so that the rounding shows
+  auto round = [&](uint64_t n) { return (n + page - 1) / page * page; };
+  const SegmentCosts costs{round, [](uint32_t, uint32_t, uint32_t) -> uint64_t { return 12345; },
+                           4096};
+  const DaemonPlan d = PlanDaemon(ct->manifest(), costs);
+  const uint64_t stride = SlotStride(ct->manifest());
+  EXPECT_EQ(stride % 4096, 0u);
+  EXPECT_GE(stride, ct->record_bytes());
+  EXPECT_EQ(d.trunk, round(PlanMemory(ct->manifest(), 1000).trunk));
+  EXPECT_EQ(d.min_cache, round(2 * uint64_t(c.top_k) * stride));
+  EXPECT_EQ(d.overhead, (16ull << 20) + 12345 + kPlannedClients * 4096);
+  EXPECT_EQ(d.working_set, stride * uint64_t(c.top_k) * c.n_moe_layers());
+  EXPECT_EQ(d.floor(), d.trunk + d.min_cache + d.overhead);
+
+  EXPECT_EQ(*DaemonBudget(d, d.floor(), {1, "test"}), d.floor());
+  auto low = DaemonBudget(d, d.floor() - 1, {64ull << 30, "test"});
+  ASSERT_FALSE(low.ok());
+  for (const char* part : {"below the floor", "trunk", "smallest expert cache", "daemon overhead"})
+    EXPECT_NE(low.status().message().find(part), std::string::npos) << low.status().message();
+  EXPECT_EQ(*DaemonBudget(d, 0, {64ull << 30, "test"}), d.floor() + 3 * d.working_set);
+  EXPECT_FALSE(DaemonBudget(d, 0, {d.floor(), "test"}).ok());  // 3/4 of it is below the floor
+}
+
 TEST(Plan, ProcessMemoryLimitIsSomething) {
   const MemoryLimit lim = ProcessMemoryLimit();
   EXPECT_GT(lim.bytes, 64ull << 20);

@@ -9,6 +9,8 @@
 #include "clients/waste/commands.h"
 #include "engine/format/container.h"
 #include "engine/plan/plan.h"
+#include "shm/segment.h"
+#include "shm/table.h"
 
 namespace waste::cli {
 namespace {
@@ -139,8 +141,14 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
   auto ct = OpenOrReport(dir);
   if (!ct.ok()) return 1;
   const MemoryPlan p = PlanMemory(ct->manifest(), context);
+  // wasted's own budget, as `wasted --check` plans it (daemon/budget.cc)
+  // with huge pages asked for, its default.
+  const DaemonPlan d = PlanDaemon(
+      ct->manifest(), {[](uint64_t n) { return shm::Segment::SizeFor(n, true); },
+                       shm::SlotTable::BytesFor, sizeof(shm::PinPage)});
   const MemoryLimit lim = ProcessMemoryLimit();
   auto machine = DefaultBudget(p, lim);
+  auto daemon_budget = DefaultBudget(d, lim);
   std::optional<uint64_t> budget;
   if (!budget_text.empty()) {
     auto b = ParseSize(budget_text);
@@ -171,6 +179,16 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
     j["machine_budget"] = *machine;
   else
     j["machine_budget_error"] = machine.status().message();
+  json& w = j["wasted"];
+  w = {{"floor", d.floor()},
+       {"trunk", d.trunk},
+       {"min_expert_cache", d.min_cache},
+       {"overhead", d.overhead},
+       {"working_set", d.working_set}};
+  if (daemon_budget.ok())
+    w["budget"] = *daemon_budget;
+  else
+    w["budget_error"] = daemon_budget.status().message();
   if (budget) {
     j["budget"] = *budget;
     j["budget_ok"] = *budget >= p.floor();
@@ -181,7 +199,7 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
     std::printf("%s\n", j.dump(2).c_str());
     return budget && *budget < p.floor() ? 1 : 0;
   }
-  std::printf("floor          %s at %d tokens of context\n", FormatSize(p.floor()).c_str(),
+  std::printf("floor          %s in one process, at %d tokens of context\n", FormatSize(p.floor()).c_str(),
               context);
   std::printf("  trunk          %s (resident; the embedding table stays on disk)\n",
               FormatSize(p.trunk).c_str());
@@ -191,13 +209,24 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
               FormatSize(p.scratch).c_str());
   std::printf("  expert cache   %s (the top-%d experts of one layer)\n",
               FormatSize(p.min_cache).c_str(), ct->config().top_k);
-  std::printf("  daemon         %s (slot table, pin pages, buffers)\n",
+  std::printf("  tables         %s (tables and buffers)\n",
               FormatSize(p.daemon_overhead).c_str());
   std::printf("working set    %s (one token's experts over %d MoE layers)\n",
               FormatSize(p.working_set).c_str(), ct->config().n_moe_layers());
   std::printf("recommended    %s (floor + 3 working sets)\n", FormatSize(p.recommended()).c_str());
-  std::printf("this machine   %s may be used (%s); ", FormatSize(lim.bytes).c_str(),
+  std::printf("this machine   %s may be used (%s)\n", FormatSize(lim.bytes).c_str(),
               lim.source.c_str());
+  std::printf("wasted         floor %s: trunk segment %s + expert cache %s (two clients' "
+              "layers) + overhead %s (slot table, pin pages, buffers)\n",
+              FormatSize(d.floor()).c_str(), FormatSize(d.trunk).c_str(),
+              FormatSize(d.min_cache).c_str(), FormatSize(d.overhead).c_str());
+  if (daemon_budget.ok())
+    std::printf("               default budget %s, as `wasted --check` says; each client adds "
+                "its state and scratch\n",
+                FormatSize(*daemon_budget).c_str());
+  else
+    std::printf("               no budget fits:\n  %s\n", daemon_budget.status().message().c_str());
+  std::printf("in one process ");
   if (machine.ok()) {
     std::printf(
         "default budget %s, expert cache %s (%.1f%% of all experts)\n",

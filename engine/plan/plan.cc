@@ -96,13 +96,53 @@ MemoryLimit ProcessMemoryLimit() {
   return lim;
 }
 
-Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit) {
-  const uint64_t cap = limit.bytes / 4 * 3;
+uint64_t SlotStride(const Manifest& m) {
+  return (uint64_t{m.record.record_bytes} + 4095) / 4096 * 4096;
+}
+
+DaemonPlan PlanDaemon(const Manifest& m, const SegmentCosts& costs) {
+  const ModelConfig& c = m.config;
+  const uint64_t stride = SlotStride(m);
+  const uint64_t records = uint64_t(c.n_experts) * c.n_moe_layers();
+  DaemonPlan p;
+  p.trunk = costs.segment(Trunk::PackedBytes(m));
+  const uint64_t table = costs.slot_table(static_cast<uint32_t>(c.n_layers),
+                                          static_cast<uint32_t>(std::max(c.n_experts, 1)),
+                                          static_cast<uint32_t>(std::max<uint64_t>(records, 1)));
+  // Thread stacks, the heap, Cap'n Proto buffers: 16 MiB; then the table and
+  // a pin page for every client the daemon may have.
+  p.overhead = (16ull << 20) + table + kPlannedClients * costs.pin_page;
+  // A forward pass pins one record at a time, but each client has a layer's
+  // experts on their way: room for top-k records of two clients at least.
+  p.min_cache = stride * std::max<uint64_t>(2 * std::max(c.top_k, 1), 4);
+  if (records > 0) p.min_cache = std::min(p.min_cache, stride * records);
+  p.min_cache = costs.segment(p.min_cache);
+  p.working_set = stride * uint64_t(c.top_k) * c.n_moe_layers();
+  return p;
+}
+
+namespace {
+
+// The rule of DefaultBudget; nullopt when not even the floor fits.
+std::optional<uint64_t> FitBudget(uint64_t floor, uint64_t working_set, uint64_t cap) {
   for (int sets = 3; sets >= 1; --sets) {
-    const uint64_t want = plan.floor() + static_cast<uint64_t>(sets) * plan.working_set;
+    const uint64_t want = floor + static_cast<uint64_t>(sets) * working_set;
     if (want <= cap) return want;
   }
-  if (plan.floor() <= cap) return cap;
+  if (floor <= cap) return cap;
+  return std::nullopt;
+}
+
+std::string DaemonFloorParts(const DaemonPlan& plan) {
+  return "trunk " + FormatSize(plan.trunk) + " + smallest expert cache " +
+         FormatSize(plan.min_cache) + " + daemon overhead " + FormatSize(plan.overhead);
+}
+
+}  // namespace
+
+Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit) {
+  const uint64_t cap = limit.bytes / 4 * 3;
+  if (auto b = FitBudget(plan.floor(), plan.working_set, cap)) return *b;
   return Status::Error(
       "the model needs at least " + FormatSize(plan.floor()) + " (trunk " + FormatSize(plan.trunk) +
       " + client state " + FormatSize(plan.client_state) + " at " + std::to_string(plan.context) +
@@ -110,6 +150,23 @@ Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit)
       FormatSize(plan.min_cache) + " + daemon " + FormatSize(plan.daemon_overhead) +
       "), but 3/4 of the " + FormatSize(limit.bytes) + " this process may use (" + limit.source +
       ") is " + FormatSize(cap));
+}
+
+Result<uint64_t> DefaultBudget(const DaemonPlan& plan, const MemoryLimit& limit) {
+  const uint64_t cap = limit.bytes / 4 * 3;
+  if (auto b = FitBudget(plan.floor(), plan.working_set, cap)) return *b;
+  return Status::Error("the model needs at least " + FormatSize(plan.floor()) + " (" +
+                       DaemonFloorParts(plan) + "), but 3/4 of the " + FormatSize(limit.bytes) +
+                       " this process may use (" + limit.source + ") is " + FormatSize(cap));
+}
+
+Result<uint64_t> DaemonBudget(const DaemonPlan& plan, uint64_t requested,
+                              const MemoryLimit& limit) {
+  if (!requested) return DefaultBudget(plan, limit);
+  if (requested < plan.floor())
+    return Status::Error("--budget " + FormatSize(requested) + " is below the floor of " +
+                         FormatSize(plan.floor()) + " (" + DaemonFloorParts(plan) + ")");
+  return requested;
 }
 
 Result<uint64_t> ParseSize(std::string_view text) {
@@ -143,6 +200,4 @@ Result<uint64_t> ParseSize(std::string_view text) {
     return Status::Error("size \"" + s + "\" is out of range");
   return static_cast<uint64_t>(bytes);
 }
-
-
 }  // namespace waste

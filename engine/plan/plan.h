@@ -2,9 +2,18 @@
 // get (the recommendation) and what this machine would give it (the default
 // budget), from the container's manifest and the memory this process may
 // use (cgroup v1/v2 limits honoured, never the host's total alone).
+//
+// Two plans, each made here and nowhere else:
+// - MemoryPlan: one process running the model by itself (`waste run
+//   --local`): its trunk, its state and scratch, its cache.
+// - DaemonPlan: wasted's own budget (trunk segment + cache segment + its
+//   overhead), which `wasted` and `wasted --check` use and `waste plan`
+//   shows; each client attached to it adds its state and scratch
+//   (MemoryPlan::client_state, scratch) outside that budget.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +23,8 @@
 
 namespace waste {
 
+// One process running the model by itself; client_state and scratch are
+// also each client's own share when it is attached to wasted.
 struct MemoryPlan {
   int context = 0;  // tokens of context the per-client state is sized for
   // The floor's parts, in bytes.
@@ -21,13 +32,39 @@ struct MemoryPlan {
   uint64_t client_state = 0;     // one client's KDA states, convolution rings and latent KV
   uint64_t scratch = 0;          // one client's activations, logits and lookup tables
   uint64_t min_cache = 0;        // the experts of one MoE layer, pinned while they are used
-  uint64_t daemon_overhead = 0;  // slot table, pin pages, buffers
+  uint64_t daemon_overhead = 0;  // 16 MiB: tables and buffers
   uint64_t working_set = 0;      // one token's routed experts over every MoE layer
   uint64_t floor() const { return trunk + client_state + scratch + min_cache + daemon_overhead; }
   uint64_t recommended() const { return floor() + 3 * working_set; }
 };
 
 MemoryPlan PlanMemory(const Manifest& m, int context);
+
+// What shared memory costs, which shm/ decides (engine/plan does not depend
+// on it): the caller passes shm::Segment::SizeFor with its huge-page choice
+// bound in, shm::SlotTable::BytesFor and sizeof(shm::PinPage).
+struct SegmentCosts {
+  std::function<uint64_t(uint64_t bytes)> segment;  // the bytes a segment of `bytes` takes
+  std::function<uint64_t(uint32_t layers, uint32_t experts, uint32_t slots)> slot_table;
+  uint64_t pin_page = 0;
+};
+
+// Pin pages the daemon's overhead is planned for: one per client.
+constexpr uint64_t kPlannedClients = 1024;
+
+// A record's slot in the daemon's cache: the record rounded up to 4 KiB, so
+// that it is read with O_DIRECT straight into place.
+uint64_t SlotStride(const Manifest& m);
+
+// The daemon's share: what its --budget holds.
+struct DaemonPlan {
+  uint64_t trunk = 0;        // the packed trunk segment
+  uint64_t overhead = 0;     // 16 MiB for the process, the slot table, a pin page per client
+  uint64_t min_cache = 0;    // the fewest slots that let its clients' forward passes proceed
+  uint64_t working_set = 0;  // one token's routed experts over every MoE layer, in slots
+  uint64_t floor() const { return trunk + overhead + min_cache; }
+};
+DaemonPlan PlanDaemon(const Manifest& m, const SegmentCosts& costs);
 
 // The memory this process may use: the smaller of the machine's RAM and any
 // cgroup limit on this process. `source` says which one decided.
@@ -40,8 +77,14 @@ MemoryLimit ProcessMemoryLimit();
 // The budget this machine would give the model with no --budget: the largest
 // of floor + 3, 2 or 1 working sets under 3/4 of the limit, else everything
 // under 3/4 if that still clears the floor; an error naming the floor's
-// parts when even the floor does not fit.
+// parts when even the floor does not fit. The same rule for both plans.
 Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit);
+Result<uint64_t> DefaultBudget(const DaemonPlan& plan, const MemoryLimit& limit);
+
+// wasted's budget: `requested` (its --budget) when given, refused below the
+// floor with the floor's parts; with none (0), DefaultBudget.
+Result<uint64_t> DaemonBudget(const DaemonPlan& plan, uint64_t requested,
+                              const MemoryLimit& limit);
 
 // "4G", "512MiB", "1.5g", "123456" (bytes) -> bytes; binary units.
 Result<uint64_t> ParseSize(std::string_view text);

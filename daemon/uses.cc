@@ -1,0 +1,101 @@
+// The use counts: saved as JSON under --state-dir, one file per container
+// fingerprint, and read at start to warm the cache.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/daemon.h"
+
+namespace waste::daemon {
+
+std::string Daemon::UsesPath() const {
+  return opt_.state_dir + "/" + fingerprint_ + ".uses.json";
+}
+
+void Daemon::LoadUses() {
+  if (opt_.state_dir.empty()) return;
+  const std::string path = UsesPath();
+  std::ifstream f(path);
+  if (!f) {
+    spdlog::info("no saved use counts at {}: the cache starts cold", path);
+    return;
+  }
+  // Untrusted like any file: a bad one is reported and ignored.
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  const size_t n = size_t(ct_->config().n_layers) * size_t(ct_->config().n_experts);
+  if (!j.is_object() || j.value("fingerprint", "") != fingerprint_ || !j["uses"].is_array() ||
+      j["uses"].size() != n) {
+    spdlog::warn("{}: not the use counts of this container; ignored", path);
+    return;
+  }
+  std::vector<uint32_t> uses(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& v = j["uses"][i];
+    if (!v.is_number_unsigned()) {
+      spdlog::warn("{}: use count {} is not a count; ignored", path, i);
+      return;
+    }
+    uses[i] = static_cast<uint32_t>(std::min<uint64_t>(v.get<uint64_t>(), UINT32_MAX));
+  }
+  cache_->SeedUses(uses);
+  if (!opt_.warm_start) return;
+  const uint32_t queued = cache_->Warm(cache_->Hottest(served_.slots));
+  spdlog::info("warm start from {}: {} reads queued, hottest first, at the lowest priority", path,
+               queued);
+}
+
+void Daemon::SaveUses() const {
+  if (opt_.state_dir.empty()) return;
+  // The state is the daemon's alone (which experts its clients used says
+  // something about what they asked): a directory it creates is 0700, its
+  // files 0600.
+  std::error_code ec;
+  if (!std::filesystem::exists(opt_.state_dir, ec)) {
+    std::filesystem::create_directories(opt_.state_dir, ec);
+    std::filesystem::permissions(opt_.state_dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+  }
+  const std::string path = UsesPath();
+  nlohmann::json j;
+  j["container"] = ct_->dir();
+  j["fingerprint"] = fingerprint_;
+  j["layers"] = ct_->config().n_layers;
+  j["experts"] = ct_->config().n_experts;
+  j["uses"] = cache_->uses();  // [layers * experts], row-major
+  j["hits"] = cache_->hits();
+  const std::string tmp = path + ".tmp";
+  {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const std::string text = j.dump() + "\n";
+    bool ok = fd >= 0 && fchmod(fd, 0600) == 0;  // an old file keeps its mode otherwise
+    for (size_t done = 0; ok && done < text.size();) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) done += static_cast<size_t>(n);
+    }
+    if (fd >= 0 && close(fd) != 0) ok = false;
+    if (!ok) {
+      spdlog::warn("could not save use counts to {}: {}", path, std::strerror(errno));
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    spdlog::warn("could not save use counts to {}: {}", path, std::strerror(errno));
+    return;
+  }
+  spdlog::info("use counts saved to {}", path);
+}
+
+}  // namespace waste::daemon

@@ -1,0 +1,76 @@
+// wasted's table of settings (daemon/settings.h) and the texts made from it
+// or written beside it: the committed example settings file is what the
+// table writes (`wasted --print-config`), and the man page and ops/README
+// name the settings a reload applies.
+#include "daemon/settings.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string ReadText(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const std::set<std::string> kReloadable = {"log-level", "allow-uid", "allow-group", "idle-exit",
+                                           "save-interval"};
+
+TEST(Settings, TheExampleFileIsWhatTheTableWrites) {
+  const std::string committed = ReadText(std::string(WASTE_SOURCE_DIR) + "/ops/wasted.conf.example");
+  ASSERT_FALSE(committed.empty());
+  EXPECT_EQ(committed, waste::daemon::ExampleSettingsFile())
+      << "ops/wasted.conf.example is not what daemon/settings.cc writes; write it again with "
+         "`build/bin/wasted --print-config > ops/wasted.conf.example`";
+}
+
+TEST(Settings, DescribedInTheOrderOfTheFlagsAndReloadableByTheTable) {
+  waste::daemon::DaemonOptions o;
+  o.container = "/nonexistent";
+  std::vector<std::string> names;
+  for (const auto& [name, value] : waste::daemon::DescribeSettings(o)) names.push_back(name);
+  const std::vector<std::string> want = {
+      "container", "socket",     "budget",         "io-depth",      "verify-crc", "allow-uid",
+      "allow-group", "idle-exit", "state-dir",     "save-interval", "cold",       "policy",
+      "metrics-listen", "no-huge-pages", "no-wire", "log-file",     "log-level"};
+  EXPECT_EQ(names, want);
+  std::set<std::string> reloadable;
+  for (const std::string& n : names)
+    if (waste::daemon::ReloadableSetting(n)) reloadable.insert(n);
+  EXPECT_EQ(reloadable, kReloadable);
+  EXPECT_FALSE(waste::daemon::ReloadableSetting("foreground"));
+  EXPECT_FALSE(waste::daemon::ReloadableSetting("no-such-setting"));
+
+  waste::daemon::DaemonOptions next = o;
+  next.log_level = "debug";
+  next.budget = 1 << 30;
+  EXPECT_TRUE(waste::daemon::TakeReloaded("log-level", next, &o));
+  EXPECT_EQ(o.log_level, "debug");
+  EXPECT_FALSE(waste::daemon::TakeReloaded("budget", next, &o));
+  EXPECT_EQ(o.budget, 0u);
+}
+
+// The texts written by hand that list the reloadable settings name each of
+// the table's.
+TEST(Settings, TheManPageAndTheReadmeNameTheReloadableSettings) {
+  const std::string src = WASTE_SOURCE_DIR;
+  for (const std::string file : {"/ops/man/wasted.h2m", "/ops/README.md"}) {
+    const std::string text = ReadText(src + file);
+    ASSERT_FALSE(text.empty()) << file;
+    for (const std::string& name : kReloadable) {
+      std::string escaped;  // troff writes a hyphen as \-
+      for (char c : name) escaped += c == '-' ? std::string("\\-") : std::string(1, c);
+      EXPECT_TRUE(text.find(name) != std::string::npos || text.find(escaped) != std::string::npos)
+          << file << " does not name " << name;
+    }
+  }
+}
+
+}  // namespace
