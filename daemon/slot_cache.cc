@@ -68,7 +68,7 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
             static_cast<uint64_t>(layer);
   }
   for (uint32_t e : experts) {
-    const uint32_t key = shm::ExpertKey(layer, static_cast<int>(e));
+    const uint32_t key = ExpertKey(layer, static_cast<int>(e));
     const uint32_t s = t_.index(layer, static_cast<int>(e)).load(std::memory_order_relaxed);
     const SlotState st =
         s == shm::kNoSlot ? SlotState::kEmpty : shm::StateOf(t_.slot(s).word.load());
@@ -242,7 +242,7 @@ void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t clie
   e.error.store(0, std::memory_order_relaxed);
   e.detail.store(0, std::memory_order_relaxed);
   e.word.store(shm::MakeWord(SlotState::kLoading, gen + 1), std::memory_order_release);
-  t_.index(shm::KeyLayer(key), shm::KeyExpert(key)).store(slot, std::memory_order_release);
+  t_.index(KeyLayer(key), KeyExpert(key)).store(slot, std::memory_order_release);
   Forget(slot);
   SlotMeta& m = meta_[slot];
   // The demand that brought it in counts; a warmed record starts as if used
@@ -331,7 +331,7 @@ std::vector<uint32_t> SlotCache::Hottest(uint32_t max) const {
   std::partial_sort(order.begin(), order.begin() + n, order.end(),
                     [&](uint32_t a, uint32_t b) { return uses_[a] > uses_[b]; });
   order.resize(n);
-  for (uint32_t& i : order) i = shm::ExpertKey(static_cast<int>(i / experts_), static_cast<int>(i % experts_));
+  for (uint32_t& i : order) i = ExpertKey(static_cast<int>(i / experts_), static_cast<int>(i % experts_));
   return order;
 }
 
@@ -342,7 +342,7 @@ uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
   uint32_t queued = 0;
   for (uint32_t key : keys) {
     if (queued >= free) break;
-    const int layer = shm::KeyLayer(key), expert = shm::KeyExpert(key);
+    const int layer = KeyLayer(key), expert = KeyExpert(key);
     if (layer >= static_cast<int>(has_bank_.size()) || !has_bank_[layer] ||
         expert >= static_cast<int>(experts_))
       continue;
@@ -362,7 +362,7 @@ uint32_t SlotCache::Drop(int layer) {
     const shm::SlotEntry& e = t_.slot(s);
     const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
     if (st != SlotState::kReady && st != SlotState::kFailed) continue;
-    if (layer >= 0 && shm::KeyLayer(e.key.load(std::memory_order_relaxed)) != layer) continue;
+    if (layer >= 0 && KeyLayer(e.key.load(std::memory_order_relaxed)) != layer) continue;
     if (shm::Retire(t_, s, pages)) {
       Forget(s);
       ++dropped;
@@ -412,8 +412,8 @@ std::vector<LayerCounters> SlotCache::layer_counters() const {
     const SlotState st = shm::StateOf(e.word.load(std::memory_order_relaxed));
     if (st != SlotState::kReady && st != SlotState::kLoading) continue;
     const uint32_t key = e.key.load(std::memory_order_relaxed);
-    const auto L = static_cast<size_t>(shm::KeyLayer(key));
-    const auto x = static_cast<uint32_t>(shm::KeyExpert(key));
+    const auto L = static_cast<size_t>(KeyLayer(key));
+    const auto x = static_cast<uint32_t>(KeyExpert(key));
     if (L >= out.size() || x >= experts_) continue;
     if (st == SlotState::kLoading) {
       ++out[L].loading;

@@ -17,7 +17,7 @@
 #include "clients/waste/commands.h"
 #include "clients/waste/daemon_link.h"
 #include "engine/format/container.h"
-#include "engine/size_text.h"
+#include "base/size_text.h"
 #include "protocol/client.h"
 
 namespace waste::cli {

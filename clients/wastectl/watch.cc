@@ -15,7 +15,7 @@
 #include <ctime>
 
 #include "clients/wastectl/status_view.h"
-#include "engine/size_text.h"
+#include "base/size_text.h"
 
 namespace waste::ctl {
 namespace {

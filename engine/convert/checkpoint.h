@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/convert/safetensors.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste::convert {
 

@@ -22,7 +22,7 @@
 
 #include "engine/convert/vq_fit.h"
 #include "engine/format/layout.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste::convert {
 

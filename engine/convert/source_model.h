@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/model_config.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste::convert {
 

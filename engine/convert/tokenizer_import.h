@@ -14,7 +14,7 @@
 #include <string>
 
 #include "engine/convert/source_model.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste::convert {
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "engine/experts/expert_source.h"
-#include "engine/experts/record_reader.h"
 #include "engine/format/container.h"
+#include "engine/format/record_reader.h"
 #include "engine/memory/region.h"
 
 namespace waste {

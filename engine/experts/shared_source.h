@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/experts/expert_source.h"
-#include "engine/status.h"
+#include "base/status.h"
 #include "shm/table.h"
 
 namespace waste {

@@ -25,7 +25,7 @@
 
 #include "engine/format/layout.h"
 #include "engine/format/model_config.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "engine/format/container.h"
-#include "engine/size_text.h"  // FormatSize
+#include "base/size_text.h"  // FormatSize
 
 namespace waste {
 

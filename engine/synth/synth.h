@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/layout.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste {
 
