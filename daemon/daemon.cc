@@ -23,7 +23,7 @@
 
 #include "daemon/notify.h"
 #include "engine/format/fingerprint.h"
-#include "engine/model/trunk.h"
+#include "engine/format/trunk_pack.h"
 #include "protocol/metrics.h"
 #include "waste/version.h"
 
@@ -94,7 +94,7 @@ bool ReloadableSetting(const std::string& name) {
 DaemonBudget PlanDaemon(const Container& ct, bool huge_pages) {
   DaemonBudget b;
   const ModelConfig& c = ct.config();
-  b.trunk = shm::Segment::SizeFor(Trunk::PackedBytes(ct.manifest()), huge_pages);
+  b.trunk = shm::Segment::SizeFor(PackedTrunkBytes(ct.manifest()), huge_pages);
   const uint64_t stride = SlotStride(ct);
   const uint64_t table = shm::SlotTable::BytesFor(
       static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(std::max(c.n_experts, 1)),
@@ -193,14 +193,14 @@ std::string PagesOf(const shm::Segment& seg) {
 
 Status Daemon::BuildTrunk() {
   auto t = Clock::now();
-  const uint64_t bytes = Trunk::PackedBytes(ct_->manifest());
+  const uint64_t bytes = PackedTrunkBytes(ct_->manifest());
   auto seg = shm::Segment::Create("wasted-trunk", bytes, opt_.huge_pages);
   if (!seg.ok()) return seg.status().Prefixed("trunk segment");
   trunk_seg_ = std::move(*seg);
   {
     auto rw = shm::Mapping::Map(trunk_seg_.fd(), trunk_seg_.size(), true, true);
     if (!rw.ok()) return rw.status().Prefixed("trunk segment");
-    WASTE_RETURN_IF_ERROR(Trunk::Pack(*ct_, rw->data(), rw->size()));
+    WASTE_RETURN_IF_ERROR(PackTrunk(*ct_, rw->data(), rw->size()));
   }  // the writable mapping goes before the seal
   const double load_ms = MsSince(t);
   if (trunk_seg_.page_kind() != shm::PageKind::kHugetlb) {

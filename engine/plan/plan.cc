@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/model/trunk.h"
+#include "engine/format/trunk_pack.h"
 
 namespace waste {
 namespace {
@@ -56,7 +56,7 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   const ModelConfig& c = m.config;
   MemoryPlan p;
   p.context = context;
-  p.trunk = Trunk::PackedBytes(m);  // what is resident: the trunk as packed, derived tensors included
+  p.trunk = PackedTrunkBytes(m);  // what is resident: the trunk as packed, derived tensors included
   const uint64_t f = sizeof(float);
   for (int L = 0; L < c.n_layers; ++L) {
     if (c.layer_kind[L] == LayerKind::kKda) {
