@@ -14,8 +14,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "clients/wastectl/status_view.h"
 #include "base/size_text.h"
+#include "clients/wastectl/status_view.h"
 
 namespace waste::ctl {
 namespace {

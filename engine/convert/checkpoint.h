@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/convert/safetensors.h"
 #include "base/status.h"
+#include "engine/convert/safetensors.h"
 
 namespace waste::convert {
 

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/format/model_config.h"
 #include "base/status.h"
+#include "engine/format/model_config.h"
 
 namespace waste::convert {
 

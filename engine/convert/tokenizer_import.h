@@ -13,8 +13,8 @@
 
 #include <string>
 
-#include "engine/convert/source_model.h"
 #include "base/status.h"
+#include "engine/convert/source_model.h"
 
 namespace waste::convert {
 

@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/experts/expert_source.h"
 #include "base/status.h"
+#include "engine/experts/expert_source.h"
 #include "shm/table.h"
 
 namespace waste {

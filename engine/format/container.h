@@ -23,9 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "engine/format/layout.h"
 #include "engine/format/model_config.h"
-#include "base/status.h"
 
 namespace waste {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/format/container.h"
 #include "base/size_text.h"  // FormatSize
+#include "engine/format/container.h"
 
 namespace waste {
 

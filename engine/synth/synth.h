@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/format/layout.h"
 #include "base/status.h"
+#include "engine/format/layout.h"
 
 namespace waste {
 
