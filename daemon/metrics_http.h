@@ -14,7 +14,7 @@
 #include <set>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste::daemon {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste::daemon {
 

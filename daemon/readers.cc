@@ -39,7 +39,7 @@ void Readers::Submit(const ReadJob& job) {
 ReadResult Readers::Read(const ReadJob& job) {
   ReadResult r;
   r.job = job;
-  const int layer = shm::KeyLayer(job.key), expert = shm::KeyExpert(job.key);
+  const int layer = KeyLayer(job.key), expert = KeyExpert(job.key);
   const RecordReader::Outcome o = banks_->Read(layer, expert, slot_memory_(job.slot), verify_crc_);
   switch (o.error) {
     case RecordReader::Error::kNone:

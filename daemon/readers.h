@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "daemon/slot_cache.h"
-#include "engine/experts/record_reader.h"
 #include "engine/format/container.h"
+#include "engine/format/record_reader.h"
 
 namespace waste::daemon {
 

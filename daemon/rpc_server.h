@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/experts/expert_source.h"
-#include "engine/status.h"
+#include "base/hints.h"
+#include "base/status.h"
 #include "shm/segment.h"
 #include "wasted.capnp.h"
 

@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.h"
-#include "engine/model/trunk.h"
+#include "engine/format/trunk_pack.h"
 #include "engine/plan/plan.h"  // SlotStride
 
 namespace waste::daemon {
@@ -26,14 +26,14 @@ std::string PagesOf(const shm::Segment& seg) {
 
 Status Daemon::BuildTrunk() {
   auto t = Clock::now();
-  const uint64_t bytes = Trunk::PackedBytes(ct_->manifest());
+  const uint64_t bytes = PackedTrunkBytes(ct_->manifest());
   auto seg = shm::Segment::Create("wasted-trunk", bytes, opt_.huge_pages);
   if (!seg.ok()) return seg.status().Prefixed("trunk segment");
   trunk_seg_ = std::move(*seg);
   {
     auto rw = shm::Mapping::Map(trunk_seg_.fd(), trunk_seg_.size(), true, true);
     if (!rw.ok()) return rw.status().Prefixed("trunk segment");
-    WASTE_RETURN_IF_ERROR(Trunk::Pack(*ct_, rw->data(), rw->size()));
+    WASTE_RETURN_IF_ERROR(PackTrunk(*ct_, rw->data(), rw->size()));
   }  // the writable mapping goes before the seal
   const double load_ms = MsSince(t);
   if (trunk_seg_.page_kind() != shm::PageKind::kHugetlb) {

@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/plan/plan.h"     // ParseSize
-#include "engine/size_text.h"     // FormatSize
+#include "base/size_text.h"     // FormatSize
 #include "protocol/client.h"      // DefaultDaemonSocket
 #include "waste/version.h"
 

@@ -66,7 +66,7 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
             static_cast<uint64_t>(layer);
   }
   for (uint32_t e : experts) {
-    const uint32_t key = shm::ExpertKey(layer, static_cast<int>(e));
+    const uint32_t key = ExpertKey(layer, static_cast<int>(e));
     const shm::SlotPeek found = shm::PeekRecord(t_, layer, static_cast<int>(e));
     const uint32_t s = found.slot;
     const SlotState st = found.state;
@@ -301,7 +301,7 @@ std::vector<uint32_t> SlotCache::Hottest(uint32_t max) const {
   std::partial_sort(order.begin(), order.begin() + n, order.end(),
                     [&](uint32_t a, uint32_t b) { return uses_[a] > uses_[b]; });
   order.resize(n);
-  for (uint32_t& i : order) i = shm::ExpertKey(static_cast<int>(i / experts_), static_cast<int>(i % experts_));
+  for (uint32_t& i : order) i = ExpertKey(static_cast<int>(i / experts_), static_cast<int>(i % experts_));
   return order;
 }
 
@@ -312,7 +312,7 @@ uint32_t SlotCache::Warm(std::span<const uint32_t> keys) {
   uint32_t queued = 0;
   for (uint32_t key : keys) {
     if (queued >= free) break;
-    const int layer = shm::KeyLayer(key), expert = shm::KeyExpert(key);
+    const int layer = KeyLayer(key), expert = KeyExpert(key);
     if (layer >= static_cast<int>(has_bank_.size()) || !has_bank_[layer] ||
         expert >= static_cast<int>(experts_))
       continue;
@@ -330,7 +330,7 @@ uint32_t SlotCache::Drop(int layer) {
   for (uint32_t s = 0; s < t_.slots(); ++s) {
     const shm::SlotPeek p = shm::Peek(t_, s);
     if (p.state != SlotState::kReady && p.state != SlotState::kFailed) continue;
-    if (layer >= 0 && shm::KeyLayer(p.key) != layer) continue;
+    if (layer >= 0 && KeyLayer(p.key) != layer) continue;
     if (shm::Retire(t_, s, pages)) {
       Forget(s);
       ++dropped;
@@ -378,8 +378,8 @@ std::vector<LayerCounters> SlotCache::layer_counters() const {
   for (uint32_t s = 0; s < t_.slots(); ++s) {
     const shm::SlotPeek p = shm::Peek(t_, s);
     if (p.state != SlotState::kReady && p.state != SlotState::kLoading) continue;
-    const auto L = static_cast<size_t>(shm::KeyLayer(p.key));
-    const auto x = static_cast<uint32_t>(shm::KeyExpert(p.key));
+    const auto L = static_cast<size_t>(KeyLayer(p.key));
+    const auto x = static_cast<uint32_t>(KeyExpert(p.key));
     if (L >= out.size() || x >= experts_) continue;
     if (p.state == SlotState::kLoading) {
       ++out[L].loading;

@@ -42,14 +42,14 @@
 #include <vector>
 
 #include "base/eviction.h"
-#include "engine/experts/expert_source.h"
+#include "base/hints.h"
 #include "shm/table.h"
 
 namespace waste::daemon {
 
 struct ReadJob {
   uint32_t slot = 0;
-  uint32_t key = 0;  // shm::ExpertKey
+  uint32_t key = 0;  // ExpertKey
   HintKind kind = HintKind::kDemand;
 };
 

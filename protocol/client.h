@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/experts/expert_source.h"
-#include "engine/status.h"
+#include "base/hints.h"
+#include "base/status.h"
 #include "wasted.capnp.h"
 
 namespace waste {

@@ -52,7 +52,7 @@ interface Segment {
 }
 
 struct Segments {
-  trunk @0 :Segment;   # the packed trunk (engine/model/trunk.h), sealed
+  trunk @0 :Segment;   # the packed trunk (engine/format/trunk_pack.h), sealed
   cache @1 :Segment;   # slots of one record each
   table @2 :Segment;   # the slot table (shm/table.h)
   pins @3 :Segment;    # this client's pin page, writable

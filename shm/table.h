@@ -34,7 +34,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/expert_key.h"
+#include "base/status.h"
 
 namespace waste::shm {
 
@@ -55,19 +56,8 @@ enum class ReadError : uint32_t { kNone = 0, kIo = 1, kShortRead = 2, kBadRecord
 const char* ReadErrorText(ReadError e);  // "I/O error", "short read", "damaged record"
 
 constexpr uint32_t kNoSlot = 0xffffffffu;
-constexpr uint32_t kNoKey = 0xffffffffu;
 constexpr uint32_t kTableMagic = 0x42545357;  // "WSTB"
 constexpr uint32_t kTableVersion = 1;
-
-inline uint32_t ExpertKey(int layer, int expert) {
-  return static_cast<uint32_t>(layer) << 16 | static_cast<uint32_t>(expert);
-}
-inline int KeyLayer(uint32_t key) {
-  return static_cast<int>(key >> 16);
-}
-inline int KeyExpert(uint32_t key) {
-  return static_cast<int>(key & 0xffffu);
-}
 
 struct alignas(64) TableHeader {
   uint32_t magic;

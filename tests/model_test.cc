@@ -483,16 +483,16 @@ TEST_P(Forward, LookaheadCountsAddUpAndBeatChance) {
 // Memory Trunk::Load did not allocate (a stand-in for the daemon's segment):
 // kAlign-aligned, filled with junk that Pack must overwrite or zero.
 struct Packed {
-  explicit Packed(uint64_t n) : buf(n + Trunk::kAlign, 0xa5) {
-    const uint64_t mis = reinterpret_cast<uintptr_t>(buf.data()) % Trunk::kAlign;
-    data = buf.data() + (mis ? Trunk::kAlign - mis : 0);  // data[n] is still junk
+  explicit Packed(uint64_t n) : buf(n + kTrunkAlign, 0xa5) {
+    const uint64_t mis = reinterpret_cast<uintptr_t>(buf.data()) % kTrunkAlign;
+    data = buf.data() + (mis ? kTrunkAlign - mis : 0);  // data[n] is still junk
   }
   std::vector<uint8_t> buf;
   uint8_t* data;
 };
 
 TEST_P(Forward, ATrunkPackedElsewhereGivesTheSameLogits) {
-  const uint64_t n = Trunk::PackedBytes(ct_->manifest());
+  const uint64_t n = PackedTrunkBytes(ct_->manifest());
   auto loaded = Trunk::Load(*ct_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ((*loaded)->resident_bytes(), n);
@@ -500,10 +500,10 @@ TEST_P(Forward, ATrunkPackedElsewhereGivesTheSameLogits) {
 
   Packed a(n), b(n);
   std::memset(b.buf.data(), 0x5a, b.buf.size());
-  ASSERT_TRUE(Trunk::Pack(*ct_, a.data, n).ok());
-  ASSERT_TRUE(Trunk::Pack(*ct_, b.data, n).ok());
+  ASSERT_TRUE(PackTrunk(*ct_, a.data, n).ok());
+  ASSERT_TRUE(PackTrunk(*ct_, b.data, n).ok());
   EXPECT_EQ(0, std::memcmp(a.data, b.data, n)) << "padding is not zeroed";
-  EXPECT_EQ(a.data[n], 0xa5) << "Pack wrote past PackedBytes";
+  EXPECT_EQ(a.data[n], 0xa5) << "PackTrunk wrote past PackedTrunkBytes";
 
   auto over = Trunk::Over(*ct_, a.data, n);
   ASSERT_TRUE(over.ok()) << over.status().message();
@@ -516,15 +516,15 @@ TEST_P(Forward, ATrunkPackedElsewhereGivesTheSameLogits) {
 }
 
 TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
-  const uint64_t n = Trunk::PackedBytes(ct_->manifest());
-  ASSERT_GT(n, Trunk::kAlign);
+  const uint64_t n = PackedTrunkBytes(ct_->manifest());
+  ASSERT_GT(n, kTrunkAlign);
   Packed p(n);
-  const Status pack = Trunk::Pack(*ct_, p.data, n - 1);
+  const Status pack = PackTrunk(*ct_, p.data, n - 1);
   ASSERT_FALSE(pack.ok());
   EXPECT_NE(pack.message().find("needs " + std::to_string(n)), std::string::npos) << pack.message();
   EXPECT_EQ(p.data[0], 0xa5) << "a refused Pack wrote";
 
-  ASSERT_TRUE(Trunk::Pack(*ct_, p.data, n).ok());
+  ASSERT_TRUE(PackTrunk(*ct_, p.data, n).ok());
   auto small = Trunk::Over(*ct_, p.data, n - 1);
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("needs " + std::to_string(n)), std::string::npos)

@@ -123,7 +123,7 @@ class FakeDaemon {
   // Assigns `slot` (empty or retired) to (layer, expert) and marks it
   // loading, as the daemon does (shm/table.h).
   void StartLoad(uint32_t slot, int layer, int expert) {
-    shm::MarkLoading(table_, slot, shm::ExpertKey(layer, expert));
+    shm::MarkLoading(table_, slot, ExpertKey(layer, expert));
     table_.Announce();
   }
   // Writes the record's pattern while loading, then publishes it.
@@ -238,7 +238,7 @@ TEST(SharedSource, ReadySlotIsAHitWithoutAHint) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(*r, view.cache + 2 * kStride);
   EXPECT_EQ(std::memcmp(*r, d.bytes(2), kRecordBytes), 0);
-  EXPECT_TRUE(HasPattern(*r, shm::ExpertKey(1, 5)));
+  EXPECT_TRUE(HasPattern(*r, ExpertKey(1, 5)));
   EXPECT_EQ(src.stats().hits, 1u);
   EXPECT_EQ(src.stats().misses, 0u);
   EXPECT_EQ(src.stats().reads, 0u);
@@ -285,7 +285,7 @@ TEST(SharedSource, TryAcquirePinsOnlyWhatIsReadyAndSendsNothing) {
   auto ready = src.TryAcquire(2, 7);
   ASSERT_TRUE(ready.ok()) << ready.status().message();
   EXPECT_EQ(*ready, view.cache + 1 * kStride);
-  EXPECT_TRUE(HasPattern(*ready, shm::ExpertKey(2, 7)));
+  EXPECT_TRUE(HasPattern(*ready, ExpertKey(2, 7)));
   EXPECT_EQ(src.held(), 1u);
   EXPECT_FALSE(d.Retire(1)) << "pinned by TryAcquire";
   src.Release(2, 7);
@@ -393,7 +393,7 @@ TEST(SharedSource, MissWaitsForTheDaemonInAnotherProcess) {
     EXPECT_GT(src.stats().wait_seconds, 0.1);
     if (r.ok()) {
       EXPECT_EQ(*r, view.cache + 3 * kStride);
-      EXPECT_TRUE(HasPattern(*r, shm::ExpertKey(1, 7)));
+      EXPECT_TRUE(HasPattern(*r, ExpertKey(1, 7)));
     }
   }
   close(fds[1]);  // the child's loop ends
@@ -483,7 +483,7 @@ TEST(SharedSource, EarlierFailureRetriedSuccessfully) {
   HintServer server(&sink, [&](const SentHint& h) { fd.OnHint(h); });
   auto r = src.Acquire(1, 3);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_TRUE(HasPattern(*r, shm::ExpertKey(1, 3)));
+  EXPECT_TRUE(HasPattern(*r, ExpertKey(1, 3)));
   EXPECT_EQ(fd.reads, 2);
   src.Release(1, 3);
 }
@@ -643,7 +643,7 @@ TEST(SharedSource, PinnedSlotsAreNeverOverwritten) {
           continue;
         }
         holds.erase(s);
-        d.StartLoad(s, shm::KeyLayer(key), shm::KeyExpert(key));
+        d.StartLoad(s, KeyLayer(key), KeyExpert(key));
         std::this_thread::yield();  // a read takes a while
         d.FinishLoad(s);
         holds[s] = key;
@@ -653,10 +653,10 @@ TEST(SharedSource, PinnedSlotsAreNeverOverwritten) {
     };
     while (!stop) {
       while (auto h = sink.Take(0ms)) {
-        const uint32_t key = shm::ExpertKey(h->layer, h->expert);
+        const uint32_t key = ExpertKey(h->layer, h->expert);
         if (!resident(key)) load(key);
       }
-      const uint32_t key = shm::ExpertKey(1 + rng() % 3, rng() % kExperts);
+      const uint32_t key = ExpertKey(1 + rng() % 3, rng() % kExperts);
       if (!resident(key)) load(key);  // churn: something else is wanted too
       std::this_thread::sleep_for(20us);
     }
@@ -690,7 +690,7 @@ TEST(SharedSource, PinnedSlotsAreNeverOverwritten) {
     }
     for (int round = 0; round < 2; ++round) {
       for (int i = 0; i < n; ++i)
-        if (!HasPattern(held[i].p, shm::ExpertKey(held[i].layer, held[i].expert))) ++bad;
+        if (!HasPattern(held[i].p, ExpertKey(held[i].layer, held[i].expert))) ++bad;
       std::this_thread::yield();  // give the daemon a chance to misbehave
     }
     for (int i = 0; i < n; ++i) src.Release(held[i].layer, held[i].expert);

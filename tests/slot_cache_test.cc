@@ -63,9 +63,9 @@ TEST(SlotCache, DemandBeforeLookaheadBeforeWarm) {
   f.Hint(0, 1, {3}, HintKind::kDemand);
   const auto jobs = f.cache->Dispatch(3);
   ASSERT_EQ(jobs.size(), 3u);
-  EXPECT_EQ(jobs[0].key, shm::ExpertKey(1, 3));
-  EXPECT_EQ(jobs[1].key, shm::ExpertKey(2, 2));
-  EXPECT_EQ(jobs[2].key, shm::ExpertKey(1, 1));
+  EXPECT_EQ(jobs[0].key, ExpertKey(1, 3));
+  EXPECT_EQ(jobs[1].key, ExpertKey(2, 2));
+  EXPECT_EQ(jobs[2].key, ExpertKey(1, 1));
   EXPECT_EQ(f.State(1, 3), shm::SlotState::kLoading);
 }
 
@@ -79,7 +79,7 @@ TEST(SlotCache, OnlyAsManyReadsAsAskedAndTheRestWaitInOrder) {
   f.Hint(0, 1, {9}, HintKind::kDemand);
   const auto next = f.cache->Dispatch(1);
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(next[0].key, shm::ExpertKey(1, 9));
+  EXPECT_EQ(next[0].key, ExpertKey(1, 9));
 }
 
 TEST(SlotCache, IdenticalRequestsAreMergedAndRaised) {
@@ -109,7 +109,7 @@ TEST(SlotCache, LookaheadForAPassedLayerIsDroppedBeforeItIsRead) {
   f.Hint(0, 3, {1}, HintKind::kDemand);     // the client has moved past layer 2
   const auto jobs = f.RunReads();
   ASSERT_EQ(jobs.size(), 1u);
-  EXPECT_EQ(jobs[0].key, shm::ExpertKey(3, 1));
+  EXPECT_EQ(jobs[0].key, ExpertKey(3, 1));
   EXPECT_EQ(f.cache->counters().dropped, 1u);
   EXPECT_EQ(f.State(2, 7), shm::SlotState::kEmpty);
 }
@@ -163,20 +163,20 @@ TEST(SlotCache, AGreedyClientCannotStarveAnother) {
 
   auto first = f.cache->Dispatch(1);  // the greedy client was first in line
   ASSERT_EQ(first.size(), 1u);
-  EXPECT_EQ(first[0].key, shm::ExpertKey(1, 0));
+  EXPECT_EQ(first[0].key, ExpertKey(1, 0));
   f.Hint(1, 3, {15}, HintKind::kDemand);  // queued behind seven of the greedy one's
   auto next = f.cache->Dispatch(1);
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(next[0].key, shm::ExpertKey(3, 15)) << "the second client waited for the flood";
+  EXPECT_EQ(next[0].key, ExpertKey(3, 15)) << "the second client waited for the flood";
   // Then turns alternate while both have reads queued; each keeps its order.
   f.Hint(1, 2, {15}, HintKind::kDemand);
   f.Hint(1, 3, {14}, HintKind::kDemand);
   auto more = f.cache->Dispatch(4);
   ASSERT_EQ(more.size(), 4u);
-  EXPECT_EQ(more[0].key, shm::ExpertKey(1, 1));
-  EXPECT_EQ(more[1].key, shm::ExpertKey(2, 15));
-  EXPECT_EQ(more[2].key, shm::ExpertKey(1, 2));
-  EXPECT_EQ(more[3].key, shm::ExpertKey(3, 14));
+  EXPECT_EQ(more[0].key, ExpertKey(1, 1));
+  EXPECT_EQ(more[1].key, ExpertKey(2, 15));
+  EXPECT_EQ(more[2].key, ExpertKey(1, 2));
+  EXPECT_EQ(more[3].key, ExpertKey(3, 14));
   // Reads started make room under the cap again.
   EXPECT_EQ(f.cache->client_counters(0).queued, 5u);
   const std::vector<uint32_t> four = {0, 1, 2, 3};
@@ -336,8 +336,8 @@ TEST(SlotCache, WarmUpTakesOnlyFreeSlotsMostUsedFirst) {
   f.cache->SeedUses(saved);
   const auto hot = f.cache->Hottest(10);
   ASSERT_EQ(hot.size(), 4u);
-  EXPECT_EQ(hot[0], shm::ExpertKey(2, 5));
-  EXPECT_EQ(hot[1], shm::ExpertKey(3, 1));
+  EXPECT_EQ(hot[0], ExpertKey(2, 5));
+  EXPECT_EQ(hot[1], ExpertKey(3, 1));
   EXPECT_EQ(f.cache->Warm(hot), 2u);  // two free slots
   const auto jobs = f.RunReads();
   ASSERT_EQ(jobs.size(), 2u);

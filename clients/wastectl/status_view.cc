@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "engine/size_text.h"
+#include "base/size_text.h"
 
 namespace waste::ctl {
 

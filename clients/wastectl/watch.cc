@@ -14,8 +14,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "base/size_text.h"
 #include "clients/wastectl/status_view.h"
-#include "engine/size_text.h"
 
 namespace waste::ctl {
 namespace {

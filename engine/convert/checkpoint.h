@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "engine/convert/safetensors.h"
-#include "engine/status.h"
 
 namespace waste::convert {
 

@@ -20,9 +20,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "engine/convert/vq_fit.h"
 #include "engine/format/layout.h"
-#include "engine/status.h"
 
 namespace waste::convert {
 

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "engine/format/model_config.h"
-#include "engine/status.h"
 
 namespace waste::convert {
 

@@ -13,8 +13,8 @@
 
 #include <string>
 
+#include "base/status.h"
 #include "engine/convert/source_model.h"
-#include "engine/status.h"
 
 namespace waste::convert {
 

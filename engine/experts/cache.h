@@ -23,8 +23,8 @@
 
 #include "base/eviction.h"
 #include "engine/experts/expert_source.h"
-#include "engine/experts/record_reader.h"
 #include "engine/format/container.h"
+#include "engine/format/record_reader.h"
 #include "engine/memory/region.h"
 
 namespace waste {

@@ -9,15 +9,10 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/status.h"
+#include "base/hints.h"
+#include "base/status.h"
 
 namespace waste {
-
-enum class HintKind {
-  kDemand,     // needed now
-  kLookahead,  // predicted for a coming layer
-  kWarm,       // background warm-up
-};
 
 struct ExpertStats {
   uint64_t hits = 0;    // acquired while already in memory

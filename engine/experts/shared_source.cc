@@ -98,7 +98,7 @@ bool SharedExpertSource::Ready(int layer, int expert) {
   if (s == shm::kNoSlot || s >= t.slots()) return false;
   const shm::SlotEntry& e = t.slot(s);
   return shm::StateOf(e.word.load(std::memory_order_acquire)) == shm::SlotState::kReady &&
-         e.key.load(std::memory_order_acquire) == shm::ExpertKey(layer, expert);
+         e.key.load(std::memory_order_acquire) == ExpertKey(layer, expert);
 }
 
 void SharedExpertSource::NoteLayer(int layer) {
@@ -117,7 +117,7 @@ Result<const uint8_t*> SharedExpertSource::Pinned(int layer, int expert, uint32_
                          " lies outside the cache segment (" + std::to_string(view_.cache_bytes) +
                          " bytes)");
   }
-  held_.push_back({shm::ExpertKey(layer, expert), slot});
+  held_.push_back({ExpertKey(layer, expert), slot});
   if (slot >= slot_mapped_.size()) slot_mapped_.resize(slot + 1, false);
   if (!slot_mapped_[slot]) {
     slot_mapped_[slot] = true;
@@ -262,7 +262,7 @@ uint64_t SharedExpertSource::PinLimit() const {
 
 void SharedExpertSource::Release(int layer, int expert) {
   if (layer < 0 || expert < 0) return;
-  const uint32_t key = shm::ExpertKey(layer, expert);
+  const uint32_t key = ExpertKey(layer, expert);
   std::lock_guard<std::mutex> lock(mu_);
   // The latest matching acquire: the same record may be held twice.
   for (auto it = held_.rbegin(); it != held_.rend(); ++it) {

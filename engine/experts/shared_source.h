@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "engine/experts/expert_source.h"
-#include "engine/status.h"
 #include "shm/table.h"
 
 namespace waste {

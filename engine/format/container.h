@@ -23,9 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "engine/format/layout.h"
 #include "engine/format/model_config.h"
-#include "engine/status.h"
 
 namespace waste {
 

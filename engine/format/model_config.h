@@ -15,7 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste {
 

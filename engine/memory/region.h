@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste {
 

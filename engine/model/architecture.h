@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/format/model_config.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace waste {
 

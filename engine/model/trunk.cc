@@ -3,82 +3,30 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 namespace waste {
 
-namespace {
-
-uint64_t Padded(uint64_t n) {
-  return (n + Trunk::kAlign - 1) / Trunk::kAlign * Trunk::kAlign;
-}
-
-// A tensor's place in the packed layout.
-struct Placed {
-  const TrunkTensor* t = nullptr;
-  uint64_t at = 0;  // from the base of the packed trunk
-};
-
-// The packed layout: where each resident tensor goes, and the total in *bytes.
-std::vector<Placed> Layout(const Manifest& m, uint64_t* bytes) {
-  const TrunkTensor* embedding = m.FindTensor("model.embed_tokens.weight");
-  std::vector<Placed> out;
-  uint64_t at = 0;
-  for (const TrunkTensor& tt : m.trunk) {
-    if (&tt == embedding) continue;
-    out.push_back({&tt, at});
-    at += Padded(tt.stored_bytes());
-  }
-  *bytes = at;
-  return out;
-}
-
-}  // namespace
-
-uint64_t Trunk::PackedBytes(const Manifest& m) {
-  uint64_t bytes = 0;
-  Layout(m, &bytes);
-  return bytes;
-}
-
-Status Trunk::Pack(const Container& ct, uint8_t* dst, uint64_t dst_bytes) {
-  uint64_t need = 0;
-  const std::vector<Placed> layout = Layout(ct.manifest(), &need);
-  if (dst_bytes < need)
-    return Status::Error("trunk: packing needs " + std::to_string(need) +
-                         " bytes, the destination has only " + std::to_string(dst_bytes));
-  if (need > 0 && dst == nullptr) return Status::Error("trunk: packing into a null destination");
-  for (const Placed& p : layout) {
-    const TrunkTensor& tt = *p.t;
-    uint8_t* at = dst + p.at;
-    WASTE_RETURN_IF_ERROR(
-        ct.ReadTensorInto(tt, {at, tt.payload_bytes}, {at + tt.payload_bytes, tt.scale_bytes}));
-    // Zero padding: the packed bytes are then a function of the container alone.
-    std::memset(at + tt.stored_bytes(), 0, Padded(tt.stored_bytes()) - tt.stored_bytes());
-  }
-  return Status::Ok();
-}
-
 Result<std::unique_ptr<Trunk>> Trunk::Over(const Container& ct, const uint8_t* bytes,
                                            uint64_t size) {
-  const uint64_t need = PackedBytes(ct.manifest());
+  const uint64_t need = PackedTrunkBytes(ct.manifest());
   if (size < need)
     return Status::Error("trunk: the packed trunk needs " + std::to_string(need) +
                          " bytes, the memory given has only " + std::to_string(size));
   if (need > 0 && bytes == nullptr) return Status::Error("trunk: packed memory is null");
-  if (reinterpret_cast<uintptr_t>(bytes) % kAlign != 0)
-    return Status::Error("trunk: packed memory is not " + std::to_string(kAlign) + "-byte aligned");
+  if (reinterpret_cast<uintptr_t>(bytes) % kTrunkAlign != 0)
+    return Status::Error("trunk: packed memory is not " + std::to_string(kTrunkAlign) +
+                         "-byte aligned");
   std::unique_ptr<Trunk> t = View(ct, bytes);
   t->shared_ = true;
   return t;
 }
 
 Result<std::unique_ptr<Trunk>> Trunk::Load(const Container& ct) {
-  auto region = Region::Allocate(PackedBytes(ct.manifest()));
+  auto region = Region::Allocate(PackedTrunkBytes(ct.manifest()));
   if (!region.ok()) return region.status().Prefixed("trunk");
-  WASTE_RETURN_IF_ERROR(Pack(ct, region->data(), region->size()));
+  WASTE_RETURN_IF_ERROR(PackTrunk(ct, region->data(), region->size()));
   std::unique_ptr<Trunk> t = View(ct, region->data());
   t->bytes_ = std::move(*region);
   return t;
@@ -89,7 +37,7 @@ std::unique_ptr<Trunk> Trunk::View(const Container& ct, const uint8_t* base) {
   t->ct_ = &ct;
   const Manifest& m = ct.manifest();
   t->embedding_ = m.FindTensor("model.embed_tokens.weight");
-  for (const Placed& p : Layout(m, &t->resident_bytes_)) {
+  for (const PackedTensor& p : PackedTrunkLayout(m, &t->resident_bytes_)) {
     const TrunkTensor& tt = *p.t;
     kernels::MatrixView v;
     v.fmt = tt.fmt;

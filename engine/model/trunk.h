@@ -3,11 +3,8 @@
 // is read a row at a time (one row per token; the table is a large share of
 // the trunk). In this process the trunk is read from trunk.bin into memory
 // the Trunk owns (Load); attached to wasted it is a view of the daemon's
-// shared segment, which the daemon filled with Pack (Over).
-//
-// The packed layout, a function of the manifest alone: every trunk tensor but
-// the embedding table, in manifest order, each its payload then its scales,
-// each starting at a multiple of 64 bytes from the base; padding is zero.
+// shared segment, which the daemon filled with PackTrunk (Over). Both are
+// in the packed layout of engine/format/trunk_pack.h.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +14,7 @@
 #include <vector>
 
 #include "engine/format/container.h"
+#include "engine/format/trunk_pack.h"
 #include "engine/kernels/matvec.h"
 #include "engine/memory/region.h"
 
@@ -24,20 +22,12 @@ namespace waste {
 
 class Trunk {
  public:
-  // Alignment of every tensor in the packed layout, relative to its base.
-  static constexpr uint64_t kAlign = 64;
-
-  // Bytes the packed layout of `m` takes.
-  static uint64_t PackedBytes(const Manifest& m);
-  // Reads the trunk of `ct` into dst[0, PackedBytes(ct.manifest())) in the
-  // packed layout, padding zeroed, straight from trunk.bin. Refuses a
-  // destination smaller than that; writes nothing past it.
-  static Status Pack(const Container& ct, uint8_t* dst, uint64_t dst_bytes);
   // Views over `bytes`, which someone else packed (the daemon's segment,
   // mapped read-only). Not owned and not read here. The caller guarantees
-  // that `bytes` holds what Pack wrote for a container with ct's manifest,
-  // and stays mapped and unchanged while the Trunk lives; `ct` must outlive
-  // it too. Refuses `size` < PackedBytes and a base not kAlign-aligned.
+  // that `bytes` holds what PackTrunk wrote for a container with ct's
+  // manifest, and stays mapped and unchanged while the Trunk lives; `ct`
+  // must outlive it too. Refuses `size` < PackedTrunkBytes and a base not
+  // kTrunkAlign-aligned.
   static Result<std::unique_ptr<Trunk>> Over(const Container& ct, const uint8_t* bytes,
                                              uint64_t size);
   // Packs the trunk of `ct` (which must outlive it) into memory it owns.
@@ -52,7 +42,7 @@ class Trunk {
   Status EmbeddingRow(int token, float* out) const;
 
   const Container& container() const { return *ct_; }
-  uint64_t resident_bytes() const { return resident_bytes_; }  // PackedBytes
+  uint64_t resident_bytes() const { return resident_bytes_; }  // PackedTrunkBytes
   // True when the bytes belong to someone else (Over), false when owned (Load).
   bool shared() const { return shared_; }
   // Whether the owned region got transparent huge pages; false when shared

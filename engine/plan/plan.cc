@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/model/trunk.h"
+#include "engine/format/trunk_pack.h"
 
 namespace waste {
 namespace {
@@ -56,7 +56,7 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   const ModelConfig& c = m.config;
   MemoryPlan p;
   p.context = context;
-  p.trunk = Trunk::PackedBytes(m);  // what is resident: the trunk as packed, derived tensors included
+  p.trunk = PackedTrunkBytes(m);  // what is resident: the trunk as packed, derived tensors included
   const uint64_t f = sizeof(float);
   for (int L = 0; L < c.n_layers; ++L) {
     if (c.layer_kind[L] == LayerKind::kKda) {
@@ -105,7 +105,7 @@ DaemonPlan PlanDaemon(const Manifest& m, const SegmentCosts& costs) {
   const uint64_t stride = SlotStride(m);
   const uint64_t records = uint64_t(c.n_experts) * c.n_moe_layers();
   DaemonPlan p;
-  p.trunk = costs.segment(Trunk::PackedBytes(m));
+  p.trunk = costs.segment(PackedTrunkBytes(m));
   const uint64_t table = costs.slot_table(static_cast<uint32_t>(c.n_layers),
                                           static_cast<uint32_t>(std::max(c.n_experts, 1)),
                                           static_cast<uint32_t>(std::max<uint64_t>(records, 1)));

@@ -18,8 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/size_text.h"  // FormatSize
 #include "engine/format/container.h"
-#include "engine/size_text.h"  // FormatSize
 
 namespace waste {
 

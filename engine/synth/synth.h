@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "engine/format/layout.h"
-#include "engine/status.h"
 
 namespace waste {
 

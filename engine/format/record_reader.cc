@@ -1,4 +1,4 @@
-#include "engine/experts/record_reader.h"
+#include "engine/format/record_reader.h"
 
 #include <fcntl.h>
 #include <unistd.h>
