@@ -21,7 +21,7 @@
 
 #include "daemon/daemon.h"
 #include "engine/plan/plan.h"
-#include "protocol/client.h"  // DefaultDaemonSocket
+#include "link/daemon_client.h"  // DefaultDaemonSocket
 #include "waste/version.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // DaemonClient (protocol/client.h) against a fake wasted: a Daemon server on
 // its own thread and kj event loop, listening on a Unix socket in a scratch
 // directory and handing out real memfds as the segments.
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

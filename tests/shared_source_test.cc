@@ -4,7 +4,7 @@
 // retried once, a dead or stopping daemon noticed within a second, refused
 // ids, the pin/retire handshake under constant eviction (invariant 3), and a
 // futex wake crossing processes onto a read-only mapping.
-#include "engine/experts/shared_source.h"
+#include "link/shared_source.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "clients/waste/commands.h"
-#include "clients/waste/daemon_link.h"
 #include "engine/format/container.h"
 #include "engine/size_text.h"
-#include "protocol/client.h"
+#include "link/attach.h"
+#include "link/daemon_client.h"
 
 namespace waste::cli {
 namespace {

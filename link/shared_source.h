@@ -17,7 +17,7 @@
 namespace waste {
 
 // How the shared source talks to the daemon; implemented over Cap'n Proto
-// elsewhere (protocol/client.h).
+// elsewhere (link/daemon_client.h).
 class HintSink {
  public:
   virtual ~HintSink() = default;

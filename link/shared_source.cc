@@ -1,4 +1,4 @@
-#include "engine/experts/shared_source.h"
+#include "link/shared_source.h"
 
 #include <sys/mman.h>
 

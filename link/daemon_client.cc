@@ -1,4 +1,4 @@
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
