@@ -8,14 +8,15 @@
 namespace waste {
 namespace {
 
-// The shared source's line to the daemon: hints go out without waiting.
+// The shared source's line to the daemon: hints are queued for the link
+// thread, the connection's state is a flag the link thread keeps.
 class ClientSink final : public HintSink {
  public:
   explicit ClientSink(DaemonClient* c) : c_(c) {}
   void SendHint(int layer, std::span<const int> experts, HintKind kind) override {
     c_->SendHint(layer, experts, kind);
   }
-  Status Poll() override { return c_->Poll(); }
+  Status Health() const override { return c_->Poll(); }
   void SendProgress(uint64_t tokens) override { c_->SendProgress(tokens); }
 
  private:

@@ -183,7 +183,7 @@ struct SentHint {
   HintKind kind;
 };
 
-// Records hints for a daemon thread to take; Poll fails from `dead_at` on.
+// Records hints for a daemon thread to take; Health fails from `dead_at` on.
 class TestSink : public HintSink {
  public:
   void SendHint(int layer, std::span<const int> experts, HintKind kind) override {
@@ -194,7 +194,7 @@ class TestSink : public HintSink {
     }
     cv_.notify_all();
   }
-  Status Poll() override {
+  Status Health() const override {
     ++polls_;
     if (dead_at_ && Clock::now() >= *dead_at_) return Status::Error("connection to wasted lost");
     return Status::Ok();
@@ -220,7 +220,7 @@ class TestSink : public HintSink {
   std::condition_variable cv_;
   std::vector<SentHint> all_;
   std::deque<SentHint> queue_;
-  std::atomic<int> polls_{0};
+  mutable std::atomic<int> polls_{0};
   std::optional<Clock::time_point> dead_at_;
 };
 
@@ -344,20 +344,6 @@ TEST(SharedSource, FirstPinMapsTheWholeSlot) {
   src.Release(1, 5);
 }
 
-TEST(SharedSource, ProgressCountsPasses) {
-  FakeDaemon d(4);
-  TestSink sink;
-  d.Load(0, 1, 1);
-  d.Load(1, 2, 1);
-  const SharedCacheView view = d.ClientView();
-  SharedExpertSource src(view, kHasExperts, kExperts, &sink);
-  for (int layer : {1, 2, 1, 2, 1}) {
-    ASSERT_TRUE(src.Acquire(layer, 1).ok());
-    src.Release(layer, 1);
-  }
-  EXPECT_EQ(view.pins->progress.load(), uint64_t{2} << 16 | 1);
-}
-
 // The daemon is another process, as in life: it sees the hint through a
 // pipe and loads the record a while later into the shared segments.
 TEST(SharedSource, MissWaitsForTheDaemonInAnotherProcess) {
@@ -391,7 +377,7 @@ TEST(SharedSource, MissWaitsForTheDaemonInAnotherProcess) {
         if (write(fd, msg, sizeof(msg)) == static_cast<ssize_t>(sizeof(msg))) ++sent;
       }
     }
-    Status Poll() override { return Status::Ok(); }
+    Status Health() const override { return Status::Ok(); }
   } sink;
   sink.fd = fds[1];
 
