@@ -710,6 +710,63 @@ TEST(SharedSource, PinnedSlotsAreNeverOverwritten) {
               Since(t0));
 }
 
+// The pool's threads at once: four threads hint and acquire over one
+// source while a daemon thread serves their demands into 4 slots (retiring
+// what nobody pins); every record acquired is the one asked for, intact.
+TEST(SharedSource, SeveralThreadsAcquireAndHintAtOnce) {
+  constexpr uint32_t kSlots = 4;
+  constexpr int kThreads = 4;
+  FakeDaemon d(kSlots);
+  TestSink sink;
+  SharedExpertSource src(d.ClientView(), kHasExperts, kExperts, &sink);
+  std::atomic<bool> stop{false};
+  std::thread daemon([&] {
+    uint32_t victim = 0;
+    while (!stop) {
+      auto h = sink.Take(5ms);
+      if (!h || h->kind != HintKind::kDemand) continue;
+      const uint32_t at = d.index(h->layer, h->expert);
+      if (at != shm::kNoSlot && d.state(at) != shm::SlotState::kEmpty) continue;  // merged
+      for (uint32_t tries = 0; tries < 2 * kSlots; ++tries, victim = (victim + 1) % kSlots) {
+        if (d.state(victim) != shm::SlotState::kEmpty && !d.Retire(victim)) continue;  // pinned
+        d.Load(victim, h->layer, h->expert);
+        victim = (victim + 1) % kSlots;
+        break;
+      }
+    }
+  });
+  std::atomic<int> acquired{0}, bad{0};
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(100 + w);
+      for (int i = 0; i < 300 && errors[w].empty(); ++i) {
+        const int layer = 1 + static_cast<int>(rng() % 3);
+        const int expert = static_cast<int>(rng() % kExperts);
+        const int ahead[] = {static_cast<int>(rng() % kExperts)};
+        src.Hint(layer, ahead, HintKind::kLookahead);
+        auto r = src.Acquire(layer, expert);
+        if (!r.ok()) {
+          errors[w] = r.status().message();
+          break;
+        }
+        if (!HasPattern(*r, shm::ExpertKey(layer, expert))) ++bad;
+        ++acquired;
+        src.Release(layer, expert);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  stop = true;
+  daemon.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(acquired, kThreads * 300);
+  EXPECT_EQ(src.held(), 0u);
+  EXPECT_GT(src.stats().misses, 0u);
+}
+
 // A waiter in another process, on a read-only mapping of the table, is woken
 // by the daemon's FutexWakeAll through its writable mapping.
 TEST(SharedSource, FutexWakesAReadOnlyWaiterInAnotherProcess) {
