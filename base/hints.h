@@ -1,6 +1,6 @@
 // The hint vocabulary: how urgently a caller wants an expert record. Spoken
 // by the forward pass (engine/experts/expert_source.h), the daemon's client
-// and protocol (protocol/client.h) and the daemon's cache policy alike.
+// and link (link/daemon_client.h) and the daemon's cache policy alike.
 #pragma once
 
 namespace waste {

@@ -13,7 +13,7 @@
 
 #include "engine/plan/plan.h"     // ParseSize
 #include "base/size_text.h"     // FormatSize
-#include "protocol/client.h"      // DefaultDaemonSocket
+#include "protocol/socket_path.h"
 #include "waste/version.h"
 
 namespace waste::daemon {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 
 namespace waste {
 

@@ -122,18 +122,17 @@ class SlotTable {
   std::atomic<uint32_t>* index_ = nullptr;
 };
 
-// One client's pin page: a 4 KiB page the client writes and the daemon reads.
-struct PinPage {
-  std::atomic<uint32_t> pins[1022];  // slot + 1 per held pin, 0 for a free entry
-  // Where the client's forward pass is: pass << 16 | layer. Advisory: the
-  // daemon uses it only to prefer evicting what this client has finished.
-  std::atomic<uint64_t> progress;
-};
-static_assert(sizeof(PinPage) == 4096);
 constexpr uint32_t kPinsPerClient = 1022;
 
-// The client's side of a pin page. Not thread safe: one per client, used by
-// the thread that runs the forward pass.
+// One client's pin page: a 4 KiB page the client writes and the daemon reads
+// (its last 8 bytes are unused).
+struct alignas(4096) PinPage {
+  std::atomic<uint32_t> pins[kPinsPerClient];  // slot + 1 per held pin, 0 for a free entry
+};
+static_assert(sizeof(PinPage) == 4096);
+
+// The client's side of a pin page. Not thread safe: one per client, whose
+// owner serializes the calls (SharedExpertSource holds its mutex).
 class PinSet {
  public:
   // Uses the first `capacity` entries of the page (the table's

@@ -1,7 +1,7 @@
-// DaemonClient (protocol/client.h) against a fake wasted: a Daemon server on
+// DaemonClient (link/daemon_client.h) against a fake wasted: a Daemon server on
 // its own thread and kj event loop, listening on a Unix socket in a scratch
 // directory and handing out real memfds as the segments.
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -447,6 +447,47 @@ TEST(DaemonClient, HintsArriveInOrderWithoutWaitingForAnswers) {
     EXPECT_EQ(h.experts, (std::vector<uint32_t>{uint32_t(i % 8), uint32_t((i + 1) % 8)})) << i;
     EXPECT_EQ(h.kind, i % 3 == 0 ? proto::HintKind::DEMAND : proto::HintKind::LOOKAHEAD) << i;
   }
+}
+
+// The link thread queues what any thread sends: two threads hint at once
+// while a third asks for the status; every hint arrives, each thread's in
+// its own order.
+TEST(DaemonClient, HintsFromTwoThreadsAtOnce) {
+  const std::string sock = testing::ScratchDir() + "/wasted.sock";
+  FakeServer server(sock);
+  auto client = MustConnect(sock);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Attach("waste run").ok());
+
+  constexpr int kHints = 64;  // per thread; i is sent as experts {i / 8, i % 8}
+  std::vector<std::thread> senders;
+  for (int layer = 0; layer < 2; ++layer) {
+    senders.emplace_back([&client, layer] {
+      for (int i = 0; i < kHints; ++i) {
+        const int experts[] = {i / 8, i % 8};
+        client->SendHint(layer, experts, HintKind::kDemand);
+      }
+    });
+  }
+  int statuses = 0;
+  for (int i = 0; i < 5; ++i) statuses += client->GetStatus().ok();
+  for (std::thread& t : senders) t.join();
+  EXPECT_EQ(statuses, 5);
+  const auto end = Clock::now() + std::chrono::seconds(5);
+  while (server.state.hint_count() < 2 * kHints && Clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::lock_guard<std::mutex> lock(server.state.mu);
+  ASSERT_EQ(server.state.hints.size(), static_cast<size_t>(2 * kHints));
+  int next[2] = {0, 0};
+  for (const auto& h : server.state.hints) {
+    ASSERT_LT(h.layer, 2u);
+    const int i = next[h.layer]++;
+    EXPECT_EQ(h.experts, (std::vector<uint32_t>{uint32_t(i / 8), uint32_t(i % 8)}))
+        << "layer " << h.layer << " hint " << i;
+  }
+  EXPECT_EQ(next[0], kHints);
+  EXPECT_EQ(next[1], kHints);
+  EXPECT_TRUE(client->connected());
 }
 
 TEST(DaemonClient, HintRefusalsAreKeptAndDoNotEndTheClient) {

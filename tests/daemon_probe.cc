@@ -31,9 +31,9 @@
 #include <thread>
 #include <vector>
 
-#include "clients/waste/daemon_link.h"
 #include "engine/model/model.h"
 #include "engine/model/trunk.h"
+#include "link/attach.h"
 
 namespace {
 
@@ -74,7 +74,7 @@ int RunActivity(Activity what, const std::string& socket, const waste::Container
                 unsigned seed) {
   auto client = waste::DaemonClient::Connect(socket);
   if (!client.ok()) return 3;
-  auto link = waste::cli::AttachDaemon(std::move(*client), socket, ct);
+  auto link = waste::AttachDaemon(std::move(*client), socket, ct);
   if (!link.ok()) {
     std::fprintf(stderr, "chaos child: %s\n", link.status().message().c_str());
     return 3;
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
     auto a = (*client)->Attach("daemon_probe", version);
     return a.ok() ? 0 : Fail(a.status().message());
   }
-  auto link = waste::cli::AttachDaemon(std::move(*client), socket, *ct);
+  auto link = waste::AttachDaemon(std::move(*client), socket, *ct);
   if (!link.ok()) return Fail(link.status().message());
   std::printf("ATTACHED\n");
   if (go) {  // the test changes something under the daemon first

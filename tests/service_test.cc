@@ -33,7 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 #include "tests/test_util.h"
 
 namespace {

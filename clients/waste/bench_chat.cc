@@ -43,7 +43,7 @@ uint64_t BytesReadByThisProcess() {
 }
 
 // This process's demand hints as wasted classified them (hits, late,
-// misses: protocol/client.h, DaemonStatus); only when attached.
+// misses: link/daemon_client.h, DaemonStatus); only when attached.
 struct DemandCounts {
   uint64_t hits = 0, late = 0, misses = 0;
 };

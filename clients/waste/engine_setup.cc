@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/plan/plan.h"
+#include "link/spawn.h"
 
 namespace waste::cli {
 

@@ -10,11 +10,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "clients/waste/daemon_link.h"
 #include "engine/experts/cache.h"
 #include "engine/format/container.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "link/attach.h"
 
 namespace waste::cli {
 

@@ -16,9 +16,9 @@
 
 #include "base/size_text.h"
 #include "clients/waste/commands.h"
-#include "clients/waste/daemon_link.h"
 #include "engine/format/container.h"
-#include "protocol/client.h"
+#include "link/attach.h"
+#include "link/daemon_client.h"
 
 namespace waste::cli {
 namespace {

@@ -1,5 +1,5 @@
 // wastectl: inspect and steer a running wasted over its socket. It speaks the
-// protocol only (protocol/client.h) and links no engine. Commands: status
+// protocol only (link/daemon_client.h) and links no engine. Commands: status
 // (once, or live with --watch), clients, metrics, warm, drop, stop and reload;
 // each prints text for people or, with --json, JSON.
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 #include "clients/wastectl/status_view.h"
 #include "clients/wastectl/watch.h"
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 #include "protocol/metrics.h"
 #include "waste/version.h"
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 
 namespace waste::ctl {
 

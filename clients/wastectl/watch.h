@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "protocol/client.h"
+#include "link/daemon_client.h"
 
 namespace waste::ctl {
 

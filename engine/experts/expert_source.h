@@ -29,9 +29,10 @@ class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
 
-  // Threads: Hint and Acquire only from the thread that owns the source (a
-  // daemon client's connection belongs to one thread); TryAcquire, Release,
-  // Ready and PinLimit from any thread, concurrently with the owner.
+  // Threads: every method may be called from any thread, concurrently with
+  // the others; the forward pass's pool threads hint, acquire and release at
+  // once. An Acquire that waits holds nothing that keeps the other threads
+  // from their own calls.
 
   // Asks for records to be brought in; never blocks, may be ignored.
   virtual void Hint(int layer, std::span<const int> experts, HintKind kind) = 0;
@@ -58,7 +59,8 @@ class ExpertSource {
 
   // How many records one process may hold pinned at once: while it holds
   // fewer, Acquire never fails for want of room (it waits instead). At
-  // least 1. The forward pass acquires on at most this many threads.
+  // least 1. The forward pass acquires on at most this many threads, each
+  // holding one record at a time.
   virtual uint64_t PinLimit() const { return 1; }
 
   virtual ExpertStats stats() const = 0;

@@ -34,6 +34,8 @@
 
 namespace waste {
 
+struct Routing;  // engine/model/router.h
+
 // One conversation's state: what the model remembers between tokens.
 struct Session {
   int position = 0;     // tokens seen
@@ -152,9 +154,23 @@ class Model {
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
-  // `ahead`: a layer whose guessed experts (guess_[ahead]) are hinted once
-  // this layer's own first demand hints are out; -1 for none.
+  // MoE (moe.cc). `ahead`: a layer whose guessed experts (guess_[ahead]) are
+  // hinted once this layer's own first demand hints are out; -1 for none.
   Status MoeChunk(int L, int position, int T, const float* h, float* out, int ahead);
+  struct MoeUsers;
+  struct MoeTables;
+  // MoeChunk's steps: the router on each of the T inputs ([T][hidden]); the
+  // tables' kinds and sizes (their buffers grown to T tokens); the gate and
+  // up tables of every token; the routed and shared experts on the pool's
+  // threads, `hinted` of users.wanted already hinted, into moe_.per_slot and
+  // moe_.shared_out (the time blocked in Acquire, averaged over the threads,
+  // in *wait_seconds); and out = the weighted sum of those, in routing order.
+  void RouteChunk(int L, int position, int T, const float* h, std::span<Routing> route);
+  MoeTables PlanMoeTables(int L, int T);
+  void BuildGateUpTables(int T, const float* h, const MoeTables& tables);
+  Status RunExperts(int L, int T, const float* h, const MoeTables& tables, const MoeUsers& users,
+                    size_t hinted, double* wait_seconds);
+  void SumExperts(int L, int T, std::span<const Routing> route, float* out);
   // The lookahead (lookahead.cc). Layer L's router on T hidden states
   // ([T][hidden]): the union of each one's best guess_config_.top_k
   // experts, most voted first, at most `cap`.
@@ -166,6 +182,10 @@ class Model {
   // h is the chunk's [T][hidden] input, per_slot its [T][top_k][hidden] output.
   void ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
                        const float* h, float* per_slot);
+  // The same for a VQ record, on this thread, through the chunk's tables.
+  struct ExpertScratch;
+  void ApplyVqExpert(const MoeTables& tables, const uint8_t* rec,
+                     std::span<const std::pair<int, int>> who, ExpertScratch& x);
   // Layer L's dense MLP, or its shared expert, on one token (mlp.cc).
   void DenseMlp(int L, const float* h, float* out);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);

@@ -2,7 +2,8 @@
 // found through the shared slot table and read straight from the shared
 // cache segment; a hit costs no round trip. A miss sends the daemon a demand
 // hint and sleeps on a futex until the record is there (shm/table.h has the
-// table, pin page and futex contract).
+// table, pin page and futex contract). Every method may be called from any
+// thread at once (expert_source.h); a waiting Acquire holds no lock.
 #pragma once
 
 #include <cstdint>
@@ -17,15 +18,16 @@
 namespace waste {
 
 // How the shared source talks to the daemon; implemented over Cap'n Proto
-// elsewhere (protocol/client.h).
+// by attach.cc (DaemonClient). Every method may be called from any thread at
+// once and none blocks on the daemon.
 class HintSink {
  public:
   virtual ~HintSink() = default;
-  // Fire and forget; must not block on the daemon.
+  // Fire and forget.
   virtual void SendHint(int layer, std::span<const int> experts, HintKind kind) = 0;
-  // Lets the connection make progress (send queued messages, notice a dead
-  // daemon); an error once the daemon is gone, naming why.
-  virtual Status Poll() = 0;
+  // Ok while the daemon can be reached; once it cannot, an error naming why.
+  // A look at what the connection already knows: runs nothing.
+  virtual Status Health() const = 0;
   // Fire and forget: the tokens this client has run so far. A sink that
   // reports nothing (a test's) may ignore it.
   virtual void SendProgress(uint64_t tokens) { (void)tokens; }
@@ -56,16 +58,18 @@ class SharedExpertSource : public ExpertSource {
   SharedExpertSource(const SharedExpertSource&) = delete;
   SharedExpertSource& operator=(const SharedExpertSource&) = delete;
 
-  // Forwards the in-range experts to the sink, then lets it make progress.
-  // An error from the sink is left for Acquire, which polls it too.
+  // Forwards the in-range experts to the sink. A lost connection is left for
+  // Acquire to report; a hint has no one to tell.
   void Hint(int layer, std::span<const int> experts, HintKind kind) override;
 
-  // Pins the record and returns its bytes in the shared cache, waiting (in
-  // steps of at most 50 ms, polling the sink between them) while it is
-  // missing or loading. Fails, naming the layer and expert, for an id out of
-  // range, a record the daemon could not read (after one retry), a full pin
-  // page, a daemon that is gone, stopping or silent past give_up_seconds.
-  // Never returns bytes of a slot it has not pinned and found ready.
+  // Pins the record and returns its bytes in the shared cache, sleeping on a
+  // futex of the slot table while it is missing or loading. A sleep lasts at
+  // most 50 ms, so that a daemon that is gone (the sink's Health), stopping
+  // or silent past give_up_seconds is noticed, and a demand is repeated when
+  // the record is still absent. Fails, naming the layer and expert, for an id
+  // out of range, a record the daemon could not read (after one retry), a
+  // full pin page, or any of those three. Never returns bytes of a slot it
+  // has not pinned and found ready.
   Result<const uint8_t*> Acquire(int layer, int expert) override;
   // Pins the record if it is ready now; sends nothing to the daemon.
   Result<const uint8_t*> TryAcquire(int layer, int expert) override;
@@ -93,7 +97,6 @@ class SharedExpertSource : public ExpertSource {
     uint32_t slot;
   };
   Status CheckIds(int layer, int expert) const;
-  void NoteLayer(int layer);  // counts passes, publishes progress; under mu_
   // The pinned record in `slot`, its pages mapped; under `lock` (released
   // while mapping).
   Result<const uint8_t*> Pinned(int layer, int expert, uint32_t slot,
@@ -109,15 +112,15 @@ class SharedExpertSource : public ExpertSource {
   const double give_up_seconds_;
   uint64_t tokens_ = 0;  // run so far, guarded by mu_
 
-  mutable std::mutex mu_;  // one forward-pass thread in practice; cheap insurance
+  // Guards what follows: the pool's threads acquire and release at once.
+  // Never held while sleeping on a futex nor while mapping a slot.
+  mutable std::mutex mu_;
   shm::PinSet pinset_;
   std::vector<Held> held_;  // one entry per Acquire not yet released
   // [slots]: whether this process has mapped the slot's pages. The first
   // pin of a slot maps all of it in one call (MADV_POPULATE_READ) instead of
   // a fault per 64 KiB while the kernels read it.
   std::vector<bool> slot_mapped_;
-  int last_layer_ = -1;     // of the previous Acquire, to count passes
-  uint64_t pass_ = 0;
   ExpertStats stats_;
 };
 

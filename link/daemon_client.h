@@ -1,13 +1,18 @@
-// A synchronous client of wasted, for one thread: connect to the daemon's
-// socket, attach (the model's description and the four shared-memory
-// segments as file descriptors), send hints without waiting, read the status,
-// stop the daemon. It speaks protocol/wasted.capnp over Cap'n Proto RPC with
-// file descriptors passed alongside messages, and links no engine.
+// A client of wasted: connect to the daemon's socket, attach (the model's
+// description and the four shared-memory segments as file descriptors), send
+// hints and progress without waiting, read the status, stop the daemon. It
+// speaks protocol/wasted.capnp over Cap'n Proto RPC with file descriptors
+// passed alongside messages, and links no engine.
 //
-// Threads: a DaemonClient owns a kj event loop, and kj allows one per thread.
-// Create, use and destroy it on one thread, and run no other kj event loop
-// there (no second DaemonClient, no EzRpc) while it lives. Nothing here throws;
-// every failure is a Status whose message says what went wrong.
+// Threads: a DaemonClient runs its KJ event loop on a thread of its own (the
+// link thread), started by Connect and joined by the destructor, and every
+// public method may be called from any thread at once. SendHint and
+// SendProgress queue their message for the link thread and return without
+// blocking; Attach, GetStatus, Stop, Warm, Drop and Reload block their caller
+// until the answer is in. The link thread notices a lost connection by itself
+// and records it for any thread to read (Poll, connected). Several clients may
+// live in one process, each with its own thread. Nothing here throws; every
+// failure is a Status whose message says what went wrong.
 #pragma once
 
 #include <cstdint>
@@ -148,22 +153,6 @@ struct DaemonStatus {
   uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
 };
 
-// The system service's socket (ops/wasted.service). Instances of the
-// template unit wasted@NAME listen on /run/wasted/NAME.sock.
-inline constexpr const char* kSystemDaemonSocket = "/run/wasted/wasted.sock";
-
-// Where wasted listens unless told otherwise: $XDG_RUNTIME_DIR/wasted.sock
-// when that variable is set and not empty (a user's own daemon, e.g. one
-// `waste run --spawn` starts), else kSystemDaemonSocket (root, and the
-// systemd unit, which runs without XDG_RUNTIME_DIR).
-std::string DefaultDaemonSocket();
-
-// Where a client connects unless told otherwise: DefaultDaemonSocket() when
-// a socket is there, else kSystemDaemonSocket when a socket is there (a
-// logged-in user reaching the system service), else DefaultDaemonSocket()
-// (so a "not listening" message and --spawn name the user's own path).
-std::string ClientDaemonSocket();
-
 // A Status message as the client's struct (also how wasted turns its own
 // snapshot into what its metrics page shows).
 DaemonStatus StatusFromProto(proto::Status::Reader r);
@@ -190,6 +179,8 @@ class DaemonClient {
   // is set to the kind of failure (kNone on success).
   static Result<std::unique_ptr<DaemonClient>> Connect(const std::string& path,
                                                        ConnectFailure* failure = nullptr);
+  // Sends what is still queued, closes the connection (the daemon then ends
+  // the session) and joins the link thread. No other call may be under way.
   ~DaemonClient();
   DaemonClient(const DaemonClient&) = delete;
   DaemonClient& operator=(const DaemonClient&) = delete;
@@ -201,23 +192,23 @@ class DaemonClient {
   Result<Attachment> Attach(const std::string& command_line,
                             uint32_t version = proto::PROTOCOL_VERSION);
 
-  // Sends a hint and returns without waiting for its answer: the request is
-  // written to the socket now (one non-blocking turn of the event loop) and
-  // its answer is handled by a later Poll or call. The daemon refuses
-  // out-of-range ids with a message and keeps the rest of the hint; such a
-  // refusal is kept in last_refusal() and does not fail the client. Negative
-  // ids are refused here the same way, and so is a hint before Attach. After
-  // the connection is lost hints are dropped quietly (Poll reports the loss).
+  // Queues a hint for the link thread and returns without waiting for its
+  // answer (nor for the link thread); hints are sent in the order they were
+  // queued. The daemon refuses out-of-range ids with a message and keeps the
+  // rest of the hint; such a refusal is kept in last_refusal() and does not
+  // fail the client. Negative ids are refused here the same way, and so is a
+  // hint before Attach. After the connection is lost hints are dropped
+  // quietly (Poll reports the loss).
   void SendHint(int layer, std::span<const int> experts, HintKind kind);
 
-  // Tells the daemon the running total of tokens this client has run; sent
-  // like a hint, without waiting. Nothing before Attach or after a loss.
+  // Tells the daemon the running total of tokens this client has run; queued
+  // like a hint. Nothing before Attach or after a loss.
   void SendProgress(uint64_t tokens);
 
-  // Runs the event loop without blocking: answers arrive, hint refusals are
-  // recorded. Fails, and keeps failing, once the connection is lost:
-  // "wasted went away: <reason>".
-  Status Poll();
+  // The connection's state, read without blocking: Ok while it lives; once
+  // the link thread has seen it end, "wasted went away: <reason>", and the
+  // same ever after.
+  Status Poll() const;
 
   // The daemon's state. Fails with the daemon's message or the loss.
   Result<DaemonStatus> GetStatus();
@@ -236,11 +227,11 @@ class DaemonClient {
   // refusal message (its running settings are kept).
   Result<ReloadAnswer> Reload();
 
-  // False once the connection is known to be lost (after a Poll or a call noticed it).
+  // False once the link thread has seen the connection end.
   bool connected() const;
 
   // The message of the latest refused hint; empty when none was refused.
-  const std::string& last_refusal() const;
+  std::string last_refusal() const;
 
  private:
   struct Impl;

@@ -1,17 +1,18 @@
-// Attaching a compute command to wasted: connect (or start a daemon with
-// --spawn), attach, check that the daemon serves the container this command
-// opened, map the segments, and build the shared expert source over them.
+// Attaching a compute command to wasted: attach through an open connection,
+// check that the daemon serves the container this command opened, map the
+// segments, and build the shared expert source over them (spawn.h starts a
+// daemon when there is none).
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "engine/experts/shared_source.h"
 #include "engine/format/container.h"
-#include "protocol/client.h"
+#include "link/daemon_client.h"
+#include "link/shared_source.h"
 #include "shm/segment.h"
 
-namespace waste::cli {
+namespace waste {
 
 // Everything an attached engine holds of the daemon. Members are declared
 // so that they are destroyed in a safe order: the source (dropping its pins)
@@ -30,10 +31,4 @@ struct DaemonLink {
 Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> client,
                                                  const std::string& socket, const Container& ct);
 
-// Starts `wasted CONTAINER --socket SOCKET --idle-exit SECONDS [extra...]`
-// (the wasted next to this program, else on PATH) and waits until it
-// listens or has failed.
-Status SpawnDaemon(const std::string& container, const std::string& socket, double idle_exit,
-                   const std::vector<std::string>& extra);
-
-}  // namespace waste::cli
+}  // namespace waste

@@ -1,4 +1,4 @@
-#include "engine/experts/shared_source.h"
+#include "link/shared_source.h"
 
 #include <sys/mman.h>
 
@@ -84,11 +84,7 @@ void SharedExpertSource::Hint(int layer, std::span<const int> experts, HintKind 
                  [&](int e) { return !bad(e); });
     experts = kept;
   }
-  std::lock_guard<std::mutex> lock(mu_);
   if (!experts.empty()) sink_->SendHint(layer, experts, kind);
-  // A dead daemon is reported by the next Acquire that has to wait, which
-  // polls too; a hint has no one to tell.
-  (void)sink_->Poll();
 }
 
 bool SharedExpertSource::Ready(int layer, int expert) {
@@ -99,12 +95,6 @@ bool SharedExpertSource::Ready(int layer, int expert) {
   const shm::SlotEntry& e = t.slot(s);
   return shm::StateOf(e.word.load(std::memory_order_acquire)) == shm::SlotState::kReady &&
          e.key.load(std::memory_order_acquire) == ExpertKey(layer, expert);
-}
-
-void SharedExpertSource::NoteLayer(int layer) {
-  if (layer < last_layer_) ++pass_;  // the forward pass started over
-  last_layer_ = layer;
-  view_.pins->progress.store(pass_ << 16 | static_cast<uint64_t>(layer), std::memory_order_relaxed);
 }
 
 Result<const uint8_t*> SharedExpertSource::Pinned(int layer, int expert, uint32_t slot,
@@ -133,7 +123,6 @@ Result<const uint8_t*> SharedExpertSource::Pinned(int layer, int expert, uint32_
 Result<const uint8_t*> SharedExpertSource::TryAcquire(int layer, int expert) {
   WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
   std::unique_lock<std::mutex> lock(mu_);
-  NoteLayer(layer);
   const shm::PinAttempt a = shm::TryPin(view_.table, pinset_, layer, expert);
   if (a.kind != shm::PinAttempt::kPinned) return nullptr;
   Result<const uint8_t*> r = Pinned(layer, expert, a.slot, lock);
@@ -144,7 +133,6 @@ Result<const uint8_t*> SharedExpertSource::TryAcquire(int layer, int expert) {
 Result<const uint8_t*> SharedExpertSource::Acquire(int layer, int expert) {
   WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
   std::unique_lock<std::mutex> lock(mu_);
-  NoteLayer(layer);
   const auto t0 = Clock::now();
   bool waited = false;
   Result<const uint8_t*> r = AcquireLocked(layer, expert, lock, &waited);
@@ -239,11 +227,11 @@ Result<const uint8_t*> SharedExpertSource::AcquireLocked(int layer, int expert,
     }
 
     *waited = true;
-    lock.unlock();  // a Hint from another thread need not wait for our record
+    lock.unlock();  // the other threads pin and release meanwhile
     shm::FutexWait(wait_on, wait_for, kWaitMs);
     lock.lock();
-    const Status polled = sink_->Poll();
-    if (!polled.ok()) return polled.Prefixed(Where(layer, expert));
+    const Status health = sink_->Health();
+    if (!health.ok()) return health.Prefixed(Where(layer, expert));
     if (header.serving.load(std::memory_order_acquire) == 0)
       return Status::Error(Where(layer, expert) + ": wasted is stopping");
     if (std::chrono::duration<double>(Clock::now() - t0).count() >= give_up_seconds_) {

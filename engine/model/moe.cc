@@ -1,0 +1,404 @@
+// A MoE layer over a chunk of tokens (Model::MoeChunk and its steps): route
+// every token, hint the chunk's distinct experts a window at a time, build
+// the gate and up lookup tables once per token, let every pool thread take
+// work from one list (records, shared experts), and sum the weighted outputs
+// in routing order.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "engine/kernels/vq.h"
+#include "engine/model/norms.h"
+#include "engine/model/layer.h"
+#include "engine/model/model.h"
+#include "engine/model/router.h"
+
+namespace waste {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+// The chunk's distinct experts, in ascending id, each with the (token, slot)
+// pairs it serves.
+struct Model::MoeUsers {
+  std::map<int, std::vector<std::pair<int, int>>> of;
+  std::vector<int> wanted;  // the keys of `of`, ascending
+};
+
+// How the chunk's routed products read their input. gate and up read every
+// token's input through the layer's own codebooks, which all its experts
+// share: their lookup tables are built once per token (moe_.luts and
+// moe_.derived_gu). Each float table is then either split into byte planes
+// (the exact kernel without gathers, where it covers the format) or
+// quantized (the int8 table, when asked for); the products read only the
+// derived tables when there are any, so then the float tables are scratch
+// (a 32-token chunk's would be 56 MiB at the 48B shapes).
+struct Model::MoeTables {
+  MoeTables(const ExpertQuant& quant, const RecordLayout& layout, kernels::Isa kernels_isa)
+      : q(quant), lay(layout), isa(kernels_isa) {}
+  const ExpertQuant& q;
+  const RecordLayout& lay;
+  kernels::Isa isa;
+  bool int8 = false, split = false, keep_float = false;
+  size_t lut_gu = 0, lut_d = 0;  // float table sizes: gate/up's input, down's
+  size_t derived_gu_bytes = 0, derived_down_bytes = 0;
+  std::vector<const float*> books;  // [matrix][stage]
+
+  const float* const* codebooks(int matrix) const { return books.data() + matrix * q.stages; }
+  void Derive(const float* lut, int64_t cols, uint8_t* table) const {
+    if (int8)
+      kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, table, isa);
+    else if (split)
+      kernels::VqSplitLut(lut, cols, q.stages, q.entries, table, isa);
+  }
+  void Apply(const kernels::VqMatrixView& v, const float* lut, const uint8_t* derived, float* y,
+             int64_t a, int64_t b) const {
+    if (int8)
+      kernels::VqApplyQ(v, derived, y, a, b, isa);
+    else
+      kernels::VqApplySplit(v, lut, split ? derived : nullptr, y, a, b, isa);
+  }
+  // Matrix m (gate, up, down) of the record at `rec`.
+  kernels::VqMatrixView View(const uint8_t* rec, int m) const {
+    kernels::VqMatrixView v;
+    v.indices = rec + lay.matrix_off[m];
+    v.scales = rec + lay.scales_off +
+               2 * (m == 0   ? 0
+                    : m == 1 ? lay.rows[0]
+                             : lay.rows[0] + lay.rows[1]);
+    v.rows = lay.rows[m];
+    v.cols = lay.cols[m];
+    v.stages = q.stages;
+    v.entries = q.entries;
+    v.index_bits = q.index_bits;
+    v.index_block = q.index_block;
+    return v;
+  }
+};
+
+Model::ExpertScratch Model::MoeScratch::TakeExpertScratch(size_t inter, size_t lut_floats,
+                                                          size_t derived_bytes) {
+  ExpertScratch x;
+  {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    if (!spare_experts.empty()) {
+      x = std::move(spare_experts.back());
+      spare_experts.pop_back();
+    }
+  }
+  // Grow only: what a smaller layer or chunk does not need stays allocated.
+  if (x.g.size() < inter) x.g.resize(inter);
+  if (x.u.size() < inter) x.u.resize(inter);
+  if (x.lut_down.size() < lut_floats) x.lut_down.resize(lut_floats);
+  if (x.derived_down.size() < derived_bytes) x.derived_down.resize(derived_bytes);
+  return x;
+}
+
+void Model::MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
+  std::lock_guard<std::mutex> lock(tables_mu);
+  spare_experts.push_back(std::move(x));
+}
+
+void Model::ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                            const float* h, float* per_slot) {
+  const RecordLayout& lay = ct_.record_layout();
+  const int hid = c_.hidden, inter = c_.moe_inter, k = c_.top_k;
+  auto view = [&](int m) {  // the record's matrix m, row-major bfloat16
+    kernels::MatrixView v;
+    v.fmt = format::Fmt::kF16;
+    v.bf16 = true;
+    v.rows = lay.rows[m];
+    v.cols = lay.cols[m];
+    v.payload = rec + lay.matrix_off[m];
+    return v;
+  };
+  const kernels::MatrixView vg = view(0), vu = view(1), vd = view(2);
+  std::vector<float> g(inter), u(inter);  // [moe_inter]
+  for (const auto& [t, j] : who) {
+    const float* x = h + static_cast<size_t>(t) * hid;
+    pool_.ParallelFor(inter, 32, [&](int64_t a, int64_t b) {
+      kernels::MatVec(vg, x, g.data(), a, b, opt_.isa);
+      kernels::MatVec(vu, x, u.data(), a, b, opt_.isa);
+    });
+    for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+    float* dst = per_slot + (static_cast<size_t>(t) * k + j) * hid;
+    pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) {
+      kernels::MatVec(vd, g.data(), dst, a, b, opt_.isa);
+    });
+  }
+}
+
+Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, int ahead) {
+  std::vector<Routing> route(T);
+  RouteChunk(L, position, T, h, route);
+  MoeUsers users;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < route[t].count; ++j) users.of[route[t].expert[j]].push_back({t, j});
+  for (const auto& [e, _] : users.of) users.wanted.push_back(e);
+  // Ask for the first `window` now and one more as each is taken (RunExperts):
+  // a chunk can want more experts than the cache holds, and hinting them all
+  // would evict records read for this very chunk before they are used.
+  const size_t window = std::min(static_cast<size_t>(std::max(1, opt_.prefetch)),
+                                 users.wanted.size());
+  experts_->Hint(L, std::span<const int>(users.wanted).first(window), HintKind::kDemand);
+  // The next MoE layer's guess goes out after this layer's first demands, so
+  // that idle readers start on what is needed now.
+  ScoreGuesses(L, users.wanted);
+  if (ahead >= 0) HintGuess(ahead);
+
+  const auto te = Clock::now();
+  const MoeTables tables = PlanMoeTables(L, T);
+  BuildGateUpTables(T, h, tables);
+  double wait = 0;
+  WASTE_RETURN_IF_ERROR(RunExperts(L, T, h, tables, users, window, &wait));
+  times_.expert_wait += wait;
+  times_.experts += Since(te) - wait;
+  SumExperts(L, T, route, out);
+  return Status::Ok();
+}
+
+void Model::RouteChunk(int L, int position, int T, const float* h, std::span<Routing> route) {
+  const Layer& l = *layers_[L];
+  const int E = c_.n_experts, hid = c_.hidden;
+  std::vector<float> logits(E);
+  for (int t = 0; t < T; ++t) {
+    MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
+    Route(c_, logits, {l.router_bias, static_cast<size_t>(E)}, &route[t]);
+    if (opt_.on_route)
+      opt_.on_route(position + t, L, {route[t].expert, static_cast<size_t>(route[t].count)});
+  }
+}
+
+Model::MoeTables Model::PlanMoeTables(int L, int T) {
+  const int hid = c_.hidden, inter = c_.moe_inter;
+  MoeTables tb(ct_.manifest().quant, ct_.record_layout(), opt_.isa);
+  const ExpertQuant& q = tb.q;
+  const int base = ct_.manifest().Bank(L)->codebook_base;
+  tb.lut_gu = kernels::VqLutFloats(hid, q.stages, q.entries);
+  tb.lut_d = kernels::VqLutFloats(inter, q.stages, q.entries);
+  tb.books.resize(static_cast<size_t>(3 * q.stages));
+  for (int i = 0; i < 3 * q.stages; ++i) tb.books[i] = ct_.Codebook(base + i).data();
+  tb.int8 = opt_.expert_table == kernels::VqTable::kI8;
+  tb.split = !tb.int8 && kernels::VqSplitCovers(q.index_bits, q.index_block, opt_.isa);
+  tb.keep_float = !tb.int8 && !tb.split;
+  tb.derived_gu_bytes = tb.int8    ? kernels::VqQLutBytes(hid, q.stages, q.index_bits)
+                        : tb.split ? kernels::VqSplitLutBytes(hid, q.stages)
+                                   : 0;
+  tb.derived_down_bytes = tb.int8    ? kernels::VqQLutBytes(inter, q.stages, q.index_bits)
+                          : tb.split ? kernels::VqSplitLutBytes(inter, q.stages)
+                                     : 0;
+  // The buffers only grow (resize keeps what was there; every byte read
+  // below is first written for this chunk).
+  std::vector<uint8_t>& derived_gu = moe_.derived_gu;
+  derived_gu.resize(std::max(derived_gu.size(), static_cast<size_t>(T) * 2 * tb.derived_gu_bytes));
+  std::vector<float>& luts = moe_.luts;
+  if (tb.keep_float) luts.resize(std::max(luts.size(), static_cast<size_t>(T) * 2 * tb.lut_gu));
+  if (moe_.table_floats != tb.lut_gu) {  // another layer shape: the spares do not fit
+    std::lock_guard<std::mutex> lock(moe_.tables_mu);
+    moe_.spare_tables.clear();
+    moe_.table_floats = tb.lut_gu;
+  }
+  return tb;
+}
+
+void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
+  const int hid = c_.hidden;
+  const ExpertQuant& q = tb.q;
+  // Every token's gate and up tables are independent, so the pool builds
+  // them (each wholly one thread's: the split cannot change a bit); a float
+  // table that is only scratch is the chunk's own.
+  pool_.ParallelFor(q.lossless() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
+    std::unique_ptr<float[]> scratch;
+    if (!tb.keep_float) {
+      std::lock_guard<std::mutex> lock(moe_.tables_mu);
+      if (moe_.spare_tables.empty()) {
+        scratch = std::make_unique_for_overwrite<float[]>(tb.lut_gu);
+      } else {
+        scratch = std::move(moe_.spare_tables.back());
+        moe_.spare_tables.pop_back();
+      }
+    }
+    struct GiveBack {  // even if a kernel throws
+      MoeScratch& m;
+      std::unique_ptr<float[]>& table;
+      ~GiveBack() {
+        if (!table) return;
+        std::lock_guard<std::mutex> lock(m.tables_mu);
+        m.spare_tables.push_back(std::move(table));
+      }
+    } give_back{moe_, scratch};
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / 2;
+      float* lut = tb.keep_float ? moe_.luts.data() + i * tb.lut_gu : scratch.get();
+      kernels::VqBuildLut(tb.codebooks(static_cast<int>(i % 2)), q.stages, q.entries, h + t * hid,
+                          hid, lut, opt_.isa);
+      tb.Derive(lut, hid, moe_.derived_gu.data() + i * tb.derived_gu_bytes);
+    }
+  });
+}
+
+void Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
+                          std::span<const std::pair<int, int>> who, ExpertScratch& x) {
+  const int k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
+  const ExpertQuant& q = tb.q;
+  const kernels::VqMatrixView vg = tb.View(rec, 0), vu = tb.View(rec, 1), vd = tb.View(rec, 2);
+  for (const auto& [t, j] : who) {
+    const float* lg = tb.keep_float ? moe_.luts.data() + (2 * t) * tb.lut_gu : nullptr;
+    const float* lu = tb.keep_float ? moe_.luts.data() + (2 * t + 1) * tb.lut_gu : nullptr;
+    const uint8_t* qg = moe_.derived_gu.data() + (2 * t) * tb.derived_gu_bytes;
+    const uint8_t* qu = moe_.derived_gu.data() + (2 * t + 1) * tb.derived_gu_bytes;
+    tb.Apply(vg, lg, qg, x.g.data(), 0, inter);
+    tb.Apply(vu, lu, qu, x.u.data(), 0, inter);
+    for (int i = 0; i < inter; ++i) x.g[i] = Silu(x.g[i]) * x.u[i];
+    kernels::VqBuildLut(tb.codebooks(2), q.stages, q.entries, x.g.data(), inter,
+                        x.lut_down.data(), opt_.isa);
+    tb.Derive(x.lut_down.data(), inter, x.derived_down.data());
+    float* dst = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
+    tb.Apply(vd, x.lut_down.data(), x.derived_down.data(), dst, 0, hid);
+  }
+}
+
+Status Model::RunExperts(int L, int T, const float* h, const MoeTables& tb, const MoeUsers& users,
+                         size_t hinted, double* wait_seconds) {
+  const int k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
+  // [t][j][hidden]: slot j of token t is written whole by its expert before
+  // it is read, and slots past a token's route count are never read.
+  std::vector<float>& per_slot = moe_.per_slot;
+  per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * hid));
+  // [T][hidden]: each token's shared-expert output, when the layer has one.
+  const int shared_tokens = layers_[L]->gate ? T : 0;
+  std::vector<float>& shared_out = moe_.shared_out;
+  shared_out.resize(std::max(shared_out.size(), static_cast<size_t>(shared_tokens) * hid));
+
+  // The work list every thread of the pool takes from, one piece at a time:
+  // a whole expert (computed alone over all its rows: no barrier per matrix,
+  // and SiLU and down's table are no serial step that leaves the other
+  // threads idle) or one token's shared expert (weights in the trunk).
+  struct Work {
+    std::mutex mu;
+    std::vector<int> pending;  // ascending ids, not yet taken
+    size_t next_hint = 0;      // of users.wanted: the next demand hint to send
+    int shared_next = 0;       // tokens whose shared expert is taken
+    double wait = 0;           // blocked in Acquire, summed over the threads
+    Status error = Status::Ok();
+  } work;
+  work.pending = users.wanted;
+  work.next_hint = hinted;
+  struct Task {
+    enum { kDone, kRecord, kAcquire, kShared } kind = kDone;
+    int id = -1;                   // expert, or token for kShared
+    const uint8_t* rec = nullptr;  // kRecord: pinned already
+  };
+  // Under work.mu: takes `pending[i]` and lets one more demand hint out, so
+  // that the window of records asked for ahead moves on.
+  const auto take = [&](size_t i) {
+    const int e = work.pending[i];
+    work.pending.erase(work.pending.begin() + static_cast<std::ptrdiff_t>(i));
+    if (work.next_hint < users.wanted.size())
+      experts_->Hint(L, std::span<const int>(&users.wanted[work.next_hint++], 1),
+                     HintKind::kDemand);
+    return e;
+  };
+  // The next piece: a record the source says is ready (taken first, so that
+  // a late read overlaps the others' arithmetic; pinned at once when it
+  // still is), else a shared expert (filling what would be a wait), else the
+  // first record still missing, to wait for.
+  const auto next = [&]() -> Task {
+    std::lock_guard<std::mutex> lock(work.mu);
+    if (!work.error.ok()) return {};
+    for (size_t i = 0; i < work.pending.size(); ++i) {
+      if (!experts_->Ready(L, work.pending[i])) continue;
+      auto r = experts_->TryAcquire(L, work.pending[i]);
+      if (!r.ok()) {
+        work.error = r.status();
+        return {};
+      }
+      // Pinned now; else the answer was already stale, and the record is
+      // still the one to take (Acquire brings it back).
+      if (*r) return {Task::kRecord, take(i), *r};
+      return {Task::kAcquire, take(i)};
+    }
+    if (work.shared_next < shared_tokens) return {Task::kShared, work.shared_next++};
+    if (!work.pending.empty()) return {Task::kAcquire, take(0)};
+    return {};
+  };
+  // One thread's share: pieces until none is left. Each expert writes its own
+  // per-slot outputs, summed in routing order by SumExperts, and a row's
+  // arithmetic does not depend on the thread or range that computes it, so
+  // neither order nor thread changes a bit.
+  const auto worker = [&](ExpertScratch& x) {
+    for (Task task = next(); task.kind != Task::kDone; task = next()) {
+      if (task.kind == Task::kShared) {  // DenseMlp's ParallelFors run on this thread
+        DenseMlp(L, h + static_cast<size_t>(task.id) * hid,
+                 shared_out.data() + static_cast<size_t>(task.id) * hid);
+        continue;
+      }
+      if (task.kind == Task::kAcquire) {
+        const auto tw = Clock::now();
+        auto rec = experts_->Acquire(L, task.id);  // sleeps until the record is in
+        std::lock_guard<std::mutex> lock(work.mu);
+        work.wait += Since(tw);
+        if (!rec.ok()) {
+          if (work.error.ok()) work.error = rec.status();
+          return;
+        }
+        task.rec = *rec;
+      }
+      const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
+      if (tb.q.lossless()) {
+        ApplyBf16Expert(task.rec, who, h, per_slot.data());  // its ParallelFor runs on this thread
+      } else {
+        ApplyVqExpert(tb, task.rec, who, x);
+      }
+      experts_->Release(L, task.id);
+    }
+  };
+  // A thread holds one pin at a time, so no more threads than the source
+  // can pin at once (a one-slot cache computes on one thread).
+  const int workers = static_cast<int>(std::min<uint64_t>(pool_.size(), experts_->PinLimit()));
+  pool_.ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    ExpertScratch x = moe_.TakeExpertScratch(inter, tb.lut_d, tb.derived_down_bytes);
+    struct GiveBack {  // even if a kernel throws
+      MoeScratch& m;
+      ExpertScratch& x;
+      ~GiveBack() { m.GiveBackExpertScratch(std::move(x)); }
+    } give_back{moe_, x};
+    worker(x);
+  });
+  // Waiting is the threads' blocked time averaged over them, so that it and
+  // the arithmetic add up to the time this section took.
+  *wait_seconds = work.wait / workers;
+  return work.error;
+}
+
+void Model::SumExperts(int L, int T, std::span<const Routing> route, float* out) {
+  const int k = c_.top_k, hid = c_.hidden;
+  const bool shared = layers_[L]->gate != nullptr;
+  // Per token, in routing order: the weighted experts, then the shared expert.
+  for (int t = 0; t < T; ++t) {
+    float* o = out + static_cast<size_t>(t) * hid;
+    std::fill(o, o + hid, 0.f);
+    for (int j = 0; j < route[t].count; ++j) {
+      const float w = route[t].weight[j];
+      const float* src = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
+      for (int i = 0; i < hid; ++i) o[i] += w * src[i];
+    }
+    if (shared) {
+      const float* s = moe_.shared_out.data() + static_cast<size_t>(t) * hid;
+      for (int i = 0; i < hid; ++i) o[i] += s[i];
+    }
+  }
+}
+
+}  // namespace waste
