@@ -4,6 +4,81 @@
 
 namespace waste {
 
+void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
+  o.setVersion(s.version);
+  o.setPid(s.pid);
+  o.setUptimeSeconds(s.uptime_seconds);
+  o.setContainer(s.container);
+  o.setArch(s.arch);
+  o.setBudget(s.budget);
+  o.setTrunkBytes(s.trunk_bytes);
+  o.setCacheBytes(s.cache_bytes);
+  o.setOverheadBytes(s.overhead_bytes);
+  o.setTrunkWired(s.trunk_wired);
+  o.setPageKind(s.page_kind);
+  o.setSlots(s.slots);
+  o.setSlotsReady(s.slots_ready);
+  o.setSlotsLoading(s.slots_loading);
+  o.setSlotsPinned(s.slots_pinned);
+  o.setSlotsFailed(s.slots_failed);
+  o.setHits(s.hits);
+  o.setMisses(s.misses);
+  o.setLate(s.late);
+  o.setReads(s.reads);
+  o.setBytesRead(s.bytes_read);
+  o.setReadErrors(s.read_errors);
+  o.setIoDepth(s.io_depth);
+  o.setPolicy(s.policy);
+  o.setLookaheadReads(s.lookahead_reads);
+  o.setLookaheadUsed(s.lookahead_used);
+  o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
+  o.setLookaheadDropped(s.lookahead_dropped);
+  o.setDemandHinted(s.demand_hinted);
+  o.setWarmReads(s.warm_reads);
+  o.setReadBusySeconds(s.read_busy_seconds);
+  o.setExperts(s.experts);
+  o.setRecordBytes(s.record_bytes);
+  auto q = o.initQueued(static_cast<unsigned>(s.queued.size()));
+  for (size_t k = 0; k < s.queued.size(); ++k) q.set(static_cast<unsigned>(k), s.queued[k]);
+  auto fl = o.initInFlight(static_cast<unsigned>(s.in_flight.size()));
+  for (size_t k = 0; k < s.in_flight.size(); ++k) fl.set(static_cast<unsigned>(k), s.in_flight[k]);
+  auto cl = o.initClients(static_cast<unsigned>(s.clients.size()));
+  for (size_t i = 0; i < s.clients.size(); ++i) {
+    const ClientStatusInfo& c = s.clients[i];
+    auto x = cl[static_cast<unsigned>(i)];
+    x.setId(c.id);
+    x.setPid(c.pid);
+    x.setUid(c.uid);
+    x.setCommand(c.command);
+    x.setAttachedSeconds(c.attached_seconds);
+    x.setHits(c.hits);
+    x.setMisses(c.misses);
+    x.setLate(c.late);
+    x.setPins(c.pins);
+    x.setTokens(c.tokens);
+    x.setCommandFromProc(c.command_from_proc);
+  }
+  auto ls = o.initLayers(static_cast<unsigned>(s.layers.size()));
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerStatusInfo& l = s.layers[i];
+    auto x = ls[static_cast<unsigned>(i)];
+    x.setLayer(l.layer);
+    x.setHits(l.hits);
+    x.setMisses(l.misses);
+    x.setLate(l.late);
+    x.setSlotsReady(l.slots_ready);
+    x.setSlotsLoading(l.slots_loading);
+    x.setResident(kj::arrayPtr(l.resident.data(), l.resident.size()));
+    auto hot = x.initHottest(static_cast<unsigned>(l.hottest.size()));
+    for (size_t j = 0; j < l.hottest.size(); ++j) {
+      auto h = hot[static_cast<unsigned>(j)];
+      h.setExpert(l.hottest[j].expert);
+      h.setUses(l.hottest[j].uses);
+      h.setResident(l.hottest[j].resident);
+    }
+  }
+}
+
 DaemonStatus StatusFromProto(proto::Status::Reader r) {
   DaemonStatus d;
   d.version = r.getVersion().cStr();

@@ -1,5 +1,9 @@
-// The daemon's status as a plain C++ type: what the client returns
-// (DaemonClient::GetStatus) and wastectl's views and the metrics read.
+// The daemon's status: one plain C++ type, which wasted fills on its event
+// loop (daemon/status.cc), the RPC server sends as the protocol's Status, the
+// client returns (DaemonClient::GetStatus), and wastectl's text, --json and
+// metrics views and wasted's metrics page all read. StatusToProto and
+// StatusFromProto are the two conversions, each written once; a status comes
+// back from a round trip equal to what went in.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,7 @@ struct ClientStatusInfo {
   uint64_t tokens = 0;  // tokens run, as the client reported them
   bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
 
+  bool operator==(const ClientStatusInfo&) const = default;
 };
 
 // One expert's popularity in its layer (proto::ExpertUse).
@@ -32,6 +37,7 @@ struct ExpertUseInfo {
   uint64_t uses = 0;  // demand hints, saved counts of earlier runs included
   bool resident = false;
 
+  bool operator==(const ExpertUseInfo&) const = default;
 };
 
 // One layer with experts (proto::LayerStatus).
@@ -45,6 +51,7 @@ struct LayerStatusInfo {
   bool is_resident(uint32_t expert) const {
     return expert / 8 < resident.size() && (resident[expert / 8] >> (expert % 8) & 1) != 0;
   }
+  bool operator==(const LayerStatusInfo&) const = default;
 };
 
 // The daemon's state (proto::Status), field for field.
@@ -94,10 +101,12 @@ struct DaemonStatus {
   // Slots holding something or getting it (ready, loading or failed), and the rest.
   uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
   uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
+  bool operator==(const DaemonStatus&) const = default;
 };
 
-// A Status message as the plain type (what GetStatus returns, and how wasted
-// turns its own snapshot into what its metrics page shows).
+// Writes `s` as the protocol's Status (the answer to status).
+void StatusToProto(const DaemonStatus& s, proto::Status::Builder out);
+// A Status message as the plain type (what GetStatus returns).
 DaemonStatus StatusFromProto(proto::Status::Reader r);
 
 }  // namespace waste
