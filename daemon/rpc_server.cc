@@ -238,16 +238,7 @@ class DaemonServer final : public proto::Daemon::Server {
 
     auto r = ctx.getResults();
     r.setSession(kj::heap<SessionServer>(s_, id, cred_));
-    auto d = r.initModel();
-    d.setContainer(m.container);
-    d.setFingerprint(m.fingerprint);
-    d.setArch(m.arch);
-    d.setLayers(m.layers);
-    d.setExperts(m.experts);
-    d.setTopK(m.top_k);
-    d.setRecordBytes(m.record_bytes);
-    d.setSlots(m.slots);
-    d.setSlotStride(m.slot_stride);
+    ModelToProto(m, r.initModel());
     auto g = r.initSegments();
     g.setTrunk(kj::heap<SegmentServer>(m.trunk_fd, m.trunk_bytes));
     g.setCache(kj::heap<SegmentServer>(m.cache_fd, m.cache_bytes));
@@ -307,13 +298,7 @@ class DaemonServer final : public proto::Daemon::Server {
     });
     return paf.promise.then([ctx](Outcome r) mutable {
       if (!r->ok()) Refuse(r->status().message());
-      auto out = ctx.getResults();
-      auto applied = out.initApplied(static_cast<unsigned>((*r)->applied.size()));
-      for (size_t i = 0; i < (*r)->applied.size(); ++i)
-        applied.set(static_cast<unsigned>(i), (*r)->applied[i]);
-      auto later = out.initNeedRestart(static_cast<unsigned>((*r)->need_restart.size()));
-      for (size_t i = 0; i < (*r)->need_restart.size(); ++i)
-        later.set(static_cast<unsigned>(i), (*r)->need_restart[i]);
+      ReloadToProto(**r, ctx.getResults());
     });
   }
 

@@ -18,6 +18,7 @@
 
 #include "engine/experts/expert_source.h"
 #include "engine/status.h"
+#include "protocol/answers.h"
 #include "protocol/status.h"
 #include "shm/segment.h"
 #include "wasted.capnp.h"
@@ -37,12 +38,6 @@ struct ClientRecord {
     shm::Mapping mapping;
   };
   std::shared_ptr<PinPage> pins;
-};
-
-// What a reload did: the settings it applied ("log-level info -> debug") and
-// those that changed but take effect only at a restart.
-struct ReloadOutcome {
-  std::vector<std::string> applied, need_restart;
 };
 
 // The command line of process `pid` from /proc/PID/cmdline, arguments joined
@@ -74,11 +69,10 @@ class LoopApi {
   virtual void Reload(std::string who, std::function<void(Result<ReloadOutcome>)> reply) = 0;
 };
 
-// What attach hands out; fixed once the daemon has started.
-struct ServedModel {
-  std::string container, fingerprint, arch;
-  uint32_t layers = 0, experts = 0, top_k = 0, slots = 0;
-  uint64_t record_bytes = 0, slot_stride = 0;
+// What attach hands out, fixed once the daemon has started: the model's
+// description, and what only the daemon needs (which layers have experts,
+// to check hints; the shared segments).
+struct ServedModel : DaemonModel {
   std::vector<bool> has_bank;  // by layer
   // Read-only descriptors of the shared segments, owned by the daemon.
   int trunk_fd = -1, cache_fd = -1, table_fd = -1;

@@ -244,16 +244,7 @@ Result<Attachment> DaemonClient::Attach(const std::string& command_line, uint32_
     auto answer = req.send().wait(s.io.waitScope);
 
     Attachment a;
-    const auto m = answer.getModel();
-    a.model.container = m.getContainer().cStr();
-    a.model.fingerprint = m.getFingerprint().cStr();
-    a.model.arch = m.getArch().cStr();
-    a.model.layers = m.getLayers();
-    a.model.experts = m.getExperts();
-    a.model.top_k = m.getTopK();
-    a.model.slots = m.getSlots();
-    a.model.record_bytes = m.getRecordBytes();
-    a.model.slot_stride = m.getSlotStride();
+    a.model = ModelFromProto(answer.getModel());
 
     const auto segs = answer.getSegments();
     struct Part {
@@ -422,17 +413,13 @@ Result<uint32_t> DaemonClient::Drop(int layer) {
   }
 }
 
-Result<ReloadAnswer> DaemonClient::Reload() {
+Result<ReloadOutcome> DaemonClient::Reload() {
   Impl& s = *impl_;
   if (s.lost) return s.Lost();
   try {
     auto req = s.daemon.reloadRequest();
     req.setVersion(proto::PROTOCOL_VERSION);
-    auto r = req.send().wait(s.io.waitScope);
-    ReloadAnswer a;
-    for (auto t : r.getApplied()) a.applied.emplace_back(t.cStr());
-    for (auto t : r.getNeedRestart()) a.need_restart.emplace_back(t.cStr());
-    return a;
+    return ReloadFromProto(req.send().wait(s.io.waitScope));
   } catch (const kj::Exception& e) {
     return s.Note(e);
   }

@@ -18,23 +18,11 @@
 
 #include "engine/experts/expert_source.h"
 #include "engine/status.h"
+#include "protocol/answers.h"
 #include "protocol/status.h"
 #include "wasted.capnp.h"
 
 namespace waste {
-
-// What wasted serves, as the attach answer describes it.
-struct DaemonModel {
-  std::string container;    // the container directory (absolute)
-  std::string fingerprint;  // of its manifest: check it against the one opened locally
-  std::string arch;
-  uint32_t layers = 0;
-  uint32_t experts = 0;
-  uint32_t top_k = 0;
-  uint32_t slots = 0;         // expert cache slots
-  uint64_t record_bytes = 0;  // one expert record
-  uint64_t slot_stride = 0;   // bytes from one slot to the next in the cache segment
-};
 
 // One shared-memory segment: a file descriptor (close-on-exec) to mmap, and
 // its size as the daemon declared it. The Attachment holding it owns the fd.
@@ -80,12 +68,6 @@ std::string DefaultDaemonSocket();
 // logged-in user reaching the system service), else DefaultDaemonSocket()
 // (so a "not listening" message and --spawn name the user's own path).
 std::string ClientDaemonSocket();
-
-// The answer to a reload, one "name: old -> new" per changed setting.
-struct ReloadAnswer {
-  std::vector<std::string> applied;       // in effect now
-  std::vector<std::string> need_restart;  // changed in the settings; take effect at restart
-};
 
 // Why Connect failed, for callers that act on it (wastectl's exit codes).
 enum class ConnectFailure {
@@ -147,7 +129,7 @@ class DaemonClient {
   // Re-reads the daemon's settings as SIGHUP does; what it applied and what
   // needs a restart. A settings file that does not parse is the daemon's
   // refusal message (its running settings are kept).
-  Result<ReloadAnswer> Reload();
+  Result<ReloadOutcome> Reload();
 
   // False once the connection is known to be lost (after a Poll or a call noticed it).
   bool connected() const;

@@ -1,8 +1,11 @@
-// protocol/status.h: the status converted to the protocol's message and back
-// is the status that went in, field for field, so that wasted's metrics page
-// (read from the status directly) and `wastectl metrics` (read through the
-// protocol) say the same.
+// protocol/status.h and answers.h: the status, the model description and a
+// reload's outcome converted to the protocol's messages and back are what
+// went in, field for field, so that wasted's metrics page (read from the
+// status directly) and `wastectl metrics` (read through the protocol) say the
+// same.
 #include "protocol/status.h"
+
+#include "protocol/answers.h"
 
 #include <capnp/message.h>
 #include <gtest/gtest.h>
@@ -82,6 +85,23 @@ TEST(Status, AnEmptyStatusRoundTripsToAnEmptyOne) {
   auto proto = message.initRoot<proto::Status>();
   StatusToProto(DaemonStatus{}, proto);
   EXPECT_EQ(StatusFromProto(proto.asReader()), DaemonStatus{});
+}
+
+TEST(Answers, TheModelDescriptionRoundTrips) {
+  const DaemonModel in{"/models/x", "sha256:feed", "kimi-linear", 1, 2, 3, 4, 5, 6};
+  capnp::MallocMessageBuilder message;
+  auto proto = message.initRoot<proto::ModelDescription>();
+  ModelToProto(in, proto);
+  EXPECT_EQ(ModelFromProto(proto.asReader()), in);
+}
+
+TEST(Answers, AReloadOutcomeRoundTrips) {
+  const ReloadOutcome in{{"log-level: info -> debug", "idle-exit: 0 -> 60"},
+                         {"budget: 4.00 GiB -> 8.00 GiB"}};
+  capnp::MallocMessageBuilder message;
+  auto proto = message.initRoot<proto::Daemon::ReloadResults>();
+  ReloadToProto(in, proto);
+  EXPECT_EQ(ReloadFromProto(proto.asReader()), in);
 }
 
 }  // namespace
