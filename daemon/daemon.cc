@@ -10,12 +10,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include <capnp/message.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/budget.h"
 #include "engine/format/fingerprint.h"
-#include "protocol/metrics.h"
 #include "waste/version.h"
 
 namespace waste::daemon {
@@ -111,102 +109,6 @@ Daemon::~Daemon() {
   if (socket_bound_) unlink(opt_.socket.c_str());
   for (int fd : {trunk_ro_, cache_ro_, table_ro_})
     if (fd >= 0) close(fd);
-}
-
-StatusSnapshot Daemon::Snapshot() const {
-  StatusSnapshot s;
-  s.pid = static_cast<uint32_t>(getpid());
-  s.uptime_seconds = MsSince(started_) / 1000;
-  s.container = ct_->dir();
-  s.arch = ct_->config().architecture;
-  s.page_kind = shm::PageKindName(cache_seg_.page_kind());
-  s.budget = budget_;
-  s.trunk_bytes = trunk_seg_.size();
-  s.cache_bytes = cache_seg_.size();
-  s.overhead_bytes = overhead_;
-  s.trunk_wired = trunk_wired_;
-  s.slots = served_.slots;
-  s.io_depth = static_cast<uint32_t>(readers_->threads());
-  const CacheCounters c = cache_->counters();
-  s.ready = c.ready;
-  s.loading = c.loading;
-  s.pinned = c.pinned;
-  s.failed = c.failed;
-  s.hits = c.hits;
-  s.late = c.late;
-  s.misses = c.misses;
-  s.reads = c.reads;
-  s.bytes_read = c.bytes_read;
-  s.read_errors = c.read_errors;
-  for (int k = 0; k < 3; ++k) {
-    s.queued[k] = c.queued[k];
-    s.in_flight[k] = c.in_flight[k];
-  }
-  s.policy = opt_.policy == EvictionPolicy::kLru ? "lru" : "lfru";
-  s.lookahead_reads = c.lookahead_reads;
-  s.lookahead_used = c.lookahead_used;
-  s.lookahead_unused_bytes = c.lookahead_unused_bytes;
-  s.lookahead_dropped = c.dropped;
-  s.demand_hinted = c.demand_hinted;
-  s.warm_reads = c.warm_reads;
-  s.read_busy_seconds = busy_seconds_ + (c.in_flight[0] + c.in_flight[1] + c.in_flight[2] > 0
-                                             ? MsSince(busy_since_) / 1000
-                                             : 0);
-  for (const auto& [id, lc] : clients_) {
-    const ClientCounters cc = cache_->client_counters(id);
-    ClientSnapshot x;
-    x.id = id;
-    x.pid = static_cast<uint32_t>(lc.record.pid);
-    x.uid = static_cast<uint32_t>(lc.record.uid);
-    x.command = lc.record.command;
-    x.command_from_proc = lc.record.command_from_proc;
-    x.attached_seconds = MsSince(lc.since) / 1000;
-    x.hits = cc.hits;
-    x.late = cc.late;
-    x.misses = cc.misses;
-    x.pins = cc.pins;
-    x.tokens = lc.tokens;
-    s.clients.push_back(std::move(x));
-  }
-  s.experts = served_.experts;
-  s.record_bytes = served_.record_bytes;
-  const std::vector<LayerCounters> layers = cache_->layer_counters();
-  const std::vector<uint32_t>& uses = cache_->uses();
-  constexpr size_t kHottest = 8;
-  for (uint32_t L = 0; L < served_.layers; ++L) {
-    if (!served_.has_bank[L]) continue;
-    const LayerCounters& lc = layers[L];
-    LayerSnapshot x;
-    x.layer = L;
-    x.ready = lc.ready;
-    x.loading = lc.loading;
-    x.hits = lc.hits;
-    x.late = lc.late;
-    x.misses = lc.misses;
-    x.resident = lc.resident;
-    std::vector<uint32_t> order;
-    for (uint32_t e = 0; e < served_.experts; ++e)
-      if (uses[size_t(L) * served_.experts + e] > 0) order.push_back(e);
-    const size_t n = std::min(kHottest, order.size());
-    auto use = [&](uint32_t e) { return uses[size_t(L) * served_.experts + e]; };
-    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(),
-                      [&](uint32_t a, uint32_t b) { return use(a) != use(b) ? use(a) > use(b) : a < b; });
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t e = order[i];
-      x.hottest.push_back({e, use(e), (lc.resident[e / 8] >> (e % 8) & 1) != 0});
-    }
-    s.layers.push_back(std::move(x));
-  }
-  return s;
-}
-
-std::string Daemon::MetricsPage() const {
-  // Through the protocol's own Status, so the page and `wastectl metrics`
-  // cannot drift apart.
-  capnp::MallocMessageBuilder message;
-  auto status = message.initRoot<proto::Status>();
-  FillStatus(Snapshot(), WASTE_VERSION, status);
-  return PrometheusText(StatusMetrics(StatusFromProto(status.asReader())));
 }
 
 }  // namespace waste::daemon

@@ -61,7 +61,7 @@ class Daemon final : public LoopApi {
   void RemoveClient(uint32_t id) override;
   void Hint(uint32_t id, int layer, std::vector<uint32_t> experts, HintKind kind) override;
   void Progress(uint32_t id, uint64_t tokens) override;
-  void GetStatus(std::function<void(StatusSnapshot)> reply) override;
+  void GetStatus(std::function<void(DaemonStatus)> reply) override;
   void RequestStop(std::string why) override;
   void Warm(std::function<void(uint32_t)> reply) override;
   void Drop(int layer, std::function<void(uint32_t)> reply) override;
@@ -98,15 +98,15 @@ class Daemon final : public LoopApi {
   std::string UsesPath() const;
   void SaveUses() const;
   void LoadUses();  // adds saved use counts and queues the warm-up
-  StatusSnapshot Snapshot() const;
-  // reload.cc: reads the settings again and applies what can change now;
-  // logs one line.
+  // The status, gathered on the loop thread (daemon/status.cc).
+  DaemonStatus Snapshot() const;
+  // reload.cc: reads the settings again and applies what can change now; logs one line.
   Result<ReloadOutcome> ReloadSettings(const std::string& who);
   Status ApplySocketAccess(const AccessPolicy& access);
   // notify.cc: what the service manager is told.
   void NotifyManager(const std::string& state) const;
   std::string ManagerStatus() const;  // the STATUS= line systemd shows
-  std::string MetricsPage() const;  // what `wastectl metrics` prints, from Snapshot()
+  std::string MetricsPage() const;  // what `wastectl metrics` prints, from Snapshot() (status.cc)
 
   DaemonOptions opt_;
   std::chrono::steady_clock::time_point started_;

@@ -81,7 +81,7 @@ void Daemon::Progress(uint32_t id, uint64_t tokens) {
   });
 }
 
-void Daemon::GetStatus(std::function<void(StatusSnapshot)> reply) {
+void Daemon::GetStatus(std::function<void(DaemonStatus)> reply) {
   Post([this, reply = std::move(reply)] { reply(Snapshot()); });
 }
 
@@ -188,7 +188,7 @@ int Daemon::Run() {
       [this](uint32_t slot) { return cache_map_.data() + served_.slot_stride * slot; },
       [this](ReadResult r) {
         Post([this, r = std::move(r)] {
-          if (r.error != shm::ReadError::kNone) spdlog::error("read failed: {}", r.message);
+          if (r.error != ReadError::kNone) spdlog::error("read failed: {}", r.message);
           cache_->Complete(r.job, r.error, r.detail);
           if (cache_->in_flight() == 0) busy_seconds_ += MsSince(busy_since_) / 1000;
         });

@@ -41,20 +41,9 @@ ReadResult Readers::Read(const ReadJob& job) {
   r.job = job;
   const int layer = KeyLayer(job.key), expert = KeyExpert(job.key);
   const RecordReader::Outcome o = banks_->Read(layer, expert, slot_memory_(job.slot), verify_crc_);
-  switch (o.error) {
-    case RecordReader::Error::kNone:
-      return r;
-    case RecordReader::Error::kIo:
-      r.error = shm::ReadError::kIo;
-      r.detail = static_cast<uint32_t>(o.errno_value);
-      break;
-    case RecordReader::Error::kShortRead:
-      r.error = shm::ReadError::kShortRead;
-      break;
-    case RecordReader::Error::kBadRecord:
-      r.error = shm::ReadError::kBadRecord;
-      break;
-  }
+  if (o.ok()) return r;
+  r.error = o.error;
+  r.detail = static_cast<uint32_t>(o.errno_value);
   r.message = "layer " + std::to_string(layer) + " expert " + std::to_string(expert) + ": " +
               o.message;
   return r;

@@ -25,7 +25,7 @@ namespace waste::daemon {
 
 struct ReadResult {
   ReadJob job;
-  shm::ReadError error = shm::ReadError::kNone;
+  ReadError error = ReadError::kNone;
   uint32_t detail = 0;   // errno for kIo
   std::string message;   // for the log
 };

@@ -23,7 +23,6 @@
 
 #include "shm/table.h"
 #include "wasted.capnp.h"
-#include "waste/version.h"
 
 namespace waste::daemon {
 namespace {
@@ -76,83 +75,6 @@ std::string PrintableCommand(std::string text) {
   for (char& ch : text)
     if ((ch >= 0 && ch < 0x20) || ch == 0x7f) ch = '?';
   return text;
-}
-
-void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Status::Builder o) {
-  o.setVersion(version);
-  o.setPid(s.pid);
-  o.setUptimeSeconds(s.uptime_seconds);
-  o.setContainer(s.container);
-  o.setArch(s.arch);
-  o.setBudget(s.budget);
-  o.setTrunkBytes(s.trunk_bytes);
-  o.setCacheBytes(s.cache_bytes);
-  o.setOverheadBytes(s.overhead_bytes);
-  o.setTrunkWired(s.trunk_wired);
-  o.setPageKind(s.page_kind);
-  o.setSlots(s.slots);
-  o.setSlotsReady(s.ready);
-  o.setSlotsLoading(s.loading);
-  o.setSlotsPinned(s.pinned);
-  o.setSlotsFailed(s.failed);
-  o.setHits(s.hits);
-  o.setMisses(s.misses);
-  o.setLate(s.late);
-  o.setReads(s.reads);
-  o.setBytesRead(s.bytes_read);
-  o.setReadErrors(s.read_errors);
-  o.setIoDepth(s.io_depth);
-  o.setPolicy(s.policy);
-  o.setLookaheadReads(s.lookahead_reads);
-  o.setLookaheadUsed(s.lookahead_used);
-  o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
-  o.setLookaheadDropped(s.lookahead_dropped);
-  o.setDemandHinted(s.demand_hinted);
-  o.setWarmReads(s.warm_reads);
-  o.setReadBusySeconds(s.read_busy_seconds);
-  o.setExperts(s.experts);
-  o.setRecordBytes(s.record_bytes);
-  auto q = o.initQueued(3);
-  auto fl = o.initInFlight(3);
-  for (unsigned k = 0; k < 3; ++k) {
-    q.set(k, s.queued[k]);
-    fl.set(k, s.in_flight[k]);
-  }
-  auto cl = o.initClients(static_cast<unsigned>(s.clients.size()));
-  for (size_t i = 0; i < s.clients.size(); ++i) {
-    const ClientSnapshot& c = s.clients[i];
-    auto x = cl[static_cast<unsigned>(i)];
-    x.setId(c.id);
-    x.setPid(c.pid);
-    x.setUid(c.uid);
-    x.setCommand(c.command);
-    x.setAttachedSeconds(c.attached_seconds);
-    x.setHits(c.hits);
-    x.setMisses(c.misses);
-    x.setLate(c.late);
-    x.setPins(c.pins);
-    x.setTokens(c.tokens);
-    x.setCommandFromProc(c.command_from_proc);
-  }
-  auto ls = o.initLayers(static_cast<unsigned>(s.layers.size()));
-  for (size_t i = 0; i < s.layers.size(); ++i) {
-    const LayerSnapshot& l = s.layers[i];
-    auto x = ls[static_cast<unsigned>(i)];
-    x.setLayer(l.layer);
-    x.setHits(l.hits);
-    x.setMisses(l.misses);
-    x.setLate(l.late);
-    x.setSlotsReady(l.ready);
-    x.setSlotsLoading(l.loading);
-    x.setResident(kj::arrayPtr(l.resident.data(), l.resident.size()));
-    auto hot = x.initHottest(static_cast<unsigned>(l.hottest.size()));
-    for (size_t j = 0; j < l.hottest.size(); ++j) {
-      auto h = hot[static_cast<unsigned>(j)];
-      h.setExpert(l.hottest[j].expert);
-      h.setUses(l.hottest[j].uses);
-      h.setResident(l.hottest[j].resident);
-    }
-  }
 }
 
 bool AccessPolicy::Allows(uid_t uid) const {
@@ -316,16 +238,7 @@ class DaemonServer final : public proto::Daemon::Server {
 
     auto r = ctx.getResults();
     r.setSession(kj::heap<SessionServer>(s_, id, cred_));
-    auto d = r.initModel();
-    d.setContainer(m.container);
-    d.setFingerprint(m.fingerprint);
-    d.setArch(m.arch);
-    d.setLayers(m.layers);
-    d.setExperts(m.experts);
-    d.setTopK(m.top_k);
-    d.setRecordBytes(m.record_bytes);
-    d.setSlots(m.slots);
-    d.setSlotStride(m.slot_stride);
+    ModelToProto(m, r.initModel());
     auto g = r.initSegments();
     g.setTrunk(kj::heap<SegmentServer>(m.trunk_fd, m.trunk_bytes));
     g.setCache(kj::heap<SegmentServer>(m.cache_fd, m.cache_bytes));
@@ -342,15 +255,15 @@ class DaemonServer final : public proto::Daemon::Server {
     s_->CheckPeer(cred_, &refusal_logged_);
     RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
     // kj::Own, not the value: GCC 12 warns falsely on a std::vector inside kj::Maybe.
-    using Snap = kj::Own<StatusSnapshot>;
+    using Snap = kj::Own<DaemonStatus>;
     auto paf = kj::newPromiseAndCrossThreadFulfiller<Snap>();
     auto f = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<Snap>>>(
         kj::mv(paf.fulfiller));
-    s_->loop->GetStatus([f](StatusSnapshot snap) {
-      (*f)->fulfill(kj::heap<StatusSnapshot>(std::move(snap)));
+    s_->loop->GetStatus([f](DaemonStatus snap) {
+      (*f)->fulfill(kj::heap<DaemonStatus>(std::move(snap)));
     });
     return paf.promise.then([ctx](Snap snap) mutable {
-      FillStatus(*snap, WASTE_VERSION, ctx.getResults().initStatus());
+      StatusToProto(*snap, ctx.getResults().initStatus());
     });
   }
 
@@ -385,13 +298,7 @@ class DaemonServer final : public proto::Daemon::Server {
     });
     return paf.promise.then([ctx](Outcome r) mutable {
       if (!r->ok()) Refuse(r->status().message());
-      auto out = ctx.getResults();
-      auto applied = out.initApplied(static_cast<unsigned>((*r)->applied.size()));
-      for (size_t i = 0; i < (*r)->applied.size(); ++i)
-        applied.set(static_cast<unsigned>(i), (*r)->applied[i]);
-      auto later = out.initNeedRestart(static_cast<unsigned>((*r)->need_restart.size()));
-      for (size_t i = 0; i < (*r)->need_restart.size(); ++i)
-        later.set(static_cast<unsigned>(i), (*r)->need_restart[i]);
+      ReloadToProto(**r, ctx.getResults());
     });
   }
 

@@ -18,6 +18,8 @@
 
 #include "base/hints.h"
 #include "base/status.h"
+#include "protocol/answers.h"
+#include "protocol/status.h"
 #include "shm/segment.h"
 #include "wasted.capnp.h"
 
@@ -38,57 +40,6 @@ struct ClientRecord {
   std::shared_ptr<PinPage> pins;
 };
 
-struct ClientSnapshot {
-  uint32_t id = 0, pid = 0, uid = 0, pins = 0;
-  std::string command;
-  bool command_from_proc = false;
-  double attached_seconds = 0;
-  uint64_t hits = 0, late = 0, misses = 0, tokens = 0;
-};
-
-struct ExpertUseSnapshot {
-  uint32_t expert = 0;
-  uint64_t uses = 0;
-  bool resident = false;
-};
-
-struct LayerSnapshot {
-  uint32_t layer = 0, ready = 0, loading = 0;
-  uint64_t hits = 0, late = 0, misses = 0;
-  std::vector<uint8_t> resident;  // bit e: expert e is ready
-  std::vector<ExpertUseSnapshot> hottest;  // most used first
-};
-
-// Everything `wastectl status` shows, gathered on the event loop thread.
-struct StatusSnapshot {
-  uint32_t pid = 0;
-  double uptime_seconds = 0;
-  std::string container, arch, page_kind;
-  uint64_t budget = 0, trunk_bytes = 0, cache_bytes = 0, overhead_bytes = 0;
-  bool trunk_wired = false;
-  uint32_t slots = 0, ready = 0, loading = 0, pinned = 0, failed = 0, io_depth = 0;
-  uint64_t hits = 0, late = 0, misses = 0, reads = 0, bytes_read = 0, read_errors = 0;
-  uint32_t queued[3] = {0, 0, 0}, in_flight[3] = {0, 0, 0};
-  std::vector<ClientSnapshot> clients;
-  std::string policy;
-  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
-  uint64_t lookahead_dropped = 0, demand_hinted = 0, warm_reads = 0;
-  double read_busy_seconds = 0;
-  std::vector<LayerSnapshot> layers;  // layers with experts only
-  uint32_t experts = 0;
-  uint64_t record_bytes = 0;
-};
-
-// What a reload did: the settings it applied ("log-level info -> debug") and
-// those that changed but take effect only at a restart.
-struct ReloadOutcome {
-  std::vector<std::string> applied, need_restart;
-};
-
-// Writes a snapshot as the protocol's Status (the answer to status, and the
-// source of the metrics page); `version` is wasted's.
-void FillStatus(const StatusSnapshot& s, const std::string& version, proto::Status::Builder out);
-
 // The command line of process `pid` from /proc/PID/cmdline, arguments joined
 // by spaces and cut at 4096 bytes, made printable; empty when it cannot be
 // read (the process is gone, or /proc hides it).
@@ -107,7 +58,7 @@ class LoopApi {
   // The client's running total of tokens run (Session.progress).
   virtual void Progress(uint32_t id, uint64_t tokens) = 0;
   // `reply` runs on the event loop thread.
-  virtual void GetStatus(std::function<void(StatusSnapshot)> reply) = 0;
+  virtual void GetStatus(std::function<void(DaemonStatus)> reply) = 0;
   virtual void RequestStop(std::string why) = 0;
   // `reply` runs on the event loop thread with how many reads were queued /
   // slots were emptied.
@@ -118,11 +69,10 @@ class LoopApi {
   virtual void Reload(std::string who, std::function<void(Result<ReloadOutcome>)> reply) = 0;
 };
 
-// What attach hands out; fixed once the daemon has started.
-struct ServedModel {
-  std::string container, fingerprint, arch;
-  uint32_t layers = 0, experts = 0, top_k = 0, slots = 0;
-  uint64_t record_bytes = 0, slot_stride = 0;
+// What attach hands out, fixed once the daemon has started: the model's
+// description, and what only the daemon needs (which layers have experts,
+// to check hints; the shared segments).
+struct ServedModel : DaemonModel {
   std::vector<bool> has_bank;  // by layer
   // Read-only descriptors of the shared segments, owned by the daemon.
   int trunk_fd = -1, cache_fd = -1, table_fd = -1;

@@ -273,9 +273,9 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
   return jobs;
 }
 
-void SlotCache::Complete(const ReadJob& job, shm::ReadError error, uint32_t detail) {
+void SlotCache::Complete(const ReadJob& job, ReadError error, uint32_t detail) {
   --in_flight_[static_cast<int>(job.kind)];
-  if (error == shm::ReadError::kNone) {
+  if (error == ReadError::kNone) {
     ++c_.reads;
     c_.bytes_read += record_bytes_;
     shm::Publish(t_, job.slot);

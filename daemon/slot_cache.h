@@ -118,7 +118,7 @@ class SlotCache {
   std::vector<ReadJob> Dispatch(uint32_t max);
 
   // A read finished: publishes the slot (ready) or marks it failed.
-  void Complete(const ReadJob& job, shm::ReadError error, uint32_t detail);
+  void Complete(const ReadJob& job, ReadError error, uint32_t detail);
 
   // Marks the table as stopping and wakes every waiting client.
   void Shutdown();

@@ -55,7 +55,7 @@ class CheckingLoop final : public LoopApi {
     Check(static_cast<int>(kind) >= 0 && static_cast<int>(kind) <= 2);
     for (uint32_t e : experts) Check(e < kExperts);
   }
-  void GetStatus(std::function<void(StatusSnapshot)> reply) override { reply(StatusSnapshot{}); }
+  void GetStatus(std::function<void(DaemonStatus)> reply) override { reply(DaemonStatus{}); }
   void RequestStop(std::string) override {}  // the fuzzer's daemon does not stop
   void Warm(std::function<void(uint32_t)> reply) override { reply(0); }
   void Drop(int layer, std::function<void(uint32_t)> reply) override {

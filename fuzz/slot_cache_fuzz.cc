@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3:
         if (!running.empty()) {
           const size_t i = in.Byte() % running.size();
-          const auto err = static_cast<shm::ReadError>(in.Byte() % 4);
+          const auto err = static_cast<ReadError>(in.Byte() % 4);
           cache.Complete(running[i], err, in.Byte());
           running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
         }
@@ -124,6 +124,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(c.pinned <= slots);
     Check(cache.client_counters(1).pins == held.size());
   }
-  for (const ReadJob& j : running) cache.Complete(j, shm::ReadError::kNone, 0);
+  for (const ReadJob& j : running) cache.Complete(j, ReadError::kNone, 0);
   return 0;
 }

@@ -23,22 +23,12 @@
 
 #include "base/hints.h"
 #include "base/status.h"
+#include "protocol/answers.h"
+#include "protocol/socket_path.h"
+#include "protocol/status.h"
 #include "wasted.capnp.h"
 
 namespace waste {
-
-// What wasted serves, as the attach answer describes it.
-struct DaemonModel {
-  std::string container;    // the container directory (absolute)
-  std::string fingerprint;  // of its manifest: check it against the one opened locally
-  std::string arch;
-  uint32_t layers = 0;
-  uint32_t experts = 0;
-  uint32_t top_k = 0;
-  uint32_t slots = 0;         // expert cache slots
-  uint64_t record_bytes = 0;  // one expert record
-  uint64_t slot_stride = 0;   // bytes from one slot to the next in the cache segment
-};
 
 // One shared-memory segment: a file descriptor (close-on-exec) to mmap, and
 // its size as the daemon declared it. The Attachment holding it owns the fd.
@@ -69,99 +59,6 @@ struct Attachment {
   void Close();
 };
 
-// One attached client as the daemon reports it (proto::ClientStatus).
-struct ClientStatusInfo {
-  uint32_t id = 0;
-  uint32_t pid = 0;
-  uint32_t uid = 0;
-  std::string command;
-  double attached_seconds = 0;
-  uint64_t hits = 0;    // its demand hints, as DaemonStatus counts them
-  uint64_t late = 0;
-  uint64_t misses = 0;
-  uint32_t pins = 0;    // slots pinned right now
-  uint64_t tokens = 0;  // tokens run, as the client reported them
-  bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
-};
-
-// One expert's popularity in its layer (proto::ExpertUse).
-struct ExpertUseInfo {
-  uint32_t expert = 0;
-  uint64_t uses = 0;  // demand hints, saved counts of earlier runs included
-  bool resident = false;
-};
-
-// One layer with experts (proto::LayerStatus).
-struct LayerStatusInfo {
-  uint32_t layer = 0;
-  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as DaemonStatus counts them
-  uint32_t slots_ready = 0, slots_loading = 0;
-  std::vector<uint8_t> resident;  // bit e (byte e / 8, bit e % 8): expert e is ready
-  std::vector<ExpertUseInfo> hottest;  // most used first
-
-  bool is_resident(uint32_t expert) const {
-    return expert / 8 < resident.size() && (resident[expert / 8] >> (expert % 8) & 1) != 0;
-  }
-};
-
-// The daemon's state (proto::Status), field for field.
-struct DaemonStatus {
-  std::string version;  // wasted's version
-  uint32_t pid = 0;
-  double uptime_seconds = 0;
-  std::string container;
-  std::string arch;
-  uint64_t budget = 0;  // the ceiling on trunk + cache + overhead
-  uint64_t trunk_bytes = 0;
-  uint64_t cache_bytes = 0;
-  uint64_t overhead_bytes = 0;
-  bool trunk_wired = false;  // mlock succeeded
-  std::string page_kind;     // which pages back the segments
-  uint32_t slots = 0;
-  uint32_t slots_ready = 0;
-  uint32_t slots_loading = 0;
-  uint32_t slots_pinned = 0;  // a subset of the ready ones
-  uint32_t slots_failed = 0;
-  // Demand hints, each counted once: hits (the record was ready), late (asked
-  // for earlier, by a lookahead, a warm-up or another client, and still
-  // queued or being read), misses (nobody had asked: the demand started it).
-  uint64_t hits = 0;
-  uint64_t late = 0;
-  uint64_t misses = 0;
-  uint64_t reads = 0;  // records read from disk
-  uint64_t bytes_read = 0;
-  uint64_t read_errors = 0;
-  std::vector<uint32_t> queued;     // waiting reads by priority: demand, lookahead, warm
-  std::vector<uint32_t> in_flight;  // reads under way by priority
-  std::vector<ClientStatusInfo> clients;
-  uint32_t io_depth = 0;
-  std::string policy;  // eviction: lfru or lru
-  // Lookahead: reads started for it, records demanded before eviction, bytes
-  // evicted unused, reads dropped before they started; demand hints for
-  // records a lookahead named first (recall = demand_hinted / demands()).
-  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
-  uint64_t lookahead_dropped = 0, demand_hinted = 0;
-  uint64_t warm_reads = 0;
-  double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
-  std::vector<LayerStatusInfo> layers;  // layers with experts, in order
-  uint32_t experts = 0;                 // experts per layer
-  uint64_t record_bytes = 0;            // one record, one read
-
-  uint64_t demands() const { return hits + late + misses; }
-  // Slots holding something or getting it (ready, loading or failed), and the rest.
-  uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
-  uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
-};
-
-// A Status message as the client's struct (also how wasted turns its own
-// snapshot into what its metrics page shows).
-DaemonStatus StatusFromProto(proto::Status::Reader r);
-
-// The answer to a reload, one "name: old -> new" per changed setting.
-struct ReloadAnswer {
-  std::vector<std::string> applied;       // in effect now
-  std::vector<std::string> need_restart;  // changed in the settings; take effect at restart
-};
 
 // Why Connect failed, for callers that act on it (wastectl's exit codes).
 enum class ConnectFailure {
@@ -225,7 +122,7 @@ class DaemonClient {
   // Re-reads the daemon's settings as SIGHUP does; what it applied and what
   // needs a restart. A settings file that does not parse is the daemon's
   // refusal message (its running settings are kept).
-  Result<ReloadAnswer> Reload();
+  Result<ReloadOutcome> Reload();
 
   // False once the link thread has seen the connection end.
   bool connected() const;

@@ -215,8 +215,8 @@ Result<const uint8_t*> SharedExpertSource::AcquireLocked(int layer, int expert,
           if (hint_due()) send_hint();  // the daemon has not reacted yet
         } else {
           std::string why = Where(layer, expert) +
-                            ": wasted could not read the record: " + shm::ReadErrorText(a.error);
-          if (a.error == shm::ReadError::kIo)
+                            ": wasted could not read the record: " + ReadErrorText(a.error);
+          if (a.error == ReadError::kIo)
             why += std::string(": ") + std::strerror(static_cast<int>(a.detail));
           return Status::Error(why);
         }

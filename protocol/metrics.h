@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "link/daemon_client.h"
+#include "protocol/status.h"
 
 namespace waste {
 

@@ -26,20 +26,6 @@ uint64_t IndexOffset(uint32_t slots) {
 
 }  // namespace
 
-const char* ReadErrorText(ReadError e) {
-  switch (e) {
-    case ReadError::kNone:
-      return "no error";
-    case ReadError::kIo:
-      return "I/O error";
-    case ReadError::kShortRead:
-      return "short read (the bank is truncated)";
-    case ReadError::kBadRecord:
-      return "damaged record (header or crc32 check failed)";
-  }
-  return "unknown error";
-}
-
 uint64_t SlotTable::BytesFor(uint32_t layers, uint32_t experts, uint32_t slots) {
   return Align(IndexOffset(slots) + uint64_t{layers} * experts * sizeof(uint32_t), 4096);
 }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "base/expert_key.h"
+#include "base/read_error.h"
 #include "base/status.h"
 
 namespace waste::shm {
@@ -50,10 +51,6 @@ inline uint32_t GenerationOf(uint32_t word) {
 inline uint32_t MakeWord(SlotState s, uint32_t generation) {
   return generation << 2 | static_cast<uint32_t>(s);
 }
-
-// Why a slot failed (SlotEntry::error); `detail` holds the errno for kIo.
-enum class ReadError : uint32_t { kNone = 0, kIo = 1, kShortRead = 2, kBadRecord = 3 };
-const char* ReadErrorText(ReadError e);  // "I/O error", "short read", "damaged record"
 
 constexpr uint32_t kNoSlot = 0xffffffffu;
 constexpr uint32_t kTableMagic = 0x42545357;  // "WSTB"

@@ -136,7 +136,7 @@ class FakeDaemon {
     StartLoad(slot, layer, expert);
     FinishLoad(slot);
   }
-  void Fail(uint32_t slot, shm::ReadError why, uint32_t detail = 0) {
+  void Fail(uint32_t slot, ReadError why, uint32_t detail = 0) {
     shm::Fail(table_, slot, why, detail);
   }
   bool Retire(uint32_t slot) {
@@ -398,7 +398,7 @@ struct FailingDaemon {
   FakeDaemon& d;
   std::atomic<int> reads{0};
   bool succeed_on_retry = false;
-  shm::ReadError why = shm::ReadError::kBadRecord;
+  ReadError why = ReadError::kBadRecord;
   void Read(uint32_t slot) {
     const bool succeed = succeed_on_retry && reads > 0;
     ++reads;  // before publishing: the client may look right after
@@ -478,7 +478,7 @@ TEST(SharedSource, FailureTheDaemonNeverRetriesIsReported) {
   FakeDaemon d(4);
   TestSink sink;
   d.StartLoad(0, 1, 3);
-  d.Fail(0, shm::ReadError::kIo, EIO);
+  d.Fail(0, ReadError::kIo, EIO);
   SharedExpertSource src(d.ClientView(), kHasExperts, kExperts, &sink);
   const auto t0 = Clock::now();
   auto r = src.Acquire(1, 3);  // nobody serves the hint

@@ -45,7 +45,7 @@ struct Fixture {
   // Starts and finishes every read the cache hands out, successfully.
   std::vector<ReadJob> RunReads(uint32_t max = 100) {
     auto jobs = cache->Dispatch(max);
-    for (const ReadJob& j : jobs) cache->Complete(j, shm::ReadError::kNone, 0);
+    for (const ReadJob& j : jobs) cache->Complete(j, ReadError::kNone, 0);
     return jobs;
   }
 
@@ -95,7 +95,7 @@ TEST(SlotCache, IdenticalRequestsAreMergedAndRaised) {
   // While it loads, asking again starts nothing.
   f.Hint(1, 1, {5}, HintKind::kDemand);
   EXPECT_TRUE(f.cache->Dispatch(10).empty());
-  f.cache->Complete(jobs[0], shm::ReadError::kNone, 0);
+  f.cache->Complete(jobs[0], ReadError::kNone, 0);
   EXPECT_EQ(f.State(1, 5), shm::SlotState::kReady);
   EXPECT_EQ(f.cache->counters().reads, 1u);
 }
@@ -263,13 +263,13 @@ TEST(SlotCache, AFailedReadIsNotPublishedAndADemandRetriesIt) {
   f.Hint(0, 2, {3}, HintKind::kDemand);
   auto jobs = f.cache->Dispatch(1);
   ASSERT_EQ(jobs.size(), 1u);
-  f.cache->Complete(jobs[0], shm::ReadError::kBadRecord, 0);
+  f.cache->Complete(jobs[0], ReadError::kBadRecord, 0);
   EXPECT_EQ(f.State(2, 3), shm::SlotState::kFailed);
   EXPECT_EQ(f.cache->counters().read_errors, 1u);
   shm::PinSet pins(f.pages[0].get());
   const auto a = shm::TryPin(f.table, pins, 2, 3);
   EXPECT_EQ(a.kind, shm::PinAttempt::kFailed);
-  EXPECT_EQ(a.error, shm::ReadError::kBadRecord);
+  EXPECT_EQ(a.error, ReadError::kBadRecord);
   EXPECT_EQ(pins.held(), 0u);
   // Lookahead does not retry a failure; demand does.
   f.Hint(0, 2, {3}, HintKind::kLookahead);
@@ -414,7 +414,7 @@ TEST(SlotCache, ADemandForARecordStillBeingReadIsLate) {
   EXPECT_EQ(c.late, 2u);    // 1 (in flight) and 2 (queued)
   EXPECT_EQ(c.misses, 2u);  // layer 1's 0 and layer 2's 4
   EXPECT_EQ(c.demand_hinted, 2u);
-  for (const ReadJob& j : first) f.cache->Complete(j, shm::ReadError::kNone, 0);
+  for (const ReadJob& j : first) f.cache->Complete(j, ReadError::kNone, 0);
   f.RunReads();
   // The other client demands records that are ready (hits) and one being
   // read for nobody's lookahead but client 0's demand (late: already asked for).

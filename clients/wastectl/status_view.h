@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "link/daemon_client.h"
+#include "protocol/status.h"
 
 namespace waste::ctl {
 

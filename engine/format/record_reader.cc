@@ -54,20 +54,20 @@ RecordReader::Outcome RecordReader::Read(int layer, int expert, uint8_t* dst,
     const ssize_t got = pread(fds_[layer], dst + done, n - done, static_cast<off_t>(off + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
-      r.error = Error::kIo;
+      r.error = ReadError::kIo;
       r.errno_value = errno;
       r.message = std::strerror(errno);
       return r;
     }
     if (got == 0) {
-      r.error = Error::kShortRead;
+      r.error = ReadError::kShortRead;
       r.message = "short read (" + std::to_string(done) + " of " + std::to_string(n) + " bytes)";
       return r;
     }
     done += static_cast<uint64_t>(got);
   }
   if (Status st = ct_->CheckRecord(layer, expert, {dst, n}, verify_crc); !st.ok()) {
-    r.error = Error::kBadRecord;
+    r.error = ReadError::kBadRecord;
     r.message = st.message();
   }
   return r;

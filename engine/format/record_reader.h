@@ -10,19 +10,18 @@
 #include <vector>
 
 #include "engine/format/container.h"
+#include "base/read_error.h"
 
 namespace waste {
 
 class RecordReader {
  public:
-  // Why a read failed, for callers that report it as a code (the daemon's
-  // slot table) as well as a message.
-  enum class Error { kNone, kIo, kShortRead, kBadRecord };
+  // How a read went: a code (what the daemon's slot table keeps) and a message.
   struct Outcome {
-    Error error = Error::kNone;
+    ReadError error = ReadError::kNone;
     int errno_value = 0;  // for kIo
     std::string message;  // what went wrong, without the record's name
-    bool ok() const { return error == Error::kNone; }
+    bool ok() const { return error == ReadError::kNone; }
   };
 
   // Opens every bank of `ct` (which must outlive the reader).

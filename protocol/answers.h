@@ -1,0 +1,44 @@
+// The daemon's answers to attach (the model it serves) and to reload, as
+// plain C++ types that the daemon fills and the client returns, each
+// converted to its Cap'n Proto message and back once, here. The status has
+// its own header (protocol/status.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wasted.capnp.h"
+
+namespace waste {
+
+// What wasted serves, as the attach answer describes it (proto::ModelDescription).
+struct DaemonModel {
+  std::string container;    // the container directory (absolute)
+  std::string fingerprint;  // of its manifest: check it against the one opened locally
+  std::string arch;
+  uint32_t layers = 0;
+  uint32_t experts = 0;
+  uint32_t top_k = 0;
+  uint32_t slots = 0;         // expert cache slots
+  uint64_t record_bytes = 0;  // one expert record
+  uint64_t slot_stride = 0;   // bytes from one slot to the next in the cache segment
+
+  bool operator==(const DaemonModel&) const = default;
+};
+
+void ModelToProto(const DaemonModel& m, proto::ModelDescription::Builder out);
+DaemonModel ModelFromProto(proto::ModelDescription::Reader r);
+
+// What a reload did, one "name: old -> new" per changed setting.
+struct ReloadOutcome {
+  std::vector<std::string> applied;       // in effect now
+  std::vector<std::string> need_restart;  // changed in the settings; take effect at restart
+
+  bool operator==(const ReloadOutcome&) const = default;
+};
+
+void ReloadToProto(const ReloadOutcome& r, proto::Daemon::ReloadResults::Builder out);
+ReloadOutcome ReloadFromProto(proto::Daemon::ReloadResults::Reader r);
+
+}  // namespace waste

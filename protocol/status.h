@@ -1,0 +1,112 @@
+// The daemon's status: one plain C++ type, which wasted fills on its event
+// loop (daemon/status.cc), the RPC server sends as the protocol's Status, the
+// client returns (DaemonClient::GetStatus), and wastectl's text, --json and
+// metrics views and wasted's metrics page all read. StatusToProto and
+// StatusFromProto are the two conversions, each written once; a status comes
+// back from a round trip equal to what went in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wasted.capnp.h"
+
+namespace waste {
+
+// One attached client (proto::ClientStatus).
+struct ClientStatusInfo {
+  uint32_t id = 0;
+  uint32_t pid = 0;
+  uint32_t uid = 0;
+  std::string command;
+  double attached_seconds = 0;
+  uint64_t hits = 0;    // its demand hints, as DaemonStatus counts them
+  uint64_t late = 0;
+  uint64_t misses = 0;
+  uint32_t pins = 0;    // slots pinned right now
+  uint64_t tokens = 0;  // tokens run, as the client reported them
+  bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
+
+  bool operator==(const ClientStatusInfo&) const = default;
+};
+
+// One expert's popularity in its layer (proto::ExpertUse).
+struct ExpertUseInfo {
+  uint32_t expert = 0;
+  uint64_t uses = 0;  // demand hints, saved counts of earlier runs included
+  bool resident = false;
+
+  bool operator==(const ExpertUseInfo&) const = default;
+};
+
+// One layer with experts (proto::LayerStatus).
+struct LayerStatusInfo {
+  uint32_t layer = 0;
+  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as DaemonStatus counts them
+  uint32_t slots_ready = 0, slots_loading = 0;
+  std::vector<uint8_t> resident;  // bit e (byte e / 8, bit e % 8): expert e is ready
+  std::vector<ExpertUseInfo> hottest;  // most used first
+
+  bool is_resident(uint32_t expert) const {
+    return expert / 8 < resident.size() && (resident[expert / 8] >> (expert % 8) & 1) != 0;
+  }
+  bool operator==(const LayerStatusInfo&) const = default;
+};
+
+// The daemon's state (proto::Status), field for field.
+struct DaemonStatus {
+  std::string version;  // wasted's version
+  uint32_t pid = 0;
+  double uptime_seconds = 0;
+  std::string container;
+  std::string arch;
+  uint64_t budget = 0;  // the ceiling on trunk + cache + overhead
+  uint64_t trunk_bytes = 0;
+  uint64_t cache_bytes = 0;
+  uint64_t overhead_bytes = 0;
+  bool trunk_wired = false;  // mlock succeeded
+  std::string page_kind;     // which pages back the segments
+  uint32_t slots = 0;
+  uint32_t slots_ready = 0;
+  uint32_t slots_loading = 0;
+  uint32_t slots_pinned = 0;  // a subset of the ready ones
+  uint32_t slots_failed = 0;
+  // Demand hints, each counted once: hits (the record was ready), late (asked
+  // for earlier, by a lookahead, a warm-up or another client, and still
+  // queued or being read), misses (nobody had asked: the demand started it).
+  uint64_t hits = 0;
+  uint64_t late = 0;
+  uint64_t misses = 0;
+  uint64_t reads = 0;  // records read from disk
+  uint64_t bytes_read = 0;
+  uint64_t read_errors = 0;
+  std::vector<uint32_t> queued;     // waiting reads by priority: demand, lookahead, warm
+  std::vector<uint32_t> in_flight;  // reads under way by priority
+  std::vector<ClientStatusInfo> clients;
+  uint32_t io_depth = 0;
+  std::string policy;  // eviction: lfru or lru
+  // Lookahead: reads started for it, records demanded before eviction, bytes
+  // evicted unused, reads dropped before they started; demand hints for
+  // records a lookahead named first (recall = demand_hinted / demands()).
+  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
+  uint64_t lookahead_dropped = 0, demand_hinted = 0;
+  uint64_t warm_reads = 0;
+  double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
+  std::vector<LayerStatusInfo> layers;  // layers with experts, in order
+  uint32_t experts = 0;                 // experts per layer
+  uint64_t record_bytes = 0;            // one record, one read
+
+  uint64_t demands() const { return hits + late + misses; }
+  // Slots holding something or getting it (ready, loading or failed), and the rest.
+  uint32_t slots_used() const { return slots_ready + slots_loading + slots_failed; }
+  uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
+  bool operator==(const DaemonStatus&) const = default;
+};
+
+// Writes `s` as the protocol's Status (the answer to status).
+void StatusToProto(const DaemonStatus& s, proto::Status::Builder out);
+// A Status message as the plain type (what GetStatus returns).
+DaemonStatus StatusFromProto(proto::Status::Reader r);
+
+}  // namespace waste
