@@ -18,6 +18,7 @@
 namespace {
 
 using waste::HintKind;
+using waste::ReadError;
 using waste::daemon::ReadJob;
 using waste::daemon::SlotCache;
 using waste::fuzz::Input;
