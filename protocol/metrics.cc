@@ -6,8 +6,6 @@
 namespace waste {
 namespace {
 
-const char* const kPriorities[] = {"demand", "lookahead", "warm"};
-
 class Builder {
  public:
   // Starts a family; the samples added next belong to it.
@@ -92,10 +90,10 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
       .Sample(s.read_busy_seconds);
   auto& queued = b.Family("waste_reads_queued", "gauge", "Reads waiting, by priority");
   for (size_t k = 0; k < s.queued.size() && k < 3; ++k)
-    queued.Sample(s.queued[k], {{"priority", kPriorities[k]}});
+    queued.Sample(s.queued[k], {{"priority", PriorityName(k)}});
   auto& flying = b.Family("waste_reads_in_flight", "gauge", "Reads under way, by priority");
   for (size_t k = 0; k < s.in_flight.size() && k < 3; ++k)
-    flying.Sample(s.in_flight[k], {{"priority", kPriorities[k]}});
+    flying.Sample(s.in_flight[k], {{"priority", PriorityName(k)}});
   b.Family("waste_io_depth", "gauge", "Reads wasted keeps in flight at most").Sample(s.io_depth);
   b.Family("waste_lookahead_reads_total", "counter", "Reads started for lookahead hints")
       .Sample(D(s.lookahead_reads));

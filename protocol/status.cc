@@ -148,4 +148,9 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   return d;
 }
 
+std::string PriorityName(size_t i) {
+  static const char* const kNames[] = {"demand", "lookahead", "warm"};
+  return i < 3 ? kNames[i] : "priority" + std::to_string(i);
+}
+
 }  // namespace waste

@@ -54,6 +54,10 @@ struct LayerStatusInfo {
   bool operator==(const LayerStatusInfo&) const = default;
 };
 
+// The reads' priorities as `queued` and `in_flight` index them: "demand",
+// "lookahead", "warm" (and "priorityN" past those), for every view.
+std::string PriorityName(size_t i);
+
 // The daemon's state (proto::Status), field for field.
 struct DaemonStatus {
   std::string version;  // wasted's version

@@ -96,11 +96,6 @@ std::string ShortCommand(const std::string& command) {
   return slash == std::string::npos ? command : command.substr(slash + 1);
 }
 
-std::string PriorityName(size_t i) {
-  static const char* kNames[] = {"demand", "lookahead", "warm"};
-  return i < 3 ? kNames[i] : "priority" + std::to_string(i);
-}
-
 std::string Fit(const std::string& text, size_t width) {
   if (text.size() <= width) return text;
   if (width <= 3) return text.substr(0, width);

@@ -23,8 +23,6 @@ std::optional<double> HitRate(uint64_t hits, uint64_t late, uint64_t misses);
 std::optional<double> LateRate(uint64_t hits, uint64_t late, uint64_t misses);
 // "95.2%", or "-" for nothing.
 std::string Percent(std::optional<double> rate);
-// Read queues are listed by priority in this order (proto Status.queued).
-std::string PriorityName(size_t i);
 // `text` cut to `width` columns, ending in "..." when cut.
 std::string Fit(const std::string& text, size_t width);
 // Rows as right-aligned columns sized to their widest cell, two spaces

@@ -4,20 +4,9 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "base/expert_key.h"
+
 namespace waste {
-namespace {
-
-uint32_t Key(int layer, int expert) {
-  return static_cast<uint32_t>(layer) << 16 | static_cast<uint32_t>(expert);
-}
-int KeyLayer(uint32_t key) {
-  return static_cast<int>(key >> 16);
-}
-int KeyExpert(uint32_t key) {
-  return static_cast<int>(key & 0xffff);
-}
-
-}  // namespace
 
 Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
                                                          const CacheOptions& opt) {
@@ -92,7 +81,7 @@ void ExpertCache::Hint(int layer, std::span<const int> experts, HintKind kind) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int e : experts) {
     bool hit;
-    SlotFor(Key(layer, e), kind, &hit);
+    SlotFor(ExpertKey(layer, e), kind, &hit);
   }
 }
 
@@ -107,7 +96,7 @@ Status ExpertCache::CheckIds(int layer, int expert) const {
 Result<const uint8_t*> ExpertCache::TryAcquire(int layer, int expert) {
   WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = index_.find(Key(layer, expert));
+  const auto it = index_.find(ExpertKey(layer, expert));
   if (it == index_.end() || slots_[it->second].state != State::kReady) return nullptr;
   Slot& s = slots_[it->second];
   ++s.pins;
@@ -124,13 +113,13 @@ void ExpertCache::CountUse(int i) {
 
 bool ExpertCache::Ready(int layer, int expert) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = index_.find(Key(layer, expert));
+  const auto it = index_.find(ExpertKey(layer, expert));
   return it != index_.end() && slots_[it->second].state == State::kReady;
 }
 
 Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
   WASTE_RETURN_IF_ERROR(CheckIds(layer, expert));
-  const uint32_t key = Key(layer, expert);
+  const uint32_t key = ExpertKey(layer, expert);
   std::unique_lock<std::mutex> lock(mu_);
   // A new layer: the records hinted for the one before and never acquired
   // (wrong lookahead guesses) are awaited no longer, so they go first.
@@ -181,7 +170,7 @@ Result<const uint8_t*> ExpertCache::Acquire(int layer, int expert) {
 
 void ExpertCache::Release(int layer, int expert) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = index_.find(Key(layer, expert));
+  const auto it = index_.find(ExpertKey(layer, expert));
   if (it != index_.end() && slots_[it->second].pins > 0) --slots_[it->second].pins;
 }
 
