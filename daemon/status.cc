@@ -10,14 +10,6 @@
 #include "waste/version.h"
 
 namespace waste::daemon {
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count() /
-         1000;
-}
-
-}  // namespace
 
 void FillCacheStatus(const SlotCache& cache, const std::vector<bool>& has_bank, uint32_t experts,
                      DaemonStatus& s) {
@@ -73,7 +65,7 @@ DaemonStatus Daemon::Snapshot() const {
   DaemonStatus s;
   s.version = WASTE_VERSION;
   s.pid = static_cast<uint32_t>(getpid());
-  s.uptime_seconds = SecondsSince(started_);
+  s.uptime_seconds = MsSince(started_) / 1000;
   s.container = ct_->dir();
   s.arch = ct_->config().architecture;
   s.page_kind = shm::PageKindName(cache_seg_.page_kind());
@@ -88,7 +80,7 @@ DaemonStatus Daemon::Snapshot() const {
   s.experts = served_.experts;
   s.record_bytes = served_.record_bytes;
   FillCacheStatus(*cache_, served_.has_bank, served_.experts, s);
-  s.read_busy_seconds = busy_seconds_ + (cache_->in_flight() > 0 ? SecondsSince(busy_since_) : 0);
+  s.read_busy_seconds = busy_seconds_ + (cache_->in_flight() > 0 ? MsSince(busy_since_) / 1000 : 0);
   for (const auto& [id, lc] : clients_) {
     const ClientCounters cc = cache_->client_counters(id);
     ClientStatusInfo x;
@@ -97,7 +89,7 @@ DaemonStatus Daemon::Snapshot() const {
     x.uid = static_cast<uint32_t>(lc.record.uid);
     x.command = lc.record.command;
     x.command_from_proc = lc.record.command_from_proc;
-    x.attached_seconds = SecondsSince(lc.since);
+    x.attached_seconds = MsSince(lc.since) / 1000;
     x.hits = cc.hits;
     x.late = cc.late;
     x.misses = cc.misses;
