@@ -1,6 +1,6 @@
 // The hint vocabulary: how urgently a caller wants an expert record. Spoken
 // by the forward pass (engine/experts/expert_source.h), the daemon's client
-// and link (link/daemon_client.h) and the daemon's cache policy alike.
+// (link/daemon_client.h), the protocol and the daemon's cache policy alike.
 #pragma once
 
 namespace waste {
