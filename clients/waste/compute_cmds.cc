@@ -13,6 +13,7 @@
 
 #include "clients/waste/commands.h"
 #include "clients/waste/engine_setup.h"
+#include "engine/model/perplexity.h"
 #include "engine/model/sampler.h"
 #include "engine/model/stop.h"
 #include "engine/plan/plan.h"
@@ -145,9 +146,62 @@ struct EvalOptions {
   std::string prompt, ids, logits_file;
   int top = 10;
   bool json = false;
+  std::string perplexity;  // a text file to score instead of a prompt
+  int window = 256;
+  int max_windows = 0;     // 0: the whole file
+  std::string trace;       // routing trace of the scored text (JSON lines)
 };
 
+// waste eval --perplexity: the file tokenized (after the model's BOS, when it
+// has one) and scored in windows (engine/model/perplexity.h).
+int RunPerplexity(const EvalOptions& given) {
+  EvalOptions o = given;
+  std::map<int, std::map<int, std::vector<int>>> routes;
+  size_t window_start = 0;
+  if (!o.trace.empty())
+    o.engine.on_route = [&](int pos, int layer, std::span<const int> experts) {
+      routes[static_cast<int>(window_start) + pos][layer].assign(experts.begin(), experts.end());
+    };
+  o.engine.context = std::min(o.engine.context, o.window);
+  auto e = OpenEngine(o.engine);
+  if (!e.ok()) return Fail(e.status());
+  if (!e->tokenizer) return Fail(Status::Error("this container has no tokenizer to read text with"));
+  auto text = ReadPrompt("@" + o.perplexity);
+  if (!text.ok()) return Fail(text.status());
+  std::vector<int> ids;
+  if (e->model->config().bos_token >= 0) ids.push_back(e->model->config().bos_token);
+  for (int32_t id : e->tokenizer->Encode(*text)) ids.push_back(id);
+  std::ofstream logits;
+  if (!o.logits_file.empty()) logits.open(o.logits_file, std::ios::binary);
+  // Windows are consecutive, so after each one the next one's start (the
+  // trace's position offset) is this one's plus the window.
+  auto score = ScorePerplexity(*e->model, ids, o.window, o.max_windows,
+                               [&](size_t start, std::span<const float> l) {
+                                 window_start = start + static_cast<size_t>(o.window);
+                                 if (logits.is_open())
+                                   logits.write(reinterpret_cast<const char*>(l.data()),
+                                                static_cast<std::streamsize>(l.size_bytes()));
+                               });
+  if (!score.ok()) return Fail(score.status());
+  if (logits.is_open() && !logits) return Fail(Status::Error(o.logits_file + ": write failed"));
+  if (!o.trace.empty())
+    if (Status ts = WriteTrace(o.trace, routes); !ts.ok()) return Fail(ts);
+  if (o.json) {
+    const nlohmann::json j = {{"file", o.perplexity},    {"tokens", ids.size()},
+                              {"window", o.window},      {"windows", score->windows},
+                              {"scored", score->scored}, {"mean_nll", score->mean_nll()},
+                              {"perplexity", score->perplexity()}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: %llu tokens scored in %d windows of %d: mean NLL %.6f nats, perplexity %.4f\n",
+                o.perplexity.c_str(), static_cast<unsigned long long>(score->scored),
+                score->windows, o.window, score->mean_nll(), score->perplexity());
+  }
+  return 0;
+}
+
 int RunEval(const EvalOptions& o) {
+  if (!o.perplexity.empty()) return RunPerplexity(o);
   auto e = OpenEngine(o.engine);
   if (!e.ok()) return Fail(e.status());
   auto prompt = PromptIds(*e, o.prompt, o.ids);
@@ -251,6 +305,14 @@ void AddEval(CLI::App& app, int* exit_code) {
   cmd->add_option("--ids", o->ids, "Prompt as token ids, e.g. 3,7,11");
   cmd->add_option("--logits", o->logits_file, "Write every position's raw float32 logits here");
   cmd->add_option("--top", o->top, "How many candidates to show")->capture_default_str();
+  cmd->add_option("--perplexity", o->perplexity,
+                  "Score this text file instead of a prompt: its perplexity, in windows");
+  cmd->add_option("--window", o->window, "--perplexity: tokens per window, each a fresh session")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--windows", o->max_windows, "--perplexity: score at most this many (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace", o->trace, "--perplexity: write each token's routed experts here");
   cmd->add_flag("--json", o->json, "Print JSON");
   AddEngineFlags(cmd, &o->engine);
   cmd->callback([o, exit_code] { *exit_code = RunEval(*o); });
