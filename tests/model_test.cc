@@ -671,5 +671,28 @@ TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   EXPECT_NE(other.status().message().find("another model"), std::string::npos);
 }
 
+// A model whose every layer is dense has no expert source (OpenEngine passes
+// none): the forward pass must not touch one. It dereferenced a null source
+// after each chunk until 2026-12-01.
+TEST(ForwardDense, AModelWithNoMoeLayerRunsWithoutAnExpertSource) {
+  const std::string dir = waste::testing::ScratchDir();
+  SynthSpec spec = *SynthPreset("tiny-deepseek");
+  spec.config["first_k_dense_replace"] = spec.config["num_hidden_layers"];
+  ASSERT_TRUE(WriteSynthetic(spec, dir, true, 1, nullptr).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  auto m = Model::Load(*ct, nullptr, {});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  Session s = (*m)->NewSession(80);
+  std::vector<int> ids(70);
+  for (int i = 0; i < 70; ++i) ids[i] = 3 + i;  // three chunks of prefill
+  std::vector<float> logits((*m)->config().vocab);
+  ASSERT_TRUE((*m)->Forward(s, ids, logits.data()).ok());
+  const int one[1] = {7};
+  ASSERT_TRUE((*m)->Forward(s, one, logits.data()).ok());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(s.position, 71);
+}
+
 }  // namespace
 }  // namespace waste

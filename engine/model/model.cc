@@ -225,7 +225,7 @@ Status Model::Forward(Session& s, std::span<const int> tokens, float* logits,
     const auto part = tokens.subspan(at, std::min<size_t>(opt_.chunk, tokens.size() - at));
     float* dst = all_logits ? all_logits->data() + at * static_cast<size_t>(c_.vocab) : last.data();
     WASTE_RETURN_IF_ERROR(ForwardChunk(s, part, dst, all_logits != nullptr));
-    experts_->TokensDone(static_cast<int>(part.size()));
+    if (experts_) experts_->TokensDone(static_cast<int>(part.size()));  // none in a dense model
   }
   if (logits) {
     const float* src =
