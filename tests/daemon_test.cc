@@ -70,11 +70,40 @@ bool Connectable(const std::string& path) {
   return ok;
 }
 
+// A copy of `binary` that any uid can execute, wherever the build is (a
+// checkout under /root is out of reach of uid 65534): made once per binary
+// in a directory of this test process under /tmp, which every user can
+// traverse, and removed when the process exits.
+std::string ReachableCopy(const std::string& binary) {
+  namespace fs = std::filesystem;
+  struct Dir {
+    fs::path path = fs::path("/tmp") / ("waste-bin-" + std::to_string(getpid()));
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  const fs::path copy = dir.path / fs::path(binary).filename();
+  std::error_code ec;
+  if (!fs::exists(copy, ec)) {
+    fs::create_directories(dir.path, ec);
+    fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read |
+                                  fs::perms::group_exec | fs::perms::others_read |
+                                  fs::perms::others_exec, ec);
+    fs::copy_file(binary, copy, ec);
+    EXPECT_FALSE(ec) << "copying " << binary << " to " << copy << ": " << ec.message();
+  }
+  return copy.string();
+}
+
 // A child process with a pipe to its stdin and one from its stdout+stderr.
 class Child {
  public:
-  // `as_uid`: run as this uid and gid (needs root); -1 to keep ours.
-  static Child Run(const std::vector<std::string>& argv, int as_uid = -1) {
+  // `as_uid`: run as this uid and gid (needs root), from a copy of the
+  // program that uid can reach; -1 to keep ours.
+  static Child Run(std::vector<std::string> argv, int as_uid = -1) {
+    if (as_uid >= 0) argv[0] = ReachableCopy(argv[0]);
     int in[2], out[2];
     EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
     EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
