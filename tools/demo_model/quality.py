@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The quality table: the demo model's held-out perplexity and KL per format.
+
+    python3 tools/demo_model/quality.py --waste build/bin/waste --out /tmp/quality
+    python3 tools/demo_model/quality.py ... --extra warp-vq3r=/path/to/container   # any other container
+
+The checkpoint (models/demo-moe) is converted by `waste convert` into every
+expert format (BF16R, VQ3R, VQ2R, VQ4P) with the trunk at 16, 8 and 4 bits,
+and each container scores heldout.txt with `waste eval --perplexity` in
+process, with the exact and the int8 lookup table. The oracle is the
+checkpoint's own PyTorch forward pass (transformers' DeepseekV3ForCausalLM,
+float32, eager attention) on the same token ids in the same windows. Per
+row: waste's perplexity, the mean next-token KL(PyTorch || waste) in nats,
+and how often both pick the same most likely token. Writes quality.json
+and quality.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import time
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from transformers import DeepseekV3ForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKPOINT = os.path.join(HERE, "..", "..", "models", "demo-moe")
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def windows_of(ids: list[int], window: int, count: int) -> list[list[int]]:
+    out = []
+    for start in range(0, len(ids) - 1, window):
+        if len(out) == count:
+            break
+        w = ids[start:start + window]
+        if len(w) >= 2:
+            out.append(w)
+    return out
+
+
+def score(logp: list[np.ndarray], wins: list[list[int]]) -> tuple[float, int]:
+    nll, n = 0.0, 0
+    for lp, w in zip(logp, wins):
+        nll -= sum(lp[t, w[t + 1]] for t in range(len(w) - 1))
+        n += len(w) - 1
+    return nll / n, n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--waste", required=True)
+    ap.add_argument("--checkpoint", default=CHECKPOINT)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--windows", type=int, default=32)
+    ap.add_argument("--extra", action="append", default=[], help="NAME=CONTAINER, scored the same way")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    os.makedirs(args.out, exist_ok=True)
+    text_path = os.path.join(args.checkpoint, "heldout.txt")
+    text = open(text_path, encoding="utf-8").read()
+    tok = Tokenizer.from_file(os.path.join(args.checkpoint, "tokenizer.json"))
+    config = json.load(open(os.path.join(args.checkpoint, "config.json")))
+    ids = [config["bos_token_id"]] + tok.encode(text, add_special_tokens=False).ids
+    wins = windows_of(ids, args.window, args.windows)
+
+    model = DeepseekV3ForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32,
+                                                  attn_implementation="eager").eval()
+    ref = []
+    with torch.no_grad():
+        for w in wins:
+            ref.append(log_softmax(model(input_ids=torch.tensor([w])).logits[0].numpy()))
+    ref_nll, scored = score(ref, wins)
+    rows = [{"name": "PyTorch (float32 on the bf16 weights)", "perplexity": math.exp(ref_nll),
+             "mean_nll": ref_nll, "kl": 0.0, "top1": 1.0}]
+    print(f"PyTorch: perplexity {math.exp(ref_nll):.4f} over {scored} tokens", flush=True)
+
+    variants = []  # (name, container, convert args or None, eval args)
+    for fmt, label in (("bf16", "BF16R"), ("vq3r", "VQ3R"), ("vq2r", "VQ2R"), ("vq4p", "VQ4P")):
+        for bits in (16, 8, 4):
+            if fmt != "bf16" and bits == 16:
+                continue
+            c = os.path.join(args.out, f"{fmt}-t{bits}")
+            conv = ["--expert-format", fmt, "--trunk-bits", str(bits)]
+            tables = [("", [])] if fmt == "bf16" else [(", exact table", []),
+                                                        (", int8 table", ["--expert-table", "i8"])]
+            for tlabel, targs in tables:
+                variants.append((f"{label} experts, trunk {bits}-bit{tlabel}", c, conv, targs))
+    for spec in args.extra:
+        name, _, c = spec.partition("=")
+        for tlabel, targs in ((", exact table", []), (", int8 table", ["--expert-table", "i8"])):
+            variants.append((f"{name}{tlabel}", c, None, targs))
+
+    converted = {}
+    for name, c, conv, targs in variants:
+        if conv is not None and c not in converted:
+            if not os.path.exists(os.path.join(c, "manifest.json")):
+                t0 = time.time()
+                subprocess.run([args.waste, "convert", args.checkpoint, c, "--quiet"] + conv, check=True)
+                converted[c] = time.time() - t0
+            else:
+                converted[c] = None
+        logits = os.path.join(args.out, "logits.bin")
+        out = subprocess.run([args.waste, "eval", c, "--perplexity", text_path, "--window", str(args.window),
+                              "--windows", str(args.windows), "--logits", logits, "--local", "--json"] + targs,
+                             check=True, capture_output=True, text=True).stdout
+        reported = json.loads(out)
+        flat = np.fromfile(logits, dtype=np.float32).reshape(-1, config["vocab_size"])
+        got, at, kl, same = [], 0, 0.0, 0
+        for w, r in zip(wins, ref):
+            lp = log_softmax(flat[at:at + len(w)])
+            at += len(w)
+            got.append(lp)
+            kl += float((np.exp(r[:-1]) * (r[:-1] - lp[:-1])).sum())
+            same += int((r[:-1].argmax(-1) == lp[:-1].argmax(-1)).sum())
+        nll, n = score(got, wins)
+        if n != reported["scored"] or abs(nll - reported["mean_nll"]) > 1e-6:
+            raise SystemExit(f"{name}: waste reports {reported} but its logits give {nll} over {n}")
+        row = {"name": name, "container": os.path.basename(c), "perplexity": math.exp(nll), "mean_nll": nll,
+               "kl": kl / n, "top1": same / n, "convert_seconds": converted.get(c)}
+        rows.append(row)
+        print(f"{name}: perplexity {row['perplexity']:.4f}  KL {row['kl']:.5f}  top-1 {row['top1']:.4f}", flush=True)
+
+    result = {"checkpoint": os.path.abspath(args.checkpoint), "window": args.window, "windows": len(wins),
+              "scored_tokens": scored, "rows": rows}
+    with open(os.path.join(args.out, "quality.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "quality.md"), "w") as f:
+        f.write("| weights | perplexity | vs PyTorch | KL (nats/token) | same top-1 |\n|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['name']} | {r['perplexity']:.4f} | {r['perplexity'] / rows[0]['perplexity'] - 1:+.2%} | "
+                    f"{r['kl']:.5f} | {r['top1']:.2%} |\n")
+    print(open(os.path.join(args.out, "quality.md")).read())
+
+
+if __name__ == "__main__":
+    main()
