@@ -422,7 +422,11 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   std::unique_ptr<ContainerWriter> w;
   bool trunk_done = false;
   std::vector<LayerSummary> layers;
-  if (!resume->is_null() && resume->value("trunk_done", false)) {
+  bool trunk_written = false;
+  if (!resume->is_null())
+    WASTE_RETURN_IF_ERROR(
+        JsonBool(*resume, o.out + "/" + kStateFile + ": ", "trunk_done", &trunk_written));
+  if (trunk_written) {
     auto r = ContainerWriter::Resume(o.out, (*resume)["writer"], o.jobs);
     if (!r.ok()) return r.status().Prefixed(std::string(o.out) + "/" + kStateFile);
     w = std::move(*r);
