@@ -519,6 +519,18 @@ TEST(BadInput, InterruptedConversionResumesFromTheLastLayer) {
   EXPECT_NE(se.find(std::string(kStateFile) + ": trunk_done is not true or false"),
             std::string::npos)
       << se;
+  damaged = state;
+  damaged["writer"]["trunk"][0]["fmt"] = "Q4G";
+  std::ofstream(out + "/" + kStateFile) << damaged.dump();
+  const std::string we = ConvertError(bad_state);
+  EXPECT_NE(we.find(std::string(kStateFile) + ": resume state: trunk.fmt: "), std::string::npos)
+      << we;
+  damaged = state;
+  ASSERT_FALSE(damaged["layers"].empty());
+  damaged["layers"][0]["seconds"] = "long";
+  std::ofstream(out + "/" + kStateFile) << damaged.dump();
+  const std::string le = ConvertError(bad_state);
+  EXPECT_NE(le.find(std::string(kStateFile) + ": layers.seconds: "), std::string::npos) << le;
   std::ofstream(out + "/" + kStateFile) << state.dump(1);
 
   std::ofstream(src + "/" + shard, std::ios::binary)
