@@ -396,6 +396,10 @@ TEST(BadInput, WrongTypedTokenizerAndConfigFieldsAreNamed) {
   std::ofstream(ds + "/tokenizer.json") << t.dump();
   e = ConvertError(Options(ds, dir + "/out", "bf16"));
   EXPECT_NE(e.find("tokenizer.json: added_tokens holds"), std::string::npos) << e;
+  t["added_tokens"] = "<x>";
+  std::ofstream(ds + "/tokenizer.json") << t.dump();
+  e = ConvertError(Options(ds, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer.json: added_tokens is not a list"), std::string::npos) << e;
   std::ofstream(ds + "/tokenizer.json") << tokenizer.dump();
   json c = ReadJson(ds + "/config.json");
   c["hidden_size"] = "64";
@@ -411,6 +415,12 @@ TEST(BadInput, WrongTypedTokenizerAndConfigFieldsAreNamed) {
   std::ofstream(kimi + "/tokenizer_config.json") << tc.dump();
   e = ConvertError(Options(kimi, dir + "/out", "bf16"));
   EXPECT_NE(e.find("tokenizer_config.json: added_tokens_decoder." + id), std::string::npos) << e;
+  tc["added_tokens_decoder"] = json::array();
+  std::ofstream(kimi + "/tokenizer_config.json") << tc.dump();
+  e = ConvertError(Options(kimi, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer_config.json: added_tokens_decoder is not an object"),
+            std::string::npos)
+      << e;
   EXPECT_FALSE(fs::exists(dir + "/out"));
 }
 

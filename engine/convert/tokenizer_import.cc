@@ -105,7 +105,10 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
     if (fs::exists(dir + "/tokenizer_config.json", ec)) {
       auto cfg = ReadJson(dir, "tokenizer_config.json");
       if (!cfg.ok()) return cfg.status();
-      if (auto d = cfg->find("added_tokens_decoder"); d != cfg->end() && d->is_object()) {
+      const auto d = cfg->find("added_tokens_decoder");
+      if (d != cfg->end() && !d->is_null() && !d->is_object())
+        return Status::Error("tokenizer_config.json: added_tokens_decoder is not an object");
+      if (d != cfg->end() && d->is_object()) {
         for (const auto& [id, e] : d->items()) {
           if (!e.is_object() || !e.contains("content") || !e["content"].is_string() ||
               id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos)
@@ -154,7 +157,10 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
                              std::to_string(by_id.size() - 1) + " (id " + std::to_string(id) + ")");
       t.tokenizer_model += Base64Encode(bytes) + " " + std::to_string(id) + "\n";
     }
-    if (auto added = tj->find("added_tokens"); added != tj->end() && added->is_array()) {
+    const auto added = tj->find("added_tokens");
+    if (added != tj->end() && !added->is_null() && !added->is_array())
+      return Status::Error("tokenizer.json: added_tokens is not a list");
+    if (added != tj->end() && added->is_array()) {
       for (const json& a : *added) {
         if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() ||
             !a.contains("content") || !a["content"].is_string())
