@@ -3,11 +3,17 @@
 #include <grp.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <set>
 #include <string_view>
+#include <system_error>
 
 #include <CLI/CLI.hpp>
 
@@ -281,6 +287,47 @@ std::string CommentWrapped(const std::string& text) {
   return out + line + "\n";
 }
 
+// CLI11's reader of the settings file, noting the names the file sets, so
+// that an error about a value can name the file it came from.
+class NotingConfig : public CLI::ConfigBase {
+ public:
+  explicit NotingConfig(std::set<std::string>* names) : names_(names) {}
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::vector<CLI::ConfigItem> read = CLI::ConfigBase::from_config(input);
+    for (const CLI::ConfigItem& item : read) names_->insert(item.name);
+    return read;
+  }
+
+ private:
+  std::set<std::string>* names_;
+};
+
+// Whether `name` is given on the command line (there it wins over the file).
+bool OnCommandLine(const std::string& name, int argc, char** argv) {
+  const std::string flag = "--" + name;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+// The setting of the file that CLI11's message `what` is about: one it names
+// as --NAME that the file sets and the command line does not; else empty.
+std::string FileSettingNamed(const std::string& what, const std::set<std::string>& in_file,
+                             int argc, char** argv) {
+  for (const std::string& name : in_file) {
+    const std::string flag = "--" + name;
+    for (size_t at = what.find(flag); at != std::string::npos; at = what.find(flag, at + 1)) {
+      const size_t end = at + flag.size();
+      const bool whole = end == what.size() || !(std::isalnum(static_cast<unsigned char>(what[end])) ||
+                                                 what[end] == '-');
+      if (whole && !OnCommandLine(name, argc, argv)) return name;
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string SecondsText(double s) {
@@ -303,6 +350,8 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
                  "wasted.conf.example); flags given here win");
   // A misspelt setting in the file is an error, not silently ignored.
   app.allow_config_extras(CLI::config_extras_mode::error);
+  std::set<std::string> in_file;
+  app.config_formatter(std::make_shared<NotingConfig>(&in_file));
   s->daemon.socket = DefaultDaemonSocket();
   s->daemon.state_dir = DefaultStateDir();
   Parsed p(s);
@@ -316,17 +365,26 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
     }
     return 2;
   };
+  const auto file = [&] {
+    return config->results().empty() ? std::string() : " " + config->results().back();
+  };
+  // A bad value names the file when the file gave it.
+  const auto fail_setting = [&](const std::string& name, const std::string& why) {
+    const bool from_file = in_file.count(name) && !OnCommandLine(name, argc, argv);
+    return fail(from_file ? "--config" + file() + ": " + why : why);
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
     // CLI11 says "INI was not able to parse NAME" of a name it does not know.
     const std::string what = e.what(), unknown = "INI was not able to parse ";
-    const std::string file = config->results().empty() ? "" : " " + config->results().back();
     if (what.rfind(unknown, 0) == 0)
-      return fail("--config" + file + ": unknown setting \"" + what.substr(unknown.size()) +
+      return fail("--config" + file() + ": unknown setting \"" + what.substr(unknown.size()) +
                   "\" (settings are named as the long flags, see wasted --help)");
-    return fail("--config" + file + ": " + what);
+    return fail("--config" + file() + ": " + what);
   } catch (const CLI::ParseError& e) {
+    if (const std::string name = FileSettingNamed(e.what(), in_file, argc, argv); !name.empty())
+      return fail_setting(name, e.what());
     if (quiet) return fail(e.what());
     return app.exit(e);
   }
@@ -334,11 +392,17 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
   for (uint32_t u : p.uids) o.access.uids.push_back(static_cast<uid_t>(u));
   if (!p.group.empty()) {
     if (p.group.find_first_not_of("0123456789") == std::string::npos) {
-      o.access.group = static_cast<gid_t>(std::stoul(p.group));
+      // A number: a gid below (gid_t)-1, which means no group.
+      uint64_t gid = 0;
+      const char* end = p.group.data() + p.group.size();
+      if (std::from_chars(p.group.data(), end, gid).ec != std::errc() ||
+          gid >= static_cast<gid_t>(-1))
+        return fail_setting("allow-group", "--allow-group: " + p.group + " is not a group id");
+      o.access.group = static_cast<gid_t>(gid);
     } else if (const ::group* g = getgrnam(p.group.c_str())) {
       o.access.group = g->gr_gid;
     } else {
-      return fail("--allow-group: no group named " + p.group);
+      return fail_setting("allow-group", "--allow-group: no group named " + p.group);
     }
   }
   o.huge_pages = !p.no_huge;
@@ -347,7 +411,7 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
   o.wire_trunk = !p.no_wire;
   if (!p.budget.empty()) {
     auto b = ParseSize(p.budget);
-    if (!b.ok()) return fail("--budget: " + b.status().message());
+    if (!b.ok()) return fail_setting("budget", "--budget: " + b.status().message());
     o.budget = *b;
   }
   return -1;

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.h"
+#include "engine/format/container.h"  // JsonString
 
 namespace waste::daemon {
 
@@ -31,17 +32,35 @@ void Daemon::LoadUses() {
     spdlog::info("no saved use counts at {}: the cache starts cold", path);
     return;
   }
-  // Untrusted like any file: a bad one is reported and ignored.
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  // Untrusted like any file: a bad one is reported and ignored (the cache
+  // starts cold), never a reason not to serve.
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    spdlog::warn("{}: not valid JSON; ignored", path);
+    return;
+  }
+  if (!j.is_object()) {
+    spdlog::warn("{}: not a JSON object; ignored", path);
+    return;
+  }
+  std::string fingerprint;
+  if (Status st = JsonString(j, path + ": ", "fingerprint", &fingerprint); !st.ok()) {
+    spdlog::warn("{}; ignored", st.message());
+    return;
+  }
+  const auto list = j.find("uses");
+  if (list != j.end() && !list->is_array()) {
+    spdlog::warn("{}: uses is not a list; ignored", path);
+    return;
+  }
   const size_t n = size_t(ct_->config().n_layers) * size_t(ct_->config().n_experts);
-  if (!j.is_object() || j.value("fingerprint", "") != fingerprint_ || !j["uses"].is_array() ||
-      j["uses"].size() != n) {
+  if (fingerprint != fingerprint_ || list == j.end() || list->size() != n) {
     spdlog::warn("{}: not the use counts of this container; ignored", path);
     return;
   }
   std::vector<uint32_t> uses(n);
   for (size_t i = 0; i < n; ++i) {
-    const auto& v = j["uses"][i];
+    const auto& v = (*list)[i];
     if (!v.is_number_unsigned()) {
       spdlog::warn("{}: use count {} is not a count; ignored", path, i);
       return;

@@ -278,6 +278,12 @@ TEST_F(Cli, BadInputGetsAClearError) {
   r = Exec("waste synth -q " + *dir_);  // already a container, no --force
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(Has(r.out, "already holds a container")) << r.out;
+  // A spec file's error names the file and the field.
+  const std::string spec = ::testing::TempDir() + "/waste-cli-spec.json";
+  std::ofstream(spec) << R"({"config": {"model_type": "kimi_linear"}, "trunk_bits": "4"})";
+  r = Exec("waste synth --config " + spec + " " + ::testing::TempDir() + "/waste-cli-spec");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.out, spec + ": synth config: trunk_bits is not an integer")) << r.out;
   r = Exec("waste frobnicate");
   EXPECT_NE(r.code, 0);
   r = Exec("wastectl");

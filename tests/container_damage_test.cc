@@ -600,6 +600,8 @@ std::vector<OpenCase> FileCases() {
       {"chat_triple", Replace("chat.json", R"({"system": ["a", "b", "c"]})"),
        "chat.json: \"system\" must be a string or [prefix, suffix]"},
       {"chat_not_an_object", Replace("chat.json", R"(["a", "b"])"), "chat.json: not an object"},
+      {"chat_open_a_pair", Replace("chat.json", R"({"open": ["a", "b"]})"),
+       "chat.json: \"open\" must be a string"},
       {"chat_over_1_MiB", TruncateTo("chat.json", (1u << 20) + 1),
        "chat.json: 1048577 bytes, more than the 1048576 allowed"},
   };

@@ -374,6 +374,56 @@ TEST(BadInput, UnknownConfigIsRefused) {
   EXPECT_NE(ConvertError(Options(src, dir + "/out", "bf16")).find("hidden_act"), std::string::npos);
 }
 
+// The tokenizer files and config.json are untrusted: a field of the wrong
+// type is refused naming the file and the field (model.type: 5 threw out of
+// waste convert).
+TEST(BadInput, WrongTypedTokenizerAndConfigFieldsAreNamed) {
+  const std::string dir = waste::testing::ScratchDir();
+  const std::string ds = CopyFixture("deepseek-v3", dir);
+  const json tokenizer = ReadJson(ds + "/tokenizer.json");
+  json t = tokenizer;
+  t["model"]["type"] = 5;
+  std::ofstream(ds + "/tokenizer.json") << t.dump();
+  std::string e = ConvertError(Options(ds, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer.json: model.type is not a string"), std::string::npos) << e;
+  t = tokenizer;
+  t["model"] = "BPE";
+  std::ofstream(ds + "/tokenizer.json") << t.dump();
+  e = ConvertError(Options(ds, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer.json: model is not an object"), std::string::npos) << e;
+  t = tokenizer;
+  t["added_tokens"] = json::array({{{"id", -1}, {"content", "<x>"}}});
+  std::ofstream(ds + "/tokenizer.json") << t.dump();
+  e = ConvertError(Options(ds, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer.json: added_tokens holds"), std::string::npos) << e;
+  t["added_tokens"] = "<x>";
+  std::ofstream(ds + "/tokenizer.json") << t.dump();
+  e = ConvertError(Options(ds, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer.json: added_tokens is not a list"), std::string::npos) << e;
+  std::ofstream(ds + "/tokenizer.json") << tokenizer.dump();
+  json c = ReadJson(ds + "/config.json");
+  c["hidden_size"] = "64";
+  std::ofstream(ds + "/config.json") << c.dump();
+  e = ConvertError(Options(ds, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("config.json: config.hidden_size is not an integer"), std::string::npos) << e;
+
+  const std::string kimi = CopyFixture("kimi-linear", dir);
+  json tc = ReadJson(kimi + "/tokenizer_config.json");
+  ASSERT_TRUE(tc["added_tokens_decoder"].is_object() && !tc["added_tokens_decoder"].empty());
+  const std::string id = tc["added_tokens_decoder"].begin().key();
+  tc["added_tokens_decoder"][id]["content"] = 5;
+  std::ofstream(kimi + "/tokenizer_config.json") << tc.dump();
+  e = ConvertError(Options(kimi, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer_config.json: added_tokens_decoder." + id), std::string::npos) << e;
+  tc["added_tokens_decoder"] = json::array();
+  std::ofstream(kimi + "/tokenizer_config.json") << tc.dump();
+  e = ConvertError(Options(kimi, dir + "/out", "bf16"));
+  EXPECT_NE(e.find("tokenizer_config.json: added_tokens_decoder is not an object"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
 TEST(BadInput, WrongShapeIsNamedWithTheTensor) {
   const std::string dir = waste::testing::ScratchDir();
   const std::string src = CopyFixture("deepseek-v3", dir);
@@ -468,6 +518,30 @@ TEST(BadInput, InterruptedConversionResumesFromTheLastLayer) {
   other.resume = true;
   EXPECT_NE(ConvertError(other).find("another checkpoint or with other options"),
             std::string::npos);
+  // A resume state with a field of the wrong type is refused naming it, and kept.
+  const json state = ReadJson(out + "/" + kStateFile);
+  json damaged = state;
+  damaged["trunk_done"] = "yes";
+  std::ofstream(out + "/" + kStateFile) << damaged.dump();
+  ConvertOptions bad_state = Options(src, out, "bf16");
+  bad_state.resume = true;
+  const std::string se = ConvertError(bad_state);
+  EXPECT_NE(se.find(std::string(kStateFile) + ": trunk_done is not true or false"),
+            std::string::npos)
+      << se;
+  damaged = state;
+  damaged["writer"]["trunk"][0]["fmt"] = "Q4G";
+  std::ofstream(out + "/" + kStateFile) << damaged.dump();
+  const std::string we = ConvertError(bad_state);
+  EXPECT_NE(we.find(std::string(kStateFile) + ": resume state: trunk.fmt: "), std::string::npos)
+      << we;
+  damaged = state;
+  ASSERT_FALSE(damaged["layers"].empty());
+  damaged["layers"][0]["seconds"] = "long";
+  std::ofstream(out + "/" + kStateFile) << damaged.dump();
+  const std::string le = ConvertError(bad_state);
+  EXPECT_NE(le.find(std::string(kStateFile) + ": layers.seconds: "), std::string::npos) << le;
+  std::ofstream(out + "/" + kStateFile) << state.dump(1);
 
   std::ofstream(src + "/" + shard, std::ios::binary)
       .write(reinterpret_cast<const char*>(original.data()),

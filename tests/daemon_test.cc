@@ -1054,6 +1054,52 @@ TEST_F(Daemon, WarmStartsFromSavedUseCounts) {
   EXPECT_EQ(s["slots"]["ready"], 0);
 }
 
+// A saved use-counts file is untrusted: one of the wrong shape or with a
+// field of the wrong type is logged, naming the file and the field, and
+// ignored; wasted starts cold and serves (it aborted on a fingerprint that
+// was not a string, which under systemd is a restart loop).
+TEST_F(Daemon, BadSavedUseCountsAreIgnoredAndWastedServes) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c, {"--budget", "64M"});
+  Logits(c, "", "first");
+  daemon_.Signal(SIGTERM);
+  ASSERT_EQ(daemon_.Wait(), 0);
+  std::string path;
+  for (const auto& f : std::filesystem::directory_iterator(dir_ + "/state"))
+    if (Has(f.path().string(), ".uses.json")) path = f.path().string();
+  ASSERT_NE(path, "");
+  json saved;
+  {
+    std::ifstream f(path);
+    saved = json::parse(f);
+  }
+  json string_count = saved;
+  string_count["uses"][0] = "a";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"fingerprint": 7, "uses": []})", ": fingerprint is not a string; ignored"},
+      {json{{"fingerprint", saved["fingerprint"]}, {"uses", "x"}}.dump(),
+       ": uses is not a list; ignored"},
+      {"[1, 2]", ": not a JSON object; ignored"},
+      {"{\"fingerprint\": ", ": not valid JSON; ignored"},
+      {string_count.dump(), ": use count 0 is not a count; ignored"},
+  };
+  for (const auto& [text, want] : cases) {
+    {
+      std::ofstream f(path, std::ios::trunc);
+      f << text;
+    }
+    StartDaemon(c, {"--budget", "64M"});
+    const json s = Status();
+    EXPECT_EQ(s["warm_reads"], 0) << text << ": " << s.dump();
+    Child fine = Child::Run(Probe(c, {"--pin", "1:0", "--check"}));
+    EXPECT_EQ(fine.Wait(), 0) << text << ": " << fine.Output();
+    daemon_.Signal(SIGTERM);
+    EXPECT_EQ(daemon_.Wait(), 0) << text;
+    const std::string log = daemon_.Output();
+    EXPECT_TRUE(Has(log, path + want)) << text << ": " << log;
+  }
+}
+
 }  // namespace
 
 namespace observe {

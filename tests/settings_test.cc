@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -71,6 +73,49 @@ TEST(Settings, TheManPageAndTheReadmeNameTheReloadableSettings) {
           << file << " does not name " << name;
     }
   }
+}
+
+// The settings file is untrusted: a value of the wrong type or out of range
+// is an error naming the file and the setting (a gid too large for stoul
+// aborted wasted); the same value on the command line is not blamed on the
+// file.
+TEST(Settings, BadValuesInTheFileNameTheFileAndTheSetting) {
+  const std::string conf = ::testing::TempDir() + "/settings_test.conf";
+  const auto parse = [&](const std::string& text, std::vector<std::string> extra) {
+    std::ofstream(conf) << text;
+    std::vector<std::string> args = {"wasted", "/nonexistent", "--config", conf};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    waste::daemon::Settings s;
+    std::string error;
+    const int code = waste::daemon::ParseSettings(static_cast<int>(argv.size()), argv.data(), &s,
+                                                  true, &error);
+    return std::make_pair(code, error);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"io-depth = abc\n", "--io-depth"},
+      {"io-depth = 1000\n", "--io-depth"},
+      {"idle-exit = soon\n", "--idle-exit"},
+      {"verify-crc = maybe\n", "--verify-crc"},
+      {"allow-uid = -5\n", "--allow-uid"},
+      {"policy = 5\n", "--policy"},
+      {"budget = lots\n", "--budget: size \"lots\""},
+      {"allow-group = 99999999999999999999\n",
+       "--allow-group: 99999999999999999999 is not a group id"},
+      {"allow-group = 4294967295\n", "--allow-group: 4294967295 is not a group id"},
+  };
+  for (const auto& [text, want] : cases) {
+    const auto [code, error] = parse(text, {});
+    EXPECT_EQ(code, 2) << text;
+    EXPECT_EQ(error.rfind("--config " + conf + ": ", 0), 0u) << text << ": " << error;
+    EXPECT_NE(error.find(want), std::string::npos) << text << ": " << error;
+  }
+  const auto [code, error] = parse("io-depth = 3\n", {"--io-depth", "abc"});
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(error.find("--io-depth"), std::string::npos) << error;
+  EXPECT_EQ(error.find("--config"), std::string::npos) << error;
+  EXPECT_EQ(parse("io-depth = 3\nallow-group = 0\n", {}).first, -1);
 }
 
 }  // namespace

@@ -144,6 +144,41 @@ TEST(Synth, BadSpecsAreRefused) {
   EXPECT_NE(r.status().message().find("too small for the synthetic tokenizer"), std::string::npos);
 }
 
+// A spec file is untrusted: a field of the wrong type is an error naming the
+// field, not a thrown type_error (a string where a number belongs threw).
+TEST(Synth, WrongTypedSpecFieldsAreNamed) {
+  using nlohmann::json;
+  const json good = SynthPreset("tiny-kimi")->ToJson();
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["preset"] = 5; }, "synth config: preset is not a string"},
+      {[](json& j) { j["expert_format"] = 3; }, "synth config: expert_format is not a string"},
+      {[](json& j) { j["trunk_bits"] = "4"; }, "synth config: trunk_bits is not an integer"},
+      {[](json& j) { j["trunk_bits"] = 4.5; }, "synth config: trunk_bits is not an integer"},
+      {[](json& j) { j["seed"] = -1; }, "synth config: seed = -1 is outside"},
+      {[](json& j) { j["anchor_experts"] = json::array(); },
+       "synth config: anchor_experts is not an integer"},
+      {[](json& j) { j["hot_share"] = "0.6"; }, "synth config: hot_share is not a number"},
+      {[](json& j) { j["route_skew"] = true; }, "synth config: route_skew is not a number"},
+      {[](json& j) { j["config"] = json::array(); }, "synth config: config is not an object"},
+      {[](json& j) { j["config"]["vocab_size"] = "512"; },
+       "synth config: config.vocab_size is not an integer"},
+  };
+  for (const auto& [damage, want] : cases) {
+    json j = good;
+    damage(j);
+    auto spec = SynthSpec::FromJson(j);
+    ASSERT_FALSE(spec.ok()) << j.dump();
+    EXPECT_NE(spec.status().message().find(want), std::string::npos) << spec.status().message();
+  }
+  // Built in code rather than read: the writer reads vocab_size safely too.
+  SynthSpec spec = *SynthPreset("tiny-kimi");
+  spec.config["vocab_size"] = "512";
+  auto r = WriteSynthetic(spec, waste::testing::ScratchDir(), true, 1, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("config.vocab_size is not an integer"), std::string::npos)
+      << r.status().message();
+}
+
 }  // namespace
 }  // namespace waste
 

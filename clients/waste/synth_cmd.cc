@@ -42,7 +42,12 @@ int RunSynth(const Options& o) {
       return 2;
     }
     auto j = ParseJson(*text, o.config_file);
-    spec = j.ok() ? SynthSpec::FromJson(*j) : Result<SynthSpec>(j.status());
+    if (!j.ok()) {
+      spec = j.status();
+    } else {
+      spec = SynthSpec::FromJson(*j);
+      if (!spec.ok()) spec = spec.status().Prefixed(o.config_file);
+    }
   } else {
     spec = SynthPreset(o.preset);
   }

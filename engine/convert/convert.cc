@@ -173,14 +173,19 @@ json LayerJson(const LayerSummary& l) {
           {"source_bytes", l.source_bytes},     {"seconds", l.seconds}};
 }
 
-LayerSummary LayerFromJson(const json& j) {
+// Throws json::exception on a damaged state, *field then naming the field.
+LayerSummary LayerFromJson(const json& j, std::string* field) {
+  const auto at = [&](const char* key) -> const json& {
+    *field = std::string("layers.") + key;
+    return j.at(key);
+  };
   LayerSummary l;
-  l.layer = j.at("layer").get<int>();
-  l.experts = j.at("experts").get<int>();
-  l.mean_rel_error = j.at("mean_rel_error").get<double>();
-  l.max_rel_error = j.at("max_rel_error").get<double>();
-  l.source_bytes = j.at("source_bytes").get<uint64_t>();
-  l.seconds = j.at("seconds").get<double>();
+  l.layer = at("layer").get<int>();
+  l.experts = at("experts").get<int>();
+  l.mean_rel_error = at("mean_rel_error").get<double>();
+  l.max_rel_error = at("max_rel_error").get<double>();
+  l.source_bytes = at("source_bytes").get<uint64_t>();
+  l.seconds = at("seconds").get<double>();
   return l;
 }
 
@@ -422,15 +427,20 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   std::unique_ptr<ContainerWriter> w;
   bool trunk_done = false;
   std::vector<LayerSummary> layers;
-  if (!resume->is_null() && resume->value("trunk_done", false)) {
+  bool trunk_written = false;
+  if (!resume->is_null())
+    WASTE_RETURN_IF_ERROR(
+        JsonBool(*resume, o.out + "/" + kStateFile + ": ", "trunk_done", &trunk_written));
+  if (trunk_written) {
     auto r = ContainerWriter::Resume(o.out, (*resume)["writer"], o.jobs);
     if (!r.ok()) return r.status().Prefixed(std::string(o.out) + "/" + kStateFile);
     w = std::move(*r);
     trunk_done = true;
+    std::string field = "layers";
     try {
-      for (const json& l : resume->at("layers")) layers.push_back(LayerFromJson(l));
+      for (const json& l : resume->at("layers")) layers.push_back(LayerFromJson(l, &field));
     } catch (const json::exception& e) {
-      return Status::Error(std::string(kStateFile) + ": " + e.what());
+      return Status::Error(std::string(kStateFile) + ": " + field + ": " + e.what());
     }
     sum.layers_resumed = static_cast<int>(layers.size());
     conv.Say("resuming: trunk and " + std::to_string(layers.size()) + " of " +

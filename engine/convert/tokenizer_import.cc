@@ -105,7 +105,10 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
     if (fs::exists(dir + "/tokenizer_config.json", ec)) {
       auto cfg = ReadJson(dir, "tokenizer_config.json");
       if (!cfg.ok()) return cfg.status();
-      if (auto d = cfg->find("added_tokens_decoder"); d != cfg->end() && d->is_object()) {
+      const auto d = cfg->find("added_tokens_decoder");
+      if (d != cfg->end() && !d->is_null() && !d->is_object())
+        return Status::Error("tokenizer_config.json: added_tokens_decoder is not an object");
+      if (d != cfg->end() && d->is_object()) {
         for (const auto& [id, e] : d->items()) {
           if (!e.is_object() || !e.contains("content") || !e["content"].is_string() ||
               id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos)
@@ -119,10 +122,15 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
     auto tj = ReadJson(dir, "tokenizer.json");
     if (!tj.ok()) return tj.status();
     const json* vocab = nullptr;
-    if (auto m = tj->find("model"); m != tj->end() && m->is_object() &&
-                                    m->value("type", std::string()) == "BPE" &&
-                                    m->contains("vocab") && (*m)["vocab"].is_object())
-      vocab = &(*m)["vocab"];
+    if (auto m = tj->find("model"); m != tj->end()) {
+      if (!m->is_object()) return Status::Error("tokenizer.json: model is not an object");
+      const auto type = m->find("type");
+      if (type != m->end() && !type->is_string())
+        return Status::Error("tokenizer.json: model.type is not a string");
+      if (type != m->end() && type->get<std::string>() == "BPE" && m->contains("vocab") &&
+          (*m)["vocab"].is_object())
+        vocab = &(*m)["vocab"];
+    }
     if (!vocab) {
       t.note = "tokenizer.json is not a byte-level BPE model; no tokenizer written";
       return t;
@@ -149,9 +157,12 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
                              std::to_string(by_id.size() - 1) + " (id " + std::to_string(id) + ")");
       t.tokenizer_model += Base64Encode(bytes) + " " + std::to_string(id) + "\n";
     }
-    if (auto added = tj->find("added_tokens"); added != tj->end() && added->is_array()) {
+    const auto added = tj->find("added_tokens");
+    if (added != tj->end() && !added->is_null() && !added->is_array())
+      return Status::Error("tokenizer.json: added_tokens is not a list");
+    if (added != tj->end() && added->is_array()) {
       for (const json& a : *added) {
-        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() ||
             !a.contains("content") || !a["content"].is_string())
           return Status::Error("tokenizer.json: added_tokens holds " + a.dump().substr(0, 80));
         if (!by_id.count(a["id"].get<int64_t>()))
@@ -166,7 +177,8 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
   // Only specials inside the model's vocabulary can be written.
   json kept = json::array();
   for (const json& s : specials)
-    if (s["id"].get<int64_t>() < model.shape.vocab) kept.push_back(s);
+    if (s["id"].get<int64_t>() >= 0 && s["id"].get<int64_t>() < model.shape.vocab)
+      kept.push_back(s);
   if (!kept.empty()) t.specials_json = kept.dump(1);
   t.chat_json = ChatFor(model, special_texts);
   if (t.chat_json.empty()) t.note = "no chat markup: the family's special tokens are missing";

@@ -98,6 +98,9 @@ Status LoadChat(const std::string& path, json* out) {
     if (!pair && !v.is_string())
       return Status::Error("chat.json: \"" + role + "\" must be a string or [prefix, suffix]");
   }
+  // "open" starts the assistant's turn: one string, never a pair.
+  if (auto open = doc->find("open"); open != doc->end() && !open->is_string())
+    return Status::Error("chat.json: \"open\" must be a string");
   *out = std::move(*doc);
   return Status::Ok();
 }

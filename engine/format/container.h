@@ -176,4 +176,18 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 // Parses untrusted JSON: bounded nesting, errors carry `what` and the position.
 Result<nlohmann::json> ParseJson(std::string_view text, const std::string& what);
 
+// Optional fields of an untrusted JSON object, read without a throw. Absent
+// or null (or `obj` not an object): *out keeps its value. Present but of
+// another type, or outside [lo, hi]: an error of `where` + key, where `where`
+// names the file and the object and ends in its separator: "uses.json: "
+// gives "uses.json: fingerprint is not a string", "synth config: config."
+// gives "synth config: config.vocab_size is not an integer".
+Status JsonString(const nlohmann::json& obj, const std::string& where, const char* key,
+                  std::string* out);
+Status JsonInt(const nlohmann::json& obj, const std::string& where, const char* key, int64_t lo,
+               int64_t hi, int64_t* out);
+Status JsonNumber(const nlohmann::json& obj, const std::string& where, const char* key, double lo,
+                  double hi, double* out);
+Status JsonBool(const nlohmann::json& obj, const std::string& where, const char* key, bool* out);
+
 }  // namespace waste

@@ -1,6 +1,7 @@
 // Manifest parsing: everything about manifest.json that can be checked
 // without opening the files it names.
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "engine/format/container.h"
@@ -215,6 +216,59 @@ Result<nlohmann::json> ParseJson(std::string_view text, const std::string& what)
   } catch (const json::exception& e) {
     return Status::Error(what + ": not valid JSON: " + e.what());
   }
+}
+
+namespace {
+
+// The field `key` of `obj` when present and not null.
+const json* Present(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  const auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+}  // namespace
+
+Status JsonString(const json& obj, const std::string& where, const char* key, std::string* out) {
+  const json* v = Present(obj, key);
+  if (!v) return Status::Ok();
+  if (!v->is_string()) return Status::Error(where + key + " is not a string");
+  *out = v->get<std::string>();
+  return Status::Ok();
+}
+
+Status JsonInt(const json& obj, const std::string& where, const char* key, int64_t lo, int64_t hi,
+               int64_t* out) {
+  const json* v = Present(obj, key);
+  if (!v) return Status::Ok();
+  if (!v->is_number_integer()) return Status::Error(where + key + " is not an integer");
+  // An unsigned value above INT64_MAX is out of every range asked for here.
+  const bool above = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX};
+  if (above || v->get<int64_t>() < lo || v->get<int64_t>() > hi)
+    return Status::Error(where + key + " = " + v->dump() + " is outside [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  *out = v->get<int64_t>();
+  return Status::Ok();
+}
+
+Status JsonNumber(const json& obj, const std::string& where, const char* key, double lo, double hi,
+                  double* out) {
+  const json* v = Present(obj, key);
+  if (!v) return Status::Ok();
+  if (!v->is_number()) return Status::Error(where + key + " is not a number");
+  const double d = v->get<double>();
+  if (!(d >= lo && d <= hi))
+    return Status::Error(where + key + " = " + v->dump() + " is out of range");
+  *out = d;
+  return Status::Ok();
+}
+
+Status JsonBool(const json& obj, const std::string& where, const char* key, bool* out) {
+  const json* v = Present(obj, key);
+  if (!v) return Status::Ok();
+  if (!v->is_boolean()) return Status::Error(where + key + " is not true or false");
+  *out = v->get<bool>();
+  return Status::Ok();
 }
 
 ExpertQuant ExpertQuant::For(Fmt fmt) {

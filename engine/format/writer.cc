@@ -377,48 +377,55 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Resume(const std::stri
   std::unique_ptr<ContainerWriter> w(new ContainerWriter());
   w->dir_ = dir;
   w->jobs_ = std::clamp(jobs, 1, 256);
+  // The field being read (a dotted path), so that a throw's message names it.
+  std::string field;
+  const auto at = [&field](const nlohmann::json& o,
+                           const std::string& path) -> const nlohmann::json& {
+    field = path;
+    return o.at(path.substr(path.rfind('.') + 1));
+  };
   try {
-    const int fmt = state.at("expert_fmt").get<int>();
+    const int fmt = at(state, "expert_fmt").get<int>();
     if (!format::IsExpertFmt(fmt)) return Status::Error("resume state: bad expert format");
-    auto cfg = ModelConfig::FromJson(state.at("config"));
+    auto cfg = ModelConfig::FromJson(at(state, "config"));
     if (!cfg.ok()) return cfg.status().Prefixed("resume state");
     w->m_.config = *cfg;
-    w->m_.config_json = state.at("config");
+    w->m_.config_json = at(state, "config");
     w->m_.arch = cfg->model_type;
     w->m_.quant = ExpertQuant::For(static_cast<Fmt>(fmt));
     auto lay = RecordLayout::For(*cfg, w->m_.quant);
     if (!lay.ok()) return lay.status();
     w->m_.record = *lay;
-    w->trunk_size_ = state.at("trunk_bytes").get<uint64_t>();
-    for (const auto& e : state.at("trunk")) {
+    w->trunk_size_ = at(state, "trunk_bytes").get<uint64_t>();
+    for (const auto& e : at(state, "trunk")) {
       TrunkTensor t;
-      t.name = e.at("name").get<std::string>();
-      t.fmt = static_cast<Fmt>(e.at("fmt").get<int>());
-      t.bf16 = e.at("bf16").get<bool>();
-      t.shape = e.at("shape").get<std::vector<int64_t>>();
+      t.name = at(e, "trunk.name").get<std::string>();
+      t.fmt = static_cast<Fmt>(at(e, "trunk.fmt").get<int>());
+      t.bf16 = at(e, "trunk.bf16").get<bool>();
+      t.shape = at(e, "trunk.shape").get<std::vector<int64_t>>();
       t.elements = 1;
       for (int64_t d : t.shape) t.elements *= d;
-      t.group = e.at("group").get<int>();
-      t.offset = e.at("offset").get<uint64_t>();
-      t.payload_bytes = e.at("payload_bytes").get<uint64_t>();
-      t.scale_offset = e.at("scale_offset").get<uint64_t>();
-      t.scale_bytes = e.at("scale_bytes").get<uint64_t>();
+      t.group = at(e, "trunk.group").get<int>();
+      t.offset = at(e, "trunk.offset").get<uint64_t>();
+      t.payload_bytes = at(e, "trunk.payload_bytes").get<uint64_t>();
+      t.scale_offset = at(e, "trunk.scale_offset").get<uint64_t>();
+      t.scale_bytes = at(e, "trunk.scale_bytes").get<uint64_t>();
       if (t.offset + t.payload_bytes > w->trunk_size_ ||
           (t.scale_bytes && t.scale_offset + t.scale_bytes > w->trunk_size_))
         return Status::Error("resume state: trunk tensor " + t.name + " lies past trunk_bytes");
       w->bytes_written_ += t.stored_bytes();
       w->m_.trunk.push_back(std::move(t));
     }
-    w->n_codebooks_ = state.at("codebooks").get<int>();
-    w->codebook_base_ = state.at("codebook_base").get<std::vector<int>>();
+    w->n_codebooks_ = at(state, "codebooks").get<int>();
+    w->codebook_base_ = at(state, "codebook_base").get<std::vector<int>>();
     if (static_cast<int>(w->codebook_base_.size()) != cfg->n_layers || w->n_codebooks_ < 0)
       return Status::Error("resume state: codebook bases do not fit the config");
     const ExpertQuant& q = w->m_.quant;
-    for (const auto& e : state.at("banks")) {
+    for (const auto& e : at(state, "banks")) {
       ExpertBank b;
-      b.layer = e.at("layer").get<int>();
-      b.codebook_base = e.at("codebook_base").get<int>();
-      b.bytes = e.at("bytes").get<uint64_t>();
+      b.layer = at(e, "banks.layer").get<int>();
+      b.codebook_base = at(e, "banks.codebook_base").get<int>();
+      b.bytes = at(e, "banks.bytes").get<uint64_t>();
       b.experts = cfg->n_experts;
       b.file = "experts-L" + std::to_string(b.layer) + ".bin";
       if (b.layer < 0 || b.layer >= cfg->n_layers || !cfg->is_moe_layer(b.layer) ||
@@ -440,7 +447,7 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Resume(const std::stri
       if (!w->m_.Bank(L) && w->codebook_base_[L] >= keep) w->codebook_base_[L] = -1;
     w->n_codebooks_ = keep;
   } catch (const nlohmann::json::exception& e) {
-    return Status::Error(std::string("resume state: ") + e.what());
+    return Status::Error("resume state: " + field + ": " + e.what());
   }
   // Reopen the two growing files at the lengths the state covers.
   const ExpertQuant& q = w->m_.quant;

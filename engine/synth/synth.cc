@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <set>
 #include <string>
 
+#include "engine/format/container.h"  // JsonInt, JsonNumber, JsonString
 #include "engine/format/encoding.h"
 #include "engine/format/writer.h"
 #include "engine/model/router.h"
@@ -402,27 +406,35 @@ json SynthSpec::ToJson() const {
 Result<SynthSpec> SynthSpec::FromJson(const json& j) {
   if (!j.is_object() || !j.contains("config"))
     return Status::Error("synth config: expected an object with a \"config\" key");
+  const std::string w = "synth config: ";
   SynthSpec s;
-  s.name = j.value("preset", std::string("custom"));
+  s.name = "custom";
+  WASTE_RETURN_IF_ERROR(JsonString(j, w, "preset", &s.name));
   s.config = j["config"];
-  try {
-    const std::string fmt = j.value("expert_format", std::string("VQ3R"));
-    if (fmt == "VQ3R" || fmt == "vq3r")
-      s.expert_fmt = Fmt::kVQ3R;
-    else if (fmt == "VQ2R" || fmt == "vq2r")
-      s.expert_fmt = Fmt::kVQ2R;
-    else if (fmt == "VQ4P" || fmt == "vq4p")
-      s.expert_fmt = Fmt::kVQ4P;
-    else
-      return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P)");
-    s.trunk_bits = j.value("trunk_bits", 4);
-    s.seed = j.value("seed", uint64_t{1});
-    s.route_skew = j.value("route_skew", -1.0);
-    s.hot_share = j.value("hot_share", 0.6);
-    s.anchor_experts = j.value("anchor_experts", 0);
-  } catch (const json::exception& e) {
-    return Status::Error(std::string("synth config: ") + e.what());
-  }
+  if (!s.config.is_object()) return Status::Error(w + "config is not an object");
+  int64_t vocab = 0;  // checked here too, so that a file's error names the file
+  WASTE_RETURN_IF_ERROR(JsonInt(s.config, w + "config.", "vocab_size", 0, 1 << 24, &vocab));
+  std::string fmt = "VQ3R";
+  WASTE_RETURN_IF_ERROR(JsonString(j, w, "expert_format", &fmt));
+  if (fmt == "VQ3R" || fmt == "vq3r")
+    s.expert_fmt = Fmt::kVQ3R;
+  else if (fmt == "VQ2R" || fmt == "vq2r")
+    s.expert_fmt = Fmt::kVQ2R;
+  else if (fmt == "VQ4P" || fmt == "vq4p")
+    s.expert_fmt = Fmt::kVQ4P;
+  else
+    return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P)");
+  // Type and a range the fields fit in here; what is sensible, below.
+  int64_t trunk_bits = s.trunk_bits, seed = 1, anchors = s.anchor_experts;
+  WASTE_RETURN_IF_ERROR(JsonInt(j, w, "trunk_bits", INT32_MIN, INT32_MAX, &trunk_bits));
+  WASTE_RETURN_IF_ERROR(JsonInt(j, w, "seed", 0, INT64_MAX, &seed));
+  WASTE_RETURN_IF_ERROR(JsonInt(j, w, "anchor_experts", INT32_MIN, INT32_MAX, &anchors));
+  s.trunk_bits = static_cast<int>(trunk_bits);
+  s.seed = static_cast<uint64_t>(seed);
+  s.anchor_experts = static_cast<int>(anchors);
+  constexpr double kFinite = std::numeric_limits<double>::max();
+  WASTE_RETURN_IF_ERROR(JsonNumber(j, w, "route_skew", -kFinite, kFinite, &s.route_skew));
+  WASTE_RETURN_IF_ERROR(JsonNumber(j, w, "hot_share", -kFinite, kFinite, &s.hot_share));
   if (s.trunk_bits != 4 && s.trunk_bits != 8)
     return Status::Error("synth config: trunk_bits must be 4 or 8");
   if (s.anchor_experts < 0 || s.anchor_experts > 64)
@@ -438,7 +450,9 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   const auto t0 = std::chrono::steady_clock::now();
   json config = spec.config;
   // The tokenizer decides the special-token ids; make the config agree.
-  const TokenizerFiles tok = MakeTokenizerFiles(config.value("vocab_size", 0));
+  int64_t vocab = 0;
+  WASTE_RETURN_IF_ERROR(JsonInt(config, "synth config: config.", "vocab_size", 0, 1 << 24, &vocab));
+  const TokenizerFiles tok = MakeTokenizerFiles(static_cast<int>(vocab));
   if (!tok.error.empty()) return Status::Error(tok.error);
   config["bos_token_id"] = tok.bos_id;
   config["eos_token_id"] = tok.eos_id;
