@@ -373,6 +373,36 @@ TEST_F(Daemon, LosslessConvertedContainersServeTheReferenceLogits) {
   }
 }
 
+// The README's main job: the trained demo model (models/demo-moe), converted
+// losslessly and served by wasted, continues a text prompt greedily with the
+// text PyTorch's greedy decoding gives (tests/fixtures/demo/demo.json), and
+// wastectl shows the routing it did.
+TEST_F(Daemon, DemoModelServedByWastedWritesPyTorchsGreedyText) {
+  std::ifstream fx_file(std::string(WASTE_FIXTURES) + "/demo/demo.json");
+  const json fx = json::parse(fx_file);
+  const std::string c = dir_ + "/demo";
+  const Outcome conv = Shell(Bin("waste") + " convert " + std::string(WASTE_MODELS) +
+                             "/demo-moe " + c + " --expert-format bf16 --quiet");
+  ASSERT_EQ(conv.code, 0) << conv.out;
+  StartDaemon(c);
+  // waste run adds no BOS of its own: the prompt names it, as markup.
+  const std::string prompt =
+      "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>" +
+      fx["greedy"]["prompt"].get<std::string>();
+  const int n = static_cast<int>(fx["greedy"]["continuation_ids"].size());
+  const Outcome run = Shell(Bin("waste") + " run " + c + " '" + prompt + "' -n " +
+                            std::to_string(n) + " --temp 0 --ignore-eos --threads 2 --socket " +
+                            socket_);
+  ASSERT_EQ(run.code, 0) << run.out;
+  const std::string want = fx["greedy"]["continuation_text"];
+  EXPECT_NE(run.out.find(want), std::string::npos) << run.out << "\nwanted: " << want;
+  json s = Status();
+  EXPECT_GT(s.value("reads", 0), 0) << s.dump();
+  EXPECT_EQ(s.value("read_errors", -1), 0) << s.dump();
+  daemon_.Signal(SIGTERM);
+  EXPECT_EQ(daemon_.Wait(), 0);
+}
+
 // Two clients at once: both bit-identical to a lone run, no read of what
 // the first one loaded, and the daemon does not grow per client beyond its
 // pin page and connection.

@@ -3,10 +3,13 @@
 // losslessly it tokenizes, scores and generates as they do; converted to
 // VQ3R its held-out perplexity stays within a pinned margin of BF16R's.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -47,51 +50,52 @@ struct Loaded {
   std::optional<Tokenizer> tokenizer;
 };
 
-class DemoModel : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(waste::testing::ScratchDir("-suite"));
-    for (const char* fmt : {"bf16", "vq3r"}) {
-      convert::ConvertOptions o;
-      o.src = kModel;
-      o.out = *dir_ + "/" + fmt;
-      o.jobs = 2;
-      o.expert_fmt = *convert::ParseExpertFormat(fmt);
-      auto r = convert::Convert(o);
-      ASSERT_TRUE(r.ok()) << fmt << ": " << r.status().message();
-    }
+// The demo model converted to `fmt` (bf16 or vq3r) once per process, into a
+// directory of this process's own (ctest runs each test in a process of its
+// own, several at once). Empty, with the failure recorded, when it fails.
+std::string Converted(const std::string& fmt) {
+  static std::map<std::string, std::string> done;
+  if (auto it = done.find(fmt); it != done.end()) return it->second;
+  const std::string out = ::testing::TempDir() + "/waste-demo-model-" +
+                          std::to_string(::getpid()) + "/" + fmt;
+  std::filesystem::remove_all(out);
+  convert::ConvertOptions o;
+  o.src = kModel;
+  o.out = out;
+  o.jobs = 2;
+  o.expert_fmt = *convert::ParseExpertFormat(fmt);
+  auto r = convert::Convert(o);
+  if (!r.ok()) {
+    ADD_FAILURE() << fmt << ": " << r.status().message();
+    return "";
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
+  return done[fmt] = out;
+}
 
-  static Loaded Load(const std::string& fmt) {
-    Loaded l;
-    auto ct = Container::Open(*dir_ + "/" + fmt);
-    EXPECT_TRUE(ct.ok()) << ct.status().message();
-    if (!ct.ok()) return l;
-    l.ct = std::make_unique<Container>(std::move(*ct));
-    CacheOptions co;
-    co.slots = 64;
-    auto cache = ExpertCache::Create(*l.ct, co);
-    EXPECT_TRUE(cache.ok()) << cache.status().message();
-    if (!cache.ok()) return l;
-    l.cache = std::move(*cache);
-    auto model = Model::Load(*l.ct, l.cache.get(), {});
-    EXPECT_TRUE(model.ok()) << model.status().message();
-    if (model.ok()) l.model = std::move(*model);
-    auto tok = Tokenizer::Load(*dir_ + "/" + fmt);
-    EXPECT_TRUE(tok.ok()) << tok.status().message();
-    if (tok.ok()) l.tokenizer = std::move(*tok);
-    return l;
-  }
+Loaded Load(const std::string& fmt) {
+  Loaded l;
+  const std::string dir = Converted(fmt);
+  if (dir.empty()) return l;
+  auto ct = Container::Open(dir);
+  EXPECT_TRUE(ct.ok()) << ct.status().message();
+  if (!ct.ok()) return l;
+  l.ct = std::make_unique<Container>(std::move(*ct));
+  CacheOptions co;
+  co.slots = 64;
+  auto cache = ExpertCache::Create(*l.ct, co);
+  EXPECT_TRUE(cache.ok()) << cache.status().message();
+  if (!cache.ok()) return l;
+  l.cache = std::move(*cache);
+  auto model = Model::Load(*l.ct, l.cache.get(), {});
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (model.ok()) l.model = std::move(*model);
+  auto tok = Tokenizer::Load(dir);
+  EXPECT_TRUE(tok.ok()) << tok.status().message();
+  if (tok.ok()) l.tokenizer = std::move(*tok);
+  return l;
+}
 
-  static std::string* dir_;
-};
-std::string* DemoModel::dir_ = nullptr;
-
-TEST_F(DemoModel, HeldOutTextTokenizesAsTokenizersDoes) {
+TEST(DemoModel, HeldOutTextTokenizesAsTokenizersDoes) {
   json fx = Fixture();
   Loaded l = Load("bf16");
   ASSERT_TRUE(l.tokenizer);
@@ -104,7 +108,7 @@ TEST_F(DemoModel, HeldOutTextTokenizesAsTokenizersDoes) {
 
 // Every position of the prompt within 1e-4 of the row's largest logit, and
 // the same top 10 (demo.json records how far each row's 10th is from its 11th).
-TEST_F(DemoModel, LosslessLogitsMatchPyTorch) {
+TEST(DemoModel, LosslessLogitsMatchPyTorch) {
   json fx = Fixture();
   Loaded l = Load("bf16");
   ASSERT_TRUE(l.model);
@@ -135,7 +139,7 @@ TEST_F(DemoModel, LosslessLogitsMatchPyTorch) {
 
 // The prompt's text through waste's tokenizer, then greedy decoding one token
 // at a time: PyTorch's continuation, token for token.
-TEST_F(DemoModel, GreedyContinuationIsPyTorchs) {
+TEST(DemoModel, GreedyContinuationIsPyTorchs) {
   json fx = Fixture();
   Loaded l = Load("bf16");
   ASSERT_TRUE(l.model && l.tokenizer);
@@ -162,7 +166,7 @@ TEST_F(DemoModel, GreedyContinuationIsPyTorchs) {
 
 // Held-out perplexity, windowed as PyTorch's was: BF16R's equals PyTorch's
 // to 4 digits; VQ3R's stays within kVq3rPerplexityMargin of BF16R's.
-TEST_F(DemoModel, PerplexityMatchesPyTorchAndVq3rStaysNear) {
+TEST(DemoModel, PerplexityMatchesPyTorchAndVq3rStaysNear) {
   json fx = Fixture();
   const json& p = fx["perplexity"];
   std::ifstream f(kModel + "/heldout.txt");
