@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# The main job on a built-in model: install what is missing, build, write a
-# small synthetic container, inspect it, run the model on it in one process,
-# and check it the way the daemon will serve it (serving lands with issue 4).
+# The main job on the trained demo model: install what is missing, build,
+# convert the committed checkpoint (models/demo-moe, a small DeepSeek-V3-shaped
+# MoE trained on Python's documentation), inspect it, serve it with wasted,
+# generate text through the daemon, and show the cache and its routing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 bin=${WASTE_BUILD_DIR:-build}/bin
-out=${WASTE_DEMO_DIR:-demo}/tiny-kimi.waste
+demo=${WASTE_DEMO_DIR:-demo}
+out=$demo/demo-moe.waste
+# waste run adds no BOS of its own; the model was trained with one before each document.
+bos="<｜begin▁of▁sentence｜>"
+prompt="The list data type has some more methods. Here are all of the methods of list objects:"
 
-echo "== waste synth: a few-MB Kimi-Linear-shaped container"
-"$bin/waste" synth --preset tiny-kimi --force "$out"
+echo "== waste convert: the checkpoint (safetensors, tokenizer.json) to a container, VQ3R experts"
+rm -rf "$out"
+mkdir -p "$demo"
+"$bin/waste" convert models/demo-moe "$out" --quiet
 echo
 echo "== waste info"
 "$bin/waste" info "$out"
@@ -18,22 +25,24 @@ echo
 echo "== waste plan: the memory floor and the budget this machine would get"
 "$bin/waste" plan "$out"
 echo
-echo "== waste run: generate in one process (random weights, so the text is noise)"
-"$bin/waste" run "$out" "Hello world" -n 24 --temp 0.8 --seed 1 --local
-echo
-echo "== waste bench: speed, cache hits, where the time goes"
-"$bin/waste" bench "$out" --prompt-tokens 32 --gen 32 --local
-echo
 echo "== wasted --check: the daemon validates the container and its budget"
 "$bin/wasted" --check "$out"
 echo
 echo "== wasted: the daemon serves the trunk and an expert cache; clients attach"
-sock="$(dirname "$out")/wasted.sock"
-"$bin/wasted" "$out" --socket "$sock" --state-dir "$(dirname "$out")/state" \
-  --log-file "$(dirname "$out")/wasted.log" --idle-exit 60
-"$bin/waste" run "$out" "Hello world" -n 24 --temp 0.8 --seed 1 --socket "$sock"
-"$bin/waste" run "$out" "Hello world" -n 24 --temp 0.8 --seed 1 --socket "$sock"  # warm cache
+sock="$demo/wasted.sock"
+"$bin/wasted" "$out" --socket "$sock" --state-dir "$demo/state" \
+  --log-file "$demo/wasted.log" --idle-exit 60
+echo "prompt: $prompt"
+"$bin/waste" run "$out" "$bos$prompt" -n 60 --temp 0 --socket "$sock"
 echo
-echo "== wastectl status"
+"$bin/waste" run "$out" "$bos$prompt" -n 60 --temp 0.7 --seed 1 --socket "$sock"  # warm cache, sampled
+echo
+echo "== waste eval --perplexity: held-out text the model never trained on"
+"$bin/waste" eval "$out" --perplexity models/demo-moe/heldout.txt --windows 8 --socket "$sock"
+echo
+echo "== waste bench: speed, cache hits, where the time goes"
+"$bin/waste" bench "$out" --prompt-tokens 32 --gen 32 --socket "$sock"
+echo
+echo "== wastectl status: the cache, per layer, and the experts the routing chose"
 "$bin/wastectl" status --socket "$sock"
 "$bin/wastectl" stop --socket "$sock"
