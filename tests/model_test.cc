@@ -600,7 +600,7 @@ TEST_P(Forward, SessionStateRoundTrips) {
   ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), la.data()).ok());
   const std::string path = dir_ + "/state.bin";
   ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
-  auto b = LoadSession(*e.model, path);
+  auto b = LoadSession(*e.model, path, 64);
   ASSERT_TRUE(b.ok()) << b.status().message();
   EXPECT_EQ(b->position, 7);
   const auto rest = std::span<const int>(prompt_).subspan(7);
@@ -613,9 +613,42 @@ TEST_P(Forward, SessionStateRoundTrips) {
     std::ofstream f(path, std::ios::binary | std::ios::app);
     f << "x";
   }
-  EXPECT_FALSE(LoadSession(*e.model, path).ok());
+  EXPECT_FALSE(LoadSession(*e.model, path, 64).ok());
   std::filesystem::resize_file(path, 100);
-  EXPECT_FALSE(LoadSession(*e.model, path).ok());
+  EXPECT_FALSE(LoadSession(*e.model, path, 64).ok());
+}
+
+// A state file claiming a context beyond the session's planned one is
+// refused by name before anything is allocated, and so is one whose size
+// does not match the position its header claims (2^24 tokens of latent KV
+// used to be reserved first, and the failure aborted).
+TEST_P(Forward, AStateClaimingMoreContextThanPlannedIsRefused) {
+  Engine e = Make({});
+  Session a = e.model->NewSession(64);
+  ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), nullptr).ok());
+  const std::string path = dir_ + "/state.bin";
+  ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
+  auto small = LoadSession(*e.model, path, 32);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("more than this session's 32"), std::string::npos)
+      << small.status().message();
+  // The header's context raised to 2^24 and its position to 2^24: refused by
+  // the limit, then (with a limit that large) by the file's size.
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    const int64_t huge = int64_t{1} << 24;
+    f.seekp(24);
+    f.write(reinterpret_cast<const char*>(&huge), 8);  // position
+    f.write(reinterpret_cast<const char*>(&huge), 8);  // max_context
+  }
+  auto claimed = LoadSession(*e.model, path, 4096);
+  ASSERT_FALSE(claimed.ok());
+  EXPECT_NE(claimed.status().message().find("16777216 tokens"), std::string::npos)
+      << claimed.status().message();
+  auto sized = LoadSession(*e.model, path, 1 << 24);
+  ASSERT_FALSE(sized.ok());
+  EXPECT_NE(sized.status().message().find("bytes, where position 16777216"), std::string::npos)
+      << sized.status().message();
 }
 
 TEST_P(Forward, BadTokenIdsAreRefused) {
@@ -666,7 +699,7 @@ TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   const int t[2] = {5, 6};
   ASSERT_TRUE((*ma)->Forward(s, t, nullptr).ok());
   ASSERT_TRUE(SaveSession(**ma, s, a + "/state.bin").ok());
-  auto other = LoadSession(**mb, a + "/state.bin");
+  auto other = LoadSession(**mb, a + "/state.bin", 16);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("another model"), std::string::npos);
 }

@@ -276,7 +276,7 @@ int RunChat(const ChatOptions& o) {
         const Status st = SaveSession(m, s, path);
         std::fprintf(stderr, "%s\n", st.ok() ? "saved" : st.message().c_str());
       } else {
-        auto loaded = LoadSession(m, path);
+        auto loaded = LoadSession(m, path, s.max_context);
         if (loaded.ok()) s = std::move(*loaded);
         std::fprintf(stderr, "%s\n", loaded.ok() ? "loaded" : loaded.status().message().c_str());
       }

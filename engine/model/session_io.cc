@@ -1,6 +1,7 @@
 #include "engine/model/session_io.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace waste {
@@ -61,7 +62,7 @@ Status SaveSession(const Model& m, const Session& s, const std::string& path) {
   return Status::Ok();
 }
 
-Result<Session> LoadSession(const Model& m, const std::string& path) {
+Result<Session> LoadSession(const Model& m, const std::string& path, int max_context) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return Status::Error(path + ": cannot read");
   Header h{};
@@ -77,9 +78,27 @@ Result<Session> LoadSession(const Model& m, const std::string& path) {
       h.position > h.max_context)
     return Status::Error(path + ": position " + std::to_string(h.position) + " / context " +
                          std::to_string(h.max_context) + " is out of range");
+  if (h.max_context > max_context)
+    return Status::Error(path + ": the state holds a context of " +
+                         std::to_string(h.max_context) + " tokens, more than this session's " +
+                         std::to_string(max_context) + " (--ctx)");
+  // The bytes the header implies, checked before anything is allocated.
+  const ModelConfig& c = m.config();
+  const Session probe = m.NewSession(1);
+  uint64_t want = sizeof h;
+  for (int L = 0; L < c.n_layers; ++L) {
+    want += (probe.kda_state[L].size() + probe.conv_ring[L].size()) * 4;
+    if (!probe.latent_kv[L].empty())
+      want += static_cast<uint64_t>(h.position) * static_cast<uint64_t>(c.kv_lora + c.qk_rope) * 4;
+  }
+  std::error_code ec;
+  const uint64_t have = std::filesystem::file_size(path, ec);
+  if (ec || have != want)
+    return Status::Error(path + ": " + std::to_string(have) + " bytes, where position " +
+                         std::to_string(h.position) + " of this model takes " +
+                         std::to_string(want));
   Session s = m.NewSession(static_cast<int>(h.max_context));
   s.position = static_cast<int>(h.position);
-  const ModelConfig& c = m.config();
   for (int L = 0; L < c.n_layers; ++L) {
     const size_t used =
         s.latent_kv[L].empty() ? 0 : static_cast<size_t>(s.position) * (c.kv_lora + c.qk_rope);

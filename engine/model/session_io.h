@@ -2,6 +2,10 @@
 // latent KV up to the current position, and the position. The file carries
 // a fingerprint of the model's shape; a state saved from another model is
 // refused, as is any file that does not add up.
+//
+// A state file is untrusted: LoadSession checks the context it claims
+// against `max_context` (the caller's planned context, e.g. --ctx) and the
+// file's size against what that header implies before it allocates.
 #pragma once
 
 #include <string>
@@ -11,7 +15,7 @@
 namespace waste {
 
 Status SaveSession(const Model& m, const Session& s, const std::string& path);
-Result<Session> LoadSession(const Model& m, const std::string& path);
+Result<Session> LoadSession(const Model& m, const std::string& path, int max_context);
 // The model's shape fingerprint (config and trunk index), as stored in state files.
 uint64_t ModelFingerprint(const Model& m);
 
