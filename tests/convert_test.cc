@@ -165,20 +165,7 @@ double CompareWithReference(const std::string& container, const std::string& nam
   Session s = m.NewSession(64);
   std::vector<float> got;
   EXPECT_TRUE(m.Forward(s, prompt, nullptr, &got).ok());
-  double worst = 0;
-  for (size_t p = 0; p < prompt.size(); ++p) {
-    const float* g = got.data() + p * V;
-    const float* w = want.data() + p * V;
-    float scale = 0, diff = 0;
-    for (int i = 0; i < V; ++i) {
-      scale = std::max(scale, std::fabs(w[i]));
-      diff = std::max(diff, std::fabs(g[i] - w[i]));
-    }
-    EXPECT_LE(diff, 1e-3f * scale) << name << " position " << p;
-    EXPECT_EQ(TopK(g, V, 10), TopK(w, V, 10)) << name << " position " << p << ": top-10 differs";
-    worst = std::max(worst, static_cast<double>(diff / scale));
-  }
-  return worst;
+  return waste::testing::ExpectLogitsNear(got, want, V, 1e-3f, name);
 }
 
 ConvertOptions Options(const std::string& src, const std::string& out, const char* fmt) {

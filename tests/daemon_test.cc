@@ -341,18 +341,7 @@ TEST_F(Daemon, LosslessConvertedContainersServeTheReferenceLogits) {
     ASSERT_EQ(local.size(), want.size() * 4);
     std::vector<float> got(want.size());
     std::memcpy(got.data(), local.data(), local.size());
-    for (size_t p = 0; p < want.size() / V; ++p) {
-      const float* g = got.data() + p * V;
-      const float* w = want.data() + p * V;
-      float scale = 0, diff = 0;
-      for (int i = 0; i < V; ++i) {
-        scale = std::max(scale, std::fabs(w[i]));
-        diff = std::max(diff, std::fabs(g[i] - w[i]));
-      }
-      EXPECT_LE(diff, 1e-3f * scale) << "position " << p;
-      EXPECT_EQ(waste::testing::TopK(g, V, 10), waste::testing::TopK(w, V, 10))
-          << "position " << p << ": top-10 differs";
-    }
+    waste::testing::ExpectLogitsNear(got, want, V, 1e-3f, name);
 
     const uint64_t floor = waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor();
     for (const uint64_t budget : std::vector<uint64_t>{floor, floor + (64ull << 20)}) {

@@ -120,20 +120,7 @@ TEST(DemoModel, LosslessLogitsMatchPyTorch) {
   Session s = l.model->NewSession(static_cast<int>(prompt.size()));
   std::vector<float> got;
   ASSERT_TRUE(l.model->Forward(s, prompt, nullptr, &got).ok());
-  double worst = 0;
-  for (size_t p = 0; p < prompt.size(); ++p) {
-    const float* g = got.data() + p * V;
-    const float* w = want.data() + p * V;
-    float scale = 0, diff = 0;
-    for (int i = 0; i < V; ++i) {
-      scale = std::max(scale, std::fabs(w[i]));
-      diff = std::max(diff, std::fabs(g[i] - w[i]));
-    }
-    EXPECT_LE(diff, 1e-4f * scale) << "position " << p;
-    EXPECT_EQ(waste::testing::TopK(g, V, 10), waste::testing::TopK(w, V, 10))
-        << "position " << p << ": top-10 differs";
-    worst = std::max(worst, static_cast<double>(diff / scale));
-  }
+  const double worst = waste::testing::ExpectLogitsNear(got, want, V, 1e-4f, "BF16R");
   std::printf("worst max|diff| / max|logit| over %zu positions: %.3g\n", prompt.size(), worst);
 }
 

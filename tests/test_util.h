@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -51,6 +52,30 @@ inline std::vector<int> TopK(const float* row, int n, int k) {
                     [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
   idx.resize(k);
   return idx;
+}
+
+// Checks `got` against a reference's `want`, both [positions][vocab]: at
+// every position the largest |difference| within `tolerance` of the row's
+// largest |logit|, and the same top 10 (`what` names the comparison in the
+// failures). Returns the worst ratio of the two.
+inline double ExpectLogitsNear(const std::vector<float>& got, const std::vector<float>& want,
+                               int vocab, float tolerance, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (size_t p = 0; p < std::min(got.size(), want.size()) / vocab; ++p) {
+    const float* g = got.data() + p * vocab;
+    const float* w = want.data() + p * vocab;
+    float scale = 0, diff = 0;
+    for (int i = 0; i < vocab; ++i) {
+      scale = std::max(scale, std::fabs(w[i]));
+      diff = std::max(diff, std::fabs(g[i] - w[i]));
+    }
+    EXPECT_LE(diff, tolerance * scale) << what << " position " << p;
+    EXPECT_EQ(TopK(g, vocab, 10), TopK(w, vocab, 10)) << what << " position " << p
+                                                       << ": top-10 differs";
+    worst = std::max(worst, static_cast<double>(diff / scale));
+  }
+  return worst;
 }
 
 // What a shell command line did: its exit code (-1 when it did not exit
