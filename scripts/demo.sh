@@ -2,7 +2,7 @@
 # The main job on the trained demo model: install what is missing, build,
 # convert the committed checkpoint (models/demo-moe, a small DeepSeek-V3-shaped
 # MoE trained on Python's documentation), inspect it, serve it with wasted,
-# generate text through the daemon, and show the cache and its routing.
+# show the cache and its routing, and end with the text it writes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -32,10 +32,7 @@ echo "== wasted: the daemon serves the trunk and an expert cache; clients attach
 sock="$demo/wasted.sock"
 "$bin/wasted" "$out" --socket "$sock" --state-dir "$demo/state" \
   --log-file "$demo/wasted.log" --idle-exit 60
-echo "prompt: $prompt"
-"$bin/waste" run "$out" "$bos$prompt" -n 60 --temp 0 --socket "$sock"
-echo
-"$bin/waste" run "$out" "$bos$prompt" -n 60 --temp 0.7 --seed 1 --socket "$sock"  # warm cache, sampled
+"$bin/waste" run "$out" "$bos$prompt" -n 60 --temp 0.7 --seed 1 --socket "$sock"  # sampled
 echo
 echo "== waste eval --perplexity: held-out text the model never trained on"
 "$bin/waste" eval "$out" --perplexity models/demo-moe/heldout.txt --windows 8 --socket "$sock"
@@ -45,4 +42,8 @@ echo "== waste bench: speed, cache hits, where the time goes"
 echo
 echo "== wastectl status: the cache, per layer, and the experts the routing chose"
 "$bin/wastectl" status --socket "$sock"
+echo
+echo "== waste run through the warm daemon, greedy: the model's own continuation"
+echo "prompt: $prompt"
+"$bin/waste" run "$out" "$bos$prompt" -n 60 --temp 0 --socket "$sock"
 "$bin/wastectl" stop --socket "$sock"
