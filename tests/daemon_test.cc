@@ -715,8 +715,14 @@ TEST_F(Daemon, ClientsKilledAtRandomLeaveNothingBehind) {
   EXPECT_EQ(s["slots"]["loading"], 0) << s.dump();
   EXPECT_EQ(s["slots"]["failed"], 0) << s.dump();
   EXPECT_EQ(s["read_errors"], 0) << s.dump();
+  // On a slow machine (a sanitizer build on two loaded cores) every child
+  // may be killed before its first read completes; one client that pins and
+  // checks three records makes sure the check below has slots to read.
+  Child pin = Child::Run(Probe(c, {"--pin", "1:3,2:4,3:5", "--check"}));
+  EXPECT_EQ(pin.Wait(30), 0) << pin.Output();
+  s = Status();
   const uint64_t ready = s["slots"]["ready"];
-  EXPECT_GT(ready, 0u);
+  EXPECT_GE(ready, 3u) << s.dump();
 
   Child verify = Child::Run(Probe(c, {"--verify"}));
   EXPECT_EQ(verify.Wait(30), 0) << verify.Output();
@@ -961,12 +967,10 @@ TEST_F(Daemon, WithoutADaemonClientsSaySoOrSpawnOne) {
 // The memlock limit refusing the trunk is said clearly, with what to change;
 // the daemon still serves, unwired. Needs root (to drop CAP_IPC_LOCK) and
 // util-linux's setpriv and prlimit.
+// Address- and ThreadSanitizer intercept mlock, which then always succeeds,
+// so a sanitizer build has no such test.
+#ifndef WASTE_SANITIZE
 TEST_F(Daemon, AMemlockRefusalIsExplained) {
-#ifdef WASTE_SANITIZE
-  if (std::string(WASTE_SANITIZE).find("address") != std::string::npos ||
-      std::string(WASTE_SANITIZE).find("thread") != std::string::npos)
-    GTEST_SKIP() << "SKIP: Address- and ThreadSanitizer intercept mlock, which then always succeeds";
-#endif
   if (geteuid() != 0 || Shell("command -v prlimit && setpriv --bounding-set -ipc_lock true").code != 0) {
     GTEST_SKIP() << "SKIP: needs root, prlimit and a setpriv allowed to drop CAP_IPC_LOCK";
   }
@@ -986,6 +990,7 @@ TEST_F(Daemon, AMemlockRefusalIsExplained) {
   EXPECT_EQ(Logits(c, "", "unwired"), Logits(c, "--local", "local"));
   EXPECT_EQ(Shell(Bin("wastectl") + " stop --socket " + socket_).code, 0);
 }
+#endif
 
 // The settings that let other users in: --allow-group makes the socket 0660
 // and lets the group's members attach; --allow-uid lets one uid attach.
