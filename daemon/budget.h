@@ -11,4 +11,11 @@ namespace waste::daemon {
 // and so is the floor.
 DaemonPlan PlanFor(const Manifest& m, bool huge_pages);
 
+// DaemonBudget on this machine: its memory limit, less what the other
+// wasted processes running now hold (protocol/running_daemons.h). Logs the
+// others, and warns when an explicit budget and theirs exceed the limit.
+// `limit` receives the limit used.
+Result<uint64_t> BudgetOnThisMachine(const DaemonPlan& plan, uint64_t requested,
+                                     MemoryLimit* limit);
+
 }  // namespace waste::daemon

@@ -47,8 +47,8 @@ Status Daemon::Setup() {
     return Status::Error(opt_.container + ": the model has no routed experts; run it in process");
 
   const DaemonPlan plan = PlanFor(ct_->manifest(), opt_.huge_pages);
-  const MemoryLimit limit = ProcessMemoryLimit();
-  auto budget = DaemonBudget(plan, opt_.budget, limit);
+  MemoryLimit limit;
+  auto budget = BudgetOnThisMachine(plan, opt_.budget, &limit);
   if (!budget.ok()) return budget.status();
   budget_ = *budget;
   overhead_ = plan.overhead;

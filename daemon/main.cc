@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     const waste::DaemonPlan plan = waste::daemon::PlanFor(ct->manifest(), o.huge_pages);
-    auto b = waste::DaemonBudget(plan, o.budget, waste::ProcessMemoryLimit());
+    waste::MemoryLimit limit;
+    auto b = waste::daemon::BudgetOnThisMachine(plan, o.budget, &limit);
     if (!b.ok()) {
       spdlog::error("{}", b.status().message());
       return 1;

@@ -1163,6 +1163,36 @@ int FreePort() {
 
 }  // namespace observe
 
+// Two daemons on one machine: `wastectl daemons` lists a running one with
+// its pid, socket, budget and model, and a second wasted sees it, saying
+// what it holds before choosing its own budget.
+TEST_F(Daemon, WastectlListsTheDaemonsAndASecondSeesTheFirst) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c, {"--budget", "64M"});
+  json s = Status();
+  const Outcome r = Shell(Bin("wastectl") + " daemons --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  json list = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(list.is_array()) << r.out;
+  json ours;
+  for (json& d : list)
+    if (d["pid"] == daemon_.pid()) ours = d;
+  ASSERT_FALSE(ours.is_null()) << "pid " << daemon_.pid() << " not listed: " << r.out;
+  EXPECT_EQ(ours["socket"], socket_) << ours.dump();
+  EXPECT_EQ(ours["budget_bytes"], s["budget"]["total"]) << ours.dump() << s.dump();
+  EXPECT_EQ(ours["container"], s["container"]) << ours.dump();
+  EXPECT_GT(ours["resident_bytes"].get<uint64_t>(), 1u << 20) << ours.dump();
+  const Outcome text = Shell(Bin("wastectl") + " daemons");
+  EXPECT_TRUE(Has(text.out, socket_) && Has(text.out, std::to_string(daemon_.pid()))) << text.out;
+
+  const Outcome second = Shell(Bin("wasted") + " " + c + " --check --socket " + dir_ + "/b.sock");
+  EXPECT_EQ(second.code, 0) << second.out;
+  EXPECT_TRUE(Has(second.out, "other daemons on this machine hold") &&
+              Has(second.out, "pid " + std::to_string(daemon_.pid()) + " ("))
+      << second.out;
+  EXPECT_EQ(daemon_.Wait(0), -1000) << "the daemon died";
+}
+
 // What wastectl reports is what a client did: a probe runs 6 "tokens", each
 // demanding expert t % 2 in every layer with experts, and stays attached.
 // The counts must come out exactly, in status (both forms), clients and

@@ -1,7 +1,8 @@
 // wastectl: inspect and steer a running wasted over its socket. It speaks the
 // protocol only (link/daemon_client.h) and links no engine. Commands: status
-// (once, or live with --watch), clients, metrics, warm, drop, stop and reload;
-// each prints text for people or, with --json, JSON.
+// (once, or live with --watch), clients, metrics, warm, drop, stop, reload,
+// and daemons (every wasted on the machine, from /proc); each prints text
+// for people or, with --json, JSON.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -14,8 +15,10 @@
 
 #include "clients/wastectl/status_view.h"
 #include "clients/wastectl/watch.h"
+#include "base/size_text.h"
 #include "link/daemon_client.h"
 #include "protocol/metrics.h"
+#include "protocol/running_daemons.h"
 #include "waste/version.h"
 
 namespace {
@@ -204,6 +207,49 @@ int RunReload(const std::string& socket, bool as_json) {
   return kOk;
 }
 
+// Every wasted on the machine, as /proc shows them; those whose socket is on
+// their command line and answers also give their model, budget and clients.
+int RunDaemons(bool as_json) {
+  const std::vector<waste::RunningDaemon> list = waste::RunningDaemons();
+  json out = json::array();
+  std::vector<std::vector<std::string>> rows = {
+      {"pid", "uid", "resident", "budget", "clients", "socket", "model"}};
+  for (const waste::RunningDaemon& d : list) {
+    std::optional<waste::DaemonStatus> status;
+    if (!d.socket.empty()) {
+      auto client = waste::DaemonClient::Connect(d.socket);
+      if (client.ok()) {
+        auto s = (*client)->GetStatus();
+        if (s.ok()) status = std::move(*s);
+      }
+    }
+    json j = {{"pid", d.pid}, {"uid", d.uid}, {"resident_bytes", d.resident_bytes},
+              {"args", d.args}, {"socket", d.socket.empty() ? json(nullptr) : json(d.socket)}};
+    if (status) {
+      j["container"] = status->container;
+      j["budget_bytes"] = status->budget;
+      j["clients"] = status->clients.size();
+    }
+    out.push_back(j);
+    std::string command = "wasted";
+    for (const std::string& a : d.args) command += " " + a;
+    rows.push_back({std::to_string(d.pid), std::to_string(d.uid),
+                    waste::FormatSize(d.resident_bytes),
+                    status ? waste::FormatSize(status->budget) : "-",
+                    status ? std::to_string(status->clients.size()) : "-",
+                    d.socket.empty() ? "-" : d.socket, status ? status->container : command});
+  }
+  if (as_json) {
+    PrintJson(out);
+  } else if (list.empty()) {
+    std::printf("no wasted is running on this machine\n");
+  } else {
+    for (const std::string& line : waste::ctl::Table(rows, std::string::npos))
+      std::printf("%s\n", line.c_str());
+  }
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,6 +291,10 @@ int main(int argc, char** argv) {
   drop->add_option("--layer", layer, "Only this layer")->check(CLI::NonNegativeNumber);
   CLI::App* reload =
       command("reload", "Re-read the daemon's settings file and apply what can change while it runs");
+  CLI::App* daemons = app.add_subcommand(
+      "daemons", "List every wasted running on this machine (from /proc): pid, uid, resident memory, "
+                 "and, where its socket answers, its budget, clients and model");
+  daemons->add_flag("--json", as_json, "Print JSON instead of text");
 
   try {
     app.parse(argc, argv);
@@ -265,6 +315,7 @@ int main(int argc, char** argv) {
   if (warm->parsed()) return RunWarm(socket, as_json);
   if (drop->parsed()) return RunDrop(socket, layer, as_json);
   if (reload->parsed()) return RunReload(socket, as_json);
+  if (daemons->parsed()) return RunDaemons(as_json);
   std::fprintf(stderr, "wastectl: no command given (see --help)\n");
   return kUsage;
 }

@@ -161,7 +161,18 @@ Result<uint64_t> DefaultBudget(const DaemonPlan& plan, const MemoryLimit& limit)
 }
 
 Result<uint64_t> DaemonBudget(const DaemonPlan& plan, uint64_t requested,
-                              const MemoryLimit& limit) {
+                              const MemoryLimit& limit, const OtherDaemons& others) {
+  if (!requested && others.bytes > 0) {
+    const uint64_t cap = limit.bytes / 4 * 3;
+    const uint64_t left = cap > others.bytes ? cap - others.bytes : 0;
+    if (auto b = FitBudget(plan.floor(), plan.working_set, left)) return *b;
+    return Status::Error("the model needs at least " + FormatSize(plan.floor()) + " (" +
+                         DaemonFloorParts(plan) + "), but of 3/4 of the " +
+                         FormatSize(limit.bytes) + " this process may use (" + limit.source +
+                         "), the daemons already running hold " + FormatSize(others.bytes) +
+                         " and leave " + FormatSize(left) + ":\n" + others.names +
+                         "stop one, or give --budget to override");
+  }
   if (!requested) return DefaultBudget(plan, limit);
   if (requested < plan.floor())
     return Status::Error("--budget " + FormatSize(requested) + " is below the floor of " +

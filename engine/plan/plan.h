@@ -81,10 +81,20 @@ MemoryLimit ProcessMemoryLimit();
 Result<uint64_t> DefaultBudget(const MemoryPlan& plan, const MemoryLimit& limit);
 Result<uint64_t> DefaultBudget(const DaemonPlan& plan, const MemoryLimit& limit);
 
+// What the other wasted processes on this machine hold (protocol/
+// running_daemons.h finds them), which a new daemon's default budget leaves
+// to them: all daemons together stay under 3/4 of the memory limit.
+struct OtherDaemons {
+  uint64_t bytes = 0;  // resident, together
+  std::string names;   // one line each, for the message that refuses
+};
+
 // wasted's budget: `requested` (its --budget) when given, refused below the
-// floor with the floor's parts; with none (0), DefaultBudget.
+// floor with the floor's parts (it may exceed what the others leave: the
+// user said so); with none (0), DefaultBudget of 3/4 of `limit` less what
+// `others` hold, refused naming them when that is below the floor.
 Result<uint64_t> DaemonBudget(const DaemonPlan& plan, uint64_t requested,
-                              const MemoryLimit& limit);
+                              const MemoryLimit& limit, const OtherDaemons& others = {});
 
 // "4G", "512MiB", "1.5g", "123456" (bytes) -> bytes; binary units.
 Result<uint64_t> ParseSize(std::string_view text);
