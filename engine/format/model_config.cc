@@ -195,8 +195,12 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   m.sigmoid_router = scoring == "sigmoid";
   if (c.contains("topk_method") && c["topk_method"].is_string()) {
     const std::string method = c["topk_method"].get<std::string>();
-    if (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy")
-      return Status::Error("config.topk_method \"" + method + "\" is not implemented");
+    // DeepSeek-V2's greedy and group_limited_greedy (softmax, no correction
+    // bias) are refused, not computed as noaux_tc: transformers' DeepseekV3
+    // class ignores the field, but DeepSeek's own V3 code refuses them too.
+    if (method != "noaux_tc")
+      return Status::Error("config.topk_method \"" + method +
+                           "\" is not implemented (only noaux_tc, DeepSeek-V3's grouped routing)");
   }
   WASTE_RETURN_IF_ERROR(
       GetInt(c, Either(c, "n_group", "num_expert_group"), 1, 1 << 10, &m.n_group, 1));
