@@ -38,6 +38,7 @@
 #include "daemon/budget.h"
 #include "daemon/daemon.h"
 #include "engine/format/container.h"
+#include "engine/kernels/cpu.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -379,12 +380,16 @@ TEST_F(Daemon, DemoModelServedByWastedWritesPyTorchsGreedyText) {
       "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>" +
       fx["greedy"]["prompt"].get<std::string>();
   const int n = static_cast<int>(fx["greedy"]["continuation_ids"].size());
-  const Outcome run = Shell(Bin("waste") + " run " + c + " '" + prompt + "' -n " +
-                            std::to_string(n) + " --temp 0 --ignore-eos --threads 2 --socket " +
-                            socket_);
-  ASSERT_EQ(run.code, 0) << run.out;
-  const std::string want = fx["greedy"]["continuation_text"];
-  EXPECT_NE(run.out.find(want), std::string::npos) << run.out << "\nwanted: " << want;
+  // On every instruction-set path this CPU has.
+  for (waste::kernels::Isa isa : waste::kernels::AvailableIsas()) {
+    const Outcome run = Shell(Bin("waste") + " run " + c + " '" + prompt + "' -n " +
+                              std::to_string(n) + " --temp 0 --ignore-eos --threads 2 --isa " +
+                              waste::kernels::IsaName(isa) + " --socket " + socket_);
+    ASSERT_EQ(run.code, 0) << run.out;
+    const std::string want = fx["greedy"]["continuation_text"];
+    EXPECT_NE(run.out.find(want), std::string::npos)
+        << waste::kernels::IsaName(isa) << ": " << run.out << "\nwanted: " << want;
+  }
   json s = Status();
   EXPECT_GT(s.value("reads", 0), 0) << s.dump();
   EXPECT_EQ(s.value("read_errors", -1), 0) << s.dump();

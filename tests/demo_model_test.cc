@@ -16,6 +16,7 @@
 
 #include "engine/convert/convert.h"
 #include "engine/experts/cache.h"
+#include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
 #include "engine/model/perplexity.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -72,7 +73,7 @@ std::string Converted(const std::string& fmt) {
   return done[fmt] = out;
 }
 
-Loaded Load(const std::string& fmt) {
+Loaded Load(const std::string& fmt, kernels::Isa isa = kernels::BestIsa()) {
   Loaded l;
   const std::string dir = Converted(fmt);
   if (dir.empty()) return l;
@@ -86,7 +87,9 @@ Loaded Load(const std::string& fmt) {
   EXPECT_TRUE(cache.ok()) << cache.status().message();
   if (!cache.ok()) return l;
   l.cache = std::move(*cache);
-  auto model = Model::Load(*l.ct, l.cache.get(), {});
+  ModelOptions mo;
+  mo.isa = isa;
+  auto model = Model::Load(*l.ct, l.cache.get(), mo);
   EXPECT_TRUE(model.ok()) << model.status().message();
   if (model.ok()) l.model = std::move(*model);
   auto tok = Tokenizer::Load(dir);
@@ -107,21 +110,26 @@ TEST(DemoModel, HeldOutTextTokenizesAsTokenizersDoes) {
 }
 
 // Every position of the prompt within 1e-4 of the row's largest logit, and
-// the same top 10 (demo.json records how far each row's 10th is from its 11th).
+// the same top 10 (demo.json records how far each row's 10th is from its
+// 11th), on every instruction-set path this CPU has.
 TEST(DemoModel, LosslessLogitsMatchPyTorch) {
   json fx = Fixture();
-  Loaded l = Load("bf16");
-  ASSERT_TRUE(l.model);
-  const int V = l.model->config().vocab;
-  ASSERT_EQ(V, fx["logits"]["vocab"].get<int>());
-  const auto prompt = fx["logits"]["prompt_ids"].get<std::vector<int>>();
-  const std::vector<float> want = waste::testing::FileFloats(kFixtures + "demo.logits.bin");
-  ASSERT_EQ(want.size(), prompt.size() * V);
-  Session s = l.model->NewSession(static_cast<int>(prompt.size()));
-  std::vector<float> got;
-  ASSERT_TRUE(l.model->Forward(s, prompt, nullptr, &got).ok());
-  const double worst = waste::testing::ExpectLogitsNear(got, want, V, 1e-4f, "BF16R");
-  std::printf("worst max|diff| / max|logit| over %zu positions: %.3g\n", prompt.size(), worst);
+  for (kernels::Isa isa : kernels::AvailableIsas()) {
+    Loaded l = Load("bf16", isa);
+    ASSERT_TRUE(l.model);
+    const int V = l.model->config().vocab;
+    ASSERT_EQ(V, fx["logits"]["vocab"].get<int>());
+    const auto prompt = fx["logits"]["prompt_ids"].get<std::vector<int>>();
+    const std::vector<float> want = waste::testing::FileFloats(kFixtures + "demo.logits.bin");
+    ASSERT_EQ(want.size(), prompt.size() * V);
+    Session s = l.model->NewSession(static_cast<int>(prompt.size()));
+    std::vector<float> got;
+    ASSERT_TRUE(l.model->Forward(s, prompt, nullptr, &got).ok());
+    const double worst = waste::testing::ExpectLogitsNear(
+        got, want, V, 1e-4f, std::string("BF16R ") + kernels::IsaName(isa));
+    std::printf("%s: worst max|diff| / max|logit| over %zu positions: %.3g\n",
+                kernels::IsaName(isa), prompt.size(), worst);
+  }
 }
 
 // The prompt's text through waste's tokenizer, then greedy decoding one token

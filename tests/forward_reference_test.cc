@@ -2,7 +2,8 @@
 // DeepseekV3 (tiny-deepseek) and a PyTorch Kimi-Linear built on fla's KDA
 // (tiny-kimi), committed as fixtures by tools/reference/make_fixtures.py.
 // Every position: the same argmax and top-10, and every logit within 1e-4 of
-// the row's largest magnitude.
+// the row's largest magnitude; on every instruction-set path this CPU has
+// (scalar, AVX2, AVX-512), each a test of its own.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/experts/cache.h"
+#include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
 #include "engine/synth/synth.h"
 #include "tests/sha256.h"
@@ -42,10 +44,10 @@ void CompareRow(const float* got, const float* want, int vocab, const std::strin
   EXPECT_EQ(TopK(got, vocab, 10), TopK(want, vocab, 10)) << what << ": top-10 differs";
 }
 
-class Reference : public ::testing::TestWithParam<const char*> {};
+class Reference : public ::testing::TestWithParam<std::tuple<const char*, kernels::Isa>> {};
 
 TEST_P(Reference, LogitsMatchTheReference) {
-  const std::string preset = GetParam();
+  const std::string preset = std::get<0>(GetParam());
   std::ifstream jf(kFixtures + preset + ".json");
   ASSERT_TRUE(jf) << "missing fixture " << kFixtures + preset + ".json";
   const json fx = json::parse(jf);
@@ -68,7 +70,9 @@ TEST_P(Reference, LogitsMatchTheReference) {
   co.slots = 16;
   auto cache = ExpertCache::Create(*ct, co);
   ASSERT_TRUE(cache.ok());
-  auto model = Model::Load(*ct, cache->get(), {});
+  ModelOptions mo;
+  mo.isa = std::get<1>(GetParam());
+  auto model = Model::Load(*ct, cache->get(), mo);
   ASSERT_TRUE(model.ok()) << model.status().message();
   Model& m = **model;
   const int V = m.config().vocab;
@@ -106,9 +110,12 @@ TEST_P(Reference, LogitsMatchTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, Reference, ::testing::Values("tiny-kimi", "tiny-deepseek"),
+INSTANTIATE_TEST_SUITE_P(Presets, Reference,
+                         ::testing::Combine(::testing::Values("tiny-kimi", "tiny-deepseek"),
+                                            ::testing::ValuesIn(kernels::AvailableIsas())),
                          [](const auto& p) {
-                           return std::string(p.param[5] == 'k' ? "kimi" : "deepseek");
+                           return std::string(std::get<0>(p.param)[5] == 'k' ? "kimi" : "deepseek") +
+                                  "_" + kernels::IsaName(std::get<1>(p.param));
                          });
 
 }  // namespace
