@@ -214,6 +214,88 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Lossless, ::testing::Values("deepseek-v3", "k
                            return std::string(p.param[0] == 'd' ? "deepseek" : "kimi");
                          });
 
+// A copy of a fixture checkpoint in `dir`, to change; its path.
+std::string CopyFixture(const std::string& name, const std::string& dir) {
+  const std::string dst = dir + "/" + name;
+  fs::copy(kFixtures + name, dst, fs::copy_options::recursive);
+  return dst;
+}
+
+// A 1,024-token prompt through the committed checkpoints, so that an error
+// that grows with the position shows (tools/convert_fixtures/
+// make_long_prompt.py): DeepSeek-V3 with plain RoPE at theta 1e4 and 1e6 and
+// with YaRN (its config changed in nothing else), Kimi-Linear with its NoPE
+// MLA layer. Every position within 1e-4 of the row's largest logit, and the
+// same argmax wherever the reference's top two are further apart than
+// twice that, on every instruction-set path this CPU has.
+class LongPrompt : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LongPrompt, EveryPositionMatchesTheReference) {
+  const std::string name = GetParam();
+  const json meta = ReadJson(kFixtures + "long/long.json");
+  const json& fx = meta["cases"][name];
+  ASSERT_TRUE(fx.is_object()) << name << " is not in long.json";
+  const std::string dir = waste::testing::ScratchDir();
+  const std::string src = CopyFixture(fx["checkpoint"].get<std::string>(), dir), out = dir + "/out";
+  json config = ReadJson(src + "/config.json");
+  for (const auto& [k, v] : fx["config"].items()) config[k] = v;
+  std::ofstream(src + "/config.json") << config.dump(1);
+  auto r = Convert(Options(src, out, "bf16"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+
+  const auto prompt = meta["prompts"][fx["prompt"].get<std::string>()].get<std::vector<int>>();
+  ASSERT_EQ(prompt.size(), meta["positions"].get<size_t>());
+  const std::vector<float> want = FileFloats(kFixtures + "long/" + name + ".logits.bin");
+  auto ct = Container::Open(out);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  CacheOptions co;
+  co.slots = 8;
+  auto cache = ExpertCache::Create(*ct, co);
+  ASSERT_TRUE(cache.ok());
+  for (kernels::Isa isa : kernels::AvailableIsas()) {
+    ModelOptions mo;
+    mo.isa = isa;
+    auto model = Model::Load(*ct, cache->get(), mo);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const int V = (*model)->config().vocab;
+    ASSERT_EQ(want.size(), prompt.size() * V);
+    Session s = (*model)->NewSession(static_cast<int>(prompt.size()));
+    std::vector<float> got;
+    ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    int worst_at = 0, argmax_checked = 0;
+    for (size_t p = 0; p < prompt.size(); ++p) {
+      const float* g = got.data() + p * V;
+      const float* w = want.data() + p * V;
+      float scale = 0, diff = 0;
+      for (int i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(w[i]));
+        diff = std::max(diff, std::fabs(g[i] - w[i]));
+      }
+      EXPECT_LE(diff, 1e-4f * scale) << name << " " << kernels::IsaName(isa) << " position " << p;
+      if (diff / scale > worst) worst = diff / scale, worst_at = static_cast<int>(p);
+      const std::vector<int> top = TopK(w, V, 2);
+      if (w[top[0]] - w[top[1]] > 2e-4f * scale) {
+        ++argmax_checked;
+        EXPECT_EQ(TopK(g, V, 1)[0], top[0]) << name << " " << kernels::IsaName(isa) << " position " << p;
+      }
+    }
+    EXPECT_GT(argmax_checked, 900) << "too many near ties to check the argmax";
+    std::printf("%s %s: worst max|diff| / max|logit| %.3g at position %d; argmax checked at %d\n",
+                name.c_str(), kernels::IsaName(isa), worst, worst_at, argmax_checked);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LongPrompt,
+                         ::testing::Values("deepseek-v3-rope1e4", "deepseek-v3-rope1e6",
+                                           "deepseek-v3-yarn", "kimi-linear"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
 // ----------------------------------------------------------------- VQ
 
 // VQ3R fitted on the tiny DeepSeek-V3: the error the converter reports is
@@ -333,12 +415,6 @@ TEST(Verify, LosslessMatchesItsSourceExactlyAndFindsDamage) {
 }
 
 // ------------------------------------------------------------ bad input
-
-std::string CopyFixture(const std::string& name, const std::string& dir) {
-  const std::string dst = dir + "/" + name;
-  fs::copy(kFixtures + name, dst, fs::copy_options::recursive);
-  return dst;
-}
 
 std::string ConvertError(const ConvertOptions& o) {
   auto r = Convert(o);
