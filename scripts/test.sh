@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# Which kernel paths this machine can test (the suites run every one it has).
+echo "test.sh: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores," \
+  "AVX-512: $(grep -q -m1 avx512vbmi /proc/cpuinfo && echo yes || echo no)"
 build=${WASTE_BUILD_DIR:-build}
 jobs=$(nproc)
 stage_start=$SECONDS
