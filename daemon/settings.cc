@@ -185,8 +185,9 @@ const std::vector<Setting>& Table() {
          return app.add_flag(flag, p.cold, help);
        },
        [](const DaemonOptions& o) { return YesNo(!o.warm_start); }},
-      {"policy", "", nullptr, "Eviction: lfru (fewest recent uses) or lru",
-       "Eviction policy: lfru (fewest recent uses) or lru.",
+      {"policy", "", nullptr, "Eviction: lfru (the record with the fewest recent uses) or lru",
+       "Eviction policy: lfru (the record with the fewest recent uses goes; a record keeps its "
+       "uses while out of the cache) or lru (the least recently used goes).",
        [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
          return app.add_option(flag, p.policy, help)
              ->check(CLI::IsMember({"lfru", "lru"}))

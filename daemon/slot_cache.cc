@@ -14,7 +14,7 @@ SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t 
       max_queued_(std::max<uint32_t>(max_queued_per_client, 1)),
       experts_(table.header().experts),
       meta_(table.slots()),
-      eviction_(table.slots(), policy),
+      eviction_(table.slots(), table.header().layers * table.header().experts, policy),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
       hits_(uses_.size(), 0),
       layer_hits_(table.header().layers, 0),
@@ -137,6 +137,10 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
   return capped;
 }
 
+uint32_t SlotCache::RecordOf(uint32_t key) const {
+  return static_cast<uint32_t>(KeyLayer(key)) * experts_ + static_cast<uint32_t>(KeyExpert(key));
+}
+
 void SlotCache::Dequeued(const Pending& p) {
   if (auto it = clients_.find(p.client); it != clients_.end() && it->second.counters.queued > 0)
     --it->second.counters.queued;
@@ -224,9 +228,9 @@ void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t clie
   shm::MarkLoading(t_, slot, key);
   Forget(slot);
   SlotMeta& m = meta_[slot];
-  // The demand that brought it in counts; a warmed record starts as if used
+  // The demand that brought it in counts; a warmed record counts as used
   // once, so that it does not go before anything used since the start.
-  eviction_.Admit(slot, kind == HintKind::kLookahead ? 0 : 1);
+  eviction_.Admit(slot, RecordOf(key), kind == HintKind::kLookahead ? 0 : 1);
   m.lookahead_read = m.lookahead_hinted = kind == HintKind::kLookahead;
   if (kind != HintKind::kWarm) {  // asked for by a client that will come for it
     m.awaited_by = client + 1;

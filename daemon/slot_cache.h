@@ -18,10 +18,11 @@
 // that asks for everything at once cannot starve the others.
 //
 // Eviction (base/eviction.h, LFRU or LRU): an empty slot first, then a
-// failed one, then the ready slot with the fewest recent uses, the least
-// recently used among equals (with the LRU policy, only the least recently
-// used). Uses are the demand hints a record received (a client's repeat
-// within one layer is not a use), halved every 4 x slots uses so old
+// failed one, then the ready slot whose record has the fewest recent uses,
+// the least recently used among equals (with the LRU policy, only the least
+// recently used). Uses are the demand hints a record received (a client's
+// repeat within one layer is not a use), kept while the record is out of
+// the cache too and halved every 4 x max(slots, records / 16) uses so old
 // popularity fades. A slot any live client has pinned is never evicted; a
 // record a client asked for, by demand or lookahead, and has not finished
 // with (its layer has not come and gone for that client) is evicted only
@@ -178,6 +179,7 @@ class SlotCache {
   // A slot to load into, retired and ready for reuse; kNoSlot when none.
   uint32_t TakeVictim(bool empty_only);
   void Forget(uint32_t slot);  // bookkeeping for a slot about to be reused
+  uint32_t RecordOf(uint32_t key) const;  // its row-major index, as uses() has it
   void Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t client, uint64_t stamp);
   void Touch(uint32_t slot, uint32_t client, uint64_t stamp);
   std::vector<const shm::PinPage*> Pages() const;
@@ -188,7 +190,7 @@ class SlotCache {
   uint32_t max_queued_;
   uint32_t experts_;
   std::vector<SlotMeta> meta_;
-  Eviction eviction_;  // the slots' uses and recency
+  Eviction eviction_;  // the records' uses, the slots' recency
   std::map<uint32_t, Client> clients_;
   std::deque<Pending> queue_[3];                   // by HintKind
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it

@@ -161,6 +161,26 @@ TEST_F(Cache, FrequentlyUsedRecordsStay) {
   EXPECT_EQ(c->stats().reads, reads) << "the popular record was evicted";
 }
 
+// A record's uses are its own, not its slot's: evicted while everything
+// else was pinned and read again, it comes back with them.
+TEST_F(Cache, ARecordReadAgainComesBackWithItsUses) {
+  auto c = Make(2);
+  auto use = [&](int e) {
+    ASSERT_TRUE(c->Acquire(2, e).ok());
+    c->Release(2, e);
+  };
+  for (int i = 0; i < 3; ++i) use(7);  // 7: 3 uses
+  ASSERT_TRUE(c->Acquire(2, 8).ok());  // held: 7 is the only slot to take
+  use(9);                              // evicts 7
+  c->Release(2, 8);
+  use(8);  // 8: 2 uses
+  use(7);  // evicts 9 (1 use); 7 is back with 4
+  use(10);  // evicts 8, not 7
+  const uint64_t reads = c->stats().reads;
+  use(7);
+  EXPECT_EQ(c->stats().reads, reads) << "the record read again lost its uses";
+}
+
 TEST_F(Cache, HintsBringRecordsInAhead) {
   auto c = Make(16, 4);
   const int want[] = {3, 4, 5, 6};

@@ -243,6 +243,26 @@ TEST(SlotCache, EvictsTheLeastUsedThenTheLeastRecent) {
   EXPECT_EQ(f.cache->hits()[1 * kExperts + 1], 0u);
 }
 
+// A record's uses are its own, not its slot's: read again after it left the
+// cache, it comes back with them and outranks a record used less.
+TEST(SlotCache, ARecordReadAgainComesBackWithItsUses) {
+  Fixture f(2);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 1, {0}, HintKind::kDemand);
+  f.RunReads();
+  for (int i = 0; i < 4; ++i) f.Use(0, 1, 0);  // (1, 0): 5 uses
+  ASSERT_EQ(f.cache->Drop(1), 1u);             // out of the cache
+  f.Hint(0, 2, {1}, HintKind::kDemand);
+  f.RunReads();
+  for (int i = 0; i < 2; ++i) f.Use(0, 2, 1);  // (2, 1): 3 uses
+  f.Hint(0, 1, {0}, HintKind::kDemand);        // (1, 0) read again: 6
+  f.RunReads();
+  f.Hint(0, 3, {2}, HintKind::kDemand);  // a third record: one of the two goes
+  f.RunReads();
+  EXPECT_EQ(f.State(1, 0), shm::SlotState::kReady);
+  EXPECT_EQ(f.State(2, 1), shm::SlotState::kEmpty);
+}
+
 TEST(SlotCache, ARecordAskedForIsKeptUntilItsLayerIsDone) {
   Fixture f(2);
   f.cache->AddClient(0, f.pages[0].get());

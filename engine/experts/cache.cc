@@ -25,12 +25,26 @@ Result<std::unique_ptr<ExpertCache>> ExpertCache::Create(const Container& ct,
   return c;
 }
 
+// Records are numbered layer x the most experts a bank has + expert.
+int ExpertCache::MaxExperts(const Container& ct) {
+  int n = 1;
+  for (const ExpertBank& b : ct.manifest().banks) n = std::max(n, b.experts);
+  return n;
+}
+
+uint32_t ExpertCache::Records(const Container& ct) {
+  const auto& banks = ct.manifest().banks;
+  const int layers = banks.empty() ? 1 : banks.back().layer + 1;  // banks ascend by layer
+  return static_cast<uint32_t>(layers) * static_cast<uint32_t>(MaxExperts(ct));
+}
+
 ExpertCache::ExpertCache(const Container& ct, const CacheOptions& opt)
     : ct_(ct),
       opt_(opt),
       record_bytes_(ct.record_bytes()),
+      record_stride_(MaxExperts(ct)),
       slots_(opt.slots),
-      eviction_(static_cast<uint32_t>(opt.slots)) {}
+      eviction_(static_cast<uint32_t>(opt.slots), Records(ct)) {}
 
 ExpertCache::~ExpertCache() {
   {
@@ -67,7 +81,9 @@ int ExpertCache::SlotFor(uint32_t key, HintKind kind, bool* hit) {
   Slot& s = slots_[v];
   if (s.state != State::kEmpty) index_.erase(s.key);
   s = Slot{};
-  eviction_.Forget(static_cast<uint32_t>(v));  // uses start with the Acquire it is for
+  // Its uses come with the Acquire it is for (none for a hint never acquired).
+  eviction_.Admit(static_cast<uint32_t>(v),
+                  static_cast<uint32_t>(KeyLayer(key) * record_stride_ + KeyExpert(key)), 0);
   s.state = State::kLoading;
   s.key = key;
   s.awaited = true;  // cleared by the Acquire it was brought in for
@@ -80,6 +96,7 @@ int ExpertCache::SlotFor(uint32_t key, HintKind kind, bool* hit) {
 void ExpertCache::Hint(int layer, std::span<const int> experts, HintKind kind) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int e : experts) {
+    if (!CheckIds(layer, e).ok()) continue;  // a hint only advises: the Acquire says what is wrong
     bool hit;
     SlotFor(ExpertKey(layer, e), kind, &hit);
   }

@@ -1,10 +1,11 @@
 // ExpertCache: the in-process expert source. A fixed set of slots, each one
 // record long and page aligned, filled by reader threads with O_DIRECT reads
 // straight from the banks, demand before lookahead before warm-up. Eviction
-// is base/eviction.h's LFRU, each acquisition one use: the unpinned slot
-// with the fewest recent uses goes first (uses are halved every 4 x slots
-// acquisitions, so old popularity fades), the least recently used among
-// equals. A pinned or loading slot is never evicted, and a record read for a
+// is base/eviction.h's LFRU, each acquisition one use of its record: the
+// unpinned slot whose record has the fewest recent uses goes first (a
+// record keeps its uses while out of the cache; they are halved every
+// 4 x max(slots, records / 16) acquisitions, so old popularity fades), the
+// least recently used among equals. A pinned or loading slot is never evicted, and a record read for a
 // hint is evicted only when nothing else can be: otherwise, having no uses
 // yet, it would be the first to go.
 #pragma once
@@ -75,12 +76,15 @@ class ExpertCache : public ExpertSource {
   // Ok when the layer has a bank holding `expert`, else an error naming both.
   Status CheckIds(int layer, int expert) const;
   int Victim() const;
+  static int MaxExperts(const Container& ct);
+  static uint32_t Records(const Container& ct);
   void ReaderLoop();
   Status ReadInto(uint32_t key, uint8_t* dst);
 
   const Container& ct_;
   const CacheOptions opt_;
   size_t record_bytes_;
+  int record_stride_;  // records per layer in eviction_'s numbering
   Region memory_;  // slots * record_bytes, page aligned, populated
   std::optional<RecordReader> banks_;  // set by Create
 
@@ -88,7 +92,7 @@ class ExpertCache : public ExpertSource {
   std::condition_variable ready_cv_;    // a slot finished loading
   std::condition_variable request_cv_;  // a read was queued, or stop
   std::vector<Slot> slots_;
-  Eviction eviction_;  // uses and recency of slots_
+  Eviction eviction_;  // uses of the records, recency of slots_
   std::unordered_map<uint32_t, int> index_;
   std::deque<Request> queue_[3];  // by HintKind: demand, lookahead, warm
   ExpertStats stats_;

@@ -4,14 +4,14 @@
 # fresh wasted (empty state directory) with exactly that many slots, then
 # `waste replay --json`; prints the cache's hit rate and reads per token.
 # Sizes below wasted's floor (its fewest slots) are left out and said so.
-#   replay_table.py --bin build/bin --container C --trace T [--shares 3,6,12,24,48] [--policies lfru,lru]
+#   replay_table.py --bin build/bin --container C --trace T [--shares 1.5,3,6,12,24,48] [--policies lfru,lru]
 import argparse, json, subprocess, tempfile
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--bin', required=True)
 ap.add_argument('--container', required=True)
 ap.add_argument('--trace', required=True)
-ap.add_argument('--shares', default='3,6,12,24,48')
+ap.add_argument('--shares', default='1.5,3,6,12,24,48')
 ap.add_argument('--policies', default='lfru,lru')
 a = ap.parse_args()
 plan = json.loads(subprocess.check_output([a.bin + '/waste', 'plan', a.container, '--json']))['wasted']
@@ -24,7 +24,7 @@ print('| cache | slots | ' + ' | '.join('%s hit rate %%' % p.upper() for p in a.
       ' | ' + ' | '.join('%s reads/token' % p.upper() for p in a.policies.split(',')) + ' |')
 print('|---' * (2 + 2 * len(a.policies.split(','))) + '|')
 records = moe_layers * info['experts']['per_layer']
-for share in [int(s) for s in a.shares.split(',')]:
+for share in [float(s) for s in a.shares.split(',')]:
     rates, reads = [], []
     for policy in a.policies.split(','):
         with tempfile.TemporaryDirectory() as d:
@@ -41,4 +41,4 @@ for share in [int(s) for s in a.shares.split(',')]:
             subprocess.call([a.bin + '/wastectl', 'stop', '--socket', sock], stdout=subprocess.DEVNULL)
             assert r['slots'] == slots, (r['slots'], slots)
             rates.append('%.1f' % (100 * r['cache_hit_rate'])); reads.append('%.1f' % r['reads_per_token'])
-    print('| %d%% | %d | %s | %s |' % (share, slots, ' | '.join(rates), ' | '.join(reads)), flush=True)
+    print('| %g%% | %d | %s | %s |' % (share, slots, ' | '.join(rates), ' | '.join(reads)), flush=True)
