@@ -643,7 +643,7 @@ TEST_P(Forward, SessionStateRoundTrips) {
   std::vector<float> la(V), lb(V);
   ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), la.data()).ok());
   const std::string path = dir_ + "/state.bin";
-  ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
+  ASSERT_TRUE(SaveSession(e.model->container(), a, path).ok());
   auto b = LoadSession(*e.model, path, 64);
   ASSERT_TRUE(b.ok()) << b.status().message();
   EXPECT_EQ(b->position, 7);
@@ -671,7 +671,7 @@ TEST_P(Forward, AStateClaimingMoreContextThanPlannedIsRefused) {
   Session a = e.model->NewSession(64);
   ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), nullptr).ok());
   const std::string path = dir_ + "/state.bin";
-  ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
+  ASSERT_TRUE(SaveSession(e.model->container(), a, path).ok());
   auto small = LoadSession(*e.model, path, 32);
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("more than this session's 32"), std::string::npos)
@@ -793,7 +793,7 @@ TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   Session s = (*ma)->NewSession(16);
   const int t[2] = {5, 6};
   ASSERT_TRUE((*ma)->Forward(s, t, nullptr).ok());
-  ASSERT_TRUE(SaveSession(**ma, s, a + "/state.bin").ok());
+  ASSERT_TRUE(SaveSession((*ma)->container(), s, a + "/state.bin").ok());
   auto other = LoadSession(**mb, a + "/state.bin", 16);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("another model"), std::string::npos);
