@@ -497,7 +497,7 @@ TEST_F(Daemon, AKilledClientsPinsAreReleasedWithinASecond) {
 // A client that does not reattach (daemon_probe here; `waste run` and `chat`
 // with --reattach-wait 0) fails with a message naming wasted, and the next
 // command attaches to a new daemon; run and chat reattach by default (the
-// ARestartedDaemon tests below).
+// Reattach tests below).
 // Three clients at once, a small cache so that they wait on futexes for
 // reads: none hangs.
 TEST_F(Daemon, AKilledDaemonFailsItsClientsFast) {
@@ -530,7 +530,7 @@ TEST_F(Daemon, AKilledDaemonFailsItsClientsFast) {
 }
 
 // A real `waste run` told not to wait for a new daemon notices too (it
-// polls the connection at every layer).
+// looks at the connection before every token and in every wait for a record).
 TEST_F(Daemon, AKilledDaemonStopsARunningGeneration) {
   const std::string c = Synth("tiny-kimi");
   StartDaemon(c);
@@ -630,7 +630,7 @@ class Reattach : public Daemon {
   std::vector<uint8_t> ref_text_, ref_logits_;
 };
 
-TEST_F(Reattach, ARestartedDaemonOfTheSameContainerIsInvisibleInTheOutput) {
+TEST_F(Reattach, TheSameContainerAgainIsInvisibleInTheOutput) {
   std::string err;
   const int code = Interrupted("", [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the client is waiting
@@ -642,7 +642,7 @@ TEST_F(Reattach, ARestartedDaemonOfTheSameContainerIsInvisibleInTheOutput) {
   ExpectAPrefixOfTheReference(/*whole=*/true);
 }
 
-TEST_F(Reattach, ARestartedDaemonOfAnotherContainerStopsTheClientWithBothNamed) {
+TEST_F(Reattach, AnotherContainerStopsTheClientNamingBoth) {
   const std::string other = Synth("tiny-deepseek");
   std::string err;
   const int code = Interrupted("", [&] { StartDaemon(other); }, &err);
@@ -654,7 +654,7 @@ TEST_F(Reattach, ARestartedDaemonOfAnotherContainerStopsTheClientWithBothNamed) 
   ExpectAPrefixOfTheReference(/*whole=*/false);
 }
 
-TEST_F(Reattach, NoDaemonWithinTheWaitStopsTheClientSayingSo) {
+TEST_F(Reattach, NoDaemonInTimeStopsTheClientSayingSo) {
   std::string err;
   const auto t0 = Clock::now();
   const int code = Interrupted("--reattach-wait 1", [] {}, &err);
@@ -668,7 +668,7 @@ TEST_F(Reattach, NoDaemonWithinTheWaitStopsTheClientSayingSo) {
 
 // `waste chat` keeps its conversation across a restart between two turns:
 // the second reply is the one an uninterrupted chat gives.
-TEST_F(Reattach, AChatGoesOnAfterARestartBetweenTurns) {
+TEST_F(Reattach, AChatGoesOnAfterARestart) {
   // The replies (stdout, to a file) of a greedy chat of two turns; `restart`
   // kills wasted and starts another after the first.
   const auto chat = [&](const std::string& tag, bool restart) {

@@ -216,7 +216,13 @@ Status Reattach(Engine& e, const EngineOptions& o) {
 
 Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
                               std::span<const int> tokens, float* logits) {
-  if (e.model && (!e.daemon || o.reattach_wait <= 0)) return e.model->Forward(s, tokens, logits);
+  if (e.model && !e.daemon) return e.model->Forward(s, tokens, logits);
+  if (e.model && o.reattach_wait <= 0) {
+    // Not waiting: a daemon already gone fails the call before it starts
+    // (a forward pass whose records are all in the old mappings would not see it).
+    WASTE_RETURN_IF_ERROR(e.daemon->Health());
+    return e.model->Forward(s, tokens, logits);
+  }
   for (;;) {
     if (!e.model) WASTE_RETURN_IF_ERROR(Reattach(e, o));
     Status health = e.daemon->Health();

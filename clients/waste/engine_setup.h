@@ -77,7 +77,8 @@ struct Engine {
 Result<Engine> OpenEngine(const EngineOptions& o);
 
 // e.model->Forward(s, tokens, logits), outliving wasted: attached to a
-// daemon (and with o.reattach_wait > 0), when it has gone away, before the
+// daemon (and with o.reattach_wait > 0; with 0 a daemon already gone fails
+// the call at once, one going in it fails it), when it has gone away, before the
 // call or in it, the model and the link are dropped (their memory was the
 // old daemon's), a daemon serving the same container at o.socket is waited
 // for (ReattachDaemon, notices on stderr), the model is built again over it,
