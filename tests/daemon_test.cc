@@ -555,7 +555,7 @@ TEST_F(Daemon, AKilledDaemonStopsARunningGeneration) {
 // logits it sampled from (--logits) against the same run never interrupted.
 class Reattach : public Daemon {
  protected:
-  static constexpr int kTokens = 120;
+  static constexpr int kTokens = 60;
 
   void SetUp() override {
     Daemon::SetUp();
@@ -567,6 +567,10 @@ class Reattach : public Daemon {
     small_ = {"--budget", std::to_string(floor + 8 * stride), "--no-huge-pages"};
     row_ = static_cast<size_t>(ct->config().vocab) * 4;
     StartDaemon(c_, small_);
+  }
+
+  // The run never interrupted: ref.txt and ref.bin.
+  void Reference() {
     const Outcome r = Shell("(" + RunLine("ref") + ")");  // stderr not in ref.txt
     ASSERT_EQ(r.code, 0) << r.out;
     ref_text_ = waste::testing::FileBytes(dir_ + "/ref.txt");
@@ -631,6 +635,7 @@ class Reattach : public Daemon {
 };
 
 TEST_F(Reattach, TheSameContainerAgainIsInvisibleInTheOutput) {
+  Reference();
   std::string err;
   const int code = Interrupted("", [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the client is waiting
@@ -643,6 +648,7 @@ TEST_F(Reattach, TheSameContainerAgainIsInvisibleInTheOutput) {
 }
 
 TEST_F(Reattach, AnotherContainerStopsTheClientNamingBoth) {
+  Reference();
   const std::string other = Synth("tiny-deepseek");
   std::string err;
   const int code = Interrupted("", [&] { StartDaemon(other); }, &err);
@@ -655,6 +661,7 @@ TEST_F(Reattach, AnotherContainerStopsTheClientNamingBoth) {
 }
 
 TEST_F(Reattach, NoDaemonInTimeStopsTheClientSayingSo) {
+  Reference();
   std::string err;
   const auto t0 = Clock::now();
   const int code = Interrupted("--reattach-wait 1", [] {}, &err);
