@@ -1,7 +1,11 @@
 #include "link/attach.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "engine/format/fingerprint.h"
 
@@ -39,20 +43,32 @@ Result<shm::Mapping> MapSegment(const SegmentFd& s, bool writable, bool populate
   return m;
 }
 
-}  // namespace
+// How an attach that failed ended, for the caller that tries again.
+struct AttachEnd {
+  bool lost = false;         // the connection ended first: another daemon may come
+  bool other_model = false;  // the daemon serves another container: `served`
+  DaemonModel served;
+};
 
-Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> client,
-                                                 const std::string& socket, const Container& ct) {
+Result<std::unique_ptr<DaemonLink>> Attach(std::unique_ptr<DaemonClient> client,
+                                           const std::string& socket, const Container& ct,
+                                           AttachEnd* end) {
   auto link = std::make_unique<DaemonLink>();
   link->socket = socket;
   link->client = std::move(client);
   auto att = link->client->Attach(CommandLine());
-  if (!att.ok()) return att.status().Prefixed("wasted at " + socket);
+  if (!att.ok()) {
+    end->lost = !link->client->connected();
+    return att.status().Prefixed("wasted at " + socket);
+  }
   link->attachment = std::move(*att);
   const DaemonModel& m = link->attachment.model;
-  if (m.fingerprint != ManifestFingerprint(ct.manifest()))
+  if (m.fingerprint != ManifestFingerprint(ct.manifest())) {
+    end->other_model = true;
+    end->served = m;
     return Status::Error("wasted at " + socket + " serves " + m.container + ", not " + ct.dir() +
                          " (use --socket for another daemon, or --local)");
+  }
   const ModelConfig& c = ct.config();
   if (m.layers != static_cast<uint32_t>(c.n_layers) ||
       m.experts != static_cast<uint32_t>(c.n_experts) || m.record_bytes != ct.record_bytes())
@@ -81,6 +97,7 @@ Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> c
   if (!t.ok()) return t.status().Prefixed("wasted at " + socket);
   if (uint64_t{t->slots()} * t->header().slot_stride > link->cache.size())
     return Status::Error("wasted at " + socket + ": the slot table does not fit the cache");
+  link->slots = *t;
 
   link->sink = std::make_unique<ClientSink>(link->client.get());
   SharedCacheView view;
@@ -92,6 +109,55 @@ Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> c
   for (int L = 0; L < c.n_layers; ++L) has[L] = ct.manifest().Bank(L) != nullptr;
   link->source = std::make_unique<SharedExpertSource>(view, has, c.n_experts, link->sink.get());
   return link;
+}
+
+}  // namespace
+
+Status DaemonLink::Health() const {
+  WASTE_RETURN_IF_ERROR(client->Poll());
+  if (slots.header().serving.load(std::memory_order_acquire) == 0)
+    return Status::Error("wasted went away: it is stopping");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<DaemonLink>> AttachDaemon(std::unique_ptr<DaemonClient> client,
+                                                 const std::string& socket, const Container& ct) {
+  AttachEnd end;
+  return Attach(std::move(client), socket, ct, &end);
+}
+
+Result<std::unique_ptr<DaemonLink>> ReattachDaemon(const std::string& socket, const Container& ct,
+                                                   double wait_seconds, const std::string& gone) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::max(wait_seconds, 0.0)));
+  for (;;) {
+    ConnectFailure why;
+    auto client = DaemonClient::Connect(socket, &why);
+    if (!client.ok() && why != ConnectFailure::kNotListening)
+      return client.status().Prefixed(gone + "; attaching again");
+    if (client.ok()) {
+      AttachEnd end;
+      auto link = Attach(std::move(*client), socket, ct, &end);
+      if (link.ok() && (*link)->Health().ok()) return link;
+      if (end.other_model)
+        return Status::Error(gone + "; the wasted now at " + socket + " serves " +
+                             end.served.container + " (fingerprint " + end.served.fingerprint +
+                             "), a different model from " + ct.dir() + " (fingerprint " +
+                             ManifestFingerprint(ct.manifest()) + "): not continuing");
+      // A refusal is final; a daemon that went before answering, or is
+      // stopping (a healthless link), makes way for the next one.
+      if (!link.ok() && !end.lost) return link.status().Prefixed(gone + "; attaching again");
+    }
+    if (Clock::now() >= deadline) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", wait_seconds);
+      return Status::Error(gone + "; no wasted served " + ct.dir() + " at " + socket +
+                           " again within " + secs + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 }  // namespace waste

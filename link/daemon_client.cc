@@ -155,6 +155,10 @@ struct DaemonClient::Impl final : public kj::TaskSet::ErrorHandler {
   }
   // Remembers the first reason the connection ended.
   void SetLost(std::string why) {
+    // kj's values of a failed call ("Broken pipe; iovTotal = 136") say nothing to a user.
+    const size_t values = why.find("; ");
+    if (values != std::string::npos && why.find(" = ", values) != std::string::npos)
+      why.resize(values);
     if (why.size() > 1 && why.back() == '.') why.pop_back();  // "Peer disconnected."
     std::lock_guard<std::mutex> lock(mu);
     if (lost.load(std::memory_order_relaxed)) return;

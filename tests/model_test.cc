@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -102,6 +103,45 @@ class Recorder : public ExpertSource {
   }
   std::mutex mu_;  // guards events, acquirers, tried, the held counts
   int held_ = 0;
+  ExpertSource* inner_;
+};
+
+// An expert source that passes everything on to another, except that once
+// `fail_from` records have been handed out every Acquire fails (as one does
+// when wasted goes away) until `fail_from` is raised again.
+class FailingSource : public ExpertSource {
+ public:
+  explicit FailingSource(ExpertSource* inner) : inner_(inner) {}
+  void Hint(int layer, std::span<const int> experts, HintKind kind) override {
+    inner_->Hint(layer, experts, kind);
+  }
+  Result<const uint8_t*> Acquire(int layer, int expert) override {
+    if (!Take()) return Status::Error("layer " + std::to_string(layer) + ": failing on purpose");
+    return inner_->Acquire(layer, expert);
+  }
+  Result<const uint8_t*> TryAcquire(int layer, int expert) override {
+    if (!Take()) return nullptr;  // then Acquire fails
+    auto r = inner_->TryAcquire(layer, expert);
+    if (r.ok() && *r == nullptr) Untake();
+    return r;
+  }
+  void Release(int layer, int expert) override { inner_->Release(layer, expert); }
+  bool Ready(int layer, int expert) override { return inner_->Ready(layer, expert); }
+  uint64_t PinLimit() const override { return inner_->PinLimit(); }
+  ExpertStats stats() const override { return inner_->stats(); }
+  void TokensDone(int) override { chunk_ends.push_back(given.load()); }
+
+  std::atomic<uint64_t> given{0};  // records handed out
+  std::atomic<uint64_t> fail_from{UINT64_MAX};
+  std::vector<uint64_t> chunk_ends;  // `given` as each chunk finished
+
+ private:
+  bool Take() {
+    if (given.fetch_add(1) < fail_from.load()) return true;
+    Untake();
+    return false;
+  }
+  void Untake() { given.fetch_sub(1); }
   ExpertSource* inner_;
 };
 
@@ -603,7 +643,7 @@ TEST_P(Forward, SessionStateRoundTrips) {
   std::vector<float> la(V), lb(V);
   ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), la.data()).ok());
   const std::string path = dir_ + "/state.bin";
-  ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
+  ASSERT_TRUE(SaveSession(e.model->container(), a, path).ok());
   auto b = LoadSession(*e.model, path, 64);
   ASSERT_TRUE(b.ok()) << b.status().message();
   EXPECT_EQ(b->position, 7);
@@ -631,7 +671,7 @@ TEST_P(Forward, AStateClaimingMoreContextThanPlannedIsRefused) {
   Session a = e.model->NewSession(64);
   ASSERT_TRUE(e.model->Forward(a, std::span<const int>(prompt_).first(7), nullptr).ok());
   const std::string path = dir_ + "/state.bin";
-  ASSERT_TRUE(SaveSession(*e.model, a, path).ok());
+  ASSERT_TRUE(SaveSession(e.model->container(), a, path).ok());
   auto small = LoadSession(*e.model, path, 32);
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("more than this session's 32"), std::string::npos)
@@ -653,6 +693,57 @@ TEST_P(Forward, AStateClaimingMoreContextThanPlannedIsRefused) {
   ASSERT_FALSE(sized.ok());
   EXPECT_NE(sized.status().message().find("bytes, where position 16777216"), std::string::npos)
       << sized.status().message();
+}
+
+// A Forward whose experts fail part-way through a chunk (after some layers
+// have stepped their state for it) leaves the session as it was before the
+// chunk; running the rest again gives the bits of a run that never failed.
+TEST_P(Forward, AFailedChunkLeavesTheSessionAsItWasAndARetryIsExact) {
+  Placement p;
+  p.chunk = 5;  // the 12-token prompt in chunks of 5, 5, 2
+  const int V = ct_->config().vocab;
+  // Each Forward's last logits: the prompt, then 4 greedy steps. `ends`:
+  // the records handed out by the end of each chunk of a clean run; a run
+  // given them fails each Forward half-way into its last chunk but one (the
+  // prompt's second, a step's only), then runs the rest again.
+  auto run = [&](std::vector<uint64_t>* ends, bool fail) {
+    Engine e = Make(p);
+    FailingSource src(e.cache.get());
+    ModelOptions mo;
+    mo.threads = p.threads;
+    mo.chunk = p.chunk;
+    auto m = Model::Load(*ct_, &src, mo);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    Session s = (*m)->NewSession(64);
+    std::vector<float> logits(V), out;
+    std::vector<int> tokens = prompt_;
+    for (int step = 0; step < 5; ++step) {
+      if (fail) {
+        const int before = s.position;
+        const size_t chunk = step == 0 ? 1 : 2 + step;  // its index in `ends`
+        const uint64_t from = (*ends)[chunk - 1];
+        src.fail_from = from + ((*ends)[chunk] - from) / 2;
+        const Status st = (*m)->Forward(s, tokens, logits.data());
+        EXPECT_FALSE(st.ok());
+        EXPECT_NE(st.message().find("failing on purpose"), std::string::npos) << st.message();
+        EXPECT_EQ(s.position, step == 0 ? p.chunk : before);
+        src.fail_from = UINT64_MAX;
+        src.given = from;  // the retry takes that chunk's records again
+        tokens.erase(tokens.begin(), tokens.begin() + (s.position - before));
+      }
+      EXPECT_TRUE((*m)->Forward(s, tokens, logits.data()).ok());
+      out.insert(out.end(), logits.begin(), logits.end());
+      tokens = {static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    }
+    if (!fail) *ends = src.chunk_ends;
+    return out;
+  };
+  std::vector<uint64_t> ends;
+  const std::vector<float> clean = run(&ends, false);
+  ASSERT_EQ(ends.size(), 7u);  // 3 chunks of prompt, 4 steps
+  const std::vector<float> retried = run(&ends, true);
+  ASSERT_EQ(clean.size(), retried.size());
+  EXPECT_EQ(0, std::memcmp(clean.data(), retried.data(), clean.size() * 4));
 }
 
 TEST_P(Forward, BadTokenIdsAreRefused) {
@@ -702,7 +793,7 @@ TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   Session s = (*ma)->NewSession(16);
   const int t[2] = {5, 6};
   ASSERT_TRUE((*ma)->Forward(s, t, nullptr).ok());
-  ASSERT_TRUE(SaveSession(**ma, s, a + "/state.bin").ok());
+  ASSERT_TRUE(SaveSession((*ma)->container(), s, a + "/state.bin").ok());
   auto other = LoadSession(**mb, a + "/state.bin", 16);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("another model"), std::string::npos);

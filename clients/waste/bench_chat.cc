@@ -244,20 +244,29 @@ int RunChat(const ChatOptions& o) {
     std::fprintf(stderr, "waste: chat needs a container with a tokenizer\n");
     return 1;
   }
-  Model& m = *e->model;
+  // The model may be built again over a new daemon, or be gone with the old
+  // one (ForwardThroughRestarts): the shape is the container's.
+  const ModelConfig& config = e->container->config();
   const Tokenizer& tok = *e->tokenizer;
   const nlohmann::json& chat = e->container->chat();
-  Session s = m.NewSession(o.engine.context);
+  Session s = e->model->NewSession(o.engine.context);
   Sampler sampler(o.sampler);
-  std::vector<float> logits(m.config().vocab);
+  std::vector<float> logits(config.vocab);
   std::string pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
-  const int end_id = tok.SpecialId("<|im_end|>").value_or(m.config().eos_token);
+  const int end_id = tok.SpecialId("<|im_end|>").value_or(config.eos_token);
+  // /reset and /load need the model; after wasted went away for good they
+  // say so (and /save still works: it needs only the container).
+  const auto need_model = [&] {
+    if (!e->model) std::fprintf(stderr, "waste: %s\n", e->lost.c_str());
+    return e->model != nullptr;
+  };
   std::fprintf(stderr, "chat: /reset, /stats, /save FILE, /load FILE, /quit\n");
   std::string line;
   while (std::fprintf(stderr, "> "), std::getline(std::cin, line)) {
     if (line == "/quit") break;
     if (line == "/reset") {
-      s = m.NewSession(o.engine.context);
+      if (!need_model()) continue;
+      s = e->model->NewSession(o.engine.context);
       pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
       continue;
     }
@@ -273,10 +282,10 @@ int RunChat(const ChatOptions& o) {
     if (line.rfind("/save ", 0) == 0 || line.rfind("/load ", 0) == 0) {
       const std::string path = line.substr(6);
       if (line[1] == 's') {
-        const Status st = SaveSession(m, s, path);
+        const Status st = SaveSession(*e->container, s, path);
         std::fprintf(stderr, "%s\n", st.ok() ? "saved" : st.message().c_str());
-      } else {
-        auto loaded = LoadSession(m, path, s.max_context);
+      } else if (need_model()) {
+        auto loaded = LoadSession(*e->model, path, s.max_context);
         if (loaded.ok()) s = std::move(*loaded);
         std::fprintf(stderr, "%s\n", loaded.ok() ? "loaded" : loaded.status().message().c_str());
       }
@@ -286,16 +295,17 @@ int RunChat(const ChatOptions& o) {
     pending.clear();
     std::vector<int> ids;
     for (int32_t id : tok.EncodeMarkup(turn)) ids.push_back(id);
-    if (Status st = m.Forward(s, ids, logits.data()); !st.ok()) {
+    if (Status st = ForwardThroughRestarts(*e, o.engine, s, ids, logits.data()); !st.ok()) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       continue;
     }
     for (int i = 0; i < o.max_tokens; ++i) {
       const int next = sampler.Sample(logits);
       const int one[1] = {next};
-      const Status st =
-          m.Forward(s, one, logits.data());  // the reply, its end included, stays in context
-      if (next == end_id || next == m.config().eos_token || !st.ok()) break;
+      // The reply, its end included, stays in context.
+      const Status st = ForwardThroughRestarts(*e, o.engine, s, one, logits.data());
+      if (!st.ok()) std::fprintf(stderr, "\nwaste: %s\n", st.message().c_str());
+      if (next == end_id || next == config.eos_token || !st.ok()) break;
       const std::string_view piece = tok.TokenBytes(next);
       // A token may have no bytes: its view's data() is then null, which
       // fwrite must not get even for 0 bytes (UBSan: nonnull argument).
@@ -337,6 +347,10 @@ void AddChat(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-p", o->sampler.top_p, "Nucleus sampling threshold");
   cmd->add_option("--seed", o->sampler.seed, "Sampling seed");
   AddEngineFlags(cmd, &o->engine);
+  AddReattachFlag(cmd, &o->engine);
+  cmd->footer(std::string(kReattachHelp) +
+              " A chat that could not attach again keeps its conversation: /save FILE writes "
+              "it, and the next line tries to attach again.");
   cmd->callback([o, exit_code] { *exit_code = RunChat(*o); });
 }
 

@@ -70,7 +70,8 @@ struct RunOptions {
   SamplerOptions sampler;
   std::vector<std::string> stops;
   bool ignore_eos = false;
-  std::string trace;  // routing trace (JSON lines) written here
+  std::string trace;   // routing trace (JSON lines) written here
+  std::string logits;  // every sampled-from row of logits (raw float32) written here
 };
 
 // Writes the experts each token was routed to, one JSON line per token
@@ -102,11 +103,29 @@ int RunGenerate(const RunOptions& given) {
   if (!e.ok()) return Fail(e.status());
   auto prompt = PromptIds(*e, o.prompt, o.ids);
   if (!prompt.ok()) return Fail(prompt.status());
-  Model& m = *e->model;
-  Session s = m.NewSession(o.engine.context);
-  std::vector<float> logits(m.config().vocab);
+  std::ofstream logits_out;
+  if (!o.logits.empty()) {
+    logits_out.open(o.logits, std::ios::binary | std::ios::trunc);
+    if (!logits_out) return Fail(Status::Error(o.logits + ": cannot write"));
+  }
+  // The model may be built again over a new daemon (ForwardThroughRestarts):
+  // its shape is the container's, which stays.
+  const ModelConfig& config = e->container->config();
+  Session s = e->model->NewSession(o.engine.context);
+  std::vector<float> logits(config.vocab);
+  // Runs `ids` and keeps the logits they end with (in --logits too).
+  const auto forward = [&](std::span<const int> ids) {
+    WASTE_RETURN_IF_ERROR(ForwardThroughRestarts(*e, o.engine, s, ids, logits.data()));
+    if (logits_out.is_open()) {
+      logits_out.write(reinterpret_cast<const char*>(logits.data()),
+                       static_cast<std::streamsize>(logits.size() * sizeof(float)));
+      logits_out.flush();
+      if (!logits_out) return Status::Error(o.logits + ": write failed");
+    }
+    return Status::Ok();
+  };
   const auto t0 = Clock::now();
-  if (Status st = m.Forward(s, *prompt, logits.data()); !st.ok()) return Fail(st);
+  if (Status st = forward(*prompt); !st.ok()) return Fail(st);
   const double prefill = Since(t0);
   Sampler sampler(o.sampler);
   StopMatcher stop(o.stops);
@@ -115,7 +134,7 @@ int RunGenerate(const RunOptions& given) {
   while (produced < o.max_tokens && !stop.stopped()) {
     const int next = sampler.Sample(logits);
     ++produced;
-    if (!o.ignore_eos && next == m.config().eos_token) break;
+    if (!o.ignore_eos && next == config.eos_token) break;
     const std::string piece = e->tokenizer ? std::string(e->tokenizer->TokenBytes(next))
                                            : "[" + std::to_string(next) + "]";
     const std::string shown = stop.Feed(piece);
@@ -123,7 +142,13 @@ int RunGenerate(const RunOptions& given) {
     std::fflush(stdout);
     if (stop.stopped() || produced == o.max_tokens) break;
     const int one[1] = {next};
-    if (Status st = m.Forward(s, one, logits.data()); !st.ok()) return Fail(st);
+    if (Status st = forward(one); !st.ok()) {
+      // What was generated stays written, the text held back for --stop too.
+      const std::string held = stop.Flush();
+      std::fwrite(held.data(), 1, held.size(), stdout);
+      std::fflush(stdout);
+      return Fail(st);
+    }
   }
   const std::string rest = stop.Flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -293,7 +318,12 @@ void AddRun(CLI::App& app, int* exit_code) {
   cmd->add_option("--stop", o->stops, "Stop when this text is generated (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
   cmd->add_option("--trace", o->trace, "Write each token's routed experts here (JSON lines)");
+  cmd->add_option("--logits", o->logits,
+                  "Write the raw float32 logits each generated token was sampled from "
+                  "here, a row each");
   AddEngineFlags(cmd, &o->engine);
+  AddReattachFlag(cmd, &o->engine);
+  cmd->footer(kReattachHelp);
   cmd->callback([o, exit_code] { *exit_code = RunGenerate(*o); });
 }
 

@@ -1,5 +1,6 @@
 #include "clients/waste/engine_setup.h"
 
+#include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <sstream>
@@ -42,6 +43,14 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
   cmd->add_flag("--spawn", o->spawn,
                 "Start a wasted when none is listening (it exits after 5 idle minutes)");
+}
+
+void AddReattachFlag(CLI::App* cmd, EngineOptions* o) {
+  cmd->add_option("--reattach-wait", o->reattach_wait,
+                  "Seconds to wait for wasted to come back when it goes away in the middle "
+                  "(0: stop at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
 }
 
 namespace {
@@ -159,6 +168,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
       return Status::Error("--isa " + o.isa + " is not supported by this CPU");
   }
   mo.expert_table = o.expert_table == "i8" ? kernels::VqTable::kI8 : kernels::VqTable::kF32;
+  e.model_options = mo;
   auto m = LoadModel(c, e, mo);
   if (!m.ok()) return m.status();
   e.model = std::move(*m);
@@ -168,6 +178,64 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     e.tokenizer = std::move(*t);
   }
   return e;
+}
+
+namespace {
+
+// Drops everything built over the daemon that went away (`why`): the model
+// (its trunk is the old segment) and then the link, so that their memory is
+// given back before a new daemon takes its own.
+void Detach(Engine& e, const Status& why) {
+  e.lost = why.message();
+  e.model.reset();
+  e.experts = nullptr;
+  e.daemon.reset();
+}
+
+Status Reattach(Engine& e, const EngineOptions& o) {
+  std::fprintf(stderr, "\nwaste: %s; waiting up to %g s for wasted to serve %s at %s again\n",
+               e.lost.c_str(), o.reattach_wait, e.container->dir().c_str(), o.socket.c_str());
+  auto link = ReattachDaemon(o.socket, *e.container, o.reattach_wait, e.lost);
+  if (!link.ok())
+    return Status::Error(link.status().message() + " (--reattach-wait sets how long to wait)");
+  e.daemon = std::move(*link);
+  e.experts = e.daemon->source.get();
+  auto m = LoadModel(*e.container, e, e.model_options);
+  if (!m.ok()) {
+    e.experts = nullptr;
+    e.daemon.reset();
+    return m.status();
+  }
+  e.model = std::move(*m);
+  e.lost.clear();
+  std::fprintf(stderr, "waste: attached to wasted at %s again; going on\n", o.socket.c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
+                              std::span<const int> tokens, float* logits) {
+  if (e.model && !e.daemon) return e.model->Forward(s, tokens, logits);
+  if (e.model && o.reattach_wait <= 0) {
+    // Not waiting: a daemon already gone fails the call before it starts
+    // (a forward pass whose records are all in the old mappings would not see it).
+    WASTE_RETURN_IF_ERROR(e.daemon->Health());
+    return e.model->Forward(s, tokens, logits);
+  }
+  for (;;) {
+    if (!e.model) WASTE_RETURN_IF_ERROR(Reattach(e, o));
+    Status health = e.daemon->Health();
+    if (health.ok()) {
+      const int before = s.position;
+      const Status st = e.model->Forward(s, tokens, logits);
+      if (st.ok()) return st;
+      health = e.daemon->Health();
+      if (health.ok()) return st;  // a failure of its own, not the daemon's going
+      tokens = tokens.subspan(static_cast<size_t>(s.position - before));
+    }
+    Detach(e, health);
+  }
 }
 
 Result<std::string> ReadPrompt(const std::string& arg) {

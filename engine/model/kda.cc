@@ -1,6 +1,7 @@
 // Kimi Delta Attention with its short convolutions: resolving a KDA layer's tensors
 // and one token's step (Model::Kda).
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -30,7 +31,7 @@ KdaWeights ResolveKda(const Trunk& t, const std::string& a) {
   return w;
 }
 
-void Model::Kda(int L, Session& s, const float* h, float* out) {
+void Model::Kda(int L, Session& s, bool first, const float* h, float* out) {
   const KdaWeights& l = layers_[L]->kda;
   const int H = c_.kda_heads, D = c_.kda_head_dim, C = H * D, K = c_.conv_kernel;
   std::vector<float> qkv(3 * static_cast<size_t>(C)), f(D), fg(C), ga(D), gate(C), beta(H), o(C);
@@ -46,11 +47,18 @@ void Model::Kda(int L, Session& s, const float* h, float* out) {
            {l.b, h, beta.data()},
            {l.g_a, h, ga.data()}});
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  float* S = s.kda_state[L].data();
-  float* ring = s.conv_ring[L].data();
+  // The chunk works on the spares (model.h, Session), the first token
+  // starting them from the committed state: a head's state is copied by the
+  // thread that steps it, while it is in that thread's cache.
+  float* S = s.kda_spare[L].data();
+  float* ring = s.conv_spare[L].data();
+  if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
+  const float* committed = s.kda_state[L].data();
   pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> u(D), decay(D), normed(D);
     for (int64_t hd = h0; hd < h1; ++hd) {
+      if (first)
+        std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
       kernels::MatVec(*l.f_b, f.data(), fg.data(), hd * D, (hd + 1) * D, opt_.isa);
       kernels::MatVec(*l.g_b, ga.data(), gate.data(), hd * D, (hd + 1) * D, opt_.isa);
       // Short causal convolutions of the head's channels, then SiLU. The

@@ -124,7 +124,7 @@ void Model::MatVecs(std::initializer_list<kernels::MatVecJob> jobs) {
 void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
   switch (layers_[L]->plan.attention) {
     case LayerKind::kKda:
-      Kda(L, s, h, out);
+      Kda(L, s, pos == s.position, h, out);
       break;
     case LayerKind::kMla:
       Mla(L, s, pos, h, out);
@@ -208,6 +208,9 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
     MatVec(*lm_head_, hn.data(), logits_out + (all ? static_cast<size_t>(t) * c_.vocab : 0));
   }
   times_.other += Since(th);
+  // The commit: the recurrent states this chunk computed become the session's.
+  std::swap(s.kda_state, s.kda_spare);
+  std::swap(s.conv_ring, s.conv_spare);
   s.position += T;
   return Status::Ok();
 }

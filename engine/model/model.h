@@ -44,6 +44,12 @@ struct Session {
   std::vector<std::span<float>> kda_state;  // [heads][head_dim (k)][head_dim (v)]
   std::vector<std::span<float>> conv_ring;  // [3 (q,k,v)][kernel-1][kda_width], oldest first
   std::vector<std::span<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
+  // The same shapes as kda_state and conv_ring: where a chunk computes the
+  // new recurrent state, begun from a copy of the old at the chunk's first
+  // token, and swapped in (the spans exchanged) only when the chunk is done.
+  // So a Forward that fails leaves every committed state as it was (latent
+  // KV rows past `position` may have been written; they are overwritten).
+  std::vector<std::span<float>> kda_spare, conv_spare;
   // Owns all of the above: zeroed, faulted in as it is first written (the
   // latent KV one position at a time), on huge pages where allowed. Moving a
   // Session keeps the views valid.
@@ -129,7 +135,11 @@ class Model {
 
   // Runs `tokens` at the session's position, in chunks of options.chunk.
   // `logits` receives the last token's logits ([vocab]) when non-null;
-  // `all_logits` every token's ([tokens][vocab]) when non-null.
+  // `all_logits` every token's ([tokens][vocab]) when non-null. A chunk
+  // that fails (e.g. its experts could not be had) leaves the session as it
+  // was before that chunk: the chunks before it stay run (s.position says
+  // how far), and running the rest again gives the logits an uninterrupted
+  // Forward would have given.
   Status Forward(Session& s, std::span<const int> tokens, float* logits,
                  std::vector<float>* all_logits = nullptr);
 
@@ -150,9 +160,10 @@ class Model {
   Status Resolve();
   Status ForwardChunk(Session& s, std::span<const int> tokens, float* logits_out, bool all);
   // One token's attention at layer L, as the layer's kind computes it:
-  // Kda (kda.cc) or Mla (mla.cc) at position `pos`.
+  // Kda (kda.cc) or Mla (mla.cc) at position `pos`, the chunk's first when
+  // pos == s.position (Kda starts the spare state from the committed one there).
   void Attention(int L, Session& s, int pos, const float* h, float* out);
-  void Kda(int L, Session& s, const float* h, float* out);
+  void Kda(int L, Session& s, bool first, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
   // MoE (moe.cc). `ahead`: a layer whose guessed experts (guess_[ahead]) are
   // hinted once this layer's own first demand hints are out; -1 for none.

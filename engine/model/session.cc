@@ -12,6 +12,8 @@ uint64_t Session::state_bytes() const {
   for (const auto& v : kda_state) n += v.size() * 4;
   for (const auto& v : conv_ring) n += v.size() * 4;
   for (const auto& v : latent_kv) n += v.size() * 4;
+  for (const auto& v : kda_spare) n += v.size() * 4;
+  for (const auto& v : conv_spare) n += v.size() * 4;
   return n;
 }
 
@@ -23,12 +25,12 @@ Session Model::NewSession(int max_context) const {
   const size_t kv = static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope);
   // Each layer's part starts on a 64-byte line.
   auto line = [](size_t floats) { return (floats + 15) / 16 * 16; };
-  // What each layer kind keeps: KDA its recurrent state and conv ring, MLA
-  // its latent cache.
+  // What each layer kind keeps: KDA its recurrent state and conv ring, and
+  // their spares (model.h), MLA its latent cache.
   auto layer_floats = [&](LayerKind kind) {
     switch (kind) {
       case LayerKind::kKda:
-        return line(kda) + line(ring);
+        return 2 * (line(kda) + line(ring));
       case LayerKind::kMla:
         return line(kv);
     }
@@ -48,11 +50,15 @@ Session Model::NewSession(int max_context) const {
   s.kda_state.resize(c_.n_layers);
   s.conv_ring.resize(c_.n_layers);
   s.latent_kv.resize(c_.n_layers);
+  s.kda_spare.resize(c_.n_layers);
+  s.conv_spare.resize(c_.n_layers);
   for (int L = 0; L < c_.n_layers; ++L) {
     switch (layers_[L]->plan.attention) {
       case LayerKind::kKda:
         s.kda_state[L] = take(kda);
         s.conv_ring[L] = take(ring);
+        s.kda_spare[L] = take(kda);
+        s.conv_spare[L] = take(ring);
         break;
       case LayerKind::kMla:
         s.latent_kv[L] = take(kv);

@@ -26,8 +26,8 @@ struct Header {
 
 }  // namespace
 
-uint64_t ModelFingerprint(const Model& m) {
-  const Manifest& man = m.container().manifest();
+uint64_t ModelFingerprint(const Container& ct) {
+  const Manifest& man = ct.manifest();
   uint64_t h = Fnv(1469598103934665603ull, man.config_json.dump());
   for (const TrunkTensor& t : man.trunk) {
     h = Fnv(h, t.name);
@@ -36,19 +36,19 @@ uint64_t ModelFingerprint(const Model& m) {
   return h;
 }
 
-Status SaveSession(const Model& m, const Session& s, const std::string& path) {
+Status SaveSession(const Container& ct, const Session& s, const std::string& path) {
   const std::string tmp = path + ".tmp";
   std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
   if (!f) return Status::Error(path + ": cannot write");
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
   h.version = kVersion;
-  h.layers = static_cast<uint32_t>(m.config().n_layers);
-  h.fingerprint = ModelFingerprint(m);
+  h.layers = static_cast<uint32_t>(ct.config().n_layers);
+  h.fingerprint = ModelFingerprint(ct);
   h.position = s.position;
   h.max_context = s.max_context;
   f.write(reinterpret_cast<const char*>(&h), sizeof h);
-  const ModelConfig& c = m.config();
+  const ModelConfig& c = ct.config();
   for (int L = 0; L < c.n_layers; ++L) {
     f.write(reinterpret_cast<const char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4);
     f.write(reinterpret_cast<const char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4);
@@ -71,7 +71,7 @@ Result<Session> LoadSession(const Model& m, const std::string& path, int max_con
   if (h.version != kVersion)
     return Status::Error(path + ": state version " + std::to_string(h.version) +
                          ", this build reads " + std::to_string(kVersion));
-  if (h.fingerprint != ModelFingerprint(m) ||
+  if (h.fingerprint != ModelFingerprint(m.container()) ||
       h.layers != static_cast<uint32_t>(m.config().n_layers))
     return Status::Error(path + ": the state was saved from another model");
   if (h.max_context < 1 || h.max_context > (1 << 24) || h.position < 0 ||

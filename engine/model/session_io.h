@@ -14,9 +14,12 @@
 
 namespace waste {
 
-Status SaveSession(const Model& m, const Session& s, const std::string& path);
+// Needs only the container the session's model was built over: a client
+// whose daemon went away, with no model left, can still save its session.
+Status SaveSession(const Container& ct, const Session& s, const std::string& path);
 Result<Session> LoadSession(const Model& m, const std::string& path, int max_context);
-// The model's shape fingerprint (config and trunk index), as stored in state files.
-uint64_t ModelFingerprint(const Model& m);
+// The shape fingerprint of a container's model (config and trunk index), as
+// stored in state files.
+uint64_t ModelFingerprint(const Container& ct);
 
 }  // namespace waste

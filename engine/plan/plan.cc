@@ -61,9 +61,10 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   for (int L = 0; L < c.n_layers; ++L) {
     if (c.layer_kind[L] == LayerKind::kKda) {
       const uint64_t C = static_cast<uint64_t>(c.kda_width());
+      // Twice: the committed state and the spare a chunk computes into (model.h, Session).
       p.client_state +=
-          uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;         // recurrent state
-      p.client_state += 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;  // conv rings
+          2 * uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;         // recurrent state
+      p.client_state += 2 * 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;  // conv rings
     } else {
       p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
     }
