@@ -228,12 +228,6 @@ struct ChatOptions {
   std::string system;
 };
 
-// chat.json: role -> [prefix, suffix]; "open" starts the assistant's turn.
-std::string Wrap(const nlohmann::json& chat, const std::string& role, const std::string& text) {
-  if (!chat.contains(role) || !chat[role].is_array()) return text;
-  return chat[role][0].get<std::string>() + text + chat[role][1].get<std::string>();
-}
-
 int RunChat(const ChatOptions& o) {
   auto e = OpenEngine(o.engine);
   if (!e.ok()) {
@@ -250,7 +244,7 @@ int RunChat(const ChatOptions& o) {
   Session s = m.NewSession(o.engine.context);
   Sampler sampler(o.sampler);
   std::vector<float> logits(m.config().vocab);
-  std::string pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
+  std::string pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
   const int end_id = tok.SpecialId("<|im_end|>").value_or(m.config().eos_token);
   std::fprintf(stderr, "chat: /reset, /stats, /save FILE, /load FILE, /quit\n");
   std::string line;
@@ -258,7 +252,7 @@ int RunChat(const ChatOptions& o) {
     if (line == "/quit") break;
     if (line == "/reset") {
       s = m.NewSession(o.engine.context);
-      pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
+      pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
       continue;
     }
     if (line == "/stats") {
@@ -282,7 +276,7 @@ int RunChat(const ChatOptions& o) {
       }
       continue;
     }
-    std::string turn = pending + Wrap(chat, "user", line) + chat.value("open", std::string());
+    std::string turn = pending + WrapChat(chat, "user", line) + ChatOpen(chat);
     pending.clear();
     std::vector<int> ids;
     for (int32_t id : tok.EncodeMarkup(turn)) ids.push_back(id);
