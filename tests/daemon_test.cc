@@ -1322,6 +1322,8 @@ TEST_F(Daemon, AttachesBeyondMaxClientsAreRefusedAndTheOthersServed) {
   EXPECT_EQ(s["slots"]["pinned"], 2) << s.dump();
 
   // Raw connections past 2 + 64 (the two probes hold two): closed at once.
+  // First the daemon sees the end of the connections above (wastectl's).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::vector<int> raw;
   for (int i = 0; i < 70; ++i) {
     sockaddr_un addr{};
