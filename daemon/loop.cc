@@ -197,14 +197,19 @@ int Daemon::Run() {
     spdlog::error("{}", st.message());
     return 1;
   }
-  auto rpc = RpcServer::Start(listen_fd_, served_, opt_.access, this);
+  RaiseDescriptorLimit(opt_.max_clients);
+  auto rpc = RpcServer::Start(listen_fd_, served_, opt_.access, opt_.max_clients, this);
   if (!rpc.ok()) {
     spdlog::error("{}", rpc.status().message());
     return 1;
   }
   rpc_ = std::move(*rpc);
   if (metrics_) {
-    if (Status st = metrics_->Start(&loop_, [this] { return MetricsPage(); }); !st.ok()) {
+    // The live access policy: a reload's allow-uid and allow-group apply here too.
+    if (Status st = metrics_->Start(
+            &loop_, [this] { return MetricsPage(); },
+            [this](uid_t uid) { return opt_.access.Allows(uid); }, opt_.metrics_timeout_seconds);
+        !st.ok()) {
       spdlog::error("{}", st.message());
       return 1;
     }

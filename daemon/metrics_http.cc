@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -23,13 +26,57 @@ std::string Response(int code, const char* reason, const std::string& type,
          body;
 }
 
+// The lines of /proc/net/tcp (tcp6) hold "sl local rem st queues tr
+// retrnsmt uid ...", addresses as the kernel's 32-bit words in hex and the
+// port in hex: "0100007F:1F90" is 127.0.0.1:8080 on a little-endian machine.
+std::string ProcAddress(const sockaddr_storage& ss) {
+  char buf[64];
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    uint32_t w[4];
+    std::memcpy(w, &a->sin6_addr, sizeof w);
+    std::snprintf(buf, sizeof buf, "%08X%08X%08X%08X:%04X", w[0], w[1], w[2], w[3],
+                  ntohs(a->sin6_port));
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    std::snprintf(buf, sizeof buf, "%08X:%04X", a->sin_addr.s_addr, ntohs(a->sin_port));
+  }
+  return buf;
+}
+
 }  // namespace
+
+Result<uid_t> LoopbackPeerUid(int fd) {
+  sockaddr_storage ours{}, theirs{};
+  socklen_t ours_len = sizeof ours, theirs_len = sizeof theirs;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ours), &ours_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0)
+    return Status::Error(std::string("the peer's address: ") + std::strerror(errno));
+  const std::string local = ProcAddress(theirs), remote = ProcAddress(ours);
+  const char* table = ours.ss_family == AF_INET6 ? "/proc/net/tcp6" : "/proc/net/tcp";
+  std::ifstream f(table);
+  std::string line;
+  std::getline(f, line);  // the column names
+  while (std::getline(f, line)) {
+    std::istringstream fields(line);
+    std::string sl, l, r, st, queues, tr, retrnsmt;
+    uint64_t uid = 0;
+    if (fields >> sl >> l >> r >> st >> queues >> tr >> retrnsmt >> uid && l == local &&
+        r == remote)
+      return static_cast<uid_t>(uid);
+  }
+  return Status::Error("the peer's socket " + local + " is not in " + table);
+}
 
 struct MetricsHttp::Connection {
   uv_tcp_t tcp{};
+  uv_timer_t timer{};  // closes the connection at the timeout
   uv_write_t write{};
   MetricsHttp* server = nullptr;
+  uint64_t key = 0;    // in server->open_
+  int handles = 0;     // open libuv handles; deleted when the last closes
   std::string request, response;
+  std::string forbidden;  // why the peer may not read the page; empty: it may
   bool answered = false;
 };
 
@@ -67,7 +114,7 @@ Result<std::unique_ptr<MetricsHttp>> MetricsHttp::Bind(const std::string& addres
   }
   if (!loopback)
     return Status::Error(what + "metrics are served on loopback only (127.0.0.0/8, [::1], "
-                                "localhost): the page has no authentication");
+                                "localhost): a peer's uid is known only from its loopback socket");
   std::unique_ptr<MetricsHttp> m(new MetricsHttp());
   m->fd_ = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (m->fd_ < 0) return Status::Error(what + "socket: " + std::strerror(errno));
@@ -75,7 +122,7 @@ Result<std::unique_ptr<MetricsHttp>> MetricsHttp::Bind(const std::string& addres
   setsockopt(m->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (bind(m->fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0)
     return Status::Error(what + "bind: " + std::strerror(errno));
-  if (listen(m->fd_, 16) != 0) return Status::Error(what + "listen: " + std::strerror(errno));
+  if (listen(m->fd_, 128) != 0) return Status::Error(what + "listen: " + std::strerror(errno));
   sockaddr_storage got{};
   socklen_t got_len = sizeof got;
   getsockname(m->fd_, reinterpret_cast<sockaddr*>(&got), &got_len);
@@ -90,15 +137,18 @@ MetricsHttp::~MetricsHttp() {
   if (fd_ >= 0) close(fd_);
 }
 
-Status MetricsHttp::Start(uv_loop_t* loop, std::function<std::string()> page) {
+Status MetricsHttp::Start(uv_loop_t* loop, std::function<std::string()> page,
+                          std::function<bool(uid_t)> allowed, double timeout_seconds) {
   page_ = std::move(page);
+  allowed_ = std::move(allowed);
+  timeout_ms_ = static_cast<uint64_t>(timeout_seconds * 1000 + 0.5);
   uv_tcp_init(loop, &server_);
   server_.data = this;
   started_ = true;
   if (int rc = uv_tcp_open(&server_, fd_); rc != 0)
     return Status::Error("metrics listener: " + std::string(uv_strerror(rc)));
   fd_ = -1;  // libuv's now
-  const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&server_), 16, [](uv_stream_t* s, int status) {
+  const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&server_), 128, [](uv_stream_t* s, int status) {
     if (status == 0) static_cast<MetricsHttp*>(s->data)->Accept();
   });
   if (rc != 0) return Status::Error("metrics listener: " + std::string(uv_strerror(rc)));
@@ -107,14 +157,44 @@ Status MetricsHttp::Start(uv_loop_t* loop, std::function<std::string()> page) {
 }
 
 void MetricsHttp::Accept() {
+  if (open_.size() >= kMaxConnections) {
+    if (!full_logged_)
+      spdlog::warn("metrics: {} connections open, the most served at once: each new one closes "
+                   "the oldest",
+                   open_.size());
+    full_logged_ = true;
+    Drop(open_.begin()->second);
+  }
   auto* c = new Connection();
   c->server = this;
+  c->key = accepted_++;
   uv_tcp_init(server_.loop, &c->tcp);
+  uv_timer_init(server_.loop, &c->timer);
+  c->handles = 2;
   c->tcp.data = c;
-  open_.insert(c);
+  c->timer.data = c;
+  open_.emplace(c->key, c);
   if (uv_accept(reinterpret_cast<uv_stream_t*>(&server_), reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
     Drop(c);
     return;
+  }
+  uv_timer_start(
+      &c->timer,
+      [](uv_timer_t* t) {
+        auto* conn = static_cast<Connection*>(t->data);
+        spdlog::debug("metrics: a connection still open after {} ms closed",
+                      conn->server->timeout_ms_);
+        conn->server->Drop(conn);
+      },
+      timeout_ms_, 0);
+  uv_os_fd_t fd = -1;
+  uv_fileno(reinterpret_cast<uv_handle_t*>(&c->tcp), &fd);
+  if (auto uid = LoopbackPeerUid(fd); !uid.ok()) {
+    c->forbidden = uid.status().message();
+  } else if (!allowed_(*uid)) {
+    c->forbidden = "uid " + std::to_string(*uid) +
+                   " may not read this wasted's metrics (root, its own uid and the uids or group "
+                   "allowed to attach may)";
   }
   uv_read_start(
       reinterpret_cast<uv_stream_t*>(&c->tcp),
@@ -145,7 +225,9 @@ void MetricsHttp::Answer(Connection* c) {
   const std::string method = line.substr(0, sp1);
   const std::string path =
       sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 == std::string::npos ? sp2 : sp2 - sp1 - 1);
-  if (c->request.size() > kMaxRequest) {
+  if (!c->forbidden.empty()) {
+    c->response = Response(403, "Forbidden", "text/plain", c->forbidden + "\n");
+  } else if (c->request.size() > kMaxRequest) {
     c->response = Response(431, "Request Header Fields Too Large", "text/plain", "request too long\n");
   } else if (method != "GET") {
     c->response = Response(405, "Method Not Allowed", "text/plain", "only GET is served\n");
@@ -165,15 +247,20 @@ void MetricsHttp::Answer(Connection* c) {
 }
 
 void MetricsHttp::Drop(Connection* c) {
-  if (!open_.erase(c)) return;  // already closing
-  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp),
-           [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
+  if (!open_.erase(c->key)) return;  // already closing
+  if (open_.size() < kMaxConnections) full_logged_ = false;
+  const auto closed = [](uv_handle_t* h) {
+    auto* conn = static_cast<Connection*>(h->data);
+    if (--conn->handles == 0) delete conn;
+  };
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->timer), closed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), closed);
 }
 
 void MetricsHttp::Close() {
   if (closed_) return;
   closed_ = true;
-  while (!open_.empty()) Drop(*open_.begin());
+  while (!open_.empty()) Drop(open_.begin()->second);
   if (started_) uv_close(reinterpret_cast<uv_handle_t*>(&server_), nullptr);
 }
 

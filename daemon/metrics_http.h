@@ -4,30 +4,57 @@
 // `wastectl metrics` prints; any other path 404, any other method 405; the
 // connection closes after each answer. A request is read up to its blank
 // line, at most 8 KiB (longer ones get 431). Loopback only: the page names
-// the container and the clients' pids, and it has no authentication.
+// the container and the clients' pids.
+//
+// A peer that misbehaves cannot keep the page from the others:
+// - at most kMaxConnections are open at once; a new one past that closes
+//   the oldest (an honest scraper sends its request the moment it connects
+//   and is answered at once, so the oldest is the one holding a place);
+// - a connection still open `timeout` seconds after it was accepted is
+//   closed, whatever it is doing (sending nothing, a header that never
+//   ends, not reading the answer).
+// And only the uids allowed to attach may read it. A TCP socket carries no
+// uid of its peer, but on loopback the peer's socket is this machine's: its
+// owner is in /proc/net/tcp (tcp6), on the line whose local address is the
+// peer's end and whose remote address is ours, which is how identd answers
+// the same question (LoopbackPeerUid). A peer whose uid is not allowed, or
+// cannot be found (it has gone), is answered 403 with the reason.
 #pragma once
 
 #include <uv.h>
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
-#include <set>
 #include <string>
 
 #include "base/status.h"
 
 namespace waste::daemon {
 
+// The uid owning the other end of `fd`, a TCP connection accepted on a
+// loopback address, from /proc/net/tcp or /proc/net/tcp6; an error when no
+// such socket is listed (the peer has closed it, or it is not on loopback).
+Result<uid_t> LoopbackPeerUid(int fd);
+
 class MetricsHttp {
  public:
+  static constexpr size_t kMaxConnections = 64;
+
   // Binds and listens on `address`: "127.0.0.1:PORT", "localhost:PORT" or
   // "[::1]:PORT" (any 127.x.y.z too); PORT 0 lets the kernel choose. Refuses
   // a malformed or non-loopback address, naming it.
   static Result<std::unique_ptr<MetricsHttp>> Bind(const std::string& address);
   ~MetricsHttp();
 
-  // Serves on `loop`; `page` makes each answer's body, on the loop thread.
-  Status Start(uv_loop_t* loop, std::function<std::string()> page);
+  // Serves on `loop`; `page` makes each answer's body and `allowed` says
+  // whether a peer's uid may have it, both on the loop thread. A connection
+  // is closed `timeout_seconds` after it was accepted.
+  Status Start(uv_loop_t* loop, std::function<std::string()> page,
+               std::function<bool(uid_t)> allowed, double timeout_seconds);
   // Closes the listener and every open connection; the loop finishes them.
   void Close();
 
@@ -46,7 +73,11 @@ class MetricsHttp {
   uv_tcp_t server_{};
   bool started_ = false, closed_ = false;
   std::function<std::string()> page_;
-  std::set<Connection*> open_;
+  std::function<bool(uid_t)> allowed_;
+  uint64_t timeout_ms_ = 0;
+  uint64_t accepted_ = 0;                    // connections so far: the key of the next
+  std::map<uint64_t, Connection*> open_;     // by when accepted, oldest first
+  bool full_logged_ = false;                 // since open_ was last below the cap
 };
 
 }  // namespace waste::daemon

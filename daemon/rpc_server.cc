@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -77,6 +79,22 @@ std::string PrintableCommand(std::string text) {
   return text;
 }
 
+void RaiseDescriptorLimit(uint32_t max_clients) {
+  const uint64_t need = 2ull * max_clients + kSpareConnections + 256;
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= need) return;
+  r.rlim_cur = std::min<rlim_t>(need, r.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &r);
+  getrlimit(RLIMIT_NOFILE, &r);
+  if (r.rlim_cur < need)
+    spdlog::warn("{} open files allowed (the hard limit), where max-clients {} needs {}: about {} "
+                 "clients can attach (raise LimitNOFILE, or lower max-clients)",
+                 static_cast<uint64_t>(r.rlim_cur), max_clients, need,
+                 (static_cast<uint64_t>(r.rlim_cur) > kSpareConnections + 256
+                      ? (static_cast<uint64_t>(r.rlim_cur) - kSpareConnections - 256) / 2
+                      : 0));
+}
+
 bool AccessPolicy::Allows(uid_t uid) const {
   if (uid == 0 || uid == geteuid()) return true;
   for (uid_t u : uids)
@@ -99,11 +117,17 @@ bool AccessPolicy::Allows(uid_t uid) const {
 }
 
 struct RpcServer::Impl {
-  Impl(const ServedModel& m, const AccessPolicy& a, LoopApi* l, int fd)
-      : model(m), access(a), loop(l), listen_fd(fd) {}
+  Impl(const ServedModel& m, const AccessPolicy& a, uint32_t max, LoopApi* l, int fd)
+      : model(m), access(a), max_clients(max), loop(l), listen_fd(fd) {}
   const ServedModel& model;
   std::mutex access_mu;  // a reload replaces `access` from the loop thread
   AccessPolicy access;
+  const uint32_t max_clients;
+  // Sessions not yet ended, and whether the refusal at the cap was logged
+  // since the count was last below it (one line per episode, not one per
+  // refused attach). RPC thread only.
+  uint32_t sessions = 0;
+  bool full_logged = false;
   LoopApi* loop;
   int listen_fd;
   std::atomic<uint32_t> next_id{1};
@@ -136,7 +160,9 @@ namespace {
 
 class SessionServer final : public proto::Session::Server {
  public:
-  SessionServer(RpcServer::Impl* s, uint32_t id, ucred cred) : s_(s), id_(id), cred_(cred) {}
+  SessionServer(RpcServer::Impl* s, uint32_t id, ucred cred) : s_(s), id_(id), cred_(cred) {
+    ++s_->sessions;
+  }
   ~SessionServer() { End(); }
 
   kj::Promise<void> hint(HintContext ctx) override {
@@ -191,6 +217,8 @@ class SessionServer final : public proto::Session::Server {
   void End() {
     if (ended_) return;
     ended_ = true;
+    --s_->sessions;
+    s_->full_logged = false;
     s_->loop->RemoveClient(id_);
   }
   RpcServer::Impl* s_;
@@ -209,6 +237,15 @@ class DaemonServer final : public proto::Daemon::Server {
     auto p = ctx.getParams();
     RpcServer::Impl::CheckVersion(p.getVersion());
     const ServedModel& m = s_->model;
+    if (s_->sessions >= s_->max_clients) {
+      const std::string why = "wasted serves at most " + std::to_string(s_->max_clients) +
+                              " clients at once (its max-clients setting) and has " +
+                              std::to_string(s_->sessions) +
+                              ": try again when one detaches, or raise max-clients";
+      if (!s_->full_logged) spdlog::warn("refused an attach from {}: {}", Who(cred_), why);
+      s_->full_logged = true;
+      Refuse(why);
+    }
 
     ClientRecord rec;
     rec.id = s_->next_id++;
@@ -376,6 +413,15 @@ class Acceptor final : public kj::TaskSet::ErrorHandler {
 
  private:
   void Serve(int fd) {
+    if (open_ >= Cap()) {
+      if (!refusal_logged_)
+        spdlog::warn("{} connections open, the most wasted keeps (max-clients + {}): closing new "
+                     "ones until one ends",
+                     open_, kSpareConnections);
+      refusal_logged_ = true;
+      close(fd);
+      return;
+    }
     ucred cred{};
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -389,21 +435,28 @@ class Acceptor final : public kj::TaskSet::ErrorHandler {
                 kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC);
     auto conn = kj::heap<Connection>(kj::mv(stream), kj::heap<DaemonServer>(s_, cred));
     auto done = conn->network.onDisconnect();
-    tasks_.add(done.attach(kj::mv(conn)));
+    ++open_;
+    tasks_.add(done.attach(kj::mv(conn), kj::defer([this] {
+      if (--open_ < Cap()) refusal_logged_ = false;
+    })));
   }
+  uint32_t Cap() const { return s_->max_clients + kSpareConnections; }
 
   RpcServer::Impl* s_;
   kj::AsyncIoContext& io_;
   kj::UnixEventPort::FdObserver observer_;
+  uint32_t open_ = 0;  // connections served now
+  bool refusal_logged_ = false;
   kj::TaskSet tasks_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Start(int listen_fd, const ServedModel& model,
-                                                    const AccessPolicy& access, LoopApi* loop) {
+                                                    const AccessPolicy& access,
+                                                    uint32_t max_clients, LoopApi* loop) {
   std::unique_ptr<RpcServer> server(new RpcServer());
-  server->impl_ = std::make_unique<Impl>(model, access, loop, listen_fd);
+  server->impl_ = std::make_unique<Impl>(model, access, max_clients, loop, listen_fd);
   Impl* impl = server->impl_.get();
   std::promise<std::string> started;
   auto started_future = started.get_future();

@@ -1,7 +1,8 @@
 // RpcServer: the daemon's Cap'n Proto side, on a thread of its own with a KJ
 // event loop (Cap'n Proto passes file descriptors only through its own async
 // I/O, so its loop cannot be libuv's). It accepts connections on the
-// listening socket, checks each peer's uid (SO_PEERCRED), answers attach,
+// listening socket (at most max_clients + kSpareConnections at once), checks
+// each peer's uid (SO_PEERCRED), answers attach (at most max_clients sessions),
 // hint, status, stop, warm, drop and reload, and forwards everything that touches the cache to
 // the event loop thread through LoopApi. It never reads or writes the cache
 // itself.
@@ -85,12 +86,30 @@ struct AccessPolicy {
   bool Allows(uid_t uid) const;
 };
 
+// Connections open at once beyond max_clients: room for wastectl and for
+// clients between connecting and attaching. A connection past that is
+// closed as soon as it is accepted, so a peer opening connections in a loop
+// cannot use up the daemon's descriptors.
+constexpr uint32_t kSpareConnections = 64;
+
+// Raises this process's soft limit on open descriptors towards what
+// `max_clients` need (each client a connection and a pin page's memfd, the
+// spare connections, 256 for the rest: the container's files, readers,
+// libuv), at most to the hard limit; the soft default of 1024 would run out
+// at about 480 clients. Logs a warning saying how many clients fit when
+// the hard limit is lower.
+void RaiseDescriptorLimit(uint32_t max_clients);
+
 class RpcServer {
  public:
   // Serves `listen_fd` (a bound, listening Unix socket; owned by the caller)
-  // on a new thread until Stop().
+  // on a new thread until Stop(). At most `max_clients` sessions at once:
+  // each costs a pin page (a memfd and a mapping) and a place in the
+  // daemon's planned overhead; an attach beyond them is refused with a
+  // message, and the attached clients are served as before.
   static Result<std::unique_ptr<RpcServer>> Start(int listen_fd, const ServedModel& model,
-                                                  const AccessPolicy& access, LoopApi* loop);
+                                                  const AccessPolicy& access, uint32_t max_clients,
+                                                  LoopApi* loop);
   ~RpcServer();  // calls Stop()
 
   // Closes every connection and joins the thread. Clients see their

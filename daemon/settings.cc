@@ -1,6 +1,7 @@
 #include "daemon/settings.h"
 
 #include <grp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -17,7 +18,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/plan/plan.h"     // ParseSize
+#include "daemon/metrics_http.h"  // kMaxConnections
+#include "engine/plan/plan.h"     // ParseSize, kPlannedClients
 #include "base/size_text.h"     // FormatSize
 #include "protocol/socket_path.h"
 #include "waste/version.h"
@@ -68,6 +70,10 @@ struct Setting {
   // setting of the daemon (main() acts on it).
   std::string (*describe)(const DaemonOptions& o);
 };
+
+// The help below says these numbers.
+static_assert(kPlannedClients == 1024, "max-clients' help says 1-1024");
+static_assert(MetricsHttp::kMaxConnections == 64, "metrics-timeout's help says 64");
 
 // In the order of wasted --help.
 const std::vector<Setting>& Table() {
@@ -144,6 +150,16 @@ const std::vector<Setting>& Table() {
          return app.add_option(flag, p.group, help);
        },
        [](const DaemonOptions& o) { return GroupText(o.access.group); }},
+      {"max-clients", "", nullptr, "Clients attached at once (1-1024); more are refused",
+       "Clients attached at once (1-1024): each has a pin page, planned in the\n"
+       "daemon's overhead. An attach beyond them is refused with a message and the\n"
+       "attached clients go on as before.",
+       [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
+         return app.add_option(flag, p.s->daemon.max_clients, help)
+             ->check(CLI::Range(uint32_t{1}, static_cast<uint32_t>(kPlannedClients)))
+             ->capture_default_str();
+       },
+       [](const DaemonOptions& o) { return std::to_string(o.max_clients); }},
       {"idle-exit", "",
        [](const DaemonOptions& next, DaemonOptions* live) {
          live->idle_exit_seconds = next.idle_exit_seconds;
@@ -201,11 +217,25 @@ const std::vector<Setting>& Table() {
        "127.0.0.1:9464 (default: off)",
        "Serve the status as Prometheus metrics (GET /metrics) over HTTP on this\n"
        "loopback HOST:PORT, e.g. 127.0.0.1:9464; the same text as `wastectl metrics`.\n"
-       "Default (empty): off. Loopback addresses only: the page has no authentication.",
+       "Default (empty): off. Loopback addresses only; answered to the uids allowed\n"
+       "to attach (see metrics-timeout).",
        [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
          return app.add_option(flag, p.s->daemon.metrics_listen, help);
        },
        [](const DaemonOptions& o) { return OrNone(o.metrics_listen); }},
+      {"metrics-timeout", "", nullptr,
+       "Seconds a metrics connection may stay open (a peer that sends nothing is closed then)",
+       "Seconds a metrics connection may stay open: one that has not been answered\n"
+       "and closed by then (it sent nothing, or a header that never ends, or does\n"
+       "not read the answer) is closed. At most 64 are open at once (a new one\n"
+       "closes the oldest), and only the uids allowed to attach are answered: the\n"
+       "peer's uid is the owner of its loopback socket in /proc/net/tcp.",
+       [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
+         return app.add_option(flag, p.s->daemon.metrics_timeout_seconds, help)
+             ->check(CLI::Range(0.001, 3600.0))
+             ->capture_default_str();
+       },
+       [](const DaemonOptions& o) { return SecondsText(o.metrics_timeout_seconds); }},
       {"no-huge-pages", "false", nullptr, "Use 4 KiB pages for the segments",
        "Use 4 KiB pages for the shared segments instead of asking for huge pages.",
        [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
@@ -329,6 +359,28 @@ std::string FileSettingNamed(const std::string& what, const std::set<std::string
   return "";
 }
 
+// A settings file is untrusted like any: CLI11 reads it whole, so one that
+// is not a regular file (/dev/zero) or is larger than any settings file
+// could be is refused before it is read. Empty when the file named by
+// --config (if any) may be read; a missing file is CLI11's to report.
+constexpr uint64_t kMaxSettingsFile = 1 << 20;
+std::string UnreadableConfig(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    std::string path;
+    if (a == "--config" && i + 1 < argc) path = argv[i + 1];
+    else if (a.rfind("--config=", 0) == 0) path = std::string(a.substr(9));
+    else continue;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode)) return "--config " + path + ": not a regular file";
+    if (static_cast<uint64_t>(st.st_size) > kMaxSettingsFile)
+      return "--config " + path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
+             std::to_string(kMaxSettingsFile) + " a settings file may have";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string SecondsText(double s) {
@@ -374,6 +426,7 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
     const bool from_file = in_file.count(name) && !OnCommandLine(name, argc, argv);
     return fail(from_file ? "--config" + file() + ": " + why : why);
   };
+  if (const std::string bad = UnreadableConfig(argc, argv); !bad.empty()) return fail(bad);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {

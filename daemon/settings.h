@@ -14,6 +14,7 @@
 
 #include "daemon/rpc_server.h"   // AccessPolicy
 #include "daemon/slot_cache.h"   // EvictionPolicy, kMaxQueuedPerClient
+#include "engine/plan/plan.h"    // kPlannedClients
 
 namespace waste::daemon {
 
@@ -31,6 +32,9 @@ struct DaemonOptions {
   bool huge_pages = true;  // ask for huge pages for the segments
   bool wire_trunk = true;  // mlock the trunk
   AccessPolicy access;
+  // Clients attached at once; the planned overhead has a pin page for each
+  // of kPlannedClients, so that is also the most it may be.
+  uint32_t max_clients = static_cast<uint32_t>(kPlannedClients);
   double idle_exit_seconds = 0;  // stop after this long without clients; 0: never
   std::string state_dir;         // where use counts are saved; empty: not saved
   double save_interval_seconds = 300;  // use counts are also saved this often
@@ -48,6 +52,12 @@ struct DaemonOptions {
   uint32_t max_queued_per_client = kMaxQueuedPerClient;
   // HOST:PORT on loopback for an HTTP page of metrics (GET /metrics); empty: none.
   std::string metrics_listen;
+  // A metrics connection still open this long after it was accepted is
+  // closed. A scrape on loopback takes milliseconds (the request comes with
+  // the connection, the page is made in microseconds); 5 s is a thousand
+  // times that on a loaded machine, and is how long a peer that connects
+  // and says nothing holds one of the page's 64 places.
+  double metrics_timeout_seconds = 5;
 };
 
 // Everything the command line (and the file it names) sets: the daemon's

@@ -1,5 +1,7 @@
 // The use counts: saved as JSON under --state-dir, one file per container
 // fingerprint, and read at start to warm the cache.
+#include "daemon/uses.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -24,50 +25,50 @@ std::string Daemon::UsesPath() const {
   return opt_.state_dir + "/" + fingerprint_ + ".uses.json";
 }
 
+Result<std::vector<uint32_t>> ParseUses(std::string_view text, const std::string& path,
+                                        const std::string& fingerprint, size_t records) {
+  auto doc = ParseJson(text, path);
+  if (!doc.ok()) return Status::Error(path + ": not valid JSON");
+  const nlohmann::json& j = *doc;
+  if (!j.is_object()) return Status::Error(path + ": not a JSON object");
+  std::string saved;
+  WASTE_RETURN_IF_ERROR(JsonString(j, path + ": ", "fingerprint", &saved));
+  const auto list = j.find("uses");
+  if (list != j.end() && !list->is_array()) return Status::Error(path + ": uses is not a list");
+  if (saved != fingerprint || list == j.end() || list->size() != records)
+    return Status::Error(path + ": not the use counts of this container");
+  std::vector<uint32_t> uses(records);
+  for (size_t i = 0; i < records; ++i) {
+    const auto& v = (*list)[i];
+    if (!v.is_number_unsigned())
+      return Status::Error(path + ": use count " + std::to_string(i) + " is not a count");
+    uses[i] = static_cast<uint32_t>(std::min<uint64_t>(v.get<uint64_t>(), UINT32_MAX));
+  }
+  return uses;
+}
+
 void Daemon::LoadUses() {
   if (opt_.state_dir.empty()) return;
   const std::string path = UsesPath();
-  std::ifstream f(path);
-  if (!f) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     spdlog::info("no saved use counts at {}: the cache starts cold", path);
     return;
   }
   // Untrusted like any file: a bad one is reported and ignored (the cache
   // starts cold), never a reason not to serve.
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    spdlog::warn("{}: not valid JSON; ignored", path);
-    return;
-  }
-  if (!j.is_object()) {
-    spdlog::warn("{}: not a JSON object; ignored", path);
-    return;
-  }
-  std::string fingerprint;
-  if (Status st = JsonString(j, path + ": ", "fingerprint", &fingerprint); !st.ok()) {
-    spdlog::warn("{}; ignored", st.message());
-    return;
-  }
-  const auto list = j.find("uses");
-  if (list != j.end() && !list->is_array()) {
-    spdlog::warn("{}: uses is not a list; ignored", path);
+  auto text = ReadSmallFile(path, kMaxUsesFileBytes);
+  if (!text.ok()) {
+    spdlog::warn("{}; ignored", text.status().message());
     return;
   }
   const size_t n = size_t(ct_->config().n_layers) * size_t(ct_->config().n_experts);
-  if (fingerprint != fingerprint_ || list == j.end() || list->size() != n) {
-    spdlog::warn("{}: not the use counts of this container; ignored", path);
+  auto uses = ParseUses(*text, path, fingerprint_, n);
+  if (!uses.ok()) {
+    spdlog::warn("{}; ignored", uses.status().message());
     return;
   }
-  std::vector<uint32_t> uses(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto& v = (*list)[i];
-    if (!v.is_number_unsigned()) {
-      spdlog::warn("{}: use count {} is not a count; ignored", path, i);
-      return;
-    }
-    uses[i] = static_cast<uint32_t>(std::min<uint64_t>(v.get<uint64_t>(), UINT32_MAX));
-  }
-  cache_->SeedUses(uses);
+  cache_->SeedUses(*uses);
   if (!opt_.warm_start) return;
   const uint32_t queued = cache_->Warm(cache_->Hottest(served_.slots));
   spdlog::info("warm start from {}: {} reads queued, hottest first, at the lowest priority", path,

@@ -3,67 +3,17 @@
 // picks a record of a tiny synthetic container and overwrites part of its
 // real bytes (or replaces them), so the header, the layout fields and the
 // crc32 are all reached: any bytes give ok or an error naming the record.
-#include <unistd.h>
-
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/format/container.h"
-#ifdef WASTE_FUZZ_WITH_ENGINE
-#include "engine/synth/synth.h"
-#endif
-
-namespace {
-
-// A tiny synthetic container: $WASTE_FUZZ_CONTAINER (the libFuzzer build,
-// which has no engine to write one), else written into a scratch directory
-// removed at exit.
-struct Tiny {
-  std::string dir;
-  bool owned = false;
-  std::unique_ptr<waste::Container> ct;
-  Tiny() {
-    if (const char* given = std::getenv("WASTE_FUZZ_CONTAINER")) {
-      dir = given;
-    } else {
-#ifdef WASTE_FUZZ_WITH_ENGINE
-      dir = (std::filesystem::temp_directory_path() /
-             ("waste-record-fuzz-" + std::to_string(getpid())))
-                .string();
-      auto spec = waste::SynthPreset("tiny-kimi");
-      if (!spec.ok() || !waste::WriteSynthetic(*spec, dir, true, 1, nullptr).ok()) std::abort();
-      owned = true;
-#else
-      std::fprintf(stderr, "record_fuzz: set WASTE_FUZZ_CONTAINER to a tiny-kimi container\n");
-      std::abort();
-#endif
-    }
-    auto c = waste::Container::Open(dir);
-    if (!c.ok()) std::abort();
-    ct = std::make_unique<waste::Container>(std::move(*c));
-  }
-  ~Tiny() {
-    ct.reset();
-    std::error_code ec;
-    if (owned) std::filesystem::remove_all(dir, ec);
-  }
-  static const waste::Container& Get() {
-    static Tiny t;
-    return *t.ct;
-  }
-};
-
-}  // namespace
+#include "fuzz/tiny.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
-  const waste::Container& ct = Tiny::Get();
+  const waste::Container& ct = waste::fuzz::Tiny::Get();
   std::vector<int> moe;
   for (int L = 0; L < ct.config().n_layers; ++L)
     if (ct.manifest().Bank(L)) moe.push_back(L);

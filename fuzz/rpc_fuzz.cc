@@ -102,7 +102,7 @@ struct Server {
       Check(*fd >= 0 && ftruncate(*fd, 4096) == 0);
     }
     model.trunk_bytes = model.cache_bytes = model.table_bytes = 4096;
-    auto r = RpcServer::Start(listen_fd, model, access, &loop);
+    auto r = RpcServer::Start(listen_fd, model, access, /*max_clients=*/4, &loop);
     Check(r.ok());
     rpc = std::move(*r);
   }

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -39,9 +40,10 @@ TEST(Settings, DescribedInTheOrderOfTheFlagsAndReloadableByTheTable) {
   std::vector<std::string> names;
   for (const auto& [name, value] : waste::daemon::DescribeSettings(o)) names.push_back(name);
   const std::vector<std::string> want = {
-      "container", "socket",     "budget",         "io-depth",      "verify-crc", "allow-uid",
-      "allow-group", "idle-exit", "state-dir",     "save-interval", "cold",       "policy",
-      "metrics-listen", "no-huge-pages", "no-wire", "log-file",     "log-level"};
+      "container",       "socket",        "budget",   "io-depth",  "verify-crc",
+      "allow-uid",       "allow-group",   "max-clients", "idle-exit", "state-dir",
+      "save-interval",   "cold",          "policy",   "metrics-listen", "metrics-timeout",
+      "no-huge-pages",   "no-wire",       "log-file", "log-level"};
   EXPECT_EQ(names, want);
   std::set<std::string> reloadable;
   for (const std::string& n : names)
@@ -104,6 +106,9 @@ TEST(Settings, BadValuesInTheFileNameTheFileAndTheSetting) {
       {"allow-group = 99999999999999999999\n",
        "--allow-group: 99999999999999999999 is not a group id"},
       {"allow-group = 4294967295\n", "--allow-group: 4294967295 is not a group id"},
+      {"max-clients = 0\n", "--max-clients"},
+      {"max-clients = 1025\n", "--max-clients"},
+      {"metrics-timeout = 0\n", "--metrics-timeout"},
   };
   for (const auto& [text, want] : cases) {
     const auto [code, error] = parse(text, {});
@@ -116,6 +121,45 @@ TEST(Settings, BadValuesInTheFileNameTheFileAndTheSetting) {
   EXPECT_NE(error.find("--io-depth"), std::string::npos) << error;
   EXPECT_EQ(error.find("--config"), std::string::npos) << error;
   EXPECT_EQ(parse("io-depth = 3\nallow-group = 0\n", {}).first, -1);
+}
+
+// A settings file is read whole by CLI11: one that is not a regular file or
+// is larger than a settings file could be is refused before it is read.
+TEST(Settings, AnUnboundedSettingsFileIsRefusedUnread) {
+  const auto parse = [](const std::string& conf) {
+    std::vector<std::string> args = {"wasted", "/nonexistent", "--config", conf};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    waste::daemon::Settings s;
+    std::string error;
+    const int code = waste::daemon::ParseSettings(static_cast<int>(argv.size()), argv.data(), &s,
+                                                  true, &error);
+    return std::make_pair(code, error);
+  };
+  auto [code, error] = parse("/dev/zero");
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(error, "--config /dev/zero: not a regular file");
+  const std::string big = ::testing::TempDir() + "/settings_test_big.conf";
+  {
+    std::ofstream f(big);
+    f << "max-clients = 4\n" << std::string(2 << 20, '#') << "\n";
+  }
+  std::tie(code, error) = parse(big);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(error.find("more than the 1048576 a settings file may have"), std::string::npos)
+      << error;
+  {
+    std::ofstream f(big);
+    f << "max-clients = 4\nmetrics-timeout = 0.25\n";
+  }
+  waste::daemon::Settings s;
+  std::vector<std::string> args = {"wasted", "/nonexistent", "--config", big};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::string err;
+  ASSERT_EQ(waste::daemon::ParseSettings(4, argv.data(), &s, true, &err), -1) << err;
+  EXPECT_EQ(s.daemon.max_clients, 4u);
+  EXPECT_EQ(s.daemon.metrics_timeout_seconds, 0.25);
 }
 
 }  // namespace

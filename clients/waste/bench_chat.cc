@@ -228,12 +228,6 @@ struct ChatOptions {
   std::string system;
 };
 
-// chat.json: role -> [prefix, suffix]; "open" starts the assistant's turn.
-std::string Wrap(const nlohmann::json& chat, const std::string& role, const std::string& text) {
-  if (!chat.contains(role) || !chat[role].is_array()) return text;
-  return chat[role][0].get<std::string>() + text + chat[role][1].get<std::string>();
-}
-
 int RunChat(const ChatOptions& o) {
   auto e = OpenEngine(o.engine);
   if (!e.ok()) {
@@ -252,7 +246,7 @@ int RunChat(const ChatOptions& o) {
   Session s = e->model->NewSession(o.engine.context);
   Sampler sampler(o.sampler);
   std::vector<float> logits(config.vocab);
-  std::string pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
+  std::string pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
   const int end_id = tok.SpecialId("<|im_end|>").value_or(config.eos_token);
   // /reset and /load need the model; after wasted went away for good they
   // say so (and /save still works: it needs only the container).
@@ -267,7 +261,7 @@ int RunChat(const ChatOptions& o) {
     if (line == "/reset") {
       if (!need_model()) continue;
       s = e->model->NewSession(o.engine.context);
-      pending = o.system.empty() ? "" : Wrap(chat, "system", o.system);
+      pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
       continue;
     }
     if (line == "/stats") {
@@ -291,7 +285,7 @@ int RunChat(const ChatOptions& o) {
       }
       continue;
     }
-    std::string turn = pending + Wrap(chat, "user", line) + chat.value("open", std::string());
+    std::string turn = pending + WrapChat(chat, "user", line) + ChatOpen(chat);
     pending.clear();
     std::vector<int> ids;
     for (int32_t id : tok.EncodeMarkup(turn)) ids.push_back(id);

@@ -16,6 +16,7 @@
 
 #include "base/size_text.h"
 #include "clients/waste/commands.h"
+#include "clients/waste/trace.h"
 #include "engine/format/container.h"
 #include "link/attach.h"
 #include "link/daemon_client.h"
@@ -39,72 +40,6 @@ struct ReplayOptions {
   std::string container, trace, socket, tokens;
   bool json = false;
 };
-
-// One token of the trace: its line in the file (1-based, for messages) and
-// the experts of each MoE layer, in ascending id (the order in which the
-// forward pass acquires them).
-struct TraceToken {
-  int line = 0;
-  std::vector<std::vector<int>> layers;
-};
-
-// Why a line is refused, or empty when it is a good token.
-std::string ParseToken(const std::string& text, int moe_layers, int experts, TraceToken* out) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return "not JSON";
-  if (!j.is_object()) return "not a JSON object";
-  // "tok" is not needed (tokens are replayed in file order) but a wrong
-  // type says the line is not what we think it is.
-  if (j.contains("tok") && !j["tok"].is_number_unsigned()) return "\"tok\" is not a token index";
-  if (!j.contains("layers")) return "no \"layers\"";
-  const json& layers = j["layers"];
-  if (!layers.is_array()) return "\"layers\" is not a list";
-  if (layers.size() != static_cast<size_t>(moe_layers))
-    return std::to_string(layers.size()) + " layers, but the container has " +
-           std::to_string(moe_layers) + " MoE layers (a trace lists the MoE layers only)";
-  out->layers.assign(layers.size(), {});
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const std::string where = "MoE layer " + std::to_string(i);
-    if (!layers[i].is_array()) return where + " is not a list of experts";
-    std::vector<int>& ids = out->layers[i];
-    for (const json& e : layers[i]) {
-      // The parser keeps non-negative integers unsigned, so a signed one is
-      // negative; floats, strings and the rest are not ids at all.
-      if (!e.is_number_integer()) return where + ": " + e.dump() + " is not an expert id";
-      if (!e.is_number_unsigned()) return where + ": negative expert id " + e.dump();
-      const uint64_t v = e.get<uint64_t>();
-      if (v >= static_cast<uint64_t>(experts))
-        return where + ": expert " + std::to_string(v) + ", but the container has " +
-               std::to_string(experts) + " experts per layer";
-      ids.push_back(static_cast<int>(v));
-    }
-    std::sort(ids.begin(), ids.end());
-    // A router never picks an expert twice; a trace that does is damaged.
-    if (auto d = std::adjacent_find(ids.begin(), ids.end()); d != ids.end())
-      return where + ": expert " + std::to_string(*d) + " listed twice";
-  }
-  return "";
-}
-
-// The whole trace, checked against the container's shape before anything is
-// sent to the daemon: a bad line anywhere is refused, naming its number.
-Result<std::vector<TraceToken>> ReadTrace(const std::string& path, int moe_layers, int experts) {
-  std::ifstream f(path);
-  if (!f) return Status::Error(path + ": cannot open: " + std::strerror(errno));
-  std::vector<TraceToken> tokens;
-  std::string text;
-  for (int line = 1; std::getline(f, text); ++line) {
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
-    TraceToken t;
-    t.line = line;
-    const std::string why = ParseToken(text, moe_layers, experts, &t);
-    if (!why.empty()) return Status::Error(path + ": line " + std::to_string(line) + ": " + why);
-    tokens.push_back(std::move(t));
-  }
-  if (f.bad()) return Status::Error(path + ": read failed");
-  if (tokens.empty()) return Status::Error(path + ": no tokens");
-  return tokens;
-}
 
 // --tokens A:B, either side optional: tokens A to B-1 of the trace, counted
 // from 0 in file order.

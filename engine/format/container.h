@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -175,6 +176,16 @@ class Container {
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 // Parses untrusted JSON: bounded nesting, errors carry `what` and the position.
 Result<nlohmann::json> ParseJson(std::string_view text, const std::string& what);
+
+// chat.json, checked (`Container::chat()` holds only what passed): an
+// object whose values are a string or [prefix, suffix], strings both, and
+// whose "open" (what starts the assistant's turn) is a string.
+Result<nlohmann::json> ParseChat(std::string_view text);
+// `text` as a turn of `role`: prefix + text + suffix when `chat` (from
+// ParseChat, or null) gives the role a pair, else `text` alone.
+std::string WrapChat(const nlohmann::json& chat, const std::string& role, const std::string& text);
+// What starts the assistant's turn: chat.json's "open", or empty.
+std::string ChatOpen(const nlohmann::json& chat);
 
 // Optional fields of an untrusted JSON object, read without a throw. Absent
 // or null (or `obj` not an object): *out keeps its value. Present but of
