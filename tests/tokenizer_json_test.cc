@@ -229,6 +229,8 @@ TEST(PreTokenizerSteps, TranslationRefusesWhatItCannotRewrite) {
            {R"([a-z&&[^aeiou]])", "offset 0: this class intersection"},
            {R"([^\S])", "offset 2: \\S inside a class"},
            {R"((?u)x)", "offset 0: the group \"(?u\""},
+           {R"((?m).)", "offset 0: the group \"(?m\""},
+           {R"(a{1,2}+)", "offset 5: \"}+\""},
            {R"(\p{^L})", "offset 0: the property \"^L\""},
            {R"([abc)", "offset 0: unterminated class"},
        }) {
@@ -238,7 +240,7 @@ TEST(PreTokenizerSteps, TranslationRefusesWhatItCannotRewrite) {
   }
   // What differs is rewritten.
   EXPECT_EQ(*tk::TranslateOnigPattern(R"(\p{Han}+)"), R"(\p{sc:Han}+)");
-  EXPECT_EQ(*tk::TranslateOnigPattern(R"(^a$)"), R"((?m:^)a(?m:$))");
+  EXPECT_EQ(*tk::TranslateOnigPattern(R"(^a.$)"), R"((?<![^\n])a[^\n](?![^\n]))");
   EXPECT_EQ(*tk::TranslateOnigPattern(R"(x{,2}\u00e9)"), R"(x{0,2}\x{00e9})");
   EXPECT_EQ(*tk::TranslateOnigPattern(R"([\p{L}\p{N}&&[^\p{Han}]])"),
             R"([^\p{Mn}\p{Mc}\p{Me}\p{Pc}\p{Pd}\p{Ps}\p{Pe}\p{Pi}\p{Pf}\p{Po}\p{Sm}\p{Sc}\p{Sk}\p{So})"
@@ -300,6 +302,23 @@ TEST(TokenizerJsonLoad, BadPreTokenizerAndMergesAreNamed) {
     ASSERT_FALSE(tok.ok()) << text;
     EXPECT_EQ(tok.status().message().substr(0, message.size()), message) << text;
   }
+}
+
+// A special may be a rank when the rank's bytes are its text (an added
+// token inside tokenizers' vocabulary), and only then.
+TEST(TokenizerJsonLoad, SpecialsInsideTheVocabularyAreTheirRanksText) {
+  const json r = ReadJson(kOracle + "/reordered.json");
+  const std::string dir = Import(r["tokenizer"], "inside");
+  WriteText(dir + "/specials.json", R"([{"id": 256, "text": "ab"}])");
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_TRUE(tok->IsSpecial(256));
+  EXPECT_EQ(tok->EncodeMarkup("xab"), (std::vector<int32_t>{'x', 256}));
+  WriteText(dir + "/specials.json", R"([{"id": 256, "text": "ba"}])");
+  tok = Tokenizer::Load(dir);
+  ASSERT_FALSE(tok.ok());
+  EXPECT_EQ(tok.status().message(),
+            "specials.json: entry 0: id 256 is a rank of tokenizer.model (ranks are 0..262)");
 }
 
 // What the importer will not run as written it leaves out, saying why.

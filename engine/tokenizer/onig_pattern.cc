@@ -63,9 +63,18 @@ class Translator {
         auto g = Group();
         if (!g.ok()) return g.status();
         out += *g;
-      } else if (c == '^' || c == '$') {
-        out += std::string("(?m:") + c + ")";  // line anchors in Oniguruma
+      } else if (c == '^') {
+        out += R"((?<![^\n]))";  // a line start in Oniguruma, whatever PCRE2's newline
         ++i_;
+      } else if (c == '$') {
+        out += R"((?![^\n]))";  // a line end
+        ++i_;
+      } else if (c == '.') {
+        out += R"([^\n])";  // Oniguruma's dot: anything but a newline
+        ++i_;
+      } else if (c == '}' && i_ + 1 < s_.size() && s_[i_ + 1] == '+') {
+        // PCRE2 reads {n,m}+ as possessive, Oniguruma as a repeat of it.
+        return Refuse(i_, "\"}+\" (Oniguruma repeats the interval, PCRE2 makes it possessive)");
       } else if (c == '{' && i_ + 1 < s_.size() && s_[i_ + 1] == ',') {
         out += "{0";  // Oniguruma's {,n} is {0,n}; PCRE2 10.42 reads it as text
         ++i_;
@@ -100,8 +109,6 @@ class Translator {
       const char f = s_[i_++];
       if (f == 'i' || f == 'x' || f == '-')
         flags += f;
-      else if (f == 'm')
-        flags += 's';  // Oniguruma's (?m): the dot matches a newline
       else
         return Refuse(at, "the group \"(?" + std::string(1, f) + "\" has no PCRE2 translation");
     }

@@ -4,11 +4,11 @@
 // build), whose syntax and Unicode readings differ from PCRE2's in places:
 // `\s` is White_Space, `\w` is letters, marks, decimal digits and
 // connector punctuation, `\p{Han}` is a Script, `^`/`$` are always line
-// anchors, `(?m)` is PCRE2's `(?s)`, `{,n}` is `{0,n}`, `\uHHHH` a code
+// anchors, `.` is anything but `\n`, `{,n}` is `{0,n}`, `\uHHHH` a code
 // point, and classes may intersect (`[A&&[^B]]`). TranslateOnigPattern
 // rewrites what differs and refuses what it cannot rewrite exactly
-// (backreferences, `\b`, POSIX brackets, other intersections, unknown
-// escapes), naming the construct and its offset. engine/tokenizer/README.md
+// (backreferences, `\b`, POSIX brackets, other intersections, `(?m)`,
+// `{n,m}+`, unknown escapes), naming the construct and its offset. engine/tokenizer/README.md
 // gives the table.
 #pragma once
 
