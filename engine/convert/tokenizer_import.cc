@@ -1,5 +1,6 @@
 #include "engine/convert/tokenizer_import.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -85,7 +86,174 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials)
   return "";
 }
 
+// What a normalizer does to the text: nothing (null, or a Sequence of
+// nothing), or something the engine does not do.
+bool NormalizerIsIdentity(const json& n) {
+  if (n.is_null()) return true;
+  if (!n.is_object() || !n.contains("type") || n["type"] != "Sequence" || !n.contains("normalizers") ||
+      !n["normalizers"].is_array())
+    return false;
+  return std::all_of(n["normalizers"].begin(), n["normalizers"].end(), NormalizerIsIdentity);
+}
+
+// tokenizers' pre_tokenizer with its Sequences flattened, into `steps`.
+// False (and `why`) for a step the engine does not run.
+bool FlattenPreTokenizer(const json& p, json* steps, std::string* why) {
+  if (p.is_null()) return true;
+  if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
+    *why = "tokenizer.json: pre_tokenizer holds a step without a type";
+    return false;
+  }
+  const std::string type = p["type"].get<std::string>();
+  if (type == "Sequence") {
+    if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array()) {
+      *why = "tokenizer.json: pre_tokenizer Sequence without pretokenizers";
+      return false;
+    }
+    for (const json& q : p["pretokenizers"])
+      if (!FlattenPreTokenizer(q, steps, why)) return false;
+    return true;
+  }
+  if (type != "Split" && type != "Digits" && type != "Punctuation" && type != "ByteLevel") {
+    *why = "tokenizer.json: the pre-tokenizer " + type.substr(0, 40) +
+           " is not one the engine runs (Split, Digits, Punctuation, ByteLevel)";
+    return false;
+  }
+  steps->push_back(p);
+  return true;
+}
+
 }  // namespace
+
+Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
+  TokenizerJsonParts out;
+  const json* vocab = nullptr;
+  const json* model = nullptr;
+  if (!tj.is_object()) return Status::Error("tokenizer.json: not an object");
+  if (auto m = tj.find("model"); m != tj.end()) {
+    if (!m->is_object()) return Status::Error("tokenizer.json: model is not an object");
+    const auto type = m->find("type");
+    if (type != m->end() && !type->is_string())
+      return Status::Error("tokenizer.json: model.type is not a string");
+    if (type != m->end() && type->get<std::string>() == "BPE" && m->contains("vocab") &&
+        (*m)["vocab"].is_object()) {
+      vocab = &(*m)["vocab"];
+      model = &*m;
+    }
+  }
+  if (!vocab) {
+    out.note = "tokenizer.json is not a byte-level BPE model";
+    return out;
+  }
+  // The BPE options the engine does not run.
+  const auto set = [&](const char* key) {
+    const auto it = model->find(key);
+    if (it == model->end() || it->is_null()) return false;
+    if (it->is_boolean()) return it->get<bool>();
+    if (it->is_string()) return !it->get<std::string>().empty();
+    if (it->is_number()) return it->get<double>() != 0;
+    return true;
+  };
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback",
+                          "ignore_merges"})
+    if (set(key)) {
+      out.note = std::string("tokenizer.json: model.") + key + " is set, which the engine does not run";
+      return out;
+    }
+  if (const auto n = tj.find("normalizer"); n != tj.end() && !NormalizerIsIdentity(*n)) {
+    out.note = "tokenizer.json: the normalizer " + n->dump().substr(0, 60) + " is not run by the engine";
+    return out;
+  }
+  json steps = json::array();
+  if (const auto p = tj.find("pre_tokenizer"); p != tj.end())
+    if (!FlattenPreTokenizer(*p, &steps, &out.note)) return out;
+  // No pre-tokenizer at all (hand-made files): the engine's default, Kimi's
+  // pattern, splits it, as before pretokenizer.json existed.
+  if (!steps.empty()) {
+    if (steps.back().value("type", "") != "ByteLevel") {
+      out.note = "tokenizer.json: the pre-tokenizer does not end in ByteLevel (not a byte-level BPE)";
+      return out;
+    }
+    out.pretokenizer_json = steps.dump(1);
+  }
+
+  // Added tokens, special or not: tokenizers matches each in the text.
+  std::map<int64_t, std::string> added;
+  const auto at = tj.find("added_tokens");
+  if (at != tj.end() && !at->is_null() && !at->is_array())
+    return Status::Error("tokenizer.json: added_tokens is not a list");
+  if (at != tj.end() && at->is_array()) {
+    for (const json& a : *at) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() ||
+          !a.contains("content") || !a["content"].is_string())
+        return Status::Error("tokenizer.json: added_tokens holds " + a.dump().substr(0, 80));
+      added[a["id"].get<int64_t>()] = a["content"].get<std::string>();
+      out.added.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
+    }
+  }
+
+  const auto to_byte = CharToByte();
+  std::map<int64_t, std::string> by_id;
+  std::map<std::string, int64_t> id_of;  // by the token's string in tokenizer.json
+  std::set<std::string> seen;
+  for (const auto& [token, id] : vocab->items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
+      return Status::Error("tokenizer.json: model.vocab." + token + " is not an id");
+    std::string bytes;
+    // An added token inside the vocabulary is its text, not byte-level.
+    if (const auto a = added.find(id.get<int64_t>()); a != added.end() && a->second == token) {
+      bytes = token;
+    } else if (!TokenBytes(token, to_byte, &bytes) || bytes.empty()) {
+      out.note = "tokenizer.json: token \"" + token + "\" is not in the byte-level alphabet";
+      return out;
+    }
+    if (!seen.insert(bytes).second || !by_id.emplace(id.get<int64_t>(), bytes).second)
+      return Status::Error("tokenizer.json: token \"" + token + "\" repeats a token or an id");
+    id_of.emplace(token, id.get<int64_t>());
+  }
+  int64_t next = 0;
+  for (const auto& [id, bytes] : by_id) {
+    if (id != next++)
+      return Status::Error("tokenizer.json: the vocabulary's ids do not run 0.." +
+                           std::to_string(by_id.size() - 1) + " (id " + std::to_string(id) + ")");
+    out.tokenizer_model += Base64Encode(bytes) + " " + std::to_string(id) + "\n";
+  }
+
+  // The merges, in their order: "a b" or ["a", "b"]. A pair listed twice
+  // keeps its last rank, as tokenizers' map does.
+  const auto merges = model->find("merges");
+  if (merges == model->end() || !merges->is_array())
+    return Status::Error("tokenizer.json: model.merges is not a list");
+  std::map<std::pair<int64_t, int64_t>, size_t> rank_of;
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const json& m = (*merges)[i];
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        return Status::Error("tokenizer.json: model.merges[" + std::to_string(i) + "] is not \"a b\"");
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get<std::string>(), b = m[1].get<std::string>();
+    } else {
+      return Status::Error("tokenizer.json: model.merges[" + std::to_string(i) + "] is not a pair");
+    }
+    const auto ia = id_of.find(a), ib = id_of.find(b), iab = id_of.find(a + b);
+    if (ia == id_of.end() || ib == id_of.end() || iab == id_of.end())
+      return Status::Error("tokenizer.json: model.merges[" + std::to_string(i) + "] (\"" +
+                           a.substr(0, 40) + "\", \"" + b.substr(0, 40) +
+                           "\") names a token outside model.vocab");
+    rank_of[{ia->second, ib->second}] = i;
+  }
+  std::vector<std::pair<size_t, std::pair<int64_t, int64_t>>> ordered;
+  ordered.reserve(rank_of.size());
+  for (const auto& [pair, rank] : rank_of) ordered.emplace_back(rank, pair);
+  std::sort(ordered.begin(), ordered.end());
+  for (const auto& [rank, pair] : ordered)
+    out.merges_txt += std::to_string(pair.first) + " " + std::to_string(pair.second) + "\n";
+  return out;
+}
 
 Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceModel& model) {
   namespace fs = std::filesystem;
@@ -121,54 +289,16 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
   } else if (fs::exists(dir + "/tokenizer.json", ec)) {
     auto tj = ReadJson(dir, "tokenizer.json");
     if (!tj.ok()) return tj.status();
-    const json* vocab = nullptr;
-    if (auto m = tj->find("model"); m != tj->end()) {
-      if (!m->is_object()) return Status::Error("tokenizer.json: model is not an object");
-      const auto type = m->find("type");
-      if (type != m->end() && !type->is_string())
-        return Status::Error("tokenizer.json: model.type is not a string");
-      if (type != m->end() && type->get<std::string>() == "BPE" && m->contains("vocab") &&
-          (*m)["vocab"].is_object())
-        vocab = &(*m)["vocab"];
-    }
-    if (!vocab) {
-      t.note = "tokenizer.json is not a byte-level BPE model; no tokenizer written";
+    auto parts = ImportTokenizerJson(*tj);
+    if (!parts.ok()) return parts.status();
+    if (!parts->note.empty()) {
+      t.note = parts->note + "; no tokenizer written";
       return t;
     }
-    const auto to_byte = CharToByte();
-    std::map<int64_t, std::string> by_id;
-    std::set<std::string> seen;
-    for (const auto& [token, id] : vocab->items()) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
-        return Status::Error("tokenizer.json: model.vocab." + token + " is not an id");
-      std::string bytes;
-      if (!TokenBytes(token, to_byte, &bytes) || bytes.empty()) {
-        t.note = "tokenizer.json: token \"" + token +
-                 "\" is not in the byte-level alphabet; no tokenizer written";
-        return t;
-      }
-      if (!seen.insert(bytes).second || !by_id.emplace(id.get<int64_t>(), bytes).second)
-        return Status::Error("tokenizer.json: token \"" + token + "\" repeats a token or an id");
-    }
-    int64_t next = 0;
-    for (const auto& [id, bytes] : by_id) {
-      if (id != next++)
-        return Status::Error("tokenizer.json: the vocabulary's ids do not run 0.." +
-                             std::to_string(by_id.size() - 1) + " (id " + std::to_string(id) + ")");
-      t.tokenizer_model += Base64Encode(bytes) + " " + std::to_string(id) + "\n";
-    }
-    const auto added = tj->find("added_tokens");
-    if (added != tj->end() && !added->is_null() && !added->is_array())
-      return Status::Error("tokenizer.json: added_tokens is not a list");
-    if (added != tj->end() && added->is_array()) {
-      for (const json& a : *added) {
-        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() ||
-            !a.contains("content") || !a["content"].is_string())
-          return Status::Error("tokenizer.json: added_tokens holds " + a.dump().substr(0, 80));
-        if (!by_id.count(a["id"].get<int64_t>()))
-          add_special(a["id"].get<int64_t>(), a["content"].get<std::string>());
-      }
-    }
+    t.tokenizer_model = std::move(parts->tokenizer_model);
+    t.merges_txt = std::move(parts->merges_txt);
+    t.pretokenizer_json = std::move(parts->pretokenizer_json);
+    for (const auto& [id, text] : parts->added) add_special(id, text);
     t.source = "tokenizer.json";
   } else {
     t.note = "no tiktoken.model or tokenizer.json in the checkpoint; no tokenizer written";

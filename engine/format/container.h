@@ -5,6 +5,7 @@
 //   codebooks.bin      VQ codebooks: 3 * stages per MoE layer
 //   experts-L{n}.bin   one bank per MoE layer: 4 KiB-aligned records, by expert id
 //   tokenizer.model, specials.json, chat.json   (optional)
+//   merges.txt, pretokenizer.json               (optional; the tokenizer's)
 //
 // Every byte is untrusted. Container::Open checks the manifest and every file
 // it names before returning: dimensions are bounded, every offset and size is

@@ -149,4 +149,62 @@ void BytePairEncode(std::string_view piece, const RankTable& ranks, std::vector<
     BytePairEncodeHeap(piece.substr(off, kSlice), ranks, out);
 }
 
+void BytePairEncodeMerges(std::string_view piece, const RankTable& ranks, const MergeTable& merges,
+                          std::vector<int32_t>* out) {
+  const size_t n = piece.size();
+  if (n == 0) return;
+  // Parts are named by the offset of their first byte; part i runs to
+  // next[i]. A piece of 4 GiB or more goes in 2 GiB slices, as in
+  // BytePairEncode.
+  constexpr size_t kSlice = size_t{1} << 31;
+  if (n > kSlice) {
+    for (size_t off = 0; off < n; off += kSlice)
+      BytePairEncodeMerges(piece.substr(off, kSlice), ranks, merges, out);
+    return;
+  }
+  std::vector<int32_t> id(n);
+  std::vector<uint32_t> next(n), prev(n);
+  std::vector<uint8_t> alive(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    id[i] = ranks.Find(piece.substr(i, 1));
+    next[i] = static_cast<uint32_t>(i + 1);
+    prev[i] = static_cast<uint32_t>(i) - 1;  // wraps for part 0, never read there
+  }
+  // A candidate merge of the part at `pos` with the part after it, which
+  // gives `result`; stale once either part has changed (tokenizers checks
+  // the pair still merges to the same token).
+  struct Cand {
+    int32_t rank, result;
+    uint32_t pos;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Cand> heap;
+  const std::greater<Cand> later;
+  const auto push = [&](uint32_t pos) {
+    const uint32_t right = next[pos];
+    if (right >= n) return;
+    const MergeTable::Merge* m = merges.Find(id[pos], id[right]);
+    if (!m) return;
+    heap.push_back({m->rank, m->result, pos});
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
+  for (uint32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Cand c = heap.back();
+    heap.pop_back();
+    if (!alive[c.pos] || next[c.pos] >= n) continue;
+    const uint32_t right = next[c.pos];
+    const MergeTable::Merge* m = merges.Find(id[c.pos], id[right]);
+    if (!m || m->result != c.result) continue;
+    id[c.pos] = c.result;
+    alive[right] = 0;
+    next[c.pos] = next[right];
+    if (next[c.pos] < n) prev[next[c.pos]] = c.pos;
+    if (c.pos > 0) push(prev[c.pos]);
+    push(c.pos);
+  }
+  for (uint32_t i = 0; i < n; i = next[i]) out->push_back(id[i]);
+}
+
 }  // namespace waste::tokenizer

@@ -52,6 +52,38 @@ class RankTable {
 // quadratic scan for short pieces and the heap for long ones.
 void BytePairEncode(std::string_view piece, const RankTable& ranks, std::vector<int32_t>* out);
 
+// The merges of a Hugging Face BPE model, by pair: merging the parts with
+// ids (left, right) has priority `rank` (its line in the merges list) and
+// gives the token `result`. Only listed pairs merge, even when another
+// split of the same token would also concatenate to it.
+class MergeTable {
+ public:
+  struct Merge {
+    int32_t rank, result;
+  };
+  // False if the pair is already listed.
+  bool Add(int32_t left, int32_t right, Merge m) { return map_.emplace(Key(left, right), m).second; }
+  const Merge* Find(int32_t left, int32_t right) const {
+    const auto it = map_.find(Key(left, right));
+    return it == map_.end() ? nullptr : &it->second;
+  }
+  size_t size() const { return map_.size(); }
+
+ private:
+  static uint64_t Key(int32_t l, int32_t r) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(l)) << 32) | static_cast<uint32_t>(r);
+  }
+  std::unordered_map<uint64_t, Merge> map_;
+};
+
+// Appends the ids of `piece` as tokenizers' BPE (Word::merge_all) gives
+// them: the piece starts as its single bytes' tokens (`ranks` has all 256),
+// and the listed adjacent pair of lowest rank merges, the leftmost of equal
+// ranks first, until no adjacent pair is listed. No dropout, and no
+// whole-piece lookup first (tokenizers' ignore_merges false).
+void BytePairEncodeMerges(std::string_view piece, const RankTable& ranks, const MergeTable& merges,
+                          std::vector<int32_t>* out);
+
 // The two algorithms, exposed so the tests can hold them to each other.
 // Quadratic: tiktoken's own loop (rescan all pairs after each merge).
 void BytePairEncodeScan(std::string_view piece, const RankTable& ranks, std::vector<int32_t>* out);

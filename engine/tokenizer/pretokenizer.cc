@@ -7,6 +7,11 @@
 #include <cstdint>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/format/container.h"  // JsonString, JsonBool
+#include "engine/tokenizer/onig_pattern.h"
+
 namespace waste::tokenizer {
 
 const char* const kKimiPatStr =
@@ -49,6 +54,9 @@ std::string KimiPcre2Pattern() {
          "|[" + ws + "]+";                                      // \s+
 }
 
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
 std::string Pcre2UnicodeVersion() {
   char buf[64] = {};
   if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, buf) < 0) return "";
@@ -65,8 +73,40 @@ struct PreTokenizer::Code {
   }
 };
 
+// tokenizers' SplitDelimiterBehavior.
+enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+struct PreTokenizer::Step {
+  std::shared_ptr<const Code> code;
+  Behavior behavior = Behavior::kIsolated;
+  bool invert = false;
+};
+
+namespace {
+
+// Compiles a PCRE2 pattern; `what` names it in the error.
+Result<std::shared_ptr<const PreTokenizer::Code>> Compile(const std::string& pattern,
+                                                          const std::string& what);
+
+}  // namespace
+
 Result<PreTokenizer> PreTokenizer::Create() {
-  const std::string pattern = KimiPcre2Pattern();
+  auto code = Compile(KimiPcre2Pattern(), "tokenizer: the pre-token pattern");
+  if (!code.ok()) return code.status();
+  PreTokenizer p;
+  p.kimi_ = std::move(*code);
+  return p;
+}
+
+bool PreTokenizer::jit() const {
+  if (kimi_) return kimi_->jit;
+  return std::all_of(steps_->begin(), steps_->end(), [](const Step& s) { return s.code->jit; });
+}
+
+namespace {
+
+Result<std::shared_ptr<const PreTokenizer::Code>> Compile(const std::string& pattern,
+                                                          const std::string& what) {
   int err = 0;
   PCRE2_SIZE where = 0;
   pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -74,27 +114,23 @@ Result<PreTokenizer> PreTokenizer::Create() {
   if (!re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return Status::Error("tokenizer: PCRE2 refused the pre-token pattern at offset " +
+    return Status::Error(what + ": PCRE2 refused the pattern at offset " +
                          std::to_string(where) + ": " + reinterpret_cast<const char*>(msg));
   }
-  auto code = std::make_shared<Code>();
+  auto code = std::make_shared<PreTokenizer::Code>();
   code->re = re;
   // A run of N letters in one case costs some N backtracking steps (the
   // first letter branch tries every split of it before the second takes
   // it whole), and PCRE2's default limit of 10 million steps would refuse a
   // 10 MB run. Linear, not catastrophic, so the limits are lifted.
   code->context = pcre2_match_context_create(nullptr);
-  if (!code->context) return Status::Error("tokenizer: out of memory for a PCRE2 match context");
+  if (!code->context) return Status::Error(what + ": out of memory for a PCRE2 match context");
   pcre2_set_match_limit(code->context, UINT32_MAX);
   pcre2_set_depth_limit(code->context, UINT32_MAX);
   // JIT where this PCRE2 has it; the interpreter otherwise.
   code->jit = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
-  return PreTokenizer(std::move(code));
+  return std::shared_ptr<const PreTokenizer::Code>(std::move(code));
 }
-
-bool PreTokenizer::jit() const { return code_->jit; }
-
-namespace {
 
 // The byte length of the UTF-8 character starting at s[i] (valid input).
 size_t CharLen(std::string_view s, size_t i) {
@@ -103,41 +139,236 @@ size_t CharLen(std::string_view s, size_t i) {
   return std::min(n, s.size() - i);
 }
 
-}  // namespace
+using MatchData = std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)>;
 
-void PreTokenizer::Split(std::string_view text,
-                         const std::function<void(std::string_view)>& piece) const {
-  if (text.empty()) return;
-  const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(
-      pcre2_match_data_create_from_pattern(code_->re, nullptr), pcre2_match_data_free);
-  pcre2_match_data* md = data.get();
+MatchData NewMatchData(const PreTokenizer::Code& code) {
+  return MatchData(pcre2_match_data_create_from_pattern(code.re, nullptr), pcre2_match_data_free);
+}
+
+// Calls match(start, end) for each leftmost match in `text`, each search
+// starting where the last match ended. An empty match: with
+// `empty_is_char` the next character is the match (tiktoken's loop here
+// always did so; Kimi's pattern never matches empty), else it is no match
+// and the search goes on a character later (Oniguruma's find_iter).
+template <typename F>
+void ForEachMatch(const PreTokenizer::Code& code, pcre2_match_data* md, std::string_view text,
+                  bool empty_is_char, const F& match) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t off = 0;
   while (off < text.size()) {
-    int rc = pcre2_match(code_->re, subject, text.size(), off, PCRE2_NO_UTF_CHECK, md,
-                         code_->context);
-    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && code_->jit) {
+    int rc = pcre2_match(code.re, subject, text.size(), off, PCRE2_NO_UTF_CHECK, md, code.context);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && code.jit) {
       // The JIT's stack ran out (or another resource limit): the
       // interpreter keeps its backtracking state on the heap.
-      rc = pcre2_match(code_->re, subject, text.size(), off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                       md, code_->context);
+      rc = pcre2_match(code.re, subject, text.size(), off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       code.context);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;  // nothing left that the pattern takes
     size_t start, end;
     if (rc < 0) {
       // A resource limit even so (a run of billions of letters, or no
-      // memory): never fatal. The next character becomes a piece.
+      // memory): never fatal. The next character becomes a match.
       start = off;
       end = off + CharLen(text, off);
     } else {
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       start = ov[0];
       end = ov[1];
-      if (end <= start) end = start + CharLen(text, start);  // no branch matches empty
+      if (end <= start) {
+        if (!empty_is_char) {
+          off = start < text.size() ? start + CharLen(text, start) : text.size();
+          continue;
+        }
+        end = start + CharLen(text, start);
+      }
     }
-    piece(text.substr(start, end - start));
+    match(start, end);
     off = end;
   }
+}
+
+// One step of tokenizers' NormalizedString::split: the matches and the
+// text between them, each marked; inverted if asked; then joined as the
+// behavior says (tokenizers' own folds, case by case).
+struct Segment {
+  size_t start, end;
+  bool is_match;
+};
+
+std::vector<Segment> Segments(const PreTokenizer::Code& code, pcre2_match_data* md,
+                              std::string_view text, bool invert) {
+  std::vector<Segment> m;
+  size_t prev = 0;
+  ForEachMatch(code, md, text, /*empty_is_char=*/false, [&](size_t start, size_t end) {
+    if (prev != start) m.push_back({prev, start, false});
+    m.push_back({start, end, true});
+    prev = end;
+  });
+  if (prev != text.size()) m.push_back({prev, text.size(), false});
+  if (invert)
+    for (Segment& s : m) s.is_match = !s.is_match;
+  return m;
+}
+
+// The pieces (start, end) of one step over `text`, empty ones dropped.
+std::vector<std::pair<size_t, size_t>> Apply(Behavior b, const std::vector<Segment>& m) {
+  std::vector<std::pair<size_t, size_t>> acc;
+  bool previous_match = false;
+  switch (b) {
+    case Behavior::kIsolated:
+      for (const Segment& s : m) acc.emplace_back(s.start, s.end);
+      break;
+    case Behavior::kRemoved:
+      for (const Segment& s : m)
+        if (!s.is_match) acc.emplace_back(s.start, s.end);
+      break;
+    case Behavior::kMergedWithPrevious:
+      for (const Segment& s : m) {
+        if (s.is_match && !previous_match && !acc.empty())
+          acc.back().second = s.end;
+        else
+          acc.emplace_back(s.start, s.end);
+        previous_match = s.is_match;
+      }
+      break;
+    case Behavior::kMergedWithNext:
+      for (auto it = m.rbegin(); it != m.rend(); ++it) {
+        if (it->is_match && !previous_match && !acc.empty())
+          acc.back().first = it->start;
+        else
+          acc.emplace_back(it->start, it->end);
+        previous_match = it->is_match;
+      }
+      std::reverse(acc.begin(), acc.end());
+      break;
+    case Behavior::kContiguous:
+      for (const Segment& s : m) {
+        if (s.is_match == previous_match && !acc.empty())
+          acc.back().second = s.end;
+        else
+          acc.emplace_back(s.start, s.end);
+        previous_match = s.is_match;
+      }
+      break;
+  }
+  std::erase_if(acc, [](const auto& r) { return r.first == r.second; });
+  return acc;
+}
+
+Result<Behavior> ParseBehavior(const nlohmann::json& step, const std::string& where) {
+  std::string name = "Isolated";
+  WASTE_RETURN_IF_ERROR(JsonString(step, where, "behavior", &name));
+  if (name == "Isolated") return Behavior::kIsolated;
+  if (name == "Removed") return Behavior::kRemoved;
+  if (name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
+  if (name == "MergedWithNext") return Behavior::kMergedWithNext;
+  if (name == "Contiguous") return Behavior::kContiguous;
+  return Status::Error(where + "behavior \"" + name.substr(0, 40) + "\" is not one of Isolated, "
+                       "Removed, MergedWithPrevious, MergedWithNext, Contiguous");
+}
+
+// What tokenizers' Digits and Punctuation split on, one character a match:
+// Rust's char::is_numeric (Nd, Nl, No), and tokenizers' is_punc (ASCII
+// punctuation, which takes the symbols $+<=>^`|~ too, or Unicode's P).
+constexpr const char* kDigit = R"(\p{N})";
+constexpr const char* kPunctuation = R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])";
+
+}  // namespace
+
+Result<PreTokenizer> PreTokenizer::FromSteps(const nlohmann::json& doc, const std::string& what) {
+  if (!doc.is_array()) return Status::Error(what + ": not a list of steps");
+  auto steps = std::make_shared<std::vector<Step>>();
+  bool byte_level = false;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const nlohmann::json& s = doc[i];
+    const std::string where = what + ": step " + std::to_string(i) + ": ";
+    if (!s.is_object()) return Status::Error(where + "not an object");
+    std::string type;
+    WASTE_RETURN_IF_ERROR(JsonString(s, where, "type", &type));
+    if (byte_level)
+      return Status::Error(where + type.substr(0, 40) + " after ByteLevel (ByteLevel must be the "
+                           "last step: the steps after it would see its byte alphabet)");
+    Step step;
+    std::string pattern, shown;  // PCRE2's, and the source's for messages
+    if (type == "Split") {
+      const auto p = s.find("pattern");
+      if (p == s.end() || !p->is_object() || p->size() != 1 ||
+          !(p->contains("Regex") || p->contains("String")) || !p->begin()->is_string())
+        return Status::Error(where + "pattern is not {\"Regex\": string} or {\"String\": string}");
+      shown = p->begin()->get<std::string>();
+      if (p->contains("String")) {
+        pattern = QuotePcre2(shown);
+      } else {
+        auto t = TranslateOnigPattern(shown);
+        if (!t.ok())
+          return Status::Error(where + "pattern \"" + shown.substr(0, 80) + "\": " +
+                               t.status().message());
+        pattern = std::move(*t);
+      }
+      auto b = ParseBehavior(s, where);
+      if (!b.ok()) return b.status();
+      step.behavior = *b;
+      WASTE_RETURN_IF_ERROR(JsonBool(s, where, "invert", &step.invert));
+    } else if (type == "Digits") {
+      bool individual = false;
+      WASTE_RETURN_IF_ERROR(JsonBool(s, where, "individual_digits", &individual));
+      pattern = shown = kDigit;
+      step.behavior = individual ? Behavior::kIsolated : Behavior::kContiguous;
+    } else if (type == "Punctuation") {
+      pattern = shown = kPunctuation;
+      auto b = ParseBehavior(s, where);
+      if (!b.ok()) return b.status();
+      step.behavior = *b;
+    } else if (type == "ByteLevel") {
+      byte_level = true;
+      bool prefix = false, use_regex = true;
+      WASTE_RETURN_IF_ERROR(JsonBool(s, where, "add_prefix_space", &prefix));
+      WASTE_RETURN_IF_ERROR(JsonBool(s, where, "use_regex", &use_regex));
+      if (prefix) return Status::Error(where + "add_prefix_space true is not supported");
+      if (!use_regex) continue;  // the byte alphabet alone: the bytes are the engine's already
+      auto t = TranslateOnigPattern(kGpt2Pattern);
+      if (!t.ok()) return t.status();
+      pattern = std::move(*t);
+      shown = kGpt2Pattern;
+    } else {
+      return Status::Error(where + "type \"" + type.substr(0, 40) +
+                           "\" is not one of Split, Digits, Punctuation, ByteLevel");
+    }
+    auto code = Compile(pattern, where + "pattern \"" + shown.substr(0, 80) + "\"");
+    if (!code.ok()) return code.status();
+    step.code = std::move(*code);
+    steps->push_back(std::move(step));
+  }
+  PreTokenizer p;
+  p.steps_ = std::move(steps);
+  return p;
+}
+
+void PreTokenizer::Split(std::string_view text,
+                         const std::function<void(std::string_view)>& piece) const {
+  if (text.empty()) return;
+  if (!kimi_) {
+    SplitFrom(0, text, piece);
+    return;
+  }
+  const MatchData data = NewMatchData(*kimi_);
+  ForEachMatch(*kimi_, data.get(), text, /*empty_is_char=*/true,
+               [&](size_t start, size_t end) { piece(text.substr(start, end - start)); });
+}
+
+void PreTokenizer::SplitFrom(size_t i, std::string_view text,
+                             const std::function<void(std::string_view)>& piece) const {
+  if (i == steps_->size()) {
+    piece(text);
+    return;
+  }
+  const Step& step = (*steps_)[i];
+  std::vector<std::pair<size_t, size_t>> pieces;
+  {
+    const MatchData data = NewMatchData(*step.code);
+    pieces = Apply(step.behavior, Segments(*step.code, data.get(), text, step.invert));
+  }
+  for (const auto& [start, end] : pieces) SplitFrom(i + 1, text.substr(start, end - start), piece);
 }
 
 }  // namespace waste::tokenizer

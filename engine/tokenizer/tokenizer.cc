@@ -27,6 +27,8 @@ using tokenizer::RankTable;
 // hold some 8 million.
 constexpr uint64_t kMaxModelBytes = 64u << 20;
 constexpr uint64_t kMaxSpecialsBytes = 16u << 20;
+constexpr uint64_t kMaxMergesBytes = 64u << 20;
+constexpr uint64_t kMaxPreTokenizerBytes = 1u << 20;
 constexpr int64_t kMaxId = (int64_t{1} << 24) - 1;
 constexpr size_t kMaxSpecialText = 256;
 constexpr size_t kMaxRankDigits = 9;
@@ -174,7 +176,69 @@ Result<RankTable> LoadRanks(const std::string& path) {
   return RankTable(tokens);
 }
 
-Status LoadSpecials(const std::string& path, int32_t n_ranks, std::vector<Special>* out) {
+// merges.txt: "left right" (two ids of tokenizer.model) per line, in
+// priority order; the pair must concatenate to a token.
+Result<tokenizer::MergeTable> LoadMerges(const std::string& path, const RankTable& ranks) {
+  auto text = ReadSmallFile(path, kMaxMergesBytes);
+  if (!text.ok()) return text.status();
+  const std::string_view all = *text;
+  tokenizer::MergeTable merges;
+  std::unordered_map<uint64_t, size_t> line_of;  // for the duplicate's message
+  const auto id_at = [&](std::string_view f, int64_t* out) {
+    if (f.empty() || f.size() > kMaxRankDigits ||
+        !std::all_of(f.begin(), f.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return false;
+    *out = std::stoll(std::string(f));
+    return *out < ranks.size();
+  };
+  size_t lineno = 0;
+  std::string joined;
+  for (size_t pos = 0; pos < all.size();) {
+    size_t nl = all.find('\n', pos);
+    if (nl == std::string_view::npos) nl = all.size();
+    const std::string_view line = all.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++lineno;
+    const std::string where = "merges.txt: line " + std::to_string(lineno);
+    const size_t sp = line.find(' ');
+    int64_t left = 0, right = 0;
+    if (sp == std::string_view::npos || !id_at(line.substr(0, sp), &left) ||
+        !id_at(line.substr(sp + 1), &right))
+      return Status::Error(where + ": expected \"<id> <id>\" (ids of tokenizer.model, 0.." +
+                           std::to_string(ranks.size() - 1) + "), got " + Quote(line));
+    joined.assign(ranks.Bytes(static_cast<int32_t>(left)));
+    joined.append(ranks.Bytes(static_cast<int32_t>(right)));
+    const int32_t result = ranks.Find(joined);
+    if (result < 0)
+      return Status::Error(where + ": tokens " + std::to_string(left) + " and " +
+                           std::to_string(right) + " do not join into a token");
+    const auto rank = static_cast<int32_t>(lineno - 1);
+    if (!merges.Add(static_cast<int32_t>(left), static_cast<int32_t>(right), {rank, result}))
+      return Status::Error(where + ": the pair " + std::to_string(left) + " " +
+                           std::to_string(right) + " is also line " +
+                           std::to_string(line_of[(uint64_t(left) << 32) | uint64_t(right)]));
+    line_of[(uint64_t(left) << 32) | uint64_t(right)] = lineno;
+  }
+  return merges;
+}
+
+Result<tokenizer::PreTokenizer> LoadPreTokenizer(const std::string& path) {
+  auto text = ReadSmallFile(path, kMaxPreTokenizerBytes);
+  if (!text.ok()) return text.status();
+  auto doc = ParseJson(*text, "pretokenizer.json");
+  if (!doc.ok()) return doc.status();
+  return tokenizer::PreTokenizer::FromSteps(*doc, "pretokenizer.json");
+}
+
+// True unless `path` is absent (a file that is there but unreadable is an
+// error when it is read).
+bool Present(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 || errno != ENOENT;
+}
+
+Status LoadSpecials(const std::string& path, const RankTable& ranks, std::vector<Special>* out) {
+  const int32_t n_ranks = ranks.size();
   auto text = ReadSmallFile(path, kMaxSpecialsBytes);
   if (!text.ok()) return text.status();
   auto doc = ParseJson(*text, "specials.json");
@@ -194,7 +258,9 @@ Status LoadSpecials(const std::string& path, int32_t n_ranks, std::vector<Specia
     std::string t = e["text"].get<std::string>();
     if (id < 0 || id > kMaxId)
       return Status::Error(w + ": id " + e["id"].dump() + " is outside 0.." + std::to_string(kMaxId));
-    if (id < n_ranks)
+    // A special inside the vocabulary (tokenizers' added tokens with an id
+    // of model.vocab) is the token whose bytes are its text.
+    if (id < n_ranks && ranks.Bytes(static_cast<int32_t>(id)) != t)
       return Status::Error(w + ": id " + std::to_string(id) +
                            " is a rank of tokenizer.model (ranks are 0.." +
                            std::to_string(n_ranks - 1) + ")");
@@ -218,6 +284,7 @@ struct Tokenizer::State {
   State(RankTable r, tokenizer::PreTokenizer p) : ranks(std::move(r)), pre(std::move(p)) {}
   RankTable ranks;
   tokenizer::PreTokenizer pre;
+  std::optional<tokenizer::MergeTable> merges;  // set: merges.txt's pairs, else rank = priority
   std::vector<Special> specials;
   std::unordered_map<int32_t, size_t> special_by_id;  // index into specials
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_by_text;
@@ -229,14 +296,20 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
   auto ranks = LoadRanks(dir + "/tokenizer.model");
   if (!ranks.ok()) return ranks.status();
   std::vector<Special> specials;
-  const std::string specials_path = dir + "/specials.json";
-  struct stat st;
-  if (lstat(specials_path.c_str(), &st) == 0 || errno != ENOENT)  // optional, but not unreadable
-    WASTE_RETURN_IF_ERROR(LoadSpecials(specials_path, ranks->size(), &specials));
-  auto pre = tokenizer::PreTokenizer::Create();
+  if (const std::string path = dir + "/specials.json"; Present(path))
+    WASTE_RETURN_IF_ERROR(LoadSpecials(path, *ranks, &specials));
+  std::optional<tokenizer::MergeTable> merges;
+  if (const std::string path = dir + "/merges.txt"; Present(path)) {
+    auto m = LoadMerges(path, *ranks);
+    if (!m.ok()) return m.status();
+    merges = std::move(*m);
+  }
+  const std::string pre_path = dir + "/pretokenizer.json";
+  auto pre = Present(pre_path) ? LoadPreTokenizer(pre_path) : tokenizer::PreTokenizer::Create();
   if (!pre.ok()) return pre.status();
 
   auto s = std::make_shared<State>(std::move(*ranks), std::move(*pre));
+  s->merges = std::move(merges);
   s->max_id = s->ranks.size() - 1;
   s->specials = std::move(specials);
   for (size_t i = 0; i < s->specials.size(); ++i) {
@@ -251,6 +324,12 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
 
 void Tokenizer::EncodeContent(std::string_view text, std::vector<int32_t>* out) const {
   const RankTable& ranks = s_->ranks;
+  if (s_->merges) {
+    s_->pre.Split(text, [&](std::string_view piece) {
+      tokenizer::BytePairEncodeMerges(piece, ranks, *s_->merges, out);
+    });
+    return;
+  }
   s_->pre.Split(text, [&](std::string_view piece) {
     // A piece that is a token is that token, whether or not merges reach it.
     const int32_t r = ranks.Find(piece);

