@@ -2,11 +2,10 @@
 // container's banks, at several numbers of reads in flight, to choose the
 // reader count from this disk rather than from folklore.
 //
-//   waste-diskbench CONTAINER [--depths 1,2,4,8,16] [--seconds 5] [--uring]
+//   waste-diskbench CONTAINER [--depths 1,2,4,8,16] [--seconds 5]
 //
 // Each depth runs that many threads, each reading random records (a whole
-// record per pread, as the expert cache does) for the given time; with
-// --uring, one thread keeps that many reads in flight through io_uring.
+// record per pread, as the expert cache does) for the given time.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,7 +19,6 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <liburing.h>
 
 #include "engine/format/container.h"
 #include "engine/memory/region.h"
@@ -31,13 +29,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "waste-diskbench " WASTE_VERSION);
   std::string dir, depths_text = "1,2,4,8,16";
   double seconds = 5;
-  bool uring = false;
   app.add_option("CONTAINER", dir, "Container directory")->required();
   app.add_option("--depths", depths_text, "Reads in flight to try")->capture_default_str();
   app.add_option("--seconds", seconds, "Time per depth")
       ->check(CLI::Range(0.1, 600.0))
       ->capture_default_str();
-  app.add_flag("--uring", uring, "One thread, the reads in flight through io_uring");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -80,39 +76,7 @@ int main(int argc, char** argv) {
     std::atomic<bool> stop{false};
     std::vector<std::thread> threads;
     const auto t0 = std::chrono::steady_clock::now();
-    if (uring) {
-      io_uring ring;
-      if (io_uring_queue_init(static_cast<unsigned>(depth), &ring, 0) != 0) return 1;
-      std::mt19937_64 rng(seed);
-      auto submit = [&](int slot) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-        const int fd = fds[rng() % fds.size()];
-        const uint64_t off = rec * (rng() % static_cast<uint64_t>(experts));
-        io_uring_prep_read(sqe, fd, buffers->data() + rec * static_cast<size_t>(slot),
-                           static_cast<unsigned>(rec), off);
-        io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(slot));
-      };
-      for (int t = 0; t < depth; ++t) submit(t);
-      io_uring_submit(&ring);
-      const auto end = t0 + std::chrono::duration<double>(seconds);
-      int in_flight = depth;
-      while (in_flight > 0) {
-        io_uring_cqe* cqe = nullptr;
-        if (io_uring_wait_cqe(&ring, &cqe) != 0) return 1;
-        const int slot = static_cast<int>(io_uring_cqe_get_data64(cqe));
-        if (cqe->res == static_cast<int>(rec)) ++reads;
-        io_uring_cqe_seen(&ring, cqe);
-        --in_flight;
-        if (std::chrono::steady_clock::now() < end) {
-          submit(slot);
-          io_uring_submit(&ring);
-          ++in_flight;
-        }
-      }
-      io_uring_queue_exit(&ring);
-      stop = true;
-    }
-    for (int t = 0; t < (uring ? 0 : depth); ++t)
+    for (int t = 0; t < depth; ++t)
       threads.emplace_back([&, t] {
         std::mt19937_64 rng(seed + static_cast<uint64_t>(t));
         uint8_t* buf = buffers->data() + rec * static_cast<size_t>(t);
@@ -122,7 +86,7 @@ int main(int argc, char** argv) {
           if (pread(fd, buf, rec, static_cast<off_t>(off)) == static_cast<ssize_t>(rec)) ++reads;
         }
       });
-    if (!uring) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     stop = true;
     for (auto& th : threads) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
