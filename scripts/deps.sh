@@ -13,7 +13,6 @@ packages=(
   nlohmann-json3-dev         # manifest.json and --json output
   libcli11-dev               # command lines
   zlib1g-dev                 # crc32 of expert records
-  liburing-dev               # the daemon's read path
   libpcre2-dev               # the tokenizer's pre-token regex (Unicode properties)
   help2man                   # man pages from each program's --help, at build time
   groff-base                 # tests: the man pages render without warnings
