@@ -17,12 +17,13 @@ Result<uint64_t> BudgetOnThisMachine(const DaemonPlan& plan, uint64_t requested,
                                      MemoryLimit* limit) {
   *limit = ProcessMemoryLimit();
   OtherDaemons others;
+  // One line each (a journal reads a priority at the start of every line).
   for (const RunningDaemon& d : RunningDaemons()) {
     others.bytes += d.resident_bytes;
-    others.names += "  " + Describe(d) + "\n";
+    others.names += (others.names.empty() ? "" : "; ") + Describe(d);
   }
   if (others.bytes > 0)
-    spdlog::info("other daemons on this machine hold {}:\n{}", FormatSize(others.bytes),
+    spdlog::info("other daemons on this machine hold {}: {}", FormatSize(others.bytes),
                  others.names);
   auto budget = DaemonBudget(plan, requested, *limit, others);
   if (budget.ok() && requested && requested + others.bytes > limit->bytes)

@@ -120,14 +120,14 @@ TEST(Plan, ASecondDaemonSizesItselfAgainstWhatTheOthersHold) {
   const MemoryLimit limit{8000, "test"};  // 3/4 of it: 6000
   EXPECT_EQ(*DaemonBudget(d, 0, limit, {}), d.floor() + 3 * d.working_set);
   // 6000 - 4000 = 2000 left: floor 1200 + one working set.
-  EXPECT_EQ(*DaemonBudget(d, 0, limit, {4000, "pid 1\n"}), d.floor() + d.working_set);
+  EXPECT_EQ(*DaemonBudget(d, 0, limit, {4000, "pid 1"}), d.floor() + d.working_set);
   // 300 left: not even the floor.
-  auto refused = DaemonBudget(d, 0, limit, {5700, "pid 812 (uid 0, 5.57 KiB resident): wasted /m\n"});
+  auto refused = DaemonBudget(d, 0, limit, {5700, "pid 812 (uid 0, 5.57 KiB resident): wasted /m"});
   ASSERT_FALSE(refused.ok());
   for (const char* part : {"already running hold 5.57 KiB", "leave 300 B", "pid 812", "--budget"})
     EXPECT_NE(refused.status().message().find(part), std::string::npos) << refused.status().message();
-  EXPECT_FALSE(DaemonBudget(d, 0, limit, {9000, "pid 1\n"}).ok());  // more than the cap
-  EXPECT_EQ(*DaemonBudget(d, 5000, limit, {5700, "pid 1\n"}), 5000u);
+  EXPECT_FALSE(DaemonBudget(d, 0, limit, {9000, "pid 1"}).ok());  // more than the cap
+  EXPECT_EQ(*DaemonBudget(d, 5000, limit, {5700, "pid 1"}), 5000u);
 }
 
 TEST(Plan, ProcessMemoryLimitIsSomething) {

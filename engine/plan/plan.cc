@@ -171,8 +171,8 @@ Result<uint64_t> DaemonBudget(const DaemonPlan& plan, uint64_t requested,
                          DaemonFloorParts(plan) + "), but of 3/4 of the " +
                          FormatSize(limit.bytes) + " this process may use (" + limit.source +
                          "), the daemons already running hold " + FormatSize(others.bytes) +
-                         " and leave " + FormatSize(left) + ":\n" + others.names +
-                         "stop one, or give --budget to override");
+                         " and leave " + FormatSize(left) + " (" + others.names +
+                         "): stop one, or give --budget to override");
   }
   if (!requested) return DefaultBudget(plan, limit);
   if (requested < plan.floor())

@@ -86,7 +86,7 @@ Result<uint64_t> DefaultBudget(const DaemonPlan& plan, const MemoryLimit& limit)
 // to them: all daemons together stay under 3/4 of the memory limit.
 struct OtherDaemons {
   uint64_t bytes = 0;  // resident, together
-  std::string names;   // one line each, for the message that refuses
+  std::string names;   // each named, "; " between, for the message that refuses
 };
 
 // wasted's budget: `requested` (its --budget) when given, refused below the
