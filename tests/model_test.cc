@@ -746,6 +746,105 @@ TEST_P(Forward, AFailedChunkLeavesTheSessionAsItWasAndARetryIsExact) {
   EXPECT_EQ(0, std::memcmp(clean.data(), retried.data(), clean.size() * 4));
 }
 
+// Three conversations in one batch, the third joining after two steps:
+// each gets the logits it gets alone, bit for bit, prefill and decode.
+TEST_P(Forward, BatchedSequencesGetTheirSoloLogitsBitForBit) {
+  const int V = ct_->config().vocab;
+  const std::vector<std::vector<int>> prompts = {
+      prompt_, {prompt_.rbegin(), prompt_.rend()}, {prompt_[1], prompt_[4], prompt_[9]}};
+  const int joins[3] = {0, 0, 2};  // the step at which each prefills
+  const int steps = 5;
+  auto argmax = [](const std::vector<float>& l) {
+    return static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  // Alone: the prompt, then greedy steps; every Forward's logits.
+  std::vector<std::vector<float>> solo(3);
+  for (int q = 0; q < 3; ++q) {
+    Engine e = Make({});
+    Session s = e.model->NewSession(64);
+    std::vector<float> logits(V);
+    std::vector<int> next = prompts[q];
+    for (int i = joins[q]; i < steps; ++i) {
+      ASSERT_TRUE(e.model->Forward(s, next, logits.data()).ok());
+      solo[q].insert(solo[q].end(), logits.begin(), logits.end());
+      next = {argmax(logits)};
+    }
+  }
+  Engine e = Make({});
+  std::vector<Session> sessions;
+  for (int q = 0; q < 3; ++q) sessions.push_back(e.model->NewSession(64));
+  std::vector<std::vector<float>> logits(3, std::vector<float>(V)), batched(3);
+  std::vector<std::vector<int>> next = prompts;
+  for (int i = 0; i < steps; ++i) {
+    std::vector<Model::BatchItem> items;
+    for (int q = 0; q < 3; ++q)
+      if (i >= joins[q]) items.push_back({&sessions[q], next[q], logits[q].data()});
+    ASSERT_TRUE(e.model->ForwardBatch(items).ok());
+    for (int q = 0; q < 3; ++q) {
+      if (i < joins[q]) continue;
+      batched[q].insert(batched[q].end(), logits[q].begin(), logits[q].end());
+      next[q] = {argmax(logits[q])};
+    }
+  }
+  for (int q = 0; q < 3; ++q) {
+    ASSERT_EQ(solo[q].size(), batched[q].size()) << q;
+    EXPECT_EQ(0, std::memcmp(solo[q].data(), batched[q].data(), solo[q].size() * 4))
+        << "sequence " << q << ": batched logits differ from its own";
+    EXPECT_EQ(sessions[q].position, static_cast<int>(prompts[q].size()) + steps - joins[q] - 1);
+  }
+}
+
+// A batch whose experts cannot be had fails as a whole: no session moves,
+// and running it again gives the logits an uninterrupted batch gives.
+TEST_P(Forward, AFailedBatchLeavesEverySessionAsItWas) {
+  const int V = ct_->config().vocab;
+  auto run = [&](bool fail) {
+    Engine e = Make({});
+    FailingSource src(e.cache.get());
+    ModelOptions mo;
+    mo.threads = 2;
+    auto m = Model::Load(*ct_, &src, mo);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    Session a = (*m)->NewSession(64), b = (*m)->NewSession(64);
+    const std::vector<int> pa = prompt_, pb = {prompt_[2], prompt_[3]};
+    std::vector<float> la(V), lb(V);
+    EXPECT_TRUE((*m)->Forward(a, pa, la.data()).ok());
+    const std::vector<Model::BatchItem> items = {{&a, std::span<const int>(pa).first(1), la.data()},
+                                                 {&b, pb, lb.data()}};
+    if (fail) {
+      const uint64_t from = src.given.load();
+      src.fail_from = from + 1;
+      const Status st = (*m)->ForwardBatch(items);
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("failing on purpose"), std::string::npos) << st.message();
+      EXPECT_EQ(a.position, static_cast<int>(pa.size()));
+      EXPECT_EQ(b.position, 0);
+      src.fail_from = UINT64_MAX;
+      src.given = from;
+    }
+    EXPECT_TRUE((*m)->ForwardBatch(items).ok());
+    std::vector<float> out = la;
+    out.insert(out.end(), lb.begin(), lb.end());
+    return out;
+  };
+  const std::vector<float> clean = run(false), retried = run(true);
+  ASSERT_EQ(clean.size(), retried.size());
+  EXPECT_EQ(0, std::memcmp(clean.data(), retried.data(), clean.size() * 4));
+}
+
+TEST_P(Forward, ABatchNamingASessionTwiceIsRefused) {
+  Engine e = Make({});
+  Session s = e.model->NewSession(64);
+  std::vector<float> l1(ct_->config().vocab), l2(ct_->config().vocab);
+  const int t[1] = {prompt_[0]};
+  const std::vector<Model::BatchItem> items = {{&s, t, l1.data()}, {&s, t, l2.data()}};
+  const Status st = e.model->ForwardBatch(items);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("twice"), std::string::npos) << st.message();
+  EXPECT_EQ(s.position, 0);
+  EXPECT_FALSE(e.model->ForwardBatch({}).ok());
+}
+
 TEST_P(Forward, BadTokenIdsAreRefused) {
   Engine e = Make({});
   Session s = e.model->NewSession(64);

@@ -132,10 +132,23 @@ void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
   }
 }
 
-Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logits_out, bool all) {
-  const int T = static_cast<int>(tokens.size()), hid = c_.hidden;
-  if (s.position + T > s.max_context && c_.n_kda_layers() < c_.n_layers)
-    return Status::Error("context is full (" + std::to_string(s.max_context) + " tokens)");
+Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
+  const int hid = c_.hidden;
+  // The chunk's tokens, item after item: each one's session and position.
+  std::vector<int> ids, positions;
+  std::vector<Session*> owner;
+  for (const BatchItem& it : items) {
+    Session& s = *it.session;
+    const int n = static_cast<int>(it.tokens.size());
+    if (s.position + n > s.max_context && c_.n_kda_layers() < c_.n_layers)
+      return Status::Error("context is full (" + std::to_string(s.max_context) + " tokens)");
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(it.tokens[i]);
+      positions.push_back(s.position + i);
+      owner.push_back(&s);
+    }
+  }
+  const int T = static_cast<int>(ids.size());
   std::vector<float> x(static_cast<size_t>(T) * hid), hn(static_cast<size_t>(T) * hid),
       y(static_cast<size_t>(T) * hid);
   // The lookahead's own input, so that nothing the real path reads is
@@ -145,7 +158,7 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
   // must not flood a small cache, so no more than the demand window.
   const size_t cap = static_cast<size_t>(std::max(1, opt_.prefetch));
   for (int t = 0; t < T; ++t)
-    WASTE_RETURN_IF_ERROR(trunk_->EmbeddingRow(tokens[t], x.data() + static_cast<size_t>(t) * hid));
+    WASTE_RETURN_IF_ERROR(trunk_->EmbeddingRow(ids[t], x.data() + static_cast<size_t>(t) * hid));
   for (int L = 0; L < c_.n_layers; ++L) {
     const Layer& l = *layers_[L];
     const auto ta = Clock::now();
@@ -155,7 +168,7 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
       float* ht = hn.data() + static_cast<size_t>(t) * hid;
       float* yt = y.data() + static_cast<size_t>(t) * hid;
       RmsNorm(xt, l.in_norm, hid, c_.rms_eps, ht);
-      Attention(L, s, s.position + t, ht, yt);
+      Attention(L, *owner[t], positions[t], ht, yt);
       for (int i = 0; i < hid; ++i) xt[i] += yt[i];
       RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
     }
@@ -177,7 +190,7 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
       times_.lookahead += Since(tl);
     }
     if (l.plan.ffn == FfnKind::kMoe) {
-      WASTE_RETURN_IF_ERROR(MoeChunk(L, s.position, T, hn.data(), y.data(), ahead));
+      WASTE_RETURN_IF_ERROR(MoeChunk(L, positions, hn.data(), y.data(), ahead));
     } else {
       if (ahead >= 0) HintGuess(ahead);
       const auto to = Clock::now();
@@ -203,31 +216,46 @@ Status Model::ForwardChunk(Session& s, std::span<const int> tokens, float* logit
     }
   }
   const auto th = Clock::now();
-  for (int t = all ? 0 : T - 1; t < T; ++t) {
-    RmsNorm(x.data() + static_cast<size_t>(t) * hid, final_norm_, hid, c_.rms_eps, hn.data());
-    MatVec(*lm_head_, hn.data(), logits_out + (all ? static_cast<size_t>(t) * c_.vocab : 0));
+  int end = 0;  // one past the item's last token in the chunk
+  for (const BatchItem& it : items) {
+    const int n = static_cast<int>(it.tokens.size());
+    end += n;
+    for (int t = all ? end - n : end - 1; t < end; ++t) {
+      RmsNorm(x.data() + static_cast<size_t>(t) * hid, final_norm_, hid, c_.rms_eps, hn.data());
+      MatVec(*lm_head_, hn.data(),
+             it.logits + (all ? static_cast<size_t>(t - (end - n)) * c_.vocab : 0));
+    }
   }
   times_.other += Since(th);
-  // The commit: the recurrent states this chunk computed become the session's.
-  std::swap(s.kda_state, s.kda_spare);
-  std::swap(s.conv_ring, s.conv_spare);
-  s.position += T;
+  // The commit: the recurrent states this chunk computed become the sessions'.
+  for (const BatchItem& it : items) {
+    Session& s = *it.session;
+    std::swap(s.kda_state, s.kda_spare);
+    std::swap(s.conv_ring, s.conv_spare);
+    s.position += static_cast<int>(it.tokens.size());
+  }
   return Status::Ok();
 }
 
-Status Model::Forward(Session& s, std::span<const int> tokens, float* logits,
-                      std::vector<float>* all_logits) {
+Status Model::CheckTokens(std::span<const int> tokens) const {
   if (tokens.empty()) return Status::Error("no tokens to run");
   for (int id : tokens)
     if (id < 0 || id >= c_.vocab)
       return Status::Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
                            std::to_string(c_.vocab));
+  return Status::Ok();
+}
+
+Status Model::Forward(Session& s, std::span<const int> tokens, float* logits,
+                      std::vector<float>* all_logits) {
+  WASTE_RETURN_IF_ERROR(CheckTokens(tokens));
   if (all_logits) all_logits->assign(tokens.size() * static_cast<size_t>(c_.vocab), 0.f);
   std::vector<float> last(c_.vocab);
   for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(opt_.chunk)) {
     const auto part = tokens.subspan(at, std::min<size_t>(opt_.chunk, tokens.size() - at));
     float* dst = all_logits ? all_logits->data() + at * static_cast<size_t>(c_.vocab) : last.data();
-    WASTE_RETURN_IF_ERROR(ForwardChunk(s, part, dst, all_logits != nullptr));
+    const BatchItem item{&s, part, dst};
+    WASTE_RETURN_IF_ERROR(ForwardChunk({&item, 1}, all_logits != nullptr));
     if (experts_) experts_->TokensDone(static_cast<int>(part.size()));  // none in a dense model
   }
   if (logits) {
@@ -236,6 +264,22 @@ Status Model::Forward(Session& s, std::span<const int> tokens, float* logits,
                    : last.data();
     std::copy(src, src + c_.vocab, logits);
   }
+  return Status::Ok();
+}
+
+Status Model::ForwardBatch(std::span<const BatchItem> items) {
+  if (items.empty()) return Status::Error("no sequences to run");
+  size_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].session || !items[i].logits) return Status::Error("a batch item without a session or logits");
+    WASTE_RETURN_IF_ERROR(CheckTokens(items[i].tokens));
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].session == items[i].session)
+        return Status::Error("a session appears twice in one batch");
+    total += items[i].tokens.size();
+  }
+  WASTE_RETURN_IF_ERROR(ForwardChunk(items, false));
+  if (experts_) experts_->TokensDone(static_cast<int>(total));
   return Status::Ok();
 }
 

@@ -143,6 +143,21 @@ class Model {
   Status Forward(Session& s, std::span<const int> tokens, float* logits,
                  std::vector<float>* all_logits = nullptr);
 
+  // One sequence's share of a batched step: `tokens` (at least one) run at
+  // session->position; `logits` receives the last one's logits ([vocab]).
+  struct BatchItem {
+    Session* session;
+    std::span<const int> tokens;
+    float* logits;
+  };
+  // Runs every item's tokens in one step, as one chunk: attention per
+  // sequence, and each MoE layer acquires the distinct experts of all the
+  // items' tokens once. Each item's logits are those Forward would give its
+  // session alone, bit for bit. The step is not split: the caller bounds its
+  // size (options.chunk is Forward's). All or nothing: a step that fails
+  // leaves every session as it was. The sessions must be distinct.
+  Status ForwardBatch(std::span<const BatchItem> items);
+
   const PhaseTimes& times() const { return times_; }
   PoolJobs pool_jobs() const { return {attention_jobs_, pool_.jobs()}; }
   // Since load: the next-layer lookahead's counts, and the next-token guess's
@@ -158,16 +173,21 @@ class Model {
   Model(const Container& ct, ExpertSource* experts, const ModelOptions& opt);
   // Builds every layer from its plan (architecture.h).
   Status Resolve();
-  Status ForwardChunk(Session& s, std::span<const int> tokens, float* logits_out, bool all);
+  // One chunk of every item's tokens. `all`: every token's logits, [tokens][vocab]
+  // at each item's `logits`, instead of the last one's.
+  Status ForwardChunk(std::span<const BatchItem> items, bool all);
+  // Refuses an empty run and ids outside the vocabulary.
+  Status CheckTokens(std::span<const int> tokens) const;
   // One token's attention at layer L, as the layer's kind computes it:
   // Kda (kda.cc) or Mla (mla.cc) at position `pos`, the chunk's first when
   // pos == s.position (Kda starts the spare state from the committed one there).
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, bool first, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
-  // MoE (moe.cc). `ahead`: a layer whose guessed experts (guess_[ahead]) are
-  // hinted once this layer's own first demand hints are out; -1 for none.
-  Status MoeChunk(int L, int position, int T, const float* h, float* out, int ahead);
+  // MoE (moe.cc) on T tokens at `positions` ([T], for on_route). `ahead`: a
+  // layer whose guessed experts (guess_[ahead]) are hinted once this layer's
+  // own first demand hints are out; -1 for none.
+  Status MoeChunk(int L, std::span<const int> positions, const float* h, float* out, int ahead);
   struct MoeUsers;
   struct MoeTables;
   // MoeChunk's steps: the router on each of the T inputs ([T][hidden]); the
@@ -176,7 +196,7 @@ class Model {
   // threads, `hinted` of users.wanted already hinted, into moe_.per_slot and
   // moe_.shared_out (the time blocked in Acquire, averaged over the threads,
   // in *wait_seconds); and out = the weighted sum of those, in routing order.
-  void RouteChunk(int L, int position, int T, const float* h, std::span<Routing> route);
+  void RouteChunk(int L, std::span<const int> positions, const float* h, std::span<Routing> route);
   MoeTables PlanMoeTables(int L, int T);
   void BuildGateUpTables(int T, const float* h, const MoeTables& tables);
   Status RunExperts(int L, int T, const float* h, const MoeTables& tables, const MoeUsers& users,

@@ -139,9 +139,11 @@ void Model::ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, i
   }
 }
 
-Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, int ahead) {
+Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, float* out,
+                       int ahead) {
+  const int T = static_cast<int>(positions.size());
   std::vector<Routing> route(T);
-  RouteChunk(L, position, T, h, route);
+  RouteChunk(L, positions, h, route);
   MoeUsers users;
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < route[t].count; ++j) users.of[route[t].expert[j]].push_back({t, j});
@@ -168,15 +170,17 @@ Status Model::MoeChunk(int L, int position, int T, const float* h, float* out, i
   return Status::Ok();
 }
 
-void Model::RouteChunk(int L, int position, int T, const float* h, std::span<Routing> route) {
+void Model::RouteChunk(int L, std::span<const int> positions, const float* h,
+                       std::span<Routing> route) {
   const Layer& l = *layers_[L];
+  const int T = static_cast<int>(positions.size());
   const int E = c_.n_experts, hid = c_.hidden;
   std::vector<float> logits(E);
   for (int t = 0; t < T; ++t) {
     MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
     Route(c_, logits, {l.router_bias, static_cast<size_t>(E)}, &route[t]);
     if (opt_.on_route)
-      opt_.on_route(position + t, L, {route[t].expert, static_cast<size_t>(route[t].count)});
+      opt_.on_route(positions[t], L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }
 }
 
