@@ -845,6 +845,34 @@ TEST_P(Forward, ABatchNamingASessionTwiceIsRefused) {
   EXPECT_FALSE(e.model->ForwardBatch({}).ok());
 }
 
+// A conversation resumed from a snapshot of its prefix runs to the logits
+// of one run straight through; a snapshot does not fit another model's session.
+TEST_P(Forward, ASnapshotResumesToTheLogitsOfAFullRun) {
+  const int V = ct_->config().vocab;
+  Engine e = Make({});
+  const std::vector<int> head(prompt_.begin(), prompt_.begin() + 7), tail(prompt_.begin() + 7, prompt_.end());
+  std::vector<float> full(V), resumed(V), head_logits(V);
+  Session straight = e.model->NewSession(64);
+  ASSERT_TRUE(e.model->Forward(straight, prompt_, full.data()).ok());
+  Session first = e.model->NewSession(64);
+  ASSERT_TRUE(e.model->Forward(first, head, head_logits.data()).ok());
+  const SessionSnapshot snap = TakeSnapshot(first);
+  EXPECT_EQ(snap.position, 7);
+  EXPECT_GT(snap.bytes(), 0u);
+  ASSERT_TRUE(e.model->Forward(first, tail, resumed.data()).ok());  // moves on; the snapshot stays
+  Session later = e.model->NewSession(32);
+  ASSERT_TRUE(e.model->Forward(later, tail, resumed.data()).ok());  // state to be overwritten
+  ASSERT_TRUE(RestoreSnapshot(snap, later).ok());
+  EXPECT_EQ(later.position, 7);
+  ASSERT_TRUE(e.model->Forward(later, tail, resumed.data()).ok());
+  EXPECT_EQ(0, std::memcmp(full.data(), resumed.data(), V * 4));
+  Session tiny = e.model->NewSession(4);
+  EXPECT_FALSE(RestoreSnapshot(snap, tiny).ok());
+  SessionSnapshot damaged = snap;
+  damaged.floats.pop_back();
+  EXPECT_FALSE(RestoreSnapshot(damaged, later).ok());
+}
+
 TEST_P(Forward, BadTokenIdsAreRefused) {
   Engine e = Make({});
   Session s = e.model->NewSession(64);

@@ -58,6 +58,20 @@ struct Session {
   uint64_t state_bytes() const;
 };
 
+// A session's committed state copied out (recurrent states, conv rings, the
+// latent KV rows below `position`), for resuming a conversation later: the
+// prefix cache of `waste serve`.
+struct SessionSnapshot {
+  int position = 0;
+  std::vector<float> floats;  // every layer's committed state, layer after layer
+  uint64_t bytes() const { return floats.size() * sizeof(float); }
+};
+SessionSnapshot TakeSnapshot(const Session& s);
+// Puts `snap` into `to`, a session of the model it was taken from (the
+// sizes are checked) with room for its position; `to`'s old state is gone.
+// Running tokens on `to` then gives the logits the snapshotted session would have.
+Status RestoreSnapshot(const SessionSnapshot& snap, Session& to);
+
 // Time spent per phase of the forward pass, for `waste bench`.
 struct PhaseTimes {
   double attention = 0, experts = 0, expert_wait = 0, other = 0;

@@ -17,6 +17,50 @@ uint64_t Session::state_bytes() const {
   return n;
 }
 
+namespace {
+
+// The latent KV floats of layer L below `position` (rows are max_context apart).
+size_t KvUsed(const Session& s, size_t L, int position) {
+  if (s.latent_kv[L].empty() || s.max_context == 0) return 0;
+  return s.latent_kv[L].size() / static_cast<size_t>(s.max_context) * static_cast<size_t>(position);
+}
+
+}  // namespace
+
+SessionSnapshot TakeSnapshot(const Session& s) {
+  SessionSnapshot snap;
+  snap.position = s.position;
+  for (size_t L = 0; L < s.kda_state.size(); ++L) {
+    snap.floats.insert(snap.floats.end(), s.kda_state[L].begin(), s.kda_state[L].end());
+    snap.floats.insert(snap.floats.end(), s.conv_ring[L].begin(), s.conv_ring[L].end());
+    const size_t kv = KvUsed(s, L, s.position);
+    snap.floats.insert(snap.floats.end(), s.latent_kv[L].begin(), s.latent_kv[L].begin() + kv);
+  }
+  return snap;
+}
+
+Status RestoreSnapshot(const SessionSnapshot& snap, Session& to) {
+  if (snap.position > to.max_context)
+    return Status::Error("the snapshot holds " + std::to_string(snap.position) +
+                         " tokens; the session has room for " + std::to_string(to.max_context));
+  size_t need = 0;
+  for (size_t L = 0; L < to.kda_state.size(); ++L)
+    need += to.kda_state[L].size() + to.conv_ring[L].size() + KvUsed(to, L, snap.position);
+  if (need != snap.floats.size()) return Status::Error("the snapshot is of another model's session");
+  const float* from = snap.floats.data();
+  auto put = [&](std::span<float> dst, size_t n) {
+    std::copy(from, from + n, dst.begin());
+    from += n;
+  };
+  for (size_t L = 0; L < to.kda_state.size(); ++L) {
+    put(to.kda_state[L], to.kda_state[L].size());
+    put(to.conv_ring[L], to.conv_ring[L].size());
+    put(to.latent_kv[L], KvUsed(to, L, snap.position));
+  }
+  to.position = snap.position;
+  return Status::Ok();
+}
+
 Session Model::NewSession(int max_context) const {
   Session s;
   s.max_context = max_context;
