@@ -1,0 +1,251 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace waste::serve {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct Scheduler::Running {
+  std::shared_ptr<Generation> g;
+  double submitted = 0;
+  Session session;
+  std::vector<int> history;  // the tokens the session has run
+  std::vector<int> pending;  // to run next: the rest of the prompt, or the last sampled token
+  bool prefilling = true;
+  std::vector<float> logits;  // [vocab]: after the last of `history`
+  Sampler sampler;
+  GenerationEnd end;
+  Running(std::shared_ptr<Generation> gen, double t, Session s)
+      : g(std::move(gen)), submitted(t), session(std::move(s)), sampler(g->sampling) {}
+};
+
+Scheduler::Scheduler(const SchedulerOptions& o, int vocab, StepFn step, SessionFn new_session)
+    : o_(o), vocab_(vocab), step_(std::move(step)), new_session_(std::move(new_session)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+bool Scheduler::Submit(std::shared_ptr<Generation> g) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || queue_.size() >= static_cast<size_t>(std::max(0, o_.queue))) return false;
+  queue_.emplace_back(std::move(g), Now());
+  wake_.notify_one();
+  return true;
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.queued = queue_.size();
+  }
+  s.running = running_count_;
+  s.steps = steps_;
+  s.prompt_tokens = prompt_tokens_;
+  s.reused_tokens = reused_tokens_;
+  s.completion_tokens = completion_tokens_;
+  s.kept_states = kept_count_;
+  s.kept_bytes = kept_bytes_count_;
+  return s;
+}
+
+void Scheduler::Loop() {
+  for (;;) {
+    std::vector<std::pair<std::shared_ptr<Generation>, double>> admitted;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !running_.empty() || !queue_.empty(); });
+      if (stopping_) {
+        for (auto& [g, t] : queue_) {
+          GenerationEnd end;
+          end.reason = EndReason::kCancelled;
+          end.prompt_tokens = static_cast<int>(g->prompt.size());
+          if (g->on_end) g->on_end(end);
+        }
+        queue_.clear();
+        break;
+      }
+      while (running_.size() + admitted.size() < static_cast<size_t>(std::max(1, o_.parallel)) &&
+             !queue_.empty()) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    for (auto& [g, t] : admitted) {
+      auto r = Admit(std::move(g));
+      if (r) {
+        r->submitted = t;
+        running_.push_back(std::move(r));
+      }
+    }
+    running_count_ = running_.size();
+    if (!running_.empty()) Step();
+  }
+  for (auto& r : running_) End(*r, EndReason::kCancelled);
+  running_.clear();
+  running_count_ = 0;
+}
+
+std::unique_ptr<Scheduler::Running> Scheduler::Admit(std::shared_ptr<Generation> g) {
+  GenerationEnd refused;
+  refused.prompt_tokens = static_cast<int>(g->prompt.size());
+  refused.reason = EndReason::kError;
+  if (g->prompt.empty()) refused.error = "the prompt has no tokens";
+  else if (static_cast<int>(g->prompt.size()) >= o_.context)
+    refused.error = "the prompt's " + std::to_string(g->prompt.size()) +
+                    " tokens leave no room in a context of " + std::to_string(o_.context);
+  else if (g->cancelled) refused.reason = EndReason::kCancelled;
+  if (!refused.error.empty() || refused.reason == EndReason::kCancelled) {
+    if (g->on_end) g->on_end(refused);
+    return nullptr;
+  }
+  auto r = std::make_unique<Running>(g, 0, new_session_(o_.context));
+  r->end.prompt_tokens = static_cast<int>(g->prompt.size());
+  prompt_tokens_ += g->prompt.size();
+  // The longest kept state whose tokens begin the prompt.
+  auto best = kept_.end();
+  for (auto it = kept_.begin(); it != kept_.end(); ++it)
+    if (it->tokens.size() <= g->prompt.size() &&
+        (best == kept_.end() || it->tokens.size() > best->tokens.size()) &&
+        std::equal(it->tokens.begin(), it->tokens.end(), g->prompt.begin()))
+      best = it;
+  if (best != kept_.end() && RestoreSnapshot(best->state, r->session).ok()) {
+    r->history = best->tokens;
+    r->logits = best->logits;
+    r->end.reused_tokens = static_cast<int>(best->tokens.size());
+    reused_tokens_ += best->tokens.size();
+    kept_.splice(kept_.begin(), kept_, best);  // most recently used
+  }
+  r->pending.assign(g->prompt.begin() + static_cast<long>(r->history.size()), g->prompt.end());
+  if (r->logits.empty()) r->logits.assign(vocab_, 0.f);
+  return r;
+}
+
+void Scheduler::Step() {
+  // Cancelled ones end first; a prompt resumed whole samples at once.
+  for (auto& r : running_) {
+    if (!r->g) continue;
+    if (r->g->cancelled) End(*r, EndReason::kCancelled);
+    else if (r->prefilling && r->pending.empty()) {
+      r->prefilling = false;
+      if (!Emit(*r)) End(*r, r->end.reason);
+    }
+  }
+  std::erase_if(running_, [](const auto& r) { return !r->g; });
+  running_count_ = running_.size();
+  if (running_.empty()) return;
+  std::vector<Model::BatchItem> items;
+  std::vector<Running*> in_step;
+  std::vector<size_t> taken;
+  int prompt_budget = std::max(1, o_.chunk);
+  for (auto& r : running_) {
+    size_t n = 1;
+    if (r->prefilling) {
+      if (prompt_budget == 0) continue;
+      n = std::min(r->pending.size(), static_cast<size_t>(prompt_budget));
+      prompt_budget -= static_cast<int>(n);
+    }
+    items.push_back({&r->session, std::span<const int>(r->pending).first(n), r->logits.data()});
+    in_step.push_back(r.get());
+    taken.push_back(n);
+  }
+  const Status st = step_(items);
+  ++steps_;
+  for (size_t i = 0; i < in_step.size(); ++i) {
+    Running& r = *in_step[i];
+    if (!st.ok()) {
+      End(r, EndReason::kError, st.message());
+      continue;
+    }
+    r.history.insert(r.history.end(), r.pending.begin(), r.pending.begin() + static_cast<long>(taken[i]));
+    r.pending.erase(r.pending.begin(), r.pending.begin() + static_cast<long>(taken[i]));
+    if (!r.pending.empty()) continue;
+    if (r.prefilling) {
+      r.prefilling = false;
+      Keep(r.history, r.session, r.logits);  // the turn's boundary
+    }
+    if (!Emit(r)) End(r, r.end.reason);
+  }
+  std::erase_if(running_, [](const auto& r) { return !r->g; });
+  running_count_ = running_.size();
+}
+
+bool Scheduler::Emit(Running& r) {
+  Generation& g = *r.g;
+  if (r.end.completion_tokens >= g.max_tokens) {
+    r.end.reason = EndReason::kLength;
+    return false;
+  }
+  const int token = r.sampler.Sample(r.logits);
+  if (std::find(g.end_tokens.begin(), g.end_tokens.end(), token) != g.end_tokens.end()) {
+    r.end.reason = EndReason::kStop;
+    return false;
+  }
+  if (r.end.completion_tokens == 0) r.end.first_token_seconds = Now() - r.submitted;
+  ++r.end.completion_tokens;
+  ++completion_tokens_;
+  const bool more = !g.on_token || g.on_token(token, r.logits);
+  if (!more) {
+    r.end.reason = EndReason::kStop;
+    return false;
+  }
+  if (r.end.completion_tokens >= g.max_tokens) {
+    r.end.reason = EndReason::kLength;
+    return false;
+  }
+  if (static_cast<int>(r.history.size()) + 1 >= o_.context) {
+    r.end.reason = EndReason::kLength;
+    return false;
+  }
+  r.pending = {token};
+  return true;
+}
+
+void Scheduler::End(Running& r, EndReason why, std::string error) {
+  r.end.reason = why;
+  r.end.error = std::move(error);
+  // A reply that ran to its end is a turn's boundary too.
+  if (why != EndReason::kError && !r.prefilling && !r.history.empty())
+    Keep(r.history, r.session, r.logits);
+  if (r.g->on_end) r.g->on_end(r.end);
+  r.g.reset();
+}
+
+void Scheduler::Keep(const std::vector<int>& tokens, const Session& s, std::span<const float> logits) {
+  if (o_.prefix_cache_bytes == 0) return;
+  for (auto it = kept_.begin(); it != kept_.end(); ++it)
+    if (it->tokens == tokens) {
+      kept_.splice(kept_.begin(), kept_, it);
+      return;
+    }
+  Kept k{tokens, TakeSnapshot(s), {logits.begin(), logits.end()}};
+  auto size = [](const Kept& e) { return e.state.bytes() + (e.logits.size() + e.tokens.size()) * 4; };
+  if (size(k) > o_.prefix_cache_bytes) return;
+  kept_bytes_ += size(k);
+  kept_.push_front(std::move(k));
+  while (kept_bytes_ > o_.prefix_cache_bytes) {
+    kept_bytes_ -= size(kept_.back());
+    kept_.pop_back();
+  }
+  kept_count_ = kept_.size();
+  kept_bytes_count_ = kept_bytes_;
+}
+
+}  // namespace waste::serve

@@ -1,0 +1,142 @@
+// The decode loop of `waste serve`: several conversations in one forward step.
+//
+// A Scheduler owns a thread that runs up to `parallel` generations together:
+// each step is one Model::ForwardBatch of every running generation's next
+// tokens (a decoding one's last sampled token; a prefilling one's next part
+// of its prompt, at most `chunk` prompt tokens a step in all), so each MoE
+// layer acquires the distinct experts of all of them once. A new request's
+// prompt joins the running batch between steps. Requests wait in a bounded
+// queue for a free place.
+//
+// Conversations are not prefilled twice: at the end of every prompt and of
+// every reply the session's state is kept (a SessionSnapshot with the logits
+// there, the least recently used dropped past `prefix_cache_bytes`), and a
+// request whose prompt begins with a kept state's tokens starts from the
+// longest such. The logits are those of a full prefill, bit for bit
+// (Model::Forward's are the same whatever the chunking).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/model/model.h"
+#include "engine/model/sampler.h"
+
+namespace waste::serve {
+
+enum class EndReason {
+  kStop,       // an end token was sampled, or on_token asked to stop
+  kLength,     // max_tokens generated, or the context is full
+  kCancelled,  // Generation::cancelled was set, or the scheduler stopped
+  kError,      // the forward pass failed (GenerationEnd::error says why)
+};
+
+struct GenerationEnd {
+  EndReason reason = EndReason::kStop;
+  std::string error;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;   // tokens passed to on_token
+  int reused_tokens = 0;       // prompt tokens taken from a kept state, not run again
+  double first_token_seconds = 0;  // from Submit to the first on_token; 0 if none
+};
+
+// One request. Every callback runs on the scheduler's thread, and must not
+// call back into the Scheduler.
+struct Generation {
+  std::vector<int> prompt;  // at least one token
+  int max_tokens = 256;
+  SamplerOptions sampling;
+  std::vector<int> end_tokens;  // sampling one of these ends the reply; it is not passed on
+  // Each generated token with the logits it was sampled from ([vocab]).
+  // Returning false ends the reply after it (EndReason::kStop).
+  std::function<bool(int token, std::span<const float> logits)> on_token;
+  // Called exactly once for every generation Submit accepted.
+  std::function<void(const GenerationEnd&)> on_end;
+  // Set from any thread (a client went away): the generation ends within a step.
+  std::atomic<bool> cancelled{false};
+};
+
+struct SchedulerOptions {
+  int parallel = 4;   // generations in one step
+  int queue = 16;     // waiting for a place; Submit refuses more
+  int context = 4096; // tokens a conversation may hold, prompt and reply
+  int chunk = 32;     // prompt tokens run in one step, over all generations
+  uint64_t prefix_cache_bytes = 1ull << 30;  // kept states, snapshots and logits
+};
+
+struct SchedulerStats {
+  uint64_t queued = 0, running = 0;
+  uint64_t steps = 0, prompt_tokens = 0, reused_tokens = 0, completion_tokens = 0;
+  uint64_t kept_states = 0, kept_bytes = 0;
+};
+
+class Scheduler {
+ public:
+  // Runs one batch step (Model::ForwardBatch, or a wrapper that reattaches
+  // to a restarted daemon); a failed step must leave every session as it was.
+  using StepFn = std::function<Status(std::span<const Model::BatchItem>)>;
+  // A fresh session of the model, with room for `max_context` tokens.
+  using SessionFn = std::function<Session(int max_context)>;
+
+  Scheduler(const SchedulerOptions& o, int vocab, StepFn step, SessionFn new_session);
+  ~Scheduler();  // Stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues `g` and returns true, or returns false when the queue is full or
+  // the scheduler has stopped (nothing of `g` is called then).
+  bool Submit(std::shared_ptr<Generation> g);
+  // Ends every generation, queued or running (kCancelled), and joins the thread.
+  void Stop();
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return o_; }
+
+ private:
+  struct Running;
+  struct Kept {
+    std::vector<int> tokens;  // what the state has seen
+    SessionSnapshot state;
+    std::vector<float> logits;  // [vocab]: after the last of `tokens`
+  };
+  void Loop();
+  // Starts `g`: its session from the longest kept prefix of its prompt.
+  std::unique_ptr<Running> Admit(std::shared_ptr<Generation> g);
+  // One step of every running generation; ends those that are done.
+  void Step();
+  // Samples r's next token from r.logits and passes it on; false when r is done.
+  bool Emit(Running& r);
+  void End(Running& r, EndReason why, std::string error = {});
+  void Keep(const std::vector<int>& tokens, const Session& s, std::span<const float> logits);
+
+  const SchedulerOptions o_;
+  const int vocab_;
+  StepFn step_;
+  SessionFn new_session_;
+
+  mutable std::mutex mu_;  // guards queue_, stopping_
+  std::condition_variable wake_;
+  std::deque<std::pair<std::shared_ptr<Generation>, double>> queue_;  // with its Submit time
+  bool stopping_ = false;
+
+  // The scheduler thread's own.
+  std::vector<std::unique_ptr<Running>> running_;
+  std::list<Kept> kept_;  // most recently used first
+  uint64_t kept_bytes_ = 0;
+
+  std::atomic<uint64_t> steps_{0}, prompt_tokens_{0}, reused_tokens_{0}, completion_tokens_{0},
+      running_count_{0}, kept_count_{0}, kept_bytes_count_{0};
+  std::thread thread_;
+};
+
+}  // namespace waste::serve

@@ -1,0 +1,262 @@
+// serve::Scheduler on the synthetic presets: a greedy reply is the same
+// alone or batched beside others (and equals Model::Forward's own greedy
+// run), a follow-up turn resumes from the kept state with the logits of a
+// full prefill, end tokens, cancelling, a full queue, a prompt too long,
+// and stopping with work in hand.
+#include "serve/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <mutex>
+
+#include "engine/experts/cache.h"
+#include "engine/synth/synth.h"
+#include "tests/test_util.h"
+
+namespace waste::serve {
+namespace {
+
+// What one generation produced, filled in on the scheduler's thread.
+struct Outcome {
+  std::mutex mu;
+  std::vector<int> tokens;
+  std::vector<std::vector<float>> logits;
+  GenerationEnd end;
+  std::promise<void> done;
+};
+
+std::shared_ptr<Generation> Greedy(std::vector<int> prompt, int max_tokens,
+                                   std::shared_ptr<Outcome> out) {
+  auto g = std::make_shared<Generation>();
+  g->prompt = std::move(prompt);
+  g->max_tokens = max_tokens;
+  g->on_token = [out](int t, std::span<const float> l) {
+    std::lock_guard<std::mutex> lock(out->mu);
+    out->tokens.push_back(t);
+    out->logits.emplace_back(l.begin(), l.end());
+    return true;
+  };
+  g->on_end = [out](const GenerationEnd& e) {
+    {
+      std::lock_guard<std::mutex> lock(out->mu);
+      out->end = e;
+    }
+    out->done.set_value();
+  };
+  return g;
+}
+
+class SchedulerTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = waste::testing::ScratchDir();
+    ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
+    auto ct = Container::Open(dir_);
+    ASSERT_TRUE(ct.ok());
+    ct_ = std::make_unique<Container>(std::move(*ct));
+    CacheOptions co;
+    co.slots = 1000;
+    auto c = ExpertCache::Create(*ct_, co);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    cache_ = std::move(*c);
+    ModelOptions mo;
+    mo.threads = 2;
+    auto m = Model::Load(*ct_, cache_.get(), mo);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model_ = std::move(*m);
+    const int V = model_->config().vocab;
+    for (int q = 0; q < 3; ++q) {
+      std::vector<int> p;
+      for (int i = 0; i < 5 + 4 * q; ++i) p.push_back(static_cast<int>((3 + 37 * i + 101 * q) % V));
+      prompts_.push_back(p);
+    }
+  }
+
+  std::unique_ptr<Scheduler> Make(SchedulerOptions o, Scheduler::StepFn step = nullptr) {
+    if (!step) step = [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); };
+    return std::make_unique<Scheduler>(o, model_->config().vocab, std::move(step),
+                                       [this](int n) { return model_->NewSession(n); });
+  }
+
+  // Model::Forward's own greedy reply to `prompt`.
+  std::vector<int> ForwardGreedy(const std::vector<int>& prompt, int n) {
+    Session s = model_->NewSession(64);
+    std::vector<float> l(model_->config().vocab);
+    std::vector<int> out, next = prompt;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
+      out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
+      next = {out.back()};
+    }
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Container> ct_;
+  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<Model> model_;
+  std::vector<std::vector<int>> prompts_;
+};
+
+TEST_P(SchedulerTest, AGreedyReplyIsTheSameAloneOrBesideOthers) {
+  SchedulerOptions o;
+  o.context = 64;
+  o.chunk = 6;  // the prompts take two and three steps, beside the others' decoding
+  // The Model is not shared between threads: its own greedy runs come first.
+  std::vector<std::vector<int>> forward;
+  for (const auto& p : prompts_) forward.push_back(ForwardGreedy(p, 6));
+  std::vector<std::vector<int>> alone;
+  {
+    auto s = Make(o);
+    for (const auto& p : prompts_) {
+      auto out = std::make_shared<Outcome>();
+      ASSERT_TRUE(s->Submit(Greedy(p, 6, out)));
+      out->done.get_future().wait();
+      EXPECT_EQ(out->end.reason, EndReason::kLength);
+      alone.push_back(out->tokens);
+    }
+  }
+  o.prefix_cache_bytes = 0;  // nothing resumed: every prompt runs beside the others
+  auto s = Make(o);
+  std::vector<std::shared_ptr<Outcome>> outs;
+  for (const auto& p : prompts_) {
+    outs.push_back(std::make_shared<Outcome>());
+    ASSERT_TRUE(s->Submit(Greedy(p, 6, outs.back())));
+  }
+  for (size_t q = 0; q < outs.size(); ++q) {
+    outs[q]->done.get_future().wait();
+    EXPECT_EQ(outs[q]->tokens, alone[q]) << "prompt " << q;
+    EXPECT_EQ(outs[q]->tokens, forward[q]) << "prompt " << q;
+    EXPECT_EQ(outs[q]->end.completion_tokens, 6);
+    EXPECT_EQ(outs[q]->end.prompt_tokens, static_cast<int>(prompts_[q].size()));
+  }
+  // Batched: fewer steps than one after another (5 + 6 * 3 alone at least).
+  EXPECT_LT(s->stats().steps, 18u);
+}
+
+TEST_P(SchedulerTest, AFollowUpTurnResumesFromTheKeptStateWithTheLogitsOfAFullPrefill) {
+  SchedulerOptions o;
+  o.context = 64;
+  auto s = Make(o);
+  auto first = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(prompts_[0], 4, first)));
+  first->done.get_future().wait();
+  // The next turn: the prompt, the reply, a new user turn.
+  std::vector<int> follow = prompts_[0];
+  follow.insert(follow.end(), first->tokens.begin(), first->tokens.end());
+  follow.insert(follow.end(), prompts_[1].begin(), prompts_[1].end());
+  auto resumed = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(follow, 3, resumed)));
+  resumed->done.get_future().wait();
+  // Kept at the reply's end: the prompt and every reply token but the last (never run).
+  EXPECT_EQ(resumed->end.reused_tokens, static_cast<int>(prompts_[0].size() + first->tokens.size() - 1));
+  EXPECT_EQ(s->stats().reused_tokens, static_cast<uint64_t>(resumed->end.reused_tokens));
+
+  o.prefix_cache_bytes = 0;
+  auto fresh_s = Make(o);
+  auto fresh = std::make_shared<Outcome>();
+  ASSERT_TRUE(fresh_s->Submit(Greedy(follow, 3, fresh)));
+  fresh->done.get_future().wait();
+  EXPECT_EQ(fresh->end.reused_tokens, 0);
+  ASSERT_EQ(resumed->logits.size(), fresh->logits.size());
+  for (size_t i = 0; i < fresh->logits.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(resumed->logits[i].data(), fresh->logits[i].data(), fresh->logits[i].size() * 4))
+        << "token " << i;
+  // The same prompt again resumes whole, from the state kept at its end.
+  auto again = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(follow, 3, again)));
+  again->done.get_future().wait();
+  EXPECT_EQ(again->end.reused_tokens, static_cast<int>(follow.size()));
+  EXPECT_EQ(again->tokens, fresh->tokens);
+}
+
+TEST_P(SchedulerTest, AnEndTokenEndsTheReplyAndIsNotPassedOn) {
+  const std::vector<int> greedy = ForwardGreedy(prompts_[1], 5);
+  auto s = Make({});
+  auto out = std::make_shared<Outcome>();
+  auto g = Greedy(prompts_[1], 5, out);
+  g->end_tokens = {greedy[2]};
+  ASSERT_TRUE(s->Submit(g));
+  out->done.get_future().wait();
+  const size_t cut = static_cast<size_t>(std::find(greedy.begin(), greedy.end(), greedy[2]) - greedy.begin());
+  EXPECT_EQ(out->end.reason, EndReason::kStop);
+  EXPECT_EQ(out->tokens, std::vector<int>(greedy.begin(), greedy.begin() + static_cast<long>(cut)));
+}
+
+TEST_P(SchedulerTest, ACancelledGenerationEndsWithinAStep) {
+  auto s = Make({});
+  auto out = std::make_shared<Outcome>();
+  auto g = Greedy(prompts_[0], 1000, out);
+  std::promise<void> two;
+  auto inner = g->on_token;
+  g->on_token = [inner, out, &two](int t, std::span<const float> l) {
+    inner(t, l);
+    std::lock_guard<std::mutex> lock(out->mu);
+    if (out->tokens.size() == 2) two.set_value();
+    return true;
+  };
+  ASSERT_TRUE(s->Submit(g));
+  two.get_future().wait();
+  g->cancelled = true;  // from this thread, as a server's disconnect would
+  out->done.get_future().wait();
+  EXPECT_EQ(out->end.reason, EndReason::kCancelled);
+  EXPECT_LT(out->end.completion_tokens, 1000);
+}
+
+TEST_P(SchedulerTest, AFullQueueRefusesAndStopEndsEverything) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool first = true;
+  SchedulerOptions o;
+  o.parallel = 1;
+  o.queue = 1;
+  auto s = Make(o, [&](std::span<const Model::BatchItem> items) {
+    if (first) {
+      first = false;
+      entered.set_value();
+      released.wait();
+    }
+    return model_->ForwardBatch(items);
+  });
+  auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(prompts_[0], 1000, a)));
+  entered.get_future().wait();  // a runs, held in its first step
+  ASSERT_TRUE(s->Submit(Greedy(prompts_[1], 4, b)));  // waits for a's place
+  EXPECT_FALSE(s->Submit(Greedy(prompts_[2], 4, c)));  // the queue is full
+  EXPECT_EQ(s->stats().queued, 1u);
+  release.set_value();
+  s->Stop();
+  a->done.get_future().wait();
+  b->done.get_future().wait();
+  EXPECT_EQ(a->end.reason, EndReason::kCancelled);
+  EXPECT_EQ(b->end.reason, EndReason::kCancelled);
+  EXPECT_FALSE(s->Submit(Greedy(prompts_[2], 4, c)));  // stopped
+}
+
+TEST_P(SchedulerTest, APromptWithNoRoomAndAFailingStepEndInErrors) {
+  SchedulerOptions o;
+  o.context = 8;
+  auto s = Make(o);
+  auto big = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(prompts_[2], 4, big)));  // 13 tokens
+  big->done.get_future().wait();
+  EXPECT_EQ(big->end.reason, EndReason::kError);
+  EXPECT_NE(big->end.error.find("no room"), std::string::npos) << big->end.error;
+
+  auto failing = Make({}, [](std::span<const Model::BatchItem>) { return Status::Error("the daemon went away"); });
+  auto out = std::make_shared<Outcome>();
+  ASSERT_TRUE(failing->Submit(Greedy(prompts_[0], 4, out)));
+  out->done.get_future().wait();
+  EXPECT_EQ(out->end.reason, EndReason::kError);
+  EXPECT_EQ(out->end.error, "the daemon went away");
+  EXPECT_TRUE(out->tokens.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, SchedulerTest, ::testing::Values("tiny-kimi", "tiny-deepseek"),
+                         [](const auto& p) { return std::string(p.param).substr(5); });
+
+}  // namespace
+}  // namespace waste::serve
