@@ -214,28 +214,46 @@ Status Reattach(Engine& e, const EngineOptions& o) {
 
 }  // namespace
 
-Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
-                              std::span<const int> tokens, float* logits) {
-  if (e.model && !e.daemon) return e.model->Forward(s, tokens, logits);
+namespace {
+
+// `run` on e.model, outliving wasted (ForwardThroughRestarts says how); `run`
+// must leave what it has not done undone, so that calling it again goes on.
+Status RunThroughRestarts(Engine& e, const EngineOptions& o, const std::function<Status(Model&)>& run) {
+  if (e.model && !e.daemon) return run(*e.model);
   if (e.model && o.reattach_wait <= 0) {
     // Not waiting: a daemon already gone fails the call before it starts
     // (a forward pass whose records are all in the old mappings would not see it).
     WASTE_RETURN_IF_ERROR(e.daemon->Health());
-    return e.model->Forward(s, tokens, logits);
+    return run(*e.model);
   }
   for (;;) {
     if (!e.model) WASTE_RETURN_IF_ERROR(Reattach(e, o));
     Status health = e.daemon->Health();
     if (health.ok()) {
-      const int before = s.position;
-      const Status st = e.model->Forward(s, tokens, logits);
+      const Status st = run(*e.model);
       if (st.ok()) return st;
       health = e.daemon->Health();
       if (health.ok()) return st;  // a failure of its own, not the daemon's going
-      tokens = tokens.subspan(static_cast<size_t>(s.position - before));
     }
     Detach(e, health);
   }
+}
+
+}  // namespace
+
+Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
+                              std::span<const int> tokens, float* logits) {
+  return RunThroughRestarts(e, o, [&](Model& m) {
+    const int before = s.position;
+    const Status st = m.Forward(s, tokens, logits);
+    tokens = tokens.subspan(static_cast<size_t>(s.position - before));  // the chunks not run
+    return st;
+  });
+}
+
+Status StepThroughRestarts(Engine& e, const EngineOptions& o,
+                           std::span<const Model::BatchItem> items) {
+  return RunThroughRestarts(e, o, [&](Model& m) { return m.ForwardBatch(items); });
 }
 
 Result<std::string> ReadPrompt(const std::string& arg) {

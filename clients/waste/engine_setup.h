@@ -90,6 +90,11 @@ Result<Engine> OpenEngine(const EngineOptions& o);
 Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
                               std::span<const int> tokens, float* logits);
 
+// e.model->ForwardBatch(items), outliving wasted in the same way: a failed
+// step moves no session, so after reattaching it runs again whole.
+Status StepThroughRestarts(Engine& e, const EngineOptions& o,
+                           std::span<const Model::BatchItem> items);
+
 // The prompt: the argument, or a file's contents with "@FILE", or standard input with "-".
 Result<std::string> ReadPrompt(const std::string& arg);
 
