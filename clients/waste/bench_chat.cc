@@ -29,6 +29,7 @@ struct BenchOptions {
   EngineOptions engine;
   int prompt_tokens = 64;
   int gen_tokens = 32;
+  int batch = 1;  // sequences decoding together (Model::ForwardBatch); 1: Model::Forward
   bool json = false;
 };
 
@@ -78,14 +79,24 @@ int RunBench(const BenchOptions& o) {
   const uint64_t read_at_open = BytesReadByThisProcess();
   Model& m = *e->model;
   const int V = m.config().vocab;
-  std::vector<int> prompt(o.prompt_tokens);
-  for (int i = 0; i < o.prompt_tokens; ++i) prompt[i] = static_cast<int>((1 + 7919ull * i) % V);
-  Session s = m.NewSession(std::max(o.engine.context, o.prompt_tokens + o.gen_tokens + 1));
-  std::vector<float> logits(V);
+  // Each sequence's own prompt, so that they route differently.
+  auto prompt_of = [&](int q) {
+    std::vector<int> p(o.prompt_tokens);
+    for (int i = 0; i < o.prompt_tokens; ++i)
+      p[i] = static_cast<int>((1 + 7919ull * i + 104729ull * q) % V);
+    return p;
+  };
+  const int B = o.batch;
+  std::vector<Session> sessions;
+  for (int q = 0; q < B; ++q)
+    sessions.push_back(m.NewSession(std::max(o.engine.context, o.prompt_tokens + o.gen_tokens + 1)));
+  std::vector<std::vector<float>> logits(B, std::vector<float>(V));
   const auto t0 = Clock::now();
-  if (Status st = m.Forward(s, prompt, logits.data()); !st.ok()) {
-    std::fprintf(stderr, "waste: %s\n", st.message().c_str());
-    return 1;
+  for (int q = 0; q < B; ++q) {
+    if (Status st = m.Forward(sessions[q], prompt_of(q), logits[q].data()); !st.ok()) {
+      std::fprintf(stderr, "waste: %s\n", st.message().c_str());
+      return 1;
+    }
   }
   const double prefill = Since(t0);
   // Wall-clock time of the first token, so that a script can time it from
@@ -99,9 +110,16 @@ int RunBench(const BenchOptions& o) {
   const LookaheadStats la0 = m.lookahead_stats();
   Sampler greedy({});
   const auto t1 = Clock::now();
+  std::vector<int> next(B);
   for (int i = 0; i < o.gen_tokens; ++i) {
-    const int one[1] = {greedy.Sample(logits)};
-    if (Status st = m.Forward(s, one, logits.data()); !st.ok()) {
+    std::vector<Model::BatchItem> items;
+    for (int q = 0; q < B; ++q) {
+      next[q] = greedy.Sample(logits[q]);
+      items.push_back({&sessions[q], std::span<const int>(&next[q], 1), logits[q].data()});
+    }
+    const Status st = B == 1 ? m.Forward(sessions[0], items[0].tokens, logits[0].data())
+                             : m.ForwardBatch(items);
+    if (!st.ok()) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       return 1;
     }
@@ -117,7 +135,7 @@ int RunBench(const BenchOptions& o) {
   const uint64_t la_demanded = la1.demanded - la0.demanded;
   const double hits = static_cast<double>(after.hits - before.hits);
   const double misses = static_cast<double>(after.misses - before.misses);
-  const double n = std::max(1, o.gen_tokens);
+  const double n = static_cast<double>(std::max(1, o.gen_tokens)) * B;  // tokens decoded
   nlohmann::json j = {
       {"container", o.engine.container},
       {"experts_from", e->where},
@@ -128,10 +146,11 @@ int RunBench(const BenchOptions& o) {
       {"threads", m.threads()},
       {"budget", e->budget},
       {"cache_slots", e->cache_slots},
-      {"prefill_tokens", o.prompt_tokens},
-      {"prefill_tok_s", o.prompt_tokens / std::max(prefill, 1e-9)},
-      {"decode_tokens", o.gen_tokens},
-      {"decode_tok_s", o.gen_tokens / std::max(decode, 1e-9)},
+      {"batch", B},
+      {"prefill_tokens", o.prompt_tokens * B},
+      {"prefill_tok_s", o.prompt_tokens * B / std::max(prefill, 1e-9)},
+      {"decode_tokens", n},
+      {"decode_tok_s", n / std::max(decode, 1e-9)},
       {"decode_hit_rate", hits + misses > 0 ? hits / (hits + misses) : 0.0},
       {"lookahead", m.lookahead()},
       {"lookahead_hinted", la_hinted},
@@ -179,12 +198,13 @@ int RunBench(const BenchOptions& o) {
     return 0;
   }
   const auto& sp = j["decode_seconds_per_token"];
-  std::printf("prefill  %d tokens, %.2f tok/s\n", o.prompt_tokens,
+  if (B > 1) std::printf("batch    %d sequences decoding together; counts and rates are of them all\n", B);
+  std::printf("prefill  %d tokens, %.2f tok/s\n", o.prompt_tokens * B,
               j["prefill_tok_s"].get<double>());
   std::printf(
       "decode   %d tokens, %.2f tok/s, hit rate %.1f%% (acquired without waiting), %.3f GB read "
       "per token (%.2f GB/s while reading), %.1f%% of the time waiting for reads\n",
-      o.gen_tokens, j["decode_tok_s"].get<double>(), 100 * j["decode_hit_rate"].get<double>(),
+      static_cast<int>(n), j["decode_tok_s"].get<double>(), 100 * j["decode_hit_rate"].get<double>(),
       j["decode_gb_read_per_token"].get<double>(), j["decode_read_gb_s"].get<double>(),
       100 * j["decode_wait_share"].get<double>());
   if (demand) {
@@ -323,6 +343,11 @@ void AddBench(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--gen", o->gen_tokens, "Decode steps")
       ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch,
+                  "Sequences decoding together, each step one forward pass of them all "
+                  "(as waste serve --parallel runs them); each prefills alone first")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");
   AddEngineFlags(cmd, &o->engine);
