@@ -357,6 +357,38 @@ TEST_P(TrunkFormats, WeightedRowsAreDequantRowThenWeightedRowSum) {
   }
 }
 
+// MatVecMany applies one matrix to several inputs, a block of rows to each
+// in turn: each output must be the bits of its own MatVec.
+TEST_P(TrunkFormats, MatVecManyGivesTheBitsOfOneMatVecPerInput) {
+  const TrunkFormat& f = GetParam();
+  const int64_t cols = 256;
+  uint32_t seed = 500;
+  for (int64_t rows : {int64_t{1}, int64_t{67}, int64_t{130}}) {
+    TrunkMatrix m(f, rows, cols, 1, seed++);
+    std::vector<std::unique_ptr<Input>> inputs;
+    for (int i = 0; i < 4; ++i) inputs.push_back(std::make_unique<Input>(cols, seed++));
+    for (Isa isa : AvailableIsas()) {
+      std::vector<std::vector<float>> want(inputs.size(), std::vector<float>(rows));
+      for (size_t i = 0; i < inputs.size(); ++i) MatVec(m.view, inputs[i]->data(), want[i].data(), 0, rows, isa);
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t grain : {1, 32}) {
+          std::vector<std::vector<float>> out(inputs.size(), std::vector<float>(rows + 1, -7.f));
+          std::vector<const float*> xs;
+          std::vector<float*> ys;
+          for (size_t i = 0; i < inputs.size(); ++i) xs.push_back(inputs[i]->data()), ys.push_back(out[i].data());
+          MatVecMany(pool, m.view, xs, ys, grain, isa);
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            EXPECT_EQ(0, std::memcmp(out[i].data(), want[i].data(), static_cast<size_t>(rows) * 4))
+                << f.name << " " << IsaName(isa) << " rows " << rows << " input " << i;
+            EXPECT_EQ(out[i][rows], -7.f) << "wrote past the output";
+          }
+        }
+      }
+    }
+  }
+}
+
 // MatVecs runs several matrices in one ParallelFor with chunks that cut
 // across them: each output must be the bits of one MatVec over its whole
 // matrix, and nothing outside the outputs may be written. Awkward row counts

@@ -113,6 +113,17 @@ void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, I
   });
 }
 
+void MatVecMany(ThreadPool& pool, const MatrixView& w, std::span<const float* const> xs,
+                std::span<float* const> ys, int64_t grain, Isa isa) {
+  grain = std::max<int64_t>(grain, 1);
+  pool.ParallelFor(w.rows, grain, [&](int64_t a, int64_t b) {
+    for (int64_t lo = a; lo < b; lo += grain) {
+      const int64_t hi = std::min(b, lo + grain);
+      for (size_t i = 0; i < xs.size(); ++i) MatVec(w, xs[i], ys[i], lo, hi, isa);
+    }
+  });
+}
+
 void DequantRow(const MatrixView& w, int64_t row, float* out) {
   ForEachWeight(w, row, [&](int64_t c, float v) { out[c] = v; });
 }

@@ -61,6 +61,16 @@ struct MatVecJob {
 // overlap one another or the inputs. Matrices of zero rows are allowed.
 void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa);
 
+// One matrix times several inputs: ys[i] = W xs[i], every row, in one
+// pool.ParallelFor. Each thread takes its rows in blocks of `grain` and
+// applies a block to every input in turn while the block's bytes are in
+// cache, so W comes from memory about once for all the inputs. Each ys[i]
+// is the bits of MatVec(w, xs[i], ys[i], 0, rows) (a row is computed by
+// one MatVec call whatever the range around it). xs[i]: [cols], ys[i]:
+// [rows]; outputs must not overlap one another or the inputs.
+void MatVecMany(ThreadPool& pool, const MatrixView& w, std::span<const float* const> xs,
+                std::span<float* const> ys, int64_t grain, Isa isa);
+
 // y[c] = sum over r in [0, n_rows) of a[r] * W[first_row + r][c], for c in
 // [0, cols), each weight decoded as DequantRow decodes it. Each sum runs
 // over r in ascending order from 0.f, a multiply then an add, so every Isa

@@ -216,16 +216,21 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     }
   }
   const auto th = Clock::now();
+  // The LM head, the trunk's largest matrix, read once for every row wanted.
+  std::vector<const float*> head_in;
+  std::vector<float*> head_out;
   int end = 0;  // one past the item's last token in the chunk
   for (const BatchItem& it : items) {
     const int n = static_cast<int>(it.tokens.size());
     end += n;
     for (int t = all ? end - n : end - 1; t < end; ++t) {
-      RmsNorm(x.data() + static_cast<size_t>(t) * hid, final_norm_, hid, c_.rms_eps, hn.data());
-      MatVec(*lm_head_, hn.data(),
-             it.logits + (all ? static_cast<size_t>(t - (end - n)) * c_.vocab : 0));
+      float* ht = hn.data() + static_cast<size_t>(t) * hid;
+      RmsNorm(x.data() + static_cast<size_t>(t) * hid, final_norm_, hid, c_.rms_eps, ht);
+      head_in.push_back(ht);
+      head_out.push_back(it.logits + (all ? static_cast<size_t>(t - (end - n)) * c_.vocab : 0));
     }
   }
+  kernels::MatVecMany(pool_, *lm_head_, head_in, head_out, 32, opt_.isa);
   times_.other += Since(th);
   // The commit: the recurrent states this chunk computed become the sessions'.
   for (const BatchItem& it : items) {
