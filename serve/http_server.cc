@@ -2,6 +2,8 @@
 
 #include <http_parser.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -17,14 +19,18 @@ constexpr std::chrono::milliseconds kLinger{1000};
 // The request target's offsets in http_parser_url are 16 bits.
 constexpr size_t kMaxHeaderLimit = 64 << 10;
 
-char Lower(char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch; }
-
-bool EqualNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return Lower(x) == Lower(y); });
+char Lower(char ch) {
+  return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch;
 }
 
-bool SafeText(std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos; }
+bool EqualNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return Lower(x) == Lower(y); });
+}
+
+bool SafeText(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos;
+}
 
 bool SafeName(std::string_view s) {
   return !s.empty() && SafeText(s) && s.find_first_of(": \t") == s.npos;
@@ -63,7 +69,8 @@ std::string StatusLine(int status) {
 // the connection: OpenAI's error shape.
 std::string ErrorAnswer(int status, std::string_view message, std::string_view extra = {}) {
   const std::string body = std::string(R"({"error":{"message":")") + JsonEscaped(message) +
-                           R"(","type":")" + (status >= 500 ? "server_error" : "invalid_request_error") +
+                           R"(","type":")" +
+                           (status >= 500 ? "server_error" : "invalid_request_error") +
                            R"(","param":null,"code":null}})";
   return StatusLine(status) + "Content-Type: application/json\r\n" + std::string(extra) +
          "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
@@ -112,7 +119,7 @@ struct Connection {
   size_t index = 0;      // in server->open_
   bool refused = false;  // past max_connections: answered 503
   State state = State::kReading;
-  bool reading = true;   // uv_read_start is in effect
+  bool reading = true;  // uv_read_start is in effect
 
   http_parser parser{};
   bool begun = false;  // a request's first byte has come
@@ -195,8 +202,8 @@ int Connection::OnHeadersComplete(http_parser* p) {
   const HttpOptions& o = c->server->options_;
   if (p->upgrade) return c->Refuse(400, "protocol upgrades and CONNECT are not served");
   if ((p->flags & F_CONTENTLENGTH) && p->content_length > o.max_body_bytes)
-    return c->Refuse(413, "the request's body is longer than " + std::to_string(o.max_body_bytes) +
-                              " bytes");
+    return c->Refuse(
+        413, "the request's body is longer than " + std::to_string(o.max_body_bytes) + " bytes");
   http_parser_url u;
   http_parser_url_init(&u);
   if (http_parser_parse_url(c->url.data(), c->url.size(), 0, &u) != 0)
@@ -213,8 +220,8 @@ int Connection::OnHeadersComplete(http_parser* p) {
                : "/";
   if (u.field_set & (1 << UF_QUERY))
     r.query = c->url.substr(u.field_data[UF_QUERY].off, u.field_data[UF_QUERY].len);
-  if (const auto expect = r.Header("expect"); expect && EqualNoCase(*expect, "100-continue") &&
-                                              p->http_major == 1 && p->http_minor >= 1)
+  if (const auto expect = r.Header("expect");
+      expect && EqualNoCase(*expect, "100-continue") && p->http_major == 1 && p->http_minor >= 1)
     c->server->Write(c, "HTTP/1.1 100 Continue\r\n\r\n", nullptr);
   c->server->Arm(c, o.body_timeout, [](uv_timer_t* t) {
     auto* conn = static_cast<Connection*>(t->data);
@@ -284,9 +291,9 @@ bool Responder::Send(int status, std::string_view content_type, std::string_view
                      const Headers& extra) {
   if (status < 200 || status > 599) status = 500;
   const bool bodiless = status == 204 || status == 304;
-  std::string bytes = Head(status, content_type, extra,
-                           bodiless ? "" : "Content-Length: " + std::to_string(body.size()) + "\r\n",
-                           !keep_alive_);
+  std::string bytes =
+      Head(status, content_type, extra,
+           bodiless ? "" : "Content-Length: " + std::to_string(body.size()) + "\r\n", !keep_alive_);
   if (!bodiless) bytes += body;
   return Queue(std::move(bytes), Phase::kWaiting, Phase::kDone);
 }
@@ -384,7 +391,16 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpOptions options, Handl
   if (!handler) return Status::Error("no handler");
   std::unique_ptr<HttpServer> s(new HttpServer(std::move(options), std::move(handler)));
   WASTE_RETURN_IF_ERROR(s->Open());
-  s->thread_ = std::thread([server = s.get()] { uv_run(&server->loop_, UV_RUN_DEFAULT); });
+  s->thread_ = std::thread([server = s.get()] {
+    // libuv writes to sockets without MSG_NOSIGNAL: a peer that has reset
+    // raises SIGPIPE in this thread. Blocked here, the write fails with
+    // EPIPE instead, and the process's dispositions stay its owner's.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    uv_run(&server->loop_, UV_RUN_DEFAULT);
+  });
   return s;
 }
 
@@ -411,7 +427,8 @@ Status HttpServer::Open() {
 
 Status HttpServer::Bind() {
   std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   sockaddr_storage ss{};
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
@@ -438,7 +455,9 @@ Status HttpServer::Bind() {
   return Status::Ok();
 }
 
-HttpServer::~HttpServer() { Stop(); }
+HttpServer::~HttpServer() {
+  Stop();
+}
 
 void HttpServer::Stop() {
   if (stopped_) return;
@@ -532,7 +551,8 @@ void HttpServer::Accept() {
   c->tcp.data = c->timer.data = c;
   c->index = open_.size();
   open_.push_back(c);
-  if (uv_accept(reinterpret_cast<uv_stream_t*>(&listener_), reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
+  if (uv_accept(reinterpret_cast<uv_stream_t*>(&listener_),
+                reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
     Close(c);
     return;
   }
@@ -546,8 +566,9 @@ void HttpServer::Accept() {
     }
     StartReading(c);
     Write(c,
-          ErrorAnswer(503, "the server has " + std::to_string(options_.max_connections) +
-                               " connections open, the most it serves at once",
+          ErrorAnswer(503,
+                      "the server has " + std::to_string(options_.max_connections) +
+                          " connections open, the most it serves at once",
                       "Retry-After: 1\r\n"),
           nullptr);
     Linger(c);

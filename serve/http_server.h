@@ -9,9 +9,13 @@
 //   thread of its own. Stop (or the destructor) closes the listener and every
 //   connection, cancelling what they were answering, and joins that thread.
 //   Stop is called from any thread but the loop's (not from the handler).
+//   The loop's thread blocks SIGPIPE, so a write to a peer that has reset
+//   fails (EPIPE) rather than ending the process; no process-wide signal
+//   disposition is changed.
 // - The handler is called on the loop thread, once per request, with the
 //   whole request (body read and de-chunked) and a Responder. It must not
-//   block: it hands the work to another thread or answers at once. On one
+//   block: it hands the work to another thread or answers at once (one
+//   that throws is answered 500 with the exception's message). On one
 //   connection the next request is parsed only once the answer to the one
 //   before is complete, so pipelined requests are answered in order (the
 //   bytes of later requests wait in a buffer of at most max_header_bytes,
@@ -98,8 +102,9 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   size_t max_connections = 64;
-  // The request line and headers, as sent: 256 B to 64 KiB (the request
-  // target's offsets in http-parser's URL split are 16 bits).
+  // The request target and the headers (names, values, ": " and CRLF):
+  // 256 B to 64 KiB (the target's offsets in http-parser's URL split are
+  // 16 bits).
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 8 << 20;
   std::chrono::milliseconds header_timeout{10'000};
@@ -165,12 +170,12 @@ class Responder : public std::enable_shared_from_this<Responder> {
 
   mutable std::mutex mu_;  // the fields below; never held while calling out
   Phase phase_ = Phase::kWaiting;
-  bool gone_ = false;      // the connection has closed
-  bool overflow_ = false;  // a Write found too much queued: the loop closes
-  bool posted_ = false;    // in the mailbox's list
+  bool gone_ = false;         // the connection has closed
+  bool overflow_ = false;     // a Write found too much queued: the loop closes
+  bool posted_ = false;       // in the mailbox's list
   bool close_after_ = false;  // the connection closes once the answer is written
-  std::string out_;        // formatted, not yet handed to libuv
-  size_t in_flight_ = 0;   // handed to libuv, not yet written
+  std::string out_;           // formatted, not yet handed to libuv
+  size_t in_flight_ = 0;      // handed to libuv, not yet written
   std::function<void()> on_cancel_;
 
   // Loop thread only.
@@ -206,12 +211,12 @@ class HttpServer {
   void OnRead(Connection* c, const char* data, size_t n);
   void Parse(Connection* c, const char* data, size_t n);
   void Dispatch(Connection* c);
-  void Drain();                 // the mailbox's posts
-  void Flush(Responder& r);     // a Responder's bytes to its connection
+  void Drain();                    // the mailbox's posts
+  void Flush(Responder& r);        // a Responder's bytes to its connection
   void AnswerDone(Connection* c);  // ready for the next request
   void Write(Connection* c, std::string bytes, std::shared_ptr<Responder> r);
   void Fail(Connection* c, int status, std::string_view message);  // an error answer
-  void Linger(Connection* c);   // shut down writing, discard reads, then close
+  void Linger(Connection* c);  // shut down writing, discard reads, then close
   void Close(Connection* c);
   void Arm(Connection* c, std::chrono::milliseconds after, void (*fire)(uv_timer_t*));
   void StopOnLoop();

@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -86,7 +88,8 @@ class Client {
   void Fill(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
     while (!done() && !eof_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return;
       pollfd p{fd_, POLLIN, 0};
       if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
@@ -164,8 +167,9 @@ std::string ErrorBody(std::string_view message) {
 
 std::string ErrorAnswer(std::string_view status_line, std::string_view message) {
   const std::string body = ErrorBody(message);
-  return std::string(status_line) + "\r\nContent-Type: application/json\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  return std::string(status_line) +
+         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
 }
 
 TEST(HttpServer, StartsOnTheAddressAskedAndRefusesBadOnes) {
@@ -201,10 +205,12 @@ TEST(HttpServer, GetRoundTrip) {
     inbox.Put(std::move(r), responder);
   });
   Client c(s->port());
-  c.Send("GET /v1/models?x=1&y=2 HTTP/1.1\r\nHost: h\r\nX-Thing:  Yes  \r\nx-thing: second\r\n\r\n");
-  EXPECT_EQ(c.ReadAnswer(),
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Reply: 1\r\nContent-Length: 16\r\n\r\n"
-            "hello /v1/models");
+  c.Send(
+      "GET /v1/models?x=1&y=2 HTTP/1.1\r\nHost: h\r\nX-Thing:  Yes  \r\nx-thing: second\r\n\r\n");
+  EXPECT_EQ(
+      c.ReadAnswer(),
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Reply: 1\r\nContent-Length: 16\r\n\r\n"
+      "hello /v1/models");
   ASSERT_TRUE(inbox.Wait(0));
   const Request r = inbox.RequestAt(0);
   EXPECT_EQ(r.method, "GET");
@@ -223,8 +229,11 @@ TEST(HttpServer, GetRoundTrip) {
 TEST(HttpServer, PostRoundTripLeavesOutHeadersThatCouldSplitTheAnswer) {
   auto s = StartOrDie(TestOptions(), [](Request r, std::shared_ptr<Responder> responder) {
     responder->Send(201, "application/json", r.body,
-                    {{"Bad\r\nX-Evil", "1"}, {"X-Evil2", "a\r\nb"}, {"content-length", "99"},
-                     {"Connection", "keep-alive"}, {"X-Ok", "yes"}});
+                    {{"Bad\r\nX-Evil", "1"},
+                     {"X-Evil2", "a\r\nb"},
+                     {"content-length", "99"},
+                     {"Connection", "keep-alive"},
+                     {"X-Ok", "yes"}});
   });
   Client c(s->port());
   c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 7\r\n\r\n{\"a\":1}");
@@ -239,9 +248,11 @@ TEST(HttpServer, KeepAliveServesTwoRequestsOnOneConnectionThenHonoursClose) {
   });
   Client c(s->port());
   c.Send("GET /one HTTP/1.1\r\nHost: h\r\n\r\n");
-  EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n/one");
+  EXPECT_EQ(c.ReadAnswer(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n/one");
   c.Send("GET /two HTTP/1.1\r\nHost: h\r\n\r\n");
-  EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n/two");
+  EXPECT_EQ(c.ReadAnswer(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n/two");
   c.Send("GET /three HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(c.ReadToEof(),
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6\r\n"
@@ -265,11 +276,13 @@ TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
     }
   });
   Client c(s->port());
-  c.Send("GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n"
-         "POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nxy");
+  c.Send(
+      "GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+      "POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nxy");
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: ";
   const std::string want = head + "4\r\n\r\nslow" + head + "1\r\n\r\na" + head + "1\r\n\r\nb";
   EXPECT_EQ(c.Read(want.size()), want);
+  s->Stop();  // joins the loop thread, which filled `threads`
   for (auto& t : threads) t.join();
 }
 
@@ -310,7 +323,8 @@ TEST(HttpServer, ServerSentEventsArriveEventByEventFromAnotherThread) {
   const std::vector<std::string> events = {"data: {\"n\":1}\n\n", "data: {\"n\":22}\n\n",
                                            "data: [DONE]\n\n"};
   const std::vector<std::string> framed = {"f\r\ndata: {\"n\":1}\n\n\r\n",
-                                           "10\r\ndata: {\"n\":22}\n\n\r\n", "e\r\ndata: [DONE]\n\n\r\n"};
+                                           "10\r\ndata: {\"n\":22}\n\n\r\n",
+                                           "e\r\ndata: [DONE]\n\n\r\n"};
   for (size_t i = 0; i < events.size(); ++i) {
     ASSERT_TRUE(stream->Write(events[i]));
     EXPECT_EQ(c.Read(framed[i].size()), framed[i]);
@@ -324,7 +338,8 @@ TEST(HttpServer, ServerSentEventsArriveEventByEventFromAnotherThread) {
   EXPECT_FALSE(stream->cancelled());
   // The connection is kept for the next request.
   c.Send("GET /next HTTP/1.1\r\nHost: h\r\n\r\n");
-  EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nafter");
+  EXPECT_EQ(c.ReadAnswer(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nafter");
 }
 
 TEST(HttpServer, WriteBeforeStartStreamIsRefused) {
@@ -375,6 +390,47 @@ TEST(HttpServer, ClientDisconnectMidStreamCancelsTheAnswer) {
   EXPECT_TRUE(WaitFor([&] { return s->counters().open == 0; }));
 }
 
+// With reading paused (pipelined bytes fill their buffer) a client that
+// leaves is still noticed, and the writes after it fail.
+TEST(HttpServer, AClientGoneWhileReadingIsPausedIsNoticed) {
+  HttpOptions o = TestOptions();
+  o.max_header_bytes = 256;
+  Inbox inbox;
+  auto s = StartOrDie(o, [&](Request r, std::shared_ptr<Responder> responder) {
+    responder->StartStream(200, "text/event-stream");
+    inbox.Put(std::move(r), responder);
+  });
+  auto c = std::make_unique<Client>(s->port());
+  c->Send("GET / HTTP/1.1\r\nHost: h\r\n\r\nGET /next HTTP/1.1\r\nX-Pad: " +
+          std::string(4096, 'p'));
+  auto r = inbox.Wait(0);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(c->ReadUntil("\r\n\r\n").empty());
+  c.reset();
+  EXPECT_TRUE(WaitFor([&] {
+    r->Write("data: x\n\n");
+    return r->cancelled();
+  }));
+  EXPECT_FALSE(r->Write("data: y\n\n"));
+}
+
+// A write to a peer that has reset raises SIGPIPE in the writing thread:
+// the loop's thread blocks it, so that it cannot end the process (the
+// server does not change the process's signal dispositions).
+TEST(HttpServer, TheLoopThreadBlocksSigpipe) {
+  std::atomic<int> blocked{-1};
+  auto s = StartOrDie(TestOptions(), [&](Request, std::shared_ptr<Responder> responder) {
+    sigset_t set;
+    pthread_sigmask(SIG_BLOCK, nullptr, &set);
+    blocked = sigismember(&set, SIGPIPE);
+    responder->Send(200, "text/plain", "ok");
+  });
+  Client c(s->port());
+  c.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_FALSE(c.ReadAnswer().empty());
+  EXPECT_EQ(blocked.load(), 1);
+}
+
 TEST(HttpServer, BodyTooLargeIs413BeforeTheBodyOrWhenTheChunksPassIt) {
   HttpOptions o = TestOptions();
   o.max_body_bytes = 100;
@@ -383,8 +439,8 @@ TEST(HttpServer, BodyTooLargeIs413BeforeTheBodyOrWhenTheChunksPassIt) {
     handled++;
     responder->Send(200, "text/plain", "ok");
   });
-  const std::string too_large = ErrorAnswer("HTTP/1.1 413 Payload Too Large",
-                                            "the request's body is longer than 100 bytes");
+  const std::string too_large =
+      ErrorAnswer("HTTP/1.1 413 Payload Too Large", "the request's body is longer than 100 bytes");
   {
     Client c(s->port());
     c.Send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1000000\r\n\r\n");
@@ -402,7 +458,8 @@ TEST(HttpServer, BodyTooLargeIs413BeforeTheBodyOrWhenTheChunksPassIt) {
   {
     Client c(s->port());  // at the limit: served
     c.Send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n" + std::string(100, 'x'));
-    EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
+    EXPECT_EQ(c.ReadAnswer(),
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
   }
   EXPECT_EQ(handled.load(), 1);
   EXPECT_EQ(s->counters().errors, 2u);
@@ -422,7 +479,8 @@ TEST(HttpServer, MalformedRequestsAre400AndTheServerServesOn) {
        "malformed request: invalid HTTP method"},
       {"GET / HTTP/1.1\r\nNo colon here\r\n\r\n", "HTTP/1.1 400 Bad Request",
        "malformed request: invalid character in header"},
-      {"GET / HTTP/1.x\r\n\r\n", "HTTP/1.1 400 Bad Request", "malformed request: invalid HTTP version"},
+      {"GET / HTTP/1.x\r\n\r\n", "HTTP/1.1 400 Bad Request",
+       "malformed request: invalid HTTP version"},
       {"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
        "HTTP/1.1 400 Bad Request", "malformed request: unexpected content-length header"},
       {"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
@@ -430,7 +488,8 @@ TEST(HttpServer, MalformedRequestsAre400AndTheServerServesOn) {
       {"CONNECT example.com:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request",
        "protocol upgrades and CONNECT are not served"},
       {"GET / HTTP/1.1\r\nX-Big: " + std::string(2000, 'a') + "\r\n\r\n",
-       "HTTP/1.1 431 Request Header Fields Too Large", "the request's headers are longer than 1024 bytes"},
+       "HTTP/1.1 431 Request Header Fields Too Large",
+       "the request's headers are longer than 1024 bytes"},
       {std::string("GET / HTTP/1.1\r\nX: a\0b\r\n\r\n", 27), "HTTP/1.1 400 Bad Request",
        "malformed request: invalid character in header"},
   };
@@ -442,7 +501,8 @@ TEST(HttpServer, MalformedRequestsAre400AndTheServerServesOn) {
   }
   Client c(s->port());
   c.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-  EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
+  EXPECT_EQ(c.ReadAnswer(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
   EXPECT_EQ(s->counters().requests, 1u);
 }
 
@@ -452,9 +512,12 @@ TEST(HttpServer, AHandlerThatThrowsIsAnswered500) {
   });
   Client c(s->port());
   c.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-  const std::string body = R"({"error":{"message":"no \"model\"","type":"server_error","param":null,"code":null}})";
-  EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string body =
+      R"({"error":{"message":"no \"model\"","type":"server_error","param":null,"code":null}})";
+  EXPECT_EQ(c.ReadAnswer(),
+            "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+            "Content-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
 TEST(HttpServer, ConnectionsPastTheCapAre503AndClosed) {
@@ -463,7 +526,8 @@ TEST(HttpServer, ConnectionsPastTheCapAre503AndClosed) {
   auto s = StartOrDie(o, [](Request, std::shared_ptr<Responder> responder) {
     responder->Send(200, "text/plain", "ok");
   });
-  const std::string ok = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
+  const std::string ok =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
   auto a = std::make_unique<Client>(s->port());
   Client b(s->port());
   for (Client* c : {a.get(), &b}) {
@@ -472,10 +536,12 @@ TEST(HttpServer, ConnectionsPastTheCapAre503AndClosed) {
   }
   {
     Client over(s->port());
-    const std::string body = R"({"error":{"message":"the server has 2 connections open, the most it serves at once","type":"server_error","param":null,"code":null}})";
-    EXPECT_EQ(over.ReadToEof(), "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                "Retry-After: 1\r\nContent-Length: " +
-                                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    const std::string body =
+        R"({"error":{"message":"the server has 2 connections open, the most it serves at once","type":"server_error","param":null,"code":null}})";
+    EXPECT_EQ(over.ReadToEof(),
+              "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+              "Retry-After: 1\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
     EXPECT_TRUE(over.eof());
   }
   EXPECT_EQ(s->counters().refused, 1u);
@@ -525,7 +591,8 @@ TEST(HttpServer, SlowAndIdleClientsTimeOut) {
   {  // idle after an answer
     Client c(s->port());
     c.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-    EXPECT_EQ(c.ReadToEof(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
+    EXPECT_EQ(c.ReadToEof(),
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
     EXPECT_TRUE(c.eof());
   }
   EXPECT_EQ(s->counters().errors, 2u);
@@ -589,17 +656,20 @@ TEST(HttpServer, Http10StreamsAreFramedByTheClose) {
     Client c(s->port());
     c.Send("GET /stream HTTP/1.0\r\n\r\n");
     EXPECT_EQ(c.ReadToEof(),
-              "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: a\n\n");
+              "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: "
+              "close\r\n\r\ndata: a\n\n");
     EXPECT_TRUE(c.eof());
   }
   {
     Client c(s->port());
     c.Send("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
-    EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
-                              "Connection: keep-alive\r\n\r\nok");
+    EXPECT_EQ(c.ReadAnswer(),
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+              "Connection: keep-alive\r\n\r\nok");
     c.Send("GET / HTTP/1.0\r\n\r\n");
-    EXPECT_EQ(c.ReadToEof(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
-                             "Connection: close\r\n\r\nok");
+    EXPECT_EQ(c.ReadToEof(),
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+              "Connection: close\r\n\r\nok");
     EXPECT_TRUE(c.eof());
   }
 }
@@ -612,7 +682,8 @@ TEST(HttpServer, ExpectContinueIsAnswered) {
   c.Send("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
   EXPECT_EQ(c.ReadUntil("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
   c.Send("hello");
-  EXPECT_EQ(c.ReadAnswer(), "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_EQ(c.ReadAnswer(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
 }
 
 TEST(HttpServer, StopClosesOpenConnectionsAndCancelsTheirAnswers) {
@@ -637,7 +708,6 @@ TEST(HttpServer, StopClosesOpenConnectionsAndCancelsTheirAnswers) {
   s.reset();  // the Responder outlives the server
   EXPECT_FALSE(r->Write("data: x\n\n"));
   EXPECT_FALSE(r->End());
-  
 }
 
 // curl, if installed (scripts/deps.sh installs it): what a real client reads.
@@ -667,8 +737,9 @@ TEST(HttpServer, CurlReadsTheStreamAndUploadsChunkedAndWithExpect) {
       });
     } else {
       responder->Send(200, "text/plain",
-                      std::to_string(r.body.size()) + " " + std::string(r.Header("expect").value_or("-")) +
-                          " " + std::string(r.Header("transfer-encoding").value_or("-")) + " " +
+                      std::to_string(r.body.size()) + " " +
+                          std::string(r.Header("expect").value_or("-")) + " " +
+                          std::string(r.Header("transfer-encoding").value_or("-")) + " " +
                           (r.body == std::string(r.body.size(), 'z') ? "same" : "different"));
     }
   });
@@ -680,6 +751,7 @@ TEST(HttpServer, CurlReadsTheStreamAndUploadsChunkedAndWithExpect) {
             "2097152 100-continue - same");
   EXPECT_EQ(Curl("-H 'Transfer-Encoding: chunked' --data-binary @" + file + " " + url + "/up"),
             "2097152 100-continue chunked same");
+  s->Stop();  // joins the loop thread, which filled `threads`
   for (auto& t : threads) t.join();
 }
 
