@@ -6,11 +6,15 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <exception>
 
+#include "serve/http_answer.h"
+
 namespace waste::serve {
+
+using detail::EqualNoCase;
+using detail::ErrorBody;
+using detail::StatusLine;
 
 namespace {
 
@@ -19,89 +23,33 @@ constexpr std::chrono::milliseconds kLinger{1000};
 // The request target's offsets in http_parser_url are 16 bits.
 constexpr size_t kMaxHeaderLimit = 64 << 10;
 
-char Lower(char ch) {
-  return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch;
-}
-
-bool EqualNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
-                                            [](char x, char y) { return Lower(x) == Lower(y); });
-}
-
-bool SafeText(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos;
-}
-
-bool SafeName(std::string_view s) {
-  return !s.empty() && SafeText(s) && s.find_first_of(": \t") == s.npos;
-}
-
-// The server's own: framing and connection management.
-bool Reserved(std::string_view name) {
-  return EqualNoCase(name, "content-length") || EqualNoCase(name, "transfer-encoding") ||
-         EqualNoCase(name, "connection");
-}
-
-std::string JsonEscaped(std::string_view s) {
-  std::string out;
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-std::string StatusLine(int status) {
-  const char* reason = http_status_str(static_cast<http_status>(status));
-  return "HTTP/1.1 " + std::to_string(status) + " " +
-         (std::strcmp(reason, "<unknown>") == 0 ? "" : reason) + "\r\n";
-}
-
 // An answer of the server's own (a limit, a malformed request), which closes
-// the connection: OpenAI's error shape.
+// the connection.
 std::string ErrorAnswer(int status, std::string_view message, std::string_view extra = {}) {
-  const std::string body = std::string(R"({"error":{"message":")") + JsonEscaped(message) +
-                           R"(","type":")" +
-                           (status >= 500 ? "server_error" : "invalid_request_error") +
-                           R"(","param":null,"code":null}})";
+  const std::string body = ErrorBody(status, message);
   return StatusLine(status) + "Content-Type: application/json\r\n" + std::string(extra) +
          "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
-}  // namespace
-
-std::optional<std::string_view> Request::Header(std::string_view name) const {
-  for (const auto& [n, v] : headers)
-    if (EqualNoCase(n, name)) return std::string_view(v);
-  return std::nullopt;
+// "127.0.0.1:54321", "[::1]:54321"; empty if unknown.
+std::string PeerText(uv_tcp_t* tcp) {
+  sockaddr_storage ss{};
+  int len = sizeof ss;
+  char name[INET6_ADDRSTRLEN] = "";
+  if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    uv_ip6_name(a, name, sizeof name);
+    return "[" + std::string(name) + "]:" + std::to_string(ntohs(a->sin6_port));
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+  uv_ip4_name(a, name, sizeof name);
+  return std::string(name) + ":" + std::to_string(ntohs(a->sin_port));
 }
 
+}  // namespace
+
 namespace detail {
-
-// Responders post to the loop through this; it outlives the server while
-// any Responder holds it.
-struct Mailbox {
-  std::mutex mu;
-  bool closed = false;  // the loop takes no more posts; async is closing
-  bool stop = false;    // Stop has asked the loop to finish
-  uv_async_t* async = nullptr;
-  std::vector<std::shared_ptr<Responder>> posted;
-
-  void Post(std::shared_ptr<Responder> r) {
-    std::lock_guard lock(mu);
-    if (closed) return;
-    posted.push_back(std::move(r));
-    uv_async_send(async);
-  }
-};
 
 // One accepted connection, on the loop thread. Deleted when both of its
 // handles have closed.
@@ -120,6 +68,7 @@ struct Connection {
   bool refused = false;  // past max_connections: answered 503
   State state = State::kReading;
   bool reading = true;  // uv_read_start is in effect
+  std::string peer;     // Request::peer
 
   http_parser parser{};
   bool begun = false;  // a request's first byte has come
@@ -162,6 +111,7 @@ int Connection::OnMessageBegin(http_parser* p) {
   Connection* c = Of(p);
   c->begun = true;
   c->request = Request{};
+  c->request.peer = c->peer;
   c->url.clear();
   c->last = Last::kNone;
   c->header_bytes = 0;
@@ -261,118 +211,6 @@ const http_parser_settings Connection::kSettings = {
 };
 
 }  // namespace detail
-
-// --- Responder: any thread ---
-
-Responder::Responder(std::shared_ptr<detail::Mailbox> mailbox, bool keep_alive, bool http10,
-                     size_t max_queued_bytes)
-    : mailbox_(std::move(mailbox)),
-      keep_alive_(keep_alive),
-      http10_(http10),
-      max_queued_bytes_(max_queued_bytes) {}
-
-std::string Responder::Head(int status, std::string_view content_type, const Headers& extra,
-                            std::string_view framing, bool close) const {
-  std::string head = StatusLine(status);
-  if (!content_type.empty() && SafeText(content_type))
-    head.append("Content-Type: ").append(content_type).append("\r\n");
-  for (const auto& [name, value] : extra)
-    if (SafeName(name) && SafeText(value) && !Reserved(name))
-      head.append(name).append(": ").append(value).append("\r\n");
-  head += framing;
-  if (close)
-    head += "Connection: close\r\n";
-  else if (http10_)
-    head += "Connection: keep-alive\r\n";
-  return head + "\r\n";
-}
-
-bool Responder::Send(int status, std::string_view content_type, std::string_view body,
-                     const Headers& extra) {
-  if (status < 200 || status > 599) status = 500;
-  const bool bodiless = status == 204 || status == 304;
-  std::string bytes =
-      Head(status, content_type, extra,
-           bodiless ? "" : "Content-Length: " + std::to_string(body.size()) + "\r\n", !keep_alive_);
-  if (!bodiless) bytes += body;
-  return Queue(std::move(bytes), Phase::kWaiting, Phase::kDone);
-}
-
-bool Responder::StartStream(int status, std::string_view content_type, const Headers& extra) {
-  if (status < 200 || status > 599) status = 500;
-  const bool close = http10_ || !keep_alive_;
-  std::string bytes =
-      Head(status, content_type, extra, http10_ ? "" : "Transfer-Encoding: chunked\r\n", close);
-  if (http10_) {
-    std::lock_guard lock(mu_);
-    close_after_ = true;
-  }
-  return Queue(std::move(bytes), Phase::kWaiting, Phase::kStreaming);
-}
-
-bool Responder::Write(std::string_view chunk) {
-  if (chunk.empty()) {
-    std::lock_guard lock(mu_);
-    return !gone_ && phase_ == Phase::kStreaming;
-  }
-  std::string bytes;
-  if (http10_) {
-    bytes = chunk;
-  } else {
-    char size[20];
-    std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
-    bytes.append(size).append(chunk).append("\r\n");
-  }
-  return Queue(std::move(bytes), Phase::kStreaming, Phase::kStreaming);
-}
-
-bool Responder::End() {
-  return Queue(http10_ ? "" : "0\r\n\r\n", Phase::kStreaming, Phase::kDone);
-}
-
-bool Responder::Queue(std::string bytes, Phase from, Phase to) {
-  bool post = false, ok = true;
-  {
-    std::lock_guard lock(mu_);
-    if (gone_ || phase_ != from) return false;
-    if (from == Phase::kStreaming && out_.size() + in_flight_ > max_queued_bytes_) {
-      overflow_ = gone_ = true;
-      cancelled_.store(true, std::memory_order_release);
-      ok = false;
-    } else {
-      out_ += bytes;
-      phase_ = to;
-    }
-    post = !posted_;
-    posted_ = true;
-  }
-  if (post) mailbox_->Post(shared_from_this());
-  return ok;
-}
-
-void Responder::OnCancel(std::function<void()> callback) {
-  {
-    std::lock_guard lock(mu_);
-    if (!cancelled_.load(std::memory_order_relaxed)) {
-      on_cancel_ = std::move(callback);
-      return;
-    }
-  }
-  callback();
-}
-
-void Responder::Cancel() {
-  std::function<void()> callback;
-  {
-    std::lock_guard lock(mu_);
-    gone_ = true;
-    if (phase_ != Phase::kDone) {
-      cancelled_.store(true, std::memory_order_release);
-      callback = std::move(on_cancel_);
-    }
-  }
-  if (callback) callback();
-}
 
 // --- HttpServer: Start and Stop on the caller's thread ---
 
@@ -577,6 +415,7 @@ void HttpServer::Accept() {
   accepted_++;
   open_count_ = open_.size() - refusing_;
   uv_tcp_nodelay(&c->tcp, 1);
+  c->peer = PeerText(&c->tcp);
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
   Arm(c, options_.idle_timeout, [](uv_timer_t* t) {
@@ -645,17 +484,16 @@ void HttpServer::Dispatch(Connection* c) {
   c->ready = c->begun = false;
   c->state = Connection::State::kAnswering;
   uv_timer_stop(&c->timer);
-  auto r = std::shared_ptr<Responder>(new Responder(
-      mailbox_, c->keep_alive, c->request.http_minor == 0, options_.max_queued_bytes));
+  auto r = std::shared_ptr<Responder>(
+      new Responder(mailbox_, c->keep_alive, c->request.http_minor == 0,
+                    c->request.method == "HEAD", options_.max_queued_bytes));
   r->connection_ = c;
   c->responder = r;
   requests_++;
   try {
     handler_(std::move(c->request), r);
   } catch (const std::exception& e) {
-    r->Send(500, "application/json",
-            std::string(R"({"error":{"message":")") + JsonEscaped(e.what()) +
-                R"(","type":"server_error","param":null,"code":null}})");
+    r->Send(500, "application/json", ErrorBody(500, e.what()));
   }
 }
 

@@ -27,7 +27,9 @@
 //   (TCP_NODELAY). Send answers with a whole body (Content-Length);
 //   StartStream + Write... + End stream one (server-sent events: content
 //   type text/event-stream), chunked for an HTTP/1.1 request, framed by the
-//   connection's close for HTTP/1.0. The server sets Content-Length,
+//   connection's close for HTTP/1.0. A HEAD request is answered with the
+//   head alone (Send's Content-Length is still the body's; a stream's
+//   Writes send nothing). The server sets Content-Length,
 //   Transfer-Encoding and Connection itself: such a header given is left
 //   out, and so is one whose name or value holds CR, LF or NUL (it could
 //   split the response). A status outside 200-599 becomes 500.
@@ -93,6 +95,7 @@ struct Request {
   Headers headers;     // as sent, in order (trailers of a chunked body left out)
   std::string body;    // de-chunked
   int http_minor = 1;  // HTTP/1.x
+  std::string peer;    // the client's address: "127.0.0.1:54321", "[::1]:54321"
 
   // The value of the first header named `name` (any case); none when absent.
   std::optional<std::string_view> Header(std::string_view name) const;
@@ -151,7 +154,7 @@ class Responder : public std::enable_shared_from_this<Responder> {
  private:
   friend class HttpServer;
   enum class Phase { kWaiting, kStreaming, kDone };
-  Responder(std::shared_ptr<detail::Mailbox> mailbox, bool keep_alive, bool http10,
+  Responder(std::shared_ptr<detail::Mailbox> mailbox, bool keep_alive, bool http10, bool head_only,
             size_t max_queued_bytes);
   // The status line and headers, framed by `framing` ("Content-Length: 5").
   std::string Head(int status, std::string_view content_type, const Headers& extra,
@@ -165,6 +168,7 @@ class Responder : public std::enable_shared_from_this<Responder> {
   const std::shared_ptr<detail::Mailbox> mailbox_;
   const bool keep_alive_;  // the request allows another after this answer
   const bool http10_;      // an HTTP/1.0 request: a stream is close-framed, not chunked
+  const bool head_only_;   // a HEAD request: the answer's head, never its body
   const size_t max_queued_bytes_;
   std::atomic<bool> cancelled_{false};
 

@@ -218,12 +218,34 @@ TEST(HttpServer, GetRoundTrip) {
   EXPECT_EQ(r.path, "/v1/models");
   EXPECT_EQ(r.query, "x=1&y=2");
   EXPECT_EQ(r.http_minor, 1);
+  EXPECT_EQ(r.peer.rfind("127.0.0.1:", 0), 0u) << r.peer;
   EXPECT_EQ(r.Header("x-thing"), "Yes");
   EXPECT_EQ(r.Header("X-THING"), "Yes");
   EXPECT_EQ(r.Header("host"), "h");
   EXPECT_FALSE(r.Header("missing"));
   EXPECT_EQ(r.headers.size(), 3u);
   EXPECT_TRUE(r.body.empty());
+}
+
+TEST(HttpServer, HeadIsAnsweredWithTheHeadAlone) {
+  auto s = StartOrDie(TestOptions(), [](Request r, std::shared_ptr<Responder> responder) {
+    if (r.path == "/stream") {
+      responder->StartStream(200, "text/event-stream");
+      EXPECT_TRUE(responder->Write("data: 1\n\n"));
+      EXPECT_TRUE(responder->End());
+    } else {
+      responder->Send(200, "text/plain", "hello " + r.method);
+    }
+  });
+  Client c(s->port());
+  c.Send(
+      "HEAD / HTTP/1.1\r\nHost: h\r\n\r\nHEAD /stream HTTP/1.1\r\nHost: h\r\n\r\n"
+      "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  const std::string want =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nhello GET";
+  EXPECT_EQ(c.Read(want.size()), want);
 }
 
 TEST(HttpServer, PostRoundTripLeavesOutHeadersThatCouldSplitTheAnswer) {
