@@ -528,7 +528,7 @@ void HttpServer::Fail(Connection* c, int status, std::string_view message) {
 }
 
 void HttpServer::Linger(Connection* c) {
-  if (c->state == Connection::State::kClosed) return;
+  if (c->state == Connection::State::kClosed || c->state == Connection::State::kLingering) return;
   c->state = Connection::State::kLingering;
   if (!c->reading) StartReading(c);
   c->shutdown.data = c;

@@ -22,7 +22,8 @@
 //   after which reading stops until the answer ends).
 // - A Responder is used from any thread and outlives everything: after its
 //   connection has closed, or the server has stopped, every call is a no-op
-//   that returns false. Each call formats its bytes at once and posts them
+//   that returns false (true says the bytes are queued, not that they
+//   arrived). Each call formats its bytes at once and posts them
 //   to the loop (uv_async), which writes them in order without buffering
 //   (TCP_NODELAY). Send answers with a whole body (Content-Length);
 //   StartStream + Write... + End stream one (server-sent events: content
@@ -35,7 +36,9 @@
 //   split the response). A status outside 200-599 becomes 500.
 // - cancelled() is true, and the OnCancel callback runs once on the loop
 //   thread, when the connection closes before the answer is complete: the
-//   client went away (its end closed, or a write failed), it read too slowly
+//   client went away (its end closed, even if only for sending, or a write
+//   failed: reading is stopped only while pipelined bytes fill their buffer,
+//   so a client that leaves is seen at once otherwise), it read too slowly
 //   (below), or the server stopped. A generation polls cancelled() between
 //   steps, or stops on the callback.
 // - Back-pressure: Write never blocks. The bytes written but not yet taken
@@ -49,8 +52,9 @@
 //   expectations are ignored). Protocol upgrades and CONNECT are refused
 //   (400). Limits, each an option below:
 //   * max_connections open at once: a connection past it is answered 503
-//     (Retry-After: 1) and closed, at once, without reading its request;
-//   * max_header_bytes (request line and headers): 431 and close;
+//     (Retry-After: 1) and closed, at once, without reading its request
+//     (past as many again being refused, closed without the 503);
+//   * max_header_bytes (the request target and headers): 431 and close;
 //   * max_body_bytes: 413 and close, before reading the body when its
 //     Content-Length says so, else when the chunks pass it;
 //   * header_timeout from a request's first byte to its blank line, and
@@ -62,8 +66,9 @@
 //   connection closed. Every error answer has a body in OpenAI's error shape,
 //   {"error":{"message":...,"type":...,"param":null,"code":null}}, and
 //   "Connection: close"; the server then stops writing and discards what
-//   the peer still sends, for at most a second, so that the peer reads the
-//   answer before the close.
+//   the peer still sends, for at most a second (or idle_timeout if shorter),
+//   so that the peer reads the answer before the close (closing with its
+//   bytes unread would reset the connection and could lose the answer).
 #pragma once
 
 #include <atomic>
@@ -90,7 +95,7 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 struct Request {
   std::string method;  // "GET", "POST"
   std::string target;  // as sent: "/v1/models?x=1"
-  std::string path;    // "/v1/models"
+  std::string path;    // "/v1/models", not percent-decoded
   std::string query;   // "x=1": after the '?', empty without one
   Headers headers;     // as sent, in order (trailers of a chunked body left out)
   std::string body;    // de-chunked

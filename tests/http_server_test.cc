@@ -567,6 +567,15 @@ TEST(HttpServer, ConnectionsPastTheCapAre503AndClosed) {
     EXPECT_TRUE(over.eof());
   }
   EXPECT_EQ(s->counters().refused, 1u);
+  {  // past as many again being refused (held open here): closed without a word
+    Client refused1(s->port()), refused2(s->port());
+    EXPECT_FALSE(refused1.ReadUntil("\r\n\r\n").empty());
+    EXPECT_FALSE(refused2.ReadUntil("\r\n\r\n").empty());
+    Client flood(s->port());
+    EXPECT_EQ(flood.ReadToEof(), "");
+    EXPECT_TRUE(flood.eof());
+  }
+  EXPECT_EQ(s->counters().refused, 4u);
   a.reset();
   ASSERT_TRUE(WaitFor([&] { return s->counters().open == 1; }));
   Client c(s->port());
