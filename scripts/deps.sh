@@ -7,6 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config git
   capnproto libcapnp-dev     # protocol
   libuv1-dev                 # the daemon's event loop
+  libhttp-parser-dev         # serve/: HTTP/1.1 requests parsed by Node's http-parser (callbacks, fits libuv)
   libspdlog-dev              # logging
   libgtest-dev               # tests
   libbenchmark-dev           # bench/ (microbenchmarks, -DWASTE_BUILD_BENCHMARKS=ON)
@@ -19,6 +20,7 @@ packages=(
   systemd                    # tests: systemd-analyze verify and security on the units (nothing is started)
   strace                     # tests: wasted's system calls against its unit's seccomp filter
   clang libclang-rt-dev      # libFuzzer (scripts/fuzz.sh); Debian's clang and its runtime, same version
+  curl                       # tests: waste serve's HTTP server against a real client (SSE framing, uploads)
   tmux                       # tests drive `wastectl status --watch` in a terminal and read the screen
 )
 
