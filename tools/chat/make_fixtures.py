@@ -21,7 +21,8 @@ text inside a message as the special token. The engine keeps message content
 plain text (a user cannot forge markup), so every case is tokenized here the
 same way with the content protected: the text is rendered with a sentinel in
 place of each message's content, split at the special tokens outside the
-content, and each run between specials encoded as plain text. For every case
+content, and each run between specials encoded as plain text (tokenizers'
+pre-tokenizer and BPE model alone; tiktoken's encode_ordinary). For every case
 whose content holds no special-token text the script asserts that this equals
 apply_chat_template's own ids (kimi: tiktoken's encode of the rendered text);
 the cases that hold some are marked "content_has_special_text" and the script
@@ -116,8 +117,14 @@ def hf_family(name, tok_dir, template):
         return tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
                                        tokenize=False)
 
+    # Plain text: the pre-tokenizer and the BPE model alone, no added token
+    # matched (split_special_tokens would still match those not marked special).
+    backend = tok.backend_tokenizer
+    assert backend.normalizer is None or str(backend.normalizer) == "Sequence(normalizers=[])"
+
     def plain(s):
-        return tok(s, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return [t.id for piece, _ in backend.pre_tokenizer.pre_tokenize_str(s)
+                for t in backend.model.tokenize(piece)]
 
     def whole(msgs, gen):
         return list(tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
