@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 build=${WASTE_FUZZ_BUILD_DIR:-build-fuzz}
-all=(manifest record slot_cache rpc safetensors tokenizer_json tokenizer_model chat session uses
+all=(manifest record slot_cache rpc safetensors tokenizer_json tokenizer_model chat openai session uses
      settings trace)
 read -r -a targets <<<"${WASTE_FUZZ_TARGETS:-${all[*]}}"
 jobs=${WASTE_FUZZ_JOBS:-$(nproc)}

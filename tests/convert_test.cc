@@ -201,8 +201,8 @@ TEST_P(Lossless, LogitsMatchTheReference) {
   ASSERT_TRUE(tok.ok()) << tok.status().message();
   auto ct = Container::Open(out);
   ASSERT_TRUE(ct.ok());
-  ASSERT_TRUE(ct->chat().is_object());
-  const std::string open = ct->chat()["open"];
+  ASSERT_TRUE(ct->chat().has_value());
+  const std::string open = ct->chat()->open;
   EXPECT_TRUE(tok->SpecialId(name == "kimi-linear" ? "<|im_assistant|>"
                                                     : "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"))
       << open;

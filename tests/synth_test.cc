@@ -56,7 +56,7 @@ TEST_P(Presets, OpenAndEveryRecordChecks) {
   ASSERT_TRUE(ct.ok()) << ct.status().message();
   EXPECT_TRUE(ct->has_tokenizer());
   EXPECT_EQ(ct->specials().size(), 7u);
-  EXPECT_TRUE(ct->chat().contains("user"));
+  EXPECT_TRUE(ct->chat().has_value());
   std::vector<uint8_t> rec(ct->record_bytes());
   for (const ExpertBank& b : ct->manifest().banks)
     for (int e = 0; e < b.experts; ++e) {

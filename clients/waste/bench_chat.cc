@@ -1,6 +1,7 @@
 // waste bench (throughput and where the time goes) and waste chat (a REPL).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "engine/model/sampler.h"
 #include "engine/model/session_io.h"
 #include "engine/plan/plan.h"
+#include "engine/tokenizer/chat.h"
 
 namespace waste::cli {
 namespace {
@@ -262,12 +264,23 @@ int RunChat(const ChatOptions& o) {
   // one (ForwardThroughRestarts): the shape is the container's.
   const ModelConfig& config = e->container->config();
   const Tokenizer& tok = *e->tokenizer;
-  const nlohmann::json& chat = e->container->chat();
+  if (!e->container->chat()) {
+    std::fprintf(stderr, "waste: chat needs a container with chat.json (its chat markup)\n");
+    return 1;
+  }
+  const ChatFormat& chat = *e->container->chat();
+  auto ends = EndOfTurnIds(*e->container, tok);
+  if (!ends.ok()) {
+    std::fprintf(stderr, "waste: %s\n", ends.status().message().c_str());
+    return 1;
+  }
   Session s = e->model->NewSession(o.engine.context);
   Sampler sampler(o.sampler);
   std::vector<float> logits(config.vocab);
-  std::string pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
-  const int end_id = tok.SpecialId("<|im_end|>").value_or(config.eos_token);
+  // The first turn after a start, /reset or /load: a fresh session's starts
+  // with the system prompt (and the template's BOS and default prompt); a
+  // loaded one continues a conversation already in context.
+  bool fresh = true;
   // /reset and /load need the model; after wasted went away for good they
   // say so (and /save still works: it needs only the container).
   const auto need_model = [&] {
@@ -281,7 +294,7 @@ int RunChat(const ChatOptions& o) {
     if (line == "/reset") {
       if (!need_model()) continue;
       s = e->model->NewSession(o.engine.context);
-      pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
+      fresh = true;
       continue;
     }
     if (line == "/stats") {
@@ -300,15 +313,24 @@ int RunChat(const ChatOptions& o) {
         std::fprintf(stderr, "%s\n", st.ok() ? "saved" : st.message().c_str());
       } else if (need_model()) {
         auto loaded = LoadSession(*e->model, path, s.max_context);
-        if (loaded.ok()) s = std::move(*loaded);
+        if (loaded.ok()) {
+          s = std::move(*loaded);
+          fresh = false;
+        }
         std::fprintf(stderr, "%s\n", loaded.ok() ? "loaded" : loaded.status().message().c_str());
       }
       continue;
     }
-    std::string turn = pending + WrapChat(chat, "user", line) + ChatOpen(chat);
-    pending.clear();
-    std::vector<int> ids;
-    for (int32_t id : tok.EncodeMarkup(turn)) ids.push_back(id);
+    std::vector<ChatMessage> turn;
+    if (fresh && !o.system.empty()) turn.push_back({"system", o.system});
+    turn.push_back({"user", line});
+    auto rendered = RenderChat(chat, tok, turn, {.add_generation_prompt = true, .continuation = !fresh});
+    if (!rendered.ok()) {
+      std::fprintf(stderr, "waste: %s\n", rendered.status().message().c_str());
+      continue;
+    }
+    fresh = false;
+    const std::vector<int> ids(rendered->begin(), rendered->end());
     if (Status st = ForwardThroughRestarts(*e, o.engine, s, ids, logits.data()); !st.ok()) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       continue;
@@ -319,7 +341,7 @@ int RunChat(const ChatOptions& o) {
       // The reply, its end included, stays in context.
       const Status st = ForwardThroughRestarts(*e, o.engine, s, one, logits.data());
       if (!st.ok()) std::fprintf(stderr, "\nwaste: %s\n", st.message().c_str());
-      if (next == end_id || next == config.eos_token || !st.ok()) break;
+      if (std::find(ends->begin(), ends->end(), next) != ends->end() || !st.ok()) break;
       const std::string_view piece = tok.TokenBytes(next);
       // A token may have no bytes: its view's data() is then null, which
       // fwrite must not get even for 0 bytes (UBSan: nonnull argument).

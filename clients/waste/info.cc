@@ -70,7 +70,7 @@ json InfoJson(const Container& ct) {
       {"embedding_bytes_on_disk", embed},
       {"tokenizer", ct.has_tokenizer()},
       {"specials", ct.specials().size()},
-      {"chat_template", !ct.chat().is_null()},
+      {"chat_template", ct.chat().has_value()},
   };
   if (c.n_experts > 0) {
     j["experts"] = {
@@ -133,7 +133,7 @@ int RunInfo(const std::string& dir, bool as_json) {
               Millions(j["params_active"]).c_str());
   std::printf("tokenizer   %s, %zu special tokens, chat template %s\n",
               ct->has_tokenizer() ? "yes" : "no", ct->specials().size(),
-              ct->chat().is_null() ? "no" : "yes");
+              ct->chat() ? "yes" : "no");
   return 0;
 }
 

@@ -55,35 +55,43 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
   return ParseJson(*text, name);
 }
 
-std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials) {
-  auto has = [&](std::initializer_list<const char*> names) {
-    for (const char* n : names)
-      if (!specials.count(n)) return false;
+// chat.json from the family's special tokens and the checkpoint's
+// chat_template (tokenizer_config.json; may be empty): Kimi's markup, or
+// DeepSeek-V3's, whose released template puts every system message first
+// (ns.system_prompt) where the demo model's keeps each in place. A template
+// with markup chat.json cannot express (DeepSeek-V3.1's thinking tags) is
+// named in `note`; chat.json then follows DeepSeek-V3's.
+std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
+                    const std::string& chat_template, std::string* note) {
+  auto has = [&](const std::vector<std::string>& texts) {
+    for (const std::string& t : texts)
+      if (!specials.count(t)) return false;
     return true;
   };
-  if (has({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"})) {
-    const json chat = {
-        {"system", {"<|im_system|>system<|im_middle|>", "<|im_end|>"}},
-        {"user", {"<|im_user|>user<|im_middle|>", "<|im_end|>"}},
-        {"assistant", {"<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"}},
-        {"open", "<|im_assistant|>assistant<|im_middle|>"},
-    };
-    return chat.dump(1);
-  }
-  // DeepSeek-V3's template: {system}<｜User｜>{user}<｜Assistant｜>{reply}<｜end▁of▁sentence｜>
-  const char* user = "<\xEF\xBD\x9CUser\xEF\xBD\x9C>";
-  const char* assistant = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
-  const char* eos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
-  if (m.family == Family::kDeepseekV3 && has({user, assistant, eos})) {
-    const json chat = {
-        {"system", {"", ""}},
-        {"user", {user, ""}},
-        {"assistant", {assistant, eos}},
-        {"open", assistant},
-    };
-    return chat.dump(1);
+  const ChatFormat kimi = ChatFormat::Kimi();
+  if (has({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
+    return kimi.ToJson().dump(1);
+  const bool system_first =
+      chat_template.empty() || chat_template.find("ns.system_prompt") != std::string::npos;
+  const ChatFormat ds = ChatFormat::Deepseek(system_first);
+  if (m.family == Family::kDeepseekV3 &&
+      has({ds.bos, ds.user.prefix, ds.assistant.prefix, ds.end_of_turn[0]})) {
+    if (chat_template.find("</think>") != std::string::npos)
+      *note = "the checkpoint's chat template has thinking markup (</think>) that chat.json "
+              "does not hold: chat.json follows DeepSeek-V3's template";
+    return ds.ToJson().dump(1);
   }
   return "";
+}
+
+// The chat_template of tokenizer_config.json, or empty (absent, or not a string).
+Result<std::string> ChatTemplate(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir + "/tokenizer_config.json", ec)) return std::string();
+  auto cfg = ReadJson(dir, "tokenizer_config.json");
+  if (!cfg.ok()) return cfg.status();
+  const auto t = cfg->find("chat_template");
+  return t != cfg->end() && t->is_string() ? t->get<std::string>() : std::string();
 }
 
 // What a normalizer does to the text: nothing (null, or a Sequence of
@@ -310,7 +318,9 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
     if (s["id"].get<int64_t>() >= 0 && s["id"].get<int64_t>() < model.shape.vocab)
       kept.push_back(s);
   if (!kept.empty()) t.specials_json = kept.dump(1);
-  t.chat_json = ChatFor(model, special_texts);
+  auto chat_template = ChatTemplate(dir);
+  if (!chat_template.ok()) return chat_template.status();
+  t.chat_json = ChatFor(model, special_texts, *chat_template, &t.note);
   if (t.chat_json.empty()) t.note = "no chat markup: the family's special tokens are missing";
   return t;
 }

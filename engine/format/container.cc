@@ -87,7 +87,7 @@ Status LoadSpecials(const std::string& path, int vocab, std::vector<SpecialToken
   return Status::Ok();
 }
 
-Status LoadChat(const std::string& path, json* out) {
+Status LoadChat(const std::string& path, std::optional<ChatFormat>* out) {
   auto text = ReadSmallFile(path, 1u << 20);
   if (!text.ok()) return text.status();
   auto doc = ParseChat(*text);
@@ -135,32 +135,6 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   close(fd);
   if (!st.ok()) return st;
   return text;
-}
-
-Result<json> ParseChat(std::string_view text) {
-  auto doc = ParseJson(text, "chat.json");
-  if (!doc.ok()) return doc.status();
-  if (!doc->is_object()) return Status::Error("chat.json: not an object");
-  for (const auto& [role, v] : doc->items()) {
-    const bool pair = v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_string();
-    if (!pair && !v.is_string())
-      return Status::Error("chat.json: \"" + role + "\" must be a string or [prefix, suffix]");
-  }
-  // "open" starts the assistant's turn: one string, never a pair.
-  if (auto open = doc->find("open"); open != doc->end() && !open->is_string())
-    return Status::Error("chat.json: \"open\" must be a string");
-  return doc;
-}
-
-std::string WrapChat(const json& chat, const std::string& role, const std::string& text) {
-  const auto it = chat.is_object() ? chat.find(role) : chat.end();
-  if (it == chat.end() || !it->is_array()) return text;
-  return (*it)[0].get<std::string>() + text + (*it)[1].get<std::string>();
-}
-
-std::string ChatOpen(const json& chat) {
-  const auto it = chat.is_object() ? chat.find("open") : chat.end();
-  return it == chat.end() ? std::string() : it->get<std::string>();
 }
 
 Result<Container> Container::Open(const std::string& dir) {

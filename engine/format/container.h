@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "engine/format/chat.h"
 #include "engine/format/layout.h"
 #include "engine/format/model_config.h"
 
@@ -152,7 +153,8 @@ class Container {
   // Optional files; empty when the container has none.
   bool has_tokenizer() const { return has_tokenizer_; }
   const std::vector<SpecialToken>& specials() const { return specials_; }
-  const nlohmann::json& chat() const { return chat_; }
+  // chat.json (engine/format/chat.h); none when the container has none.
+  const std::optional<ChatFormat>& chat() const { return chat_; }
 
   uint64_t total_bytes() const { return total_bytes_; }  // every file the manifest names
 
@@ -169,7 +171,7 @@ class Container {
   int n_codebooks_ = 0;
   bool has_tokenizer_ = false;
   std::vector<SpecialToken> specials_;
-  nlohmann::json chat_;
+  std::optional<ChatFormat> chat_;
   uint64_t total_bytes_ = 0;
 };
 
@@ -177,16 +179,6 @@ class Container {
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 // Parses untrusted JSON: bounded nesting, errors carry `what` and the position.
 Result<nlohmann::json> ParseJson(std::string_view text, const std::string& what);
-
-// chat.json, checked (`Container::chat()` holds only what passed): an
-// object whose values are a string or [prefix, suffix], strings both, and
-// whose "open" (what starts the assistant's turn) is a string.
-Result<nlohmann::json> ParseChat(std::string_view text);
-// `text` as a turn of `role`: prefix + text + suffix when `chat` (from
-// ParseChat, or null) gives the role a pair, else `text` alone.
-std::string WrapChat(const nlohmann::json& chat, const std::string& role, const std::string& text);
-// What starts the assistant's turn: chat.json's "open", or empty.
-std::string ChatOpen(const nlohmann::json& chat);
 
 // Optional fields of an untrusted JSON object, read without a throw. Absent
 // or null (or `obj` not an object): *out keeps its value. Present but of

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/format/chat.h"
+
 #include "engine/tokenizer/base64.h"
 
 namespace waste {
@@ -78,13 +80,7 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size) {
     if (kSpecials[i].text == "<|im_end|>") f.eos_id = id;  // Kimi's eos_token_id is <|im_end|>
   }
   f.specials_json = specials.dump(1);
-  const nlohmann::json chat = {
-      {"system", {"<|im_system|>system<|im_middle|>", "<|im_end|>"}},
-      {"user", {"<|im_user|>user<|im_middle|>", "<|im_end|>"}},
-      {"assistant", {"<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"}},
-      {"open", "<|im_assistant|>assistant<|im_middle|>"},
-  };
-  f.chat_json = chat.dump(1);
+  f.chat_json = ChatFormat::Kimi().ToJson().dump(1);
   return f;
 }
 

@@ -380,6 +380,42 @@ std::vector<int32_t> Tokenizer::EncodeMarkup(std::string_view text) const {
   return out;
 }
 
+std::vector<int32_t> Tokenizer::EncodeParts(std::span<const Part> parts) const {
+  std::vector<int32_t> out;
+  std::string run;  // text since the last special, content and markup alike
+  const auto flush = [&] {
+    const std::vector<int32_t> ids = Encode(run);
+    out.insert(out.end(), ids.begin(), ids.end());
+    run.clear();
+  };
+  for (const Part& p : parts) {
+    if (!p.markup) {
+      run.append(p.text);
+      continue;
+    }
+    size_t segment = 0;
+    for (size_t i = 0; i < p.text.size();) {
+      if (!s_->trie.MayStart(p.text[i])) {
+        ++i;
+        continue;
+      }
+      const auto [id, len] = s_->trie.LongestAt(p.text, i);
+      if (id < 0) {
+        ++i;
+        continue;
+      }
+      run.append(p.text.substr(segment, i - segment));
+      flush();
+      out.push_back(id);
+      i += len;
+      segment = i;
+    }
+    run.append(p.text.substr(segment));
+  }
+  flush();
+  return out;
+}
+
 std::string_view Tokenizer::TokenBytes(int32_t id) const {
   if (id >= 0 && id < s_->ranks.size()) return s_->ranks.Bytes(id);
   const auto it = s_->special_by_id.find(id);

@@ -57,6 +57,18 @@ class Tokenizer {
   // content. Same UTF-8 repair as Encode.
   std::vector<int32_t> EncodeMarkup(std::string_view text) const;
 
+  // A text of markup and content parts, as a chat template renders it.
+  // Markup parts: exact special-token texts become their ids; content
+  // parts: plain text whatever they hold (a user's "<|im_end|>" stays
+  // text). Between two specials, the text of adjacent parts is encoded as
+  // one piece, as Hugging Face tokenizers encodes a rendered template (its
+  // added tokens split the text first). Same UTF-8 repair as Encode.
+  struct Part {
+    std::string_view text;
+    bool markup = false;
+  };
+  std::vector<int32_t> EncodeParts(std::span<const Part> parts) const;
+
   // The bytes of the ids, concatenated: raw bytes, which may end inside a
   // UTF-8 sequence. Special ids give their text; unknown ids give nothing.
   std::string Decode(std::span<const int32_t> ids) const;

@@ -1,0 +1,101 @@
+#include "engine/format/chat.h"
+
+#include <nlohmann/json.hpp>
+
+#include "engine/format/container.h"
+
+namespace waste {
+namespace {
+
+using nlohmann::json;
+
+const char kWhere[] = "chat.json: ";
+
+Status ReadRole(const json& doc, const char* key, ChatRole* out) {
+  const auto it = doc.find(key);
+  if (it == doc.end()) return Status::Error(std::string(kWhere) + "\"" + key + "\" is missing");
+  const json& v = *it;
+  if (!v.is_array() || v.size() != 2 || !v[0].is_string() || !v[1].is_string())
+    return Status::Error(std::string(kWhere) + "\"" + key + "\" must be [prefix, suffix]");
+  out->prefix = v[0].get<std::string>();
+  out->suffix = v[1].get<std::string>();
+  return Status::Ok();
+}
+
+}  // namespace
+
+json ChatFormat::ToJson() const {
+  return {{"version", kVersion},
+          {"bos", bos},
+          {"system", {system.prefix, system.suffix}},
+          {"user", {user.prefix, user.suffix}},
+          {"assistant", {assistant.prefix, assistant.suffix}},
+          {"open", open},
+          {"default_system", default_system},
+          {"system_first", system_first},
+          {"end_of_turn", end_of_turn}};
+}
+
+ChatFormat ChatFormat::Kimi() {
+  ChatFormat f;
+  f.system = {"<|im_system|>system<|im_middle|>", "<|im_end|>"};
+  f.user = {"<|im_user|>user<|im_middle|>", "<|im_end|>"};
+  f.assistant = {"<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"};
+  f.open = f.assistant.prefix;
+  f.default_system = "You are a helpful assistant";
+  f.end_of_turn = {"<|im_end|>"};
+  return f;
+}
+
+ChatFormat ChatFormat::Deepseek(bool system_first) {
+  const std::string eos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+  ChatFormat f;
+  f.bos = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+  f.user = {"<\xEF\xBD\x9CUser\xEF\xBD\x9C>", ""};
+  f.assistant = {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", eos};
+  f.open = f.assistant.prefix;
+  f.system_first = system_first;
+  f.end_of_turn = {eos};
+  return f;
+}
+
+Result<ChatFormat> ParseChat(std::string_view text) {
+  auto doc = ParseJson(text, "chat.json");
+  if (!doc.ok()) return doc.status();
+  if (!doc->is_object()) return Status::Error("chat.json: not an object");
+  ChatFormat f;
+  for (const char* role : {"system", "user", "assistant"}) {
+    ChatRole* r = role[0] == 's' ? &f.system : role[0] == 'u' ? &f.user : &f.assistant;
+    if (doc->contains(role)) WASTE_RETURN_IF_ERROR(ReadRole(*doc, role, r));
+  }
+  if (auto open = doc->find("open"); open != doc->end() && !open->is_string())
+    return Status::Error("chat.json: \"open\" must be a string");
+  int64_t version = 0;
+  WASTE_RETURN_IF_ERROR(JsonInt(*doc, kWhere, "version", 0, 1 << 20, &version));
+  if (version != ChatFormat::kVersion)
+    return Status::Error(
+        version == 0
+            ? "chat.json: written by an older waste convert (no \"version\"; its markup lacks the "
+              "BOS and Kimi's default system prompt): convert the checkpoint again, or delete "
+              "chat.json"
+            : "chat.json: version " + std::to_string(version) + " is not the " +
+                  std::to_string(ChatFormat::kVersion) + " this waste reads");
+  for (const char* role : {"system", "user", "assistant"})
+    if (!doc->contains(role))
+      return Status::Error(std::string(kWhere) + "\"" + role + "\" is missing");
+  WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "open", &f.open));
+  WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "bos", &f.bos));
+  WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "default_system", &f.default_system));
+  WASTE_RETURN_IF_ERROR(JsonBool(*doc, kWhere, "system_first", &f.system_first));
+  const auto eot = doc->find("end_of_turn");
+  if (eot == doc->end() || !eot->is_array() || eot->empty() || eot->size() > 16)
+    return Status::Error("chat.json: \"end_of_turn\" must be a list of 1 to 16 strings");
+  for (const json& e : *eot) {
+    if (!e.is_string() || e.get_ref<const std::string&>().empty())
+      return Status::Error("chat.json: \"end_of_turn\" holds something not a non-empty string");
+    f.end_of_turn.push_back(e.get<std::string>());
+  }
+  return f;
+}
+
+}  // namespace waste

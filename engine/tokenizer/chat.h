@@ -1,0 +1,46 @@
+// A conversation as the token ids its model was trained on: chat.json's
+// markup (engine/format/chat.h) around each message, the markup's special
+// tokens as their ids and the messages' text as plain text, so that text
+// which looks like markup ("<|im_end|>" typed by a user) stays text. For the
+// released templates the ids are transformers' apply_chat_template's
+// (tests/chat_test.cc, tests/fixtures/chat/).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/format/chat.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace waste {
+
+class Container;
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+struct ChatRenderOptions {
+  // End with chat.open, the start of the assistant's reply.
+  bool add_generation_prompt = true;
+  // The messages continue a conversation already in context (a chat's next
+  // turn): no bos and no default system prompt before them.
+  bool continuation = false;
+};
+
+// The ids of `messages` laid out by `chat`. A role other than system, user
+// or assistant is refused by name.
+Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer& tok,
+                                        std::span<const ChatMessage> messages,
+                                        const ChatRenderOptions& options = {});
+
+// Where a reply ends: the ids of chat.json's end_of_turn (when the container
+// has chat.json) and the model's eos_token, without repeats. An end_of_turn
+// text that is not a special token of `tok` is an error naming it.
+Result<std::vector<int32_t>> EndOfTurnIds(const Container& ct, const Tokenizer& tok);
+
+}  // namespace waste

@@ -1,0 +1,46 @@
+// Fuzz target: the bodies of POST /v1/chat/completions and /v1/completions
+// (serve/openai.cc, ParseChatRequest and ParseCompletionRequest), bytes from
+// anyone who can reach waste serve. Any bytes give a request inside every
+// range the API promises, or an error whose JSON dumps; never a throw.
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "serve/openai.h"
+
+namespace {
+
+void Check(const waste::serve::Sampling& s) {
+  const bool ok = (!s.max_tokens || *s.max_tokens >= 1) && s.temperature >= 0 &&
+                  s.temperature <= 2 && s.top_p > 0 && s.top_p <= 1 && s.top_k >= 0 &&
+                  s.stop.size() <= 4 && s.top_logprobs >= 0 && s.top_logprobs <= 20 &&
+                  (!s.include_usage || s.stream);
+  if (!ok) std::abort();
+}
+
+void Check(const waste::serve::ApiError& e) {
+  if (e.status < 400 || e.status > 599) std::abort();
+  (void)waste::serve::SseEvent(e.ToJson());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  waste::serve::ChatRequest chat;
+  if (auto e = waste::serve::ParseChatRequest(body, &chat)) {
+    Check(*e);
+  } else {
+    Check(chat.sampling);
+    if (chat.messages.empty()) std::abort();
+    for (const auto& m : chat.messages)
+      if (m.role != "system" && m.role != "user" && m.role != "assistant") std::abort();
+  }
+  waste::serve::CompletionRequest completion;
+  if (auto e = waste::serve::ParseCompletionRequest(body, &completion)) {
+    Check(*e);
+  } else {
+    Check(completion.sampling);
+  }
+  return 0;
+}

@@ -1,0 +1,536 @@
+#include "serve/openai.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "engine/format/container.h"
+#include "engine/tokenizer/utf8.h"
+
+namespace waste::serve {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
+const char* TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "null";
+  }
+}
+
+ApiError WrongType(const std::string& param, const char* expected, const json& got) {
+  return BadRequest("Invalid type for '" + param + "': expected " + expected + ", but got " +
+                        TypeName(got) + " instead.",
+                    param, "invalid_type");
+}
+
+ApiError OutOfRange(const std::string& param, const std::string& range, const json& got) {
+  return BadRequest("Invalid '" + param + "': expected a value " + range + ", but got " +
+                        got.dump().substr(0, 40) + " instead.",
+                    param, "invalid_value");
+}
+
+ApiError Unsupported(const std::string& param, const std::string& what) {
+  return BadRequest("'" + param + "': " + what + " is not supported by waste serve.", param,
+                    "unsupported_value");
+}
+
+// A present, non-null field, or nullptr.
+const json* Field(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<ApiError> ReadBool(const json& obj, const char* key, bool* out) {
+  const json* v = Field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return WrongType(key, "a boolean", *v);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadInt(const json& obj, const char* key, int64_t lo, int64_t hi,
+                                int64_t* out) {
+  const json* v = Field(obj, key);
+  if (!v) return std::nullopt;
+  // 3.0 is an integer to OpenAI's clients too.
+  const bool whole = v->is_number_float() && std::isfinite(v->get<double>()) &&
+                     std::trunc(v->get<double>()) == v->get<double>() &&
+                     std::fabs(v->get<double>()) < 9e15;
+  if (!v->is_number_integer() && !whole) return WrongType(key, "an integer", *v);
+  const bool above = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX};
+  const int64_t x = whole ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
+  if (above || x < lo || x > hi)
+    return OutOfRange(key, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", *v);
+  *out = x;
+  return std::nullopt;
+}
+
+// lo_open: the range excludes lo.
+std::optional<ApiError> ReadNumber(const json& obj, const char* key, double lo, bool lo_open,
+                                   double hi, double* out) {
+  const json* v = Field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) return WrongType(key, "a number", *v);
+  const double x = v->get<double>();
+  if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
+    return OutOfRange(key, range, *v);
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+#define WASTE_API_TRY(expr)                       \
+  do {                                            \
+    if (auto waste_api_e = (expr)) return waste_api_e; \
+  } while (0)
+
+std::optional<ApiError> ParseBody(std::string_view body, json* out) {
+  auto doc = ParseJson(body, "body");
+  if (!doc.ok())
+    return BadRequest("We could not parse the JSON body of your request: " +
+                          doc.status().message(),
+                      "", "invalid_json");
+  if (!doc->is_object())
+    return BadRequest("The body of your request must be a JSON object.", "", "invalid_json");
+  *out = std::move(*doc);
+  return std::nullopt;
+}
+
+// What both endpoints share; `chat` decides what "logprobs" means.
+std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model, Sampling* s) {
+  if (const json* m = Field(b, "model")) {
+    if (!m->is_string()) return WrongType("model", "a string", *m);
+    *model = m->get<std::string>();
+  }
+  int64_t n = 1;
+  WASTE_API_TRY(ReadInt(b, "n", 1, 128, &n));
+  if (n != 1) return Unsupported("n", "n = " + std::to_string(n) + " (only 1)");
+  for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
+    double p = 0;
+    WASTE_API_TRY(ReadNumber(b, penalty, -2, false, 2, &p));
+    if (p != 0) return Unsupported(penalty, "a value other than 0");
+  }
+  int64_t max = 0;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (!Field(b, key)) continue;
+    WASTE_API_TRY(ReadInt(b, key, 1, kMaxInt, &max));
+    s->max_tokens = max;  // max_completion_tokens, read second, wins
+  }
+  WASTE_API_TRY(ReadNumber(b, "temperature", 0, false, 2, &s->temperature));
+  WASTE_API_TRY(ReadNumber(b, "top_p", 0, true, 1, &s->top_p));
+  WASTE_API_TRY(ReadInt(b, "top_k", 0, kMaxInt, &s->top_k));
+  int64_t seed = 0;
+  if (Field(b, "seed")) {
+    WASTE_API_TRY(ReadInt(b, "seed", INT64_MIN, INT64_MAX, &seed));
+    s->seed = static_cast<uint64_t>(seed);
+  }
+  if (const json* stop = Field(b, "stop")) {
+    std::vector<const json*> items;
+    if (stop->is_string()) {
+      items.push_back(stop);
+    } else if (stop->is_array()) {
+      if (stop->size() > 4)
+        return OutOfRange("stop", "of at most 4 strings", json(stop->size()));
+      for (const json& e : *stop) items.push_back(&e);
+    } else {
+      return WrongType("stop", "a string or an array of strings", *stop);
+    }
+    for (const json* e : items) {
+      if (!e->is_string()) return WrongType("stop", "a string or an array of strings", *e);
+      if (!e->get_ref<const std::string&>().empty()) s->stop.push_back(e->get<std::string>());
+    }
+  }
+  WASTE_API_TRY(ReadBool(b, "stream", &s->stream));
+  if (const json* so = Field(b, "stream_options")) {
+    if (!so->is_object()) return WrongType("stream_options", "an object", *so);
+    if (!s->stream)
+      return BadRequest("The 'stream_options' parameter is only allowed when 'stream' is true.",
+                        "stream_options", "invalid_value");
+    if (const json* iu = Field(*so, "include_usage")) {
+      if (!iu->is_boolean()) return WrongType("stream_options.include_usage", "a boolean", *iu);
+      s->include_usage = iu->get<bool>();
+    }
+  }
+  if (chat) {
+    WASTE_API_TRY(ReadBool(b, "logprobs", &s->logprobs));
+    WASTE_API_TRY(ReadInt(b, "top_logprobs", 0, 20, &s->top_logprobs));
+    if (Field(b, "top_logprobs") && !s->logprobs)
+      return BadRequest("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs",
+                        "invalid_value");
+  } else if (Field(b, "logprobs")) {
+    WASTE_API_TRY(ReadInt(b, "logprobs", 0, 20, &s->top_logprobs));
+    s->logprobs = true;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseContent(const json& c, const std::string& where, std::string* out) {
+  if (c.is_string()) {
+    *out = c.get<std::string>();
+    return std::nullopt;
+  }
+  if (!c.is_array()) return WrongType(where, "a string or an array of content parts", c);
+  // The parts' texts joined with nothing, as Kimi's template joins them.
+  out->clear();
+  for (size_t i = 0; i < c.size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    const json& part = c[i];
+    if (!part.is_object()) return WrongType(w, "an object", part);
+    const json* type = Field(part, "type");
+    if (!type || !type->is_string()) return WrongType(w + ".type", "a string", type ? *type : json());
+    if (*type != "text") return Unsupported(w + ".type", "'" + type->get<std::string>().substr(0, 40) + "'");
+    const json* text = Field(part, "text");
+    if (!text || !text->is_string()) return WrongType(w + ".text", "a string", text ? *text : json());
+    out->append(text->get_ref<const std::string&>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ errors
+
+json ApiError::ToJson() const {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json() : json(param)},
+            {"code", code.empty() ? json() : json(code)}}}};
+}
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError UnknownModel(const std::string& model) {
+  ApiError e = BadRequest("The model '" + model.substr(0, 200) + "' does not exist.", "model",
+                          "model_not_found");
+  e.status = 404;
+  return e;
+}
+
+ApiError ContextExceeded(int64_t prompt_tokens, int64_t max_tokens, int64_t context) {
+  return BadRequest("This model's maximum context length is " + std::to_string(context) +
+                        " tokens. However, you requested " +
+                        std::to_string(prompt_tokens + max_tokens) + " tokens (" +
+                        std::to_string(prompt_tokens) + " in the messages, " +
+                        std::to_string(max_tokens) + " in the completion).",
+                    "messages", "context_length_exceeded");
+}
+
+ApiError BodyTooLarge(uint64_t limit) {
+  ApiError e = BadRequest("The request body is larger than the " + std::to_string(limit) +
+                              " bytes allowed.",
+                          "", "request_too_large");
+  e.status = 413;
+  return e;
+}
+
+ApiError Busy() {
+  ApiError e = BadRequest("The server is busy: too many requests are waiting. Retry shortly.");
+  e.status = 503;
+  e.type = "server_error";
+  e.code = "server_busy";
+  return e;
+}
+
+// ---------------------------------------------------------------- requests
+
+SamplerOptions Sampling::SamplerFor(uint64_t fallback_seed) const {
+  SamplerOptions o;
+  o.temperature = static_cast<float>(temperature);
+  o.top_k = static_cast<int>(top_k);
+  o.top_p = static_cast<float>(top_p);
+  o.seed = seed.value_or(fallback_seed);
+  return o;
+}
+
+std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out) {
+  json b;
+  WASTE_API_TRY(ParseBody(body, &b));
+  *out = {};
+  const json* msgs = Field(b, "messages");
+  if (!msgs) return BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
+  if (!msgs->is_array()) return WrongType("messages", "an array", *msgs);
+  if (msgs->empty())
+    return BadRequest("Invalid 'messages': empty array. Expected an array with at least one "
+                      "message.", "messages", "empty_array");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const std::string w = "messages[" + std::to_string(i) + "]";
+    const json& m = (*msgs)[i];
+    if (!m.is_object()) return WrongType(w, "an object", m);
+    const json* role = Field(m, "role");
+    if (!role) return BadRequest("Missing required parameter: '" + w + ".role'.", w + ".role", "missing_required_parameter");
+    if (!role->is_string()) return WrongType(w + ".role", "a string", *role);
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for it
+    if (r != "system" && r != "user" && r != "assistant")
+      return Unsupported(w + ".role", "the role '" + r.substr(0, 40) + "'");
+    const json* content = Field(m, "content");
+    if (!content)
+      return BadRequest("Missing required parameter: '" + w + ".content'.", w + ".content", "missing_required_parameter");
+    ChatMessage msg{r, ""};
+    WASTE_API_TRY(ParseContent(*content, w + ".content", &msg.content));
+    out->messages.push_back(std::move(msg));
+  }
+  return ParseCommon(b, true, &out->model, &out->sampling);
+}
+
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out) {
+  json b;
+  WASTE_API_TRY(ParseBody(body, &b));
+  *out = {};
+  const json* p = Field(b, "prompt");
+  if (!p) return BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+  if (p->is_array() && !p->empty() && (*p)[0].is_number_integer())
+    return Unsupported("prompt", "a prompt of token ids");
+  if (p->is_array() && p->size() != 1 && (p->empty() || (*p)[0].is_string()))
+    return Unsupported("prompt", "a list of " + std::to_string(p->size()) + " prompts (only one)");
+  if (!p->is_string()) return WrongType("prompt", "a string or an array of one string", *p);
+  out->prompt = p->get<std::string>();
+  bool echo = false;
+  WASTE_API_TRY(ReadBool(b, "echo", &echo));
+  if (echo) return Unsupported("echo", "echo = true");
+  int64_t best_of = 1;
+  WASTE_API_TRY(ReadInt(b, "best_of", 1, 128, &best_of));
+  if (best_of != 1) return Unsupported("best_of", "best_of = " + std::to_string(best_of) + " (only 1)");
+  if (const json* suffix = Field(b, "suffix")) {
+    if (!suffix->is_string()) return WrongType("suffix", "a string", *suffix);
+    if (!suffix->get_ref<const std::string&>().empty()) return Unsupported("suffix", "a suffix");
+  }
+  return ParseCommon(b, false, &out->model, &out->sampling);
+}
+
+std::vector<int32_t> CompletionPrompt(const ChatFormat* chat, const Tokenizer& tok,
+                                      const std::string& prompt) {
+  const std::string bos = chat ? chat->bos : std::string();
+  const Tokenizer::Part parts[] = {{bos, true}, {prompt, false}};
+  return tok.EncodeParts(parts);
+}
+
+// ----------------------------------------------------------- logprobs
+
+StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n) {
+  StepLogprobs out;
+  const size_t n = logits.size();
+  if (n == 0) return out;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (const float x : logits) mx = std::max(mx, static_cast<double>(x));
+  double sum = 0;
+  for (const float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  const double log_z = mx + std::log(sum);
+  const auto lp = [&](size_t i) { return static_cast<double>(logits[i]) - log_z; };
+  if (chosen >= 0 && static_cast<size_t>(chosen) < n) out.chosen = {chosen, lp(chosen)};
+  const size_t k = std::min(n, static_cast<size_t>(std::max(top_n, 0)));
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+                    });
+  for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], lp(idx[i])});
+  return out;
+}
+
+// ------------------------------------------------------------ reply text
+
+size_t CompleteUtf8Prefix(std::string_view s) {
+  // The last byte that is not a continuation byte, within a character's reach.
+  size_t i = s.size();
+  for (size_t back = 0; back < 4 && i > 0; ++back) {
+    --i;
+    const auto c = static_cast<unsigned char>(s[i]);
+    if ((c & 0xC0) != 0x80) {
+      const size_t need = c < 0xC2 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 1;
+      return s.size() - i < need ? i : s.size();
+    }
+  }
+  return s.size();  // only continuation bytes: invalid, nothing to wait for
+}
+
+ReplyText::ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn,
+                     std::vector<std::string> stops)
+    : tok_(tok), end_(std::move(end_of_turn)), stop_(std::move(stops)) {}
+
+std::string ReplyText::Feed(int32_t id) {
+  if (done_) return {};
+  if (std::find(end_.begin(), end_.end(), id) != end_.end()) {
+    std::string out = Flush();
+    done_ = true;
+    return out;
+  }
+  if (tok_.IsSpecial(id)) return {};
+  partial_.append(tok_.TokenBytes(id));
+  const size_t n = CompleteUtf8Prefix(partial_);
+  std::string out = stop_.Feed(tokenizer::ReplaceInvalidUtf8(std::string_view(partial_).substr(0, n)));
+  partial_.erase(0, n);
+  if (stop_.stopped()) {
+    done_ = true;
+    partial_.clear();
+  }
+  return out;
+}
+
+std::string ReplyText::Flush() {
+  if (done_) return {};
+  std::string out = stop_.Feed(tokenizer::ReplaceInvalidUtf8(partial_));
+  partial_.clear();
+  if (stop_.stopped()) {
+    done_ = true;
+    return out;
+  }
+  return out + stop_.Flush();
+}
+
+// --------------------------------------------------------------- answers
+
+const char* FinishName(Finish f) { return f == Finish::kStop ? "stop" : "length"; }
+
+json Usage::ToJson() const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+namespace {
+
+json Head(const AnswerHead& h, const char* object) {
+  return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+}
+
+std::string TokenText(const Tokenizer& tok, int32_t id) {
+  return tokenizer::ReplaceInvalidUtf8(tok.TokenBytes(id));
+}
+
+json TokenBytesJson(const Tokenizer& tok, int32_t id) {
+  json bytes = json::array();
+  for (const char c : tok.TokenBytes(id)) bytes.push_back(static_cast<unsigned char>(c));
+  return bytes;
+}
+
+}  // namespace
+
+json ChatLogprobs(const Tokenizer& tok, std::span<const LoggedToken> tokens) {
+  json content = json::array();
+  for (const LoggedToken& t : tokens) {
+    json top = json::array();
+    for (const TokenLogprob& c : t.logprobs.top)
+      top.push_back({{"token", TokenText(tok, c.id)},
+                     {"logprob", c.logprob},
+                     {"bytes", TokenBytesJson(tok, c.id)}});
+    content.push_back({{"token", TokenText(tok, t.id)},
+                       {"logprob", t.logprobs.chosen.logprob},
+                       {"bytes", TokenBytesJson(tok, t.id)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json CompletionLogprobs(const Tokenizer& tok, std::span<const LoggedToken> tokens,
+                        int64_t offset0) {
+  json texts = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  int64_t offset = offset0;
+  for (const LoggedToken& t : tokens) {
+    texts.push_back(TokenText(tok, t.id));
+    lps.push_back(t.logprobs.chosen.logprob);
+    json top = json::object();
+    for (const TokenLogprob& c : t.logprobs.top) {
+      const std::string key = TokenText(tok, c.id);
+      if (!top.contains(key)) top[key] = c.logprob;  // two ids may show the same text
+    }
+    tops.push_back(top);
+    offsets.push_back(offset);
+    // Code points: every byte that does not continue a character.
+    for (const char c : tok.TokenBytes(t.id)) offset += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }
+  return {{"tokens", texts}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json ChatCompletion(const AnswerHead& h, const std::string& text, const json& logprobs,
+                    Finish finish, const Usage& usage) {
+  json j = Head(h, "chat.completion");
+  j["choices"] = json::array({{{"index", 0},
+                               {"message", {{"role", "assistant"}, {"content", text}}},
+                               {"logprobs", logprobs},
+                               {"finish_reason", FinishName(finish)}}});
+  j["usage"] = usage.ToJson();
+  return j;
+}
+
+json TextCompletion(const AnswerHead& h, const std::string& text, const json& logprobs,
+                    Finish finish, const Usage& usage) {
+  json j = Head(h, "text_completion");
+  j["choices"] = json::array(
+      {{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", FinishName(finish)}}});
+  j["usage"] = usage.ToJson();
+  return j;
+}
+
+namespace {
+json ChatChunk(const AnswerHead& h, json delta, const json& logprobs, const json& finish) {
+  json j = Head(h, "chat.completion.chunk");
+  j["choices"] = json::array(
+      {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish}}});
+  return j;
+}
+}  // namespace
+
+json ChatRoleChunk(const AnswerHead& h) {
+  return ChatChunk(h, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+}
+
+json ChatContentChunk(const AnswerHead& h, const std::string& text, const json& logprobs) {
+  return ChatChunk(h, {{"content", text}}, logprobs, nullptr);
+}
+
+json ChatFinishChunk(const AnswerHead& h, Finish finish) {
+  return ChatChunk(h, json::object(), nullptr, FinishName(finish));
+}
+
+json TextChunk(const AnswerHead& h, const std::string& text, const json& logprobs,
+               std::optional<Finish> finish) {
+  json j = Head(h, "text_completion");
+  j["choices"] = json::array({{{"index", 0},
+                               {"text", text},
+                               {"logprobs", logprobs},
+                               {"finish_reason", finish ? json(FinishName(*finish)) : json()}}});
+  return j;
+}
+
+json UsageChunk(const AnswerHead& h, const char* object, const Usage& usage) {
+  json j = Head(h, object);
+  j["choices"] = json::array();
+  j["usage"] = usage.ToJson();
+  return j;
+}
+
+std::string SseEvent(const json& j) {
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+json ModelList(std::span<const std::string> models, int64_t created) {
+  json data = json::array();
+  for (const std::string& m : models)
+    data.push_back({{"id", m}, {"object", "model"}, {"created", created}, {"owned_by", "waste"}});
+  return {{"object", "list"}, {"data", data}};
+}
+
+}  // namespace waste::serve

@@ -1,0 +1,206 @@
+// OpenAI's API as waste serve speaks it: request bodies parsed and checked
+// into plain structs, the objects and server-sent events of the answers, the
+// log-probabilities of a step and the text of a reply as its tokens arrive.
+// Pure functions over JSON and the tokenizer: no sockets, no HTTP (that is
+// http_server.h), no model (the caller runs it).
+//
+//   POST /v1/chat/completions   ParseChatRequest -> ChatRequest
+//   POST /v1/completions        ParseCompletionRequest -> CompletionRequest
+//   GET  /v1/models             ModelList
+//
+// Requests are untrusted: unknown fields are ignored, a known field of the
+// wrong type or outside its range is refused with OpenAI's error object
+// (ApiError: status 400, type invalid_request_error, param naming the
+// field). What waste does not do is refused by name, never ignored: n other
+// than 1, presence or frequency penalties other than 0, a prompt of token
+// ids, roles other than system (or developer), user and assistant.
+//
+// Sampling follows OpenAI's meaning (engine/model/sampler.h computes it):
+// temperature scales the logits (0: greedy), then top_k keeps the k most
+// likely, then top_p keeps the smallest set reaching that probability; the
+// same seed gives the same tokens. Log-probabilities are of the model's own
+// distribution: log-softmax of the raw logits, before temperature, top_k and
+// top_p (as vLLM reports by default), so they do not depend on how the token
+// was drawn.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/sampler.h"
+#include "engine/model/stop.h"
+#include "engine/tokenizer/chat.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace waste::serve {
+
+// ------------------------------------------------------------------ errors
+
+// An answer that is an error: the HTTP status and OpenAI's error object.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the request's field; empty: null
+  std::string code;   // empty: null
+  // {"error": {"message", "type", "param", "code"}}
+  nlohmann::json ToJson() const;
+};
+
+ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
+// 404, code model_not_found.
+ApiError UnknownModel(const std::string& model);
+// 400, code context_length_exceeded: prompt and reply do not fit the context.
+ApiError ContextExceeded(int64_t prompt_tokens, int64_t max_tokens, int64_t context);
+// 413: a body over `limit` bytes.
+ApiError BodyTooLarge(uint64_t limit);
+// 503, type server_error: the queue is full (send Retry-After with it).
+ApiError Busy();
+
+// ---------------------------------------------------------------- requests
+
+struct Sampling {
+  std::optional<int64_t> max_tokens;  // max_completion_tokens, else max_tokens; none: to the context
+  double temperature = 1.0;           // [0, 2]; OpenAI's default 1
+  double top_p = 1.0;                 // (0, 1]
+  int64_t top_k = 0;                  // 0: no limit (not OpenAI's; llama.cpp's and vLLM's)
+  std::optional<uint64_t> seed;       // none: the server picks one
+  std::vector<std::string> stop;      // at most 4, none empty
+  bool logprobs = false;
+  int64_t top_logprobs = 0;  // [0, 20]; chat: needs logprobs; completions: its "logprobs" int
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
+
+  // The sampler's options: `fallback_seed` when the request gave none.
+  SamplerOptions SamplerFor(uint64_t fallback_seed) const;
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;  // roles system, user, assistant; "developer" read as system
+  Sampling sampling;
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::string prompt;  // a string, or a list of one string
+  Sampling sampling;
+};
+
+// Parses and checks a body. The error, if any, is the answer to send.
+std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out);
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out);
+
+// A completion's prompt as ids: the chat format's bos (the template's, when
+// the container has chat.json) then the prompt as plain text, special-token
+// text included.
+std::vector<int32_t> CompletionPrompt(const ChatFormat* chat, const Tokenizer& tok,
+                                      const std::string& prompt);
+
+// ----------------------------------------------------------- logprobs
+
+struct TokenLogprob {
+  int32_t id = 0;
+  double logprob = 0;
+};
+struct StepLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // the top_n most likely, most likely first (lowest id on ties)
+};
+// log-softmax of `logits` in double: the chosen token's and the top_n best.
+StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n);
+
+// ------------------------------------------------------------ reply text
+
+// The text of a reply as its tokens arrive. An end-of-turn id ends it and
+// shows nothing; another special token shows nothing (no markup leaks into
+// the reply); a stop string ends it and neither it nor anything after it is
+// ever returned; text that may be the start of a stop string, and a token
+// that ends inside a UTF-8 character, wait for the next token.
+class ReplyText {
+ public:
+  ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops);
+  // The text now safe to send (often empty). Nothing once done().
+  std::string Feed(int32_t id);
+  // At the end of generation: what is still held back (bytes that never
+  // completed a character become U+FFFD).
+  std::string Flush();
+  bool done() const { return done_; }  // an end-of-turn id or a stop string ended the reply
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> end_;
+  StopMatcher stop_;
+  std::string partial_;  // the bytes of an unfinished UTF-8 character
+  bool done_ = false;
+};
+
+// The length of the longest prefix of `s` that ends on a whole UTF-8
+// character (what can be sent now); the rest is at most 3 bytes.
+size_t CompleteUtf8Prefix(std::string_view s);
+
+// --------------------------------------------------------------- answers
+
+enum class Finish { kStop, kLength };
+const char* FinishName(Finish f);  // "stop", "length"
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  nlohmann::json ToJson() const;  // with total_tokens
+};
+
+// What every object of one answer shares.
+struct AnswerHead {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// A generated token with its log-probabilities (for the logprobs objects).
+struct LoggedToken {
+  int32_t id = 0;
+  StepLogprobs logprobs;
+};
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+nlohmann::json ChatLogprobs(const Tokenizer& tok, std::span<const LoggedToken> tokens);
+// Completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}; the
+// offsets count code points from `offset0` (the text before the first token).
+nlohmann::json CompletionLogprobs(const Tokenizer& tok, std::span<const LoggedToken> tokens,
+                                  int64_t offset0);
+
+// Whole answers. `logprobs`: null, or ChatLogprobs / CompletionLogprobs.
+nlohmann::json ChatCompletion(const AnswerHead& h, const std::string& text,
+                              const nlohmann::json& logprobs, Finish finish, const Usage& usage);
+nlohmann::json TextCompletion(const AnswerHead& h, const std::string& text,
+                              const nlohmann::json& logprobs, Finish finish, const Usage& usage);
+
+// Streamed chat: ChatRoleChunk first (delta role assistant, content ""),
+// then ChatContentChunk for each piece of text, ChatFinishChunk (empty delta,
+// finish_reason), UsageChunk when include_usage (choices empty), then kSseDone.
+nlohmann::json ChatRoleChunk(const AnswerHead& h);
+nlohmann::json ChatContentChunk(const AnswerHead& h, const std::string& text,
+                                const nlohmann::json& logprobs);
+nlohmann::json ChatFinishChunk(const AnswerHead& h, Finish finish);
+// Streamed completions: TextChunk for each piece, the last with its finish.
+nlohmann::json TextChunk(const AnswerHead& h, const std::string& text,
+                         const nlohmann::json& logprobs, std::optional<Finish> finish);
+// `object`: "chat.completion.chunk" or "text_completion".
+nlohmann::json UsageChunk(const AnswerHead& h, const char* object, const Usage& usage);
+
+// One server-sent event: "data: " + the object's JSON + "\n\n" (invalid
+// UTF-8, if any reached it, as U+FFFD).
+std::string SseEvent(const nlohmann::json& j);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// GET /v1/models: {"object": "list", "data": [{id, object: "model", created, owned_by}]}.
+nlohmann::json ModelList(std::span<const std::string> models, int64_t created);
+
+}  // namespace waste::serve

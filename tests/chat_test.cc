@@ -1,0 +1,236 @@
+// Conversations as their models were trained on them: waste convert's
+// chat.json (engine/convert/tokenizer_import.cc) for each family's
+// checkpoint files, rendered by RenderChat (engine/tokenizer/chat.h), gives
+// the ids of transformers' apply_chat_template with the family's released
+// template, token for token, on every committed case (tests/fixtures/chat/,
+// tools/chat/make_fixtures.py): the demo model, DeepSeek-V3 and Kimi K2 /
+// Kimi-Linear. Also: chat.json's checks, the roles refused, a chat's next
+// turn as a continuation, the end-of-turn ids of a container.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/convert/tokenizer_import.h"
+#include "engine/format/chat.h"
+#include "engine/format/container.h"
+#include "engine/synth/synth.h"
+#include "engine/tokenizer/chat.h"
+#include "tests/test_util.h"
+
+namespace waste {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kFixtures = std::string(WASTE_FIXTURES);
+
+std::string ReadText(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void WriteText(const std::string& path, std::string_view text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+
+// A checkpoint's tokenizer files for `family` (with the family's released
+// chat template in tokenizer_config.json, the demo model's own), imported
+// as waste convert imports them into `out`; the chat.json it wrote.
+ChatFormat ImportFamily(const std::string& family, const std::string& out) {
+  const std::string src = out + "/checkpoint";
+  fs::create_directories(src);
+  convert::SourceModel model;
+  model.shape.vocab = 1 << 20;
+  if (family == "demo") {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      fs::copy_file(std::string(WASTE_MODELS) + "/demo-moe/" + f, src + "/" + f);
+  } else if (family == "deepseek") {
+    fs::copy_file(kFixtures + "/tokenizer/deepseek/tokenizer.json", src + "/tokenizer.json");
+    json cfg = json::parse(ReadText(kFixtures + "/tokenizer/deepseek/tokenizer_config.json"));
+    cfg["chat_template"] = ReadText(kFixtures + "/chat/deepseek-v3.jinja");
+    WriteText(src + "/tokenizer_config.json", cfg.dump());
+  } else {
+    model.family = convert::Family::kKimiLinear;
+    fs::copy_file(kFixtures + "/tokenizer/tokenizer.model", src + "/tiktoken.model");
+    json decoder = json::object();
+    for (const json& s : json::parse(ReadText(kFixtures + "/tokenizer/specials.json")))
+      decoder[std::to_string(s["id"].get<int>())] = {{"content", s["text"]}};
+    const json cfg = {{"added_tokens_decoder", decoder},
+                      {"chat_template", ReadText(kFixtures + "/chat/kimi-k2.jinja")}};
+    WriteText(src + "/tokenizer_config.json", cfg.dump());
+  }
+  auto t = convert::ImportTokenizer(src, model);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return {};
+  EXPECT_EQ(t->note, "") << family;
+  WriteText(out + "/tokenizer.model", t->tokenizer_model);
+  if (!t->merges_txt.empty()) WriteText(out + "/merges.txt", t->merges_txt);
+  if (!t->pretokenizer_json.empty()) WriteText(out + "/pretokenizer.json", t->pretokenizer_json);
+  WriteText(out + "/specials.json", t->specials_json);
+  auto chat = ParseChat(t->chat_json);
+  EXPECT_TRUE(chat.ok()) << chat.status().message();
+  return chat.ok() ? *chat : ChatFormat{};
+}
+
+// Each family imported once for the whole suite (DeepSeek's tokenizer.json
+// takes seconds to import).
+struct Imported {
+  ChatFormat chat;
+  Tokenizer tok;
+};
+const Imported& Family_(const std::string& family) {
+  static std::map<std::string, std::unique_ptr<Imported>> cache;
+  auto& slot = cache[family];
+  if (!slot) {
+    const std::string dir = waste::testing::ScratchDir("-" + family);
+    ChatFormat chat = ImportFamily(family, dir);
+    auto tok = Tokenizer::Load(dir);
+    EXPECT_TRUE(tok.ok()) << tok.status().message();
+    if (!tok.ok()) std::abort();
+    slot = std::make_unique<Imported>(Imported{std::move(chat), std::move(*tok)});
+  }
+  return *slot;
+}
+
+std::vector<ChatMessage> Messages(const json& j) {
+  std::vector<ChatMessage> out;
+  for (const json& m : j) out.push_back({m["role"], m["content"]});
+  return out;
+}
+
+class Family : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Family, EveryCaseIsApplyChatTemplatesIds) {
+  const std::string family = GetParam();
+  const ChatFormat& chat = Family_(family).chat;
+  const Tokenizer* tok = &Family_(family).tok;
+  const json fx = json::parse(ReadText(kFixtures + "/chat/chat.json"))["families"][family];
+  ASSERT_GE(fx["cases"].size(), 10u);
+  int special_cases = 0;
+  for (const json& c : fx["cases"]) {
+    const std::string name = c["name"];
+    const std::vector<ChatMessage> msgs = Messages(c["messages"]);
+    auto ids = RenderChat(chat, *tok, msgs, {.add_generation_prompt = c["add_generation_prompt"]});
+    ASSERT_TRUE(ids.ok()) << name << ": " << ids.status().message();
+    EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << family << " " << name;
+    EXPECT_EQ(tok->Decode(*ids), c["text"].get<std::string>()) << family << " " << name;
+    if (c["content_has_special_text"]) {
+      ++special_cases;
+      // The markup-reading encode would have made the user's text a special.
+      EXPECT_NE(*ids, tok->EncodeMarkup(c["text"].get<std::string>())) << name;
+    }
+  }
+  EXPECT_EQ(special_cases, 1);
+}
+
+// A chat's next turn, rendered alone as a continuation, extends the ids of
+// the conversation so far: the whole conversation's ids are the first
+// turn's, then the reply as the template writes it, then the next turn's.
+TEST_P(Family, NextTurnContinuesTheConversation) {
+  const ChatFormat& chat = Family_(GetParam()).chat;
+  const Tokenizer* tok = &Family_(GetParam()).tok;
+  const std::vector<ChatMessage> all = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  auto whole = RenderChat(chat, *tok, all);
+  auto first = RenderChat(chat, *tok, std::span(all).first(2));
+  auto reply = tok->EncodeParts(std::vector<Tokenizer::Part>{
+      {"Hello.", false}, {chat.assistant.suffix, true}});
+  auto next = RenderChat(chat, *tok, std::span(all).subspan(3), {.continuation = true});
+  ASSERT_TRUE(whole.ok() && first.ok() && next.ok());
+  std::vector<int32_t> joined = *first;
+  joined.insert(joined.end(), reply.begin(), reply.end());
+  joined.insert(joined.end(), next->begin(), next->end());
+  EXPECT_EQ(joined, *whole);
+}
+
+TEST_P(Family, OtherRolesAreRefusedByName) {
+  const ChatFormat& chat = Family_(GetParam()).chat;
+  const Tokenizer* tok = &Family_(GetParam()).tok;
+  const std::vector<ChatMessage> msgs = {{"user", "x"}, {"tool", "y"}};
+  auto ids = RenderChat(chat, *tok, msgs);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().message(),
+            "messages[1]: the role \"tool\" is not supported (system, user or assistant)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Released, Family, ::testing::Values("demo", "deepseek", "kimi"),
+                         [](const auto& p) { return std::string(p.param); });
+
+// The converter reads the template: DeepSeek-V3's released one puts every
+// system message first, the demo model's keeps each in place; Kimi's has a
+// default system prompt and BOS none.
+TEST(ChatJson, TheConverterFollowsEachTemplate) {
+  EXPECT_TRUE(Family_("deepseek").chat.system_first);
+  EXPECT_FALSE(Family_("demo").chat.system_first);
+  const ChatFormat& kimi = Family_("kimi").chat;
+  EXPECT_EQ(kimi.default_system, "You are a helpful assistant");
+  EXPECT_EQ(kimi.bos, "");
+  EXPECT_EQ(kimi.end_of_turn, std::vector<std::string>{"<|im_end|>"});
+}
+
+TEST(ChatJson, RoundTripsAndRefusesBadFields) {
+  const json good = ChatFormat::Deepseek(true).ToJson();
+  auto back = ParseChat(good.dump());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->ToJson(), good);
+  const auto refused = [&](json doc) {
+    auto r = ParseChat(doc.dump());
+    return r.ok() ? std::string("accepted") : r.status().message();
+  };
+  json old = {{"system", {"a", "b"}}, {"user", {"c", "d"}}, {"open", "e"}};
+  EXPECT_NE(refused(old).find("written by an older waste convert"), std::string::npos)
+      << refused(old);
+  json j = good;
+  j["version"] = 3;
+  EXPECT_EQ(refused(j), "chat.json: version 3 is not the 2 this waste reads");
+  j = good;
+  j["version"] = "2";
+  EXPECT_EQ(refused(j), "chat.json: version is not an integer");
+  j = good;
+  j.erase("assistant");
+  EXPECT_EQ(refused(j), "chat.json: \"assistant\" is missing");
+  j = good;
+  j["user"] = {"only one"};
+  EXPECT_EQ(refused(j), "chat.json: \"user\" must be [prefix, suffix]");
+  j = good;
+  j["system_first"] = 1;
+  EXPECT_EQ(refused(j), "chat.json: system_first is not true or false");
+  j = good;
+  j["default_system"] = json::array();
+  EXPECT_EQ(refused(j), "chat.json: default_system is not a string");
+  for (const json& bad : {json::array(), json("x"), json::array({""}), json::array({1})}) {
+    j = good;
+    j["end_of_turn"] = bad;
+    EXPECT_NE(refused(j).find("chat.json: \"end_of_turn\""), std::string::npos) << bad;
+  }
+}
+
+// A synthetic container's chat.json is Kimi's: a reply ends at <|im_end|>,
+// which is also its eos_token, named once.
+TEST(ChatJson, EndOfTurnIdsOfAContainer) {
+  const std::string dir = waste::testing::ScratchDir();
+  auto spec = SynthPreset("tiny-kimi");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(WriteSynthetic(*spec, dir, true, 1, nullptr).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok());
+  auto ends = EndOfTurnIds(*ct, *tok);
+  ASSERT_TRUE(ends.ok()) << ends.status().message();
+  EXPECT_EQ(*ends, std::vector<int32_t>{*tok->SpecialId("<|im_end|>")});
+  EXPECT_EQ(ct->config().eos_token, *tok->SpecialId("<|im_end|>"));
+}
+
+}  // namespace
+}  // namespace waste

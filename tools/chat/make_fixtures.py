@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/chat/chat.json: the token ids of conversations as
+each family's released chat template renders them, for tests/chat_test.cc.
+
+    /work/pyenv/bin/python tools/chat/make_fixtures.py   (transformers, tiktoken, regex)
+
+Families and what renders and tokenizes them:
+  demo      models/demo-moe/tokenizer_config.json's chat_template and its
+            tokenizer.json, through transformers' apply_chat_template
+  deepseek  DeepSeek-V3's released template (tests/fixtures/chat/deepseek-v3.jinja)
+            with DeepSeek's released tokenizer.json (tests/fixtures/tokenizer/deepseek/),
+            through apply_chat_template
+  kimi      Kimi K2's released template (tests/fixtures/chat/kimi-k2.jinja, Kimi-Linear's
+            style) rendered by transformers' own Jinja renderer, tokenized as Kimi's
+            tokenizer does (tiktoken's encode with every special allowed) over the Kimi
+            fixture vocabulary (tests/fixtures/tokenizer/tokenizer.model, specials.json)
+
+apply_chat_template tokenizes the rendered text with add_special_tokens=False:
+the template's own bos_token is the only BOS. It also reads special-token
+text inside a message as the special token. The engine keeps message content
+plain text (a user cannot forge markup), so every case is tokenized here the
+same way with the content protected: the text is rendered with a sentinel in
+place of each message's content, split at the special tokens outside the
+content, and each run between specials encoded as plain text (tokenizers'
+pre-tokenizer and BPE model alone; tiktoken's encode_ordinary). For every case
+whose content holds no special-token text the script asserts that this equals
+apply_chat_template's own ids (kimi: tiktoken's encode of the rendered text);
+the cases that hold some are marked "content_has_special_text" and the script
+asserts that they differ from it (so the case tests something).
+"""
+import base64
+import json
+import os
+import re
+import sys
+
+import tiktoken
+import transformers
+from transformers import AutoTokenizer
+from transformers.utils.chat_template_utils import render_jinja_template
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT = os.path.join(ROOT, "tests", "fixtures", "chat")
+sys.path.insert(0, os.path.join(ROOT, "tools", "tokenizer"))
+from make_fixtures import PAT_STR  # noqa: E402  Kimi's pattern, as the tokenizer fixture uses it
+
+DS_USER = "<\uff5cUser\uff5c>"
+DS_EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+
+
+def conversations(specials_text):
+    sys_ = {"role": "system", "content": "You are terse."}
+    return [
+        ("one_turn", [{"role": "user", "content": "Hello!"}], True),
+        ("system_one_turn", [sys_, {"role": "user", "content": "What is 2+2?"}], True),
+        ("several_turns", [sys_,
+                           {"role": "user", "content": "Name a color."},
+                           {"role": "assistant", "content": "Blue."},
+                           {"role": "user", "content": "Another?"},
+                           {"role": "assistant", "content": " Green, and red."},
+                           {"role": "user", "content": "Thanks"}], True),
+        ("ends_with_assistant", [{"role": "user", "content": "Hi"},
+                                 {"role": "assistant", "content": "Hello."}], False),
+        ("no_generation_prompt", [sys_, {"role": "user", "content": "Hi"}], False),
+        ("newlines", [{"role": "user", "content": "line one\n\n  line two\n\tend\n"},
+                      {"role": "assistant", "content": "\nok\n"},
+                      {"role": "user", "content": "\n"}], True),
+        ("unicode", [{"role": "system", "content": "Réponds en français 🙂"},
+                     {"role": "user", "content": "日本語で？ Ελληνικά, emoji 👩‍💻 and ﬁ ligature"}],
+         True),
+        ("two_systems", [sys_, {"role": "user", "content": "a"},
+                         {"role": "assistant", "content": "b"},
+                         {"role": "system", "content": "Be kind."},
+                         {"role": "user", "content": "c"}], True),
+        ("empty_content", [{"role": "system", "content": ""}, {"role": "user", "content": ""}], True),
+        ("special_text_in_content",
+         [{"role": "user", "content": "Say " + " and ".join(specials_text) + " please"},
+          {"role": "assistant", "content": "I said " + specials_text[0]},
+          {"role": "user", "content": specials_text[-1]}], True),
+    ]
+
+
+def protected_ids(render, encode_plain, special_texts, messages, gen):
+    """Renders with content protected and tokenizes as described above."""
+    marked = []
+    for i, m in enumerate(messages):
+        marked.append({**m, "content": "\ue000%d\ue001" % i})
+    text = render(marked, gen)
+    pat = re.compile("|".join(re.escape(s) for s in sorted(special_texts, key=len, reverse=True)))
+    ids, run = [], ""
+    for piece in re.split("(\ue000\\d+\ue001)", text):
+        m = re.fullmatch("\ue000(\\d+)\ue001", piece)
+        if m:
+            run += messages[int(m.group(1))]["content"]
+            continue
+        pos = 0
+        for sm in pat.finditer(piece):
+            run += piece[pos:sm.start()]
+            if run:
+                ids += encode_plain(run)
+            run = ""
+            ids.append(special_texts[sm.group(0)])
+            pos = sm.end()
+        run += piece[pos:]
+    if run:
+        ids += encode_plain(run)
+    full_text = render(messages, gen)
+    return full_text, ids
+
+
+def hf_family(name, tok_dir, template):
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    specials = {t.content: i for i, t in tok.added_tokens_decoder.items()}
+    bos = tok.bos_token
+
+    def render(msgs, gen):
+        return tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
+                                       tokenize=False)
+
+    # Plain text: the pre-tokenizer and the BPE model alone, no added token
+    # matched (split_special_tokens would still match those not marked special).
+    backend = tok.backend_tokenizer
+    assert backend.normalizer is None or str(backend.normalizer) == "Sequence(normalizers=[])"
+
+    def plain(s):
+        return [t.id for piece, _ in backend.pre_tokenizer.pre_tokenize_str(s)
+                for t in backend.model.tokenize(piece)]
+
+    def whole(msgs, gen):
+        return list(tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
+                                            tokenize=True, return_dict=False))
+
+    return render, plain, whole, specials, bos
+
+
+def kimi_family():
+    fx = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
+    ranks = {}
+    with open(os.path.join(fx, "tokenizer.model")) as f:
+        for line in f:
+            b, r = line.split()
+            ranks[base64.b64decode(b)] = int(r)
+    with open(os.path.join(fx, "specials.json")) as f:
+        specials = {s["text"]: s["id"] for s in json.load(f)}
+    enc = tiktoken.Encoding(name="kimi-chat", pat_str=PAT_STR, mergeable_ranks=ranks,
+                            special_tokens=specials)
+    with open(os.path.join(OUT, "kimi-k2.jinja")) as f:
+        template = f.read()
+
+    def render(msgs, gen):
+        return render_jinja_template(conversations=[msgs], chat_template=template,
+                                     add_generation_prompt=gen)[0][0]
+
+    def whole(msgs, gen):
+        return enc.encode(render(msgs, gen), allowed_special="all")
+
+    return render, enc.encode_ordinary, whole, specials, None, template
+
+
+def main():
+    families = {}
+    with open(os.path.join(ROOT, "models", "demo-moe", "tokenizer_config.json")) as f:
+        demo_template = json.load(f)["chat_template"]
+    with open(os.path.join(OUT, "deepseek-v3.jinja")) as f:
+        ds_template = f.read()
+    setups = {
+        "demo": (hf_family("demo", os.path.join(ROOT, "models", "demo-moe"), demo_template),
+                 "models/demo-moe/tokenizer.json", "models/demo-moe/tokenizer_config.json",
+                 [DS_USER, DS_EOS]),
+        "deepseek": (hf_family("deepseek", os.path.join(ROOT, "tests", "fixtures", "tokenizer",
+                                                        "deepseek"), ds_template),
+                     "tests/fixtures/tokenizer/deepseek/tokenizer.json",
+                     "tests/fixtures/chat/deepseek-v3.jinja", [DS_USER, DS_EOS]),
+    }
+    k = kimi_family()
+    setups["kimi"] = (k[:5], "tests/fixtures/tokenizer/tokenizer.model",
+                      "tests/fixtures/chat/kimi-k2.jinja", ["<|im_end|>", "<|im_user|>"])
+    for name, ((render, plain, whole, specials, bos), tok_path, tmpl_path, texts) in setups.items():
+        cases = []
+        for cname, msgs, gen in conversations(texts):
+            text, ids = protected_ids(render, plain, specials, msgs, gen)
+            naive = whole(msgs, gen)
+            has_special = any(s in m["content"] for m in msgs for s in specials)
+            if has_special:
+                assert ids != naive, (name, cname)
+            else:
+                assert ids == naive, (name, cname, ids, naive)
+            cases.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
+                          "text": text, "ids": ids, "content_has_special_text": has_special})
+        families[name] = {"tokenizer": tok_path, "template": tmpl_path, "bos_token": bos,
+                          "cases": cases}
+        print(f"{name}: {len(cases)} cases, {sum(len(c['ids']) for c in cases)} ids")
+    doc = {"generator": "tools/chat/make_fixtures.py",
+           "transformers_version": transformers.__version__,
+           "tiktoken_version": tiktoken.__version__,
+           "families": families}
+    with open(os.path.join(OUT, "chat.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
