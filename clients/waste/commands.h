@@ -16,5 +16,6 @@ void AddBench(CLI::App& app, int* exit_code);
 void AddChat(CLI::App& app, int* exit_code);
 void AddReplay(CLI::App& app, int* exit_code);  // a routing trace against wasted's cache
 void AddConvert(CLI::App& app, int* exit_code);  // convert (a Hugging Face checkpoint) and verify
+void AddServe(CLI::App& app, int* exit_code);    // the OpenAI-compatible HTTP server
 
 }  // namespace waste::cli

@@ -1,7 +1,8 @@
 // waste: the compute client. Inspect a container (info, plan), write
 // synthetic ones (synth), and run the model in this process (run, eval,
 // chat, bench, tokenize, detokenize), replay a routing trace against
-// wasted's cache (replay), and convert a Hugging Face checkpoint (convert).
+// wasted's cache (replay), convert a Hugging Face checkpoint (convert), and
+// serve OpenAI's HTTP API (serve).
 #include <cstdio>
 
 #include "clients/waste/commands.h"
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   waste::cli::AddChat(app, &exit_code);
   waste::cli::AddReplay(app, &exit_code);
   waste::cli::AddConvert(app, &exit_code);
+  waste::cli::AddServe(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

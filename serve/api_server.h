@@ -1,0 +1,92 @@
+// ApiServer: OpenAI's HTTP API over a Scheduler, what `waste serve` runs.
+//
+// Routes (HttpServer calls Handle on its loop thread; nothing here blocks):
+//   GET  /                     the chat page (chat_page.html, built in)
+//   GET  /health               200 {"status":"ok"} while the model is attached, else 503
+//   GET  /metrics              Prometheus text: requests, tokens in and out and reused,
+//                              queue length, time to first token, decode tok/s
+//   GET  /v1/models            the one model served
+//   POST /v1/chat/completions  a conversation, rendered as the model was trained
+//                              (RenderChat), its reply whole or streamed
+//   POST /v1/completions       text continued, whole or streamed
+// With an API key, /v1/* and /metrics need "Authorization: Bearer KEY"
+// (401 otherwise). Errors are OpenAI's error objects (serve/openai.h).
+// A request's generation runs on the scheduler's thread; its reply text is
+// cut at end-of-turn tokens and stop strings, never showing markup; a
+// client that goes away cancels its generation (Generation::cancelled).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/format/chat.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "serve/http_server.h"
+#include "serve/scheduler.h"
+
+namespace waste::serve {
+
+struct ApiOptions {
+  std::string model_name;  // what /v1/models lists and requests must name (or leave out)
+  std::string api_key;     // empty: none needed
+  int context = 4096;      // tokens a conversation may hold (the scheduler's)
+};
+
+// What the server counts, for /metrics.
+struct ApiCounters {
+  uint64_t chat = 0, completions = 0, other = 0;  // requests by route
+  uint64_t refused = 0;     // answered 4xx or 503 before generating
+  uint64_t failed = 0;      // generations that ended in an error
+  uint64_t cancelled = 0;   // generations whose client went away
+  double first_token_seconds = 0;  // summed over generations with a token
+  uint64_t first_tokens = 0;
+  double decode_seconds = 0;   // after each first token, summed
+  uint64_t decode_tokens = 0;  // tokens after each first one
+};
+
+class ApiServer {
+ public:
+  // `tok` and `chat` (null: the container has no chat.json; chat requests
+  // are then refused) must outlive the server, `scheduler` too. `end_of_turn`:
+  // the ids that end a reply (EndOfTurnIds). `attached`: whether the model
+  // can run now (/health).
+  ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
+            std::vector<int32_t> end_of_turn, Scheduler& scheduler, std::function<bool()> attached);
+
+  // HttpServer's handler.
+  void Handle(Request req, std::shared_ptr<Responder> r);
+  ApiCounters counters() const;
+  // GET /metrics's text (with the HTTP server's counters when given).
+  std::string Metrics(const HttpCounters* http) const;
+  // For HttpServer's counters in /metrics; null: none.
+  void set_http(const HttpServer* http) { http_ = http; }
+
+ private:
+  struct Reply;
+  void Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prompt,
+                const std::shared_ptr<Responder>& r);
+  void Refuse(const std::shared_ptr<Responder>& r, int status, const std::string& json_body,
+              const Headers& extra = {});
+  void Count(const std::function<void(ApiCounters&)>& f);
+
+  const ApiOptions o_;
+  const Tokenizer& tok_;
+  const ChatFormat* chat_;
+  const std::vector<int32_t> end_of_turn_;
+  Scheduler& scheduler_;
+  const std::function<bool()> attached_;
+  const HttpServer* http_ = nullptr;
+  std::atomic<uint64_t> next_id_{0};
+  mutable std::mutex mu_;  // guards counters_
+  ApiCounters counters_;
+};
+
+// The chat page served at "/": one HTML file with its script, built in.
+extern const char* const kChatPage;
+
+}  // namespace waste::serve
