@@ -35,7 +35,10 @@ Scheduler::~Scheduler() { Stop(); }
 
 bool Scheduler::Submit(std::shared_ptr<Generation> g) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_ || queue_.size() >= static_cast<size_t>(std::max(0, o_.queue))) return false;
+  // Room: the queue's, and the places in the batch not yet taken.
+  const uint64_t free = static_cast<uint64_t>(std::max(1, o_.parallel)) -
+                        std::min<uint64_t>(running_count_, std::max(1, o_.parallel));
+  if (stopping_ || queue_.size() >= static_cast<size_t>(std::max(0, o_.queue)) + free) return false;
   queue_.emplace_back(std::move(g), Now());
   wake_.notify_one();
   return true;
@@ -87,6 +90,7 @@ void Scheduler::Loop() {
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      running_count_ = running_.size() + admitted.size();  // Submit counts them as taken
     }
     for (auto& [g, t] : admitted) {
       auto r = Admit(std::move(g));

@@ -69,7 +69,7 @@ struct Generation {
 
 struct SchedulerOptions {
   int parallel = 4;   // generations in one step
-  int queue = 16;     // waiting for a place; Submit refuses more
+  int queue = 16;     // waiting for a place, past those free; Submit refuses more
   int context = 4096; // tokens a conversation may hold, prompt and reply
   int chunk = 32;     // prompt tokens run in one step, over all generations
   uint64_t prefix_cache_bytes = 1ull << 30;  // kept states, snapshots and logits

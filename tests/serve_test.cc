@@ -1,0 +1,375 @@
+// waste serve's API in process (serve/api_server.h over HttpServer and a
+// Scheduler) on a synthetic model, through raw sockets: a greedy chat reply
+// is the model's own greedy continuation of its rendered prompt, alone or
+// beside others; the streamed answer's server-sent events byte for byte;
+// errors in OpenAI's shape while the server goes on; the API key; a client
+// that leaves cancels its generation; a full queue answers 503 with
+// Retry-After; a follow-up turn resumes from the kept state.
+#include "serve/api_server.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/experts/cache.h"
+#include "engine/format/container.h"
+#include "engine/synth/synth.h"
+#include "engine/tokenizer/chat.h"
+#include "tests/http_client.h"
+#include "tests/test_util.h"
+
+namespace waste::serve {
+namespace {
+
+using json = nlohmann::json;
+using waste::testing::HttpClient;
+using namespace std::chrono_literals;
+
+struct Answer {
+  int status = 0;
+  std::string head, body;
+};
+
+Answer Split(const std::string& raw) {
+  Answer a;
+  const size_t at = raw.find("\r\n\r\n");
+  a.head = raw.substr(0, at == std::string::npos ? raw.size() : at + 4);
+  a.body = at == std::string::npos ? "" : raw.substr(at + 4);
+  if (raw.size() > 12) a.status = std::atoi(raw.substr(9, 3).c_str());
+  return a;
+}
+
+std::string Post(const std::string& path, const std::string& body, const std::string& extra = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}, {}); }
+  void TearDown() override { Stop(); }
+
+  void Start(SchedulerOptions so, ApiOptions ao) {
+    dir_ = waste::testing::ScratchDir();
+    ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), dir_, true, 2, nullptr).ok());
+    auto ct = Container::Open(dir_);
+    ASSERT_TRUE(ct.ok()) << ct.status().message();
+    ct_ = std::make_unique<Container>(std::move(*ct));
+    ASSERT_TRUE(ct_->chat().has_value());
+    auto tok = Tokenizer::Load(dir_);
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    tok_ = std::make_unique<Tokenizer>(std::move(*tok));
+    CacheOptions co;
+    co.slots = 1000;
+    auto c = ExpertCache::Create(*ct_, co);
+    ASSERT_TRUE(c.ok());
+    cache_ = std::move(*c);
+    ModelOptions mo;
+    mo.threads = 2;
+    auto m = Model::Load(*ct_, cache_.get(), mo);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model_ = std::move(*m);
+    auto end = EndOfTurnIds(*ct_, *tok_);
+    ASSERT_TRUE(end.ok()) << end.status().message();
+    end_ = *end;
+    Restart(so, ao);
+  }
+
+  // A fresh scheduler, API and HTTP server over the same model.
+  void Restart(SchedulerOptions so, ApiOptions ao) {
+    Stop();
+    so.context = ao.context = 512;
+    scheduler_ = std::make_unique<Scheduler>(
+        so, model_->config().vocab,
+        [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); },
+        [this](int n) { return model_->NewSession(n); });
+    if (ao.model_name.empty()) ao.model_name = "tiny";
+    api_ = std::make_unique<ApiServer>(ao, *tok_, &*ct_->chat(), end_, *scheduler_, [] { return true; });
+    HttpOptions ho;
+    ho.port = 0;
+    auto h = HttpServer::Start(ho, [this](Request r, std::shared_ptr<Responder> w) {
+      api_->Handle(std::move(r), std::move(w));
+    });
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    http_ = std::move(*h);
+  }
+
+  void Stop() {
+    if (http_) http_->Stop();
+    if (scheduler_) scheduler_->Stop();
+    http_.reset();
+    api_.reset();
+    scheduler_.reset();
+  }
+
+  Answer Call(const std::string& request, std::chrono::milliseconds timeout = 10s) {
+    HttpClient c(http_->port());
+    EXPECT_TRUE(c.connected());
+    c.Send(request);
+    return Split(c.ReadAnswer(timeout));
+  }
+
+  // The model's own greedy reply to `prompt`, up to an end of turn (not
+  // included) or n tokens. Only while no request runs: the Model is not
+  // shared between threads.
+  std::vector<int> Greedy(const std::vector<int32_t>& prompt, int n) {
+    Session s = model_->NewSession(512);
+    std::vector<float> l(model_->config().vocab);
+    std::vector<int> out, next(prompt.begin(), prompt.end());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
+      const int t = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
+      if (std::find(end_.begin(), end_.end(), t) != end_.end()) break;
+      out.push_back(t);
+      next = {t};
+    }
+    return out;
+  }
+
+  std::vector<int32_t> Rendered(const json& messages) {
+    std::vector<ChatMessage> m;
+    for (const auto& x : messages) m.push_back({x["role"], x["content"]});
+    auto ids = RenderChat(*ct_->chat(), *tok_, m);
+    EXPECT_TRUE(ids.ok());
+    return *ids;
+  }
+
+  // Each token's bytes in a chat answer's logprobs.
+  std::vector<std::string> TokenBytes(const json& logprobs) {
+    std::vector<std::string> out;
+    for (const auto& t : logprobs["content"]) {
+      std::string b;
+      for (int v : t["bytes"]) b.push_back(static_cast<char>(v));
+      out.push_back(b);
+    }
+    return out;
+  }
+  std::vector<std::string> TokenBytes(const std::vector<int>& ids) {
+    std::vector<std::string> out;
+    for (int id : ids) out.emplace_back(tok_->TokenBytes(id));
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Container> ct_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<Model> model_;
+  std::vector<int32_t> end_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ApiServer> api_;
+  std::unique_ptr<HttpServer> http_;
+};
+
+json Chat(const std::string& text, int max_tokens) {
+  return {{"model", "tiny"},
+          {"messages", json::array({{{"role", "user"}, {"content", text}}})},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"logprobs", true}};
+}
+
+TEST_F(ServeTest, AGreedyChatReplyIsTheModelsOwnAloneOrBesideOthers) {
+  const std::vector<std::string> texts = {"hello there", "a longer question about the weather",
+                                          "<|im_end|> is text here", "four"};
+  std::vector<std::vector<int>> want;
+  for (const auto& t : texts) want.push_back(Greedy(Rendered(Chat(t, 6)["messages"]), 6));
+  auto check = [&](size_t i, const Answer& a) {
+    ASSERT_EQ(a.status, 200) << a.head << a.body;
+    const json j = json::parse(a.body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(TokenBytes(j["choices"][0]["logprobs"]), TokenBytes(want[i])) << texts[i];
+    EXPECT_EQ(j["usage"]["completion_tokens"], want[i].size());
+    EXPECT_EQ(j["usage"]["prompt_tokens"], Rendered(Chat(texts[i], 6)["messages"]).size());
+    EXPECT_EQ(j["choices"][0]["finish_reason"], want[i].size() == 6 ? "length" : "stop");
+  };
+  for (size_t i = 0; i < texts.size(); ++i)
+    check(i, Call(Post("/v1/chat/completions", Chat(texts[i], 6).dump())));
+  // All at once: one batch (parallel 4), fresh states (nothing kept).
+  SchedulerOptions so;
+  so.prefix_cache_bytes = 0;
+  Restart(so, {});
+  std::vector<Answer> answers(texts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < texts.size(); ++i)
+    threads.emplace_back([&, i] { answers[i] = Call(Post("/v1/chat/completions", Chat(texts[i], 6).dump())); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < texts.size(); ++i) check(i, answers[i]);
+}
+
+TEST_F(ServeTest, AStreamedAnswerIsServerSentEventsEndingInDone) {
+  json req = Chat("stream this", 5);
+  const std::vector<int> want = Greedy(Rendered(req["messages"]), 5);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  HttpClient c(http_->port());
+  c.Send(Post("/v1/chat/completions", req.dump()));
+  const std::string head = c.ReadUntil("\r\n\r\n", 5000ms);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Type: text/event-stream\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << head;
+  const std::string chunks = c.ReadUntil("\r\n0\r\n\r\n", 10000ms);
+  bool framed = false;
+  const std::string body = waste::testing::Dechunk(chunks, &framed);
+  ASSERT_TRUE(framed) << chunks;
+  // Events: data: {...}\n\n, the last data: [DONE]\n\n.
+  std::vector<json> events;
+  size_t at = 0;
+  while (at < body.size()) {
+    ASSERT_EQ(body.compare(at, 6, "data: "), 0) << body.substr(at);
+    const size_t end = body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end + 2;
+    if (data == "[DONE]") {
+      EXPECT_EQ(at, body.size()) << "bytes after [DONE]";
+      break;
+    }
+    events.push_back(json::parse(data));
+  }
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  std::vector<std::string> bytes;
+  for (size_t i = 1; i + 2 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "chat.completion.chunk");
+    text += events[i]["choices"][0]["delta"]["content"].get<std::string>();
+    for (const auto& b : TokenBytes(events[i]["choices"][0]["logprobs"])) bytes.push_back(b);
+  }
+  EXPECT_EQ(bytes, TokenBytes(want));
+  // The same text as the answer given whole.
+  json whole = req;
+  whole.erase("stream");
+  whole.erase("stream_options");
+  const Answer w = Call(Post("/v1/chat/completions", whole.dump()));
+  ASSERT_EQ(w.status, 200);
+  EXPECT_EQ(text, json::parse(w.body)["choices"][0]["message"]["content"]);
+  const json& finish = events[events.size() - 2];
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], want.size() == 5 ? "length" : "stop");
+  const json& usage = events.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], want.size());
+}
+
+TEST_F(ServeTest, BadRequestsGetOpenAIsErrorsAndTheServerGoesOn) {
+  auto expect = [&](const std::string& request, int status, const std::string& code,
+                    const std::string& param) {
+    const Answer a = Call(request);
+    EXPECT_EQ(a.status, status) << request << "\n" << a.head << a.body;
+    const json j = json::parse(a.body, nullptr, false);
+    ASSERT_TRUE(j.contains("error")) << a.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    if (!code.empty()) {
+      EXPECT_EQ(j["error"]["code"], code) << a.body;
+    }
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << a.body;
+    }
+  };
+  expect(Post("/v1/chat/completions", "{not json"), 400, "", "");
+  json wrong = Chat("x", 4);
+  wrong["max_tokens"] = "four";
+  expect(Post("/v1/chat/completions", wrong.dump()), 400, "invalid_type", "max_tokens");
+  json unknown = Chat("x", 4);
+  unknown["model"] = "gpt-9";
+  expect(Post("/v1/chat/completions", unknown.dump()), 404, "model_not_found", "");
+  json longer = Chat(std::string(3000, 'a'), 4);
+  expect(Post("/v1/chat/completions", longer.dump()), 400, "context_length_exceeded", "");
+  json too_many = Chat("x", 600);
+  expect(Post("/v1/chat/completions", too_many.dump()), 400, "context_length_exceeded", "");
+  expect("GET /v1/nothing HTTP/1.1\r\nHost: x\r\n\r\n", 404, "", "");
+  expect("GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405, "", "");
+  // Still serving.
+  const Answer ok = Call(Post("/v1/chat/completions", Chat("still here", 2).dump()));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  const Answer models = Call("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tiny");
+  EXPECT_GE(api_->counters().refused, 7u);
+}
+
+TEST_F(ServeTest, AnApiKeyIsNeededForTheApiButNotForHealth) {
+  ApiOptions ao;
+  ao.api_key = "secret-key-123";
+  Restart({}, ao);
+  const std::string body = Chat("x", 2).dump();
+  EXPECT_EQ(Call(Post("/v1/chat/completions", body)).status, 401);
+  EXPECT_EQ(Call(Post("/v1/chat/completions", body, "Authorization: Bearer wrong-key-1234\r\n")).status, 401);
+  EXPECT_EQ(Call("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").status, 401);
+  EXPECT_EQ(Call(Post("/v1/chat/completions", body, "Authorization: Bearer secret-key-123\r\n")).status, 200);
+  EXPECT_EQ(Call("GET /health HTTP/1.1\r\nHost: x\r\n\r\n").status, 200);
+}
+
+TEST_F(ServeTest, AClientThatLeavesCancelsItsGeneration) {
+  json req = Chat("go on and on", 400);
+  req["stream"] = true;
+  {
+    HttpClient c(http_->port());
+    c.Send(Post("/v1/chat/completions", req.dump()));
+    ASSERT_FALSE(c.ReadUntil("data: ", 5000ms).empty());
+  }  // closed
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (api_->counters().cancelled == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(api_->counters().cancelled, 1u);
+  EXPECT_LT(scheduler_->stats().completion_tokens, 400u);
+}
+
+TEST_F(ServeTest, AFullQueueAnswers503WithRetryAfter) {
+  SchedulerOptions so;
+  so.parallel = 1;
+  so.queue = 0;
+  Restart(so, {});
+  json req = Chat("keep the only place busy", 400);
+  req["stream"] = true;
+  HttpClient busy(http_->port());
+  busy.Send(Post("/v1/chat/completions", req.dump()));
+  ASSERT_FALSE(busy.ReadUntil("data: ", 5000ms).empty());
+  const Answer a = Call(Post("/v1/chat/completions", Chat("me too", 2).dump()));
+  EXPECT_EQ(a.status, 503) << a.head << a.body;
+  EXPECT_NE(a.head.find("Retry-After: 1\r\n"), std::string::npos) << a.head;
+  EXPECT_EQ(json::parse(a.body)["error"]["type"], "server_error");
+}
+
+TEST_F(ServeTest, AFollowUpTurnResumesFromTheKeptStateAndRepliesAsAFreshOne) {
+  json first = Chat("tell me something", 4);
+  const Answer a = Call(Post("/v1/chat/completions", first.dump()));
+  ASSERT_EQ(a.status, 200);
+  json follow = first;
+  follow["messages"].push_back(
+      {{"role", "assistant"}, {"content", json::parse(a.body)["choices"][0]["message"]["content"]}});
+  follow["messages"].push_back({{"role", "user"}, {"content", "and then?"}});
+  const Answer resumed = Call(Post("/v1/chat/completions", follow.dump()));
+  ASSERT_EQ(resumed.status, 200);
+  const uint64_t reused = scheduler_->stats().reused_tokens;
+  EXPECT_GE(reused, Rendered(first["messages"]).size());  // at least the first prompt
+  const Answer metrics = Call("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(metrics.body.find("waste_serve_reused_tokens_total " + std::to_string(reused) + "\n"),
+            std::string::npos)
+      << metrics.body;
+  SchedulerOptions so;
+  so.prefix_cache_bytes = 0;
+  Restart(so, {});
+  const Answer fresh = Call(Post("/v1/chat/completions", follow.dump()));
+  ASSERT_EQ(fresh.status, 200);
+  EXPECT_EQ(json::parse(resumed.body)["choices"][0]["logprobs"],
+            json::parse(fresh.body)["choices"][0]["logprobs"]);
+  EXPECT_EQ(scheduler_->stats().reused_tokens, 0u);
+}
+
+TEST_F(ServeTest, TheChatPageAndHealthAreServed) {
+  const Answer page = Call("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.head.find("Content-Type: text/html"), std::string::npos);
+  EXPECT_NE(page.body.find("/v1/chat/completions"), std::string::npos);
+  const Answer health = Call("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(json::parse(health.body)["status"], "ok");
+}
+
+}  // namespace
+}  // namespace waste::serve
