@@ -25,6 +25,8 @@ WASTE_BUILD_DIR=$build scripts/build.sh -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON
 stage "plain build"
 ctest --test-dir "$build" --output-on-failure --timeout 600 -j "$jobs"
 stage "plain tests"
+WASTE_BUILD_DIR=$build scripts/openai_check.sh
+stage "openai client against waste serve"
 
 [ "${WASTE_SANITIZERS:-1}" = 0 ] && exit 0
 

@@ -354,7 +354,9 @@ TEST_F(Installed, UnitsPassSystemdAnalyzeVerify) {
                 fs::copy_options::overwrite_existing);
   fs::copy_file(At("lib/systemd/system/wasted@.service"), units + "/wasted@.service",
                 fs::copy_options::overwrite_existing);
-  for (const char* unit : {"wasted.service", "wasted@demo.service"}) {
+  fs::copy_file(At("lib/systemd/system/waste-serve@.service"), units + "/waste-serve@.service",
+                fs::copy_options::overwrite_existing);
+  for (const char* unit : {"wasted.service", "wasted@demo.service", "waste-serve@demo.service"}) {
     const Outcome r = Shell("cd " + units + " && SYSTEMD_LOG_LEVEL=notice systemd-analyze verify "
                             "--man=no ./" + unit);
     EXPECT_EQ(r.code, 0) << unit << ":\n" << r.out;

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# waste serve against the real `openai` Python client from PyPI (and curl),
+# on the trained demo model and a synthetic one: tests/openai/serve_client_test.py.
+# scripts/test.sh runs it after the plain suite; it needs the plain build.
+# The client lives in a venv of its own under the build directory: the
+# product itself needs no Python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${WASTE_BUILD_DIR:-build}
+venv=$build/openai-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check openai==3.57.0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$build/bin/waste" convert models/demo-moe "$work/demo" --expert-format bf16 >/dev/null
+"$build/bin/waste" synth --preset tiny-kimi "$work/tiny" >/dev/null
+for model in demo tiny; do
+  echo "openai_check: $model"
+  "$venv/bin/python" tests/openai/serve_client_test.py "$build/bin/waste" "$work/$model"
+done
