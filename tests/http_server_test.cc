@@ -629,6 +629,27 @@ TEST(HttpServer, SlowAndIdleClientsTimeOut) {
   EXPECT_EQ(s->counters().errors, 2u);
 }
 
+// libuv runs timers before it polls: after the loop thread stalls (here a
+// handler that blocks it, as a loaded machine would), a connection's idle
+// timer fires with its request already waiting. It is served, not closed.
+TEST(HttpServer, AStalledLoopDoesNotCloseAPeerWhoseRequestWaits) {
+  HttpOptions o = TestOptions();
+  o.idle_timeout = 50ms;
+  auto s = StartOrDie(o, [](Request r, std::shared_ptr<Responder> responder) {
+    if (r.path == "/stall") std::this_thread::sleep_for(300ms);
+    responder->Send(200, "text/plain", "ok");
+  });
+  Client staller(s->port()), waiting(s->port());
+  ASSERT_TRUE(WaitFor([&] { return s->counters().open == 2; }));
+  staller.Send("GET /stall HTTP/1.1\r\nHost: h\r\n\r\n");
+  std::this_thread::sleep_for(100ms);  // the loop is in the handler; the idle timer is due
+  waiting.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  const std::string ok =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
+  EXPECT_EQ(waiting.ReadAnswer(), ok);
+  EXPECT_EQ(staller.ReadAnswer(), ok);
+}
+
 TEST(HttpServer, AStreamOutlastsEveryTimeout) {
   HttpOptions o = TestOptions();
   o.header_timeout = o.body_timeout = o.idle_timeout = 50ms;
