@@ -505,6 +505,11 @@ TEST(HttpServer, MalformedRequestsAre400AndTheServerServesOn) {
        "malformed request: invalid HTTP version"},
       {"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
        "HTTP/1.1 400 Bad Request", "malformed request: unexpected content-length header"},
+      // Both framings, or chunked not last: the requests of a smuggling attack.
+      {"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       "HTTP/1.1 400 Bad Request", "malformed request: unexpected content-length header"},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+       "HTTP/1.1 400 Bad Request", "malformed request: request has invalid transfer-encoding"},
       {"GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
        "HTTP/1.1 400 Bad Request", "protocol upgrades and CONNECT are not served"},
       {"CONNECT example.com:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request",
