@@ -8,7 +8,9 @@
 //   thread, so a bad address is an error there, then runs the loop on a
 //   thread of its own. Stop (or the destructor) closes the listener and every
 //   connection, cancelling what they were answering, and joins that thread.
-//   Stop is called from any thread but the loop's (not from the handler).
+//   Stop is called from any thread but the loop's (not from the handler),
+//   and runs the OnCancel callbacks of the answers it cancels before it
+//   returns: the caller must not hold a lock those callbacks take.
 //   The loop's thread blocks SIGPIPE, so a write to a peer that has reset
 //   fails (EPIPE) rather than ending the process; no process-wide signal
 //   disposition is changed.
