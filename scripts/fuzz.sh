@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-10}
 build=${WASTE_FUZZ_BUILD_DIR:-build-fuzz}
 all=(manifest record slot_cache rpc safetensors tokenizer_json tokenizer_model chat openai session uses
-     settings trace)
+     settings trace http)
 read -r -a targets <<<"${WASTE_FUZZ_TARGETS:-${all[*]}}"
 jobs=${WASTE_FUZZ_JOBS:-$(nproc)}
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

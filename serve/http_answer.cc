@@ -18,29 +18,6 @@ char Lower(char ch) {
   return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch;
 }
 
-}  // namespace
-
-bool EqualNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
-                                            [](char x, char y) { return Lower(x) == Lower(y); });
-}
-
-bool SafeText(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos;
-}
-
-bool SafeName(std::string_view s) {
-  return !s.empty() && SafeText(s) && s.find_first_of(": \t") == s.npos;
-}
-
-// The server's own: framing and connection management.
-bool Reserved(std::string_view name) {
-  return EqualNoCase(name, "content-length") || EqualNoCase(name, "transfer-encoding") ||
-         EqualNoCase(name, "connection");
-}
-
-namespace {
-
 std::string JsonEscaped(std::string_view s) {
   std::string out;
   for (const char ch : s) {
@@ -59,6 +36,24 @@ std::string JsonEscaped(std::string_view s) {
 }
 
 }  // namespace
+
+bool EqualNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return Lower(x) == Lower(y); });
+}
+
+bool SafeText(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos;
+}
+
+bool SafeName(std::string_view s) {
+  return !s.empty() && SafeText(s) && s.find_first_of(": \t") == s.npos;
+}
+
+bool Reserved(std::string_view name) {
+  return EqualNoCase(name, "content-length") || EqualNoCase(name, "transfer-encoding") ||
+         EqualNoCase(name, "connection");
+}
 
 std::string StatusLine(int status) {
   const char* reason = http_status_str(static_cast<http_status>(status));

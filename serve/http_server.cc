@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <exception>
@@ -369,10 +370,7 @@ void HttpServer::Flush(Responder& r) {
 
 void HttpServer::AnswerDone(Connection* c) {
   c->state = Connection::State::kReading;
-  Arm(c, options_.idle_timeout, [](uv_timer_t* t) {
-    auto* conn = static_cast<Connection*>(t->data);
-    conn->server->Close(conn);
-  });
+  ArmIdle(c);
   if (!c->reading) StartReading(c);
   if (!c->pending.empty()) {
     const std::string pending = std::move(c->pending);
@@ -418,10 +416,7 @@ void HttpServer::Accept() {
   c->peer = PeerText(&c->tcp);
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
-  Arm(c, options_.idle_timeout, [](uv_timer_t* t) {
-    auto* conn = static_cast<Connection*>(t->data);
-    conn->server->Close(conn);
-  });
+  ArmIdle(c);
   StartReading(c);
 }
 
@@ -567,6 +562,23 @@ void HttpServer::Close(Connection* c) {
   };
   uv_close(reinterpret_cast<uv_handle_t*>(&c->timer), closed);
   uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), closed);
+}
+
+void HttpServer::ArmIdle(Connection* c) {
+  Arm(c, options_.idle_timeout, [](uv_timer_t* t) {
+    auto* conn = static_cast<Connection*>(t->data);
+    // libuv runs timers before it polls: after a stall of this thread the
+    // timer can fire with the peer's request already waiting unread. Then
+    // the peer was not idle; the read about to come re-arms the timer.
+    uv_os_fd_t fd = -1;
+    char byte;
+    if (uv_fileno(reinterpret_cast<uv_handle_t*>(&conn->tcp), &fd) == 0 &&
+        recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+      conn->server->ArmIdle(conn);
+      return;
+    }
+    conn->server->Close(conn);
+  });
 }
 
 void HttpServer::Arm(Connection* c, std::chrono::milliseconds after, void (*fire)(uv_timer_t*)) {

@@ -8,7 +8,9 @@
 //   thread, so a bad address is an error there, then runs the loop on a
 //   thread of its own. Stop (or the destructor) closes the listener and every
 //   connection, cancelling what they were answering, and joins that thread.
-//   Stop is called from any thread but the loop's (not from the handler).
+//   Stop is called from any thread but the loop's (not from the handler),
+//   and runs the OnCancel callbacks of the answers it cancels before it
+//   returns: the caller must not hold a lock those callbacks take.
 //   The loop's thread blocks SIGPIPE, so a write to a peer that has reset
 //   fails (EPIPE) rather than ending the process; no process-wide signal
 //   disposition is changed.
@@ -60,7 +62,8 @@
 //   * header_timeout from a request's first byte to its blank line, and
 //     body_timeout from there to its last byte: 408 and close (slowloris);
 //   * idle_timeout with no request begun (after accepting, between
-//     requests, or with an answer sent but not read): closed, silently.
+//     requests, or with an answer sent but not read) and no byte waiting
+//     to be read: closed, silently.
 //   No limit applies while the handler has a request: a streamed answer
 //   lasts as long as it likes. A malformed request is answered 400 and the
 //   connection closed. Every error answer has a body in OpenAI's error shape,
@@ -228,6 +231,7 @@ class HttpServer {
   void Linger(Connection* c);  // shut down writing, discard reads, then close
   void Close(Connection* c);
   void Arm(Connection* c, std::chrono::milliseconds after, void (*fire)(uv_timer_t*));
+  void ArmIdle(Connection* c);  // idle_timeout, then closed
   void StopOnLoop();
 
   const HttpOptions options_;
