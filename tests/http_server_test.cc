@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/http_client.h"
 #include "tests/test_util.h"
 
 namespace waste::serve {
@@ -30,89 +31,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// One TCP connection to the server, read with deadlines.
-class Client {
- public:
-  explicit Client(uint16_t port, int receive_buffer = 0) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (receive_buffer > 0)
-      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~Client() { Close(); }
-  bool connected() const { return connected_; }
-  void Close() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
-  void Send(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-  }
-
-  // Reads until `n` bytes are buffered, the peer closes or `timeout` passes;
-  // returns the first n (fewer if they did not come) and keeps the rest.
-  std::string Read(size_t n, std::chrono::milliseconds timeout = 2000ms) {
-    Fill([&] { return buf_.size() >= n; }, timeout);
-    return Take(std::min(n, buf_.size()));
-  }
-  // Up to and including `marker`; empty if it did not come.
-  std::string ReadUntil(std::string_view marker, std::chrono::milliseconds timeout = 2000ms) {
-    Fill([&] { return buf_.find(marker) != std::string::npos; }, timeout);
-    const size_t at = buf_.find(marker);
-    return at == std::string::npos ? "" : Take(at + marker.size());
-  }
-  // A whole answer framed by Content-Length.
-  std::string ReadAnswer(std::chrono::milliseconds timeout = 2000ms) {
-    std::string head = ReadUntil("\r\n\r\n", timeout);
-    const size_t at = head.find("Content-Length: ");
-    if (at == std::string::npos) return head;
-    return head + Read(std::stoul(head.substr(at + 16)), timeout);
-  }
-  // Everything until the peer closes; eof() says whether it did in time.
-  std::string ReadToEof(std::chrono::milliseconds timeout = 2000ms) {
-    Fill([] { return false; }, timeout);
-    return Take(buf_.size());
-  }
-  bool eof() const { return eof_; }
-
- private:
-  void Fill(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (!done() && !eof_) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return;
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
-      char chunk[65536];
-      const ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
-      if (n <= 0) {
-        eof_ = true;
-        return;
-      }
-      buf_.append(chunk, static_cast<size_t>(n));
-    }
-  }
-  std::string Take(size_t n) {
-    std::string out = buf_.substr(0, n);
-    buf_.erase(0, n);
-    return out;
-  }
-
-  int fd_ = -1;
-  bool connected_ = false;
-  bool eof_ = false;
-  std::string buf_;
-};
+using Client = waste::testing::HttpClient;
 
 HttpOptions TestOptions() {
   HttpOptions o;

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""waste serve against the real `openai` Python client (and curl for the
+exact SSE framing): scripts/openai_check.sh runs it on a converted model.
+
+    serve_client_test.py WASTE CONTAINER
+
+Starts `waste serve CONTAINER --local` on a free port (and a second one with
+an API key), runs every check, prints one line per check and exits non-zero
+if any failed.
+"""
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import openai
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(waste, container, *extra):
+    port = free_port()
+    proc = subprocess.Popen([waste, "serve", container, "--local", "--listen", f"127.0.0.1:{port}",
+                             "--ctx", "1024", "--parallel", "4", "--threads", "2", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("waste serve exited: " + proc.stdout.read())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("waste serve did not become healthy")
+
+
+def main():
+    waste, container = sys.argv[1], sys.argv[2]
+    proc, port = start(waste, container)
+    try:
+        run_checks(waste, container, port)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+def run_checks(waste, container, port):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    models = client.models.list()
+    model = models.data[0].id
+    check("models lists one model", len(models.data) == 1 and model, str(models))
+
+    messages = [{"role": "system", "content": "You answer about Python."},
+                {"role": "user", "content": "What does the os module do?"}]
+    whole = client.chat.completions.create(model=model, messages=messages, max_tokens=24,
+                                           temperature=0)
+    text = whole.choices[0].message.content
+    check("chat: a whole answer", isinstance(text, str) and len(text) > 0, repr(whole))
+    check("chat: usage", whole.usage.completion_tokens <= 24 and whole.usage.prompt_tokens > 0 and
+          whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens,
+          str(whole.usage))
+    check("chat: finish_reason", whole.choices[0].finish_reason in ("stop", "length"),
+          whole.choices[0].finish_reason)
+    check("chat: no markup in the reply", "<｜" not in text and "<|" not in text, repr(text))
+
+    chunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=24,
+                                                 temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check("chat: streamed text equals the whole answer", streamed == text, f"{streamed!r} vs {text!r}")
+    check("chat: the stream's last chunk carries usage",
+          chunks[-1].usage is not None and chunks[-1].usage.completion_tokens ==
+          whole.usage.completion_tokens and not chunks[-1].choices, str(chunks[-1]))
+    check("chat: the stream's first chunk opens the assistant's turn",
+          chunks[0].choices[0].delta.role == "assistant", str(chunks[0]))
+
+    one = client.chat.completions.create(model=model, messages=messages, max_tokens=1, temperature=0)
+    check("chat: max_tokens 1", one.usage.completion_tokens == 1 and
+          one.choices[0].finish_reason == "length", str(one))
+    capped = client.chat.completions.create(model=model, messages=messages,
+                                            max_completion_tokens=3, temperature=0)
+    check("chat: max_completion_tokens", capped.usage.completion_tokens <= 3, str(capped.usage))
+
+    # A stop string from the middle of the greedy answer cuts it there.
+    if len(text) >= 8:
+        stop = text[len(text) // 2:len(text) // 2 + 3]
+        cut = client.chat.completions.create(model=model, messages=messages, max_tokens=24,
+                                             temperature=0, stop=[stop])
+        got = cut.choices[0].message.content
+        check("chat: a stop string ends the reply before it", got == text[:text.find(stop)] and
+              cut.choices[0].finish_reason == "stop", f"stop {stop!r}: {got!r}")
+
+    a = client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                       temperature=1.0, seed=42)
+    b = client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                       temperature=1.0, seed=42)
+    check("chat: the same seed gives the same sample",
+          a.choices[0].message.content == b.choices[0].message.content,
+          f"{a.choices[0].message.content!r} vs {b.choices[0].message.content!r}")
+
+    lp = client.chat.completions.create(model=model, messages=messages, max_tokens=5,
+                                        temperature=0, logprobs=True, top_logprobs=2)
+    content = lp.choices[0].logprobs.content
+    check("chat: logprobs of every token", len(content) == lp.usage.completion_tokens and
+          all(t.logprob <= 0 and len(t.top_logprobs) == 2 and
+              t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob for t in content), str(content))
+
+    comp = client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=12,
+                                     temperature=0)
+    ctext = comp.choices[0].text
+    check("completions: a whole answer", len(ctext) > 0 and comp.usage.completion_tokens <= 12,
+          repr(comp))
+    cstream = "".join(c.choices[0].text for c in client.completions.create(
+        model=model, prompt="The :mod:`os` module", max_tokens=12, temperature=0, stream=True)
+        if c.choices)
+    check("completions: streamed equals whole", cstream == ctext, f"{cstream!r} vs {ctext!r}")
+    clp = client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=4,
+                                    temperature=0, logprobs=3)
+    check("completions: logprobs", len(clp.choices[0].logprobs.tokens) ==
+          clp.usage.completion_tokens and all(len(t) == 3 for t in clp.choices[0].logprobs.top_logprobs),
+          str(clp.choices[0].logprobs))
+
+    # Several at once: each greedy answer as it is alone.
+    prompts = ["What is a list?", "Explain the sys module.", "What is a dict?", "How do I read a file?"]
+    def ask(p):
+        r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": p}],
+                                           max_tokens=12, temperature=0)
+        return r.choices[0].message.content
+    alone = [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(ask, prompts))
+    check("parallel: greedy answers as alone", together == alone, f"{together} vs {alone}")
+
+    # Errors as the client's own exception types.
+    def raises(kind, **kw):
+        try:
+            client.chat.completions.create(model=kw.pop("model", model), messages=messages, **kw)
+        except kind as e:
+            return True, str(e)
+        except Exception as e:  # noqa: BLE001: report what came instead
+            return False, f"{type(e).__name__}: {e}"
+        return False, "no error"
+    for name, kind, kw in [("temperature 5", openai.BadRequestError, {"temperature": 5}),
+                           ("max_tokens -1", openai.BadRequestError, {"max_tokens": -1}),
+                           ("n 2", openai.BadRequestError, {"n": 2}),
+                           ("max_tokens past the context", openai.BadRequestError, {"max_tokens": 5000}),
+                           ("an unknown model", openai.NotFoundError, {"model": "no-such-model"})]:
+        ok, detail = raises(kind, **kw)
+        check(f"errors: {name} raises {kind.__name__}", ok, detail)
+
+    # curl: the exact framing of the stream.
+    body = json.dumps({"model": model, "messages": messages, "max_tokens": 4, "temperature": 0,
+                       "stream": True})
+    out = subprocess.run(["curl", "-sN", "-H", "Content-Type: application/json", "-d", body,
+                          f"http://127.0.0.1:{port}/v1/chat/completions"],
+                         capture_output=True, text=True, timeout=60).stdout
+    events = out.split("\n\n")
+    check("curl: events are 'data: ...' separated by blank lines, ending in [DONE]",
+          events[-1] == "" and events[-2] == "data: [DONE]" and
+          all(e.startswith("data: {") for e in events[:-2]), repr(out[:400]))
+
+    # An API key: refused without it, served with it.
+    with tempfile.NamedTemporaryFile("w", suffix=".key", delete=False) as f:
+        f.write("test-key-0123456789\n")
+    proc2, port2 = start(waste, container, "--api-key-file", f.name)
+    try:
+        bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port2}/v1", api_key="wrong", max_retries=0)
+        try:
+            bad.models.list()
+            check("auth: a wrong key raises AuthenticationError", False, "no error")
+        except openai.AuthenticationError:
+            check("auth: a wrong key raises AuthenticationError", True)
+        good = openai.OpenAI(base_url=f"http://127.0.0.1:{port2}/v1", api_key="test-key-0123456789",
+                             max_retries=0)
+        check("auth: the right key is served", len(good.models.list().data) == 1)
+    finally:
+        proc2.terminate()
+        proc2.wait(30)
+        os.unlink(f.name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
