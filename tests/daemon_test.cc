@@ -40,6 +40,7 @@
 #include "daemon/daemon.h"
 #include "engine/format/container.h"
 #include "engine/kernels/cpu.h"
+#include "tests/http_client.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -722,6 +723,56 @@ TEST_F(Reattach, AChatGoesOnAfterARestart) {
   const std::string ref = chat("ref", false);
   EXPECT_EQ(std::count(ref.begin(), ref.end(), '\n'), 2) << "two replies: " << ref;
   EXPECT_EQ(chat("got", true), ref);
+}
+
+// `waste serve` outlives a restart of wasted: a streamed reply in flight
+// when the daemon is killed goes on once another serves, token for token
+// the reply of an uninterrupted request, and the server keeps serving.
+TEST_F(Reattach, WasteServeGoesOnThroughARestart) {
+  Child serve = Child::Run({Bin("waste"), "serve", c_, "--socket", socket_, "--listen",
+                            "127.0.0.1:0", "--threads", "1", "--ctx", "512", "--keep-states", "0"});
+  const std::string line = serve.WaitLine("waste serve: ", 60);
+  const size_t at = line.find("http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << line << serve.Output();
+  const uint16_t port = static_cast<uint16_t>(std::stoi(line.substr(at + 17)));
+  const std::string body =
+      R"({"prompt":"hello there","max_tokens":40,"temperature":0,"stream":true})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  // The text of a streamed completion, from its events; `mid` runs after the first.
+  auto stream = [&](const std::function<void()>& mid) {
+    waste::testing::HttpClient c(port);
+    c.Send(request);
+    std::string events = c.ReadUntil("}\n\n", std::chrono::milliseconds(60000));  // the first event
+    EXPECT_NE(events.find("data: {"), std::string::npos) << events;
+    mid();
+    // Each event is one chunk of the chunked answer, so the framing lines
+    // between them hold no "text".
+    events += c.ReadUntil("data: [DONE]\n\n", std::chrono::milliseconds(120000));
+    std::string text;
+    for (size_t i = events.find("\"text\":\""); i != std::string::npos;
+         i = events.find("\"text\":\"", i + 1)) {
+      const size_t end = events.find('"', i + 8);
+      text += events.substr(i + 8, end - i - 8);
+    }
+    EXPECT_NE(events.find("data: [DONE]"), std::string::npos) << events;
+    return text;
+  };
+  const std::string ref = stream([] {});
+  ASSERT_FALSE(ref.empty());
+  const std::string got = stream([&] {
+    daemon_.Signal(SIGKILL);
+    EXPECT_EQ(daemon_.Wait(), -SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    StartDaemon(c_, small_);
+  });
+  EXPECT_EQ(got, ref);
+  EXPECT_EQ(serve.Wait(0), -1000) << "waste serve ended: " << serve.Output();
+  EXPECT_FALSE(serve.WaitLine("waste: attached to wasted at " + socket_ + " again", 10).empty())
+      << "the reply ended before wasted was killed: " << serve.Output();
+  waste::testing::HttpClient h(port);
+  h.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(h.ReadAnswer().find("200 OK"), std::string::npos);
 }
 
 // Invariant 4: a damaged record fails with its name and is not published;
