@@ -22,6 +22,7 @@ packages=(
   clang libclang-rt-dev      # libFuzzer (scripts/fuzz.sh); Debian's clang and its runtime, same version
   curl                       # tests: waste serve's HTTP server against a real client (SSE framing, uploads)
   python3 python3-venv       # tests: the openai Python client against waste serve (scripts/openai_check.sh)
+  chromium                   # tests: waste serve's chat page in a headless browser (scripts/openai_check.sh)
   tmux                       # tests drive `wastectl status --watch` in a terminal and read the screen
 )
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # waste serve against the real `openai` Python client from PyPI (and curl),
-# on the trained demo model and a synthetic one: tests/openai/serve_client_test.py.
+# on the trained demo model and a synthetic one: tests/openai/serve_client_test.py;
+# then its chat page in headless Chromium, typed into and read back over the
+# DevTools protocol: tests/openai/chat_page_test.py.
 # scripts/test.sh runs it after the plain suite; it needs the plain build.
 # The client lives in a venv of its own under the build directory: the
 # product itself needs no Python.
@@ -9,7 +11,7 @@ cd "$(dirname "$0")/.."
 build=${WASTE_BUILD_DIR:-build}
 venv=$build/openai-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check openai==3.57.0
+"$venv/bin/pip" install -q --disable-pip-version-check openai==3.57.0 websocket-client==1.9.2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/waste" convert models/demo-moe "$work/demo" --expert-format bf16 >/dev/null
@@ -18,3 +20,5 @@ for model in demo tiny; do
   echo "openai_check: $model"
   "$venv/bin/python" tests/openai/serve_client_test.py "$build/bin/waste" "$work/$model"
 done
+echo "openai_check: the chat page in headless Chromium"
+"$venv/bin/python" tests/openai/chat_page_test.py "$build/bin/waste" "$work/demo"

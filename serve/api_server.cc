@@ -1,5 +1,6 @@
 #include "serve/api_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -140,8 +141,9 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
       return Refuse(r, e.status, e.ToJson().dump());
     }
     const int64_t room = o_.context - static_cast<int64_t>(prompt.size());
-    const int64_t max_tokens = sampling.max_tokens.value_or(room);
-    if (room < 1 || max_tokens > room) {
+    // Without max_tokens the reply may fill the context; it needs room for one token.
+    const int64_t max_tokens = sampling.max_tokens.value_or(std::max<int64_t>(room, 1));
+    if (max_tokens > room) {
       const ApiError e = ContextExceeded(static_cast<int64_t>(prompt.size()), max_tokens, o_.context);
       return Refuse(r, e.status, e.ToJson().dump());
     }
