@@ -116,8 +116,8 @@ void ExpectNextTurnContinues(const ChatFormat& chat, const Tokenizer& tok) {
       {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
   auto whole = RenderChat(chat, tok, all);
   auto first = RenderChat(chat, tok, std::span(all).first(2));
-  auto reply = tok.EncodeParts(std::vector<Tokenizer::Part>{
-      {"Hello.", false}, {chat.assistant.suffix, true}});
+  auto reply = tok.EncodeParts(
+      std::vector<Tokenizer::Part>{{"Hello.", false}, {chat.assistant.suffix, true}});
   auto next = RenderChat(chat, tok, std::span(all).subspan(3), {.continuation = true});
   ASSERT_TRUE(whole.ok() && first.ok() && next.ok());
   std::vector<int32_t> joined = *first;

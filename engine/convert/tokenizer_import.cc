@@ -77,8 +77,9 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
   if (m.family == Family::kDeepseekV3 &&
       has({ds.bos, ds.user.prefix, ds.assistant.prefix, ds.end_of_turn[0]})) {
     if (chat_template.find("</think>") != std::string::npos)
-      *note = "the checkpoint's chat template has thinking markup (</think>) that chat.json "
-              "does not hold: chat.json follows DeepSeek-V3's template";
+      *note =
+          "the checkpoint's chat template has thinking markup (</think>) that chat.json "
+          "does not hold: chat.json follows DeepSeek-V3's template";
     return ds.ToJson().dump(1);
   }
   return "";
@@ -98,8 +99,8 @@ Result<std::string> ChatTemplate(const std::string& dir) {
 // nothing), or something the engine does not do.
 bool NormalizerIsIdentity(const json& n) {
   if (n.is_null()) return true;
-  if (!n.is_object() || !n.contains("type") || n["type"] != "Sequence" || !n.contains("normalizers") ||
-      !n["normalizers"].is_array())
+  if (!n.is_object() || !n.contains("type") || n["type"] != "Sequence" ||
+      !n.contains("normalizers") || !n["normalizers"].is_array())
     return false;
   return std::all_of(n["normalizers"].begin(), n["normalizers"].end(), NormalizerIsIdentity);
 }
