@@ -123,7 +123,9 @@ StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n
 // shows nothing; another special token shows nothing (no markup leaks into
 // the reply); a stop string ends it and neither it nor anything after it is
 // ever returned; text that may be the start of a stop string, and a token
-// that ends inside a UTF-8 character, wait for the next token.
+// that ends inside a UTF-8 character, wait for the next token. `tok` must
+// outlive it. A caller that handles the end-of-turn ids itself (and never
+// feeds them) calls Flush at the end either way.
 class ReplyText {
  public:
   ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops);
