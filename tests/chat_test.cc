@@ -3,11 +3,12 @@
 // checkpoint files, rendered by RenderChat (engine/tokenizer/chat.h), gives
 // the ids of transformers' apply_chat_template with the family's released
 // template, token for token, on every committed case (tests/fixtures/chat/,
-// tools/chat/make_fixtures.py): the demo model, DeepSeek-V3 and Kimi K2 /
-// Kimi-Linear. Also: chat.json's checks, the roles refused, a chat's next
+// tools/chat/make_fixtures.py): the demo model, DeepSeek-V3, DeepSeek-V3.1
+// and Kimi K2 / Kimi-Linear. Also: chat.json's checks, the roles refused, a chat's next
 // turn as a continuation, the end-of-turn ids of a container.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,10 +55,11 @@ ChatFormat ImportFamily(const std::string& family, const std::string& out) {
   if (family == "demo") {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       fs::copy_file(std::string(WASTE_MODELS) + "/demo-moe/" + f, src + "/" + f);
-  } else if (family == "deepseek") {
+  } else if (family.rfind("deepseek", 0) == 0) {
     fs::copy_file(kFixtures + "/tokenizer/deepseek/tokenizer.json", src + "/tokenizer.json");
     json cfg = json::parse(ReadText(kFixtures + "/tokenizer/deepseek/tokenizer_config.json"));
-    cfg["chat_template"] = ReadText(kFixtures + "/chat/deepseek-v3.jinja");
+    cfg["chat_template"] = ReadText(kFixtures + "/chat/" +
+                                    (family == "deepseek" ? "deepseek-v3" : family) + ".jinja");
     WriteText(src + "/tokenizer_config.json", cfg.dump());
   } else {
     model.family = convert::Family::kKimiLinear;
@@ -154,15 +156,22 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
   // The converter read the template: DeepSeek-V3's released one puts every
   // system message first, the demo model's keeps each in place; Kimi's has a
   // default system prompt and no BOS.
-  EXPECT_EQ(chat.system_first, family == "deepseek");
+  EXPECT_EQ(chat.system_first, family.rfind("deepseek", 0) == 0);
+  EXPECT_EQ(chat.open.find("</think>") != std::string::npos, family == "deepseek-v3.1");
   EXPECT_EQ(chat.default_system, family == "kimi" ? "You are a helpful assistant" : "");
   EXPECT_EQ(chat.bos.empty(), family == "kimi");
   EXPECT_EQ(chat.end_of_turn.size(), 1u);
   ExpectNextTurnContinues(chat, *tok);
 }
 
-INSTANTIATE_TEST_SUITE_P(Released, Family, ::testing::Values("demo", "deepseek", "kimi"),
-                         [](const auto& p) { return std::string(p.param); });
+INSTANTIATE_TEST_SUITE_P(Released, Family,
+                         ::testing::Values("demo", "deepseek", "deepseek-v3.1", "kimi"),
+                         [](const auto& p) {
+                           std::string name = p.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           std::replace(name.begin(), name.end(), '.', '_');
+                           return name;
+                         });
 
 TEST(ChatJson, OtherRolesAreRefusedByName) {
   const Imported& kimi = Family_("kimi");

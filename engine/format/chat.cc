@@ -66,6 +66,13 @@ ChatFormat ChatFormat::Deepseek(bool system_first) {
   return f;
 }
 
+ChatFormat ChatFormat::DeepseekV31() {
+  ChatFormat f = Deepseek(true);
+  f.assistant.prefix += "</think>";
+  f.open = f.assistant.prefix;
+  return f;
+}
+
 Result<ChatFormat> ParseChat(std::string_view text) {
   auto doc = ParseJson(text, "chat.json");
   if (!doc.ok()) return doc.status();
