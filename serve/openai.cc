@@ -17,14 +17,21 @@ constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
 const char* TypeName(const json& v) {
   switch (v.type()) {
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "null";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "null";
   }
 }
 
@@ -92,16 +99,15 @@ std::optional<ApiError> ReadNumber(const json& obj, const char* key, double lo, 
   return std::nullopt;
 }
 
-#define WASTE_API_TRY(expr)                       \
-  do {                                            \
+#define WASTE_API_TRY(expr)                            \
+  do {                                                 \
     if (auto waste_api_e = (expr)) return waste_api_e; \
   } while (0)
 
 std::optional<ApiError> ParseBody(std::string_view body, json* out) {
   auto doc = ParseJson(body, "body");
   if (!doc.ok())
-    return BadRequest("We could not parse the JSON body of your request: " +
-                          doc.status().message(),
+    return BadRequest("We could not parse the JSON body of your request: " + doc.status().message(),
                       "", "invalid_json");
   if (!doc->is_object())
     return BadRequest("The body of your request must be a JSON object.", "", "invalid_json");
@@ -142,8 +148,7 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
     if (stop->is_string()) {
       items.push_back(stop);
     } else if (stop->is_array()) {
-      if (stop->size() > 4)
-        return OutOfRange("stop", "of at most 4 strings", json(stop->size()));
+      if (stop->size() > 4) return OutOfRange("stop", "of at most 4 strings", json(stop->size()));
       for (const json& e : *stop) items.push_back(&e);
     } else {
       return WrongType("stop", "a string or an array of strings", *stop);
@@ -190,10 +195,13 @@ std::optional<ApiError> ParseContent(const json& c, const std::string& where, st
     const json& part = c[i];
     if (!part.is_object()) return WrongType(w, "an object", part);
     const json* type = Field(part, "type");
-    if (!type || !type->is_string()) return WrongType(w + ".type", "a string", type ? *type : json());
-    if (*type != "text") return Unsupported(w + ".type", "'" + type->get<std::string>().substr(0, 40) + "'");
+    if (!type || !type->is_string())
+      return WrongType(w + ".type", "a string", type ? *type : json());
+    if (*type != "text")
+      return Unsupported(w + ".type", "'" + type->get<std::string>().substr(0, 40) + "'");
     const json* text = Field(part, "text");
-    if (!text || !text->is_string()) return WrongType(w + ".text", "a string", text ? *text : json());
+    if (!text || !text->is_string())
+      return WrongType(w + ".text", "a string", text ? *text : json());
     out->append(text->get_ref<const std::string&>());
   }
   return std::nullopt;
@@ -236,9 +244,9 @@ ApiError ContextExceeded(int64_t prompt_tokens, int64_t max_tokens, int64_t cont
 }
 
 ApiError BodyTooLarge(uint64_t limit) {
-  ApiError e = BadRequest("The request body is larger than the " + std::to_string(limit) +
-                              " bytes allowed.",
-                          "", "request_too_large");
+  ApiError e =
+      BadRequest("The request body is larger than the " + std::to_string(limit) + " bytes allowed.",
+                 "", "request_too_large");
   e.status = 413;
   return e;
 }
@@ -267,17 +275,23 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   WASTE_API_TRY(ParseBody(body, &b));
   *out = {};
   const json* msgs = Field(b, "messages");
-  if (!msgs) return BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
+  if (!msgs)
+    return BadRequest("Missing required parameter: 'messages'.", "messages",
+                      "missing_required_parameter");
   if (!msgs->is_array()) return WrongType("messages", "an array", *msgs);
   if (msgs->empty())
-    return BadRequest("Invalid 'messages': empty array. Expected an array with at least one "
-                      "message.", "messages", "empty_array");
+    return BadRequest(
+        "Invalid 'messages': empty array. Expected an array with at least one "
+        "message.",
+        "messages", "empty_array");
   for (size_t i = 0; i < msgs->size(); ++i) {
     const std::string w = "messages[" + std::to_string(i) + "]";
     const json& m = (*msgs)[i];
     if (!m.is_object()) return WrongType(w, "an object", m);
     const json* role = Field(m, "role");
-    if (!role) return BadRequest("Missing required parameter: '" + w + ".role'.", w + ".role", "missing_required_parameter");
+    if (!role)
+      return BadRequest("Missing required parameter: '" + w + ".role'.", w + ".role",
+                        "missing_required_parameter");
     if (!role->is_string()) return WrongType(w + ".role", "a string", *role);
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for it
@@ -285,7 +299,8 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
       return Unsupported(w + ".role", "the role '" + r.substr(0, 40) + "'");
     const json* content = Field(m, "content");
     if (!content)
-      return BadRequest("Missing required parameter: '" + w + ".content'.", w + ".content", "missing_required_parameter");
+      return BadRequest("Missing required parameter: '" + w + ".content'.", w + ".content",
+                        "missing_required_parameter");
     ChatMessage msg{r, ""};
     WASTE_API_TRY(ParseContent(*content, w + ".content", &msg.content));
     out->messages.push_back(std::move(msg));
@@ -298,7 +313,9 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
   WASTE_API_TRY(ParseBody(body, &b));
   *out = {};
   const json* p = Field(b, "prompt");
-  if (!p) return BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
+  if (!p)
+    return BadRequest("Missing required parameter: 'prompt'.", "prompt",
+                      "missing_required_parameter");
   if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
   if (p->is_array() && !p->empty() && (*p)[0].is_number_integer())
     return Unsupported("prompt", "a prompt of token ids");
@@ -311,7 +328,8 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
   if (echo) return Unsupported("echo", "echo = true");
   int64_t best_of = 1;
   WASTE_API_TRY(ReadInt(b, "best_of", 1, 128, &best_of));
-  if (best_of != 1) return Unsupported("best_of", "best_of = " + std::to_string(best_of) + " (only 1)");
+  if (best_of != 1)
+    return Unsupported("best_of", "best_of = " + std::to_string(best_of) + " (only 1)");
   if (const json* suffix = Field(b, "suffix")) {
     if (!suffix->is_string()) return WrongType("suffix", "a string", *suffix);
     if (!suffix->get_ref<const std::string&>().empty()) return Unsupported("suffix", "a suffix");
@@ -342,10 +360,9 @@ StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n
   const size_t k = std::min(n, static_cast<size_t>(std::max(top_n, 0)));
   std::vector<int32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-                    });
+  std::partial_sort(
+      idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+      [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
   for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], lp(idx[i])});
   return out;
 }
@@ -380,7 +397,8 @@ std::string ReplyText::Feed(int32_t id) {
   if (tok_.IsSpecial(id)) return {};
   partial_.append(tok_.TokenBytes(id));
   const size_t n = CompleteUtf8Prefix(partial_);
-  std::string out = stop_.Feed(tokenizer::ReplaceInvalidUtf8(std::string_view(partial_).substr(0, n)));
+  std::string out =
+      stop_.Feed(tokenizer::ReplaceInvalidUtf8(std::string_view(partial_).substr(0, n)));
   partial_.erase(0, n);
   if (stop_.stopped()) {
     done_ = true;
@@ -402,7 +420,9 @@ std::string ReplyText::Flush() {
 
 // --------------------------------------------------------------- answers
 
-const char* FinishName(Finish f) { return f == Finish::kStop ? "stop" : "length"; }
+const char* FinishName(Finish f) {
+  return f == Finish::kStop ? "stop" : "length";
+}
 
 json Usage::ToJson() const {
   return {{"prompt_tokens", prompt_tokens},
@@ -459,9 +479,11 @@ json CompletionLogprobs(const Tokenizer& tok, std::span<const LoggedToken> token
     tops.push_back(top);
     offsets.push_back(offset);
     // Code points: every byte that does not continue a character.
-    for (const char c : tok.TokenBytes(t.id)) offset += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    for (const char c : tok.TokenBytes(t.id))
+      offset += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
   }
-  return {{"tokens", texts}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {
+      {"tokens", texts}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
 json ChatCompletion(const AnswerHead& h, const std::string& text, const json& logprobs,
@@ -478,8 +500,10 @@ json ChatCompletion(const AnswerHead& h, const std::string& text, const json& lo
 json TextCompletion(const AnswerHead& h, const std::string& text, const json& logprobs,
                     Finish finish, const Usage& usage) {
   json j = Head(h, "text_completion");
-  j["choices"] = json::array(
-      {{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", FinishName(finish)}}});
+  j["choices"] = json::array({{{"index", 0},
+                               {"text", text},
+                               {"logprobs", logprobs},
+                               {"finish_reason", FinishName(finish)}}});
   j["usage"] = usage.ToJson();
   return j;
 }
@@ -487,8 +511,10 @@ json TextCompletion(const AnswerHead& h, const std::string& text, const json& lo
 namespace {
 json ChatChunk(const AnswerHead& h, json delta, const json& logprobs, const json& finish) {
   json j = Head(h, "chat.completion.chunk");
-  j["choices"] = json::array(
-      {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish}}});
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", std::move(delta)},
+                               {"logprobs", logprobs},
+                               {"finish_reason", finish}}});
   return j;
 }
 }  // namespace

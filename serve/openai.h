@@ -66,12 +66,13 @@ ApiError Busy();
 // ---------------------------------------------------------------- requests
 
 struct Sampling {
-  std::optional<int64_t> max_tokens;  // max_completion_tokens, else max_tokens; none: to the context
-  double temperature = 1.0;           // [0, 2]; OpenAI's default 1
-  double top_p = 1.0;                 // (0, 1]
-  int64_t top_k = 0;                  // 0: no limit (not OpenAI's; llama.cpp's and vLLM's)
-  std::optional<uint64_t> seed;       // none: the server picks one
-  std::vector<std::string> stop;      // at most 4, none empty
+  std::optional<int64_t>
+      max_tokens;                 // max_completion_tokens, else max_tokens; none: to the context
+  double temperature = 1.0;       // [0, 2]; OpenAI's default 1
+  double top_p = 1.0;             // (0, 1]
+  int64_t top_k = 0;              // 0: no limit (not OpenAI's; llama.cpp's and vLLM's)
+  std::optional<uint64_t> seed;   // none: the server picks one
+  std::vector<std::string> stop;  // at most 4, none empty
   bool logprobs = false;
   int64_t top_logprobs = 0;  // [0, 20]; chat: needs logprobs; completions: its "logprobs" int
   bool stream = false;
@@ -122,7 +123,9 @@ StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n
 // shows nothing; another special token shows nothing (no markup leaks into
 // the reply); a stop string ends it and neither it nor anything after it is
 // ever returned; text that may be the start of a stop string, and a token
-// that ends inside a UTF-8 character, wait for the next token.
+// that ends inside a UTF-8 character, wait for the next token. `tok` must
+// outlive it. A caller that handles the end-of-turn ids itself (and never
+// feeds them) calls Flush at the end either way.
 class ReplyText {
  public:
   ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops);

@@ -3,11 +3,12 @@
 // checkpoint files, rendered by RenderChat (engine/tokenizer/chat.h), gives
 // the ids of transformers' apply_chat_template with the family's released
 // template, token for token, on every committed case (tests/fixtures/chat/,
-// tools/chat/make_fixtures.py): the demo model, DeepSeek-V3 and Kimi K2 /
-// Kimi-Linear. Also: chat.json's checks, the roles refused, a chat's next
+// tools/chat/make_fixtures.py): the demo model, DeepSeek-V3, DeepSeek-V3.1
+// and Kimi K2 / Kimi-Linear. Also: chat.json's checks, the roles refused, a chat's next
 // turn as a continuation, the end-of-turn ids of a container.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,10 +55,11 @@ ChatFormat ImportFamily(const std::string& family, const std::string& out) {
   if (family == "demo") {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       fs::copy_file(std::string(WASTE_MODELS) + "/demo-moe/" + f, src + "/" + f);
-  } else if (family == "deepseek") {
+  } else if (family.rfind("deepseek", 0) == 0) {
     fs::copy_file(kFixtures + "/tokenizer/deepseek/tokenizer.json", src + "/tokenizer.json");
     json cfg = json::parse(ReadText(kFixtures + "/tokenizer/deepseek/tokenizer_config.json"));
-    cfg["chat_template"] = ReadText(kFixtures + "/chat/deepseek-v3.jinja");
+    cfg["chat_template"] = ReadText(kFixtures + "/chat/" +
+                                    (family == "deepseek" ? "deepseek-v3" : family) + ".jinja");
     WriteText(src + "/tokenizer_config.json", cfg.dump());
   } else {
     model.family = convert::Family::kKimiLinear;
@@ -108,9 +110,29 @@ std::vector<ChatMessage> Messages(const json& j) {
   return out;
 }
 
+// A chat's next turn, rendered alone as a continuation, extends the ids of
+// the conversation so far: the whole conversation's ids are the first
+// turn's, then the reply as the template writes it, then the next turn's.
+void ExpectNextTurnContinues(const ChatFormat& chat, const Tokenizer& tok) {
+  const std::vector<ChatMessage> all = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  auto whole = RenderChat(chat, tok, all);
+  auto first = RenderChat(chat, tok, std::span(all).first(2));
+  auto reply = tok.EncodeParts(
+      std::vector<Tokenizer::Part>{{"Hello.", false}, {chat.assistant.suffix, true}});
+  auto next = RenderChat(chat, tok, std::span(all).subspan(3), {.continuation = true});
+  ASSERT_TRUE(whole.ok() && first.ok() && next.ok());
+  std::vector<int32_t> joined = *first;
+  joined.insert(joined.end(), reply.begin(), reply.end());
+  joined.insert(joined.end(), next->begin(), next->end());
+  EXPECT_EQ(joined, *whole);
+}
+
+// One test a family: DeepSeek's tokenizer.json takes seconds to import, and
+// each test is a process of its own.
 class Family : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(Family, EveryCaseIsApplyChatTemplatesIds) {
+TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
   const std::string family = GetParam();
   const ChatFormat& chat = Family_(family).chat;
   const Tokenizer* tok = &Family_(family).tok;
@@ -131,51 +153,33 @@ TEST_P(Family, EveryCaseIsApplyChatTemplatesIds) {
     }
   }
   EXPECT_EQ(special_cases, 1);
+  // The converter read the template: DeepSeek-V3's released one puts every
+  // system message first, the demo model's keeps each in place; Kimi's has a
+  // default system prompt and no BOS.
+  EXPECT_EQ(chat.system_first, family.rfind("deepseek", 0) == 0);
+  EXPECT_EQ(chat.open.find("</think>") != std::string::npos, family == "deepseek-v3.1");
+  EXPECT_EQ(chat.default_system, family == "kimi" ? "You are a helpful assistant" : "");
+  EXPECT_EQ(chat.bos.empty(), family == "kimi");
+  EXPECT_EQ(chat.end_of_turn.size(), 1u);
+  ExpectNextTurnContinues(chat, *tok);
 }
 
-// A chat's next turn, rendered alone as a continuation, extends the ids of
-// the conversation so far: the whole conversation's ids are the first
-// turn's, then the reply as the template writes it, then the next turn's.
-TEST_P(Family, NextTurnContinuesTheConversation) {
-  const ChatFormat& chat = Family_(GetParam()).chat;
-  const Tokenizer* tok = &Family_(GetParam()).tok;
-  const std::vector<ChatMessage> all = {
-      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
-  auto whole = RenderChat(chat, *tok, all);
-  auto first = RenderChat(chat, *tok, std::span(all).first(2));
-  auto reply = tok->EncodeParts(std::vector<Tokenizer::Part>{
-      {"Hello.", false}, {chat.assistant.suffix, true}});
-  auto next = RenderChat(chat, *tok, std::span(all).subspan(3), {.continuation = true});
-  ASSERT_TRUE(whole.ok() && first.ok() && next.ok());
-  std::vector<int32_t> joined = *first;
-  joined.insert(joined.end(), reply.begin(), reply.end());
-  joined.insert(joined.end(), next->begin(), next->end());
-  EXPECT_EQ(joined, *whole);
-}
+INSTANTIATE_TEST_SUITE_P(Released, Family,
+                         ::testing::Values("demo", "deepseek", "deepseek-v3.1", "kimi"),
+                         [](const auto& p) {
+                           std::string name = p.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           std::replace(name.begin(), name.end(), '.', '_');
+                           return name;
+                         });
 
-TEST_P(Family, OtherRolesAreRefusedByName) {
-  const ChatFormat& chat = Family_(GetParam()).chat;
-  const Tokenizer* tok = &Family_(GetParam()).tok;
+TEST(ChatJson, OtherRolesAreRefusedByName) {
+  const Imported& kimi = Family_("kimi");
   const std::vector<ChatMessage> msgs = {{"user", "x"}, {"tool", "y"}};
-  auto ids = RenderChat(chat, *tok, msgs);
+  auto ids = RenderChat(kimi.chat, kimi.tok, msgs);
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().message(),
             "messages[1]: the role \"tool\" is not supported (system, user or assistant)");
-}
-
-INSTANTIATE_TEST_SUITE_P(Released, Family, ::testing::Values("demo", "deepseek", "kimi"),
-                         [](const auto& p) { return std::string(p.param); });
-
-// The converter reads the template: DeepSeek-V3's released one puts every
-// system message first, the demo model's keeps each in place; Kimi's has a
-// default system prompt and BOS none.
-TEST(ChatJson, TheConverterFollowsEachTemplate) {
-  EXPECT_TRUE(Family_("deepseek").chat.system_first);
-  EXPECT_FALSE(Family_("demo").chat.system_first);
-  const ChatFormat& kimi = Family_("kimi").chat;
-  EXPECT_EQ(kimi.default_system, "You are a helpful assistant");
-  EXPECT_EQ(kimi.bos, "");
-  EXPECT_EQ(kimi.end_of_turn, std::vector<std::string>{"<|im_end|>"});
 }
 
 TEST(ChatJson, RoundTripsAndRefusesBadFields) {

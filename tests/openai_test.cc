@@ -50,12 +50,21 @@ TEST(Request, DefaultsAndEveryField) {
   EXPECT_EQ(r.sampling.top_p, 1.0);
   EXPECT_FALSE(r.sampling.max_tokens);
   EXPECT_FALSE(r.sampling.seed);
-  ASSERT_FALSE(Chat(Base({{"max_tokens", 7}, {"temperature", 0}, {"top_p", 0.5}, {"top_k", 40},
-                          {"seed", -1}, {"stop", "END"}, {"logprobs", true},
-                          {"top_logprobs", 3}, {"stream", true},
-                          {"stream_options", {{"include_usage", true}}}, {"n", 1},
-                          {"presence_penalty", 0}, {"frequency_penalty", 0.0},
-                          {"unknown_field", {1, 2}}, {"user", "someone"}}),
+  ASSERT_FALSE(Chat(Base({{"max_tokens", 7},
+                          {"temperature", 0},
+                          {"top_p", 0.5},
+                          {"top_k", 40},
+                          {"seed", -1},
+                          {"stop", "END"},
+                          {"logprobs", true},
+                          {"top_logprobs", 3},
+                          {"stream", true},
+                          {"stream_options", {{"include_usage", true}}},
+                          {"n", 1},
+                          {"presence_penalty", 0},
+                          {"frequency_penalty", 0.0},
+                          {"unknown_field", {1, 2}},
+                          {"user", "someone"}}),
                     &r));
   EXPECT_EQ(*r.sampling.max_tokens, 7);
   EXPECT_EQ(r.sampling.temperature, 0.0);
@@ -153,12 +162,13 @@ TEST(Request, Messages) {
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("'function'"), std::string::npos) << e->message;
   ChatRequest r;
-  ASSERT_FALSE(Chat({{"messages",
-                      {{{"role", "developer"}, {"content", "be brief"}},
-                       {{"role", "user"},
-                        {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
-                       {{"role", "assistant"}, {"content", "c"}}}}},
-                    &r));
+  ASSERT_FALSE(
+      Chat({{"messages",
+             {{{"role", "developer"}, {"content", "be brief"}},
+              {{"role", "user"},
+               {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+              {{"role", "assistant"}, {"content", "c"}}}}},
+           &r));
   ASSERT_EQ(r.messages.size(), 3u);
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[1].content, "ab");
@@ -367,11 +377,13 @@ TEST_F(Reply, StreamedChatChunks) {
   EXPECT_EQ(chunks[4]["choices"][0]["delta"], json::object());
   EXPECT_EQ(chunks[4]["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(chunks[5]["choices"], json::array());
-  EXPECT_EQ(chunks[5]["usage"], (json{{"prompt_tokens", 5}, {"completion_tokens", 5}, {"total_tokens", 10}}));
+  EXPECT_EQ(chunks[5]["usage"],
+            (json{{"prompt_tokens", 5}, {"completion_tokens", 5}, {"total_tokens", 10}}));
   std::string sse;
   for (const json& c : chunks) sse += SseEvent(c);
   sse += kSseDone;
-  EXPECT_EQ(sse.rfind("data: {\"choices\":[{\"delta\":{\"content\":\"\",\"role\":\"assistant\"}", 0), 0u)
+  EXPECT_EQ(
+      sse.rfind("data: {\"choices\":[{\"delta\":{\"content\":\"\",\"role\":\"assistant\"}", 0), 0u)
       << sse.substr(0, 120);
   EXPECT_EQ(sse.substr(sse.size() - 14), "data: [DONE]\n\n");
   size_t events = 0;
@@ -383,7 +395,8 @@ TEST_F(Reply, StreamedChatChunks) {
 TEST_F(Reply, WholeAnswersAndLogprobs) {
   const AnswerHead h{"cmpl-2", 7, "tiny"};
   const float logits[] = {0.f, std::log(3.f)};  // two-token toy distribution: 1/4, 3/4
-  std::vector<LoggedToken> toks = {{256, LogprobsOf(logits, 1, 2)}, {0xC3, LogprobsOf(logits, 0, 1)}};
+  std::vector<LoggedToken> toks = {{256, LogprobsOf(logits, 1, 2)},
+                                   {0xC3, LogprobsOf(logits, 0, 1)}};
   const json chat_lp = ChatLogprobs(*tok_, toks);
   ASSERT_EQ(chat_lp["content"].size(), 2u);
   EXPECT_EQ(chat_lp["content"][0]["token"], "hel");
@@ -415,7 +428,8 @@ TEST_F(Reply, WholeAnswersAndLogprobs) {
   const json models = ModelList(names, 5);
   EXPECT_EQ(models["object"], "list");
   ASSERT_EQ(models["data"].size(), 2u);
-  EXPECT_EQ(models["data"][1], (json{{"id", "other"}, {"object", "model"}, {"created", 5}, {"owned_by", "waste"}}));
+  EXPECT_EQ(models["data"][1],
+            (json{{"id", "other"}, {"object", "model"}, {"created", 5}, {"owned_by", "waste"}}));
 }
 
 TEST_F(Reply, CompletionPromptHasTheTemplatesBos) {

@@ -324,7 +324,8 @@ int RunChat(const ChatOptions& o) {
     std::vector<ChatMessage> turn;
     if (fresh && !o.system.empty()) turn.push_back({"system", o.system});
     turn.push_back({"user", line});
-    auto rendered = RenderChat(chat, tok, turn, {.add_generation_prompt = true, .continuation = !fresh});
+    auto rendered =
+        RenderChat(chat, tok, turn, {.add_generation_prompt = true, .continuation = !fresh});
     if (!rendered.ok()) {
       std::fprintf(stderr, "waste: %s\n", rendered.status().message().c_str());
       continue;

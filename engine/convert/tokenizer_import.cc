@@ -58,9 +58,10 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
 // chat.json from the family's special tokens and the checkpoint's
 // chat_template (tokenizer_config.json; may be empty): Kimi's markup, or
 // DeepSeek-V3's, whose released template puts every system message first
-// (ns.system_prompt) where the demo model's keeps each in place. A template
-// with markup chat.json cannot express (DeepSeek-V3.1's thinking tags) is
-// named in `note`; chat.json then follows DeepSeek-V3's.
+// (ns.system_prompt) where the demo model's keeps each in place; DeepSeek-
+// V3.1's (is_last_user, </think> closing the reply's thinking). Another
+// template with thinking markup (R1's) is named in `note`; chat.json then
+// follows DeepSeek-V3's.
 std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
                     const std::string& chat_template, std::string* note) {
   auto has = [&](const std::vector<std::string>& texts) {
@@ -68,17 +69,23 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
       if (!specials.count(t)) return false;
     return true;
   };
+  const auto in_template = [&](const char* s) {
+    return chat_template.find(s) != std::string::npos;
+  };
   const ChatFormat kimi = ChatFormat::Kimi();
   if (has({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
     return kimi.ToJson().dump(1);
-  const bool system_first =
-      chat_template.empty() || chat_template.find("ns.system_prompt") != std::string::npos;
-  const ChatFormat ds = ChatFormat::Deepseek(system_first);
+  const bool thinking = in_template("</think>");
+  const ChatFormat ds = thinking && in_template("is_last_user") && has({"</think>"})
+                            ? ChatFormat::DeepseekV31()
+                            : ChatFormat::Deepseek(chat_template.empty() ||
+                                                   in_template("ns.system_prompt"));
   if (m.family == Family::kDeepseekV3 &&
-      has({ds.bos, ds.user.prefix, ds.assistant.prefix, ds.end_of_turn[0]})) {
-    if (chat_template.find("</think>") != std::string::npos)
-      *note = "the checkpoint's chat template has thinking markup (</think>) that chat.json "
-              "does not hold: chat.json follows DeepSeek-V3's template";
+      has({ds.bos, ds.user.prefix, "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", ds.end_of_turn[0]})) {
+    if (thinking && ds.open == ChatFormat::Deepseek(true).open)
+      *note =
+          "the checkpoint's chat template has thinking markup (</think>) that chat.json "
+          "does not hold: chat.json follows DeepSeek-V3's template";
     return ds.ToJson().dump(1);
   }
   return "";
@@ -98,8 +105,8 @@ Result<std::string> ChatTemplate(const std::string& dir) {
 // nothing), or something the engine does not do.
 bool NormalizerIsIdentity(const json& n) {
   if (n.is_null()) return true;
-  if (!n.is_object() || !n.contains("type") || n["type"] != "Sequence" || !n.contains("normalizers") ||
-      !n["normalizers"].is_array())
+  if (!n.is_object() || !n.contains("type") || n["type"] != "Sequence" ||
+      !n.contains("normalizers") || !n["normalizers"].is_array())
     return false;
   return std::all_of(n["normalizers"].begin(), n["normalizers"].end(), NormalizerIsIdentity);
 }

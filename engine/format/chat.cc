@@ -48,14 +48,28 @@ ChatFormat ChatFormat::Kimi() {
 }
 
 ChatFormat ChatFormat::Deepseek(bool system_first) {
-  const std::string eos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+  const std::string eos =
+      "<\xEF\xBD\x9C"
+      "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
   ChatFormat f;
-  f.bos = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+  f.bos =
+      "<\xEF\xBD\x9C"
+      "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
   f.user = {"<\xEF\xBD\x9CUser\xEF\xBD\x9C>", ""};
-  f.assistant = {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", eos};
+  f.assistant = {
+      "<\xEF\xBD\x9C"
+      "Assistant\xEF\xBD\x9C>",
+      eos};
   f.open = f.assistant.prefix;
   f.system_first = system_first;
   f.end_of_turn = {eos};
+  return f;
+}
+
+ChatFormat ChatFormat::DeepseekV31() {
+  ChatFormat f = Deepseek(true);
+  f.assistant.prefix += "</think>";
+  f.open = f.assistant.prefix;
   return f;
 }
 

@@ -10,6 +10,8 @@
 //   DeepSeek-V3            <｜begin▁of▁sentence｜>, every system message's text
 //                          first (joined by a blank line), <｜User｜>{text},
 //                          <｜Assistant｜>{text}<｜end▁of▁sentence｜>
+//   DeepSeek-V3.1          as DeepSeek-V3, with </think> after <｜Assistant｜> (thinking
+//                          off, the template's default), where a reply follows a user turn
 //   the demo model         as DeepSeek-V3, but a system message's text in place
 //
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
@@ -50,8 +52,12 @@ struct ChatFormat {
   // Each family's markup, the one definition (waste convert and waste synth
   // write them). Deepseek(system_first): the released DeepSeek-V3 template
   // (true) or the demo model's (false).
+  // DeepseekV31: DeepSeek-V3.1's with thinking off; a reply that does not
+  // follow a user turn, which its template opens with nothing, is opened
+  // here as every other.
   static ChatFormat Kimi();
   static ChatFormat Deepseek(bool system_first);
+  static ChatFormat DeepseekV31();
 };
 
 // chat.json, untrusted: an object with "version" 2, "system", "user" and

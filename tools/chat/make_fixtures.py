@@ -10,6 +10,8 @@ Families and what renders and tokenizes them:
   deepseek  DeepSeek-V3's released template (tests/fixtures/chat/deepseek-v3.jinja)
             with DeepSeek's released tokenizer.json (tests/fixtures/tokenizer/deepseek/),
             through apply_chat_template
+  deepseek-v3.1  DeepSeek-V3.1's (deepseek-v3.1.jinja, thinking off, its default) with
+            the same tokenizer
   kimi      Kimi K2's released template (tests/fixtures/chat/kimi-k2.jinja, Kimi-Linear's
             style) rendered by transformers' own Jinja renderer, tokenized as Kimi's
             tokenizer does (tiktoken's encode with every special allowed) over the Kimi
@@ -163,6 +165,8 @@ def main():
         demo_template = json.load(f)["chat_template"]
     with open(os.path.join(OUT, "deepseek-v3.jinja")) as f:
         ds_template = f.read()
+    with open(os.path.join(OUT, "deepseek-v3.1.jinja")) as f:
+        ds31_template = f.read()
     setups = {
         "demo": (hf_family("demo", os.path.join(ROOT, "models", "demo-moe"), demo_template),
                  "models/demo-moe/tokenizer.json", "models/demo-moe/tokenizer_config.json",
@@ -171,6 +175,11 @@ def main():
                                                         "deepseek"), ds_template),
                      "tests/fixtures/tokenizer/deepseek/tokenizer.json",
                      "tests/fixtures/chat/deepseek-v3.jinja", [DS_USER, DS_EOS]),
+        "deepseek-v3.1": (hf_family("deepseek-v3.1", os.path.join(ROOT, "tests", "fixtures",
+                                                                  "tokenizer", "deepseek"),
+                                    ds31_template),
+                          "tests/fixtures/tokenizer/deepseek/tokenizer.json",
+                          "tests/fixtures/chat/deepseek-v3.1.jinja", [DS_USER, DS_EOS]),
     }
     k = kimi_family()
     setups["kimi"] = (k[:5], "tests/fixtures/tokenizer/tokenizer.model",
