@@ -191,9 +191,18 @@ TEST(ChatJson, RoundTripsAndRefusesBadFields) {
     auto r = ParseChat(doc.dump());
     return r.ok() ? std::string("accepted") : r.status().message();
   };
-  json old = {{"system", {"a", "b"}}, {"user", {"c", "d"}}, {"open", "e"}};
-  EXPECT_NE(refused(old).find("written by an older waste convert"), std::string::npos)
-      << refused(old);
+  // An older converter's chat.json (no version) reads as it rendered then.
+  json old = {{"system", {"a", "b"}}, {"assistant", {"c", "<|im_end|>"}}, {"open", "e"}};
+  auto legacy = ParseChat(old.dump());
+  ASSERT_TRUE(legacy.ok()) << legacy.status().message();
+  EXPECT_EQ(legacy->system.prefix, "a");
+  EXPECT_EQ(legacy->user.prefix, "");
+  EXPECT_EQ(legacy->open, "e");
+  EXPECT_EQ(legacy->bos, "");
+  EXPECT_EQ(legacy->default_system, "");
+  EXPECT_EQ(legacy->end_of_turn, std::vector<std::string>{"<|im_end|>"});
+  old["open"] = 5;
+  EXPECT_NE(refused(old).find("open"), std::string::npos) << refused(old);
   json j = good;
   j["version"] = 3;
   EXPECT_EQ(refused(j), "chat.json: version 3 is not the 2 this waste reads");

@@ -86,14 +86,19 @@ Result<ChatFormat> ParseChat(std::string_view text) {
     return Status::Error("chat.json: \"open\" must be a string");
   int64_t version = 0;
   WASTE_RETURN_IF_ERROR(JsonInt(*doc, kWhere, "version", 0, 1 << 20, &version));
+  if (version == 0) {
+    // An older waste convert's or synth's chat.json: the roles' markup and
+    // "open", nothing else. Read as it rendered then (no bos, no default
+    // system turn, a role it left out as no markup); the reply ends at the
+    // assistant's suffix (and the model's eos_token, EndOfTurnIds). Convert
+    // again for the released template's layout.
+    WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "open", &f.open));
+    if (!f.assistant.suffix.empty()) f.end_of_turn = {f.assistant.suffix};
+    return f;
+  }
   if (version != ChatFormat::kVersion)
-    return Status::Error(
-        version == 0
-            ? "chat.json: written by an older waste convert (no \"version\"; its markup lacks the "
-              "BOS and Kimi's default system prompt): convert the checkpoint again, or delete "
-              "chat.json"
-            : "chat.json: version " + std::to_string(version) + " is not the " +
-                  std::to_string(ChatFormat::kVersion) + " this waste reads");
+    return Status::Error("chat.json: version " + std::to_string(version) + " is not the " +
+                         std::to_string(ChatFormat::kVersion) + " this waste reads");
   for (const char* role : {"system", "user", "assistant"})
     if (!doc->contains(role))
       return Status::Error(std::string(kWhere) + "\"" + role + "\" is missing");

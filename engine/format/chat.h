@@ -64,8 +64,9 @@ struct ChatFormat {
 // "assistant" each [prefix, suffix] of strings, "open", "bos" and
 // "default_system" strings, "system_first" a bool and "end_of_turn" a list
 // of 1-16 non-empty strings. Errors name the key. An older converter's
-// chat.json (no "version": its markup lacked the BOS and Kimi's default
-// system prompt) is refused with the remedy.
+// chat.json (no "version") is read as it rendered then: its roles' markup
+// and "open", no bos, no default system turn, the reply ending at the
+// assistant's suffix (converting again gives the released layout).
 Result<ChatFormat> ParseChat(std::string_view text);
 
 }  // namespace waste
