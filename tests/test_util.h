@@ -78,6 +78,42 @@ inline double ExpectLogitsNear(const std::vector<float>& got, const std::vector<
   return worst;
 }
 
+// The long-prompt comparison (tests/fixtures/convert/long): at every
+// position of `got` against the reference's `want`, both [positions][vocab],
+// the largest |difference| within `tolerance` of the row's largest |logit|,
+// and the same argmax wherever the reference's top two are further apart
+// than twice that (near ties may swap). `what` names the comparison in the
+// failures.
+struct EveryPosition {
+  double worst = 0;        // the largest max|diff| / max|logit| of any row
+  int worst_at = 0;        // its position
+  int argmax_checked = 0;  // rows whose argmax was compared
+};
+
+inline EveryPosition ExpectEveryPositionNear(const std::vector<float>& got,
+                                             const std::vector<float>& want, int vocab,
+                                             float tolerance, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  EveryPosition r;
+  for (size_t p = 0; p < std::min(got.size(), want.size()) / vocab; ++p) {
+    const float* g = got.data() + p * vocab;
+    const float* w = want.data() + p * vocab;
+    float scale = 0, diff = 0;
+    for (int i = 0; i < vocab; ++i) {
+      scale = std::max(scale, std::fabs(w[i]));
+      diff = std::max(diff, std::fabs(g[i] - w[i]));
+    }
+    EXPECT_LE(diff, tolerance * scale) << what << " position " << p;
+    if (diff / scale > r.worst) r.worst = diff / scale, r.worst_at = static_cast<int>(p);
+    const std::vector<int> top = TopK(w, vocab, 2);
+    if (w[top[0]] - w[top[1]] > 2 * tolerance * scale) {
+      ++r.argmax_checked;
+      EXPECT_EQ(TopK(g, vocab, 1)[0], top[0]) << what << " position " << p;
+    }
+  }
+  return r;
+}
+
 // What a shell command line did: its exit code (-1 when it did not exit
 // normally) and its standard output and error, together.
 struct Outcome {
