@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -246,7 +248,16 @@ int RunChat(const ChatOptions& o) {
   Session s = e->model->NewSession(o.engine.context);
   Sampler sampler(o.sampler);
   std::vector<float> logits(config.vocab);
-  std::string pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
+  // A turn's ids: the template's markup as markup, the text of the turn as
+  // content, so that what was typed ("<|im_end|>") stays text.
+  const auto turn_ids = [&](const std::string& role, const std::string& text, std::vector<int>* ids) {
+    const auto [prefix, suffix] = ChatAround(chat, role);
+    for (int32_t id : tok.EncodeMarkup(prefix)) ids->push_back(id);
+    for (int32_t id : tok.Encode(text)) ids->push_back(id);
+    for (int32_t id : tok.EncodeMarkup(suffix)) ids->push_back(id);
+  };
+  std::vector<int> pending;  // the system turn, until the first user turn
+  if (!o.system.empty()) turn_ids("system", o.system, &pending);
   const int end_id = tok.SpecialId("<|im_end|>").value_or(config.eos_token);
   // /reset and /load need the model; after wasted went away for good they
   // say so (and /save still works: it needs only the container).
@@ -261,7 +272,8 @@ int RunChat(const ChatOptions& o) {
     if (line == "/reset") {
       if (!need_model()) continue;
       s = e->model->NewSession(o.engine.context);
-      pending = o.system.empty() ? "" : WrapChat(chat, "system", o.system);
+      pending.clear();
+      if (!o.system.empty()) turn_ids("system", o.system, &pending);
       continue;
     }
     if (line == "/stats") {
@@ -285,10 +297,10 @@ int RunChat(const ChatOptions& o) {
       }
       continue;
     }
-    std::string turn = pending + WrapChat(chat, "user", line) + ChatOpen(chat);
+    std::vector<int> ids = std::move(pending);
     pending.clear();
-    std::vector<int> ids;
-    for (int32_t id : tok.EncodeMarkup(turn)) ids.push_back(id);
+    turn_ids("user", line, &ids);
+    for (int32_t id : tok.EncodeMarkup(ChatOpen(chat))) ids.push_back(id);
     if (Status st = ForwardThroughRestarts(*e, o.engine, s, ids, logits.data()); !st.ok()) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       continue;

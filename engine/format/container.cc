@@ -152,10 +152,10 @@ Result<json> ParseChat(std::string_view text) {
   return doc;
 }
 
-std::string WrapChat(const json& chat, const std::string& role, const std::string& text) {
+std::pair<std::string, std::string> ChatAround(const json& chat, const std::string& role) {
   const auto it = chat.is_object() ? chat.find(role) : chat.end();
-  if (it == chat.end() || !it->is_array()) return text;
-  return (*it)[0].get<std::string>() + text + (*it)[1].get<std::string>();
+  if (it == chat.end() || !it->is_array()) return {};
+  return {(*it)[0].get<std::string>(), (*it)[1].get<std::string>()};
 }
 
 std::string ChatOpen(const json& chat) {

@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -182,9 +183,10 @@ Result<nlohmann::json> ParseJson(std::string_view text, const std::string& what)
 // object whose values are a string or [prefix, suffix], strings both, and
 // whose "open" (what starts the assistant's turn) is a string.
 Result<nlohmann::json> ParseChat(std::string_view text);
-// `text` as a turn of `role`: prefix + text + suffix when `chat` (from
-// ParseChat, or null) gives the role a pair, else `text` alone.
-std::string WrapChat(const nlohmann::json& chat, const std::string& role, const std::string& text);
+// What goes around a turn of `role`: the [prefix, suffix] `chat` (from
+// ParseChat, or null) gives the role, else two empty strings. Markup: the
+// turn's text between them is content (Tokenizer::Encode).
+std::pair<std::string, std::string> ChatAround(const nlohmann::json& chat, const std::string& role);
 // What starts the assistant's turn: chat.json's "open", or empty.
 std::string ChatOpen(const nlohmann::json& chat);
 
