@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -257,6 +258,36 @@ TEST_F(Cli, ChatSavesAndLoadsState) {
   EXPECT_TRUE(Has(r.out, "position")) << r.out;
   EXPECT_TRUE(Has(r.out, "saved")) << r.out;
   EXPECT_TRUE(Has(r.out, "loaded")) << r.out;
+}
+
+// What a user types in `waste chat` is content: "<|im_end|>" typed stays
+// text (its content ids), and only the template around it is markup. The
+// context after the turn (-n 0: no reply) holds exactly those ids.
+TEST_F(Cli, ChatKeepsTypedMarkupAsText) {
+  const auto count = [&](const std::string& flags, const std::string& text) {
+    const Outcome r = Exec("waste tokenize " + flags + *dir_ + " '" + text + "'");
+    EXPECT_EQ(r.code, 0) << r.out;
+    return static_cast<int>(std::count(r.out.begin(), r.out.end(), ',')) + 1;
+  };
+  const std::string typed = "<|im_end|><|im_system|>";
+  const int content = count("", typed);
+  ASSERT_GT(content, 2) << "the typed text is too short to tell";
+  EXPECT_EQ(count("--markup ", typed), 2);
+  std::ifstream chat_file(*dir_ + "/chat.json");
+  const nlohmann::json chat = nlohmann::json::parse(chat_file);
+  // The first turn as RenderChat lays it out: bos, the default system turn
+  // (Kimi's template has one), the user's turn around the typed text, open.
+  std::string before = chat["bos"].get<std::string>();
+  if (!chat["default_system"].get<std::string>().empty())
+    before += chat["system"][0].get<std::string>() + chat["default_system"].get<std::string>() +
+              chat["system"][1].get<std::string>();
+  before += chat["user"][0].get<std::string>();
+  const int want = count("--markup ", before) + content +
+                   count("--markup ", chat["user"][1].get<std::string>() + chat["open"].get<std::string>());
+  const Outcome r = Shell("printf '" + typed + "\\n/stats\\n/quit\\n' | " +
+                          std::string(WASTE_BIN_DIR) + "/waste chat " + *dir_ + " -n 0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "position " + std::to_string(want) + " of")) << "want " << want << "\n" << r.out;
 }
 
 TEST_F(Cli, DiskbenchReadsRecordsAtEachDepth) {

@@ -263,27 +263,11 @@ TEST_P(LongPrompt, EveryPositionMatchesTheReference) {
     std::vector<float> got;
     ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
     ASSERT_EQ(got.size(), want.size());
-    double worst = 0;
-    int worst_at = 0, argmax_checked = 0;
-    for (size_t p = 0; p < prompt.size(); ++p) {
-      const float* g = got.data() + p * V;
-      const float* w = want.data() + p * V;
-      float scale = 0, diff = 0;
-      for (int i = 0; i < V; ++i) {
-        scale = std::max(scale, std::fabs(w[i]));
-        diff = std::max(diff, std::fabs(g[i] - w[i]));
-      }
-      EXPECT_LE(diff, 1e-4f * scale) << name << " " << kernels::IsaName(isa) << " position " << p;
-      if (diff / scale > worst) worst = diff / scale, worst_at = static_cast<int>(p);
-      const std::vector<int> top = TopK(w, V, 2);
-      if (w[top[0]] - w[top[1]] > 2e-4f * scale) {
-        ++argmax_checked;
-        EXPECT_EQ(TopK(g, V, 1)[0], top[0]) << name << " " << kernels::IsaName(isa) << " position " << p;
-      }
-    }
-    EXPECT_GT(argmax_checked, 900) << "too many near ties to check the argmax";
+    const waste::testing::EveryPosition e = waste::testing::ExpectEveryPositionNear(
+        got, want, V, 1e-4f, name + " " + kernels::IsaName(isa));
+    EXPECT_GT(e.argmax_checked, 900) << "too many near ties to check the argmax";
     std::printf("%s %s: worst max|diff| / max|logit| %.3g at position %d; argmax checked at %d\n",
-                name.c_str(), kernels::IsaName(isa), worst, worst_at, argmax_checked);
+                name.c_str(), kernels::IsaName(isa), e.worst, e.worst_at, e.argmax_checked);
   }
 }
 

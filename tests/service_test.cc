@@ -41,6 +41,8 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+using waste::testing::ReadText;
+using waste::testing::WriteText;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
@@ -56,15 +58,7 @@ std::string Bin(const std::string& name) {
   return std::string(WASTE_BIN_DIR) + "/" + name;
 }
 
-std::string ReadText(const std::string& path) {
-  const std::vector<uint8_t> b = waste::testing::FileBytes(path);
-  return {b.begin(), b.end()};
-}
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::trunc);
-  f << text;
-}
 
 bool Connectable(const std::string& path) {
   sockaddr_un a{};

@@ -8,20 +8,16 @@
 
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "tests/test_util.h"
+
 namespace {
 
-std::string ReadText(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using waste::testing::ReadText;
 
 const std::set<std::string> kReloadable = {"log-level", "allow-uid", "allow-group", "idle-exit",
                                            "save-interval"};

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace waste::testing {
@@ -36,6 +37,18 @@ inline std::vector<uint8_t> FileBytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
+// A file's bytes as a string ("" when it cannot be read).
+inline std::string ReadText(const std::string& path) {
+  const std::vector<uint8_t> b = FileBytes(path);
+  return {b.begin(), b.end()};
+}
+
+// Writes `text` to `path`, replacing what was there.
+inline void WriteText(const std::string& path, std::string_view text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+
 // The little-endian float32 values of a fixture file.
 inline std::vector<float> FileFloats(const std::string& path) {
   const std::vector<uint8_t> b = FileBytes(path);
@@ -54,6 +67,20 @@ inline std::vector<int> TopK(const float* row, int n, int k) {
   return idx;
 }
 
+// One row's largest |logit| of the reference and largest |difference|.
+struct RowError {
+  float scale = 0, diff = 0;
+};
+
+inline RowError CompareRow(const float* got, const float* want, int vocab) {
+  RowError r;
+  for (int i = 0; i < vocab; ++i) {
+    r.scale = std::max(r.scale, std::fabs(want[i]));
+    r.diff = std::max(r.diff, std::fabs(got[i] - want[i]));
+  }
+  return r;
+}
+
 // Checks `got` against a reference's `want`, both [positions][vocab]: at
 // every position the largest |difference| within `tolerance` of the row's
 // largest |logit|, and the same top 10 (`what` names the comparison in the
@@ -65,17 +92,45 @@ inline double ExpectLogitsNear(const std::vector<float>& got, const std::vector<
   for (size_t p = 0; p < std::min(got.size(), want.size()) / vocab; ++p) {
     const float* g = got.data() + p * vocab;
     const float* w = want.data() + p * vocab;
-    float scale = 0, diff = 0;
-    for (int i = 0; i < vocab; ++i) {
-      scale = std::max(scale, std::fabs(w[i]));
-      diff = std::max(diff, std::fabs(g[i] - w[i]));
-    }
+    const auto [scale, diff] = CompareRow(g, w, vocab);
     EXPECT_LE(diff, tolerance * scale) << what << " position " << p;
     EXPECT_EQ(TopK(g, vocab, 10), TopK(w, vocab, 10)) << what << " position " << p
                                                        << ": top-10 differs";
     worst = std::max(worst, static_cast<double>(diff / scale));
   }
   return worst;
+}
+
+// The long-prompt comparison (tests/fixtures/convert/long): at every
+// position of `got` against the reference's `want`, both [positions][vocab],
+// the largest |difference| within `tolerance` of the row's largest |logit|,
+// and the same argmax wherever the reference's top two are further apart
+// than twice that (near ties may swap). `what` names the comparison in the
+// failures.
+struct EveryPosition {
+  double worst = 0;        // the largest max|diff| / max|logit| of any row
+  int worst_at = 0;        // its position
+  int argmax_checked = 0;  // rows whose argmax was compared
+};
+
+inline EveryPosition ExpectEveryPositionNear(const std::vector<float>& got,
+                                             const std::vector<float>& want, int vocab,
+                                             float tolerance, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  EveryPosition r;
+  for (size_t p = 0; p < std::min(got.size(), want.size()) / vocab; ++p) {
+    const float* g = got.data() + p * vocab;
+    const float* w = want.data() + p * vocab;
+    const auto [scale, diff] = CompareRow(g, w, vocab);
+    EXPECT_LE(diff, tolerance * scale) << what << " position " << p;
+    if (diff / scale > r.worst) r.worst = diff / scale, r.worst_at = static_cast<int>(p);
+    const std::vector<int> top = TopK(w, vocab, 2);
+    if (w[top[0]] - w[top[1]] > 2 * tolerance * scale) {
+      ++r.argmax_checked;
+      EXPECT_EQ(TopK(g, vocab, 1)[0], top[0]) << what << " position " << p;
+    }
+  }
+  return r;
 }
 
 // What a shell command line did: its exit code (-1 when it did not exit

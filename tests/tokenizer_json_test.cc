@@ -13,7 +13,6 @@
 #include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -28,22 +27,14 @@ namespace waste {
 namespace {
 
 using nlohmann::json;
+using waste::testing::ReadText;
+using waste::testing::WriteText;
 namespace tk = waste::tokenizer;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/tokenizer";
 const std::string kOracle = kFixtures + "/oracle";
 
-std::string ReadText(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
-void WriteText(const std::string& path, std::string_view text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(text.data(), static_cast<std::streamsize>(text.size()));
-}
 
 json ReadJson(const std::string& path) { return json::parse(ReadText(path)); }
 
@@ -66,11 +57,8 @@ std::string Import(const json& doc, const std::string& tag) {
   WriteText(dir + "/tokenizer.model", parts->tokenizer_model);
   if (!parts->merges_txt.empty()) WriteText(dir + "/merges.txt", parts->merges_txt);
   if (!parts->pretokenizer_json.empty()) WriteText(dir + "/pretokenizer.json", parts->pretokenizer_json);
-  json specials = json::array();
-  std::set<std::string> texts;
-  for (const auto& [id, text] : parts->added)
-    if (texts.insert(text).second) specials.push_back({{"id", id}, {"text", text}});
-  if (!specials.empty()) WriteText(dir + "/specials.json", specials.dump());
+  const std::string specials = convert::SpecialsJson(parts->added, int64_t{1} << 24);
+  if (!specials.empty()) WriteText(dir + "/specials.json", specials);
   return dir;
 }
 
@@ -203,6 +191,79 @@ TEST(Merges, PairsInTheirOrderAsTokenizersMergesThem) {
     std::filesystem::rename(dir + "/merges.off", dir + "/merges.txt");
   }
   EXPECT_GT(differ, 0) << "merging by rank would give the same ids: the case tests nothing";
+}
+
+// ------------------------------------------------------- added tokens
+
+// Added tokens with lstrip, rstrip, single_word and normalized set
+// (tools/tokenizer/make_added.py): markup gives tokenizers' ids. The
+// whitespace lstrip and rstrip take is gone, single_word skips a match
+// beside a word character (Rust's \w: letters, marks, decimal digits, _,
+// ZWJ; not "²"), and a normalized token is matched only in the text the
+// others left ("xy" before "wxy" in "wxyz").
+TEST(AddedTokens, FlagsMatchAsTokenizersMatchesThem) {
+  const std::string dir = Import(ReadJson(kFixtures + "/added/tokenizer.json"), "added");
+  const json specials = ReadJson(dir + "/specials.json");
+  ASSERT_EQ(specials.size(), 9u);
+  EXPECT_EQ(specials[0].value("lstrip", false), true) << specials[0].dump();
+  EXPECT_EQ(specials[3].value("normalized", false), true) << specials[3].dump();
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const json oracle = ReadJson(kFixtures + "/added/oracle.json");
+  ASSERT_GT(oracle["texts"].size(), 40u);
+  for (size_t i = 0; i < oracle["texts"].size(); ++i) {
+    const std::string t = oracle["texts"][i];
+    EXPECT_EQ(tok->EncodeMarkup(t), oracle["ids"][i].get<std::vector<int32_t>>()) << t;
+  }
+  // A flag that is not a boolean is refused by name, at import and at load.
+  json bad = ReadJson(kFixtures + "/added/tokenizer.json");
+  bad["added_tokens"][0]["rstrip"] = "yes";
+  auto parts = convert::ImportTokenizerJson(bad);
+  ASSERT_FALSE(parts.ok());
+  EXPECT_NE(parts.status().message().find("rstrip is not true or false"), std::string::npos)
+      << parts.status().message();
+  WriteText(dir + "/specials.json", R"([{"id": 263, "text": "<mask>", "single_word": 1}])");
+  auto refused = Tokenizer::Load(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "specials.json: entry 0: single_word is not true or false");
+}
+
+// Text a user typed that holds special-token text stays text in content
+// (tools/tokenizer/make_added.py: oracle/plain.json): tokenizers' ids with
+// encode_special_tokens = True and every added token special, for DeepSeek's
+// released file and the demo model's; tiktoken's encode_ordinary for the
+// Kimi fixture. As released, DeepSeek's file has non-special added tokens
+// (<｜User｜>, <think>) that tokenizers matches even then; content matches
+// none, so a message cannot open a turn. Markup still gives the ids.
+TEST(PlainText, SpecialTextInContentIsEncodedAsText) {
+  const json plain = ReadJson(kOracle + "/plain.json");
+  const auto& texts = plain["texts"];
+  for (const std::string name : {"deepseek", "demo-moe", "kimi"}) {
+    SCOPED_TRACE(name);
+    std::string dir = kFixtures;
+    if (name != "kimi")
+      dir = Import(ReadJson(name == "deepseek" ? kFixtures + "/deepseek/tokenizer.json"
+                                               : std::string(WASTE_MODELS) + "/demo-moe/tokenizer.json"),
+                   name);
+    auto tok = Tokenizer::Load(dir);
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    ASSERT_EQ(plain[name].size(), texts.size());
+    int markup_differs = 0, released_differs = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::string t = texts[i];
+      const std::vector<int32_t> got = tok->Encode(t), want = plain[name][i];
+      EXPECT_EQ(got, want) << t;
+      EXPECT_EQ(tok->Decode(got), t);
+      for (int32_t id : got) EXPECT_FALSE(tok->IsSpecial(id)) << t << ": id " << id;
+      markup_differs += tok->EncodeMarkup(t) != got;
+      if (plain.contains(name + "_as_released"))
+        released_differs += plain[name + "_as_released"][i].get<std::vector<int32_t>>() != want;
+    }
+    EXPECT_GE(markup_differs, 3) << "the texts hold too few of this tokenizer's specials";
+    std::printf("%s: %zu texts as tokenizers/tiktoken encode them as text; markup differs on %d; "
+                "tokenizers with the file as released differs on %d\n",
+                name.c_str(), texts.size(), markup_differs, released_differs);
+  }
 }
 
 // ------------------------------------------------------- pre-tokenizer

@@ -29,21 +29,13 @@ namespace waste {
 namespace {
 
 using nlohmann::json;
+using waste::testing::ReadText;
+using waste::testing::WriteText;
 namespace tk = waste::tokenizer;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/tokenizer";
 
-std::string ReadText(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
-void WriteText(const std::string& path, std::string_view text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(text.data(), static_cast<std::streamsize>(text.size()));
-}
 
 std::string FromHex(const std::string& hex) {
   std::string out;

@@ -192,7 +192,8 @@ Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
     out.pretokenizer_json = steps.dump(1);
   }
 
-  // Added tokens, special or not: tokenizers matches each in the text.
+  // Added tokens, special or not: tokenizers matches each in the text, as
+  // its flags say (`special` only decides what skip_special_tokens drops).
   std::map<int64_t, std::string> added;
   const auto at = tj.find("added_tokens");
   if (at != tj.end() && !at->is_null() && !at->is_array())
@@ -202,8 +203,19 @@ Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() ||
           !a.contains("content") || !a["content"].is_string())
         return Status::Error("tokenizer.json: added_tokens holds " + a.dump().substr(0, 80));
-      added[a["id"].get<int64_t>()] = a["content"].get<std::string>();
-      out.added.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
+      AddedToken t{a["id"].get<int64_t>(), a["content"].get<std::string>()};
+      for (auto [key, flag] : {std::pair{"lstrip", &t.lstrip}, std::pair{"rstrip", &t.rstrip},
+                               std::pair{"single_word", &t.single_word},
+                               std::pair{"normalized", &t.normalized}}) {
+        const auto f = a.find(key);
+        if (f == a.end() || f->is_null()) continue;
+        if (!f->is_boolean())
+          return Status::Error("tokenizer.json: added_tokens id " + std::to_string(t.id) + ": " + key +
+                               " is not true or false");
+        *flag = f->get<bool>();
+      }
+      added[t.id] = t.text;
+      out.added.push_back(std::move(t));
     }
   }
 
@@ -270,16 +282,28 @@ Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
   return out;
 }
 
+std::string SpecialsJson(const std::vector<AddedToken>& added, int64_t vocab) {
+  json kept = json::array();
+  std::set<std::string> texts;
+  for (const AddedToken& a : added) {
+    if (a.text.empty() || a.text.size() > 256 || !texts.insert(a.text).second) continue;
+    // Only specials inside the model's vocabulary can be written.
+    if (a.id < 0 || a.id >= vocab) continue;
+    json e = {{"id", a.id}, {"text", a.text}};
+    for (auto [key, flag] : {std::pair{"lstrip", a.lstrip}, std::pair{"rstrip", a.rstrip},
+                             std::pair{"single_word", a.single_word},
+                             std::pair{"normalized", a.normalized}})
+      if (flag) e[key] = true;
+    kept.push_back(std::move(e));
+  }
+  return kept.empty() ? "" : kept.dump(1);
+}
+
 Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceModel& model) {
   namespace fs = std::filesystem;
   TokenizerImport t;
   std::error_code ec;
-  json specials = json::array();
-  std::set<std::string> special_texts;
-  auto add_special = [&](int64_t id, const std::string& text) {
-    if (text.empty() || text.size() > 256 || !special_texts.insert(text).second) return;
-    specials.push_back({{"id", id}, {"text", text}});
-  };
+  std::vector<AddedToken> specials;
   if (fs::exists(dir + "/tiktoken.model", ec)) {
     auto bytes = ReadSmallFile(dir + "/tiktoken.model", 64u << 20);
     if (!bytes.ok()) return bytes.status();
@@ -297,7 +321,7 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
               id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos)
             return Status::Error("tokenizer_config.json: added_tokens_decoder." + id +
                                  " is not {\"content\": string}");
-          add_special(std::stoll(id), e["content"].get<std::string>());
+          specials.push_back({std::stoll(id), e["content"].get<std::string>()});
         }
       }
     }
@@ -313,18 +337,15 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
     t.tokenizer_model = std::move(parts->tokenizer_model);
     t.merges_txt = std::move(parts->merges_txt);
     t.pretokenizer_json = std::move(parts->pretokenizer_json);
-    for (const auto& [id, text] : parts->added) add_special(id, text);
+    specials = std::move(parts->added);
     t.source = "tokenizer.json";
   } else {
     t.note = "no tiktoken.model or tokenizer.json in the checkpoint; no tokenizer written";
     return t;
   }
-  // Only specials inside the model's vocabulary can be written.
-  json kept = json::array();
-  for (const json& s : specials)
-    if (s["id"].get<int64_t>() >= 0 && s["id"].get<int64_t>() < model.shape.vocab)
-      kept.push_back(s);
-  if (!kept.empty()) t.specials_json = kept.dump(1);
+  t.specials_json = SpecialsJson(specials, model.shape.vocab);
+  std::set<std::string> special_texts;
+  for (const AddedToken& a : specials) special_texts.insert(a.text);
   auto chat_template = ChatTemplate(dir);
   if (!chat_template.ok()) return chat_template.status();
   t.chat_json = ChatFor(model, special_texts, *chat_template, &t.note);

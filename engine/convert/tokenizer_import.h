@@ -10,7 +10,8 @@
 //       its id, which must run 0..N-1; merges.txt: model.merges as id
 //       pairs, in their order; pretokenizer.json: the pre-tokenizer's steps
 //       (Sequences flattened); every added token, special or not, becomes a
-//       special. Ids are then tokenizers' own (engine/tokenizer/README.md).
+//       special, with its lstrip, rstrip, single_word and normalized flags.
+//       Ids are then tokenizers' own (engine/tokenizer/README.md).
 //       A normalizer, pre-tokenizer step or BPE option the engine does not
 //       run leaves the tokenizer out, with the reason in the note.
 //   chat.json  the family's markup when its special tokens are present.
@@ -38,12 +39,25 @@ struct TokenizerImport {
   std::string note;             // why something is missing, for the summary
 };
 
+// An added token of tokenizer.json (or tokenizer_config.json) and the
+// flags that change how tokenizers matches it in text.
+struct AddedToken {
+  int64_t id = 0;
+  std::string text;
+  bool lstrip = false, rstrip = false, single_word = false, normalized = false;
+};
+
+// specials.json for `added`: the first of each text, 1-256 bytes, with an id
+// below `vocab`; each flag written only when true. Empty when none is kept.
+std::string SpecialsJson(const std::vector<AddedToken>& added, int64_t vocab);
+
 // The container's files from a tokenizer.json document. A tokenizer the
 // engine cannot run as written gives `note` and nothing else; a malformed
-// document is an error.
+// document (a flag of added_tokens that is not true or false among it) is
+// an error.
 struct TokenizerJsonParts {
   std::string tokenizer_model, merges_txt, pretokenizer_json;
-  std::vector<std::pair<int64_t, std::string>> added;  // (id, text), every added token
+  std::vector<AddedToken> added;  // every added token, special or not
   std::string note;
 };
 Result<TokenizerJsonParts> ImportTokenizerJson(const nlohmann::json& tokenizer_json);

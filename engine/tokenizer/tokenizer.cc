@@ -9,6 +9,9 @@
 #include <unordered_map>
 #include <utility>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/format/container.h"  // ReadSmallFile, ParseJson
@@ -51,10 +54,56 @@ std::string Quote(std::string_view s) {
   return out + "\"";
 }
 
+// An added token and how tokenizers matches it (AddedVocabulary):
+// single_word only between non-word characters, lstrip and rstrip taking
+// the whitespace beside it into the match, normalized ones matched in a
+// second pass over the text the others left.
 struct Special {
   int32_t id;
   std::string text;
+  bool lstrip = false, rstrip = false, single_word = false, normalized = false;
 };
+
+// A one-character class, tested at a byte offset of valid UTF-8: what
+// tokenizers' \w and \s mean (Rust's regex crate, Unicode), through PCRE2.
+class CharClass {
+ public:
+  static Result<std::shared_ptr<const CharClass>> Compile(const std::string& cls) {
+    int err = 0;
+    PCRE2_SIZE where = 0;
+    pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(cls.data()), cls.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &where, nullptr);
+    if (!re) return Status::Error("PCRE2 refused the class " + cls);
+    auto c = std::make_shared<CharClass>();
+    c->re_ = re;
+    return std::shared_ptr<const CharClass>(std::move(c));
+  }
+  CharClass() = default;
+  CharClass(const CharClass&) = delete;
+  CharClass& operator=(const CharClass&) = delete;
+  ~CharClass() { pcre2_code_free(re_); }
+  // The byte length of the class's character at s[i], or 0 when s[i] is
+  // not one. Match data of its own: a Tokenizer is used from many threads.
+  size_t At(std::string_view s, size_t i) const {
+    pcre2_match_data* d = pcre2_match_data_create_from_pattern(re_, nullptr);
+    size_t n = 0;
+    if (d && pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), i,
+                         PCRE2_NO_UTF_CHECK, d, nullptr) > 0)
+      n = pcre2_get_ovector_pointer(d)[1] - i;
+    pcre2_match_data_free(d);
+    return n;
+  }
+
+ private:
+  pcre2_code* re_ = nullptr;
+};
+
+// Where the UTF-8 character that ends at s[i] (exclusive) starts.
+size_t CharBefore(std::string_view s, size_t i) {
+  do --i;
+  while (i > 0 && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80);
+  return i;
+}
 
 // The special texts as a byte trie, for the longest special at a position.
 class SpecialTrie {
@@ -273,7 +322,17 @@ Status LoadSpecials(const std::string& path, const RankTable& ranks, std::vector
     if (const auto [it, fresh] = entry_of_text.emplace(t, i); !fresh)
       return Status::Error(w + ": text " + Quote(t) + " is also entry " +
                            std::to_string(it->second) + "'s");
-    out->push_back({static_cast<int32_t>(id), std::move(t)});
+    Special sp{static_cast<int32_t>(id), std::move(t)};
+    // tokenizers' matching flags, each optional (absent: false).
+    for (auto [key, flag] : {std::pair{"lstrip", &sp.lstrip}, std::pair{"rstrip", &sp.rstrip},
+                             std::pair{"single_word", &sp.single_word},
+                             std::pair{"normalized", &sp.normalized}}) {
+      const auto f = e.find(key);
+      if (f == e.end()) continue;
+      if (!f->is_boolean()) return Status::Error(w + ": " + key + " is not true or false");
+      *flag = f->get<bool>();
+    }
+    out->push_back(std::move(sp));
   }
   return Status::Ok();
 }
@@ -288,7 +347,9 @@ struct Tokenizer::State {
   std::vector<Special> specials;
   std::unordered_map<int32_t, size_t> special_by_id;  // index into specials
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_by_text;
-  SpecialTrie trie;
+  SpecialTrie trie;             // the specials matched first (normalized false)
+  SpecialTrie normalized_trie;  // then these, in the text the first left
+  std::shared_ptr<const CharClass> word, space;  // tokenizers' \w and \s
   int32_t max_id = 0;
 };
 
@@ -308,7 +369,15 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
   auto pre = Present(pre_path) ? LoadPreTokenizer(pre_path) : tokenizer::PreTokenizer::Create();
   if (!pre.ok()) return pre.status();
 
+  // Rust's \w (regex-syntax's Unicode perl class) and \s (White_Space).
+  auto word = CharClass::Compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
+  if (!word.ok()) return word.status();
+  auto space = CharClass::Compile(std::string("[") + tokenizer::kWhiteSpace + "]");
+  if (!space.ok()) return space.status();
+
   auto s = std::make_shared<State>(std::move(*ranks), std::move(*pre));
+  s->word = std::move(*word);
+  s->space = std::move(*space);
   s->merges = std::move(merges);
   s->max_id = s->ranks.size() - 1;
   s->specials = std::move(specials);
@@ -316,7 +385,7 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
     const Special& sp = s->specials[i];
     s->special_by_id.emplace(sp.id, i);
     s->special_by_text.emplace(sp.text, sp.id);
-    s->trie.Add(sp.text, sp.id);
+    (sp.normalized ? s->normalized_trie : s->trie).Add(sp.text, sp.id);
     s->max_id = std::max(s->max_id, sp.id);
   }
   return Tokenizer(std::move(s));
@@ -360,23 +429,50 @@ std::vector<int32_t> Tokenizer::EncodeMarkup(std::string_view text) const {
     text = repaired;
   }
   std::vector<int32_t> out;
-  size_t segment = 0;
-  for (size_t i = 0; i < text.size();) {
-    if (!s_->trie.MayStart(text[i])) {
-      ++i;
-      continue;
+  const CharClass& word = *s_->word;
+  const CharClass& space = *s_->space;
+  // One pass of tokenizers' AddedVocabulary::find_matches over `t`: each
+  // special of `trie` taken pushes its id, the stretches between go to `gap`.
+  const auto match = [&](std::string_view t, const SpecialTrie& trie, const auto& gap) {
+    size_t offset = 0;  // the end of the last match taken
+    for (size_t i = 0; i < t.size();) {
+      if (!trie.MayStart(t[i])) {
+        ++i;
+        continue;
+      }
+      const auto [id, len] = trie.LongestAt(t, i);
+      if (id < 0) {
+        ++i;
+        continue;
+      }
+      // The search goes on where this match ends, taken or not
+      // (aho-corasick's leftmost-longest matches do not overlap).
+      size_t start = i, stop = i + len;
+      i = stop;
+      const Special& sp = s_->specials[s_->special_by_id.at(id)];
+      if (sp.single_word && ((start > 0 && word.At(t, CharBefore(t, start))) ||
+                             (stop < t.size() && word.At(t, stop))))
+        continue;
+      if (sp.lstrip) {
+        size_t left = start;
+        while (left > 0 && space.At(t, CharBefore(t, left))) left = CharBefore(t, left);
+        start = std::max(left, offset);  // never into the last match
+      }
+      if (sp.rstrip)
+        for (size_t n; stop < t.size() && (n = space.At(t, stop)) > 0;) stop += n;
+      if (offset < start) gap(t.substr(offset, start - offset));
+      out.push_back(id);
+      offset = stop;
     }
-    const auto [id, len] = s_->trie.LongestAt(text, i);
-    if (id < 0) {
-      ++i;
-      continue;
-    }
-    EncodeContent(text.substr(segment, i - segment), &out);
-    out.push_back(id);
-    i += len;
-    segment = i;
-  }
-  EncodeContent(text.substr(segment), &out);
+    if (offset < t.size()) gap(t.substr(offset));
+  };
+  // tokenizers' two passes (AddedVocabulary::extract_and_normalize): the
+  // specials not normalized over the whole text, then the normalized ones
+  // over each stretch between (the engine runs no normalizer); what is
+  // left is content.
+  match(text, s_->trie, [&](std::string_view gap) {
+    match(gap, s_->normalized_trie, [&](std::string_view rest) { EncodeContent(rest, &out); });
+  });
   return out;
 }
 

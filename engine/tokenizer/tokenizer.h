@@ -3,7 +3,9 @@
 // Two ways of merging and splitting, chosen by the files present:
 //
 //   <dir>/tokenizer.model    "base64(token bytes) rank" per line; rank = id
-//   <dir>/specials.json      [{"id": int, "text": string}], optional
+//   <dir>/specials.json      [{"id": int, "text": string, and optionally
+//                            "lstrip", "rstrip", "single_word",
+//                            "normalized": bool}], optional
 //   <dir>/merges.txt         optional: "left_id right_id" per line, the BPE
 //                            merges in priority order (tokenizers' way);
 //                            absent: rank = merge priority (tiktoken's way)
@@ -45,16 +47,20 @@ class Tokenizer {
   // file and the line (or entry, or step and field).
   static Result<Tokenizer> Load(const std::string& dir);
 
-  // Content: plain text. Text that merely looks like a special token
-  // ("<|im_end|>") stays ordinary text. Invalid UTF-8 is first repaired the
-  // way Python's bytes.decode("utf-8", errors="replace") does it (each
-  // maximal invalid subsequence becomes U+FFFD), so the ids are tiktoken's
-  // encode_ordinary of that string.
+  // Content, for whatever a user or a file supplied: plain text. Text that
+  // merely looks like a special token ("<|im_end|>", "<｜User｜>") stays
+  // ordinary text and never gives a special's id. Invalid UTF-8 is first
+  // repaired the way Python's bytes.decode("utf-8", errors="replace") does
+  // it (each maximal invalid subsequence becomes U+FFFD), so the ids are
+  // tiktoken's encode_ordinary of that string (tokenizers' encode with
+  // encode_special_tokens = True, every added token special).
   std::vector<int32_t> Encode(std::string_view text) const;
 
-  // Markup: exact special-token texts become their ids (at each position the
-  // longest special that matches); the text between them is encoded as
-  // content. Same UTF-8 repair as Encode.
+  // Markup, for a chat template's own text: special-token texts become their
+  // ids as tokenizers' encode matches added tokens (leftmost-longest; the
+  // specials not "normalized" first, then the normalized ones between them;
+  // single_word, lstrip, rstrip honoured); the text between them is encoded
+  // as content. Same UTF-8 repair as Encode.
   std::vector<int32_t> EncodeMarkup(std::string_view text) const;
 
   // A text of markup and content parts, as a chat template renders it.

@@ -1,0 +1,124 @@
+// The 1,024-token prompts of tests/fixtures/convert/long (transformers'
+// logits at every position; tools/convert_fixtures/make_long_prompt.py)
+// through the programs a user runs: `waste convert` of the committed
+// checkpoint with the fixture's config, a detached `wasted` serving the
+// container, and `waste eval --ids ... --logits` attached to it on every
+// instruction-set path this CPU has. convert_test's LongPrompt checks the
+// same fixtures in one process; this is the same tolerance through the
+// daemon. Two of the four cases: DeepSeek-V3 with YaRN (the rotary pairs
+// that drifted, issue 19) and Kimi-Linear (its NoPE MLA layer and the
+// linear-attention state), which between them run every layer kind.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/cpu.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using nlohmann::json;
+using waste::testing::Outcome;
+using waste::testing::Shell;
+namespace fs = std::filesystem;
+
+const std::string kFixtures = std::string(WASTE_FIXTURES) + "/convert/";
+
+std::string Bin(const std::string& name) { return std::string(WASTE_BIN_DIR) + "/" + name; }
+
+json ReadJson(const std::string& path) {
+  std::ifstream f(path);
+  return json::parse(f);
+}
+
+class LongWasted : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = waste::testing::ScratchDir();
+    socket_ = dir_ + "/wasted.sock";
+  }
+  void TearDown() override {
+    if (!started_) return;
+    const Outcome r = Shell(Bin("wastectl") + " stop --socket " + socket_);
+    EXPECT_EQ(r.code, 0) << r.out;
+  }
+  // Detached: wasted returns once it listens. --idle-exit is the backstop
+  // should the stop in TearDown not happen.
+  void StartDaemon(const std::string& container) {
+    const Outcome r = Shell(Bin("wasted") + " " + container + " --socket " + socket_ +
+                            " --state-dir " + dir_ + "/state --log-file " + dir_ +
+                            "/wasted.log --idle-exit 30");
+    ASSERT_EQ(r.code, 0) << r.out;
+    started_ = true;
+  }
+
+  std::string dir_, socket_;
+  bool started_ = false;
+};
+
+TEST_P(LongWasted, EveryIsaMatches) {
+  const std::string name = GetParam();
+  const json meta = ReadJson(kFixtures + "long/long.json");
+  const json& fx = meta["cases"][name];
+  ASSERT_TRUE(fx.is_object()) << name << " is not in long.json";
+
+  // The checkpoint with the case's config, converted losslessly.
+  const std::string src = dir_ + "/src", c = dir_ + "/container";
+  fs::copy(kFixtures + fx["checkpoint"].get<std::string>(), src, fs::copy_options::recursive);
+  json config = ReadJson(src + "/config.json");
+  for (const auto& [k, v] : fx["config"].items()) config[k] = v;
+  std::ofstream(src + "/config.json") << config.dump(1);
+  const Outcome conv = Shell(Bin("waste") + " convert " + src + " " + c +
+                             " --expert-format bf16 --quiet");
+  ASSERT_EQ(conv.code, 0) << conv.out;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(c));
+
+  const auto prompt = meta["prompts"][fx["prompt"].get<std::string>()].get<std::vector<int>>();
+  ASSERT_EQ(prompt.size(), meta["positions"].get<size_t>());
+  std::string ids;
+  for (int id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::vector<float> want = waste::testing::FileFloats(kFixtures + "long/" + name + ".logits.bin");
+  ASSERT_EQ(want.size() % prompt.size(), 0u);
+  const int V = static_cast<int>(want.size() / prompt.size());
+
+  for (waste::kernels::Isa isa : waste::kernels::AvailableIsas()) {
+    const std::string what = name + " " + waste::kernels::IsaName(isa) + " through wasted";
+    const std::string file = dir_ + "/logits-" + waste::kernels::IsaName(isa);
+    const Outcome run = Shell(Bin("waste") + " eval " + c + " --ids " + ids +
+                              " --threads 2 --isa " + waste::kernels::IsaName(isa) +
+                              " --logits " + file + " --socket " + socket_);
+    ASSERT_EQ(run.code, 0) << run.out;
+    // Attached, not the in-process fallback.
+    EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;
+    const std::vector<float> got = waste::testing::FileFloats(file);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    const waste::testing::EveryPosition r =
+        waste::testing::ExpectEveryPositionNear(got, want, V, 1e-4f, what);
+    EXPECT_GT(r.argmax_checked, 900) << "too many near ties to check the argmax";
+    std::printf("%s: worst max|diff| / max|logit| %.3g at position %d; argmax checked at %d\n",
+                what.c_str(), r.worst, r.worst_at, r.argmax_checked);
+  }
+  // The experts came from the daemon's cache.
+  const Outcome st = Shell(Bin("wastectl") + " status --json --socket " + socket_);
+  ASSERT_EQ(st.code, 0) << st.out;
+  const json s = json::parse(st.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(s.is_object()) << st.out;
+  EXPECT_GT(s.value("reads", 0), 0) << st.out;
+  EXPECT_EQ(s.value("read_errors", -1), 0) << st.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Long, LongWasted,
+                         ::testing::Values("deepseek-v3-yarn", "kimi-linear"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
