@@ -489,13 +489,18 @@ std::vector<int32_t> Tokenizer::EncodeParts(std::span<const Part> parts) const {
       run.append(p.text);
       continue;
     }
+    // A template's markup is exact special-token text: the longest special
+    // at each position, normalized or not (their flags are for text that
+    // merely contains them, EncodeMarkup's).
     size_t segment = 0;
     for (size_t i = 0; i < p.text.size();) {
-      if (!s_->trie.MayStart(p.text[i])) {
+      if (!s_->trie.MayStart(p.text[i]) && !s_->normalized_trie.MayStart(p.text[i])) {
         ++i;
         continue;
       }
-      const auto [id, len] = s_->trie.LongestAt(p.text, i);
+      auto [id, len] = s_->trie.LongestAt(p.text, i);
+      if (const auto [nid, nlen] = s_->normalized_trie.LongestAt(p.text, i); nid >= 0 && nlen > len)
+        id = nid, len = nlen;
       if (id < 0) {
         ++i;
         continue;
