@@ -221,11 +221,20 @@ TEST(ChatJson, RoundTripsAndRefusesBadFields) {
   j = good;
   j["default_system"] = json::array();
   EXPECT_EQ(refused(j), "chat.json: default_system is not a string");
-  for (const json& bad : {json::array(), json("x"), json::array({""}), json::array({1})}) {
+  for (const json& bad : {json("x"), json::array({""}), json::array({1}),
+                          json(std::vector<std::string>(17, "<|im_end|>"))}) {
     j = good;
     j["end_of_turn"] = bad;
     EXPECT_NE(refused(j).find("chat.json: \"end_of_turn\""), std::string::npos) << bad;
   }
+  // No end of its own (an older chat.json whose assistant had no suffix):
+  // accepted, and it writes itself back the same.
+  j = good;
+  j["end_of_turn"] = json::array();
+  auto none = ParseChat(j.dump());
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_TRUE(none->end_of_turn.empty());
+  EXPECT_EQ(none->ToJson(), j);
 }
 
 // A synthetic container's chat.json is Kimi's: a reply ends at <|im_end|>,

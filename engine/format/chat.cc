@@ -107,8 +107,10 @@ Result<ChatFormat> ParseChat(std::string_view text) {
   WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "default_system", &f.default_system));
   WASTE_RETURN_IF_ERROR(JsonBool(*doc, kWhere, "system_first", &f.system_first));
   const auto eot = doc->find("end_of_turn");
-  if (eot == doc->end() || !eot->is_array() || eot->empty() || eot->size() > 16)
-    return Status::Error("chat.json: \"end_of_turn\" must be a list of 1 to 16 strings");
+  // Empty when the markup has no end of its own (a reply then ends at the
+  // model's eos_token alone: EndOfTurnIds).
+  if (eot == doc->end() || !eot->is_array() || eot->size() > 16)
+    return Status::Error("chat.json: \"end_of_turn\" must be a list of at most 16 strings");
   for (const json& e : *eot) {
     if (!e.is_string() || e.get_ref<const std::string&>().empty())
       return Status::Error("chat.json: \"end_of_turn\" holds something not a non-empty string");

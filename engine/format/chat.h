@@ -63,7 +63,7 @@ struct ChatFormat {
 // chat.json, untrusted: an object with "version" 2, "system", "user" and
 // "assistant" each [prefix, suffix] of strings, "open", "bos" and
 // "default_system" strings, "system_first" a bool and "end_of_turn" a list
-// of 1-16 non-empty strings. Errors name the key. An older converter's
+// of at most 16 non-empty strings. Errors name the key. An older converter's
 // chat.json (no "version") is read as it rendered then: its roles' markup
 // and "open", no bos, no default system turn, the reply ending at the
 // assistant's suffix (converting again gives the released layout).
