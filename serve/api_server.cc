@@ -147,7 +147,8 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
       const ApiError e = ContextExceeded(static_cast<int64_t>(prompt.size()), max_tokens, o_.context);
       return Refuse(r, e.status, e.ToJson().dump());
     }
-    auto reply = std::make_shared<Reply>(tok_, end_of_turn_, sampling.stop);
+    auto reply = std::make_shared<Reply>(
+        tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop);
     reply->chat = chat;
     reply->sampling = sampling;
     reply->sampling.max_tokens = max_tokens;
@@ -174,7 +175,7 @@ void ApiServer::Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prom
   g->prompt.assign(prompt.begin(), prompt.end());
   g->max_tokens = static_cast<int>(*reply->sampling.max_tokens);
   g->sampling = reply->sampling.SamplerFor(std::random_device{}());
-  g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
+  if (!reply->sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
   const int top_n = reply->sampling.logprobs || !reply->chat
                         ? static_cast<int>(reply->sampling.top_logprobs)
                         : 0;

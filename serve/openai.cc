@@ -159,6 +159,7 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
     }
   }
   WASTE_API_TRY(ReadBool(b, "stream", &s->stream));
+  WASTE_API_TRY(ReadBool(b, "ignore_eos", &s->ignore_eos));
   if (const json* so = Field(b, "stream_options")) {
     if (!so->is_object()) return WrongType("stream_options", "an object", *so);
     if (!s->stream)

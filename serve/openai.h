@@ -77,6 +77,10 @@ struct Sampling {
   int64_t top_logprobs = 0;  // [0, 20]; chat: needs logprobs; completions: its "logprobs" int
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
+  // Not OpenAI's (llama.cpp's server and vLLM take it): the end-of-turn ids
+  // do not end the reply, which runs to max_tokens or a stop string. For
+  // benchmarks on random-weight models, whose replies may end at once.
+  bool ignore_eos = false;
 
   // The sampler's options: `fallback_seed` when the request gave none.
   SamplerOptions SamplerFor(uint64_t fallback_seed) const;

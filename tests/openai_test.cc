@@ -50,6 +50,7 @@ TEST(Request, DefaultsAndEveryField) {
   EXPECT_EQ(r.sampling.top_p, 1.0);
   EXPECT_FALSE(r.sampling.max_tokens);
   EXPECT_FALSE(r.sampling.seed);
+  EXPECT_FALSE(r.sampling.ignore_eos);
   ASSERT_FALSE(Chat(Base({{"max_tokens", 7},
                           {"temperature", 0},
                           {"top_p", 0.5},
@@ -60,6 +61,7 @@ TEST(Request, DefaultsAndEveryField) {
                           {"top_logprobs", 3},
                           {"stream", true},
                           {"stream_options", {{"include_usage", true}}},
+                          {"ignore_eos", true},
                           {"n", 1},
                           {"presence_penalty", 0},
                           {"frequency_penalty", 0.0},
@@ -76,6 +78,7 @@ TEST(Request, DefaultsAndEveryField) {
   EXPECT_EQ(r.sampling.top_logprobs, 3);
   EXPECT_TRUE(r.sampling.stream);
   EXPECT_TRUE(r.sampling.include_usage);
+  EXPECT_TRUE(r.sampling.ignore_eos);
   const SamplerOptions so = r.sampling.SamplerFor(99);
   EXPECT_EQ(so.temperature, 0.f);
   EXPECT_EQ(so.top_k, 40);
@@ -126,6 +129,7 @@ TEST(Request, EachParameterTypeAndRange) {
       {{{"logprobs", true}, {"top_logprobs", -1}}, "top_logprobs"},
       {{{"top_logprobs", 2}}, "top_logprobs"},  // needs logprobs
       {{{"stream", "yes"}}, "stream"},
+      {{{"ignore_eos", 1}}, "ignore_eos"},
       {{{"stream", true}, {"stream_options", 1}}, "stream_options"},
       {{{"stream", true}, {"stream_options", {{"include_usage", "y"}}}},
        "stream_options.include_usage"},

@@ -113,16 +113,16 @@ class ServeTest : public ::testing::Test {
   }
 
   // The model's own greedy reply to `prompt`, up to an end of turn (not
-  // included) or n tokens. Only while no request runs: the Model is not
-  // shared between threads.
-  std::vector<int> Greedy(const std::vector<int32_t>& prompt, int n) {
+  // included; with past_end, on through it) or n tokens. Only while no
+  // request runs: the Model is not shared between threads.
+  std::vector<int> Greedy(const std::vector<int32_t>& prompt, int n, bool past_end = false) {
     Session s = model_->NewSession(512);
     std::vector<float> l(model_->config().vocab);
     std::vector<int> out, next(prompt.begin(), prompt.end());
     for (int i = 0; i < n; ++i) {
       EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
       const int t = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
-      if (std::find(end_.begin(), end_.end(), t) != end_.end()) break;
+      if (!past_end && std::find(end_.begin(), end_.end(), t) != end_.end()) break;
       out.push_back(t);
       next = {t};
     }
@@ -199,6 +199,29 @@ TEST_F(ServeTest, AGreedyChatReplyIsTheModelsOwnAloneOrBesideOthers) {
     threads.emplace_back([&, i] { answers[i] = Call(Post("/v1/chat/completions", Chat(texts[i], 6).dump())); });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < texts.size(); ++i) check(i, answers[i]);
+}
+
+TEST_F(ServeTest, IgnoreEosRunsTheReplyThroughItsEndOfTurn) {
+  // The random model's replies do not end early, so one of its own tokens is
+  // made an end of turn: the third of a reply, which then ends after two.
+  const int n = 10;
+  const json req = Chat("end here", n);
+  const std::vector<int> full = Greedy(Rendered(req["messages"]), n);
+  ASSERT_EQ(static_cast<int>(full.size()), n);
+  const auto first = std::find(full.begin(), full.end(), full[2]) - full.begin();
+  end_.push_back(full[2]);
+  Restart({}, {});
+  const std::vector<int> cut(full.begin(), full.begin() + first);
+  for (bool ignore : {false, true}) {
+    json r = req;
+    r["ignore_eos"] = ignore;
+    const Answer a = Call(Post("/v1/chat/completions", r.dump()));
+    ASSERT_EQ(a.status, 200) << a.head << a.body;
+    const json j = json::parse(a.body);
+    EXPECT_EQ(j["usage"]["completion_tokens"], ignore ? n : first) << ignore;  // the end not counted
+    EXPECT_EQ(j["choices"][0]["finish_reason"], ignore ? "length" : "stop") << ignore;
+    EXPECT_EQ(TokenBytes(j["choices"][0]["logprobs"]), TokenBytes(ignore ? full : cut)) << ignore;
+  }
 }
 
 TEST_F(ServeTest, AStreamedAnswerIsServerSentEventsEndingInDone) {

@@ -14,7 +14,10 @@ Standard library only: raw HTTP, streamed answers, client-side clocks.
       a follow-up turn: its time to first token
 
 Prompts are made of a repeated word so their token counts are close to what
-is asked; the answers report the real counts (usage). Prints JSON lines.
+is asked; the answers report the real counts (usage), and every request asks
+for ignore_eos, so that a random-weight model's reply runs to max_tokens
+rather than ending at once. Tokens are counted from usage; the first token's
+time is that of the first streamed text. Prints JSON lines.
 """
 import argparse
 import http.client
@@ -24,16 +27,15 @@ import time
 
 
 def stream(port, path, body):
-    """Sends a streamed request; returns (first_token_time, end_time, n_text_events, usage)."""
+    """Sends a streamed request; returns (start, first text time, end, usage, text)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
-    body = dict(body, stream=True, stream_options={"include_usage": True})
+    body = dict(body, stream=True, stream_options={"include_usage": True}, ignore_eos=True)
     t0 = time.perf_counter()
     conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     r = conn.getresponse()
     if r.status != 200:
         raise SystemExit(f"{r.status}: {r.read()[:400]}")
     first = None
-    events = 0
     usage = None
     text = []
     buf = b""
@@ -55,10 +57,11 @@ def stream(port, path, body):
                 if piece:
                     if first is None:
                         first = time.perf_counter()
-                    events += 1
                     text.append(piece)
     end = time.perf_counter()
     conn.close()
+    if first is None or usage is None:
+        raise SystemExit(f"{path}: the answer streamed no text or no usage (usage {usage})")
     return t0, first, end, usage, "".join(text)
 
 
