@@ -23,6 +23,26 @@ void AddBias(float* x, const float* bias, int n) {
   for (int i = 0; i < n; ++i) x[i] += bias[i];
 }
 
+// One query head q[D] against the first n rows of a K/V cache (`keys`:
+// its K/V head's keys in row 0, `row` floats apart, the values `kv_width`
+// after them): scores times `scale`, softmax, and the weighted sum of the
+// values into out[D]. score: [n] scratch.
+void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, int n, int D,
+                float scale, float* score, float* out, kernels::Isa isa) {
+  float mx = -INFINITY;
+  for (int t = 0; t < n; ++t) {
+    const float* kt = keys + static_cast<size_t>(t) * row;
+    float acc = 0.f;
+    for (int i = 0; i < D; ++i) acc += q[i] * kt[i];
+    score[t] = acc * scale;
+    mx = std::max(mx, score[t]);
+  }
+  float sum = 0.f;
+  for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+  for (int t = 0; t < n; ++t) score[t] /= sum;
+  kernels::WeightedRowSum(score, keys + kv_width, n, static_cast<int64_t>(row), D, out, isa);
+}
+
 }  // namespace
 
 GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& a) {
@@ -91,20 +111,9 @@ void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
       float* qh = q.data() + hd * D;
       if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
       rotary_.Apply(qh, pos);
-      const size_t at = static_cast<size_t>(hd / group) * D;  // the head's K/V head
-      float mx = -INFINITY;
-      for (int t = 0; t < n; ++t) {
-        const float* kt = cache + static_cast<size_t>(t) * row + at;
-        float acc = 0.f;
-        for (int i = 0; i < D; ++i) acc += qh[i] * kt[i];
-        score[t] = acc * softmax_scale_;
-        mx = std::max(mx, score[t]);
-      }
-      float sum = 0.f;
-      for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
-      for (int t = 0; t < n; ++t) score[t] /= sum;
-      kernels::WeightedRowSum(score.data(), cache + kvw + at, n, row, D, o.data() + hd * D,
-                              opt_.isa);
+      const float* keys = cache + static_cast<size_t>(hd / group) * D;  // its K/V head's
+      AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, score.data(), o.data() + hd * D,
+                 opt_.isa);
     }
   });
   MatVec(*l.o, o.data(), out);
