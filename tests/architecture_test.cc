@@ -51,5 +51,32 @@ TEST(Architecture, AKindTheFamilyHasNotIsRefused) {
   EXPECT_NE(plans.status().message().find("KDA"), std::string::npos);
 }
 
+TEST(Architecture, TheGqaFamiliesPlanTheirLayers) {
+  // Qwen3-MoE: GQA, MoE on every second layer (decoder_sparse_step 2), no shared expert.
+  const ModelConfig q = Parse("tiny-qwen3");
+  auto plans = PlanLayers(q);
+  ASSERT_TRUE(plans.ok()) << plans.status().message();
+  for (int L = 0; L < q.n_layers; ++L) {
+    EXPECT_EQ((*plans)[L].attention, LayerKind::kGqa) << L;
+    EXPECT_EQ((*plans)[L].ffn, L % 2 == 1 ? FfnKind::kMoe : FfnKind::kDense) << L;
+    EXPECT_FALSE((*plans)[L].shared_expert) << L;
+  }
+  // GLM-4.5: GQA, dense first layer, MoE with a shared expert after it.
+  const ModelConfig g = Parse("glm-4.5-air");
+  plans = PlanLayers(g);
+  ASSERT_TRUE(plans.ok()) << plans.status().message();
+  EXPECT_EQ((*plans)[0].ffn, FfnKind::kDense);
+  EXPECT_TRUE((*plans)[45].shared_expert);
+  EXPECT_EQ((*plans)[45].attention, LayerKind::kGqa);
+  // A shared expert is not Qwen3-MoE's, nor MLA.
+  ModelConfig shared = q;
+  shared.n_shared = 1;
+  EXPECT_NE(PlanLayers(shared).status().message().find("qwen3_moe has no shared experts"),
+            std::string::npos);
+  ModelConfig mla = q;
+  mla.layer_kind[2] = LayerKind::kMla;
+  EXPECT_NE(PlanLayers(mla).status().message().find("has no MLA layers"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace waste

@@ -171,13 +171,14 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
 
 // One planner: `waste plan --json` reports as wasted's the floor and default
 // budget that `wasted --check` reports, for the tiny presets and for the
-// shapes of kimi-linear-48b.
+// shapes of kimi-linear-48b, qwen3-30b-a3b and glm-4.5-air.
 TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
   const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
-  for (const char* preset : {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"}) {
+  for (const char* preset : {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm",
+                             "kimi-linear-48b", "qwen3-30b-a3b", "glm-4.5-air"}) {
     const std::string dir = root + "/" + preset;
     std::filesystem::create_directories(dir);
-    if (std::string(preset) == "kimi-linear-48b") {
+    if (std::string(preset).rfind("tiny-", 0) != 0) {
       WriteShapeContainer(preset, dir);
     } else {
       const Outcome w = Exec("waste synth -q --force --preset " + std::string(preset) + " " + dir);
@@ -198,6 +199,44 @@ TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
     EXPECT_EQ(j["floor"].get<uint64_t>(), j["trunk"].get<uint64_t>() +
                                               j["min_expert_cache"].get<uint64_t>() +
                                               j["overhead"].get<uint64_t>());
+  }
+  std::filesystem::remove_all(root);
+}
+
+// `waste info --json` on the released shapes of Qwen3-30B-A3B and
+// GLM-4.5-Air: their layers, attention and routing, and parameter counts
+// near the published totals (30.5B and 106B; config_test has the active ones).
+TEST_F(Cli, InfoDescribesTheGqaFamiliesAtTheirReleasedShapes) {
+  const std::string root = ::testing::TempDir() + "/waste-cli-info-" + std::to_string(getpid());
+  struct Want {
+    const char* preset;
+    int moe_layers, heads, kv_heads, rotary_dim;
+    const char* scores;
+    bool correction_bias;
+    double total;
+  };
+  for (const Want& w : {Want{"qwen3-30b-a3b", 48, 32, 4, 128, "softmax", false, 30.5e9},
+                        Want{"glm-4.5-air", 45, 96, 8, 64, "sigmoid", true, 106.9e9}}) {
+    const std::string dir = root + "/" + w.preset;
+    std::filesystem::create_directories(dir);
+    WriteShapeContainer(w.preset, dir);
+    const Outcome info = Exec("waste info --json " + dir);
+    ASSERT_EQ(info.code, 0) << info.out;
+    const auto j = nlohmann::json::parse(info.out);
+    EXPECT_EQ(j["moe_layers"].get<int>(), w.moe_layers) << w.preset;
+    EXPECT_EQ(j["gqa_layers"].get<int>(), j["layers"].get<int>()) << w.preset;
+    EXPECT_EQ(j["gqa"]["heads"].get<int>(), w.heads) << w.preset;
+    EXPECT_EQ(j["gqa"]["kv_heads"].get<int>(), w.kv_heads) << w.preset;
+    EXPECT_EQ(j["gqa"]["head_dim"].get<int>(), 128) << w.preset;
+    EXPECT_EQ(j["gqa"]["rotary_dim"].get<int>(), w.rotary_dim) << w.preset;
+    EXPECT_EQ(j["experts"]["routing"]["scores"].get<std::string>(), w.scores) << w.preset;
+    EXPECT_EQ(j["experts"]["routing"]["correction_bias"].get<bool>(), w.correction_bias);
+    EXPECT_NEAR(j["params_total"].get<double>(), w.total, 0.1e9) << w.preset;
+    const Outcome text = Exec("waste info " + dir);
+    ASSERT_EQ(text.code, 0) << text.out;
+    EXPECT_TRUE(Has(text.out, std::to_string(w.heads) + " query heads over " +
+                                  std::to_string(w.kv_heads) + " KV heads of 128"))
+        << text.out;
   }
   std::filesystem::remove_all(root);
 }

@@ -8,6 +8,10 @@
 // daemon. Two of the four cases: DeepSeek-V3 with YaRN (the rotary pairs
 // that drifted, issue 19) and Kimi-Linear (its NoPE MLA layer and the
 // linear-attention state), which between them run every layer kind.
+// GqaWasted does the same for the grouped-query-attention families
+// (gqa_families_test's fixtures: Qwen3-MoE and GLM-4.5 over 300 tokens),
+// with `waste verify --source` of the container and the same top 10 at
+// every position.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,6 +116,52 @@ TEST_P(LongWasted, EveryIsaMatches) {
   EXPECT_GT(s.value("reads", 0), 0) << st.out;
   EXPECT_EQ(s.value("read_errors", -1), 0) << st.out;
 }
+
+// The committed Qwen3-MoE and GLM-4.5 checkpoints (transformers'
+// save_pretrained; tools/convert_fixtures/make_gqa_families.py) converted by
+// `waste convert`, checked by `waste verify --source`, and served.
+using GqaWasted = LongWasted;
+
+TEST_P(GqaWasted, EveryIsaMatchesAtEveryPosition) {
+  const std::string name = GetParam();
+  const json meta = ReadJson(kFixtures + "gqa_families.json");
+  const json& fx = meta["cases"][name];
+  ASSERT_TRUE(fx.is_object()) << name << " is not in gqa_families.json";
+  const std::string src = kFixtures + fx["checkpoint"].get<std::string>(), c = dir_ + "/container";
+  const Outcome conv = Shell(Bin("waste") + " convert " + src + " " + c +
+                             " --expert-format bf16 --quiet");
+  ASSERT_EQ(conv.code, 0) << conv.out;
+  const Outcome ver = Shell(Bin("waste") + " verify " + c + " --source " + src + " --quiet");
+  ASSERT_EQ(ver.code, 0) << ver.out;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(c));
+
+  const auto prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::string ids;
+  for (int id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::vector<float> want =
+      waste::testing::FileFloats(kFixtures + fx["logits"].get<std::string>());
+  ASSERT_EQ(want.size() % prompt.size(), 0u);
+  const int V = static_cast<int>(want.size() / prompt.size());
+  for (waste::kernels::Isa isa : waste::kernels::AvailableIsas()) {
+    const std::string what = name + " " + waste::kernels::IsaName(isa) + " through wasted";
+    const std::string file = dir_ + "/logits-" + waste::kernels::IsaName(isa);
+    const Outcome run = Shell(Bin("waste") + " eval " + c + " --ids " + ids +
+                              " --threads 2 --isa " + waste::kernels::IsaName(isa) +
+                              " --logits " + file + " --socket " + socket_);
+    ASSERT_EQ(run.code, 0) << run.out;
+    EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;
+    const double worst = waste::testing::ExpectLogitsNear(waste::testing::FileFloats(file), want,
+                                                          V, 1e-4f, what);
+    std::printf("%s: worst max|diff| / max|logit| %.3g\n", what.c_str(), worst);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gqa, GqaWasted, ::testing::Values("qwen3-moe", "glm4-moe"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Long, LongWasted,
                          ::testing::Values("deepseek-v3-yarn", "kimi-linear"),

@@ -65,6 +65,13 @@ int RunConvert(const ConvertArgs& a) {
   for (const auto& l : s.layers)
     std::printf("    layer %3d  mean %.5f  max %.5f\n", l.layer, l.mean_rel_error, l.max_rel_error);
   std::printf("  tokenizer: %s\n", s.tokenizer.c_str());
+  if (!s.skipped_layers.empty()) {
+    std::string list;
+    for (int L : s.skipped_layers) list += (list.empty() ? "" : ", ") + std::to_string(L);
+    std::printf("  multi-token-prediction layer%s %s skipped (past num_hidden_layers; not used "
+                "to generate)\n",
+                s.skipped_layers.size() > 1 ? "s" : "", list.c_str());
+  }
   if (!s.unused.empty())
     std::printf("  %zu checkpoint tensors not needed by the container, e.g. %s\n", s.unused.size(),
                 s.unused.front().c_str());

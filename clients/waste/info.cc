@@ -37,7 +37,12 @@ json InfoJson(const Container& ct) {
   const ModelConfig& c = m.config;
   const ParamCount p = CountParams(c);
   std::string mix;
-  for (int L = 0; L < c.n_layers; ++L) mix += c.layer_kind[L] == LayerKind::kKda ? 'K' : 'M';
+  int kinds[3] = {};  // KDA, MLA, GQA layers
+  for (int L = 0; L < c.n_layers; ++L) {
+    const LayerKind k = c.layer_kind[L];
+    mix += k == LayerKind::kKda ? 'K' : k == LayerKind::kMla ? 'M' : 'G';
+    ++kinds[k == LayerKind::kKda ? 0 : k == LayerKind::kMla ? 1 : 2];
+  }
   std::map<std::string, json> fmts;
   uint64_t resident = 0, embed = 0;
   for (const TrunkTensor& t : m.trunk) {
@@ -58,8 +63,9 @@ json InfoJson(const Container& ct) {
       {"layers", c.n_layers},
       {"dense_layers", c.n_layers - c.n_moe_layers()},
       {"moe_layers", c.n_moe_layers()},
-      {"kda_layers", c.n_kda_layers()},
-      {"mla_layers", c.n_layers - c.n_kda_layers()},
+      {"kda_layers", kinds[0]},
+      {"mla_layers", kinds[1]},
+      {"gqa_layers", kinds[2]},
       {"layer_mix", mix},
       {"hidden", c.hidden},
       {"vocab", c.vocab},
@@ -72,6 +78,11 @@ json InfoJson(const Container& ct) {
       {"specials", ct.specials().size()},
       {"chat_template", ct.chat().has_value()},
   };
+  if (kinds[2] > 0)
+    j["gqa"] = {{"heads", c.n_heads},         {"kv_heads", c.n_kv_heads},
+                {"head_dim", c.head_dim},     {"rotary_dim", c.rotary_dim},
+                {"qk_norm", c.qk_norm},       {"bias", c.attn_bias},
+                {"rope_theta", c.rope_theta}, {"yarn_factor", c.yarn.factor}};
   if (c.n_experts > 0) {
     j["experts"] = {
         {"per_layer", c.n_experts},
@@ -85,6 +96,7 @@ json InfoJson(const Container& ct) {
         {"bank_bytes", uint64_t{m.record.record_bytes} * c.n_experts * c.n_moe_layers()},
         {"routing",
          {{"scores", c.sigmoid_router ? "sigmoid" : "softmax"},
+          {"correction_bias", c.router_bias},
           {"groups", c.n_group},
           {"topk_group", c.topk_group},
           {"renormalize", c.renormalize},
@@ -104,11 +116,18 @@ int RunInfo(const std::string& dir, bool as_json) {
   std::printf("container   %s (%s)\n", dir.c_str(), FormatSize(j["bytes"]).c_str());
   std::printf("model       %s (%s)\n", j["architecture"].get<std::string>().c_str(),
               j["model_type"].get<std::string>().c_str());
-  std::printf("layers      %d: %d dense + %d MoE; attention %d KDA + %d MLA\n",
+  std::printf("layers      %d: %d dense + %d MoE; attention %d KDA + %d MLA + %d GQA\n",
               j["layers"].get<int>(), j["dense_layers"].get<int>(), j["moe_layers"].get<int>(),
-              j["kda_layers"].get<int>(), j["mla_layers"].get<int>());
-  std::printf("layer mix   %s  (K = Kimi Delta Attention, M = latent attention)\n",
+              j["kda_layers"].get<int>(), j["mla_layers"].get<int>(), j["gqa_layers"].get<int>());
+  std::printf("layer mix   %s  (K = Kimi Delta Attention, M = latent attention, G = grouped-query)\n",
               j["layer_mix"].get<std::string>().c_str());
+  if (j.contains("gqa")) {
+    const json& g = j["gqa"];
+    std::printf("attention   %d query heads over %d KV heads of %d, %d dims rotate%s%s\n",
+                g["heads"].get<int>(), g["kv_heads"].get<int>(), g["head_dim"].get<int>(),
+                g["rotary_dim"].get<int>(), g["qk_norm"].get<bool>() ? ", q/k norms" : "",
+                g["bias"].get<bool>() ? ", q/k/v biases" : "");
+  }
   std::printf("hidden      %d, vocabulary %d\n", j["hidden"].get<int>(), j["vocab"].get<int>());
   if (j.contains("experts")) {
     const json& e = j["experts"];
@@ -203,7 +222,7 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
               context);
   std::printf("  trunk          %s (resident; the embedding table stays on disk)\n",
               FormatSize(p.trunk).c_str());
-  std::printf("  client state   %s (recurrent states, convolution rings, latent KV)\n",
+  std::printf("  client state   %s (recurrent states, convolution rings, latent and K/V caches)\n",
               FormatSize(p.client_state).c_str());
   std::printf("  scratch        %s (activations, logits, lookup tables)\n",
               FormatSize(p.scratch).c_str());

@@ -88,6 +88,9 @@ Status Model::Resolve() {
       case LayerKind::kMla:
         l->mla = ResolveMla(t, c_, a);
         break;
+      case LayerKind::kGqa:
+        l->gqa = ResolveGqa(t, c_, a);
+        break;
     }
     auto set_mlp = [&](const MlpWeights& w) { l->gate = w.gate, l->up = w.up, l->down = w.down; };
     switch (l->plan.ffn) {
@@ -97,7 +100,9 @@ Status Model::Resolve() {
       case FfnKind::kMoe: {
         const std::string m = p + "block_sparse_moe.";
         l->router = &t.Matrix(m + "gate.weight");
-        l->router_bias = t.Vector(m + "gate.e_score_correction_bias");
+        if (c_.router_bias)
+          l->router_bias = {t.Vector(m + "gate.e_score_correction_bias"),
+                            static_cast<size_t>(c_.n_experts)};
         if (l->plan.shared_expert) set_mlp(ResolveMlp(t, m + "shared_experts."));
         break;
       }
@@ -108,8 +113,11 @@ Status Model::Resolve() {
   lm_head_ = &t.Matrix("lm_head.weight");
   final_norm_ = t.Vector("model.norm.weight");
 
-  rotary_ = MlaRotary(c_);
-  softmax_scale_ = MlaSoftmaxScale(c_, rotary_);
+  // One rotation and scale for the model's attention: no family mixes MLA
+  // and GQA layers (PlanLayers has checked the kinds against the family).
+  const bool gqa = std::count(c_.layer_kind.begin(), c_.layer_kind.end(), LayerKind::kGqa) > 0;
+  rotary_ = gqa ? GqaRotary(c_) : MlaRotary(c_);
+  softmax_scale_ = gqa ? GqaSoftmaxScale(c_) : MlaSoftmaxScale(c_, rotary_);
   return Status::Ok();
 }
 
@@ -128,6 +136,9 @@ void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
       break;
     case LayerKind::kMla:
       Mla(L, s, pos, h, out);
+      break;
+    case LayerKind::kGqa:
+      Gqa(L, s, pos, h, out);
       break;
   }
 }

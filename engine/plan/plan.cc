@@ -65,6 +65,8 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
       p.client_state +=
           2 * uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;         // recurrent state
       p.client_state += 2 * 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;  // conv rings
+    } else if (c.layer_kind[L] == LayerKind::kGqa) {
+      p.client_state += static_cast<uint64_t>(context) * 2 * c.kv_width() * f;  // K and V
     } else {
       p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
     }
@@ -72,7 +74,8 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   const uint64_t widest =
       std::max({uint64_t(c.hidden), uint64_t(c.kda_width()), uint64_t(c.dense_inter),
                 uint64_t(c.shared_inter()), uint64_t(c.moe_inter) * c.top_k,
-                uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head)});
+                uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head),
+                uint64_t(c.q_width()) + 2 * uint64_t(c.kv_width())});
   p.scratch = 16 * widest * f + uint64_t(c.vocab) * f + uint64_t(context) * c.n_heads * f;
   if (c.n_experts > 0) {  // per-input lookup tables for the expert matvecs
     const ExpertQuant& q = m.quant;

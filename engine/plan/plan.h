@@ -29,7 +29,7 @@ struct MemoryPlan {
   int context = 0;  // tokens of context the per-client state is sized for
   // The floor's parts, in bytes.
   uint64_t trunk = 0;            // resident trunk (the embedding table stays on disk)
-  uint64_t client_state = 0;     // one client's KDA states, convolution rings and latent KV
+  uint64_t client_state = 0;     // one client's KDA states, convolution rings, latent and K/V caches
   uint64_t scratch = 0;          // one client's activations, logits and lookup tables
   uint64_t min_cache = 0;        // the experts of one MoE layer, pinned while they are used
   uint64_t daemon_overhead = 0;  // 16 MiB: tables and buffers
