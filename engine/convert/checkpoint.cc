@@ -273,8 +273,8 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
         const uint8_t* codes = base + row * (cols / 2);
         for (int64_t c = 0; c < cols; ++c) {
           const uint8_t b = codes[c / 2];
-          const float v = E2m1ToF32((c & 1) ? static_cast<uint8_t>(b >> 4) : b);
-          out[r * cols + c] = v * E8m0ToF32(sb[row * scale_cols + c / 32]);
+          const float v = format::E2m1ToF32((c & 1) ? static_cast<uint8_t>(b >> 4) : b);
+          out[r * cols + c] = v * format::E8m0ToF32(sb[row * scale_cols + c / 32]);
         }
       }
       break;

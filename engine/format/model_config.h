@@ -57,6 +57,17 @@ struct ModelConfig {
   float routed_scale = 1.f;
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
+  // GPT-OSS's router: its linear layer has a bias (block_sparse_moe.gate.bias)
+  // added to the logits, and the top_k logits are softmaxed among themselves.
+  bool router_logit_bias = false;
+  bool softmax_topk = false;
+  // Routed experts: gate, up and down rows have biases (in the records), and
+  // with swiglu_limit > 0 the activation is GPT-OSS's clamped SwiGLU,
+  // g = min(gate, limit), u = clamp(up, -limit, limit),
+  // (u + 1) * g * sigmoid(swiglu_alpha * g); else SiLU(gate) * up.
+  bool expert_bias = false;
+  float swiglu_limit = 0.f;
+  float swiglu_alpha = 1.702f;
 
   // Multi-head latent attention.
   int n_heads = 0;
