@@ -57,6 +57,8 @@ struct ModelConfig {
   float routed_scale = 1.f;
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
+  // block_sparse_moe.gate.e_score_correction_bias exists (DeepSeek-V3, Kimi).
+  bool router_correction_bias = true;
   // GPT-OSS's router: its linear layer has a bias (block_sparse_moe.gate.bias)
   // added to the logits, and the top_k logits are softmaxed among themselves.
   bool router_logit_bias = false;

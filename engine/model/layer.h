@@ -58,9 +58,11 @@ struct Model::Layer {
   // The dense MLP (kDense) or the shared expert (kMoe with shared_expert);
   // null otherwise (Model::DenseMlp).
   const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
-  // kMoe: the router's matrix and correction bias (router.h).
+  // kMoe: the router's matrix, its correction bias (router.h) and the bias
+  // of its logits, each null when the config has none.
   const kernels::MatrixView* router = nullptr;
   const float* router_bias = nullptr;
+  const float* router_logit_bias = nullptr;
 };
 
 }  // namespace waste

@@ -18,8 +18,8 @@ std::vector<int> Model::GuessExperts(int L, int T, const float* h, size_t cap) {
   std::vector<int> votes(E, 0), ranks(E, 0);  // [n_experts]: tokens naming it, sum of its ranks
   Routing r;
   for (int t = 0; t < T; ++t) {
-    MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(guess_config_, logits, {l.router_bias, static_cast<size_t>(E)}, &r);
+    RouterLogits(l, h + static_cast<size_t>(t) * hid, logits.data());
+    Route(guess_config_, logits, {l.router_bias, l.router_bias ? static_cast<size_t>(E) : 0}, &r);
     for (int j = 0; j < r.count; ++j) {
       ++votes[r.expert[j]];
       ranks[r.expert[j]] += j;

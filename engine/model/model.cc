@@ -97,7 +97,9 @@ Status Model::Resolve() {
       case FfnKind::kMoe: {
         const std::string m = p + "block_sparse_moe.";
         l->router = &t.Matrix(m + "gate.weight");
-        l->router_bias = t.Vector(m + "gate.e_score_correction_bias");
+        if (c_.router_correction_bias)
+          l->router_bias = t.Vector(m + "gate.e_score_correction_bias");
+        if (c_.router_logit_bias) l->router_logit_bias = t.Vector(m + "gate.bias");
         if (l->plan.shared_expert) set_mlp(ResolveMlp(t, m + "shared_experts."));
         break;
       }
