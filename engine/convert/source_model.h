@@ -1,10 +1,13 @@
 // What a checkpoint's config.json and tensor names mean to the container:
-// the two families the engine runs, as their checkpoints are published.
+// the families the engine runs, as their checkpoints are published.
 //
-//   DeepSeek-V3 family (model_type deepseek_v3, kimi_k2: V3, R1, Kimi K2):
+//   DeepSeek-V3 family (model_type deepseek_v3, kimi_k2: V3, R1, Kimi K2),
+//   Qwen3-MoE (qwen3_moe) and GLM-4.5 (glm4_moe), as released and as
+//   transformers 5.24's save_pretrained writes them (per-expert names too):
 //     model.layers.L.mlp.{gate, shared_experts}.*  -> model.layers.L.block_sparse_moe.*
 //     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight  (routed experts)
-//     model.layers.N.* for N >= num_hidden_layers (multi-token prediction): not used
+//     model.layers.N.* for N >= num_hidden_layers (multi-token prediction,
+//     DeepSeek's and GLM's num_nextn_predict_layers): not used
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
 //     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
 //   GPT-OSS (model_type gpt_oss), its experts fused per layer, in MXFP4:
@@ -25,7 +28,9 @@
 
 namespace waste::convert {
 
-enum class Family { kDeepseekV3, kKimiLinear, kGptOss };
+// Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, the
+// others DeepSeek's.
+enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss };
 
 // Where matrix m of a routed expert lies in the checkpoint: rows
 // first + i * step of `weight`, i < rows, each of the matrix's width.
@@ -55,7 +60,7 @@ struct SourceModel {
 // rope_parameters become rope_theta / rope_scaling; quantization_config and
 // compression_config are dropped (the container's weights are not the
 // checkpoint's). Refused by name: an unknown model_type, an activation other
-// than silu, tied embeddings, rope_interleave false, and whatever
+// than silu, tied embeddings, rope_interleave false for MLA, and whatever
 // ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);
 

@@ -2,11 +2,13 @@
 // Hugging Face config.json, as WARP's converter copies it) and bounded so that
 // no dimension can size an allocation or a loop beyond reason.
 //
-// Two families are understood: Kimi-Linear (model_type kimi_linear: KDA and
-// MLA layers, MoE with a shared expert) and the DeepSeek-V3 family
-// (deepseek_v3, kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing).
-// Anything else, and any setting of theirs that this project does not
-// implement, is refused by name.
+// The families understood: Kimi-Linear (model_type kimi_linear: KDA and MLA
+// layers, MoE with a shared expert), the DeepSeek-V3 family (deepseek_v3,
+// kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing), Qwen3-MoE
+// (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert) and
+// GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
+// routing, a shared expert). Anything else, and any setting of theirs that
+// this project does not implement, is refused by name.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,10 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3 };
+enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss };
 
-enum class LayerKind { kKda, kMla };
+// kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc).
+enum class LayerKind { kKda, kMla, kGqa };
 
 struct YarnConfig {
   double factor = 1.0;  // <= 1 means plain RoPE
@@ -30,6 +33,7 @@ struct YarnConfig {
   double beta_slow = 1;
   double mscale = 1;
   double mscale_all_dim = 0;
+  bool truncate = true;  // the correction range rounded out to whole dims (HF's default)
 };
 
 struct ModelConfig {
@@ -45,20 +49,23 @@ struct ModelConfig {
   int bos_token = -1;
   int eos_token = -1;
 
-  // Feed-forward. Layers [0, first_dense) are dense, the rest MoE.
+  // Feed-forward. Layers [0, first_dense) are dense; of the rest, layer L
+  // is MoE when (L + 1) % sparse_step == 0 and L is not in mlp_only
+  // (Qwen3-MoE's decoder_sparse_step and mlp_only_layers).
   int dense_inter = 0;  // intermediate width of a dense layer
   int moe_inter = 0;    // intermediate width of one routed expert
   int n_experts = 0;    // routed experts per MoE layer
   int top_k = 0;        // experts chosen per token
   int n_shared = 0;     // shared experts (their width is n_shared * moe_inter)
   int first_dense = 0;
+  int sparse_step = 1;
+  std::vector<int> mlp_only;  // sorted
   bool sigmoid_router = true;  // false: softmax scores
   bool renormalize = false;    // top-k weights divided by their sum
+  bool router_bias = true;     // the router has e_score_correction_bias (not Qwen3-MoE's)
   float routed_scale = 1.f;
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
-  // block_sparse_moe.gate.e_score_correction_bias exists (DeepSeek-V3, Kimi).
-  bool router_correction_bias = true;
   // GPT-OSS's router: its linear layer has a bias (block_sparse_moe.gate.bias)
   // added to the logits, and the top_k logits are softmaxed among themselves.
   bool router_logit_bias = false;
@@ -82,6 +89,23 @@ struct ModelConfig {
   double rope_theta = 10000;
   YarnConfig yarn;
 
+  // Grouped-query attention (LayerKind::kGqa): n_heads query heads of
+  // head_dim, n_kv_heads key/value heads, each shared by n_heads /
+  // n_kv_heads query heads. The first rotary_dim dims of each head rotate
+  // (rotate-half; GLM's partial_rotary_factor), with rope_theta and yarn.
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  bool qk_norm = false;    // RMSNorm over head_dim on q and k, before the rotation
+  bool attn_bias = false;  // q_proj, k_proj, v_proj have biases
+  // GPT-OSS: o_proj has a bias; a learned logit per query head
+  // (self_attn.sinks) joins the softmax's denominator; attn_window[L] > 0
+  // limits layer L's keys to the latest attn_window[L] positions
+  // (sliding_window, on the layers layer_types names sliding_attention).
+  bool o_bias = false;
+  bool sinks = false;
+  std::vector<int> attn_window;  // [n_layers]; 0: every position
+
   // Kimi Delta Attention.
   int kda_heads = 0;
   int kda_head_dim = 0;
@@ -89,11 +113,14 @@ struct ModelConfig {
 
   std::vector<LayerKind> layer_kind;  // [n_layers]
 
-  bool is_moe_layer(int layer) const { return n_experts > 0 && layer >= first_dense; }
-  int n_moe_layers() const { return n_experts > 0 ? n_layers - first_dense : 0; }
+  bool is_moe_layer(int layer) const;
+  int n_moe_layers() const;
+  int first_moe_layer() const;  // -1: none
   int n_kda_layers() const;
   int kda_width() const { return kda_heads * kda_head_dim; }
   int shared_inter() const { return moe_inter * n_shared; }
+  int q_width() const { return n_heads * head_dim; }      // GQA
+  int kv_width() const { return n_kv_heads * head_dim; }  // GQA, of k and of v
 
   // Reads and bounds-checks a config object. Errors name the key.
   static Result<ModelConfig> FromJson(const nlohmann::json& config);

@@ -13,10 +13,20 @@ constexpr LayerKind kKimiLinearAttention[] = {LayerKind::kKda, LayerKind::kMla};
 // with a shared expert after the first dense layers; grouped routing
 // (router.h; the config's n_group and topk_group).
 constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
+// Qwen3-MoE: GQA with q/k norms everywhere; MoE without a shared expert
+// where decoder_sparse_step and mlp_only_layers say; softmax routing.
+// GLM-4.5: GQA with partial rotary and q/k/v biases; MoE with a shared
+// expert after the first dense layers; DeepSeek-V3's routing.
+// GPT-OSS: GQA with sinks, q/k/v/o biases and a sliding window on the
+// layers layer_types names; MoE everywhere, biased experts, no shared expert.
+constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
 
 constexpr Family kFamilies[] = {
     {Arch::kKimiLinear, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kDeepseekV3, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kQwen3Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
+    {Arch::kGlm4Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kGptOss, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
 };
 
 std::string_view KindName(LayerKind k) {
@@ -25,6 +35,8 @@ std::string_view KindName(LayerKind k) {
       return "KDA";
     case LayerKind::kMla:
       return "MLA";
+    case LayerKind::kGqa:
+      return "GQA";
   }
   return "?";
 }

@@ -24,15 +24,16 @@ enum class FfnKind {
 // What one layer runs, in this order: RMSNorm, attention, residual; RMSNorm,
 // feed-forward, residual.
 struct LayerPlan {
-  LayerKind attention = LayerKind::kMla;  // kKda: kda.cc; kMla: mla.cc
+  LayerKind attention = LayerKind::kMla;  // kKda: kda.cc; kMla: mla.cc; kGqa: gqa.cc
   FfnKind ffn = FfnKind::kDense;
   // kMoe: a dense MLP (mlp.cc) beside the routed experts, on every token.
   bool shared_expert = false;
 };
 
 // A family, as data: what its layers may be. The config says which layer is
-// which: its attention kind (ModelConfig::layer_kind), dense below
-// first_k_dense_replace and MoE from there on (ModelConfig::is_moe_layer),
+// which: its attention kind (ModelConfig::layer_kind), dense or MoE
+// (ModelConfig::is_moe_layer: first_k_dense_replace, decoder_sparse_step,
+// mlp_only_layers),
 // and how many shared experts.
 struct Family {
   Arch arch;

@@ -88,6 +88,10 @@ Status Model::Resolve() {
       case LayerKind::kMla:
         l->mla = ResolveMla(t, c_, a);
         break;
+      case LayerKind::kGqa:
+        l->gqa = ResolveGqa(t, c_, a);
+        l->gqa.window = c_.attn_window[static_cast<size_t>(L)];
+        break;
     }
     auto set_mlp = [&](const MlpWeights& w) { l->gate = w.gate, l->up = w.up, l->down = w.down; };
     switch (l->plan.ffn) {
@@ -97,8 +101,9 @@ Status Model::Resolve() {
       case FfnKind::kMoe: {
         const std::string m = p + "block_sparse_moe.";
         l->router = &t.Matrix(m + "gate.weight");
-        if (c_.router_correction_bias)
-          l->router_bias = t.Vector(m + "gate.e_score_correction_bias");
+        if (c_.router_bias)
+          l->router_bias = {t.Vector(m + "gate.e_score_correction_bias"),
+                            static_cast<size_t>(c_.n_experts)};
         if (c_.router_logit_bias) l->router_logit_bias = t.Vector(m + "gate.bias");
         if (l->plan.shared_expert) set_mlp(ResolveMlp(t, m + "shared_experts."));
         break;
@@ -110,8 +115,11 @@ Status Model::Resolve() {
   lm_head_ = &t.Matrix("lm_head.weight");
   final_norm_ = t.Vector("model.norm.weight");
 
-  rotary_ = MlaRotary(c_);
-  softmax_scale_ = MlaSoftmaxScale(c_, rotary_);
+  // One rotation and scale for the model's attention: no family mixes MLA
+  // and GQA layers (PlanLayers has checked the kinds against the family).
+  const bool gqa = std::count(c_.layer_kind.begin(), c_.layer_kind.end(), LayerKind::kGqa) > 0;
+  rotary_ = gqa ? GqaRotary(c_) : MlaRotary(c_);
+  softmax_scale_ = gqa ? GqaSoftmaxScale(c_) : MlaSoftmaxScale(c_, rotary_);
   return Status::Ok();
 }
 
@@ -130,6 +138,9 @@ void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
       break;
     case LayerKind::kMla:
       Mla(L, s, pos, h, out);
+      break;
+    case LayerKind::kGqa:
+      Gqa(L, s, pos, h, out);
       break;
   }
 }

@@ -22,8 +22,10 @@ Rotary MakeRotary(int dims, double theta, const YarnConfig& y) {
     auto corr = [&](double rot) {
       return dims * std::log(y.original_max_position / (rot * 2 * pi)) / (2 * std::log(theta));
     };
-    double low = std::max(std::floor(corr(y.beta_fast)), 0.0);
-    double high = std::min(std::ceil(corr(y.beta_slow)), static_cast<double>(dims - 1));
+    double low = corr(y.beta_fast), high = corr(y.beta_slow);
+    if (y.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dims - 1));
     if (low == high) high += 0.001;
     const float factor = static_cast<float>(y.factor);
     for (int j = 0; j < dims / 2; ++j) {
@@ -41,6 +43,18 @@ Rotary MakeRotary(int dims, double theta, const YarnConfig& y) {
 }
 
 void Rotary::Apply(float* v, int pos) const {
+  if (rotate_half) {
+    // HF: v * cos + rotate_half(v) * sin, with cos and sin times attention_factor.
+    const size_t half = inv_freq.size();
+    for (size_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos) * inv_freq[i];
+      const float c = std::cos(angle) * cos_sin_factor, s = std::sin(angle) * cos_sin_factor;
+      const float x0 = v[i], x1 = v[i + half];
+      v[i] = x0 * c - x1 * s;
+      v[i + half] = x1 * c + x0 * s;
+    }
+    return;
+  }
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const float angle = static_cast<float>(pos) * inv_freq[i];
     const float c = std::cos(angle), s = std::sin(angle);
