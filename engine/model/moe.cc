@@ -127,7 +127,7 @@ void Model::ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<in
     bf16[m].cols = fp4[m].cols = lay.cols[m];
     bf16[m].payload = fp4[m].codes = rec + lay.matrix_off[m];
     fp4[m].scales = scales;
-    scales += lay.rows[m] * (lay.cols[m] / format::kMxfp4Block);
+    if (mxfp4) scales += lay.rows[m] * (lay.cols[m] / format::kMxfp4Block);
   }
   const auto product = [&](int m, const float* x, float* y, int64_t a, int64_t b) {
     if (mxfp4)
