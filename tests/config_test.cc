@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <set>
+
 #include "engine/format/container.h"
 #include "engine/synth/synth.h"
 
@@ -125,6 +128,13 @@ TEST(Config, UnimplementedSettingsAreRefusedByName) {
       {"tiny-kimi", [](json& j) { j["hidden_size"] = 260; }, "multiples of 8"},
       {"tiny-kimi", [](json& j) { j["qk_rope_head_dim"] = 15; }, "must be even"},
       {"tiny-deepseek", [](json& j) { j["n_group"] = 3; }, "n_group does not divide"},
+      {"tiny-qwen3", [](json& j) { j["use_sliding_window"] = true; }, "use_sliding_window"},
+      {"tiny-qwen3", [](json& j) { j["num_key_value_heads"] = 3; },
+       "num_key_value_heads does not divide"},
+      {"tiny-qwen3", [](json& j) { j["mlp_only_layers"] = {4}; }, "mlp_only_layers holds 4"},
+      {"tiny-glm", [](json& j) { j["partial_rotary_factor"] = 0.3125; }, "odd rotary width"},
+      {"tiny-glm", [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"truncate", false}}; },
+       "truncate is not implemented"},
   };
   for (const Refusal& r : cases) {
     json j = SynthPreset(r.preset)->config;
@@ -147,6 +157,69 @@ TEST(Config, TrunkSpecNamesTheTensorsOfEachLayerKind) {
   EXPECT_TRUE(names.count("model.layers.5.block_sparse_moe.shared_experts.down_proj.weight"));
   EXPECT_FALSE(names.count("model.layers.1.mlp.gate_proj.weight"));  // MoE, not dense
   EXPECT_TRUE(names.count("lm_head.weight"));
+}
+
+// The GQA families at their released shapes (the presets take every number
+// from the released config.json), against the published parameter counts.
+// Active here excludes the embedding table; Qwen's "A3B" and "A22B" include
+// it, GLM's "A12B" leaves out the LM head too.
+TEST(Config, Qwen3AndGlmPresetsHaveTheReleasedShapes) {
+  const ModelConfig q30 = Parse(SynthPreset("qwen3-30b-a3b")->config);
+  EXPECT_EQ(q30.arch, Arch::kQwen3Moe);
+  EXPECT_EQ(q30.n_moe_layers(), 48);
+  EXPECT_FALSE(q30.router_bias);
+  EXPECT_FALSE(q30.sigmoid_router);
+  EXPECT_EQ(q30.n_kv_heads, 4);
+  EXPECT_EQ(q30.rotary_dim, 128);
+  EXPECT_EQ(q30.layer_kind[47], LayerKind::kGqa);
+  ParamCount p = CountParams(q30);
+  std::printf("qwen3-30b-a3b: %.3fB total, %.3fB active (%.3fB with the embedding)\n",
+              p.total() / 1e9, p.active / 1e9, (p.active + p.embedding) / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 30.5e9, 0.1e9);
+  EXPECT_NEAR(static_cast<double>(p.active + p.embedding), 3.3e9, 0.1e9);
+
+  p = CountParams(Parse(SynthPreset("qwen3-235b-a22b")->config));
+  std::printf("qwen3-235b-a22b: %.3fB total, %.3fB active (%.3fB with the embedding)\n",
+              p.total() / 1e9, p.active / 1e9, (p.active + p.embedding) / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 235e9, 1e9);
+  EXPECT_NEAR(static_cast<double>(p.active + p.embedding), 22e9, 0.3e9);
+
+  const ModelConfig air = Parse(SynthPreset("glm-4.5-air")->config);
+  EXPECT_EQ(air.arch, Arch::kGlm4Moe);
+  EXPECT_EQ(air.n_moe_layers(), 45);
+  EXPECT_TRUE(air.router_bias);
+  EXPECT_EQ(air.rotary_dim, 64);  // half of each 128-dim head
+  EXPECT_TRUE(air.attn_bias);
+  EXPECT_FALSE(air.qk_norm);
+  p = CountParams(air);
+  const double head = static_cast<double>(air.vocab) * air.hidden;
+  std::printf("glm-4.5-air: %.3fB total, %.3fB active (%.3fB without the LM head)\n",
+              p.total() / 1e9, p.active / 1e9, (p.active - head) / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 106e9, 1e9);
+  EXPECT_NEAR(p.active - head, 12e9, 0.3e9);
+}
+
+TEST(Config, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
+  json j = SynthPreset("tiny-qwen3")->config;
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = {0, 2};
+  const ModelConfig c = Parse(j);
+  EXPECT_EQ(c.n_moe_layers(), 2);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_FALSE(c.is_moe_layer(2));
+  EXPECT_EQ(c.first_moe_layer(), 1);
+  std::set<std::string> names;
+  for (const TensorSpec& s : TrunkSpec(c)) names.insert(s.name);
+  EXPECT_TRUE(names.count("model.layers.2.mlp.gate_proj.weight"));
+  EXPECT_TRUE(names.count("model.layers.1.block_sparse_moe.gate.weight"));
+  EXPECT_FALSE(names.count("model.layers.1.block_sparse_moe.gate.e_score_correction_bias"));
+  EXPECT_TRUE(names.count("model.layers.1.self_attn.q_norm.weight"));
+  const ModelConfig step = Parse(SynthPreset("tiny-qwen3")->config);  // decoder_sparse_step 2
+  EXPECT_FALSE(step.is_moe_layer(0));
+  EXPECT_TRUE(step.is_moe_layer(1));
+  EXPECT_FALSE(step.is_moe_layer(2));
+  EXPECT_TRUE(step.is_moe_layer(3));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The forward pass on the synthetic presets: placement never changes the
 // logits (chunk size, cache size, reads in flight, threads, token at a
-// time, router lookahead), the lookahead's hints and counts, session state
+// time, router lookahead) for every layer kind, the lookahead's hints and counts, session state
 // round-trips, bad records and ids are refused, and attention takes the
 // barriers (pool jobs) per token it should.
 #include "engine/model/model.h"
@@ -610,7 +610,8 @@ TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
 // join): KDA runs every projection of the layer's input in one pass, its
 // heads (with their rows of the low-rank second halves and their conv
 // channels) in a second and o in a third; MLA its first query projection
-// with kv_a, then q_b when it has a q LoRA, the heads, and o. Each of these
+// with kv_a, then q_b when it has a q LoRA, the heads, and o; GQA q, k and v
+// in one pass, the heads, and o. Each of these
 // passes has more rows than one grain on the presets, so each is a job.
 TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   Placement two;
@@ -885,7 +886,7 @@ TEST_P(Forward, BadTokenIdsAreRefused) {
 
 TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
   // Damage every record's header in the first MoE layer's bank.
-  const int L = ct_->config().first_dense;
+  const int L = ct_->config().first_moe_layer();
   {
     std::fstream f(dir_ + "/experts-L" + std::to_string(L) + ".bin",
                    std::ios::in | std::ios::out | std::ios::binary);
@@ -901,10 +902,12 @@ TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
   EXPECT_NE(st.message().find("of layer " + std::to_string(L)), std::string::npos) << st.message();
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, Forward, ::testing::Values("tiny-kimi", "tiny-deepseek"),
-                         [](const auto& p) {
-                           return std::string(p.param[5] == 'k' ? "kimi" : "deepseek");
-                         });
+// Every layer kind: KDA and MLA (tiny-kimi), MLA with YaRN (tiny-deepseek),
+// GQA with q/k norms and decoder_sparse_step (tiny-qwen3), GQA with partial
+// rotary, biases and a shared expert (tiny-glm).
+INSTANTIATE_TEST_SUITE_P(Presets, Forward,
+                         ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm"),
+                         [](const auto& p) { return std::string(p.param + 5); });
 
 TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");

@@ -25,6 +25,28 @@ void AddBias(float* x, const float* bias, int n) {
   for (int i = 0; i < n; ++i) x[i] += bias[i];
 }
 
+// One query head q[D] against the first n rows of a K/V cache (`keys`:
+// its K/V head's keys in row 0, `row` floats apart, the values `kv_width`
+// after them): scores times `scale`, softmax, and the weighted sum of the
+// values into out[D]. `sink`, when not null, is one more logit in the
+// softmax with no value (GPT-OSS). score: [n] scratch.
+void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, int n, int D,
+                float scale, const float* sink, float* score, float* out, kernels::Isa isa) {
+  float mx = sink ? *sink : -INFINITY;
+  for (int t = 0; t < n; ++t) {
+    const float* kt = keys + static_cast<size_t>(t) * row;
+    float acc = 0.f;
+    for (int i = 0; i < D; ++i) acc += q[i] * kt[i];
+    score[t] = acc * scale;
+    mx = std::max(mx, score[t]);
+  }
+  float sum = 0.f;
+  for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+  if (sink) sum += std::exp(*sink - mx);
+  for (int t = 0; t < n; ++t) score[t] /= sum;
+  kernels::WeightedRowSum(score, keys + kv_width, n, static_cast<int64_t>(row), D, out, isa);
+}
+
 }  // namespace
 
 GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& a) {
@@ -98,22 +120,9 @@ void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
       float* qh = q.data() + hd * D;
       if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
       rotary_.Apply(qh, pos);
-      const size_t at = static_cast<size_t>(hd / group) * D;  // the head's K/V head
-      // A sink is one more logit in the softmax, with no value (GPT-OSS).
-      float mx = l.sinks ? l.sinks[hd] : -INFINITY;
-      for (int t = 0; t < n; ++t) {
-        const float* kt = rows + static_cast<size_t>(t) * row + at;
-        float acc = 0.f;
-        for (int i = 0; i < D; ++i) acc += qh[i] * kt[i];
-        score[t] = acc * softmax_scale_;
-        mx = std::max(mx, score[t]);
-      }
-      float sum = 0.f;
-      for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
-      if (l.sinks) sum += std::exp(l.sinks[hd] - mx);
-      for (int t = 0; t < n; ++t) score[t] /= sum;
-      kernels::WeightedRowSum(score.data(), rows + kvw + at, n, row, D, o.data() + hd * D,
-                              opt_.isa);
+      const float* keys = rows + static_cast<size_t>(hd / group) * D;  // its K/V head's
+      AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, l.sinks ? &l.sinks[hd] : nullptr,
+                 score.data(), o.data() + hd * D, opt_.isa);
     }
   });
   MatVec(*l.o, o.data(), out);

@@ -355,6 +355,109 @@ json DeepseekTinyConfig() {
   };
 }
 
+// Qwen3-MoE, tiny: GQA with q/k norms and head_dim 48 (not hidden / heads),
+// softmax routing without a correction bias, MoE on every second layer
+// (decoder_sparse_step 2: layers 1 and 3).
+json Qwen3TinyConfig() {
+  return {
+      {"model_type", "qwen3_moe"},
+      {"architectures", {"Qwen3MoeForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"moe_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"norm_topk_prob", true},
+      {"decoder_sparse_step", 2},
+      {"mlp_only_layers", json::array()},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 48},
+      {"rope_theta", 1000000.0},
+  };
+}
+
+// GLM-4.5, tiny: GQA with partial rotary, q/k/v biases and q/k norms;
+// DeepSeek-V3's grouped sigmoid routing with a shared expert.
+json GlmTinyConfig() {
+  return {
+      {"model_type", "glm4_moe"},
+      {"architectures", {"Glm4MoeForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1},
+      {"norm_topk_prob", true},
+      {"n_group", 4},
+      {"topk_group", 2},
+      {"routed_scaling_factor", 2.5},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 48},
+      {"partial_rotary_factor", 0.5},
+      {"attention_bias", true},
+      {"use_qk_norm", true},
+      {"rope_theta", 1000000.0},
+  };
+}
+
+// Qwen3-30B-A3B and Qwen3-235B-A22B at their released config.json values
+// (Qwen3-Coder-30B-A3B has the 30B's shapes). Their rope_theta 1e6, no
+// rope_scaling (YaRN is opt-in), no sliding window, rms_norm_eps 1e-6.
+json Qwen3Config(int hidden, int layers, int heads, int inter, int moe_inter) {
+  json c = Qwen3TinyConfig();
+  c.update({{"hidden_size", hidden},
+            {"num_hidden_layers", layers},
+            {"vocab_size", 151936},
+            {"intermediate_size", inter},
+            {"moe_intermediate_size", moe_inter},
+            {"num_experts", 128},
+            {"num_experts_per_tok", 8},
+            {"decoder_sparse_step", 1},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", 4},
+            {"head_dim", 128},
+            {"max_position_embeddings", 40960}});
+  return c;
+}
+
+// GLM-4.5-Air at its released config.json values: 46 layers, the first
+// dense, 128 experts of 1408 with top-8 and one shared expert,
+// routed_scaling_factor 1.0, 96 query heads over 8 KV heads of 128 with half
+// of each rotating, q/k/v biases, no q/k norm; one multi-token-prediction
+// layer (not built).
+json GlmAirConfig() {
+  json c = GlmTinyConfig();
+  c.update({{"hidden_size", 4096},
+            {"num_hidden_layers", 46},
+            {"vocab_size", 151552},
+            {"intermediate_size", 10944},
+            {"moe_intermediate_size", 1408},
+            {"n_routed_experts", 128},
+            {"num_experts_per_tok", 8},
+            {"n_group", 1},
+            {"topk_group", 1},
+            {"routed_scaling_factor", 1.0},
+            {"num_attention_heads", 96},
+            {"num_key_value_heads", 8},
+            {"head_dim", 128},
+            {"use_qk_norm", false},
+            {"num_nextn_predict_layers", 1},
+            {"max_position_embeddings", 131072}});
+  return c;
+}
+
 // GPT-OSS as released (openai/gpt-oss-20b and -120b config.json): 20B has 24
 // layers of 32 experts, 120B 36 layers of 128; both top-4, hidden and expert
 // width 2880, 64 query heads over 8 KV heads of 64, a 128-token window on
@@ -431,7 +534,9 @@ json Kimi48bConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b", "gpt-oss-20b", "gpt-oss-120b"};
+  return {"tiny-kimi",       "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
+          "kimi-linear-48b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air",
+          "gpt-oss-20b",     "gpt-oss-120b"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -443,6 +548,18 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
   } else if (name == "tiny-deepseek") {
     s.config = DeepseekTinyConfig();
     s.route_skew = 0.1;
+  } else if (name == "tiny-qwen3") {
+    s.config = Qwen3TinyConfig();
+  } else if (name == "tiny-glm") {
+    s.config = GlmTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "qwen3-30b-a3b") {
+    s.config = Qwen3Config(2048, 48, 32, 6144, 768);
+  } else if (name == "qwen3-235b-a22b") {
+    s.config = Qwen3Config(4096, 94, 64, 12288, 1536);
+  } else if (name == "glm-4.5-air") {
+    s.config = GlmAirConfig();
+    s.anchor_experts = 2;
   } else if (name == "kimi-linear-48b") {
     s.config = Kimi48bConfig();
     s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
@@ -533,26 +650,27 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   const ModelConfig& c = w.config();
   SynthReport report;
 
-  // Routing concentration, calibrated on the first MoE layer's router.
+  // Routing concentration, calibrated on the first MoE layer's router
+  // through its correction bias. A router without one (Qwen3-MoE's) routes
+  // as its random weights do: its share is measured, not steered.
   std::vector<TensorSpec> specs = TrunkSpec(c);
-  // (Only through a correction bias: a router without one, GPT-OSS's,
-  // routes as its random weights say.)
-  if (c.n_moe_layers() > 0 && c.router_bias) {
-    const auto router = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
-      return s.name ==
-             "model.layers." + std::to_string(c.first_dense) + ".block_sparse_moe.gate.weight";
-    });
-    const auto bias = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
-      return s.name == "model.layers." + std::to_string(c.first_dense) +
-                           ".block_sparse_moe.gate.e_score_correction_bias";
-    });
+  if (c.n_moe_layers() > 0) {
+    const std::string gate =
+        "model.layers." + std::to_string(c.first_moe_layer()) + ".block_sparse_moe.gate.";
+    const auto named = [&](const std::string& n) {
+      return std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.name == n; });
+    };
+    const auto router = named(gate + "weight");
+    const auto bias = named(gate + "e_score_correction_bias");
+    const bool steer = bias != specs.end();
     const RoutingEstimate est = EstimateRouting(
         c, TensorValues(*router, spec.seed).All(Elements(*router)),
         [&](double skew) {
+          if (!steer) return std::vector<float>();
           return TensorValues(*bias, spec.seed, static_cast<float>(skew), spec.anchor_experts)
               .All(Elements(*bias));
         },
-        spec.route_skew, spec.hot_share, spec.seed);
+        steer ? spec.route_skew : 0.0, spec.hot_share, spec.seed);
     report.route_skew = est.skew;
     report.hot_share = est.hot_share;
     report.independent_overlap = est.overlap;
