@@ -171,13 +171,13 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
 
 // One planner: `waste plan --json` reports as wasted's the floor and default
 // budget that `wasted --check` reports, for the tiny presets and for the
-// shapes of kimi-linear-48b.
+// shapes of kimi-linear-48b and gpt-oss-20b (MXFP4 experts).
 TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
   const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
-  for (const char* preset : {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"}) {
+  for (const char* preset : {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b", "gpt-oss-20b"}) {
     const std::string dir = root + "/" + preset;
     std::filesystem::create_directories(dir);
-    if (std::string(preset) == "kimi-linear-48b") {
+    if (std::string(preset) == "kimi-linear-48b" || std::string(preset) == "gpt-oss-20b") {
       WriteShapeContainer(preset, dir);
     } else {
       const Outcome w = Exec("waste synth -q --force --preset " + std::string(preset) + " " + dir);

@@ -133,8 +133,13 @@ TEST(Config, UnimplementedSettingsAreRefusedByName) {
        "num_key_value_heads does not divide"},
       {"tiny-qwen3", [](json& j) { j["mlp_only_layers"] = {4}; }, "mlp_only_layers holds 4"},
       {"tiny-glm", [](json& j) { j["partial_rotary_factor"] = 0.3125; }, "odd rotary width"},
-      {"tiny-glm", [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"truncate", false}}; },
-       "truncate is not implemented"},
+      // truncate false is GPT-OSS's YaRN, built since (issue 21); a truncate
+      // that is not a boolean, and attention_factor, are refused.
+      {"tiny-glm", [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"truncate", "no"}}; },
+       "truncate is not true or false"},
+      {"tiny-glm",
+       [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"attention_factor", 1.2}}; },
+       "attention_factor is not implemented"},
   };
   for (const Refusal& r : cases) {
     json j = SynthPreset(r.preset)->config;

@@ -6,10 +6,12 @@
 // sliding window of 32) on every instruction-set path this CPU has: every
 // logit within 1e-4 of the row's largest and the same top 10 at every
 // position. The MXFP4 container is also served by a detached wasted and read
-// through `waste eval` on every path. What is not built is refused by name.
+// through `waste eval` on every path. A VQ conversion keeps the biases and
+// runs. What is not built is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +141,36 @@ TEST(GptOssRecord, HoldsTheCheckpointBytes) {
   }
   EXPECT_EQ(scales - rec.data(), static_cast<ptrdiff_t>(lay.bias_off));
   EXPECT_EQ(lay.payload_end, lay.bias_off + 4 * (2 * 64 + 64));
+}
+
+// The VQ formats fit codebooks to the dequantized MXFP4 rows; the biases ride
+// in the records exactly (verify counts a changed bias as a relative error
+// of 1), and the model runs on them.
+TEST(GptOssVq, BiasesSurviveAndTheModelRuns) {
+  const std::string out = Converted("vq4p");
+  ASSERT_FALSE(out.empty());
+  VerifyOptions vo;
+  vo.container = out;
+  vo.source = kCheckpoint;
+  auto v = Verify(vo);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_TRUE(v->problems.empty()) << v->problems.front();
+  for (const VerifyLayer& l : v->layers) EXPECT_LT(l.max_rel_error, 0.5) << "layer " << l.layer;
+  auto ct = Container::Open(out);
+  ASSERT_TRUE(ct.ok());
+  ASSERT_NE(ct->record_layout().bias_off, 0u);
+  CacheOptions co;
+  co.slots = 8;
+  auto cache = ExpertCache::Create(*ct, co);
+  ASSERT_TRUE(cache.ok());
+  auto model = Model::Load(*ct, cache->get(), ModelOptions{});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::vector<int> prompt = {1, 17, 42, 99, 5, 300, 12, 7};
+  Session s = (*model)->NewSession(static_cast<int>(prompt.size()));
+  std::vector<float> got;
+  ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
+  ASSERT_EQ(got.size(), prompt.size() * 320);
+  for (float x : got) ASSERT_TRUE(std::isfinite(x));
 }
 
 // What is not built, or cannot be kept bit for bit, is refused by name.
