@@ -67,12 +67,14 @@ TEST(Config, GptOssPresetsHaveTheReleasedShapes) {
   EXPECT_EQ(lay->payload_end, 48u + 13219200u + 34560u);
   EXPECT_EQ(lay->record_bytes, 3236u * 4096u);
   const ParamCount p = CountParams(c);
+  std::printf("gpt-oss-20b: %.3fB total, %.3fB active\n", p.total() / 1e9, p.active / 1e9);
   EXPECT_NEAR(static_cast<double>(p.total()), 20.9e9, 0.2e9);
   EXPECT_NEAR(static_cast<double>(p.active), 3.6e9, 0.1e9);
   const ModelConfig big = Parse(SynthPreset("gpt-oss-120b")->config);
   EXPECT_EQ(big.n_layers, 36);
   EXPECT_EQ(big.n_experts, 128);
   const ParamCount q = CountParams(big);
+  std::printf("gpt-oss-120b: %.3fB total, %.3fB active\n", q.total() / 1e9, q.active / 1e9);
   EXPECT_NEAR(static_cast<double>(q.total()), 116.8e9, 1.0e9);
   EXPECT_NEAR(static_cast<double>(q.active), 5.1e9, 0.15e9);
 }
