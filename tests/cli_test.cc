@@ -171,11 +171,12 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
 
 // One planner: `waste plan --json` reports as wasted's the floor and default
 // budget that `wasted --check` reports, for the tiny presets and for the
-// shapes of kimi-linear-48b, qwen3-30b-a3b and glm-4.5-air.
+// shapes of kimi-linear-48b, qwen3-30b-a3b, glm-4.5-air and gpt-oss-20b (MXFP4 experts).
 TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
   const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
   for (const char* preset : {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm",
-                             "kimi-linear-48b", "qwen3-30b-a3b", "glm-4.5-air"}) {
+                             "kimi-linear-48b", "qwen3-30b-a3b", "glm-4.5-air",
+                             "gpt-oss-20b"}) {
     const std::string dir = root + "/" + preset;
     std::filesystem::create_directories(dir);
     if (std::string(preset).rfind("tiny-", 0) != 0) {

@@ -43,6 +43,42 @@ TEST(Config, KimiLinear48bHasTheRealShape) {
   EXPECT_NEAR(static_cast<double>(p.active), 2.9e9, 0.5e9);    // "A3B"
 }
 
+// The gpt-oss presets at the released shapes: the published totals (20.9B
+// and 116.8B) and active counts (3.6B and 5.1B per token), and an MXFP4
+// record of 3,236 pages (the checkpoint's 13,219,200 bytes of codes and
+// scales, 34,560 of float32 biases, the header).
+TEST(Config, GptOssPresetsHaveTheReleasedShapes) {
+  const ModelConfig c = Parse(SynthPreset("gpt-oss-20b")->config);
+  EXPECT_EQ(c.arch, Arch::kGptOss);
+  EXPECT_EQ(c.n_layers, 24);
+  EXPECT_EQ(c.n_moe_layers(), 24);
+  EXPECT_EQ(c.n_experts, 32);
+  EXPECT_EQ(c.top_k, 4);
+  EXPECT_EQ(c.moe_inter, 2880);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.attn_window[0], 128);
+  EXPECT_EQ(c.attn_window[1], 0);
+  EXPECT_FALSE(c.yarn.truncate);
+  EXPECT_TRUE(c.sinks && c.o_bias && c.expert_bias && c.softmax_topk && c.router_logit_bias);
+  EXPECT_FALSE(c.router_bias);
+  auto lay = RecordLayout::For(c, ExpertQuant::For(format::Fmt::kMXFP4));
+  ASSERT_TRUE(lay.ok());
+  EXPECT_EQ(lay->payload_end, 48u + 13219200u + 34560u);
+  EXPECT_EQ(lay->record_bytes, 3236u * 4096u);
+  const ParamCount p = CountParams(c);
+  std::printf("gpt-oss-20b: %.3fB total, %.3fB active\n", p.total() / 1e9, p.active / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 20.9e9, 0.2e9);
+  EXPECT_NEAR(static_cast<double>(p.active), 3.6e9, 0.1e9);
+  const ModelConfig big = Parse(SynthPreset("gpt-oss-120b")->config);
+  EXPECT_EQ(big.n_layers, 36);
+  EXPECT_EQ(big.n_experts, 128);
+  const ParamCount q = CountParams(big);
+  std::printf("gpt-oss-120b: %.3fB total, %.3fB active\n", q.total() / 1e9, q.active / 1e9);
+  EXPECT_NEAR(static_cast<double>(q.total()), 116.8e9, 1.0e9);
+  EXPECT_NEAR(static_cast<double>(q.active), 5.1e9, 0.15e9);
+}
+
 TEST(Config, DeepseekSpellingsAreUnderstood) {
   const ModelConfig c = Parse(SynthPreset("tiny-deepseek")->config);
   EXPECT_EQ(c.arch, Arch::kDeepseekV3);
@@ -99,8 +135,13 @@ TEST(Config, UnimplementedSettingsAreRefusedByName) {
        "num_key_value_heads does not divide"},
       {"tiny-qwen3", [](json& j) { j["mlp_only_layers"] = {4}; }, "mlp_only_layers holds 4"},
       {"tiny-glm", [](json& j) { j["partial_rotary_factor"] = 0.3125; }, "odd rotary width"},
-      {"tiny-glm", [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"truncate", false}}; },
-       "truncate is not implemented"},
+      // truncate false is GPT-OSS's YaRN, built since (issue 21); a truncate
+      // that is not a boolean, and attention_factor, are refused.
+      {"tiny-glm", [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"truncate", "no"}}; },
+       "truncate is not true or false"},
+      {"tiny-glm",
+       [](json& j) { j["rope_scaling"] = {{"type", "yarn"}, {"attention_factor", 1.2}}; },
+       "attention_factor is not implemented"},
   };
   for (const Refusal& r : cases) {
     json j = SynthPreset(r.preset)->config;

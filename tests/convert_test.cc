@@ -64,11 +64,11 @@ TEST(Dequant, EveryCodeMatchesPyTorch) {
   for (int c = 0; c < 256; ++c) {
     EXPECT_TRUE(SameFloat(Fp8E4m3ToF32(static_cast<uint8_t>(c)), expect(d["fp8_e4m3fn"][c])))
         << "FP8 E4M3 code " << c;
-    EXPECT_TRUE(SameFloat(E8m0ToF32(static_cast<uint8_t>(c)), expect(d["e8m0"][c])))
+    EXPECT_TRUE(SameFloat(format::E8m0ToF32(static_cast<uint8_t>(c)), expect(d["e8m0"][c])))
         << "E8M0 code " << c;
   }
   for (int n = 0; n < 16; ++n)
-    EXPECT_TRUE(SameFloat(E2m1ToF32(static_cast<uint8_t>(n)), d["e2m1"][n].get<float>()))
+    EXPECT_TRUE(SameFloat(format::E2m1ToF32(static_cast<uint8_t>(n)), d["e2m1"][n].get<float>()))
         << "E2M1 nibble " << n;
 }
 

@@ -1,5 +1,6 @@
 // Routing: the bias steers the choice but not the weights; grouped top-k
-// keeps only the best groups; renormalization and scaling.
+// keeps only the best groups; renormalization and scaling; GPT-OSS's
+// softmax over the chosen k.
 #include "engine/model/router.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +64,26 @@ TEST(Router, SoftmaxScores) {
   Route(c, std::vector<float>{0.f, std::log(3.f), 0.f}, {}, &r);
   EXPECT_EQ(r.expert[0], 1);
   EXPECT_FLOAT_EQ(r.weight[0], 0.6f);
+}
+
+// GPT-OSS: top-k of the raw logits, then a softmax over those k only
+// (transformers' GptOssTopKRouter); ties go to the lower id.
+TEST(Router, SoftmaxOverTheChosenK) {
+  ModelConfig c = Config(6, 3, 1, 1);
+  c.softmax_topk = true;
+  c.routed_scale = 1.f;
+  const std::vector<float> logits = {0.5f, 3.f, -2.f, 3.f, 1.f, 0.9f};
+  Routing r;
+  Route(c, logits, {}, &r);
+  ASSERT_EQ(r.count, 3);
+  EXPECT_EQ(r.expert[0], 1);
+  EXPECT_EQ(r.expert[1], 3);
+  EXPECT_EQ(r.expert[2], 4);
+  const double z = 2 * std::exp(0.0) + std::exp(1.0 - 3.0);
+  EXPECT_NEAR(r.weight[0], 1.0 / z, 1e-7);
+  EXPECT_NEAR(r.weight[1], 1.0 / z, 1e-7);
+  EXPECT_NEAR(r.weight[2], std::exp(-2.0) / z, 1e-7);
+  EXPECT_NEAR(r.weight[0] + r.weight[1] + r.weight[2], 1.0, 1e-6);
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ const TensorEntry* Checkpoint::Entry(const std::string& name, const SafetensorsF
 bool Checkpoint::Has(const std::string& name) const {
   const SafetensorsFile* f;
   if (Entry(name, &f)) return true;
-  return EndsWith(name, ".weight") && Entry(name + "_packed", &f);
+  return (EndsWith(name, ".weight") && Entry(name + "_packed", &f)) || Entry(name + "_blocks", &f);
 }
 
 Result<Weight> Checkpoint::Find(const std::string& name) const {
@@ -209,6 +209,34 @@ Result<Weight> Checkpoint::Find(const std::string& name) const {
     w.scale = s;
     w.scale_file = sf;
     mark({packed, scale});
+  } else if (Entry(name + "_blocks", &f)) {
+    // GPT-OSS's layout: NAME_blocks U8 [..., rows, cols / 32, 16] and
+    // NAME_scales U8 [..., rows, cols / 32]; the same bytes, row by row, as
+    // the layout above.
+    const std::string blocks = name + "_blocks", scale = name + "_scales";
+    e = Entry(blocks, &f);
+    w.file = f;
+    w.data = e;
+    w.storage = Storage::kMxfp4;
+    w.block_rows = 1;
+    w.block_cols = 32;
+    if (e->dtype != DType::kU8 || e->shape.size() < 3 || e->shape.back() != 16)
+      return Status::Error(f->name() + ": tensor " + blocks + " is " +
+                           std::string(DTypeName(e->dtype)) + " " + ShapeText(e->shape) +
+                           ", MXFP4 blocks must be U8 [..., rows, cols / 32, 16]");
+    w.shape.assign(e->shape.begin(), e->shape.end() - 2);
+    w.shape.push_back(e->shape[e->shape.size() - 2] * 32);
+    const SafetensorsFile* sf = nullptr;
+    const TensorEntry* s = Entry(scale, &sf);
+    if (!s) return Status::Error(f->name() + ": tensor " + blocks + " has no " + scale);
+    const std::vector<int64_t> want(e->shape.begin(), e->shape.end() - 1);
+    if (s->shape != want || (s->dtype != DType::kU8 && s->dtype != DType::kF8E8M0))
+      return Status::Error(sf->name() + ": tensor " + scale + " is " +
+                           std::string(DTypeName(s->dtype)) + " " + ShapeText(s->shape) +
+                           ", the MXFP4 scales of " + blocks + " need U8 " + ShapeText(want));
+    w.scale = s;
+    w.scale_file = sf;
+    mark({blocks, scale});
   } else {
     return Status::Error("the checkpoint has no tensor " + name);
   }
@@ -273,8 +301,8 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
         const uint8_t* codes = base + row * (cols / 2);
         for (int64_t c = 0; c < cols; ++c) {
           const uint8_t b = codes[c / 2];
-          const float v = E2m1ToF32((c & 1) ? static_cast<uint8_t>(b >> 4) : b);
-          out[r * cols + c] = v * E8m0ToF32(sb[row * scale_cols + c / 32]);
+          const float v = format::E2m1ToF32((c & 1) ? static_cast<uint8_t>(b >> 4) : b);
+          out[r * cols + c] = v * format::E8m0ToF32(sb[row * scale_cols + c / 32]);
         }
       }
       break;
@@ -285,6 +313,25 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
       return Status::Error(w.where() + ": row " + std::to_string(first + i / cols) +
                            " holds a value that is not finite");
   }
+  return Status::Ok();
+}
+
+Status Checkpoint::ReadMxfp4Row(const Weight& w, int64_t row, uint8_t* codes,
+                                uint8_t* scales) const {
+  if (w.storage != Storage::kMxfp4)
+    return Status::Error(w.where() + " is " + w.describe() + ", not MXFP4");
+  if (row < 0 || row >= w.rows || w.cols % 32 != 0)
+    return Status::Error(w.where() + ": row " + std::to_string(row) + " of " +
+                         std::to_string(w.rows));
+  const int64_t blocks = w.cols / 32;
+  std::memcpy(codes, w.file->Bytes(*w.data).data() + row * (w.cols / 2),
+              static_cast<size_t>(w.cols / 2));
+  std::memcpy(scales, w.scale_file->Bytes(*w.scale).data() + row * blocks,
+              static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b)
+    if (scales[b] == 255)
+      return Status::Error(w.where() + ": row " + std::to_string(row) +
+                           " has the E8M0 scale 255 (NaN)");
   return Status::Ok();
 }
 

@@ -7,7 +7,9 @@
 //   FP8 block  NAME in F8_E4M3 with NAME_scale_inv ([ceil(rows/128)][ceil(cols/128)]
 //              float32 or bf16; the block from config.quantization_config.weight_block_size)
 //   MXFP4      BASE.weight_packed (U8, [rows][cols/2]) and BASE.weight_scale (U8 or
-//              F8_E8M0, [rows][cols/32]) for NAME = BASE.weight
+//              F8_E8M0, [rows][cols/32]) for NAME = BASE.weight; or, as GPT-OSS
+//              ships its experts, NAME_blocks (U8 [..., rows, cols/32, 16]) and
+//              NAME_scales (U8 [..., rows, cols/32])
 // and decoded to float32 rows. Every shard, tensor entry and scale shape is
 // checked before use; errors name the file and the tensor.
 #pragma once
@@ -61,6 +63,9 @@ class Checkpoint {
   // Rows [first, first + n) of `w` as float32, n * w.cols values. Refuses a
   // value that is not finite, naming the tensor and the row. Thread-safe.
   Status ReadRows(const Weight& w, int64_t first, int64_t n, float* out) const;
+  // Row `row` of an MXFP4 weight as stored: cols / 2 code bytes (low nibble
+  // first) and cols / 32 E8M0 scales. Refuses scale 255 (NaN). Thread-safe.
+  Status ReadMxfp4Row(const Weight& w, int64_t row, uint8_t* codes, uint8_t* scales) const;
   // Drops the pages `w` occupies from this process (they stay cached).
   void Release(const Weight& w) const;
   // Starts reading `w` in ahead of ReadRows (SafetensorsFile::Prefetch).

@@ -103,7 +103,7 @@ Status WriteAtomically(const std::string& dir, const std::string& name, const st
 struct Plan {
   std::vector<TensorSpec> trunk;
   std::vector<Weight> trunk_src;              // [trunk.size()]
-  std::vector<std::vector<Weight>> experts;   // [n_layers][experts * 3], empty for dense layers
+  std::vector<std::vector<ExpertMatrix>> experts;  // [n_layers][experts * 3], empty for dense layers
   std::vector<uint64_t> layer_source_bytes;   // [n_layers]
 };
 
@@ -119,7 +119,7 @@ Status CheckShape(const Weight& w, const std::vector<int64_t>& want, bool by_cou
   return Status::Ok();
 }
 
-Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm) {
+Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm, Fmt expert_fmt) {
   Plan p;
   const ModelConfig& c = sm.shape;
   p.trunk = TrunkSpec(c);
@@ -131,17 +131,20 @@ Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm) {
   }
   p.experts.resize(c.n_layers);
   p.layer_source_bytes.assign(c.n_layers, 0);
-  const std::vector<int64_t> want[3] = {
-      {c.moe_inter, c.hidden}, {c.moe_inter, c.hidden}, {c.hidden, c.moe_inter}};
   for (int L = 0; L < c.n_layers; ++L) {
     if (!c.is_moe_layer(L)) continue;
     for (int e = 0; e < c.n_experts; ++e) {
       for (int m = 0; m < 3; ++m) {
-        auto w = ck.Find(sm.ExpertName(L, e, m));
-        if (!w.ok()) return w.status();
-        WASTE_RETURN_IF_ERROR(CheckShape(*w, want[m], false));
-        p.layer_source_bytes[L] += StoredBytes(*w);
-        p.experts[L].push_back(std::move(*w));
+        auto x = sm.FindExpert(ck, L, e, m);
+        if (!x.ok()) return x.status();
+        if (expert_fmt == Fmt::kMXFP4 && x->weight.storage != Storage::kMxfp4)
+          return Status::Error("--expert-format mxfp4 keeps the checkpoint's MXFP4 experts bit "
+                               "for bit, and " + x->weight.where() + " is " +
+                               x->weight.describe());
+        // Its share of the tensor (a fused tensor holds every expert).
+        p.layer_source_bytes[L] += StoredBytes(x->weight) * static_cast<uint64_t>(x->rows) /
+                                   static_cast<uint64_t>(x->weight.rows);
+        p.experts[L].push_back(std::move(*x));
       }
     }
   }
@@ -294,9 +297,9 @@ Result<std::vector<float>> Converter::FitCodebooks(const ExpertQuant& q, int L) 
     std::vector<float> vectors, w(static_cast<size_t>(rows * cols));
     for (int k = 0; k < sample; ++k) {
       const int e = static_cast<int>(static_cast<int64_t>(k) * c.n_experts / sample);
-      const Weight& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
-      ck_.Prefetch(src);
-      WASTE_RETURN_IF_ERROR(ck_.ReadRows(src, 0, rows, w.data()));
+      const ExpertMatrix& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
+      ck_.Prefetch(src.weight);
+      WASTE_RETURN_IF_ERROR(SourceModel::ReadExpert(ck_, src, w.data()));
       AppendNormalizedVectors(w.data(), rows, cols, step, &vectors);
     }
     VqFitOptions fit = o_.fit;
@@ -331,15 +334,34 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
   // too, so the reads are large and overlap the arithmetic.
   WASTE_RETURN_IF_ERROR(w.WriteBank(L, [&](int e, std::span<uint8_t> rec) {
     for (int k = e; k < std::min(e + 2, c.n_experts); ++k)
-      for (int m = 0; m < 3; ++m) ck_.Prefetch(p_.experts[L][static_cast<size_t>(k) * 3 + m]);
+      for (int m = 0; m < 3; ++m)
+        ck_.Prefetch(p_.experts[L][static_cast<size_t>(k) * 3 + m].weight);
     std::vector<float> buf;
     std::array<std::vector<uint8_t>, 3> idx;
     std::array<std::vector<uint16_t>, 3> sc;
+    uint8_t* fp4_scales = rec.data() + lay.scales_off;
     for (int m = 0; m < 3; ++m) {
-      const Weight& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
+      const ExpertMatrix& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
       const int64_t rows = lay.rows[m], cols = lay.cols[m];
+      // A fused tensor (every expert's rows in one) is released after the layer.
+      const bool own_tensor = src.rows == src.weight.rows;
+      if (q.fmt == Fmt::kMXFP4) {  // the checkpoint's bytes, row by row
+        uint8_t* codes = rec.data() + lay.matrix_off[m];
+        const int64_t blocks = cols / format::kMxfp4Block;
+        for (int64_t r = 0; r < rows; ++r) {
+          const Status st = ck_.ReadMxfp4Row(src.weight, src.first + r * src.step,
+                                             codes + r * (cols / 2), fp4_scales + r * blocks);
+          if (!st.ok()) {
+            err.Set(st);
+            return;
+          }
+        }
+        fp4_scales += rows * blocks;
+        if (own_tensor) ck_.Release(src.weight);
+        continue;
+      }
       buf.resize(static_cast<size_t>(rows * cols));
-      const Status st = ck_.ReadRows(src, 0, rows, buf.data());
+      const Status st = SourceModel::ReadExpert(ck_, src, buf.data());
       if (!st.ok()) {
         err.Set(st);
         return;
@@ -361,10 +383,23 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
                             q.entries, o_.fit.isa, idx[m].data(), sc[m].data());
       }
       rel[static_cast<size_t>(e) * 3 + m] = qe.relative();
-      ck_.Release(src);
+      if (own_tensor) ck_.Release(src.weight);
     }
     if (!q.lossless())
       EncodeRecordPayload(lay, q, {idx[0], idx[1], idx[2]}, {sc[0], sc[1], sc[2]}, rec);
+    if (lay.bias_off) {  // float32, after the scales (format/layout.h)
+      uint8_t* dst = rec.data() + lay.bias_off;
+      for (int m = 0; m < 3; ++m) {
+        buf.resize(static_cast<size_t>(lay.rows[m]));
+        const Status st = sm_.ReadExpertBias(ck_, L, e, m, buf.data());
+        if (!st.ok()) {
+          err.Set(st);
+          return;
+        }
+        std::memcpy(dst, buf.data(), buf.size() * 4);
+        dst += buf.size() * 4;
+      }
+    }
     const int n = ++done;
     std::lock_guard<std::mutex> lock(say_mu);
     if (Since(last_say) > 5.0 && n < c.n_experts) {
@@ -377,6 +412,8 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
     }
   }));
   WASTE_RETURN_IF_ERROR(err.Get());
+  for (const ExpertMatrix& x : p_.experts[L])
+    if (x.rows != x.weight.rows) ck_.Release(x.weight);
   out->layer = L;
   out->experts = c.n_experts;
   out->source_bytes = p_.layer_source_bytes[L];
@@ -396,19 +433,24 @@ Result<format::Fmt> ParseExpertFormat(std::string_view name) {
   if (n == "vq3r") return Fmt::kVQ3R;
   if (n == "vq2r") return Fmt::kVQ2R;
   if (n == "vq4p") return Fmt::kVQ4P;
-  return Status::Error("expert format \"" + std::string(name) + "\" (bf16, vq3r, vq2r, vq4p)");
+  if (n == "mxfp4") return Fmt::kMXFP4;
+  return Status::Error("expert format \"" + std::string(name) +
+                       "\" (bf16, mxfp4, vq3r, vq2r, vq4p)");
 }
 
 Result<ConvertSummary> Convert(const ConvertOptions& o) {
   const auto t0 = Clock::now();
-  const int trunk_bits = o.trunk_bits ? o.trunk_bits : o.expert_fmt == Fmt::kBF16R ? 16 : 4;
+  const int trunk_bits = o.trunk_bits                  ? o.trunk_bits
+                         : o.expert_fmt == Fmt::kBF16R ? 16
+                         : o.expert_fmt == Fmt::kMXFP4 ? 16
+                                                       : 4;
   if (trunk_bits != 4 && trunk_bits != 8 && trunk_bits != 16)
     return Status::Error("trunk bits must be 4, 8 or 16");
   auto ck = Checkpoint::Open(o.src);
   if (!ck.ok()) return ck.status();
   auto sm = MapSource((*ck)->config());
   if (!sm.ok()) return sm.status();
-  auto plan = MakePlan(**ck, *sm);
+  auto plan = MakePlan(**ck, *sm, o.expert_fmt);
   if (!plan.ok()) return plan.status();
   auto tok = ImportTokenizer(o.src, *sm);
   if (!tok.ok()) return tok.status();

@@ -32,7 +32,7 @@ struct ConvertOptions {
   int jobs = 2;
   format::Fmt expert_fmt = format::Fmt::kVQ3R;
   // Bulk of the trunk: 4 (Q4G), 8 (Q8G) or 16 (BF16); 0 picks 16 for BF16R
-  // experts (a lossless container) and 4 otherwise. The embedding table and
+  // and MXFP4 experts (a lossless container) and 4 otherwise. The embedding table and
   // LM head are Q8G unless 16; norms and routers are always F32.
   int trunk_bits = 0;
   bool resume = false;
@@ -75,7 +75,7 @@ struct ConvertSummary {
 
 Result<ConvertSummary> Convert(const ConvertOptions& o);
 
-// Parses --expert-format: bf16, vq3r, vq2r, vq4p (any case).
+// Parses --expert-format: bf16, mxfp4, vq3r, vq2r, vq4p (any case).
 Result<format::Fmt> ParseExpertFormat(std::string_view name);
 
 inline constexpr const char* kStateFile = "convert-state.json";

@@ -1,26 +1,101 @@
 #include "engine/convert/source_model.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace waste::convert {
 
 using nlohmann::json;
 
 std::string SourceModel::TrunkName(const std::string& name) const {
   if (family == Family::kKimiLinear) return name;
+  if (family == Family::kGptOss) {
+    const std::string gate = ".block_sparse_moe.gate.";
+    const size_t at = name.find(gate);
+    if (at == std::string::npos) return name;
+    return name.substr(0, at) + ".mlp.router." + name.substr(at + gate.size());
+  }
   const std::string moe = ".block_sparse_moe.";
   const size_t at = name.find(moe);
   if (at == std::string::npos) return name;
   return name.substr(0, at) + ".mlp." + name.substr(at + moe.size());
 }
 
-std::string SourceModel::ExpertName(int layer, int expert, int matrix) const {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, int expert,
+                                             int matrix) const {
+  const ModelConfig& c = shape;
+  const int64_t rows = matrix == 2 ? c.hidden : c.moe_inter;
+  const int64_t cols = matrix == 2 ? c.moe_inter : c.hidden;
   const std::string p = "model.layers." + std::to_string(layer);
-  if (family == Family::kKimiLinear) {
+  ExpertMatrix m;
+  m.rows = rows;
+  std::vector<int64_t> want = {rows, cols};
+  std::string name;
+  if (family == Family::kGptOss) {
+    name = p + ".mlp.experts." + (matrix == 2 ? "down_proj" : "gate_up_proj");
+    const int64_t per = matrix == 2 ? rows : 2 * rows;  // rows of one expert in the fused tensor
+    want = {c.n_experts, per, cols};
+    m.first = expert * per + (matrix == 1 ? 1 : 0);
+    m.step = matrix == 2 ? 1 : 2;
+  } else if (family == Family::kKimiLinear) {
     static const char* kimi[3] = {"w1", "w3", "w2"};
-    return p + ".block_sparse_moe.experts." + std::to_string(expert) + "." + kimi[matrix] +
+    name = p + ".block_sparse_moe.experts." + std::to_string(expert) + "." + kimi[matrix] +
            ".weight";
+  } else {
+    static const char* ds[3] = {"gate_proj", "up_proj", "down_proj"};
+    name = p + ".mlp.experts." + std::to_string(expert) + "." + ds[matrix] + ".weight";
   }
-  static const char* ds[3] = {"gate_proj", "up_proj", "down_proj"};
-  return p + ".mlp.experts." + std::to_string(expert) + "." + ds[matrix] + ".weight";
+  auto w = ck.Find(name);
+  if (!w.ok()) return w.status();
+  if (family == Family::kGptOss && w->storage != Storage::kMxfp4)
+    return Status::Error(w->where() + " is " + w->describe() +
+                         ": GPT-OSS experts are read in the released MXFP4 layout (" + name +
+                         "_blocks and _scales), not dequantized");
+  if (w->shape != want)
+    return Status::Error(w->where() + " is " + w->describe() + ", the config needs " +
+                         ShapeText(want));
+  m.weight = std::move(*w);
+  return m;
+}
+
+Status SourceModel::ReadExpert(const Checkpoint& ck, const ExpertMatrix& m, float* out) {
+  if (m.step == 1) return ck.ReadRows(m.weight, m.first, m.rows, out);
+  for (int64_t i = 0; i < m.rows; ++i)
+    WASTE_RETURN_IF_ERROR(ck.ReadRows(m.weight, m.first + i * m.step, 1, out + i * m.weight.cols));
+  return Status::Ok();
+}
+
+Status SourceModel::ReadExpertBias(const Checkpoint& ck, int layer, int expert, int matrix,
+                                   float* out) const {
+  const ModelConfig& c = shape;
+  if (family != Family::kGptOss)
+    return Status::Error("only GPT-OSS checkpoints have expert biases");
+  const std::string name = "model.layers." + std::to_string(layer) + ".mlp.experts." +
+                           (matrix == 2 ? "down_proj_bias" : "gate_up_proj_bias");
+  auto w = ck.Find(name);
+  if (!w.ok()) return w.status();
+  const int64_t per = matrix == 2 ? c.hidden : 2 * c.moe_inter;
+  if (w->shape != std::vector<int64_t>{c.n_experts, per})
+    return Status::Error(w->where() + " is " + w->describe() + ", the config needs " +
+                         ShapeText({c.n_experts, per}));
+  std::vector<float> row(static_cast<size_t>(per));
+  WASTE_RETURN_IF_ERROR(ck.ReadRows(*w, expert, 1, row.data()));
+  if (matrix == 2) {
+    std::copy(row.begin(), row.end(), out);
+  } else {
+    for (int64_t i = 0; i < c.moe_inter; ++i) out[i] = row[static_cast<size_t>(2 * i + matrix)];
+  }
+  return Status::Ok();
 }
 
 Result<SourceModel> MapSource(const json& in) {
@@ -36,10 +111,12 @@ Result<SourceModel> MapSource(const json& in) {
     s.family = Family::kQwen3Moe;
   } else if (type == "glm4_moe") {
     s.family = Family::kGlm4Moe;
+  } else if (type == "gpt_oss") {
+    s.family = Family::kGptOss;
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
-                         "kimi_linear, qwen3_moe, glm4_moe)");
+                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss)");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: a nested text_config (a multimodal wrapper) is not supported");
@@ -51,7 +128,8 @@ Result<SourceModel> MapSource(const json& in) {
     return Status::Error("config.json: hidden_act " + act->dump() + " is not implemented (silu)");
   // MLA rotates interleaved pairs; GQA's families rotate half the dims
   // against the other half, whatever the key says.
-  const bool gqa = s.family == Family::kQwen3Moe || s.family == Family::kGlm4Moe;
+  const bool gqa = s.family == Family::kQwen3Moe || s.family == Family::kGlm4Moe ||
+                   s.family == Family::kGptOss;
   if (auto ri = c.find("rope_interleave");
       !gqa && ri != c.end() && ri->is_boolean() && !ri->get<bool>())
     return Status::Error(

@@ -10,6 +10,11 @@
 //     DeepSeek's and GLM's num_nextn_predict_layers): not used
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
 //     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
+//   GPT-OSS (model_type gpt_oss), its experts fused per layer, in MXFP4:
+//     model.layers.L.mlp.experts.gate_up_proj_{blocks,scales} [E][2 * inter]...:
+//       gate the even rows, up the odd ones; gate_up_proj_bias [E][2 * inter] likewise
+//     model.layers.L.mlp.experts.down_proj_{blocks,scales}, down_proj_bias [E][hidden]
+//     model.layers.L.mlp.router.{weight,bias} -> model.layers.L.block_sparse_moe.gate.*
 //   Everything else has the container's name (engine/format/model_config.h, TrunkSpec).
 #pragma once
 
@@ -18,12 +23,21 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "engine/convert/checkpoint.h"
 #include "engine/format/model_config.h"
 
 namespace waste::convert {
 
-// Whose tensor names: Kimi-Linear's are Moonshot's, the others DeepSeek's.
-enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe };
+// Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, the
+// others DeepSeek's.
+enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss };
+
+// Where matrix m of a routed expert lies in the checkpoint: rows
+// first + i * step of `weight`, i < rows, each of the matrix's width.
+struct ExpertMatrix {
+  Weight weight;
+  int64_t first = 0, step = 1, rows = 0;
+};
 
 struct SourceModel {
   Family family = Family::kDeepseekV3;
@@ -32,8 +46,14 @@ struct SourceModel {
 
   // The checkpoint's name for a trunk tensor of the container.
   std::string TrunkName(const std::string& container_name) const;
-  // The checkpoint's name for matrix m (0 gate, 1 up, 2 down) of routed expert e.
-  std::string ExpertName(int layer, int expert, int matrix) const;
+  // Matrix m (0 gate, 1 up, 2 down) of routed expert e, found and its shape
+  // checked against the config.
+  Result<ExpertMatrix> FindExpert(const Checkpoint& ck, int layer, int expert, int matrix) const;
+  // Its rows as float32, rows * cols values.
+  static Status ReadExpert(const Checkpoint& ck, const ExpertMatrix& m, float* out);
+  // The biases of matrix m's rows of expert e (shape.expert_bias), as float32.
+  Status ReadExpertBias(const Checkpoint& ck, int layer, int expert, int matrix,
+                        float* out) const;
 };
 
 // Reads a config.json. Normalized for the container: transformers 5's

@@ -27,6 +27,16 @@ void DecodeExpertMatrix(const Container& ct, int layer, const uint8_t* rec, int 
   const RecordLayout& lay = ct.record_layout();
   const int64_t rows = lay.rows[m], cols = lay.cols[m];
   const uint8_t* base = rec + lay.matrix_off[m];
+  if (q.fmt == Fmt::kMXFP4) {
+    const uint8_t* scales = rec + lay.scales_off;
+    for (int k = 0; k < m; ++k) scales += lay.rows[k] * (lay.cols[k] / format::kMxfp4Block);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint8_t b = base[i / 2];
+      out[i] = format::E2m1ToF32(static_cast<uint8_t>((i & 1) ? b >> 4 : b)) *
+               format::E8m0ToF32(scales[i / format::kMxfp4Block]);
+    }
+    return;
+  }
   if (q.lossless()) {
     for (int64_t i = 0; i < rows * cols; ++i) out[i] = format::Bf16ToF32(U16(base + 2 * i));
     return;
@@ -162,21 +172,28 @@ Result<VerifyReport> Verify(const VerifyOptions& o) {
         got.resize(static_cast<size_t>(n));
         want.resize(static_cast<size_t>(n));
         DecodeExpertMatrix(*ct, b.layer, rec.data(), m, got.data());
-        auto w = ck->Find(sm.ExpertName(b.layer, e, m));
+        auto w = sm.FindExpert(*ck, b.layer, e, m);
         if (!w.ok()) {
           rep.problems.push_back(w.status().message());
           continue;
         }
-        if (w->rows != lay.rows[m] || w->cols != lay.cols[m]) {
-          rep.problems.push_back(w->where() + " has another shape than the container's");
-          continue;
-        }
-        if (Status st = ck->ReadRows(*w, 0, w->rows, want.data()); !st.ok()) {
+        if (Status st = SourceModel::ReadExpert(*ck, *w, want.data()); !st.ok()) {
           rep.problems.push_back(st.message());
           continue;
         }
-        ck->Release(*w);
-        const double r = RelError(got.data(), want.data(), n);
+        if (w->rows == w->weight.rows) ck->Release(w->weight);
+        double r = RelError(got.data(), want.data(), n);
+        if (lay.bias_off) {  // biases are kept exactly: any difference is an error
+          int64_t at = 0;
+          for (int k = 0; k < m; ++k) at += lay.rows[k];
+          want.resize(static_cast<size_t>(lay.rows[m]));
+          if (Status st = sm.ReadExpertBias(*ck, b.layer, e, m, want.data()); !st.ok()) {
+            rep.problems.push_back(st.message());
+            continue;
+          }
+          if (std::memcmp(want.data(), rec.data() + lay.bias_off + 4 * at, want.size() * 4) != 0)
+            r = std::max(r, 1.0);
+        }
         vl.mean_rel_error += r;
         vl.max_rel_error = std::max(vl.max_rel_error, r);
         ++compared;

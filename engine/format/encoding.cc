@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace waste::format {
 
@@ -144,6 +145,17 @@ uint32_t Crc32(std::span<const uint8_t> bytes) {
     n -= chunk;
   }
   return static_cast<uint32_t>(crc);
+}
+
+float E2m1ToF32(uint8_t nibble) {
+  static constexpr float kMagnitude[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const float m = kMagnitude[nibble & 7];
+  return (nibble & 8) ? -m : m;
+}
+
+float E8m0ToF32(uint8_t code) {
+  if (code == 255) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.f, static_cast<int>(code) - 127);
 }
 
 }  // namespace waste::format

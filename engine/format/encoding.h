@@ -1,5 +1,5 @@
-// Scalar encode and decode of the trunk formats (F16, BF16, Q8G, Q4G, Q3G)
-// and of VQ4P's packed indices. These are the reference definitions: the
+// Scalar encode and decode of the trunk formats (F16, BF16, Q8G, Q4G, Q3G),
+// of VQ4P's packed indices and of MXFP4's codes and scales. These are the reference definitions: the
 // writer encodes with them, tests decode with them, and every SIMD kernel
 // is checked against them.
 #pragma once
@@ -61,6 +61,13 @@ inline void UnpackVq4(const uint8_t b[3], uint8_t s[4]) {
   s[2] = static_cast<uint8_t>((b[1] >> 4) | ((b[2] & 3) << 4));
   s[3] = b[2] >> 2;
 }
+
+// MXFP4 (OCP microscaling): E2M1 values, two per byte, low nibble first
+// (column 2i in the low nibble of byte i), one E8M0 scale per 32 values of a
+// row: 2^(e - 127), 255 is NaN.
+float E2m1ToF32(uint8_t nibble);  // the low 4 bits
+float E8m0ToF32(uint8_t code);
+inline constexpr int kMxfp4Block = 32;  // values per E8M0 scale
 
 uint32_t Crc32(std::span<const uint8_t> bytes);  // zlib's crc32, as the format defines it
 

@@ -24,6 +24,8 @@ std::string_view FmtName(Fmt f) {
       return "VQ4P";
     case Fmt::kBF16R:
       return "BF16R";
+    case Fmt::kMXFP4:
+      return "MXFP4";
   }
   return "?";
 }
@@ -32,7 +34,7 @@ bool IsTrunkFmt(int f) {
   return f == 0 || f == 1 || f == 2 || f == 3 || f == 7;
 }
 bool IsExpertFmt(int f) {
-  return f == 4 || f == 5 || f == 8 || f == 9;
+  return f == 4 || f == 5 || f == 8 || f == 9 || f == 10;
 }
 
 }  // namespace waste::format

@@ -36,11 +36,15 @@ enum class Fmt : uint8_t {
   // row-major bfloat16, no row scales, no codebooks. Lossless for a
   // BF16 checkpoint, so a container can be compared exactly with its source.
   kBF16R = 9,
+  // Experts, this project's extension: each matrix as the checkpoint's MXFP4
+  // (E2M1 codes, one E8M0 scale per 32 values of a row), kept bit for bit;
+  // no codebooks. docs/FORMAT.md has the record's layout.
+  kMXFP4 = 10,
 };
 
 std::string_view FmtName(Fmt f);
 bool IsTrunkFmt(int fmt);   // F32, F16, Q8G, Q4G, Q3G
-bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R
+bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R, MXFP4
 
 // Record flag bits (WARP's WF_*).
 inline constexpr uint8_t kFlagBf16 = 1u << 0;     // f16 payloads are bf16: not implemented, refused
@@ -49,9 +53,11 @@ inline constexpr uint8_t kFlagHotHint = 1u << 2;  // the converter marked it hot
 
 // Header of one expert record in experts-L{n}.bin. The record is
 //   header | gate indices | up indices | down indices | f16 row scales | zero pad to 4 KiB
-// (BF16R: header | gate | up | down, each [rows][cols] bfloat16 | zero pad; no scales)
-// and crc32 (zlib's) covers the bytes from the end of the header to the end of
-// the scales.
+// (BF16R: header | gate | up | down, each [rows][cols] bfloat16 | zero pad; no scales;
+//  MXFP4: header | gate | up | down codes | E8M0 scales of gate, up, down | zero pad)
+// then, when the config gives the experts biases, float32 biases of gate, up
+// and down after the scales; crc32 (zlib's) covers the bytes from the end of
+// the header to the end of the biases (or scales).
 struct ExpertHeader {
   uint32_t magic;      // kMagicExpert
   uint16_t layer;      // must be the bank's layer
@@ -65,7 +71,7 @@ struct ExpertHeader {
   uint32_t gate_off;       // offsets are relative to the record start
   uint32_t up_off;
   uint32_t down_off;
-  uint32_t scales_off;  // one f16 per output row of gate, up, down
+  uint32_t scales_off;  // one f16 per output row of gate, up, down (MXFP4: its E8M0 scales)
   uint32_t crc32;
   uint32_t reserved1[2];
 };

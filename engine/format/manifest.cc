@@ -56,18 +56,22 @@ Status GetSmallInt(const json& o, const std::string& where, const char* key, int
 Status ParseExpertQuant(const json& j, ExpertQuant* q) {
   if (!j.is_object()) return Status::Error("expert_quant is missing or not an object");
   const std::string w = "expert_quant";
-  if (auto f = j.find("fmt"); f != j.end() && f->is_string() && f->get<std::string>() == "BF16R") {
-    // This project's lossless extension: only one shape of it exists.
-    *q = ExpertQuant::For(Fmt::kBF16R);
+  if (auto f = j.find("fmt"); f != j.end() && f->is_string() &&
+                              (f->get<std::string>() == "BF16R" || f->get<std::string>() == "MXFP4")) {
+    // This project's lossless extensions: only one shape of each exists.
+    const std::string name = f->get<std::string>();
+    *q = ExpertQuant::For(name == "BF16R" ? Fmt::kBF16R : Fmt::kMXFP4);
     int stages, vec_dim, entries, block, bits;
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 0, 8, &stages));
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "vec_dim", 1, 64, &vec_dim));
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "entries", 0, 256, &entries));
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_block", 0, 4096, &block, 0));
-    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_bits", 6, 16, &bits));
-    if (stages != 0 || vec_dim != 8 || entries != 0 || block != 0 || bits != 16)
-      return Status::Error(
-          "expert_quant: BF16R needs stages 0, vec_dim 8, entries 0, index_block 0, index_bits 16");
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_bits", 4, 16, &bits));
+    if (stages != 0 || vec_dim != q->vec_dim || entries != 0 || block != 0 ||
+        bits != q->index_bits)
+      return Status::Error("expert_quant: " + name + " needs stages 0, vec_dim " +
+                           std::to_string(q->vec_dim) + ", entries 0, index_block 0, index_bits " +
+                           std::to_string(q->index_bits));
     return Status::Ok();
   }
   WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 1, 8, &q->stages));
@@ -277,6 +281,9 @@ ExpertQuant ExpertQuant::For(Fmt fmt) {
   if (fmt == Fmt::kVQ2R) q.stages = 2;
   if (fmt == Fmt::kVQ4P) q.stages = 4, q.entries = 64, q.index_bits = 6;
   if (fmt == Fmt::kBF16R) q.stages = 0, q.entries = 0, q.index_block = 0, q.index_bits = 16;
+  if (fmt == Fmt::kMXFP4)
+    q.stages = 0, q.vec_dim = format::kMxfp4Block, q.entries = 0, q.index_block = 0,
+    q.index_bits = 4;
   return q;
 }
 
@@ -299,7 +306,20 @@ Result<RecordLayout> RecordLayout::For(const ModelConfig& c, const ExpertQuant& 
     off += static_cast<uint64_t>(r.index_bytes(m, q));
   }
   r.scales_off = static_cast<uint32_t>(off);
-  if (!q.lossless()) off += 2 * static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
+  const uint64_t all_rows = static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
+  if (q.fmt == format::Fmt::kMXFP4) {
+    if (c.hidden % format::kMxfp4Block != 0 || c.moe_inter % format::kMxfp4Block != 0)
+      return Status::Error("config: MXFP4 experts need hidden and expert widths that are "
+                           "multiples of 32 (the scale's block)");
+    for (int m = 0; m < format::kMatrices; ++m)
+      off += static_cast<uint64_t>(r.rows[m] * (r.cols[m] / format::kMxfp4Block));
+  } else if (!q.lossless()) {
+    off += 2 * all_rows;
+  }
+  if (c.expert_bias) {
+    r.bias_off = static_cast<uint32_t>(off);
+    off += 4 * all_rows;
+  }
   const uint64_t padded = (off + format::kAlign - 1) / format::kAlign * format::kAlign;
   if (padded > (uint64_t{1} << 31))
     return Status::Error("config: one expert record would be " + std::to_string(padded) +

@@ -69,7 +69,8 @@ const char* Either(const json& c, std::initializer_list<const char*> keys) {
 constexpr int64_t kMaxDim = 1 << 20;
 
 Status ReadLayerKinds(const json& c, ModelConfig* m) {
-  const bool gqa = m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe;
+  const bool gqa =
+      m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe || m->arch == Arch::kGptOss;
   m->layer_kind.assign(m->n_layers, gqa ? LayerKind::kGqa : LayerKind::kMla);
   const auto lac = c.find("linear_attn_config");
   if (lac == c.end() || lac->is_null()) {
@@ -126,9 +127,12 @@ Status ReadRope(const json& c, ModelConfig* m) {
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "beta_slow", 1e-6, 1e6, &y.beta_slow, 1, w));
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "mscale", 0, 1e3, &y.mscale, 1, w));
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "mscale_all_dim", 0, 1e3, &y.mscale_all_dim, 0, w));
-  for (const char* k : {"attention_factor", "truncate"})
-    if (rs->contains(k) && !(*rs)[k].is_null())
-      return Status::Error(std::string(w) + k + " is not implemented");
+  if (rs->contains("attention_factor") && !(*rs)["attention_factor"].is_null())
+    return Status::Error(std::string(w) + "attention_factor is not implemented");
+  if (auto t = rs->find("truncate"); t != rs->end() && !t->is_null()) {
+    if (!t->is_boolean()) return Status::Error(std::string(w) + "truncate is not true or false");
+    y.truncate = t->get<bool>();
+  }
   return Status::Ok();
 }
 
@@ -145,7 +149,8 @@ Status ReadGqa(const json& c, ModelConfig* m) {
   m->rotary_dim = static_cast<int>(m->head_dim * partial);  // as HF truncates it
   if (m->rotary_dim % 2 != 0)
     return Status::Error("config.partial_rotary_factor gives an odd rotary width");
-  WASTE_RETURN_IF_ERROR(GetBool(c, "attention_bias", &m->attn_bias, false));
+  WASTE_RETURN_IF_ERROR(
+      GetBool(c, "attention_bias", &m->attn_bias, m->arch == Arch::kGptOss));  // HF's defaults
   // Qwen3 always norms q and k; GLM-4.5 when use_qk_norm says so.
   if (m->arch == Arch::kQwen3Moe)
     m->qk_norm = true;
@@ -154,6 +159,30 @@ Status ReadGqa(const json& c, ModelConfig* m) {
   bool sliding = false;
   WASTE_RETURN_IF_ERROR(GetBool(c, "use_sliding_window", &sliding, false));
   if (sliding) return Status::Error("config.use_sliding_window is not implemented");
+  m->attn_window.assign(m->n_layers, 0);
+  if (m->arch == Arch::kGptOss) {
+    // Sinks and the o_proj bias always; the window on the sliding layers.
+    m->sinks = true;
+    m->o_bias = m->attn_bias;
+    int window = 0;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "sliding_window", 0, 1 << 24, &window, 0));
+    const auto lt = c.find("layer_types");
+    const bool listed = lt != c.end() && !lt->is_null();
+    if (listed && (!lt->is_array() || static_cast<int>(lt->size()) != m->n_layers))
+      return Status::Error("config.layer_types is not a list of num_hidden_layers entries");
+    for (int L = 0; L < m->n_layers; ++L) {
+      // transformers' default: sliding on the even layers
+      std::string type = L % 2 == 0 ? "sliding_attention" : "full_attention";
+      if (listed) type = (*lt)[L].is_string() ? (*lt)[L].get<std::string>() : "";
+      if (type != "sliding_attention" && type != "full_attention")
+        return Status::Error("config.layer_types[" + std::to_string(L) + "] is not " +
+                             "sliding_attention or full_attention");
+      if (type == "sliding_attention") {
+        if (window < 1) return Status::Error("config.sliding_window is missing for layer_types");
+        m->attn_window[L] = window;
+      }
+    }
+  }
   return ReadRope(c, m);
 }
 
@@ -169,6 +198,8 @@ std::string_view ArchName(Arch a) {
       return "qwen3_moe";
     case Arch::kGlm4Moe:
       return "glm4_moe";
+    case Arch::kGptOss:
+      return "gpt_oss";
   }
   return "?";
 }
@@ -210,10 +241,12 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     m.arch = Arch::kQwen3Moe;
   } else if (m.model_type == "glm4_moe") {
     m.arch = Arch::kGlm4Moe;
+  } else if (m.model_type == "gpt_oss") {
+    m.arch = Arch::kGptOss;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, deepseek_v3, kimi_k2, qwen3_moe, "
-                         "glm4_moe)");
+                         "glm4_moe, gpt_oss)");
   }
   m.architecture = m.model_type;
   if (auto a = c.find("architectures");
@@ -231,8 +264,11 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   WASTE_RETURN_IF_ERROR(GetInt(c, "eos_token_id", -1, m.vocab - 1, &m.eos_token, -1));
 
   // Feed-forward and routing.
-  WASTE_RETURN_IF_ERROR(GetInt(c, "intermediate_size", 0, kMaxDim, &m.dense_inter, 0));
-  WASTE_RETURN_IF_ERROR(GetInt(c, "moe_intermediate_size", 0, kMaxDim, &m.moe_inter, 0));
+  // GPT-OSS has no dense layers: its intermediate_size is the experts'.
+  WASTE_RETURN_IF_ERROR(GetInt(c, "intermediate_size", 0, kMaxDim,
+                               m.arch == Arch::kGptOss ? &m.moe_inter : &m.dense_inter, 0));
+  if (m.arch != Arch::kGptOss)
+    WASTE_RETURN_IF_ERROR(GetInt(c, "moe_intermediate_size", 0, kMaxDim, &m.moe_inter, 0));
   WASTE_RETURN_IF_ERROR(
       GetInt(c, Either(c, {"num_experts", "n_routed_experts", "num_local_experts"}), 0, 1 << 16, &m.n_experts, 0));
   WASTE_RETURN_IF_ERROR(
@@ -263,7 +299,17 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   // Qwen3-MoE's router is a softmax and has no correction bias; the others
   // say which in scoring_func, and have one.
   std::string scoring = m.arch == Arch::kQwen3Moe ? "softmax" : "sigmoid";
-  m.router_bias = m.arch != Arch::kQwen3Moe;
+  m.router_bias = m.arch != Arch::kQwen3Moe && m.arch != Arch::kGptOss;
+  if (m.arch == Arch::kGptOss) {
+    // GPT-OSS: a biased router, softmax over the chosen k; biased experts
+    // with the clamped SwiGLU.
+    m.router_logit_bias = m.softmax_topk = m.expert_bias = true;
+    double limit, alpha;
+    WASTE_RETURN_IF_ERROR(GetNum(c, "swiglu_limit", 1e-3, 1e6, &limit, 7.0));
+    WASTE_RETURN_IF_ERROR(GetNum(c, "swiglu_alpha", 1e-3, 1e3, &alpha, 1.702));
+    m.swiglu_limit = static_cast<float>(limit);
+    m.swiglu_alpha = static_cast<float>(alpha);
+  }
   for (const char* k : {"moe_router_activation_func", "scoring_func"}) {
     if (c.contains(k) && c[k].is_string()) scoring = c[k].get<std::string>();
   }
@@ -362,6 +408,8 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
         vec(a + "k_norm.weight", {c.head_dim});
       }
       mat(a + "o_proj.weight", h, c.q_width());
+      if (c.o_bias) vec(a + "o_proj.bias", {h});
+      if (c.sinks) vec(a + "sinks", {c.n_heads});
     } else {
       const int64_t qd = c.qk_nope + c.qk_rope;
       if (c.q_lora > 0) {
@@ -380,6 +428,7 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       const std::string m = p + "block_sparse_moe.";
       t.push_back({m + "gate.weight", {c.n_experts, h}, Storage::kRouter});
       if (c.router_bias) vec(m + "gate.e_score_correction_bias", {c.n_experts});
+      if (c.router_logit_bias) vec(m + "gate.bias", {c.n_experts});
       if (c.n_shared > 0) {
         mat(m + "shared_experts.gate_proj.weight", c.shared_inter(), h);
         mat(m + "shared_experts.up_proj.weight", c.shared_inter(), h);

@@ -21,7 +21,7 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe };
+enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss };
 
 // kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc).
 enum class LayerKind { kKda, kMla, kGqa };
@@ -33,6 +33,7 @@ struct YarnConfig {
   double beta_slow = 1;
   double mscale = 1;
   double mscale_all_dim = 0;
+  bool truncate = true;  // the correction range rounded out to whole dims (HF's default)
 };
 
 struct ModelConfig {
@@ -65,6 +66,17 @@ struct ModelConfig {
   float routed_scale = 1.f;
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
+  // GPT-OSS's router: its linear layer has a bias (block_sparse_moe.gate.bias)
+  // added to the logits, and the top_k logits are softmaxed among themselves.
+  bool router_logit_bias = false;
+  bool softmax_topk = false;
+  // Routed experts: gate, up and down rows have biases (in the records), and
+  // with swiglu_limit > 0 the activation is GPT-OSS's clamped SwiGLU,
+  // g = min(gate, limit), u = clamp(up, -limit, limit),
+  // (u + 1) * g * sigmoid(swiglu_alpha * g); else SiLU(gate) * up.
+  bool expert_bias = false;
+  float swiglu_limit = 0.f;
+  float swiglu_alpha = 1.702f;
 
   // Multi-head latent attention.
   int n_heads = 0;
@@ -86,6 +98,13 @@ struct ModelConfig {
   int rotary_dim = 0;
   bool qk_norm = false;    // RMSNorm over head_dim on q and k, before the rotation
   bool attn_bias = false;  // q_proj, k_proj, v_proj have biases
+  // GPT-OSS: o_proj has a bias; a learned logit per query head
+  // (self_attn.sinks) joins the softmax's denominator; attn_window[L] > 0
+  // limits layer L's keys to the latest attn_window[L] positions
+  // (sliding_window, on the layers layer_types names sliding_attention).
+  bool o_bias = false;
+  bool sinks = false;
+  std::vector<int> attn_window;  // [n_layers]; 0: every position
 
   // Kimi Delta Attention.
   int kda_heads = 0;

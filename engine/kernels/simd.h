@@ -1,7 +1,7 @@
 // Internal to engine/kernels: the entry points of the AVX2 and AVX-512
 // translation units (matvec_avx2.cc, vq_avx2.cc, recurrence_avx2.cc,
-// nearest_avx2.cc, matvec_avx512.cc, vq_avx512.cc, recurrence_avx512.cc,
-// nearest_avx512.cc), which are compiled with their own -m flags. Call
+// nearest_avx2.cc, mxfp4_avx2.cc, matvec_avx512.cc, vq_avx512.cc,
+// recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc), which are compiled with their own -m flags. Call
 // them only after UsableIsa() said the CPU has the instructions.
 //
 // Each returns false, having written nothing, for a shape it does not
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/mxfp4.h"
 #include "engine/kernels/recurrence.h"
 #include "engine/kernels/vq.h"
 
@@ -41,6 +42,9 @@ bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t s
 // NearestEntry (nearest.h) over its lane layout of 8 entries a chunk.
 void NearestEntries(const float* lanes_books, const float* lanes_norms, int chunks, const float* x,
                     int64_t n, int32_t* out);
+// mxfp4.h's product, the scalar reference's bits; needs cols % 32 == 0.
+bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row_begin,
+                 int64_t row_end);
 }  // namespace avx2
 
 namespace avx512 {
@@ -69,6 +73,8 @@ bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t s
 // NearestEntry (nearest.h) over its lane layout of 16 entries a chunk.
 void NearestEntries(const float* lanes_books, const float* lanes_norms, int chunks, const float* x,
                     int64_t n, int32_t* out);
+bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row_begin,
+                 int64_t row_end);
 }  // namespace avx512
 
 }  // namespace waste::kernels

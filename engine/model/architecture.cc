@@ -17,6 +17,8 @@ constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
 // where decoder_sparse_step and mlp_only_layers say; softmax routing.
 // GLM-4.5: GQA with partial rotary and q/k/v biases; MoE with a shared
 // expert after the first dense layers; DeepSeek-V3's routing.
+// GPT-OSS: GQA with sinks, q/k/v/o biases and a sliding window on the
+// layers layer_types names; MoE everywhere, biased experts, no shared expert.
 constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
 
 constexpr Family kFamilies[] = {
@@ -24,6 +26,7 @@ constexpr Family kFamilies[] = {
     {Arch::kDeepseekV3, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kQwen3Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
     {Arch::kGlm4Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kGptOss, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
 };
 
 std::string_view KindName(LayerKind k) {

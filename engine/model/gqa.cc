@@ -4,8 +4,10 @@
 // One token at position pos: q, k, v projections of h (plus their biases);
 // k's heads normed (qk_norm) and rotated, then written with v to the cache
 // row of pos; then per query head, on one thread: its q normed and rotated,
-// scores against the keys of its K/V head at every position up to pos,
-// softmax, and the weighted sum of the values; then o_proj.
+// scores against the keys of its K/V head at every position up to pos (the
+// latest `window` of them on a sliding layer), softmax (with the head's sink
+// logit in the denominator, GPT-OSS), and the weighted sum of the values;
+// then o_proj (plus its bias).
 
 #include <algorithm>
 #include <cmath>
@@ -26,10 +28,11 @@ void AddBias(float* x, const float* bias, int n) {
 // One query head q[D] against the first n rows of a K/V cache (`keys`:
 // its K/V head's keys in row 0, `row` floats apart, the values `kv_width`
 // after them): scores times `scale`, softmax, and the weighted sum of the
-// values into out[D]. score: [n] scratch.
+// values into out[D]. `sink`, when not null, is one more logit in the
+// softmax with no value (GPT-OSS). score: [n] scratch.
 void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, int n, int D,
-                float scale, float* score, float* out, kernels::Isa isa) {
-  float mx = -INFINITY;
+                float scale, const float* sink, float* score, float* out, kernels::Isa isa) {
+  float mx = sink ? *sink : -INFINITY;
   for (int t = 0; t < n; ++t) {
     const float* kt = keys + static_cast<size_t>(t) * row;
     float acc = 0.f;
@@ -39,6 +42,7 @@ void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, 
   }
   float sum = 0.f;
   for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+  if (sink) sum += std::exp(*sink - mx);
   for (int t = 0; t < n; ++t) score[t] /= sum;
   kernels::WeightedRowSum(score, keys + kv_width, n, static_cast<int64_t>(row), D, out, isa);
 }
@@ -60,6 +64,8 @@ GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& a
     w.q_norm = t.Vector(a + "q_norm.weight");
     w.k_norm = t.Vector(a + "k_norm.weight");
   }
+  if (c.o_bias) w.o_bias = t.Vector(a + "o_proj.bias");
+  if (c.sinks) w.sinks = t.Vector(a + "sinks");
   return w;
 }
 
@@ -104,19 +110,23 @@ void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
     if (l.k_norm) RmsNorm(kg, l.k_norm, D, c_.rms_eps, kg);
     rotary_.Apply(kg, pos);
   }
-  const int n = pos + 1;
+  // The keys it sees: the window's latest positions, or all of them.
+  const int first = l.window > 0 ? std::max(0, pos + 1 - l.window) : 0;
+  const int n = pos + 1 - first;
+  const float* rows = cache + static_cast<size_t>(first) * row;
   pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> score(n);
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* qh = q.data() + hd * D;
       if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
       rotary_.Apply(qh, pos);
-      const float* keys = cache + static_cast<size_t>(hd / group) * D;  // its K/V head's
-      AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, score.data(), o.data() + hd * D,
-                 opt_.isa);
+      const float* keys = rows + static_cast<size_t>(hd / group) * D;  // its K/V head's
+      AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, l.sinks ? &l.sinks[hd] : nullptr,
+                 score.data(), o.data() + hd * D, opt_.isa);
     }
   });
   MatVec(*l.o, o.data(), out);
+  AddBias(out, l.o_bias, c_.hidden);
 }
 
 }  // namespace waste

@@ -50,6 +50,9 @@ struct GqaWeights {
   const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
   const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // attention_bias
   const float *q_norm = nullptr, *k_norm = nullptr;                     // qk_norm: [head_dim]
+  const float* o_bias = nullptr;  // o_bias: [hidden]
+  const float* sinks = nullptr;   // sinks: [n_heads], a logit in each head's softmax
+  int window = 0;                 // the layer's attn_window (set by Model::Resolve); 0: all
 };
 GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& attn);
 // The rotation of the first rotary_dim dims of every q and k head:
@@ -75,10 +78,11 @@ struct Model::Layer {
   // The dense MLP (kDense) or the shared expert (kMoe with shared_expert);
   // null otherwise (Model::DenseMlp).
   const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
-  // kMoe: the router's matrix and correction bias (router.h; empty when
-  // the config has none).
+  // kMoe: the router's matrix, its correction bias (router.h; empty when
+  // the config has none) and the bias of its logits (null when none).
   const kernels::MatrixView* router = nullptr;
   std::span<const float> router_bias;
+  const float* router_logit_bias = nullptr;
 };
 
 }  // namespace waste

@@ -18,7 +18,7 @@ std::vector<int> Model::GuessExperts(int L, int T, const float* h, size_t cap) {
   std::vector<int> votes(E, 0), ranks(E, 0);  // [n_experts]: tokens naming it, sum of its ranks
   Routing r;
   for (int t = 0; t < T; ++t) {
-    MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
+    RouterLogits(l, h + static_cast<size_t>(t) * hid, logits.data());
     Route(guess_config_, logits, l.router_bias, &r);
     for (int j = 0; j < r.count; ++j) {
       ++votes[r.expert[j]];

@@ -90,6 +90,7 @@ Status Model::Resolve() {
         break;
       case LayerKind::kGqa:
         l->gqa = ResolveGqa(t, c_, a);
+        l->gqa.window = c_.attn_window[static_cast<size_t>(L)];
         break;
     }
     auto set_mlp = [&](const MlpWeights& w) { l->gate = w.gate, l->up = w.up, l->down = w.down; };
@@ -103,6 +104,7 @@ Status Model::Resolve() {
         if (c_.router_bias)
           l->router_bias = {t.Vector(m + "gate.e_score_correction_bias"),
                             static_cast<size_t>(c_.n_experts)};
+        if (c_.router_logit_bias) l->router_logit_bias = t.Vector(m + "gate.bias");
         if (l->plan.shared_expert) set_mlp(ResolveMlp(t, m + "shared_experts."));
         break;
       }

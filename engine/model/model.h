@@ -226,10 +226,20 @@ class Model {
   void HintGuess(int L);
   // Counts what layer L demands (`wanted`, distinct) against what was guessed for it.
   void ScoreGuesses(int L, std::span<const int> wanted);
-  // One BF16R expert record applied to the tokens (t, slot j) routed to it:
-  // h is the chunk's [T][hidden] input, per_slot its [T][top_k][hidden] output.
-  void ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
-                       const float* h, float* per_slot);
+  // Layer l's router logits on one input: its matrix, plus its bias when it has one.
+  void RouterLogits(const Layer& l, const float* h, float* logits);
+  // One BF16R or MXFP4 expert record applied to the tokens (t, slot j) routed
+  // to it: h is the chunk's [T][hidden] input, per_slot its [T][top_k][hidden]
+  // output.
+  void ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                           const float* h, float* per_slot);
+  // Adds the record's biases of matrix m (gate, up, down) to y[rows of m],
+  // when the config gives the experts biases.
+  void AddExpertBias(const uint8_t* rec, int m, float* y) const;
+  // The experts' activation as the config says, into g ([moe_inter]): the
+  // biases of gate and up added first (u is changed too), then SiLU(g) * u
+  // or GPT-OSS's clamped SwiGLU (ModelConfig::swiglu_limit).
+  void ExpertActivation(const uint8_t* rec, float* g, float* u) const;
   // The same for a VQ record, on this thread, through the chunk's tables.
   struct ExpertScratch;
   void ApplyVqExpert(const MoeTables& tables, const uint8_t* rec,

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/format/encoding.h"
+#include "engine/kernels/mxfp4.h"
 #include "engine/kernels/vq.h"
 #include "engine/model/norms.h"
 #include "engine/model/layer.h"
@@ -110,33 +112,70 @@ void Model::MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
   spare_experts.push_back(std::move(x));
 }
 
-void Model::ApplyBf16Expert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
-                            const float* h, float* per_slot) {
+void Model::ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                                const float* h, float* per_slot) {
   const RecordLayout& lay = ct_.record_layout();
   const int hid = c_.hidden, inter = c_.moe_inter, k = c_.top_k;
-  auto view = [&](int m) {  // the record's matrix m, row-major bfloat16
-    kernels::MatrixView v;
-    v.fmt = format::Fmt::kF16;
-    v.bf16 = true;
-    v.rows = lay.rows[m];
-    v.cols = lay.cols[m];
-    v.payload = rec + lay.matrix_off[m];
-    return v;
+  const bool mxfp4 = ct_.manifest().quant.fmt == format::Fmt::kMXFP4;
+  kernels::MatrixView bf16[3];           // BF16R: the record's matrices, row-major bfloat16
+  kernels::Mxfp4MatrixView fp4[3];       // MXFP4: codes, then every matrix's scales
+  const uint8_t* scales = rec + lay.scales_off;
+  for (int m = 0; m < 3; ++m) {
+    bf16[m].fmt = format::Fmt::kF16;
+    bf16[m].bf16 = true;
+    bf16[m].rows = fp4[m].rows = lay.rows[m];
+    bf16[m].cols = fp4[m].cols = lay.cols[m];
+    bf16[m].payload = fp4[m].codes = rec + lay.matrix_off[m];
+    fp4[m].scales = scales;
+    if (mxfp4) scales += lay.rows[m] * (lay.cols[m] / format::kMxfp4Block);
+  }
+  const auto product = [&](int m, const float* x, float* y, int64_t a, int64_t b) {
+    if (mxfp4)
+      kernels::Mxfp4MatVec(fp4[m], x, y, a, b, opt_.isa);
+    else
+      kernels::MatVec(bf16[m], x, y, a, b, opt_.isa);
   };
-  const kernels::MatrixView vg = view(0), vu = view(1), vd = view(2);
   std::vector<float> g(inter), u(inter);  // [moe_inter]
   for (const auto& [t, j] : who) {
     const float* x = h + static_cast<size_t>(t) * hid;
     pool_.ParallelFor(inter, 32, [&](int64_t a, int64_t b) {
-      kernels::MatVec(vg, x, g.data(), a, b, opt_.isa);
-      kernels::MatVec(vu, x, u.data(), a, b, opt_.isa);
+      product(0, x, g.data(), a, b);
+      product(1, x, u.data(), a, b);
     });
-    for (int i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+    ExpertActivation(rec, g.data(), u.data());
     float* dst = per_slot + (static_cast<size_t>(t) * k + j) * hid;
-    pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) {
-      kernels::MatVec(vd, g.data(), dst, a, b, opt_.isa);
-    });
+    pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) { product(2, g.data(), dst, a, b); });
+    AddExpertBias(rec, 2, dst);
   }
+}
+
+void Model::AddExpertBias(const uint8_t* rec, int m, float* y) const {
+  const RecordLayout& lay = ct_.record_layout();
+  if (lay.bias_off == 0) return;
+  int64_t at = 0;
+  for (int i = 0; i < m; ++i) at += lay.rows[i];
+  const uint8_t* b = rec + lay.bias_off + 4 * at;  // not necessarily 4-aligned
+  for (int64_t r = 0; r < lay.rows[m]; ++r) {
+    float v;
+    std::memcpy(&v, b + 4 * r, 4);
+    y[r] += v;
+  }
+}
+
+void Model::ExpertActivation(const uint8_t* rec, float* g, float* u) const {
+  AddExpertBias(rec, 0, g);
+  AddExpertBias(rec, 1, u);
+  const int n = c_.moe_inter;
+  if (c_.swiglu_limit > 0.f) {  // GPT-OSS: clamped, and the linear half plus one
+    const float limit = c_.swiglu_limit, alpha = c_.swiglu_alpha;
+    for (int i = 0; i < n; ++i) {
+      const float gi = std::min(g[i], limit);
+      const float ui = std::clamp(u[i], -limit, limit);
+      g[i] = (ui + 1.f) * (gi * Sigmoid(gi * alpha));
+    }
+    return;
+  }
+  for (int i = 0; i < n; ++i) g[i] = Silu(g[i]) * u[i];
 }
 
 Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, float* out,
@@ -177,11 +216,17 @@ void Model::RouteChunk(int L, std::span<const int> positions, const float* h,
   const int E = c_.n_experts, hid = c_.hidden;
   std::vector<float> logits(E);
   for (int t = 0; t < T; ++t) {
-    MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
+    RouterLogits(l, h + static_cast<size_t>(t) * hid, logits.data());
     Route(c_, logits, l.router_bias, &route[t]);
     if (opt_.on_route)
       opt_.on_route(positions[t], L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }
+}
+
+void Model::RouterLogits(const Layer& l, const float* h, float* logits) {
+  MatVec(*l.router, h, logits);
+  if (l.router_logit_bias)
+    for (int e = 0; e < c_.n_experts; ++e) logits[e] += l.router_logit_bias[e];
 }
 
 Model::MoeTables Model::PlanMoeTables(int L, int T) {
@@ -264,12 +309,13 @@ void Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
     const uint8_t* qu = moe_.derived_gu.data() + (2 * t + 1) * tb.derived_gu_bytes;
     tb.Apply(vg, lg, qg, x.g.data(), 0, inter);
     tb.Apply(vu, lu, qu, x.u.data(), 0, inter);
-    for (int i = 0; i < inter; ++i) x.g[i] = Silu(x.g[i]) * x.u[i];
+    ExpertActivation(rec, x.g.data(), x.u.data());
     kernels::VqBuildLut(tb.codebooks(2), q.stages, q.entries, x.g.data(), inter,
                         x.lut_down.data(), opt_.isa);
     tb.Derive(x.lut_down.data(), inter, x.derived_down.data());
     float* dst = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
     tb.Apply(vd, x.lut_down.data(), x.derived_down.data(), dst, 0, hid);
+    AddExpertBias(rec, 2, dst);
   }
 }
 
@@ -361,7 +407,7 @@ Status Model::RunExperts(int L, int T, const float* h, const MoeTables& tb, cons
       }
       const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
       if (tb.q.lossless()) {
-        ApplyBf16Expert(task.rec, who, h, per_slot.data());  // its ParallelFor runs on this thread
+        ApplyLosslessExpert(task.rec, who, h, per_slot.data());  // its ParallelFor runs on this thread
       } else {
         ApplyVqExpert(tb, task.rec, who, x);
       }

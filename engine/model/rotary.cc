@@ -22,8 +22,10 @@ Rotary MakeRotary(int dims, double theta, const YarnConfig& y) {
     auto corr = [&](double rot) {
       return dims * std::log(y.original_max_position / (rot * 2 * pi)) / (2 * std::log(theta));
     };
-    double low = std::max(std::floor(corr(y.beta_fast)), 0.0);
-    double high = std::min(std::ceil(corr(y.beta_slow)), static_cast<double>(dims - 1));
+    double low = corr(y.beta_fast), high = corr(y.beta_slow);
+    if (y.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dims - 1));
     if (low == high) high += 0.001;
     const float factor = static_cast<float>(y.factor);
     for (int j = 0; j < dims / 2; ++j) {

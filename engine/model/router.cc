@@ -10,6 +10,22 @@ namespace waste {
 void Route(const ModelConfig& c, std::span<const float> logits, std::span<const float> bias,
            Routing* out) {
   const int n = c.n_experts;
+  if (c.softmax_topk) {  // GPT-OSS: top-k of the logits, softmax over those k
+    std::vector<int> idx(n);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + c.top_k, idx.end(), [&](int x, int y) {
+      return logits[x] > logits[y] || (logits[x] == logits[y] && x < y);
+    });
+    const float mx = logits[idx[0]];
+    float sum = 0.f;
+    for (int i = 0; i < c.top_k; ++i) sum += out->weight[i] = std::exp(logits[idx[i]] - mx);
+    out->count = c.top_k;
+    for (int i = 0; i < c.top_k; ++i) {
+      out->expert[i] = idx[i];
+      out->weight[i] = out->weight[i] / sum * c.routed_scale;
+    }
+    return;
+  }
   std::vector<float> score(n), choice(n);
   if (c.sigmoid_router) {
     for (int e = 0; e < n; ++e) score[e] = 1.f / (1.f + std::exp(-logits[e]));

@@ -3,7 +3,10 @@
 // chosen but not their weights; grouped top-k (DeepSeek-V3's noaux_tc)
 // first keeps the topk_group best groups, each group scored by the sum of
 // its two best biased scores; then top_k experts; then optional
-// renormalization and the routed scaling factor.
+// renormalization and the routed scaling factor. With softmax_topk
+// (GPT-OSS) instead: the top_k logits (ties to the lower id), their softmax
+// among themselves, times the routed scaling factor; the correction bias is
+// not used.
 #pragma once
 
 #include <span>

@@ -207,6 +207,28 @@ RoutingEstimate EstimateRouting(const ModelConfig& c, const std::vector<float>& 
 void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, int layer, int expert,
                 std::span<uint8_t> rec) {
   Rng rng(Mix(seed, "expert", static_cast<uint64_t>(layer), static_cast<uint64_t>(expert)));
+  if (q.fmt == Fmt::kMXFP4) {
+    // Random E2M1 codes (their values' rms is about 2.93) and block scales
+    // of 2^e near sqrt(1 / fan_in) / 2.93, so the matrix keeps its input's
+    // variance; the biases stay zero.
+    uint8_t* scales = rec.data() + lay.scales_off;
+    for (int m = 0; m < format::kMatrices; ++m) {
+      uint8_t* codes = rec.data() + lay.matrix_off[m];
+      const int64_t n = lay.rows[m] * lay.cols[m] / 2;
+      for (int64_t i = 0; i < n; i += 8) {
+        const uint64_t r = rng.Next();
+        std::memcpy(codes + i, &r, static_cast<size_t>(std::min<int64_t>(8, n - i)));
+      }
+      const float gain = m == 2 ? 0.5f : 1.f;
+      const int e = 127 + static_cast<int>(std::lround(std::log2(
+                              gain / (2.93f * std::sqrt(static_cast<float>(lay.cols[m]))))));
+      const int64_t blocks = lay.rows[m] * (lay.cols[m] / format::kMxfp4Block);
+      for (int64_t b = 0; b < blocks; ++b)
+        scales[b] = static_cast<uint8_t>(e - static_cast<int>(rng.Next() & 1));
+      scales += blocks;
+    }
+    return;
+  }
   const int bpv = q.bytes_per_vector();
   const bool mask = q.index_bits == 8 && q.entries < 256;
   for (int m = 0; m < format::kMatrices; ++m) {
@@ -436,6 +458,47 @@ json GlmAirConfig() {
   return c;
 }
 
+// GPT-OSS as released (openai/gpt-oss-20b and -120b config.json): 20B has 24
+// layers of 32 experts, 120B 36 layers of 128; both top-4, hidden and expert
+// width 2880, 64 query heads over 8 KV heads of 64, a 128-token window on
+// every other layer (from layer 0), YaRN factor 32 over 4,096 positions
+// (truncate false), theta 150000, swiglu_limit 7, o200k_harmony's 201,088 ids.
+json GptOssConfig(int layers, int experts) {
+  json types = json::array();
+  for (int L = 0; L < layers; ++L) types.push_back(L % 2 == 0 ? "sliding_attention" : "full_attention");
+  return {
+      {"model_type", "gpt_oss"},
+      {"architectures", {"GptOssForCausalLM"}},
+      {"hidden_size", 2880},
+      {"intermediate_size", 2880},
+      {"num_hidden_layers", layers},
+      {"num_local_experts", experts},
+      {"num_experts_per_tok", 4},
+      {"experts_per_token", 4},
+      {"vocab_size", 201088},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "silu"},
+      {"num_attention_heads", 64},
+      {"num_key_value_heads", 8},
+      {"head_dim", 64},
+      {"attention_bias", true},
+      {"sliding_window", 128},
+      {"layer_types", types},
+      {"swiglu_limit", 7.0},
+      {"max_position_embeddings", 131072},
+      {"initial_context_length", 4096},
+      {"rope_theta", 150000.0},
+      {"rope_scaling",
+       {{"rope_type", "yarn"},
+        {"factor", 32.0},
+        {"original_max_position_embeddings", 4096},
+        {"beta_fast", 32.0},
+        {"beta_slow", 1.0},
+        {"truncate", false}}},
+  };
+}
+
 // Kimi-Linear-48B-A3B's own config.json values: the tiny Kimi config (same
 // routing, norms and attention kinds) at the real sizes.
 json Kimi48bConfig() {
@@ -471,8 +534,9 @@ json Kimi48bConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi",     "tiny-deepseek",   "tiny-qwen3",  "tiny-glm",
-          "kimi-linear-48b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air"};
+  return {"tiny-kimi",       "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
+          "kimi-linear-48b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air",
+          "gpt-oss-20b",     "gpt-oss-120b"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -500,6 +564,11 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.config = Kimi48bConfig();
     s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
                            // the previous token
+  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
+    const bool big = name == "gpt-oss-120b";
+    s.config = GptOssConfig(big ? 36 : 24, big ? 128 : 32);
+    s.expert_fmt = Fmt::kMXFP4;  // as released
+    s.route_skew = 0;  // no correction bias to skew: the random router's own routing
   } else {
     std::string all;
     for (const auto& n : SynthPresetNames()) all += (all.empty() ? "" : ", ") + n;
@@ -538,8 +607,10 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
     s.expert_fmt = Fmt::kVQ2R;
   else if (fmt == "VQ4P" || fmt == "vq4p")
     s.expert_fmt = Fmt::kVQ4P;
+  else if (fmt == "MXFP4" || fmt == "mxfp4")
+    s.expert_fmt = Fmt::kMXFP4;
   else
-    return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P)");
+    return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P, MXFP4)");
   // Type and a range the fields fit in here; what is sensible, below.
   int64_t trunk_bits = s.trunk_bits, seed = 1, anchors = s.anchor_experts;
   WASTE_RETURN_IF_ERROR(JsonInt(j, w, "trunk_bits", INT32_MIN, INT32_MAX, &trunk_bits));
