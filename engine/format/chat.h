@@ -31,6 +31,16 @@
 //                          <|start|>assistant and ends at <|return|> or <|call|>; its text
 //                          is the final channel's (the analysis channel is not shown)
 //
+// Where the released templates do more than chat.json holds (none of it in
+// the committed cases): Qwen3's and GLM's split an assistant text holding
+// </think> into reasoning and reply (here it stays text); Qwen3 writes the
+// think block into a last assistant message even before a generation
+// prompt, and not when no user message precedes it; GLM does not append
+// /nothink to a text that already ends with it; harmony's reasoning effort
+// is "medium" and its model identity the default (the template's
+// reasoning_effort and model_identity arguments), tools and tool calls of
+// every family are not rendered. Thinking on (Qwen3's and GLM's template
+// default) is the same layout with the reply opened bare and no /nothink.
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
 #pragma once
 

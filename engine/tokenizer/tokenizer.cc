@@ -500,8 +500,9 @@ std::vector<int32_t> Tokenizer::EncodeMarkup(std::string_view text) const {
   };
   // tokenizers' two passes (AddedVocabulary::extract_and_normalize): the
   // specials not normalized over the whole text, then the normalized ones
-  // over each stretch between (the engine runs no normalizer); what is
-  // left is content.
+  // over each stretch between (before normalization, which tokenizers runs
+  // first: NFC changes no released family's special); what is left is
+  // content, normalized as such.
   match(text, s_->trie, [&](std::string_view gap) {
     match(gap, s_->normalized_trie, [&](std::string_view rest) { EncodeContent(rest, &out); });
   });
