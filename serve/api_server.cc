@@ -44,8 +44,9 @@ struct ApiServer::Reply {
   std::vector<LoggedToken> logged;   // a whole answer's tokens, or a stream's not yet sent
   int64_t code_points_sent = 0;      // a streamed completion's text_offset
   double submitted = 0;
-  Reply(const Tokenizer& tok, std::vector<int32_t> end, std::vector<std::string> stops)
-      : text(tok, std::move(end), std::move(stops)) {}
+  Reply(const Tokenizer& tok, std::vector<int32_t> end, std::vector<std::string> stops,
+        std::string_view reply_after)
+      : text(tok, std::move(end), std::move(stops), reply_after) {}
 };
 
 ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
@@ -147,8 +148,11 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
       const ApiError e = ContextExceeded(static_cast<int64_t>(prompt.size()), max_tokens, o_.context);
       return Refuse(r, e.status, e.ToJson().dump());
     }
+    // A chat's reply is its final channel where the format has channels
+    // (harmony); a completion's is the raw text.
     auto reply = std::make_shared<Reply>(
-        tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop);
+        tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop,
+        chat && chat_ ? chat_->reply_after : std::string());
     reply->chat = chat;
     reply->sampling = sampling;
     reply->sampling.max_tokens = max_tokens;

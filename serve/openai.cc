@@ -385,8 +385,8 @@ size_t CompleteUtf8Prefix(std::string_view s) {
 }
 
 ReplyText::ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn,
-                     std::vector<std::string> stops)
-    : tok_(tok), end_(std::move(end_of_turn)), stop_(std::move(stops)) {}
+                     std::vector<std::string> stops, std::string_view reply_after)
+    : tok_(tok), end_(std::move(end_of_turn)), shown_(tok, reply_after), stop_(std::move(stops)) {}
 
 std::string ReplyText::Feed(int32_t id) {
   if (done_) return {};
@@ -395,7 +395,7 @@ std::string ReplyText::Feed(int32_t id) {
     done_ = true;
     return out;
   }
-  if (tok_.IsSpecial(id)) return {};
+  if (!shown_.Shown(id)) return {};
   partial_.append(tok_.TokenBytes(id));
   const size_t n = CompleteUtf8Prefix(partial_);
   std::string out =

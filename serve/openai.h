@@ -127,12 +127,14 @@ StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n
 // shows nothing; another special token shows nothing (no markup leaks into
 // the reply); a stop string ends it and neither it nor anything after it is
 // ever returned; text that may be the start of a stop string, and a token
-// that ends inside a UTF-8 character, wait for the next token. `tok` must
-// outlive it. A caller that handles the end-of-turn ids itself (and never
+// that ends inside a UTF-8 character, wait for the next token. With
+// `reply_after` (chat.json's: harmony's final channel) only the tokens after
+// that markup are the reply's (ReplyFilter). `tok` must outlive it. A caller that handles the end-of-turn ids itself (and never
 // feeds them) calls Flush at the end either way.
 class ReplyText {
  public:
-  ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops);
+  ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops,
+            std::string_view reply_after = {});
   // The text now safe to send (often empty). Nothing once done().
   std::string Feed(int32_t id);
   // At the end of generation: what is still held back (bytes that never
@@ -143,6 +145,7 @@ class ReplyText {
  private:
   const Tokenizer& tok_;
   std::vector<int32_t> end_;
+  ReplyFilter shown_;
   StopMatcher stop_;
   std::string partial_;  // the bytes of an unfinished UTF-8 character
   bool done_ = false;

@@ -31,6 +31,9 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES);
+// The released templates of the families whose tokenizer is a fixture of its own.
+const std::map<std::string, std::string> kTemplates = {
+    {"qwen3", "qwen3.jinja"}, {"glm45", "glm-4.6.jinja"}, {"gpt-oss", "gpt-oss.jinja"}};
 
 std::string ReadText(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -55,6 +58,12 @@ ChatFormat ImportFamily(const std::string& family, const std::string& out) {
   if (family == "demo") {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       fs::copy_file(std::string(WASTE_MODELS) + "/demo-moe/" + f, src + "/" + f);
+  } else if (family == "qwen3" || family == "glm45" || family == "gpt-oss") {
+    const std::string dir = kFixtures + "/tokenizer/" + family;
+    fs::copy_file(dir + "/tokenizer.json", src + "/tokenizer.json");
+    json cfg = json::parse(ReadText(dir + "/tokenizer_config.json"));
+    cfg["chat_template"] = ReadText(kFixtures + "/chat/" + kTemplates.at(family));
+    WriteText(src + "/tokenizer_config.json", cfg.dump());
   } else if (family.rfind("deepseek", 0) == 0) {
     fs::copy_file(kFixtures + "/tokenizer/deepseek/tokenizer.json", src + "/tokenizer.json");
     json cfg = json::parse(ReadText(kFixtures + "/tokenizer/deepseek/tokenizer_config.json"));
@@ -78,6 +87,7 @@ ChatFormat ImportFamily(const std::string& family, const std::string& out) {
   WriteText(out + "/tokenizer.model", t->tokenizer_model);
   if (!t->merges_txt.empty()) WriteText(out + "/merges.txt", t->merges_txt);
   if (!t->pretokenizer_json.empty()) WriteText(out + "/pretokenizer.json", t->pretokenizer_json);
+  if (!t->normalizer_json.empty()) WriteText(out + "/normalizer.json", t->normalizer_json);
   WriteText(out + "/specials.json", t->specials_json);
   auto chat = ParseChat(t->chat_json);
   EXPECT_TRUE(chat.ok()) << chat.status().message();
@@ -118,8 +128,9 @@ void ExpectNextTurnContinues(const ChatFormat& chat, const Tokenizer& tok) {
       {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
   auto whole = RenderChat(chat, tok, all);
   auto first = RenderChat(chat, tok, std::span(all).first(2));
-  auto reply = tok.EncodeParts(
-      std::vector<Tokenizer::Part>{{"Hello.", false}, {chat.assistant.suffix, true}});
+  // The reply as the model writes it (GLM's own "\n" before its text).
+  auto reply = tok.EncodeParts(std::vector<Tokenizer::Part>{
+      {chat.assistant_text_stripped ? "\nHello." : "Hello.", false}, {chat.assistant.suffix, true}});
   auto next = RenderChat(chat, tok, std::span(all).subspan(3), {.continuation = true});
   ASSERT_TRUE(whole.ok() && first.ok() && next.ok());
   std::vector<int32_t> joined = *first;
@@ -142,7 +153,9 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
   for (const json& c : fx["cases"]) {
     const std::string name = c["name"];
     const std::vector<ChatMessage> msgs = Messages(c["messages"]);
-    auto ids = RenderChat(chat, *tok, msgs, {.add_generation_prompt = c["add_generation_prompt"]});
+    auto ids = RenderChat(chat, *tok, msgs,
+                          {.add_generation_prompt = c["add_generation_prompt"],
+                           .date = fx.value("date", std::string())});
     ASSERT_TRUE(ids.ok()) << name << ": " << ids.status().message();
     EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << family << " " << name;
     EXPECT_EQ(tok->Decode(*ids), c["text"].get<std::string>()) << family << " " << name;
@@ -157,21 +170,99 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
   // system message first, the demo model's keeps each in place; Kimi's has a
   // default system prompt and no BOS.
   EXPECT_EQ(chat.system_first, family.rfind("deepseek", 0) == 0);
-  EXPECT_EQ(chat.open.find("</think>") != std::string::npos, family == "deepseek-v3.1");
+  // Thinking off: DeepSeek-V3.1's template default, waste's for Qwen3 and GLM.
+  EXPECT_EQ(chat.open.find("</think>") != std::string::npos,
+            family == "deepseek-v3.1" || family == "qwen3" || family == "glm45");
   EXPECT_EQ(chat.default_system, family == "kimi" ? "You are a helpful assistant" : "");
-  EXPECT_EQ(chat.bos.empty(), family == "kimi");
-  EXPECT_EQ(chat.end_of_turn.size(), 1u);
-  ExpectNextTurnContinues(chat, *tok);
+  EXPECT_EQ(chat.bos.empty(), family == "kimi" || family == "qwen3");
+  EXPECT_EQ(chat.end_of_turn.size(), family == "glm45" ? 3u : family == "gpt-oss" ? 2u : 1u);
+  if (family == "qwen3" || family == "gpt-oss") {
+    // The template writes an earlier reply otherwise than the model wrote it
+    // (Qwen3 drops its empty think block, harmony ends it with <|end|> where
+    // the model wrote <|return|>), so a chat's next turn continues what the
+    // model wrote instead: Qwen3's the "\n" after <|im_end|>, then the turn.
+    const std::vector<ChatMessage> next = {{"user", "Bye"}};
+    auto cont = RenderChat(chat, *tok, next, {.continuation = true});
+    auto fresh = RenderChat(chat, *tok, next, {.date = "2026-01-15"});
+    ASSERT_TRUE(cont.ok() && fresh.ok());
+    const std::string text = tok->Decode(*cont);
+    EXPECT_EQ(text, family == "qwen3" ? "\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+                                        "<think>\n\n</think>\n\n"
+                                      : "<|start|>user<|message|>Bye<|end|><|start|>assistant");
+    EXPECT_NE(*cont, *fresh);
+  } else {
+    ExpectNextTurnContinues(chat, *tok);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Released, Family,
-                         ::testing::Values("demo", "deepseek", "deepseek-v3.1", "kimi"),
+                         ::testing::Values("demo", "deepseek", "deepseek-v3.1", "kimi", "qwen3",
+                                           "glm45", "gpt-oss"),
                          [](const auto& p) {
                            std::string name = p.param;
                            std::replace(name.begin(), name.end(), '-', '_');
                            std::replace(name.begin(), name.end(), '.', '_');
                            return name;
                          });
+
+// A harmony reply as the model writes it: its analysis channel, then the
+// final one. Only the final channel's text is the reply.
+TEST(ChatJson, HarmonyReplyIsTheFinalChannel) {
+  const Imported& oss = Family_("gpt-oss");
+  const std::vector<int32_t> reply = oss.tok.EncodeMarkup(
+      "<|channel|>analysis<|message|>The user asks for a capital. Easy.<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>Paris, of course.");
+  ReplyFilter filter(oss.tok, oss.chat.reply_after);
+  std::vector<int32_t> shown;
+  for (int32_t id : reply)
+    if (filter.Shown(id)) shown.push_back(id);
+  EXPECT_EQ(oss.tok.Decode(shown), "Paris, of course.");
+  // The reply ends at <|return|> (or <|call|>), not at the analysis' <|end|>.
+  EXPECT_EQ(oss.chat.end_of_turn, (std::vector<std::string>{"<|return|>", "<|call|>"}));
+  // Another family's filter shows every token but the specials.
+  const Imported& qwen = Family_("qwen3");
+  ReplyFilter plain(qwen.tok, qwen.chat.reply_after);
+  std::vector<int32_t> kept;
+  for (int32_t id : qwen.tok.EncodeMarkup("<think>\n\n</think>\n\nHi"))
+    if (plain.Shown(id)) kept.push_back(id);
+  EXPECT_EQ(qwen.tok.Decode(kept), "\n\n\n\nHi");
+}
+
+// Qwen3's chat.json follows the checkpoint's template: the hybrid layout
+// with the enable_thinking switch, plain ChatML without think blocks
+// (Instruct-2507), and a note for <think> without the switch.
+TEST(ChatJson, Qwen3LayoutFollowsTheTemplate) {
+  const std::string src = waste::testing::ScratchDir() + "/qwen";
+  fs::create_directories(src);
+  fs::copy_file(kFixtures + "/tokenizer/qwen3/tokenizer.json", src + "/tokenizer.json");
+  convert::SourceModel model;
+  model.shape.vocab = 1 << 20;
+  const auto import_with = [&](const std::string& tmpl, std::string* note) {
+    json cfg = json::parse(ReadText(kFixtures + "/tokenizer/qwen3/tokenizer_config.json"));
+    cfg["chat_template"] = tmpl;
+    WriteText(src + "/tokenizer_config.json", cfg.dump());
+    auto t = convert::ImportTokenizer(src, model);
+    EXPECT_TRUE(t.ok());
+    *note = t.ok() ? t->note : "";
+    auto chat = ParseChat(t.ok() ? t->chat_json : "");
+    EXPECT_TRUE(chat.ok());
+    return chat.ok() ? *chat : ChatFormat{};
+  };
+  std::string note;
+  const ChatFormat hybrid = import_with(ReadText(kFixtures + "/chat/qwen3.jinja"), &note);
+  EXPECT_EQ(hybrid.ToJson(), ChatFormat::Qwen3(true).ToJson());
+  EXPECT_EQ(note, "");
+  const ChatFormat plain = import_with(
+      "{% for m in messages %}{{'<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n'}}"
+      "{% endfor %}",
+      &note);
+  EXPECT_EQ(plain.ToJson(), ChatFormat::Qwen3(false).ToJson());
+  EXPECT_EQ(plain.open, "<|im_start|>assistant\n");
+  EXPECT_FALSE(plain.last_reply);
+  EXPECT_EQ(note, "");
+  import_with("{{ '<|im_start|>assistant\\n<think>\\n' }}", &note);
+  EXPECT_NE(note.find("without the enable_thinking switch"), std::string::npos) << note;
+}
 
 TEST(ChatJson, OtherRolesAreRefusedByName) {
   const Imported& kimi = Family_("kimi");
@@ -227,6 +318,21 @@ TEST(ChatJson, RoundTripsAndRefusesBadFields) {
     j["end_of_turn"] = bad;
     EXPECT_NE(refused(j).find("chat.json: \"end_of_turn\""), std::string::npos) << bad;
   }
+  // The later keys round-trip, and are checked like the others.
+  for (const ChatFormat& f : {ChatFormat::Qwen3(true), ChatFormat::Glm45(), ChatFormat::Harmony()}) {
+    auto again = ParseChat(f.ToJson().dump());
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(again->ToJson(), f.ToJson());
+  }
+  j = ChatFormat::Harmony().ToJson();
+  j["leading_system_only"] = "yes";
+  EXPECT_EQ(refused(j), "chat.json: leading_system_only is not true or false");
+  j = ChatFormat::Harmony().ToJson();
+  j["last_reply"] = {"x"};
+  EXPECT_EQ(refused(j), "chat.json: \"last_reply\" must be [prefix, suffix]");
+  j = ChatFormat::Harmony().ToJson();
+  j["reply_after"] = 3;
+  EXPECT_EQ(refused(j), "chat.json: reply_after is not a string");
   // No end of its own (an older chat.json whose assistant had no suffix):
   // accepted, and it writes itself back the same.
   j = good;

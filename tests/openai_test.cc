@@ -309,6 +309,24 @@ class Reply : public ::testing::Test {
   std::optional<Tokenizer> tok_;
 };
 
+// With reply_after (harmony's final channel), only what follows that markup
+// is the reply: the channel before it, the markup itself, and what a later
+// special opens, are not shown.
+TEST_F(Reply, OnlyTheTextAfterReplyAfterIsShown) {
+  ReplyText r(*tok_, {259}, {}, "<|other|>fin<|other|>");
+  std::string shown;
+  for (int id : tok_->EncodeMarkup("think<|other|>fin<|other|>hello<|other|>more"))
+    shown += r.Feed(id);
+  shown += r.Feed(259);
+  EXPECT_EQ(shown, "hello");
+  EXPECT_TRUE(r.done());
+  // Without it every token but a special is shown, as before.
+  ReplyText plain(*tok_, {259}, {});
+  std::string all;
+  for (int id : tok_->EncodeMarkup("think<|other|>fin")) all += plain.Feed(id);
+  EXPECT_EQ(all + plain.Flush(), "thinkfin");
+}
+
 TEST_F(Reply, ATokenEndingInsideACharacterWaits) {
   ReplyText r(*tok_, {259}, {});
   // "é" = C3 A9 as two tokens, then half an emoji (F0 9F) and its rest (98 80).

@@ -336,13 +336,21 @@ int RunChat(const ChatOptions& o) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       continue;
     }
+    // The reply's text: harmony's final channel, its analysis not shown.
+    ReplyFilter shown(tok, chat.reply_after);
     for (int i = 0; i < o.max_tokens; ++i) {
       const int next = sampler.Sample(logits);
       const int one[1] = {next};
-      // The reply, its end included, stays in context.
-      const Status st = ForwardThroughRestarts(*e, o.engine, s, one, logits.data());
+      const bool end = std::find(ends->begin(), ends->end(), next) != ends->end();
+      // The reply, its end included, stays in context; an end that is the
+      // next turn's own opening (GLM's <|user|>) is left to that turn.
+      const std::string_view end_text = tok.TokenBytes(next);
+      const bool opens_next = end && !end_text.empty() && chat.user.prefix.rfind(end_text, 0) == 0;
+      const Status st =
+          opens_next ? Status::Ok() : ForwardThroughRestarts(*e, o.engine, s, one, logits.data());
       if (!st.ok()) std::fprintf(stderr, "\nwaste: %s\n", st.message().c_str());
-      if (std::find(ends->begin(), ends->end(), next) != ends->end() || !st.ok()) break;
+      if (end || !st.ok()) break;
+      if (!shown.Shown(next)) continue;
       const std::string_view piece = tok.TokenBytes(next);
       // A token may have no bytes: its view's data() is then null, which
       // fwrite must not get even for 0 bytes (UBSan: nonnull argument).

@@ -539,6 +539,8 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
     if (!tok->merges_txt.empty()) WASTE_RETURN_IF_ERROR(w->WriteFile("merges.txt", tok->merges_txt));
     if (!tok->pretokenizer_json.empty())
       WASTE_RETURN_IF_ERROR(w->WriteFile("pretokenizer.json", tok->pretokenizer_json));
+    if (!tok->normalizer_json.empty())
+      WASTE_RETURN_IF_ERROR(w->WriteFile("normalizer.json", tok->normalizer_json));
     if (!tok->specials_json.empty())
       WASTE_RETURN_IF_ERROR(w->WriteFile("specials.json", tok->specials_json));
     if (!tok->chat_json.empty()) WASTE_RETURN_IF_ERROR(w->WriteFile("chat.json", tok->chat_json));
@@ -546,7 +548,8 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
     // The engine must be able to load what was written; if not, leave it out.
     auto loaded = Tokenizer::Load(o.out);
     if (!loaded.ok()) {
-      for (const char* f : {"tokenizer.model", "merges.txt", "pretokenizer.json", "specials.json", "chat.json"})
+      for (const char* f : {"tokenizer.model", "merges.txt", "pretokenizer.json", "normalizer.json",
+                            "specials.json", "chat.json"})
         fs::remove(o.out + "/" + f);
       sum.tokenizer = "none: " + loaded.status().message();
     } else if (!tok->note.empty()) {

@@ -61,7 +61,11 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
 // (ns.system_prompt) where the demo model's keeps each in place; DeepSeek-
 // V3.1's (is_last_user, </think> closing the reply's thinking). Another
 // template with thinking markup (R1's) is named in `note`; chat.json then
-// follows DeepSeek-V3's.
+// follows DeepSeek-V3's. GPT-OSS's harmony, GLM-4.5's and Qwen3's by their
+// special tokens alone (whatever the model family): Qwen3's hybrid layout
+// (thinking off) when the template has the enable_thinking switch or there
+// is no template, else ChatML without think blocks (Instruct-2507); a
+// template with <think> but no switch is named in `note`.
 std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
                     const std::string& chat_template, std::string* note) {
   auto has = [&](const std::vector<std::string>& texts) {
@@ -75,6 +79,19 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
   const ChatFormat kimi = ChatFormat::Kimi();
   if (has({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
     return kimi.ToJson().dump(1);
+  if (has({"<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>"}))
+    return ChatFormat::Harmony().ToJson().dump(1);
+  if (has({"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+           "<|endoftext|>"}))
+    return ChatFormat::Glm45().ToJson().dump(1);
+  if (has({"<|im_start|>", "<|im_end|>"})) {
+    const bool hybrid = chat_template.empty() || in_template("enable_thinking");
+    if (!hybrid && in_template("<think>"))
+      *note =
+          "the checkpoint's chat template has thinking markup (<think>) without the "
+          "enable_thinking switch: chat.json opens the reply bare (ChatML, no think block)";
+    return ChatFormat::Qwen3(hybrid).ToJson().dump(1);
+  }
   const bool thinking = in_template("</think>");
   const ChatFormat ds = thinking && in_template("is_last_user") && has({"</think>"})
                             ? ChatFormat::DeepseekV31()
@@ -101,14 +118,17 @@ Result<std::string> ChatTemplate(const std::string& dir) {
   return t != cfg->end() && t->is_string() ? t->get<std::string>() : std::string();
 }
 
-// What a normalizer does to the text: nothing (null, or a Sequence of
-// nothing), or something the engine does not do.
-bool NormalizerIsIdentity(const json& n) {
+// What a normalizer does to the text, its Sequences flattened: into `nfc`
+// whether it is NFC (Qwen's; NFC twice is NFC once). False for anything else
+// (something the engine does not do).
+bool NormalizerSteps(const json& n, bool* nfc) {
   if (n.is_null()) return true;
-  if (!n.is_object() || !n.contains("type") || n["type"] != "Sequence" ||
-      !n.contains("normalizers") || !n["normalizers"].is_array())
+  if (!n.is_object() || !n.contains("type")) return false;
+  if (n["type"] == "NFC") return *nfc = true;
+  if (n["type"] != "Sequence" || !n.contains("normalizers") || !n["normalizers"].is_array())
     return false;
-  return std::all_of(n["normalizers"].begin(), n["normalizers"].end(), NormalizerIsIdentity);
+  return std::all_of(n["normalizers"].begin(), n["normalizers"].end(),
+                     [nfc](const json& m) { return NormalizerSteps(m, nfc); });
 }
 
 // tokenizers' pre_tokenizer with its Sequences flattened, into `steps`.
@@ -175,10 +195,12 @@ Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
       out.note = std::string("tokenizer.json: model.") + key + " is set, which the engine does not run";
       return out;
     }
-  if (const auto n = tj.find("normalizer"); n != tj.end() && !NormalizerIsIdentity(*n)) {
+  bool nfc = false;
+  if (const auto n = tj.find("normalizer"); n != tj.end() && !NormalizerSteps(*n, &nfc)) {
     out.note = "tokenizer.json: the normalizer " + n->dump().substr(0, 60) + " is not run by the engine";
     return out;
   }
+  if (nfc) out.normalizer_json = json{{"type", "NFC"}}.dump();
   json steps = json::array();
   if (const auto p = tj.find("pre_tokenizer"); p != tj.end())
     if (!FlattenPreTokenizer(*p, &steps, &out.note)) return out;
@@ -337,6 +359,7 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
     t.tokenizer_model = std::move(parts->tokenizer_model);
     t.merges_txt = std::move(parts->merges_txt);
     t.pretokenizer_json = std::move(parts->pretokenizer_json);
+    t.normalizer_json = std::move(parts->normalizer_json);
     specials = std::move(parts->added);
     t.source = "tokenizer.json";
   } else {

@@ -9,7 +9,8 @@
 //       undone; an added token inside the vocabulary is its text) at rank =
 //       its id, which must run 0..N-1; merges.txt: model.merges as id
 //       pairs, in their order; pretokenizer.json: the pre-tokenizer's steps
-//       (Sequences flattened); every added token, special or not, becomes a
+//       (Sequences flattened); normalizer.json: {"type": "NFC"} when the
+//       normalizer is NFC (Qwen's); every added token, special or not, becomes a
 //       special, with its lstrip, rstrip, single_word and normalized flags.
 //       Ids are then tokenizers' own (engine/tokenizer/README.md).
 //       A normalizer, pre-tokenizer step or BPE option the engine does not
@@ -33,6 +34,7 @@ struct TokenizerImport {
   std::string tokenizer_model;    // empty: none
   std::string merges_txt;         // empty: none (rank = merge priority)
   std::string pretokenizer_json;  // empty: none (Kimi's pattern)
+  std::string normalizer_json;    // empty: none (else NFC, Qwen's)
   std::string specials_json;      // empty: none
   std::string chat_json;        // empty: none
   std::string source;           // which file it came from, for the summary
@@ -56,7 +58,7 @@ std::string SpecialsJson(const std::vector<AddedToken>& added, int64_t vocab);
 // document (a flag of added_tokens that is not true or false among it) is
 // an error.
 struct TokenizerJsonParts {
-  std::string tokenizer_model, merges_txt, pretokenizer_json;
+  std::string tokenizer_model, merges_txt, pretokenizer_json, normalizer_json;
   std::vector<AddedToken> added;  // every added token, special or not
   std::string note;
 };

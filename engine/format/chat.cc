@@ -1,5 +1,7 @@
 #include "engine/format/chat.h"
 
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/format/container.h"
@@ -25,7 +27,7 @@ Status ReadRole(const json& doc, const char* key, ChatRole* out) {
 }  // namespace
 
 json ChatFormat::ToJson() const {
-  return {{"version", kVersion},
+  json j = {{"version", kVersion},
           {"bos", bos},
           {"system", {system.prefix, system.suffix}},
           {"user", {user.prefix, user.suffix}},
@@ -34,6 +36,12 @@ json ChatFormat::ToJson() const {
           {"default_system", default_system},
           {"system_first", system_first},
           {"end_of_turn", end_of_turn}};
+  // The later keys only when set: the chat.json of the older families is as before.
+  if (leading_system_only) j["leading_system_only"] = true;
+  if (last_reply) j["last_reply"] = {last_reply->prefix, last_reply->suffix};
+  if (assistant_text_stripped) j["assistant_text_stripped"] = true;
+  if (!reply_after.empty()) j["reply_after"] = reply_after;
+  return j;
 }
 
 ChatFormat ChatFormat::Kimi() {
@@ -70,6 +78,50 @@ ChatFormat ChatFormat::DeepseekV31() {
   ChatFormat f = Deepseek(true);
   f.assistant.prefix += "</think>";
   f.open = f.assistant.prefix;
+  return f;
+}
+
+ChatFormat ChatFormat::Qwen3(bool hybrid) {
+  ChatFormat f;
+  f.system = {"<|im_start|>system\n", "<|im_end|>\n"};
+  f.user = {"<|im_start|>user\n", "<|im_end|>\n"};
+  f.assistant = {"<|im_start|>assistant\n", "<|im_end|>\n"};
+  f.open = f.assistant.prefix;
+  if (hybrid) {
+    f.open += "<think>\n\n</think>\n\n";
+    f.last_reply = ChatRole{f.open, f.assistant.suffix};
+  }
+  f.end_of_turn = {"<|im_end|>"};
+  return f;
+}
+
+ChatFormat ChatFormat::Glm45() {
+  ChatFormat f;
+  f.bos = "[gMASK]<sop>";
+  f.system = {"<|system|>\n", ""};
+  f.user = {"<|user|>\n", "/nothink"};
+  f.assistant = {"<|assistant|>\n<think></think>", ""};
+  f.assistant_text_stripped = true;
+  f.open = f.assistant.prefix;
+  f.end_of_turn = {"<|user|>", "<|observation|>", "<|endoftext|>"};
+  return f;
+}
+
+ChatFormat ChatFormat::Harmony() {
+  ChatFormat f;
+  f.bos =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: medium\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>";
+  f.system = {"<|start|>developer<|message|># Instructions\n\n", "\n\n<|end|>"};
+  f.leading_system_only = true;
+  f.user = {"<|start|>user<|message|>", "<|end|>"};
+  f.assistant = {"<|start|>assistant<|channel|>final<|message|>", "<|end|>"};
+  f.last_reply = ChatRole{f.assistant.prefix, "<|return|>"};
+  f.open = "<|start|>assistant";
+  f.reply_after = "<|channel|>final<|message|>";
+  f.end_of_turn = {"<|return|>", "<|call|>"};
   return f;
 }
 
@@ -116,6 +168,16 @@ Result<ChatFormat> ParseChat(std::string_view text) {
       return Status::Error("chat.json: \"end_of_turn\" holds something not a non-empty string");
     f.end_of_turn.push_back(e.get<std::string>());
   }
+  for (auto [key, flag] : {std::pair{"leading_system_only", &f.leading_system_only},
+                           std::pair{"assistant_text_stripped", &f.assistant_text_stripped}})
+    if (doc->contains(key)) WASTE_RETURN_IF_ERROR(JsonBool(*doc, kWhere, key, flag));
+  if (doc->contains("last_reply")) {
+    ChatRole last;
+    WASTE_RETURN_IF_ERROR(ReadRole(*doc, "last_reply", &last));
+    f.last_reply = last;
+  }
+  if (doc->contains("reply_after"))
+    WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "reply_after", &f.reply_after));
   return f;
 }
 

@@ -13,10 +13,38 @@
 //   DeepSeek-V3.1          as DeepSeek-V3, with </think> after <｜Assistant｜> (thinking
 //                          off, the template's default), where a reply follows a user turn
 //   the demo model         as DeepSeek-V3, but a system message's text in place
+//   Qwen3 (hybrid)         ChatML: <|im_start|>{role}\n{text}<|im_end|>\n per turn; thinking
+//                          off: the reply opened by <|im_start|>assistant\n<think>\n\n</think>\n\n
+//                          (the template's enable_thinking=false; with it true the reply
+//                          opens bare and the model writes its <think> block), as is a
+//                          final assistant message; ends at <|im_end|>
+//   Qwen3 Instruct-2507    the same without any <think> block (its template has none)
+//   GLM-4.5 / 4.6          [gMASK]<sop>, <|system|>\n{text}, <|user|>\n{text}/nothink,
+//                          <|assistant|>\n<think></think> then "\n" and the stripped text
+//                          (thinking off: enable_thinking=false, which appends /nothink);
+//                          a reply ends at <|user|>, <|observation|> or <|endoftext|>
+//   GPT-OSS (harmony)      <|start|>system<|message|>{identity, knowledge cutoff, current
+//                          date, reasoning: medium, valid channels}<|end|>, the first
+//                          message if it is a system one as the developer message
+//                          (# Instructions), <|start|>{role}<|message|>{text}<|end|>, history
+//                          replies in the final channel; the reply is opened by
+//                          <|start|>assistant and ends at <|return|> or <|call|>; its text
+//                          is the final channel's (the analysis channel is not shown)
 //
+// Where the released templates do more than chat.json holds (none of it in
+// the committed cases): Qwen3's and GLM's split an assistant text holding
+// </think> into reasoning and reply (here it stays text); Qwen3 writes the
+// think block into a last assistant message even before a generation
+// prompt, and not when no user message precedes it; GLM does not append
+// /nothink to a text that already ends with it; harmony's reasoning effort
+// is "medium" and its model identity the default (the template's
+// reasoning_effort and model_identity arguments), tools and tool calls of
+// every family are not rendered. Thinking on (Qwen3's and GLM's template
+// default) is the same layout with the reply opened bare and no /nothink.
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +62,10 @@ struct ChatRole {
 struct ChatFormat {
   static constexpr int kVersion = 2;  // chat.json's "version"
 
-  std::string bos;  // before everything (DeepSeek's templates' bos_token); may be empty
+  // Before everything (DeepSeek's templates' bos_token, GLM's [gMASK]<sop>,
+  // harmony's system message); may be empty. "{date}" in it is the current
+  // date (ChatRenderOptions::date): harmony's "Current date: ".
+  std::string bos;
   ChatRole system, user, assistant;
   std::string open;  // starts the assistant's reply: the generation prompt
   // When non-empty and the first message is not a system message, a system
@@ -43,6 +74,21 @@ struct ChatFormat {
   // DeepSeek-V3: every system message's text comes first, right after bos,
   // joined by "\n\n", in place of the messages themselves.
   bool system_first = false;
+  // Harmony: only a first message that is a system one, and has text, is
+  // rendered (the developer message); other system messages are dropped.
+  bool leading_system_only = false;
+  // The markup of an assistant message that ends the conversation with no
+  // generation prompt after it, when not the assistant's (Qwen3's think
+  // block, harmony's <|return|>).
+  std::optional<ChatRole> last_reply;
+  // GLM: an assistant message's text is stripped of surrounding white space
+  // (Python's str.strip) and, when any is left, follows a "\n".
+  bool assistant_text_stripped = false;
+  // Harmony: the reply's text is what follows the last of this markup
+  // (<|channel|>final<|message|>); what comes before it (the analysis
+  // channel) is not shown. Empty: every token of the reply that is not a
+  // special (ReplyFilter, engine/tokenizer/chat.h).
+  std::string reply_after;
   // The texts of the special tokens at which a reply ends (each a special
   // token of the container's tokenizer).
   std::vector<std::string> end_of_turn;
@@ -58,12 +104,19 @@ struct ChatFormat {
   static ChatFormat Kimi();
   static ChatFormat Deepseek(bool system_first);
   static ChatFormat DeepseekV31();
+  // Qwen3's ChatML: hybrid (thinking off, the empty think block) or without
+  // think blocks (Instruct-2507). GLM-4.5's, thinking off. GPT-OSS's harmony.
+  static ChatFormat Qwen3(bool hybrid);
+  static ChatFormat Glm45();
+  static ChatFormat Harmony();
 };
 
 // chat.json, untrusted: an object with "version" 2, "system", "user" and
 // "assistant" each [prefix, suffix] of strings, "open", "bos" and
 // "default_system" strings, "system_first" a bool and "end_of_turn" a list
-// of at most 16 non-empty strings. Errors name the key. An older converter's
+// of at most 16 non-empty strings; optionally "leading_system_only" and
+// "assistant_text_stripped" bools, "last_reply" [prefix, suffix] and
+// "reply_after" a string (absent: off). Errors name the key. An older converter's
 // chat.json (no "version") is read as it rendered then: its roles' markup
 // and "open", no bos, no default system turn, the reply ending at the
 // assistant's suffix (converting again gives the released layout).

@@ -1,18 +1,87 @@
 #include "engine/tokenizer/chat.h"
 
 #include <algorithm>
+#include <ctime>
+#include <deque>
+#include <string_view>
 
 #include "engine/format/container.h"
 
 namespace waste {
+
+namespace {
+
+// Python's str.strip(): the white space of str.isspace() off both ends.
+bool PySpaceAt(std::string_view s, size_t i, size_t* len) {
+  static const char* const kSpaces[] = {
+      "\t", "\n", "\x0B", "\x0C", "\r", "\x1C", "\x1D", "\x1E", "\x1F", " ",
+      "\xC2\x85", "\xC2\xA0", "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81",
+      "\xE2\x80\x82", "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86",
+      "\xE2\x80\x87", "\xE2\x80\x88", "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8",
+      "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80"};
+  for (const char* sp : kSpaces) {
+    const std::string_view v(sp);
+    if (s.substr(i, v.size()) == v) {
+      *len = v.size();
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string PyStrip(std::string_view s) {
+  size_t begin = 0, len = 0;
+  while (begin < s.size() && PySpaceAt(s, begin, &len)) begin += len;
+  size_t end = s.size();
+  for (bool again = true; again && end > begin;) {
+    again = false;
+    for (size_t back = 1; back <= 3 && back <= end - begin; ++back)
+      if (PySpaceAt(s, end - back, &len) && len == back) {
+        end -= back;
+        again = true;
+        break;
+      }
+  }
+  return std::string(s.substr(begin, end - begin));
+}
+
+std::string TodayUtc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+}  // namespace
+
+ReplyFilter::ReplyFilter(const Tokenizer& tok, std::string_view reply_after)
+    : tok_(&tok), open_(reply_after.empty()) {
+  if (!open_) marker_ = tok.EncodeMarkup(reply_after);
+}
+
+bool ReplyFilter::Shown(int32_t id) {
+  if (marker_.empty()) return !tok_->IsSpecial(id);
+  recent_.push_back(id);
+  if (recent_.size() > marker_.size()) recent_.erase(recent_.begin());
+  if (recent_ == marker_) {
+    open_ = true;
+    return false;
+  }
+  if (tok_->IsSpecial(id)) open_ = false;
+  return open_ && !tok_->IsSpecial(id);
+}
 
 Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
                                         const ChatRenderOptions& options) {
   using Part = Tokenizer::Part;
   std::vector<Part> parts;
-  const auto markup = [&](const std::string& s) { parts.push_back({s, true}); };
-  const auto content = [&](const std::string& s) { parts.push_back({s, false}); };
+  std::deque<std::string> made;  // the texts made here, which the parts view
+  const auto markup = [&](std::string_view s) { parts.push_back({s, true}); };
+  const auto content = [&](std::string_view s) { parts.push_back({s, false}); };
+  const auto own = [&](std::string s) -> std::string_view { return made.emplace_back(std::move(s)); };
   static const std::string kJoin = "\n\n";  // DeepSeek-V3's between system messages
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
@@ -20,7 +89,16 @@ Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer&
       return Status::Error("messages[" + std::to_string(i) + "]: the role \"" + r.substr(0, 40) +
                            "\" is not supported (system, user or assistant)");
   }
-  if (!options.continuation) markup(chat.bos);
+  std::string bos = chat.bos;
+  if (const size_t at = bos.find("{date}"); at != std::string::npos)
+    bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);
+  if (!options.continuation) markup(bos);
+  if (options.continuation)
+    for (const std::string& end : chat.end_of_turn)
+      if (chat.assistant.suffix.rfind(end, 0) == 0) {
+        markup(std::string_view(chat.assistant.suffix).substr(end.size()));
+        break;
+      }
   if (chat.system_first) {
     bool first = true;
     for (const ChatMessage& m : messages) {
@@ -36,13 +114,23 @@ Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer&
     markup(chat.default_system);
     markup(chat.system.suffix);
   }
-  for (const ChatMessage& m : messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
     if (m.role == "system" && chat.system_first) continue;
+    if (m.role == "system" && chat.leading_system_only && (i > 0 || m.content.empty())) continue;
+    const bool last_reply = m.role == "assistant" && chat.last_reply &&
+                            i + 1 == messages.size() && !options.add_generation_prompt;
     const ChatRole& role = m.role == "system" ? chat.system
                            : m.role == "user" ? chat.user
+                           : last_reply       ? *chat.last_reply
                                               : chat.assistant;
     markup(role.prefix);
-    content(m.content);
+    if (m.role == "assistant" && chat.assistant_text_stripped) {
+      const std::string_view text = own(PyStrip(m.content));
+      if (!text.empty()) markup("\n"), content(text);
+    } else {
+      content(m.content);
+    }
     markup(role.suffix);
   }
   if (options.add_generation_prompt) markup(chat.open);

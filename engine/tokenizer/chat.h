@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -28,8 +29,13 @@ struct ChatRenderOptions {
   // End with chat.open, the start of the assistant's reply.
   bool add_generation_prompt = true;
   // The messages continue a conversation already in context (a chat's next
-  // turn): no bos and no default system prompt before them.
+  // turn): no bos and no default system prompt before them; the rest of the
+  // assistant's suffix after the end of turn the model wrote comes first
+  // (Qwen3's "\n" after <|im_end|>).
   bool continuation = false;
+  // The current date, YYYY-MM-DD, for "{date}" in chat.bos (harmony's system
+  // message); empty: today's, in UTC.
+  std::string date{};
 };
 
 // The ids of `messages` laid out by `chat`. A role other than system, user
@@ -37,6 +43,24 @@ struct ChatRenderOptions {
 Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
                                         const ChatRenderOptions& options = {});
+
+// Which tokens of a reply are its text, as chat.json's reply_after says:
+// without it every token that is not a special; with it (harmony's
+// <|channel|>final<|message|>) only those after that markup, until the next
+// special (the analysis channel before it, and the markup, are not shown).
+// Feed it every token of the reply, the end of turn aside, in order. `tok`
+// must outlive it.
+class ReplyFilter {
+ public:
+  ReplyFilter(const Tokenizer& tok, std::string_view reply_after);
+  bool Shown(int32_t id);
+
+ private:
+  const Tokenizer* tok_;
+  std::vector<int32_t> marker_;  // reply_after's ids
+  std::vector<int32_t> recent_;  // the last marker_.size() ids
+  bool open_;
+};
 
 // Where a reply ends: the ids of chat.json's end_of_turn (when the container
 // has chat.json) and the model's eos_token, without repeats. An end_of_turn

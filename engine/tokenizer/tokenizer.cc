@@ -17,6 +17,7 @@
 #include "engine/format/container.h"  // ReadSmallFile, ParseJson
 #include "engine/tokenizer/base64.h"
 #include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/nfc.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -279,6 +280,21 @@ Result<tokenizer::PreTokenizer> LoadPreTokenizer(const std::string& path) {
   return tokenizer::PreTokenizer::FromSteps(*doc, "pretokenizer.json");
 }
 
+// normalizer.json: tokenizers' normalizer object; NFC is the one the engine runs.
+Result<bool> LoadNormalizer(const std::string& path) {
+  auto text = ReadSmallFile(path, 4096);
+  if (!text.ok()) return text.status();
+  auto doc = ParseJson(*text, "normalizer.json");
+  if (!doc.ok()) return doc.status();
+  const auto type = doc->is_object() ? doc->find("type") : doc->end();
+  if (type == doc->end() || !type->is_string())
+    return Status::Error("normalizer.json: not an object with a \"type\"");
+  if (*type != "NFC")
+    return Status::Error("normalizer.json: type " + type->dump().substr(0, 40) +
+                         " is not NFC, the one the engine runs");
+  return true;
+}
+
 // True unless `path` is absent (a file that is there but unreadable is an
 // error when it is read).
 bool Present(const std::string& path) {
@@ -350,6 +366,7 @@ struct Tokenizer::State {
   SpecialTrie trie;             // the specials matched first (normalized false)
   SpecialTrie normalized_trie;  // then these, in the text the first left
   std::shared_ptr<const CharClass> word, space;  // tokenizers' \w and \s
+  bool nfc = false;  // normalizer.json: content is NFC-normalized before it is split
   int32_t max_id = 0;
 };
 
@@ -368,6 +385,12 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
   const std::string pre_path = dir + "/pretokenizer.json";
   auto pre = Present(pre_path) ? LoadPreTokenizer(pre_path) : tokenizer::PreTokenizer::Create();
   if (!pre.ok()) return pre.status();
+  bool nfc = false;
+  if (const std::string path = dir + "/normalizer.json"; Present(path)) {
+    auto n = LoadNormalizer(path);
+    if (!n.ok()) return n.status();
+    nfc = *n;
+  }
 
   // Rust's \w (regex-syntax's Unicode perl class) and \s (White_Space).
   auto word = CharClass::Compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
@@ -379,6 +402,7 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
   s->word = std::move(*word);
   s->space = std::move(*space);
   s->merges = std::move(merges);
+  s->nfc = nfc;
   s->max_id = s->ranks.size() - 1;
   s->specials = std::move(specials);
   for (size_t i = 0; i < s->specials.size(); ++i) {
@@ -392,6 +416,14 @@ Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
 }
 
 void Tokenizer::EncodeContent(std::string_view text, std::vector<int32_t>* out) const {
+  if (s_->nfc) {
+    const std::string normalized = tokenizer::Nfc(text);
+    if (normalized != text) return EncodeSplit(normalized, out);
+  }
+  EncodeSplit(text, out);
+}
+
+void Tokenizer::EncodeSplit(std::string_view text, std::vector<int32_t>* out) const {
   const RankTable& ranks = s_->ranks;
   if (s_->merges) {
     s_->pre.Split(text, [&](std::string_view piece) {
@@ -468,8 +500,9 @@ std::vector<int32_t> Tokenizer::EncodeMarkup(std::string_view text) const {
   };
   // tokenizers' two passes (AddedVocabulary::extract_and_normalize): the
   // specials not normalized over the whole text, then the normalized ones
-  // over each stretch between (the engine runs no normalizer); what is
-  // left is content.
+  // over each stretch between (before normalization, which tokenizers runs
+  // first: NFC changes no released family's special); what is left is
+  // content, normalized as such.
   match(text, s_->trie, [&](std::string_view gap) {
     match(gap, s_->normalized_trie, [&](std::string_view rest) { EncodeContent(rest, &out); });
   });

@@ -12,6 +12,8 @@
 //   <dir>/pretokenizer.json  optional: the pre-tokenizer's steps (Split,
 //                            Digits, Punctuation, ByteLevel, as tokenizers
 //                            runs them); absent: Kimi's pattern
+//   <dir>/normalizer.json    optional: {"type": "NFC"} (Qwen's), content
+//                            normalized before it is split
 //
 // With neither optional file the ids match Python tiktoken's for Kimi's
 // encoding (encode_ordinary for content, encode with allowed_special="all"
@@ -96,6 +98,7 @@ class Tokenizer {
   struct State;
   explicit Tokenizer(std::shared_ptr<const State> s) : s_(std::move(s)) {}
   void EncodeContent(std::string_view valid_utf8, std::vector<int32_t>* out) const;
+  void EncodeSplit(std::string_view valid_utf8, std::vector<int32_t>* out) const;
   std::shared_ptr<const State> s_;
 };
 

@@ -12,6 +12,14 @@ Families and what renders and tokenizes them:
             through apply_chat_template
   deepseek-v3.1  DeepSeek-V3.1's (deepseek-v3.1.jinja, thinking off, its default) with
             the same tokenizer
+  qwen3     Qwen3's released template (tests/fixtures/chat/qwen3.jinja) with
+            enable_thinking=False (waste's default) over the Qwen3 tokenizer fixture
+            (tests/fixtures/tokenizer/qwen3/: Qwen's normalizer, pattern and specials)
+  glm45     GLM-4.6's released template (glm-4.6.jinja, GLM-4.5's markup), enable_thinking=False,
+            over the GLM-4.5 tokenizer fixture (tests/fixtures/tokenizer/glm45/)
+  gpt-oss   GPT-OSS's released harmony template (gpt-oss.jinja), the current date fixed at
+            DATE (the template reads the clock: strftime_now), over the o200k_harmony
+            fixture (tests/fixtures/tokenizer/gpt-oss/)
   kimi      Kimi K2's released template (tests/fixtures/chat/kimi-k2.jinja, Kimi-Linear's
             style) rendered by transformers' own Jinja renderer, tokenized as Kimi's
             tokenizer does (tiktoken's encode with every special allowed) over the Kimi
@@ -31,6 +39,7 @@ the cases that hold some are marked "content_has_special_text" and the script
 asserts that they differ from it (so the case tests something).
 """
 import base64
+import datetime
 import json
 import os
 import re
@@ -45,6 +54,18 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "fixtures", "chat")
 sys.path.insert(0, os.path.join(ROOT, "tools", "tokenizer"))
 from make_fixtures import PAT_STR  # noqa: E402  Kimi's pattern, as the tokenizer fixture uses it
+
+DATE = "2026-01-15"  # harmony's "Current date:", the cases' "date"
+
+
+class FixedDate(datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2026, 1, 15, 12, 0, 0)
+
+
+# transformers' strftime_now reads datetime.now: the date is an input here.
+transformers.utils.chat_template_utils.datetime = FixedDate
 
 DS_USER = "<\uff5cUser\uff5c>"
 DS_EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
@@ -82,18 +103,22 @@ def conversations(specials_text):
     ]
 
 
-def protected_ids(render, encode_plain, special_texts, messages, gen):
-    """Renders with content protected and tokenizes as described above."""
+def protected_ids(render, encode_plain, special_texts, messages, gen, shown=None):
+    """Renders with content protected and tokenizes as described above.
+    `shown(message)` is the text the template puts of a message (GLM strips
+    an assistant's), the content itself when None."""
     marked = []
     for i, m in enumerate(messages):
-        marked.append({**m, "content": "\ue000%d\ue001" % i})
+        # An empty content stays empty (harmony drops an empty system message).
+        marked.append({**m, "content": "\ue000%d\ue001" % i if m["content"] else ""})
     text = render(marked, gen)
     pat = re.compile("|".join(re.escape(s) for s in sorted(special_texts, key=len, reverse=True)))
     ids, run = [], ""
     for piece in re.split("(\ue000\\d+\ue001)", text):
         m = re.fullmatch("\ue000(\\d+)\ue001", piece)
         if m:
-            run += messages[int(m.group(1))]["content"]
+            msg = messages[int(m.group(1))]
+            run += shown(msg) if shown else msg["content"]
             continue
         pos = 0
         for sm in pat.finditer(piece):
@@ -110,27 +135,29 @@ def protected_ids(render, encode_plain, special_texts, messages, gen):
     return full_text, ids
 
 
-def hf_family(name, tok_dir, template):
+def hf_family(name, tok_dir, template, **kwargs):
     tok = AutoTokenizer.from_pretrained(tok_dir)
     specials = {t.content: i for i, t in tok.added_tokens_decoder.items()}
     bos = tok.bos_token
 
     def render(msgs, gen):
         return tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
-                                       tokenize=False)
+                                       tokenize=False, **kwargs)
 
-    # Plain text: the pre-tokenizer and the BPE model alone, no added token
-    # matched (split_special_tokens would still match those not marked special).
+    # Plain text: the normalizer (Qwen's NFC), the pre-tokenizer and the BPE
+    # model alone, no added token matched (split_special_tokens would still
+    # match those not marked special).
     backend = tok.backend_tokenizer
-    assert backend.normalizer is None or str(backend.normalizer) == "Sequence(normalizers=[])"
 
     def plain(s):
+        if backend.normalizer is not None:
+            s = backend.normalizer.normalize_str(s)
         return [t.id for piece, _ in backend.pre_tokenizer.pre_tokenize_str(s)
                 for t in backend.model.tokenize(piece)]
 
     def whole(msgs, gen):
         return list(tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
-                                            tokenize=True, return_dict=False))
+                                            tokenize=True, return_dict=False, **kwargs))
 
     return render, plain, whole, specials, bos
 
@@ -181,13 +208,27 @@ def main():
                           "tests/fixtures/tokenizer/deepseek/tokenizer.json",
                           "tests/fixtures/chat/deepseek-v3.1.jinja", [DS_USER, DS_EOS]),
     }
+    fx_tok = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
+    for name, tdir, tmpl, texts, kwargs in [
+            ("qwen3", "qwen3", "qwen3.jinja", ["<|im_start|>", "<|im_end|>"], {"enable_thinking": False}),
+            ("glm45", "glm45", "glm-4.6.jinja", ["<|user|>", "<|assistant|>"], {"enable_thinking": False}),
+            ("gpt-oss", "gpt-oss", "gpt-oss.jinja", ["<|start|>", "<|end|>"], {})]:
+        with open(os.path.join(OUT, tmpl)) as f:
+            template = f.read()
+        setups[name] = (hf_family(name, os.path.join(fx_tok, tdir), template, **kwargs),
+                        "tests/fixtures/tokenizer/%s/tokenizer.json" % tdir,
+                        "tests/fixtures/chat/" + tmpl, texts)
     k = kimi_family()
     setups["kimi"] = (k[:5], "tests/fixtures/tokenizer/tokenizer.model",
                       "tests/fixtures/chat/kimi-k2.jinja", ["<|im_end|>", "<|im_user|>"])
     for name, ((render, plain, whole, specials, bos), tok_path, tmpl_path, texts) in setups.items():
         cases = []
         for cname, msgs, gen in conversations(texts):
-            text, ids = protected_ids(render, plain, specials, msgs, gen)
+            shown = None
+            if name == "glm45":  # its template writes content.strip() of an assistant message
+                def shown(m):
+                    return m["content"].strip() if m["role"] == "assistant" else m["content"]
+            text, ids = protected_ids(render, plain, specials, msgs, gen, shown)
             naive = whole(msgs, gen)
             has_special = any(s in m["content"] for m in msgs for s in specials)
             if has_special:
@@ -198,6 +239,10 @@ def main():
                           "text": text, "ids": ids, "content_has_special_text": has_special})
         families[name] = {"tokenizer": tok_path, "template": tmpl_path, "bos_token": bos,
                           "cases": cases}
+        if name == "gpt-oss":
+            families[name]["date"] = DATE
+        if name in ("qwen3", "glm45"):
+            families[name]["enable_thinking"] = False
         print(f"{name}: {len(cases)} cases, {sum(len(c['ids']) for c in cases)} ids")
     doc = {"generator": "tools/chat/make_fixtures.py",
            "transformers_version": transformers.__version__,
