@@ -37,7 +37,20 @@ json InfoJson(const Container& ct) {
   const ModelConfig& c = m.config;
   const ParamCount p = CountParams(c);
   std::string mix;
-  for (int L = 0; L < c.n_layers; ++L) mix += c.layer_kind[L] == LayerKind::kKda ? 'K' : 'M';
+  // One letter per layer: K KDA, M MLA, D Gated DeltaNet.
+  for (int L = 0; L < c.n_layers; ++L) {
+    switch (c.layer_kind[L]) {
+      case LayerKind::kKda:
+        mix += 'K';
+        break;
+      case LayerKind::kMla:
+        mix += 'M';
+        break;
+      case LayerKind::kGatedDeltaNet:
+        mix += 'D';
+        break;
+    }
+  }
   std::map<std::string, json> fmts;
   uint64_t resident = 0, embed = 0;
   for (const TrunkTensor& t : m.trunk) {
@@ -59,7 +72,8 @@ json InfoJson(const Container& ct) {
       {"dense_layers", c.n_layers - c.n_moe_layers()},
       {"moe_layers", c.n_moe_layers()},
       {"kda_layers", c.n_kda_layers()},
-      {"mla_layers", c.n_layers - c.n_kda_layers()},
+      {"mla_layers", c.n_layers_of(LayerKind::kMla)},
+      {"gated_deltanet_layers", c.n_layers_of(LayerKind::kGatedDeltaNet)},
       {"layer_mix", mix},
       {"hidden", c.hidden},
       {"vocab", c.vocab},
@@ -104,11 +118,18 @@ int RunInfo(const std::string& dir, bool as_json) {
   std::printf("container   %s (%s)\n", dir.c_str(), FormatSize(j["bytes"]).c_str());
   std::printf("model       %s (%s)\n", j["architecture"].get<std::string>().c_str(),
               j["model_type"].get<std::string>().c_str());
-  std::printf("layers      %d: %d dense + %d MoE; attention %d KDA + %d MLA\n",
-              j["layers"].get<int>(), j["dense_layers"].get<int>(), j["moe_layers"].get<int>(),
-              j["kda_layers"].get<int>(), j["mla_layers"].get<int>());
-  std::printf("layer mix   %s  (K = Kimi Delta Attention, M = latent attention)\n",
-              j["layer_mix"].get<std::string>().c_str());
+  // The attention kinds the model has, by count.
+  std::string kinds;
+  for (const auto& [key, name] : {std::pair{"kda_layers", "KDA"}, std::pair{"mla_layers", "MLA"},
+                                  std::pair{"gated_deltanet_layers", "Gated DeltaNet"}}) {
+    if (j[key].get<int>() == 0) continue;
+    kinds += (kinds.empty() ? "" : " + ") + std::to_string(j[key].get<int>()) + " " + name;
+  }
+  std::printf("layers      %d: %d dense + %d MoE; attention %s\n", j["layers"].get<int>(),
+              j["dense_layers"].get<int>(), j["moe_layers"].get<int>(), kinds.c_str());
+  std::printf(
+      "layer mix   %s  (K = Kimi Delta Attention, M = latent attention, D = Gated DeltaNet)\n",
+      j["layer_mix"].get<std::string>().c_str());
   std::printf("hidden      %d, vocabulary %d\n", j["hidden"].get<int>(), j["vocab"].get<int>());
   if (j.contains("experts")) {
     const json& e = j["experts"];

@@ -32,10 +32,12 @@ Result<SourceModel> MapSource(const json& in) {
     s.family = Family::kDeepseekV3;
   } else if (type == "kimi_linear") {
     s.family = Family::kKimiLinear;
+  } else if (type == "qwen3_next") {
+    s.family = Family::kQwen3Next;
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
-                         "kimi_linear)");
+                         "kimi_linear, qwen3_next)");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: a nested text_config (a multimodal wrapper) is not supported");

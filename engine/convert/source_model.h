@@ -5,6 +5,9 @@
 //     model.layers.L.mlp.{gate, shared_experts}.*  -> model.layers.L.block_sparse_moe.*
 //     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight  (routed experts)
 //     model.layers.N.* for N >= num_hidden_layers (multi-token prediction): not used
+//   Qwen3-Next (model_type qwen3_next): the DeepSeek names' mlp. -> block_sparse_moe.
+//     (gate, shared_expert, shared_expert_gate, experts.E.*), linear_attn.* as
+//     released; mtp.* (multi-token prediction): not used (waste convert lists it)
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
 //     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
 //   Everything else has the container's name (engine/format/model_config.h, TrunkSpec).
@@ -19,7 +22,7 @@
 
 namespace waste::convert {
 
-enum class Family { kDeepseekV3, kKimiLinear };
+enum class Family { kDeepseekV3, kKimiLinear, kQwen3Next };
 
 struct SourceModel {
   Family family = Family::kDeepseekV3;

@@ -64,7 +64,44 @@ const char* Either(const json& c, const char* a, const char* b) {
 
 constexpr int64_t kMaxDim = 1 << 20;
 
+// Qwen3-Next: layer_types ("linear_attention" or "full_attention" per layer),
+// or, when absent, full attention every full_attention_interval-th layer (as
+// transformers' Qwen3NextConfig derives it); the Gated DeltaNet shapes.
+Status ReadQwen3NextLayers(const json& c, ModelConfig* m) {
+  m->layer_kind.assign(m->n_layers, LayerKind::kGatedDeltaNet);
+  std::vector<bool> full(m->n_layers, false);
+  if (const auto lt = c.find("layer_types"); lt != c.end() && !lt->is_null()) {
+    if (!lt->is_array() || lt->size() != static_cast<size_t>(m->n_layers))
+      return Status::Error("config.layer_types is not a list of num_hidden_layers entries");
+    for (int L = 0; L < m->n_layers; ++L) {
+      const json& t = (*lt)[L];
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type != "linear_attention" && type != "full_attention")
+        return Status::Error("config.layer_types[" + std::to_string(L) + "] \"" + type +
+                             "\" is not linear_attention or full_attention");
+      full[L] = type == "full_attention";
+    }
+  } else {
+    int interval = 4;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "full_attention_interval", 1, 512, &interval, 4));
+    for (int L = 0; L < m->n_layers; ++L) full[L] = (L + 1) % interval == 0;
+  }
+  for (int L = 0; L < m->n_layers; ++L)
+    if (full[L])
+      return Status::Error("config: layer " + std::to_string(L) +
+                           " is full_attention, which is not implemented for qwen3_next yet");
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_num_key_heads", 1, 1 << 12, &m->gdn_k_heads));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_num_value_heads", 1, 1 << 12, &m->gdn_v_heads));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_key_head_dim", 1, 1 << 12, &m->gdn_k_dim));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_value_head_dim", 1, 1 << 12, &m->gdn_v_dim));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_conv_kernel_dim", 1, 64, &m->conv_kernel, 4));
+  if (m->gdn_v_heads % m->gdn_k_heads != 0)
+    return Status::Error("config: linear_num_key_heads does not divide linear_num_value_heads");
+  return Status::Ok();
+}
+
 Status ReadLayerKinds(const json& c, ModelConfig* m) {
+  if (m->arch == Arch::kQwen3Next) return ReadQwen3NextLayers(c, m);
   m->layer_kind.assign(m->n_layers, LayerKind::kMla);
   const auto lac = c.find("linear_attn_config");
   if (lac == c.end() || lac->is_null()) {
@@ -129,12 +166,20 @@ Status ReadRope(const json& c, ModelConfig* m) {
 }  // namespace
 
 std::string_view ArchName(Arch a) {
-  return a == Arch::kKimiLinear ? "kimi_linear" : "deepseek_v3";
+  switch (a) {
+    case Arch::kKimiLinear:
+      return "kimi_linear";
+    case Arch::kDeepseekV3:
+      return "deepseek_v3";
+    case Arch::kQwen3Next:
+      return "qwen3_next";
+  }
+  return "?";
 }
 
-int ModelConfig::n_kda_layers() const {
+int ModelConfig::n_layers_of(LayerKind kind) const {
   int n = 0;
-  for (LayerKind k : layer_kind) n += k == LayerKind::kKda;
+  for (LayerKind k : layer_kind) n += k == kind;
   return n;
 }
 
@@ -148,9 +193,11 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     m.arch = Arch::kKimiLinear;
   } else if (m.model_type == "deepseek_v3" || m.model_type == "kimi_k2") {
     m.arch = Arch::kDeepseekV3;
+  } else if (m.model_type == "qwen3_next") {
+    m.arch = Arch::kQwen3Next;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
-                         "\" is not supported (kimi_linear, deepseek_v3, kimi_k2)");
+                         "\" is not supported (kimi_linear, deepseek_v3, kimi_k2, qwen3_next)");
   }
   m.architecture = m.model_type;
   if (auto a = c.find("architectures");
@@ -186,7 +233,22 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   // moe_renormalize (Kimi) or norm_topk_prob (DeepSeek): by value.
   WASTE_RETURN_IF_ERROR(
       GetBool(c, Either(c, "moe_renormalize", "norm_topk_prob"), &m.renormalize, false));
-  std::string scoring = "sigmoid";
+  if (m.arch == Arch::kQwen3Next) {
+    // Qwen3NextSparseMoeBlock: softmax over all experts, top-k, norm_topk_prob;
+    // a shared expert of shared_expert_intermediate_size behind a sigmoid gate.
+    m.router_correction_bias = false;
+    m.shared_expert_gate = true;
+    WASTE_RETURN_IF_ERROR(
+        GetInt(c, "shared_expert_intermediate_size", 0, kMaxDim, &m.shared_width, 0));
+    m.n_shared = m.n_experts > 0 && m.shared_width > 0 ? 1 : 0;
+    for (const char* k : {"mlp_only_layers", "decoder_sparse_step"}) {
+      const auto it = c.find(k);
+      const bool plain = it == c.end() || it->is_null() || (it->is_array() && it->empty()) ||
+                         (it->is_number_integer() && it->get<int64_t>() == 1);
+      if (!plain) return Status::Error(std::string("config.") + k + " is not implemented for qwen3_next");
+    }
+  }
+  std::string scoring = m.arch == Arch::kQwen3Next ? "softmax" : "sigmoid";
   for (const char* k : {"moe_router_activation_func", "scoring_func"}) {
     if (c.contains(k) && c[k].is_string()) scoring = c[k].get<std::string>();
   }
@@ -223,7 +285,7 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   WASTE_RETURN_IF_ERROR(GetInt(c, "num_attention_heads", 1, 1 << 12, &m.n_heads));
   WASTE_RETURN_IF_ERROR(GetInt(c, "q_lora_rank", 0, kMaxDim, &m.q_lora, 0));
   WASTE_RETURN_IF_ERROR(ReadLayerKinds(c, &m));
-  if (m.n_kda_layers() < m.n_layers) {  // there are MLA layers
+  if (m.n_layers_of(LayerKind::kMla) > 0) {
     WASTE_RETURN_IF_ERROR(GetInt(c, "kv_lora_rank", 1, kMaxDim, &m.kv_lora));
     WASTE_RETURN_IF_ERROR(GetInt(c, "qk_nope_head_dim", 0, 4096, &m.qk_nope));
     WASTE_RETURN_IF_ERROR(GetInt(c, "qk_rope_head_dim", 0, 4096, &m.qk_rope));
@@ -250,7 +312,20 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
     const std::string a = p + "self_attn.";
     vec(p + "input_layernorm.weight", {h});
     vec(p + "post_attention_layernorm.weight", {h});
-    if (c.layer_kind[L] == LayerKind::kKda) {
+    if (c.layer_kind[L] == LayerKind::kGatedDeltaNet) {
+      // Qwen3-Next's names. in_proj_qkvz's rows come per key head: its q, k
+      // (gdn_k_dim each), then the v and z of its value heads; in_proj_ba's
+      // per key head the b, then the a, of its value heads.
+      const std::string g = p + "linear_attn.";
+      const int64_t K = c.gdn_key_width(), V = c.gdn_value_width(), Hv = c.gdn_v_heads;
+      mat(g + "in_proj_qkvz.weight", 2 * K + 2 * V, h);
+      mat(g + "in_proj_ba.weight", 2 * Hv, h);
+      vec(g + "conv1d.weight", {c.gdn_conv_width(), 1, c.conv_kernel});
+      vec(g + "dt_bias", {Hv});
+      vec(g + "A_log", {Hv});
+      vec(g + "norm.weight", {c.gdn_v_dim});
+      mat(g + "out_proj.weight", h, V);
+    } else if (c.layer_kind[L] == LayerKind::kKda) {
       const int64_t H = c.kda_heads, D = c.kda_head_dim, C = H * D;
       mat(a + "q_proj.weight", C, h);
       mat(a + "k_proj.weight", C, h);
@@ -283,11 +358,15 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
     if (c.is_moe_layer(L)) {
       const std::string m = p + "block_sparse_moe.";
       t.push_back({m + "gate.weight", {c.n_experts, h}, Storage::kRouter});
-      vec(m + "gate.e_score_correction_bias", {c.n_experts});
+      if (c.router_correction_bias) vec(m + "gate.e_score_correction_bias", {c.n_experts});
       if (c.n_shared > 0) {
-        mat(m + "shared_experts.gate_proj.weight", c.shared_inter(), h);
-        mat(m + "shared_experts.up_proj.weight", c.shared_inter(), h);
-        mat(m + "shared_experts.down_proj.weight", h, c.shared_inter());
+        // Qwen3-Next names its one gated shared expert in the singular.
+        const std::string se = m + (c.shared_expert_gate ? "shared_expert." : "shared_experts.");
+        mat(se + "gate_proj.weight", c.shared_inter(), h);
+        mat(se + "up_proj.weight", c.shared_inter(), h);
+        mat(se + "down_proj.weight", h, c.shared_inter());
+        if (c.shared_expert_gate)
+          t.push_back({m + "shared_expert_gate.weight", {1, h}, Storage::kRouter});
       }
     } else {
       mat(p + "mlp.gate_proj.weight", c.dense_inter, h);

@@ -2,9 +2,10 @@
 // Hugging Face config.json, as WARP's converter copies it) and bounded so that
 // no dimension can size an allocation or a loop beyond reason.
 //
-// Two families are understood: Kimi-Linear (model_type kimi_linear: KDA and
-// MLA layers, MoE with a shared expert) and the DeepSeek-V3 family
-// (deepseek_v3, kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing).
+// The families understood: Kimi-Linear (model_type kimi_linear: KDA and MLA
+// layers, MoE with a shared expert), the DeepSeek-V3 family (deepseek_v3,
+// kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing) and Qwen3-Next
+// (qwen3_next: Gated DeltaNet layers).
 // Anything else, and any setting of theirs that this project does not
 // implement, is refused by name.
 #pragma once
@@ -19,9 +20,9 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3 };
+enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Next };
 
-enum class LayerKind { kKda, kMla };
+enum class LayerKind { kKda, kMla, kGatedDeltaNet };
 
 struct YarnConfig {
   double factor = 1.0;  // <= 1 means plain RoPE
@@ -50,11 +51,16 @@ struct ModelConfig {
   int moe_inter = 0;    // intermediate width of one routed expert
   int n_experts = 0;    // routed experts per MoE layer
   int top_k = 0;        // experts chosen per token
-  int n_shared = 0;     // shared experts (their width is n_shared * moe_inter)
+  int n_shared = 0;     // shared experts (their width is shared_inter())
   int first_dense = 0;
   bool sigmoid_router = true;  // false: softmax scores
   bool renormalize = false;    // top-k weights divided by their sum
   float routed_scale = 1.f;
+  // Qwen3-Next: one shared expert of shared_expert_intermediate_size, its
+  // output scaled by sigmoid(shared_expert_gate . h); no correction bias.
+  int shared_width = 0;  // > 0: the shared expert's width, whatever n_shared
+  bool shared_expert_gate = false;
+  bool router_correction_bias = true;  // gate.e_score_correction_bias
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
 
@@ -74,13 +80,26 @@ struct ModelConfig {
   int kda_head_dim = 0;
   int conv_kernel = 0;
 
+  // Gated DeltaNet (Qwen3-Next's linear attention; conv_kernel is its
+  // linear_conv_kernel_dim). Each key head serves gdn_v_heads / gdn_k_heads
+  // consecutive value heads.
+  int gdn_k_heads = 0;
+  int gdn_v_heads = 0;
+  int gdn_k_dim = 0;
+  int gdn_v_dim = 0;
+
   std::vector<LayerKind> layer_kind;  // [n_layers]
 
   bool is_moe_layer(int layer) const { return n_experts > 0 && layer >= first_dense; }
   int n_moe_layers() const { return n_experts > 0 ? n_layers - first_dense : 0; }
-  int n_kda_layers() const;
+  int n_kda_layers() const { return n_layers_of(LayerKind::kKda); }
+  int n_layers_of(LayerKind k) const;
   int kda_width() const { return kda_heads * kda_head_dim; }
-  int shared_inter() const { return moe_inter * n_shared; }
+  int gdn_key_width() const { return gdn_k_heads * gdn_k_dim; }
+  int gdn_value_width() const { return gdn_v_heads * gdn_v_dim; }
+  // The channels of the short convolution: q, k (key width each) and v.
+  int gdn_conv_width() const { return 2 * gdn_key_width() + gdn_value_width(); }
+  int shared_inter() const { return shared_width > 0 ? shared_width : moe_inter * n_shared; }
 
   // Reads and bounds-checks a config object. Errors name the key.
   static Result<ModelConfig> FromJson(const nlohmann::json& config);

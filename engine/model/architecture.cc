@@ -13,10 +13,15 @@ constexpr LayerKind kKimiLinearAttention[] = {LayerKind::kKda, LayerKind::kMla};
 // with a shared expert after the first dense layers; grouped routing
 // (router.h; the config's n_group and topk_group).
 constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
+// Qwen3-Next: Gated DeltaNet where layer_types says linear_attention;
+// zero-centered RMSNorms; MoE with a gated shared expert, softmax routing.
+constexpr LayerKind kQwen3NextAttention[] = {LayerKind::kGatedDeltaNet};
 
 constexpr Family kFamilies[] = {
     {Arch::kKimiLinear, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kDeepseekV3, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true,
+     /*zero_centered_norms=*/true},
 };
 
 std::string_view KindName(LayerKind k) {
@@ -25,18 +30,19 @@ std::string_view KindName(LayerKind k) {
       return "KDA";
     case LayerKind::kMla:
       return "MLA";
+    case LayerKind::kGatedDeltaNet:
+      return "Gated DeltaNet";
   }
   return "?";
 }
 
-// The family entry for `arch`; nullptr when there is none.
+}  // namespace
+
 const Family* FindFamily(Arch arch) {
   for (const Family& f : kFamilies)
     if (f.arch == arch) return &f;
   return nullptr;
 }
-
-}  // namespace
 
 Result<std::vector<LayerPlan>> PlanLayers(const ModelConfig& c) {
   const std::string family(ArchName(c.arch));

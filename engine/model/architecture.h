@@ -24,7 +24,7 @@ enum class FfnKind {
 // What one layer runs, in this order: RMSNorm, attention, residual; RMSNorm,
 // feed-forward, residual.
 struct LayerPlan {
-  LayerKind attention = LayerKind::kMla;  // kKda: kda.cc; kMla: mla.cc
+  LayerKind attention = LayerKind::kMla;  // kKda: kda.cc; kMla: mla.cc; kGatedDeltaNet: gated_deltanet.cc
   FfnKind ffn = FfnKind::kDense;
   // kMoe: a dense MLP (mlp.cc) beside the routed experts, on every token.
   bool shared_expert = false;
@@ -39,7 +39,14 @@ struct Family {
   std::span<const LayerKind> attention;  // the kinds its layers may have
   bool moe = false;                      // it may have MoE layers
   bool shared_expert = false;            // its MoE layers may have shared experts
+  // Its RMSNorms (input, post-attention, final) store w - 1 and scale by
+  // 1 + w, computed once in float32 as transformers does (Qwen3-Next's
+  // Qwen3NextRMSNorm). The gated output norm of Gated DeltaNet is plain.
+  bool zero_centered_norms = false;
 };
+
+// The entry for `arch`; nullptr when there is none.
+const Family* FindFamily(Arch arch);
 
 // Every layer's plan, from c's family and c itself. Refuses, by name, a
 // family without an entry and a config asking for what its family has not.

@@ -19,7 +19,7 @@ std::vector<int> Model::GuessExperts(int L, int T, const float* h, size_t cap) {
   Routing r;
   for (int t = 0; t < T; ++t) {
     MatVec(*l.router, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(guess_config_, logits, {l.router_bias, static_cast<size_t>(E)}, &r);
+    Route(guess_config_, logits, l.router_bias, &r);
     for (int j = 0; j < r.count; ++j) {
       ++votes[r.expert[j]];
       ranks[r.expert[j]] += j;

@@ -333,6 +333,38 @@ json DeepseekTinyConfig() {
   };
 }
 
+// Qwen3-Next's layers at small sizes: Gated DeltaNet with two value heads per
+// key head, zero-centered norms, MoE with softmax routing and a gated shared
+// expert.
+json Qwen3NextTinyConfig() {
+  return {
+      {"model_type", "qwen3_next"},
+      {"architectures", {"Qwen3NextForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "silu"},
+      {"intermediate_size", 512},
+      {"moe_intermediate_size", 128},
+      {"shared_expert_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"norm_topk_prob", true},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", json::array()},
+      {"num_attention_heads", 4},
+      {"layer_types",
+       {"linear_attention", "linear_attention", "linear_attention", "linear_attention"}},
+      {"linear_num_key_heads", 2},
+      {"linear_num_value_heads", 4},
+      {"linear_key_head_dim", 32},
+      {"linear_value_head_dim", 48},
+      {"linear_conv_kernel_dim", 4},
+  };
+}
+
 // Kimi-Linear-48B-A3B's own config.json values: the tiny Kimi config (same
 // routing, norms and attention kinds) at the real sizes.
 json Kimi48bConfig() {
@@ -368,7 +400,7 @@ json Kimi48bConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi", "tiny-deepseek", "kimi-linear-48b"};
+  return {"tiny-kimi", "tiny-deepseek", "tiny-qwen3-next", "kimi-linear-48b"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -380,6 +412,8 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
   } else if (name == "tiny-deepseek") {
     s.config = DeepseekTinyConfig();
     s.route_skew = 0.1;
+  } else if (name == "tiny-qwen3-next") {
+    s.config = Qwen3NextTinyConfig();
   } else if (name == "kimi-linear-48b") {
     s.config = Kimi48bConfig();
     s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
@@ -465,7 +499,7 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
 
   // Routing concentration, calibrated on the first MoE layer's router.
   std::vector<TensorSpec> specs = TrunkSpec(c);
-  if (c.n_moe_layers() > 0) {
+  if (c.n_moe_layers() > 0 && c.router_correction_bias) {  // nothing to calibrate without the bias
     const auto router = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) {
       return s.name ==
              "model.layers." + std::to_string(c.first_dense) + ".block_sparse_moe.gate.weight";
