@@ -627,7 +627,9 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   const uint64_t mla = static_cast<uint64_t>(c.n_layers_of(LayerKind::kMla));
   // Gated DeltaNet: both projections, the key heads, out_proj.
   const uint64_t gdn = static_cast<uint64_t>(c.n_layers_of(LayerKind::kGatedDeltaNet));
-  const uint64_t per_token = 3 * kda + (c.q_lora > 0 ? 4 : 3) * mla + 3 * gdn;
+  // GQA: q, k and v in one pass, the query heads, o_proj.
+  const uint64_t gqa = static_cast<uint64_t>(c.n_layers_of(LayerKind::kGqa));
+  const uint64_t per_token = 3 * kda + (c.q_lora > 0 ? 4 : 3) * mla + 3 * gdn + 3 * gqa;
   EXPECT_EQ(e.model->pool_jobs().attention, 0u);
   ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());  // prefill: per token too
   EXPECT_EQ(e.model->pool_jobs().attention, per_token * prompt_.size());

@@ -37,7 +37,7 @@ json InfoJson(const Container& ct) {
   const ModelConfig& c = m.config;
   const ParamCount p = CountParams(c);
   std::string mix;
-  // One letter per layer: K KDA, M MLA, D Gated DeltaNet.
+  // One letter per layer: K KDA, M MLA, G GQA, D Gated DeltaNet.
   for (int L = 0; L < c.n_layers; ++L) {
     switch (c.layer_kind[L]) {
       case LayerKind::kKda:
@@ -45,6 +45,9 @@ json InfoJson(const Container& ct) {
         break;
       case LayerKind::kMla:
         mix += 'M';
+        break;
+      case LayerKind::kGqa:
+        mix += 'G';
         break;
       case LayerKind::kGatedDeltaNet:
         mix += 'D';
@@ -73,6 +76,7 @@ json InfoJson(const Container& ct) {
       {"moe_layers", c.n_moe_layers()},
       {"kda_layers", c.n_kda_layers()},
       {"mla_layers", c.n_layers_of(LayerKind::kMla)},
+      {"gqa_layers", c.n_layers_of(LayerKind::kGqa)},
       {"gated_deltanet_layers", c.n_layers_of(LayerKind::kGatedDeltaNet)},
       {"layer_mix", mix},
       {"hidden", c.hidden},
@@ -121,6 +125,7 @@ int RunInfo(const std::string& dir, bool as_json) {
   // The attention kinds the model has, by count.
   std::string kinds;
   for (const auto& [key, name] : {std::pair{"kda_layers", "KDA"}, std::pair{"mla_layers", "MLA"},
+                                  std::pair{"gqa_layers", "GQA"},
                                   std::pair{"gated_deltanet_layers", "Gated DeltaNet"}}) {
     if (j[key].get<int>() == 0) continue;
     kinds += (kinds.empty() ? "" : " + ") + std::to_string(j[key].get<int>()) + " " + name;
@@ -128,7 +133,8 @@ int RunInfo(const std::string& dir, bool as_json) {
   std::printf("layers      %d: %d dense + %d MoE; attention %s\n", j["layers"].get<int>(),
               j["dense_layers"].get<int>(), j["moe_layers"].get<int>(), kinds.c_str());
   std::printf(
-      "layer mix   %s  (K = Kimi Delta Attention, M = latent attention, D = Gated DeltaNet)\n",
+      "layer mix   %s  (K = Kimi Delta Attention, M = latent attention, G = grouped-query "
+      "attention, D = Gated DeltaNet)\n",
       j["layer_mix"].get<std::string>().c_str());
   std::printf("hidden      %d, vocabulary %d\n", j["hidden"].get<int>(), j["vocab"].get<int>());
   if (j.contains("experts")) {

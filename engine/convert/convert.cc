@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -527,6 +528,15 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   for (const auto& e : fs::directory_iterator(o.out, ec))
     if (e.is_regular_file()) sum.written_bytes += e.file_size();
   sum.unused = (*ck)->Unused();
+  for (const std::string& name : sum.unused) {
+    const std::string p = "model.layers.";
+    if (name.rfind(p, 0) != 0) continue;
+    const int L = std::atoi(name.c_str() + p.size());
+    if (L >= c.n_layers &&
+        std::find(sum.skipped_layers.begin(), sum.skipped_layers.end(), L) == sum.skipped_layers.end())
+      sum.skipped_layers.push_back(L);
+  }
+  std::sort(sum.skipped_layers.begin(), sum.skipped_layers.end());
   sum.seconds = Since(t0);
   return sum;
 }

@@ -60,6 +60,9 @@ struct ConvertSummary {
   int layers_resumed = 0;  // finished by an earlier run
   std::vector<LayerSummary> layers;
   std::vector<std::string> unused;  // checkpoint tensors the container does not need
+  // Layers the checkpoint has past num_hidden_layers, skipped: DeepSeek's and
+  // GLM's multi-token-prediction layers (num_nextn_predict_layers).
+  std::vector<int> skipped_layers;
   std::string tokenizer;            // what the tokenizer came from, or why there is none
 
   double trunk_bits_per_weight() const {

@@ -32,12 +32,16 @@ Result<SourceModel> MapSource(const json& in) {
     s.family = Family::kDeepseekV3;
   } else if (type == "kimi_linear") {
     s.family = Family::kKimiLinear;
+  } else if (type == "qwen3_moe") {
+    s.family = Family::kQwen3Moe;
+  } else if (type == "glm4_moe") {
+    s.family = Family::kGlm4Moe;
   } else if (type == "qwen3_next") {
     s.family = Family::kQwen3Next;
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
-                         "kimi_linear, qwen3_next)");
+                         "kimi_linear, qwen3_moe, glm4_moe, qwen3_next)");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: a nested text_config (a multimodal wrapper) is not supported");
@@ -47,13 +51,19 @@ Result<SourceModel> MapSource(const json& in) {
   if (auto act = c.find("hidden_act"); act != c.end() && !act->is_null() &&
                                        (!act->is_string() || act->get<std::string>() != "silu"))
     return Status::Error("config.json: hidden_act " + act->dump() + " is not implemented (silu)");
-  if (auto ri = c.find("rope_interleave"); ri != c.end() && ri->is_boolean() && !ri->get<bool>())
+  // MLA rotates interleaved pairs; GQA's families rotate half the dims
+  // against the other half, whatever the key says.
+  const bool gqa = s.family == Family::kQwen3Moe || s.family == Family::kGlm4Moe;
+  if (auto ri = c.find("rope_interleave");
+      !gqa && ri != c.end() && ri->is_boolean() && !ri->get<bool>())
     return Status::Error(
-        "config.json: rope_interleave false (rotate-half RoPE) is not implemented");
+        "config.json: rope_interleave false (rotate-half RoPE) is not implemented for MLA");
   // transformers 5 writes the rotary settings as rope_parameters.
   if (auto rp = c.find("rope_parameters"); rp != c.end() && rp->is_object()) {
     const json p = *rp;
     if (!c.contains("rope_theta") && p.contains("rope_theta")) c["rope_theta"] = p["rope_theta"];
+    if (!c.contains("partial_rotary_factor") && p.contains("partial_rotary_factor"))
+      c["partial_rotary_factor"] = p["partial_rotary_factor"];
     std::string rt = "default";
     for (const char* k : {"type", "rope_type"})
       if (p.contains(k) && p[k].is_string()) rt = p[k].get<std::string>();
@@ -61,6 +71,7 @@ Result<SourceModel> MapSource(const json& in) {
       if (rt != "default") {
         json scaling = p;
         scaling.erase("rope_theta");
+        scaling.erase("partial_rotary_factor");
         scaling["type"] = rt;
         c["rope_scaling"] = scaling;
       }

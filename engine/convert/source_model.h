@@ -1,11 +1,14 @@
 // What a checkpoint's config.json and tensor names mean to the container:
-// the two families the engine runs, as their checkpoints are published.
+// the families the engine runs, as their checkpoints are published.
 //
-//   DeepSeek-V3 family (model_type deepseek_v3, kimi_k2: V3, R1, Kimi K2):
+//   DeepSeek-V3 family (model_type deepseek_v3, kimi_k2: V3, R1, Kimi K2),
+//   Qwen3-MoE (qwen3_moe) and GLM-4.5 (glm4_moe), as released and as
+//   transformers 5.24's save_pretrained writes them (per-expert names too):
 //     model.layers.L.mlp.{gate, shared_experts}.*  -> model.layers.L.block_sparse_moe.*
 //     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight  (routed experts)
-//     model.layers.N.* for N >= num_hidden_layers (multi-token prediction): not used
-//   Qwen3-Next (model_type qwen3_next): the DeepSeek names' mlp. -> block_sparse_moe.
+//     model.layers.N.* for N >= num_hidden_layers (multi-token prediction,
+//     DeepSeek's and GLM's num_nextn_predict_layers): not used
+//   Qwen3-Next (model_type qwen3_next): the same mlp. -> block_sparse_moe.
 //     (gate, shared_expert, shared_expert_gate, experts.E.*), linear_attn.* as
 //     released; mtp.* (multi-token prediction): not used (waste convert lists it)
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
@@ -22,7 +25,8 @@
 
 namespace waste::convert {
 
-enum class Family { kDeepseekV3, kKimiLinear, kQwen3Next };
+// Whose tensor names: Kimi-Linear's are Moonshot's, the others DeepSeek's.
+enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kQwen3Next };
 
 struct SourceModel {
   Family family = Family::kDeepseekV3;
@@ -39,7 +43,7 @@ struct SourceModel {
 // rope_parameters become rope_theta / rope_scaling; quantization_config and
 // compression_config are dropped (the container's weights are not the
 // checkpoint's). Refused by name: an unknown model_type, an activation other
-// than silu, tied embeddings, rope_interleave false, and whatever
+// than silu, tied embeddings, rope_interleave false for MLA, and whatever
 // ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);
 

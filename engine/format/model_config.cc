@@ -1,6 +1,8 @@
 #include "engine/format/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 
 namespace waste {
@@ -56,10 +58,12 @@ Status GetBool(const json& c, const char* key, bool* out, bool fallback) {
   return Status::Ok();
 }
 
-// First key present of several spellings (Kimi and DeepSeek name the MoE
-// settings differently).
-const char* Either(const json& c, const char* a, const char* b) {
-  return c.contains(a) ? a : b;
+// First key present of several spellings (Kimi, DeepSeek, Qwen and
+// transformers 5 name the MoE settings differently); the last when none is.
+const char* Either(const json& c, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (c.contains(k)) return k;
+  return *(keys.end() - 1);
 }
 
 constexpr int64_t kMaxDim = 1 << 20;
@@ -87,9 +91,7 @@ Status ReadQwen3NextLayers(const json& c, ModelConfig* m) {
     for (int L = 0; L < m->n_layers; ++L) full[L] = (L + 1) % interval == 0;
   }
   for (int L = 0; L < m->n_layers; ++L)
-    if (full[L])
-      return Status::Error("config: layer " + std::to_string(L) +
-                           " is full_attention, which is not implemented for qwen3_next yet");
+    if (full[L]) m->layer_kind[L] = LayerKind::kGqa;
   WASTE_RETURN_IF_ERROR(GetInt(c, "linear_num_key_heads", 1, 1 << 12, &m->gdn_k_heads));
   WASTE_RETURN_IF_ERROR(GetInt(c, "linear_num_value_heads", 1, 1 << 12, &m->gdn_v_heads));
   WASTE_RETURN_IF_ERROR(GetInt(c, "linear_key_head_dim", 1, 1 << 12, &m->gdn_k_dim));
@@ -102,7 +104,8 @@ Status ReadQwen3NextLayers(const json& c, ModelConfig* m) {
 
 Status ReadLayerKinds(const json& c, ModelConfig* m) {
   if (m->arch == Arch::kQwen3Next) return ReadQwen3NextLayers(c, m);
-  m->layer_kind.assign(m->n_layers, LayerKind::kMla);
+  const bool gqa = m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe;
+  m->layer_kind.assign(m->n_layers, gqa ? LayerKind::kGqa : LayerKind::kMla);
   const auto lac = c.find("linear_attn_config");
   if (lac == c.end() || lac->is_null()) {
     if (m->arch == Arch::kKimiLinear)
@@ -158,9 +161,38 @@ Status ReadRope(const json& c, ModelConfig* m) {
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "beta_slow", 1e-6, 1e6, &y.beta_slow, 1, w));
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "mscale", 0, 1e3, &y.mscale, 1, w));
   WASTE_RETURN_IF_ERROR(GetNum(*rs, "mscale_all_dim", 0, 1e3, &y.mscale_all_dim, 0, w));
-  if (y.factor > 1.0 && y.mscale != y.mscale_all_dim)
-    return Status::Error("config.rope_scaling mscale != mscale_all_dim is not implemented");
+  for (const char* k : {"attention_factor", "truncate"})
+    if (rs->contains(k) && !(*rs)[k].is_null())
+      return Status::Error(std::string(w) + k + " is not implemented");
   return Status::Ok();
+}
+
+// Grouped-query attention's shape (LayerKind::kGqa).
+Status ReadGqa(const json& c, ModelConfig* m) {
+  WASTE_RETURN_IF_ERROR(
+      GetInt(c, "num_key_value_heads", 1, m->n_heads, &m->n_kv_heads, m->n_heads));
+  if (m->n_heads % m->n_kv_heads != 0)
+    return Status::Error("config.num_key_value_heads does not divide num_attention_heads");
+  WASTE_RETURN_IF_ERROR(
+      GetInt(c, "head_dim", 2, 4096, &m->head_dim, std::max(2, m->hidden / m->n_heads)));
+  double partial;
+  WASTE_RETURN_IF_ERROR(GetNum(c, "partial_rotary_factor", 0.0, 1.0, &partial, 1.0));
+  m->rotary_dim = static_cast<int>(m->head_dim * partial);  // as HF truncates it
+  if (m->rotary_dim % 2 != 0)
+    return Status::Error("config.partial_rotary_factor gives an odd rotary width");
+  WASTE_RETURN_IF_ERROR(GetBool(c, "attention_bias", &m->attn_bias, false));
+  // Qwen3 always norms q and k; GLM-4.5 when use_qk_norm says so.
+  m->attn_output_gate = m->arch == Arch::kQwen3Next;
+  if (m->attn_output_gate && m->attn_bias)
+    return Status::Error("config.attention_bias with qwen3_next's output gate is not implemented");
+  if (m->arch == Arch::kQwen3Moe || m->arch == Arch::kQwen3Next)
+    m->qk_norm = true;
+  else
+    WASTE_RETURN_IF_ERROR(GetBool(c, "use_qk_norm", &m->qk_norm, false));
+  bool sliding = false;
+  WASTE_RETURN_IF_ERROR(GetBool(c, "use_sliding_window", &sliding, false));
+  if (sliding) return Status::Error("config.use_sliding_window is not implemented");
+  return ReadRope(c, m);
 }
 
 }  // namespace
@@ -171,10 +203,31 @@ std::string_view ArchName(Arch a) {
       return "kimi_linear";
     case Arch::kDeepseekV3:
       return "deepseek_v3";
+    case Arch::kQwen3Moe:
+      return "qwen3_moe";
+    case Arch::kGlm4Moe:
+      return "glm4_moe";
     case Arch::kQwen3Next:
       return "qwen3_next";
   }
   return "?";
+}
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  return n_experts > 0 && layer >= first_dense && (layer + 1) % sparse_step == 0 &&
+         !std::binary_search(mlp_only.begin(), mlp_only.end(), layer);
+}
+
+int ModelConfig::n_moe_layers() const {
+  int n = 0;
+  for (int L = 0; L < n_layers; ++L) n += is_moe_layer(L);
+  return n;
+}
+
+int ModelConfig::first_moe_layer() const {
+  for (int L = 0; L < n_layers; ++L)
+    if (is_moe_layer(L)) return L;
+  return -1;
 }
 
 int ModelConfig::n_layers_of(LayerKind kind) const {
@@ -193,11 +246,17 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     m.arch = Arch::kKimiLinear;
   } else if (m.model_type == "deepseek_v3" || m.model_type == "kimi_k2") {
     m.arch = Arch::kDeepseekV3;
+  } else if (m.model_type == "qwen3_moe") {
+    m.arch = Arch::kQwen3Moe;
+  } else if (m.model_type == "glm4_moe") {
+    m.arch = Arch::kGlm4Moe;
   } else if (m.model_type == "qwen3_next") {
     m.arch = Arch::kQwen3Next;
+    m.zero_centered_norms = true;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
-                         "\" is not supported (kimi_linear, deepseek_v3, kimi_k2, qwen3_next)");
+                         "\" is not supported (kimi_linear, deepseek_v3, kimi_k2, qwen3_moe, "
+                         "glm4_moe, qwen3_next)");
   }
   m.architecture = m.model_type;
   if (auto a = c.find("architectures");
@@ -218,12 +277,23 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   WASTE_RETURN_IF_ERROR(GetInt(c, "intermediate_size", 0, kMaxDim, &m.dense_inter, 0));
   WASTE_RETURN_IF_ERROR(GetInt(c, "moe_intermediate_size", 0, kMaxDim, &m.moe_inter, 0));
   WASTE_RETURN_IF_ERROR(
-      GetInt(c, Either(c, "num_experts", "n_routed_experts"), 0, 1 << 16, &m.n_experts, 0));
+      GetInt(c, Either(c, {"num_experts", "n_routed_experts", "num_local_experts"}), 0, 1 << 16, &m.n_experts, 0));
   WASTE_RETURN_IF_ERROR(
-      GetInt(c, Either(c, "num_experts_per_token", "num_experts_per_tok"), 0, 64, &m.top_k, 0));
+      GetInt(c, Either(c, {"num_experts_per_token", "num_experts_per_tok"}), 0, 64, &m.top_k, 0));
   WASTE_RETURN_IF_ERROR(
-      GetInt(c, Either(c, "num_shared_experts", "n_shared_experts"), 0, 64, &m.n_shared, 0));
+      GetInt(c, Either(c, {"num_shared_experts", "n_shared_experts"}), 0, 64, &m.n_shared, 0));
   WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m.n_layers, &m.first_dense, 0));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "decoder_sparse_step", 1, 512, &m.sparse_step, 1));
+  if (auto mo = c.find("mlp_only_layers"); mo != c.end() && !mo->is_null()) {
+    if (!mo->is_array()) return Status::Error("config.mlp_only_layers is not a list");
+    for (const auto& v : *mo) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.n_layers)
+        return Status::Error("config.mlp_only_layers holds " + v.dump() +
+                             ", not a layer in [0, " + std::to_string(m.n_layers) + ")");
+      m.mlp_only.push_back(v.get<int>());
+    }
+    std::sort(m.mlp_only.begin(), m.mlp_only.end());
+  }
   int freq = 1;
   WASTE_RETURN_IF_ERROR(GetInt(c, "moe_layer_freq", 1, 64, &freq, 1));
   if (freq != 1) return Status::Error("config.moe_layer_freq other than 1 is not implemented");
@@ -232,23 +302,20 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   m.routed_scale = static_cast<float>(scale);
   // moe_renormalize (Kimi) or norm_topk_prob (DeepSeek): by value.
   WASTE_RETURN_IF_ERROR(
-      GetBool(c, Either(c, "moe_renormalize", "norm_topk_prob"), &m.renormalize, false));
+      GetBool(c, Either(c, {"moe_renormalize", "norm_topk_prob"}), &m.renormalize, false));
+  // Qwen3-MoE's and Qwen3-Next's routers are a softmax and have no correction
+  // bias; the others say which in scoring_func, and have one.
+  const bool qwen = m.arch == Arch::kQwen3Moe || m.arch == Arch::kQwen3Next;
+  std::string scoring = qwen ? "softmax" : "sigmoid";
+  m.router_bias = !qwen;
   if (m.arch == Arch::kQwen3Next) {
-    // Qwen3NextSparseMoeBlock: softmax over all experts, top-k, norm_topk_prob;
-    // a shared expert of shared_expert_intermediate_size behind a sigmoid gate.
-    m.router_correction_bias = false;
+    // Qwen3NextSparseMoeBlock: a shared expert of shared_expert_intermediate_size
+    // behind a sigmoid gate.
     m.shared_expert_gate = true;
     WASTE_RETURN_IF_ERROR(
         GetInt(c, "shared_expert_intermediate_size", 0, kMaxDim, &m.shared_width, 0));
     m.n_shared = m.n_experts > 0 && m.shared_width > 0 ? 1 : 0;
-    for (const char* k : {"mlp_only_layers", "decoder_sparse_step"}) {
-      const auto it = c.find(k);
-      const bool plain = it == c.end() || it->is_null() || (it->is_array() && it->empty()) ||
-                         (it->is_number_integer() && it->get<int64_t>() == 1);
-      if (!plain) return Status::Error(std::string("config.") + k + " is not implemented for qwen3_next");
-    }
   }
-  std::string scoring = m.arch == Arch::kQwen3Next ? "softmax" : "sigmoid";
   for (const char* k : {"moe_router_activation_func", "scoring_func"}) {
     if (c.contains(k) && c[k].is_string()) scoring = c[k].get<std::string>();
   }
@@ -265,7 +332,7 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
                            "\" is not implemented (only noaux_tc, DeepSeek-V3's grouped routing)");
   }
   WASTE_RETURN_IF_ERROR(
-      GetInt(c, Either(c, "n_group", "num_expert_group"), 1, 1 << 10, &m.n_group, 1));
+      GetInt(c, Either(c, {"n_group", "num_expert_group"}), 1, 1 << 10, &m.n_group, 1));
   WASTE_RETURN_IF_ERROR(GetInt(c, "topk_group", 1, m.n_group, &m.topk_group, 1));
   if (m.n_experts > 0) {
     if (m.top_k < 1 || m.top_k > m.n_experts)
@@ -277,7 +344,7 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     if (m.hidden % 8 != 0 || m.moe_inter % 8 != 0)
       return Status::Error("config: expert dimensions must be multiples of 8 (the VQ vector)");
   }
-  if (m.first_dense > 0 || m.n_experts == 0) {
+  if (m.n_moe_layers() < m.n_layers) {
     if (m.dense_inter < 1) return Status::Error("config.intermediate_size is missing");
   }
 
@@ -285,7 +352,10 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   WASTE_RETURN_IF_ERROR(GetInt(c, "num_attention_heads", 1, 1 << 12, &m.n_heads));
   WASTE_RETURN_IF_ERROR(GetInt(c, "q_lora_rank", 0, kMaxDim, &m.q_lora, 0));
   WASTE_RETURN_IF_ERROR(ReadLayerKinds(c, &m));
-  if (m.n_layers_of(LayerKind::kMla) > 0) {
+  const bool gqa = std::count(m.layer_kind.begin(), m.layer_kind.end(), LayerKind::kGqa) > 0;
+  if (gqa) WASTE_RETURN_IF_ERROR(ReadGqa(c, &m));
+  const bool mla = std::count(m.layer_kind.begin(), m.layer_kind.end(), LayerKind::kMla) > 0;
+  if (mla) {
     WASTE_RETURN_IF_ERROR(GetInt(c, "kv_lora_rank", 1, kMaxDim, &m.kv_lora));
     WASTE_RETURN_IF_ERROR(GetInt(c, "qk_nope_head_dim", 0, 4096, &m.qk_nope));
     WASTE_RETURN_IF_ERROR(GetInt(c, "qk_rope_head_dim", 0, 4096, &m.qk_rope));
@@ -293,6 +363,8 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     if (m.qk_nope + m.qk_rope < 1) return Status::Error("config: MLA query head is empty");
     if (m.qk_rope % 2 != 0) return Status::Error("config.qk_rope_head_dim must be even");
     WASTE_RETURN_IF_ERROR(ReadRope(c, &m));
+    if (m.yarn.factor > 1.0 && m.yarn.mscale != m.yarn.mscale_all_dim)
+      return Status::Error("config.rope_scaling mscale != mscale_all_dim is not implemented");
   }
   return m;
 }
@@ -341,6 +413,20 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       vec(a + "A_log", {1, 1, H, 1});
       vec(a + "dt_bias", {C});
       vec(a + "o_norm.weight", {D});
+    } else if (c.layer_kind[L] == LayerKind::kGqa) {
+      mat(a + "q_proj.weight", (c.attn_output_gate ? 2 : 1) * int64_t{c.q_width()}, h);
+      mat(a + "k_proj.weight", c.kv_width(), h);
+      mat(a + "v_proj.weight", c.kv_width(), h);
+      if (c.attn_bias) {
+        vec(a + "q_proj.bias", {c.q_width()});
+        vec(a + "k_proj.bias", {c.kv_width()});
+        vec(a + "v_proj.bias", {c.kv_width()});
+      }
+      if (c.qk_norm) {
+        vec(a + "q_norm.weight", {c.head_dim});
+        vec(a + "k_norm.weight", {c.head_dim});
+      }
+      mat(a + "o_proj.weight", h, c.q_width());
     } else {
       const int64_t qd = c.qk_nope + c.qk_rope;
       if (c.q_lora > 0) {
@@ -358,7 +444,7 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
     if (c.is_moe_layer(L)) {
       const std::string m = p + "block_sparse_moe.";
       t.push_back({m + "gate.weight", {c.n_experts, h}, Storage::kRouter});
-      if (c.router_correction_bias) vec(m + "gate.e_score_correction_bias", {c.n_experts});
+      if (c.router_bias) vec(m + "gate.e_score_correction_bias", {c.n_experts});
       if (c.n_shared > 0) {
         // Qwen3-Next names its one gated shared expert in the singular.
         const std::string se = m + (c.shared_expert_gate ? "shared_expert." : "shared_experts.");

@@ -4,10 +4,13 @@
 //
 // The families understood: Kimi-Linear (model_type kimi_linear: KDA and MLA
 // layers, MoE with a shared expert), the DeepSeek-V3 family (deepseek_v3,
-// kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing) and Qwen3-Next
-// (qwen3_next: Gated DeltaNet layers).
-// Anything else, and any setting of theirs that this project does not
-// implement, is refused by name.
+// kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing), Qwen3-MoE
+// (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert),
+// GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
+// routing, a shared expert) and Qwen3-Next (qwen3_next: Gated DeltaNet and
+// gated GQA layers, softmax routing, a gated shared expert). Anything else,
+// and any setting of theirs that this project does not implement, is
+// refused by name.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +23,11 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Next };
+enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kQwen3Next };
 
-enum class LayerKind { kKda, kMla, kGatedDeltaNet };
+// kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc);
+// kGatedDeltaNet: engine/model/gated_deltanet.cc.
+enum class LayerKind { kKda, kMla, kGqa, kGatedDeltaNet };
 
 struct YarnConfig {
   double factor = 1.0;  // <= 1 means plain RoPE
@@ -42,25 +47,32 @@ struct ModelConfig {
   int n_layers = 0;
   int vocab = 0;
   float rms_eps = 1e-5f;
+  // Qwen3-Next's RMSNorms (input, post-attention, final, q and k) store w
+  // and scale by 1 + w (Qwen3NextRMSNorm); Gated DeltaNet's gated norm is plain.
+  bool zero_centered_norms = false;
   bool tie_embeddings = false;
   int bos_token = -1;
   int eos_token = -1;
 
-  // Feed-forward. Layers [0, first_dense) are dense, the rest MoE.
+  // Feed-forward. Layers [0, first_dense) are dense; of the rest, layer L
+  // is MoE when (L + 1) % sparse_step == 0 and L is not in mlp_only
+  // (Qwen3-MoE's decoder_sparse_step and mlp_only_layers).
   int dense_inter = 0;  // intermediate width of a dense layer
   int moe_inter = 0;    // intermediate width of one routed expert
   int n_experts = 0;    // routed experts per MoE layer
   int top_k = 0;        // experts chosen per token
   int n_shared = 0;     // shared experts (their width is shared_inter())
   int first_dense = 0;
+  int sparse_step = 1;
+  std::vector<int> mlp_only;  // sorted
   bool sigmoid_router = true;  // false: softmax scores
   bool renormalize = false;    // top-k weights divided by their sum
+  bool router_bias = true;     // the router has e_score_correction_bias (not Qwen3-MoE's or Qwen3-Next's)
   float routed_scale = 1.f;
   // Qwen3-Next: one shared expert of shared_expert_intermediate_size, its
-  // output scaled by sigmoid(shared_expert_gate . h); no correction bias.
+  // output scaled by sigmoid(shared_expert_gate . h).
   int shared_width = 0;  // > 0: the shared expert's width, whatever n_shared
   bool shared_expert_gate = false;
-  bool router_correction_bias = true;  // gate.e_score_correction_bias
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
 
@@ -74,6 +86,19 @@ struct ModelConfig {
   bool mla_nope = false;  // true: the rope dims pass through unrotated (Kimi-Linear)
   double rope_theta = 10000;
   YarnConfig yarn;
+
+  // Grouped-query attention (LayerKind::kGqa): n_heads query heads of
+  // head_dim, n_kv_heads key/value heads, each shared by n_heads /
+  // n_kv_heads query heads. The first rotary_dim dims of each head rotate
+  // (rotate-half; GLM's partial_rotary_factor), with rope_theta and yarn.
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  bool qk_norm = false;    // RMSNorm over head_dim on q and k, before the rotation
+  bool attn_bias = false;  // q_proj, k_proj, v_proj have biases
+  // Qwen3-Next's gated attention: q_proj gives each head's query, then as
+  // many gate values; the head's output is scaled by sigmoid(gate) before o_proj.
+  bool attn_output_gate = false;
 
   // Kimi Delta Attention.
   int kda_heads = 0;
@@ -90,8 +115,9 @@ struct ModelConfig {
 
   std::vector<LayerKind> layer_kind;  // [n_layers]
 
-  bool is_moe_layer(int layer) const { return n_experts > 0 && layer >= first_dense; }
-  int n_moe_layers() const { return n_experts > 0 ? n_layers - first_dense : 0; }
+  bool is_moe_layer(int layer) const;
+  int n_moe_layers() const;
+  int first_moe_layer() const;  // -1: none
   int n_kda_layers() const { return n_layers_of(LayerKind::kKda); }
   int n_layers_of(LayerKind k) const;
   int kda_width() const { return kda_heads * kda_head_dim; }
@@ -100,6 +126,8 @@ struct ModelConfig {
   // The channels of the short convolution: q, k (key width each) and v.
   int gdn_conv_width() const { return 2 * gdn_key_width() + gdn_value_width(); }
   int shared_inter() const { return shared_width > 0 ? shared_width : moe_inter * n_shared; }
+  int q_width() const { return n_heads * head_dim; }      // GQA
+  int kv_width() const { return n_kv_heads * head_dim; }  // GQA, of k and of v
 
   // Reads and bounds-checks a config object. Errors name the key.
   static Result<ModelConfig> FromJson(const nlohmann::json& config);

@@ -13,15 +13,22 @@ constexpr LayerKind kKimiLinearAttention[] = {LayerKind::kKda, LayerKind::kMla};
 // with a shared expert after the first dense layers; grouped routing
 // (router.h; the config's n_group and topk_group).
 constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
-// Qwen3-Next: Gated DeltaNet where layer_types says linear_attention;
+// Qwen3-MoE: GQA with q/k norms everywhere; MoE without a shared expert
+// where decoder_sparse_step and mlp_only_layers say; softmax routing.
+// GLM-4.5: GQA with partial rotary and q/k/v biases; MoE with a shared
+// expert after the first dense layers; DeepSeek-V3's routing.
+constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
+// Qwen3-Next: Gated DeltaNet where layer_types says linear_attention, gated
+// GQA (q/k norms, partial rotary, an output gate) where full_attention;
 // zero-centered RMSNorms; MoE with a gated shared expert, softmax routing.
-constexpr LayerKind kQwen3NextAttention[] = {LayerKind::kGatedDeltaNet};
+constexpr LayerKind kQwen3NextAttention[] = {LayerKind::kGatedDeltaNet, LayerKind::kGqa};
 
 constexpr Family kFamilies[] = {
     {Arch::kKimiLinear, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kDeepseekV3, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
-    {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true,
-     /*zero_centered_norms=*/true},
+    {Arch::kQwen3Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
+    {Arch::kGlm4Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true},
 };
 
 std::string_view KindName(LayerKind k) {
@@ -30,19 +37,22 @@ std::string_view KindName(LayerKind k) {
       return "KDA";
     case LayerKind::kMla:
       return "MLA";
+    case LayerKind::kGqa:
+      return "GQA";
     case LayerKind::kGatedDeltaNet:
       return "Gated DeltaNet";
   }
   return "?";
 }
 
-}  // namespace
-
+// The family entry for `arch`; nullptr when there is none.
 const Family* FindFamily(Arch arch) {
   for (const Family& f : kFamilies)
     if (f.arch == arch) return &f;
   return nullptr;
 }
+
+}  // namespace
 
 Result<std::vector<LayerPlan>> PlanLayers(const ModelConfig& c) {
   const std::string family(ArchName(c.arch));

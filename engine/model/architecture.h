@@ -24,29 +24,24 @@ enum class FfnKind {
 // What one layer runs, in this order: RMSNorm, attention, residual; RMSNorm,
 // feed-forward, residual.
 struct LayerPlan {
-  LayerKind attention = LayerKind::kMla;  // kKda: kda.cc; kMla: mla.cc; kGatedDeltaNet: gated_deltanet.cc
+  // kKda: kda.cc; kMla: mla.cc; kGqa: gqa.cc; kGatedDeltaNet: gated_deltanet.cc
+  LayerKind attention = LayerKind::kMla;
   FfnKind ffn = FfnKind::kDense;
   // kMoe: a dense MLP (mlp.cc) beside the routed experts, on every token.
   bool shared_expert = false;
 };
 
 // A family, as data: what its layers may be. The config says which layer is
-// which: its attention kind (ModelConfig::layer_kind), dense below
-// first_k_dense_replace and MoE from there on (ModelConfig::is_moe_layer),
+// which: its attention kind (ModelConfig::layer_kind), dense or MoE
+// (ModelConfig::is_moe_layer: first_k_dense_replace, decoder_sparse_step,
+// mlp_only_layers),
 // and how many shared experts.
 struct Family {
   Arch arch;
   std::span<const LayerKind> attention;  // the kinds its layers may have
   bool moe = false;                      // it may have MoE layers
   bool shared_expert = false;            // its MoE layers may have shared experts
-  // Its RMSNorms (input, post-attention, final) store w - 1 and scale by
-  // 1 + w, computed once in float32 as transformers does (Qwen3-Next's
-  // Qwen3NextRMSNorm). The gated output norm of Gated DeltaNet is plain.
-  bool zero_centered_norms = false;
 };
-
-// The entry for `arch`; nullptr when there is none.
-const Family* FindFamily(Arch arch);
 
 // Every layer's plan, from c's family and c itself. Refuses, by name, a
 // family without an entry and a config asking for what its family has not.

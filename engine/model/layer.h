@@ -4,6 +4,7 @@
 // computes with them; Model::Resolve builds a Layer from its LayerPlan.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "engine/kernels/matvec.h"
@@ -55,6 +56,21 @@ Rotary MlaRotary(const ModelConfig& c);
 // (qk_nope + qk_rope)^-0.5, times the rotation's softmax factor.
 float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r);
 
+// Grouped-query attention (gqa.cc). The optional tensors are null when the
+// config has none.
+struct GqaWeights {
+  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // attention_bias
+  const float *q_norm = nullptr, *k_norm = nullptr;                     // qk_norm: [head_dim]
+};
+GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& attn);
+// The rotation of the first rotary_dim dims of every q and k head:
+// rotate-half, plain RoPE or YaRN as the config says, YaRN's attention
+// factor on cos and sin (HF's convention for these models).
+Rotary GqaRotary(const ModelConfig& c);
+// head_dim^-0.5.
+float GqaSoftmaxScale(const ModelConfig& c);
+
 // A dense MLP (mlp.cc): `prefix` + {gate,up,down}_proj.weight.
 struct MlpWeights {
   const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
@@ -67,6 +83,7 @@ struct Model::Layer {
   const float* post_norm = nullptr;
   KdaWeights kda;  // plan.attention == kKda
   MlaWeights mla;  // plan.attention == kMla
+  GqaWeights gqa;  // plan.attention == kGqa
   GatedDeltaNetWeights gdn;  // plan.attention == kGatedDeltaNet
   // The dense MLP (kDense) or the shared expert (kMoe with shared_expert);
   // null otherwise (Model::DenseMlp).

@@ -74,8 +74,7 @@ Status Model::Resolve() {
   const Trunk& t = *trunk_;
   auto plans = PlanLayers(c_);
   if (!plans.ok()) return plans.status();
-  zero_centered_norms_ = FindFamily(c_.arch)->zero_centered_norms;  // PlanLayers found it
-  shifted_norms_.reserve(2 * static_cast<size_t>(c_.n_layers) + 1);  // the pointers stay valid
+  shifted_norms_.reserve(4 * static_cast<size_t>(c_.n_layers) + 1);  // the pointers stay valid
   for (int L = 0; L < c_.n_layers; ++L) {
     auto l = std::make_unique<Layer>();
     const std::string p = "model.layers." + std::to_string(L) + ".";
@@ -93,6 +92,13 @@ Status Model::Resolve() {
       case LayerKind::kMla:
         l->mla = ResolveMla(t, c_, a);
         break;
+      case LayerKind::kGqa:
+        l->gqa = ResolveGqa(t, c_, a);
+        if (c_.zero_centered_norms && c_.qk_norm) {  // Qwen3-Next's q_norm and k_norm too
+          l->gqa.q_norm = NormWeights(a + "q_norm.weight", c_.head_dim);
+          l->gqa.k_norm = NormWeights(a + "k_norm.weight", c_.head_dim);
+        }
+        break;
     }
     auto set_mlp = [&](const MlpWeights& w) { l->gate = w.gate, l->up = w.up, l->down = w.down; };
     switch (l->plan.ffn) {
@@ -102,7 +108,7 @@ Status Model::Resolve() {
       case FfnKind::kMoe: {
         const std::string m = p + "block_sparse_moe.";
         l->router = &t.Matrix(m + "gate.weight");
-        if (c_.router_correction_bias)
+        if (c_.router_bias)
           l->router_bias = {t.Vector(m + "gate.e_score_correction_bias"),
                             static_cast<size_t>(c_.n_experts)};
         if (l->plan.shared_expert && c_.shared_expert_gate) {
@@ -120,14 +126,17 @@ Status Model::Resolve() {
   lm_head_ = &t.Matrix("lm_head.weight");
   final_norm_ = NormWeights("model.norm.weight", c_.hidden);
 
-  rotary_ = MlaRotary(c_);
-  softmax_scale_ = MlaSoftmaxScale(c_, rotary_);
+  // One rotation and scale for the model's attention: no family mixes MLA
+  // and GQA layers (PlanLayers has checked the kinds against the family).
+  const bool gqa = std::count(c_.layer_kind.begin(), c_.layer_kind.end(), LayerKind::kGqa) > 0;
+  rotary_ = gqa ? GqaRotary(c_) : MlaRotary(c_);
+  softmax_scale_ = gqa ? GqaSoftmaxScale(c_) : MlaSoftmaxScale(c_, rotary_);
   return Status::Ok();
 }
 
 const float* Model::NormWeights(const std::string& name, int n) {
   const float* w = trunk_->Vector(name);
-  if (!zero_centered_norms_) return w;
+  if (!c_.zero_centered_norms) return w;
   std::vector<float>& shifted = shifted_norms_.emplace_back(n);
   for (int i = 0; i < n; ++i) shifted[i] = 1.f + w[i];
   return shifted.data();
@@ -151,6 +160,9 @@ void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
       break;
     case LayerKind::kMla:
       Mla(L, s, pos, h, out);
+      break;
+    case LayerKind::kGqa:
+      Gqa(L, s, pos, h, out);
       break;
   }
 }

@@ -1,4 +1,4 @@
-// The forward pass of Kimi-Linear and the DeepSeek-V3 family.
+// The forward pass of Kimi-Linear, the DeepSeek-V3 family, Qwen3-MoE and GLM-4.5.
 //
 // Which layers a model has is architecture.h's plan, built once at load;
 // each layer kind has a file of its own (docs/MODELS.md names them).
@@ -48,6 +48,7 @@ struct Session {
   std::vector<std::span<float>> kda_state;
   std::vector<std::span<float>> conv_ring;
   std::vector<std::span<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
+  std::vector<std::span<float>> kv_cache;   // GQA: [max_context][2 (k, v)][kv_width] (k normed, rotated)
   // The same shapes as kda_state and conv_ring: where a chunk computes the
   // new recurrent state, begun from a copy of the old at the chunk's first
   // token, and swapped in (the spans exchanged) only when the chunk is done.
@@ -197,13 +198,14 @@ class Model {
   // Refuses an empty run and ids outside the vocabulary.
   Status CheckTokens(std::span<const int> tokens) const;
   // One token's attention at layer L, as the layer's kind computes it:
-  // Kda (kda.cc), GatedDeltaNet (gated_deltanet.cc) or Mla (mla.cc) at
-  // position `pos`, the chunk's first when pos == s.position (the recurrent
-  // kinds start the spare state from the committed one there).
+  // Kda (kda.cc), GatedDeltaNet (gated_deltanet.cc), Mla (mla.cc) or Gqa
+  // (gqa.cc) at position `pos`, the chunk's first when pos == s.position (the
+  // recurrent kinds start the spare state from the committed one there).
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, bool first, const float* h, float* out);
   void GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
+  void Gqa(int L, Session& s, int pos, const float* h, float* out);
   // MoE (moe.cc) on T tokens at `positions` ([T], for on_route). `ahead`: a
   // layer whose guessed experts (guess_[ahead]) are hinted once this layer's
   // own first demand hints are out; -1 for none.
@@ -253,14 +255,13 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   const kernels::MatrixView* lm_head_ = nullptr;
   const float* final_norm_ = nullptr;
-  // A family with zero-centered norms (architecture.h): each RMSNorm's 1 + w.
-  // `name` is a trunk vector of n floats; returns it, or its shifted copy,
-  // kept in shifted_norms_.
+  // With c_.zero_centered_norms, each RMSNorm's 1 + w in float32. `name` is
+  // a trunk vector of n floats; returns it, or its shifted copy, kept in
+  // shifted_norms_.
   const float* NormWeights(const std::string& name, int n);
-  bool zero_centered_norms_ = false;
   std::vector<std::vector<float>> shifted_norms_;
-  Rotary rotary_;              // MLA's rope dims
-  float softmax_scale_ = 1.f;  // MLA's
+  Rotary rotary_;              // MLA's rope dims, or GQA's rotary dims
+  float softmax_scale_ = 1.f;  // MLA's or GQA's
   int first_moe_ = -1;         // the first MoE layer; -1: none
   PhaseTimes times_;
   uint64_t attention_jobs_ = 0;  // see pool_jobs()

@@ -41,6 +41,18 @@ Rotary MakeRotary(int dims, double theta, const YarnConfig& y) {
 }
 
 void Rotary::Apply(float* v, int pos) const {
+  if (rotate_half) {
+    // HF: v * cos + rotate_half(v) * sin, with cos and sin times attention_factor.
+    const size_t half = inv_freq.size();
+    for (size_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos) * inv_freq[i];
+      const float c = std::cos(angle) * cos_sin_factor, s = std::sin(angle) * cos_sin_factor;
+      const float x0 = v[i], x1 = v[i + half];
+      v[i] = x0 * c - x1 * s;
+      v[i + half] = x1 * c + x0 * s;
+    }
+    return;
+  }
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const float angle = static_cast<float>(pos) * inv_freq[i];
     const float c = std::cos(angle), s = std::sin(angle);

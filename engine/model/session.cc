@@ -12,6 +12,7 @@ uint64_t Session::state_bytes() const {
   for (const auto& v : kda_state) n += v.size() * 4;
   for (const auto& v : conv_ring) n += v.size() * 4;
   for (const auto& v : latent_kv) n += v.size() * 4;
+  for (const auto& v : kv_cache) n += v.size() * 4;
   for (const auto& v : kda_spare) n += v.size() * 4;
   for (const auto& v : conv_spare) n += v.size() * 4;
   return n;
@@ -19,10 +20,11 @@ uint64_t Session::state_bytes() const {
 
 namespace {
 
-// The latent KV floats of layer L below `position` (rows are max_context apart).
-size_t KvUsed(const Session& s, size_t L, int position) {
-  if (s.latent_kv[L].empty() || s.max_context == 0) return 0;
-  return s.latent_kv[L].size() / static_cast<size_t>(s.max_context) * static_cast<size_t>(position);
+// The floats of a per-position cache (MLA's latent KV, GQA's K/V) below
+// `position`: it holds max_context rows.
+size_t KvUsed(const Session& s, std::span<const float> cache, int position) {
+  if (cache.empty() || s.max_context == 0) return 0;
+  return cache.size() / static_cast<size_t>(s.max_context) * static_cast<size_t>(position);
 }
 
 }  // namespace
@@ -33,8 +35,9 @@ SessionSnapshot TakeSnapshot(const Session& s) {
   for (size_t L = 0; L < s.kda_state.size(); ++L) {
     snap.floats.insert(snap.floats.end(), s.kda_state[L].begin(), s.kda_state[L].end());
     snap.floats.insert(snap.floats.end(), s.conv_ring[L].begin(), s.conv_ring[L].end());
-    const size_t kv = KvUsed(s, L, s.position);
-    snap.floats.insert(snap.floats.end(), s.latent_kv[L].begin(), s.latent_kv[L].begin() + kv);
+    for (std::span<const float> cache : {s.latent_kv[L], s.kv_cache[L]})
+      snap.floats.insert(snap.floats.end(), cache.begin(),
+                         cache.begin() + KvUsed(s, cache, s.position));
   }
   return snap;
 }
@@ -45,7 +48,8 @@ Status RestoreSnapshot(const SessionSnapshot& snap, Session& to) {
                          " tokens; the session has room for " + std::to_string(to.max_context));
   size_t need = 0;
   for (size_t L = 0; L < to.kda_state.size(); ++L)
-    need += to.kda_state[L].size() + to.conv_ring[L].size() + KvUsed(to, L, snap.position);
+    need += to.kda_state[L].size() + to.conv_ring[L].size() +
+            KvUsed(to, to.latent_kv[L], snap.position) + KvUsed(to, to.kv_cache[L], snap.position);
   if (need != snap.floats.size()) return Status::Error("the snapshot is of another model's session");
   const float* from = snap.floats.data();
   auto put = [&](std::span<float> dst, size_t n) {
@@ -55,7 +59,8 @@ Status RestoreSnapshot(const SessionSnapshot& snap, Session& to) {
   for (size_t L = 0; L < to.kda_state.size(); ++L) {
     put(to.kda_state[L], to.kda_state[L].size());
     put(to.conv_ring[L], to.conv_ring[L].size());
-    put(to.latent_kv[L], KvUsed(to, L, snap.position));
+    put(to.latent_kv[L], KvUsed(to, to.latent_kv[L], snap.position));
+    put(to.kv_cache[L], KvUsed(to, to.kv_cache[L], snap.position));
   }
   to.position = snap.position;
   return Status::Ok();
@@ -67,12 +72,14 @@ Session Model::NewSession(int max_context) const {
   const size_t kda = static_cast<size_t>(c_.kda_heads) * c_.kda_head_dim * c_.kda_head_dim;
   const size_t ring = static_cast<size_t>(3) * (c_.conv_kernel - 1) * c_.kda_width();
   const size_t kv = static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope);
+  const size_t gqa_kv = static_cast<size_t>(max_context) * 2 * c_.kv_width();
   const size_t gdn = static_cast<size_t>(c_.gdn_v_heads) * c_.gdn_k_dim * c_.gdn_v_dim;
   const size_t gdn_ring = static_cast<size_t>(c_.conv_kernel - 1) * c_.gdn_conv_width();
   // Each layer's part starts on a 64-byte line.
   auto line = [](size_t floats) { return (floats + 15) / 16 * 16; };
   // What each layer kind keeps: KDA and Gated DeltaNet their recurrent
-  // states and conv rings, and their spares (model.h), MLA its latent cache.
+  // states and conv rings, and their spares (model.h), MLA its latent cache,
+  // GQA its K/V cache.
   auto layer_floats = [&](LayerKind kind) {
     switch (kind) {
       case LayerKind::kKda:
@@ -81,6 +88,8 @@ Session Model::NewSession(int max_context) const {
         return 2 * (line(gdn) + line(gdn_ring));
       case LayerKind::kMla:
         return line(kv);
+      case LayerKind::kGqa:
+        return line(gqa_kv);
     }
     return size_t{0};
   };
@@ -98,6 +107,7 @@ Session Model::NewSession(int max_context) const {
   s.kda_state.resize(c_.n_layers);
   s.conv_ring.resize(c_.n_layers);
   s.latent_kv.resize(c_.n_layers);
+  s.kv_cache.resize(c_.n_layers);
   s.kda_spare.resize(c_.n_layers);
   s.conv_spare.resize(c_.n_layers);
   for (int L = 0; L < c_.n_layers; ++L) {
@@ -116,6 +126,9 @@ Session Model::NewSession(int max_context) const {
         break;
       case LayerKind::kMla:
         s.latent_kv[L] = take(kv);
+        break;
+      case LayerKind::kGqa:
+        s.kv_cache[L] = take(gqa_kv);
         break;
     }
   }

@@ -15,6 +15,20 @@ uint64_t Fnv(uint64_t h, std::string_view s) {
   return h;
 }
 
+// The floats per position of layer L's caches: MLA's latent row and GQA's
+// K/V row (a session holds at most one of them per layer).
+size_t RowFloats(const ModelConfig& c, const Session& s, int L) {
+  if (!s.latent_kv[L].empty()) return static_cast<size_t>(c.kv_lora + c.qk_rope);
+  if (!s.kv_cache[L].empty()) return static_cast<size_t>(2) * c.kv_width();
+  return 0;
+}
+
+// Layer L's per-position cache (whichever it has; empty when none).
+template <typename S>
+auto Cache(S& s, int L) {
+  return s.latent_kv[L].empty() ? s.kv_cache[L] : s.latent_kv[L];
+}
+
 struct Header {
   char magic[8];
   uint32_t version;
@@ -52,9 +66,8 @@ Status SaveSession(const Container& ct, const Session& s, const std::string& pat
   for (int L = 0; L < c.n_layers; ++L) {
     f.write(reinterpret_cast<const char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4);
     f.write(reinterpret_cast<const char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4);
-    const size_t used =
-        s.latent_kv[L].empty() ? 0 : static_cast<size_t>(s.position) * (c.kv_lora + c.qk_rope);
-    f.write(reinterpret_cast<const char*>(s.latent_kv[L].data()), used * 4);
+    const size_t used = static_cast<size_t>(s.position) * RowFloats(c, s, L);
+    f.write(reinterpret_cast<const char*>(Cache(s, L).data()), used * 4);
   }
   f.close();
   if (!f) return Status::Error(path + ": write failed");
@@ -88,8 +101,7 @@ Result<Session> LoadSession(const Model& m, const std::string& path, int max_con
   uint64_t want = sizeof h;
   for (int L = 0; L < c.n_layers; ++L) {
     want += (probe.kda_state[L].size() + probe.conv_ring[L].size()) * 4;
-    if (!probe.latent_kv[L].empty())
-      want += static_cast<uint64_t>(h.position) * static_cast<uint64_t>(c.kv_lora + c.qk_rope) * 4;
+    want += static_cast<uint64_t>(h.position) * RowFloats(c, probe, L) * 4;
   }
   std::error_code ec;
   const uint64_t have = std::filesystem::file_size(path, ec);
@@ -100,11 +112,10 @@ Result<Session> LoadSession(const Model& m, const std::string& path, int max_con
   Session s = m.NewSession(static_cast<int>(h.max_context));
   s.position = static_cast<int>(h.position);
   for (int L = 0; L < c.n_layers; ++L) {
-    const size_t used =
-        s.latent_kv[L].empty() ? 0 : static_cast<size_t>(s.position) * (c.kv_lora + c.qk_rope);
+    const size_t used = static_cast<size_t>(s.position) * RowFloats(c, s, L);
     if (!f.read(reinterpret_cast<char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4) ||
         !f.read(reinterpret_cast<char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4) ||
-        !f.read(reinterpret_cast<char*>(s.latent_kv[L].data()), used * 4))
+        !f.read(reinterpret_cast<char*>(Cache(s, L).data()), used * 4))
       return Status::Error(path + ": truncated at layer " + std::to_string(L));
   }
   if (f.peek() != std::char_traits<char>::eof()) return Status::Error(path + ": trailing bytes");

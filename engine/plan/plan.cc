@@ -77,6 +77,9 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
       case LayerKind::kMla:
         p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
         break;
+      case LayerKind::kGqa:
+        p.client_state += static_cast<uint64_t>(context) * 2 * c.kv_width() * f;  // K/V cache
+        break;
     }
   }
   const uint64_t widest =

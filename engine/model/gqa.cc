@@ -1,0 +1,118 @@
+// Grouped-query attention with a K/V cache: resolving a GQA layer's tensors,
+// its rotation and softmax scale, and one token's attention (Model::Gqa).
+//
+// One token at position pos: q, k, v projections of h (plus their biases);
+// k's heads normed (qk_norm) and rotated, then written with v to the cache
+// row of pos; then per query head, on one thread: its q normed and rotated,
+// scores against the keys of its K/V head at every position up to pos,
+// softmax, and the weighted sum of the values, times sigmoid of the head's
+// gate values with the output gate (Qwen3-Next); then o_proj.
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/kernels/recurrence.h"
+#include "engine/model/layer.h"
+#include "engine/model/norms.h"
+
+namespace waste {
+namespace {
+
+void AddBias(float* x, const float* bias, int n) {
+  if (!bias) return;
+  for (int i = 0; i < n; ++i) x[i] += bias[i];
+}
+
+}  // namespace
+
+GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& a) {
+  GqaWeights w;
+  w.q = &t.Matrix(a + "q_proj.weight");
+  w.k = &t.Matrix(a + "k_proj.weight");
+  w.v = &t.Matrix(a + "v_proj.weight");
+  w.o = &t.Matrix(a + "o_proj.weight");
+  if (c.attn_bias) {
+    w.q_bias = t.Vector(a + "q_proj.bias");
+    w.k_bias = t.Vector(a + "k_proj.bias");
+    w.v_bias = t.Vector(a + "v_proj.bias");
+  }
+  if (c.qk_norm) {
+    w.q_norm = t.Vector(a + "q_norm.weight");
+    w.k_norm = t.Vector(a + "k_norm.weight");
+  }
+  return w;
+}
+
+Rotary GqaRotary(const ModelConfig& c) {
+  Rotary r = MakeRotary(c.rotary_dim, c.rope_theta, c.yarn);
+  r.rotate_half = true;
+  // HF's YaRN for these models scales cos and sin by its attention factor,
+  // not the softmax: mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+  // when both are set, else mscale(factor).
+  r.softmax_factor = 1.f;
+  const YarnConfig& y = c.yarn;
+  if (y.factor > 1.0) {
+    auto mscale = [&](double m) { return 0.1 * m * std::log(y.factor) + 1.0; };
+    const double f = y.mscale > 0 && y.mscale_all_dim > 0
+                         ? mscale(y.mscale) / mscale(y.mscale_all_dim)
+                         : mscale(1.0);
+    r.cos_sin_factor = static_cast<float>(f);
+  }
+  return r;
+}
+
+float GqaSoftmaxScale(const ModelConfig& c) {
+  return 1.f / std::sqrt(static_cast<float>(c.head_dim));
+}
+
+void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
+  const GqaWeights& l = layers_[L]->gqa;
+  const int H = c_.n_heads, KV = c_.n_kv_heads, D = c_.head_dim;
+  const int kvw = c_.kv_width(), row = 2 * kvw, group = H / KV;
+  // With the output gate, q_proj's rows per head are its query, then its gate.
+  const int qstride = c_.attn_output_gate ? 2 * D : D;
+  std::vector<float> q(static_cast<size_t>(H) * qstride), o(c_.q_width());
+  float* cache = s.kv_cache[L].data();
+  float* k = cache + static_cast<size_t>(pos) * row;
+  float* v = k + kvw;
+  MatVecs({{l.q, h, q.data()}, {l.k, h, k}, {l.v, h, v}});
+  AddBias(q.data(), l.q_bias, c_.q_width());  // no bias with the output gate (model_config)
+  AddBias(k, l.k_bias, kvw);
+  AddBias(v, l.v_bias, kvw);
+  // The keys, once for the query heads that share them: a few hundred
+  // values, on this thread.
+  for (int g = 0; g < KV; ++g) {
+    float* kg = k + static_cast<size_t>(g) * D;
+    if (l.k_norm) RmsNorm(kg, l.k_norm, D, c_.rms_eps, kg);
+    rotary_.Apply(kg, pos);
+  }
+  const int n = pos + 1;
+  pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> score(n);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      float* qh = q.data() + hd * qstride;
+      if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
+      rotary_.Apply(qh, pos);
+      const size_t at = static_cast<size_t>(hd / group) * D;  // the head's K/V head
+      float mx = -INFINITY;
+      for (int t = 0; t < n; ++t) {
+        const float* kt = cache + static_cast<size_t>(t) * row + at;
+        float acc = 0.f;
+        for (int i = 0; i < D; ++i) acc += qh[i] * kt[i];
+        score[t] = acc * softmax_scale_;
+        mx = std::max(mx, score[t]);
+      }
+      float sum = 0.f;
+      for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
+      for (int t = 0; t < n; ++t) score[t] /= sum;
+      float* oh = o.data() + hd * D;
+      kernels::WeightedRowSum(score.data(), cache + kvw + at, n, row, D, oh, opt_.isa);
+      if (c_.attn_output_gate)
+        for (int i = 0; i < D; ++i) oh[i] *= Sigmoid(qh[D + i]);
+    }
+  });
+  MatVec(*l.o, o.data(), out);
+}
+
+}  // namespace waste
