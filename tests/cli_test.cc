@@ -171,12 +171,13 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
 
 // One planner: `waste plan --json` reports as wasted's the floor and default
 // budget that `wasted --check` reports, for the tiny presets and for the
-// shapes of kimi-linear-48b, qwen3-30b-a3b, glm-4.5-air and gpt-oss-20b (MXFP4 experts).
+// shapes of kimi-linear-48b, qwen3-30b-a3b, glm-4.5-air, gpt-oss-20b (MXFP4 experts)
+// and qwen3-next-80b-a3b.
 TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
   const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
-  for (const char* preset : {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm",
-                             "kimi-linear-48b", "qwen3-30b-a3b", "glm-4.5-air",
-                             "gpt-oss-20b"}) {
+  for (const char* preset :
+       {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm", "tiny-qwen3-next", "kimi-linear-48b",
+        "qwen3-30b-a3b", "glm-4.5-air", "gpt-oss-20b", "qwen3-next-80b-a3b"}) {
     const std::string dir = root + "/" + preset;
     std::filesystem::create_directories(dir);
     if (std::string(preset).rfind("tiny-", 0) != 0) {
@@ -240,6 +241,28 @@ TEST_F(Cli, InfoDescribesTheGqaFamiliesAtTheirReleasedShapes) {
         << text.out;
   }
   std::filesystem::remove_all(root);
+}
+
+// Qwen3-Next-80B-A3B at its released shapes: the layer mix and the
+// parameter counts `waste info` gives (published: 80B total, 3B active).
+TEST_F(Cli, InfoDescribesQwen3Next80b) {
+  const std::string dir = ::testing::TempDir() + "/waste-cli-q3n-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  WriteShapeContainer("qwen3-next-80b-a3b", dir);
+  const Outcome info = Exec("waste info --json " + dir);
+  ASSERT_EQ(info.code, 0) << info.out;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["gated_deltanet_layers"], 36);
+  EXPECT_EQ(j["gqa_layers"], 12);
+  EXPECT_EQ(j["moe_layers"], 48);
+  EXPECT_EQ(j["layer_mix"].get<std::string>().substr(0, 8), "DDDGDDDG");
+  const double total = j["params_total"].get<double>(), active = j["params_active"].get<double>();
+  std::printf("qwen3-next-80b-a3b: %.3f B total, %.3f B active\n", total / 1e9, active / 1e9);
+  EXPECT_GT(total, 79e9);
+  EXPECT_LT(total, 81e9);
+  EXPECT_GT(active, 3e9);
+  EXPECT_LT(active, 4e9);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(Cli, RunStreamsAndSummarizes) {

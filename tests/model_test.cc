@@ -472,7 +472,9 @@ TEST_P(Forward, LookaheadHintsComeBeforeTheirLayersDemands) {
         for (int L = 0; L < c.n_layers; ++L) {
           if (!c.is_moe_layer(L)) continue;
           ASSERT_GE(demand_at[L], 0);
-          if (n == 0) {
+          if (L == 0) {  // no layer before it to guess from (tiny-qwen3-next)
+            EXPECT_LT(lookahead_at[L], 0);
+          } else if (n == 0) {
             EXPECT_LT(lookahead_at[L], 0) << "a lookahead hint with lookahead off";
           } else {
             ASSERT_GE(lookahead_at[L], 0) << "no lookahead hint for layer " << L;
@@ -496,7 +498,9 @@ TEST_P(Forward, LookaheadCountsAddUpAndBeatChance) {
     ASSERT_TRUE(e.model->Forward(sess, t, logits.data()).ok());
   }
   const LookaheadStats& st = e.model->lookahead_stats();
-  const uint64_t hinted = prompt_.size() * c.n_moe_layers() * c.top_k;
+  // Every MoE layer but layer 0, which has no layer before it to guess from.
+  const int guessed_layers = c.n_moe_layers() - (c.is_moe_layer(0) ? 1 : 0);
+  const uint64_t hinted = prompt_.size() * guessed_layers * c.top_k;
   EXPECT_EQ(st.hinted, hinted);
   EXPECT_EQ(st.demanded, hinted);
   EXPECT_LE(st.used, st.hinted);
@@ -621,8 +625,12 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   Session sess = e.model->NewSession(64);
   std::vector<float> logits(c.vocab);
   const uint64_t kda = static_cast<uint64_t>(c.n_kda_layers());
-  const uint64_t mla = static_cast<uint64_t>(c.n_layers) - kda;
-  const uint64_t per_token = 3 * kda + (c.q_lora > 0 ? 4 : 3) * mla;
+  const uint64_t mla = static_cast<uint64_t>(c.n_layers_of(LayerKind::kMla));
+  // Gated DeltaNet: both projections, the key heads, out_proj.
+  const uint64_t gdn = static_cast<uint64_t>(c.n_layers_of(LayerKind::kGatedDeltaNet));
+  // GQA: q, k and v in one pass, the query heads, o_proj.
+  const uint64_t gqa = static_cast<uint64_t>(c.n_layers_of(LayerKind::kGqa));
+  const uint64_t per_token = 3 * kda + (c.q_lora > 0 ? 4 : 3) * mla + 3 * gdn + 3 * gqa;
   EXPECT_EQ(e.model->pool_jobs().attention, 0u);
   ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());  // prefill: per token too
   EXPECT_EQ(e.model->pool_jobs().attention, per_token * prompt_.size());
@@ -905,10 +913,16 @@ TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
 // Every layer kind: KDA and MLA (tiny-kimi), MLA with YaRN (tiny-deepseek),
 // GQA with partial rotary, q/k/v biases, q/k norms and a shared expert
 // (tiny-glm: every GQA option; Qwen3-MoE's router without a correction
-// bias runs in gqa_families_test).
+// bias runs in gqa_families_test), Gated DeltaNet beside gated GQA with
+// zero-centered norms and a gated shared expert (tiny-qwen3-next).
 INSTANTIATE_TEST_SUITE_P(Presets, Forward,
-                         ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-glm"),
-                         [](const auto& p) { return std::string(p.param + 5); });
+                         ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-glm",
+                                           "tiny-qwen3-next"),
+                         [](const auto& p) {
+                           std::string n = std::string(p.param).substr(5);  // after "tiny-"
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");

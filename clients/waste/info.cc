@@ -37,11 +37,22 @@ json InfoJson(const Container& ct) {
   const ModelConfig& c = m.config;
   const ParamCount p = CountParams(c);
   std::string mix;
-  int kinds[3] = {};  // KDA, MLA, GQA layers
+  // One letter per layer: K KDA, M MLA, G GQA, D Gated DeltaNet.
   for (int L = 0; L < c.n_layers; ++L) {
-    const LayerKind k = c.layer_kind[L];
-    mix += k == LayerKind::kKda ? 'K' : k == LayerKind::kMla ? 'M' : 'G';
-    ++kinds[k == LayerKind::kKda ? 0 : k == LayerKind::kMla ? 1 : 2];
+    switch (c.layer_kind[L]) {
+      case LayerKind::kKda:
+        mix += 'K';
+        break;
+      case LayerKind::kMla:
+        mix += 'M';
+        break;
+      case LayerKind::kGqa:
+        mix += 'G';
+        break;
+      case LayerKind::kGatedDeltaNet:
+        mix += 'D';
+        break;
+    }
   }
   std::map<std::string, json> fmts;
   uint64_t resident = 0, embed = 0;
@@ -63,9 +74,10 @@ json InfoJson(const Container& ct) {
       {"layers", c.n_layers},
       {"dense_layers", c.n_layers - c.n_moe_layers()},
       {"moe_layers", c.n_moe_layers()},
-      {"kda_layers", kinds[0]},
-      {"mla_layers", kinds[1]},
-      {"gqa_layers", kinds[2]},
+      {"kda_layers", c.n_kda_layers()},
+      {"mla_layers", c.n_layers_of(LayerKind::kMla)},
+      {"gqa_layers", c.n_layers_of(LayerKind::kGqa)},
+      {"gated_deltanet_layers", c.n_layers_of(LayerKind::kGatedDeltaNet)},
       {"layer_mix", mix},
       {"hidden", c.hidden},
       {"vocab", c.vocab},
@@ -78,7 +90,7 @@ json InfoJson(const Container& ct) {
       {"specials", ct.specials().size()},
       {"chat_template", ct.chat().has_value()},
   };
-  if (kinds[2] > 0)
+  if (c.n_layers_of(LayerKind::kGqa) > 0)
     j["gqa"] = {{"heads", c.n_heads},         {"kv_heads", c.n_kv_heads},
                 {"head_dim", c.head_dim},     {"rotary_dim", c.rotary_dim},
                 {"qk_norm", c.qk_norm},       {"bias", c.attn_bias},
@@ -116,11 +128,20 @@ int RunInfo(const std::string& dir, bool as_json) {
   std::printf("container   %s (%s)\n", dir.c_str(), FormatSize(j["bytes"]).c_str());
   std::printf("model       %s (%s)\n", j["architecture"].get<std::string>().c_str(),
               j["model_type"].get<std::string>().c_str());
-  std::printf("layers      %d: %d dense + %d MoE; attention %d KDA + %d MLA + %d GQA\n",
-              j["layers"].get<int>(), j["dense_layers"].get<int>(), j["moe_layers"].get<int>(),
-              j["kda_layers"].get<int>(), j["mla_layers"].get<int>(), j["gqa_layers"].get<int>());
-  std::printf("layer mix   %s  (K = Kimi Delta Attention, M = latent attention, G = grouped-query)\n",
-              j["layer_mix"].get<std::string>().c_str());
+  // The attention kinds the model has, by count.
+  std::string kinds;
+  for (const auto& [key, name] : {std::pair{"kda_layers", "KDA"}, std::pair{"mla_layers", "MLA"},
+                                  std::pair{"gqa_layers", "GQA"},
+                                  std::pair{"gated_deltanet_layers", "Gated DeltaNet"}}) {
+    if (j[key].get<int>() == 0) continue;
+    kinds += (kinds.empty() ? "" : " + ") + std::to_string(j[key].get<int>()) + " " + name;
+  }
+  std::printf("layers      %d: %d dense + %d MoE; attention %s\n", j["layers"].get<int>(),
+              j["dense_layers"].get<int>(), j["moe_layers"].get<int>(), kinds.c_str());
+  std::printf(
+      "layer mix   %s  (K = Kimi Delta Attention, M = latent attention, G = grouped-query "
+      "attention, D = Gated DeltaNet)\n",
+      j["layer_mix"].get<std::string>().c_str());
   if (j.contains("gqa")) {
     const json& g = j["gqa"];
     std::printf("attention   %d query heads over %d KV heads of %d, %d dims rotate%s%s\n",

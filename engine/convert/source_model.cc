@@ -113,10 +113,12 @@ Result<SourceModel> MapSource(const json& in) {
     s.family = Family::kGlm4Moe;
   } else if (type == "gpt_oss") {
     s.family = Family::kGptOss;
+  } else if (type == "qwen3_next") {
+    s.family = Family::kQwen3Next;
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
-                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss)");
+                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next)");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: a nested text_config (a multimodal wrapper) is not supported");

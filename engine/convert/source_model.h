@@ -8,6 +8,9 @@
 //     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight  (routed experts)
 //     model.layers.N.* for N >= num_hidden_layers (multi-token prediction,
 //     DeepSeek's and GLM's num_nextn_predict_layers): not used
+//   Qwen3-Next (model_type qwen3_next): the same mlp. -> block_sparse_moe.
+//     (gate, shared_expert, shared_expert_gate, experts.E.*), linear_attn.* as
+//     released; mtp.* (multi-token prediction): not used (waste convert lists it)
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
 //     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
 //   GPT-OSS (model_type gpt_oss), its experts fused per layer, in MXFP4:
@@ -30,7 +33,7 @@ namespace waste::convert {
 
 // Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, the
 // others DeepSeek's.
-enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss };
+enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next };
 
 // Where matrix m of a routed expert lies in the checkpoint: rows
 // first + i * step of `weight`, i < rows, each of the matrix's width.

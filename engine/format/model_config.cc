@@ -68,7 +68,42 @@ const char* Either(const json& c, std::initializer_list<const char*> keys) {
 
 constexpr int64_t kMaxDim = 1 << 20;
 
+// Qwen3-Next: layer_types ("linear_attention" or "full_attention" per layer),
+// or, when absent, full attention every full_attention_interval-th layer (as
+// transformers' Qwen3NextConfig derives it); the Gated DeltaNet shapes.
+Status ReadQwen3NextLayers(const json& c, ModelConfig* m) {
+  m->layer_kind.assign(m->n_layers, LayerKind::kGatedDeltaNet);
+  std::vector<bool> full(m->n_layers, false);
+  if (const auto lt = c.find("layer_types"); lt != c.end() && !lt->is_null()) {
+    if (!lt->is_array() || lt->size() != static_cast<size_t>(m->n_layers))
+      return Status::Error("config.layer_types is not a list of num_hidden_layers entries");
+    for (int L = 0; L < m->n_layers; ++L) {
+      const json& t = (*lt)[L];
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type != "linear_attention" && type != "full_attention")
+        return Status::Error("config.layer_types[" + std::to_string(L) + "] \"" + type +
+                             "\" is not linear_attention or full_attention");
+      full[L] = type == "full_attention";
+    }
+  } else {
+    int interval = 4;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "full_attention_interval", 1, 512, &interval, 4));
+    for (int L = 0; L < m->n_layers; ++L) full[L] = (L + 1) % interval == 0;
+  }
+  for (int L = 0; L < m->n_layers; ++L)
+    if (full[L]) m->layer_kind[L] = LayerKind::kGqa;
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_num_key_heads", 1, 1 << 12, &m->gdn_k_heads));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_num_value_heads", 1, 1 << 12, &m->gdn_v_heads));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_key_head_dim", 1, 1 << 12, &m->gdn_k_dim));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_value_head_dim", 1, 1 << 12, &m->gdn_v_dim));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "linear_conv_kernel_dim", 1, 64, &m->conv_kernel, 4));
+  if (m->gdn_v_heads % m->gdn_k_heads != 0)
+    return Status::Error("config: linear_num_key_heads does not divide linear_num_value_heads");
+  return Status::Ok();
+}
+
 Status ReadLayerKinds(const json& c, ModelConfig* m) {
+  if (m->arch == Arch::kQwen3Next) return ReadQwen3NextLayers(c, m);
   const bool gqa =
       m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe || m->arch == Arch::kGptOss;
   m->layer_kind.assign(m->n_layers, gqa ? LayerKind::kGqa : LayerKind::kMla);
@@ -152,7 +187,10 @@ Status ReadGqa(const json& c, ModelConfig* m) {
   WASTE_RETURN_IF_ERROR(
       GetBool(c, "attention_bias", &m->attn_bias, m->arch == Arch::kGptOss));  // HF's defaults
   // Qwen3 always norms q and k; GLM-4.5 when use_qk_norm says so.
-  if (m->arch == Arch::kQwen3Moe)
+  m->attn_output_gate = m->arch == Arch::kQwen3Next;
+  if (m->attn_output_gate && m->attn_bias)
+    return Status::Error("config.attention_bias with qwen3_next's output gate is not implemented");
+  if (m->arch == Arch::kQwen3Moe || m->arch == Arch::kQwen3Next)
     m->qk_norm = true;
   else
     WASTE_RETURN_IF_ERROR(GetBool(c, "use_qk_norm", &m->qk_norm, false));
@@ -200,6 +238,8 @@ std::string_view ArchName(Arch a) {
       return "glm4_moe";
     case Arch::kGptOss:
       return "gpt_oss";
+    case Arch::kQwen3Next:
+      return "qwen3_next";
   }
   return "?";
 }
@@ -221,9 +261,9 @@ int ModelConfig::first_moe_layer() const {
   return -1;
 }
 
-int ModelConfig::n_kda_layers() const {
+int ModelConfig::n_layers_of(LayerKind kind) const {
   int n = 0;
-  for (LayerKind k : layer_kind) n += k == LayerKind::kKda;
+  for (LayerKind k : layer_kind) n += k == kind;
   return n;
 }
 
@@ -243,10 +283,13 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     m.arch = Arch::kGlm4Moe;
   } else if (m.model_type == "gpt_oss") {
     m.arch = Arch::kGptOss;
+  } else if (m.model_type == "qwen3_next") {
+    m.arch = Arch::kQwen3Next;
+    m.zero_centered_norms = true;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, deepseek_v3, kimi_k2, qwen3_moe, "
-                         "glm4_moe, gpt_oss)");
+                         "glm4_moe, gpt_oss, qwen3_next)");
   }
   m.architecture = m.model_type;
   if (auto a = c.find("architectures");
@@ -296,10 +339,11 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
   // moe_renormalize (Kimi) or norm_topk_prob (DeepSeek): by value.
   WASTE_RETURN_IF_ERROR(
       GetBool(c, Either(c, {"moe_renormalize", "norm_topk_prob"}), &m.renormalize, false));
-  // Qwen3-MoE's router is a softmax and has no correction bias; the others
-  // say which in scoring_func, and have one.
-  std::string scoring = m.arch == Arch::kQwen3Moe ? "softmax" : "sigmoid";
-  m.router_bias = m.arch != Arch::kQwen3Moe && m.arch != Arch::kGptOss;
+  // Qwen3-MoE's and Qwen3-Next's routers are a softmax and have no correction
+  // bias, nor has GPT-OSS's; the others say which in scoring_func, and have one.
+  const bool qwen = m.arch == Arch::kQwen3Moe || m.arch == Arch::kQwen3Next;
+  std::string scoring = qwen ? "softmax" : "sigmoid";
+  m.router_bias = !qwen && m.arch != Arch::kGptOss;
   if (m.arch == Arch::kGptOss) {
     // GPT-OSS: a biased router, softmax over the chosen k; biased experts
     // with the clamped SwiGLU.
@@ -309,6 +353,14 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     WASTE_RETURN_IF_ERROR(GetNum(c, "swiglu_alpha", 1e-3, 1e3, &alpha, 1.702));
     m.swiglu_limit = static_cast<float>(limit);
     m.swiglu_alpha = static_cast<float>(alpha);
+  }
+  if (m.arch == Arch::kQwen3Next) {
+    // Qwen3NextSparseMoeBlock: a shared expert of shared_expert_intermediate_size
+    // behind a sigmoid gate.
+    m.shared_expert_gate = true;
+    WASTE_RETURN_IF_ERROR(
+        GetInt(c, "shared_expert_intermediate_size", 0, kMaxDim, &m.shared_width, 0));
+    m.n_shared = m.n_experts > 0 && m.shared_width > 0 ? 1 : 0;
   }
   for (const char* k : {"moe_router_activation_func", "scoring_func"}) {
     if (c.contains(k) && c[k].is_string()) scoring = c[k].get<std::string>();
@@ -378,7 +430,20 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
     const std::string a = p + "self_attn.";
     vec(p + "input_layernorm.weight", {h});
     vec(p + "post_attention_layernorm.weight", {h});
-    if (c.layer_kind[L] == LayerKind::kKda) {
+    if (c.layer_kind[L] == LayerKind::kGatedDeltaNet) {
+      // Qwen3-Next's names. in_proj_qkvz's rows come per key head: its q, k
+      // (gdn_k_dim each), then the v and z of its value heads; in_proj_ba's
+      // per key head the b, then the a, of its value heads.
+      const std::string g = p + "linear_attn.";
+      const int64_t K = c.gdn_key_width(), V = c.gdn_value_width(), Hv = c.gdn_v_heads;
+      mat(g + "in_proj_qkvz.weight", 2 * K + 2 * V, h);
+      mat(g + "in_proj_ba.weight", 2 * Hv, h);
+      vec(g + "conv1d.weight", {c.gdn_conv_width(), 1, c.conv_kernel});
+      vec(g + "dt_bias", {Hv});
+      vec(g + "A_log", {Hv});
+      vec(g + "norm.weight", {c.gdn_v_dim});
+      mat(g + "out_proj.weight", h, V);
+    } else if (c.layer_kind[L] == LayerKind::kKda) {
       const int64_t H = c.kda_heads, D = c.kda_head_dim, C = H * D;
       mat(a + "q_proj.weight", C, h);
       mat(a + "k_proj.weight", C, h);
@@ -395,7 +460,7 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       vec(a + "dt_bias", {C});
       vec(a + "o_norm.weight", {D});
     } else if (c.layer_kind[L] == LayerKind::kGqa) {
-      mat(a + "q_proj.weight", c.q_width(), h);
+      mat(a + "q_proj.weight", (c.attn_output_gate ? 2 : 1) * int64_t{c.q_width()}, h);
       mat(a + "k_proj.weight", c.kv_width(), h);
       mat(a + "v_proj.weight", c.kv_width(), h);
       if (c.attn_bias) {
@@ -430,9 +495,13 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       if (c.router_bias) vec(m + "gate.e_score_correction_bias", {c.n_experts});
       if (c.router_logit_bias) vec(m + "gate.bias", {c.n_experts});
       if (c.n_shared > 0) {
-        mat(m + "shared_experts.gate_proj.weight", c.shared_inter(), h);
-        mat(m + "shared_experts.up_proj.weight", c.shared_inter(), h);
-        mat(m + "shared_experts.down_proj.weight", h, c.shared_inter());
+        // Qwen3-Next names its one gated shared expert in the singular.
+        const std::string se = m + (c.shared_expert_gate ? "shared_expert." : "shared_experts.");
+        mat(se + "gate_proj.weight", c.shared_inter(), h);
+        mat(se + "up_proj.weight", c.shared_inter(), h);
+        mat(se + "down_proj.weight", h, c.shared_inter());
+        if (c.shared_expert_gate)
+          t.push_back({m + "shared_expert_gate.weight", {1, h}, Storage::kRouter});
       }
     } else {
       mat(p + "mlp.gate_proj.weight", c.dense_inter, h);

@@ -5,10 +5,12 @@
 // The families understood: Kimi-Linear (model_type kimi_linear: KDA and MLA
 // layers, MoE with a shared expert), the DeepSeek-V3 family (deepseek_v3,
 // kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing), Qwen3-MoE
-// (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert) and
+// (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert),
 // GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
-// routing, a shared expert). Anything else, and any setting of theirs that
-// this project does not implement, is refused by name.
+// routing, a shared expert) and Qwen3-Next (qwen3_next: Gated DeltaNet and
+// gated GQA layers, softmax routing, a gated shared expert). Anything else,
+// and any setting of theirs that this project does not implement, is
+// refused by name.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +23,11 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss };
+enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next };
 
-// kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc).
-enum class LayerKind { kKda, kMla, kGqa };
+// kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc);
+// kGatedDeltaNet: engine/model/gated_deltanet.cc.
+enum class LayerKind { kKda, kMla, kGqa, kGatedDeltaNet };
 
 struct YarnConfig {
   double factor = 1.0;  // <= 1 means plain RoPE
@@ -45,6 +48,9 @@ struct ModelConfig {
   int n_layers = 0;
   int vocab = 0;
   float rms_eps = 1e-5f;
+  // Qwen3-Next's RMSNorms (input, post-attention, final, q and k) store w
+  // and scale by 1 + w (Qwen3NextRMSNorm); Gated DeltaNet's gated norm is plain.
+  bool zero_centered_norms = false;
   bool tie_embeddings = false;
   int bos_token = -1;
   int eos_token = -1;
@@ -56,14 +62,18 @@ struct ModelConfig {
   int moe_inter = 0;    // intermediate width of one routed expert
   int n_experts = 0;    // routed experts per MoE layer
   int top_k = 0;        // experts chosen per token
-  int n_shared = 0;     // shared experts (their width is n_shared * moe_inter)
+  int n_shared = 0;     // shared experts (their width is shared_inter())
   int first_dense = 0;
   int sparse_step = 1;
   std::vector<int> mlp_only;  // sorted
   bool sigmoid_router = true;  // false: softmax scores
   bool renormalize = false;    // top-k weights divided by their sum
-  bool router_bias = true;     // the router has e_score_correction_bias (not Qwen3-MoE's)
+  bool router_bias = true;     // the router has e_score_correction_bias (not Qwen3-MoE's or Qwen3-Next's)
   float routed_scale = 1.f;
+  // Qwen3-Next: one shared expert of shared_expert_intermediate_size, its
+  // output scaled by sigmoid(shared_expert_gate . h).
+  int shared_width = 0;  // > 0: the shared expert's width, whatever n_shared
+  bool shared_expert_gate = false;
   int n_group = 1;     // grouped top-k: groups of experts ...
   int topk_group = 1;  // ... of which this many are kept
   // GPT-OSS's router: its linear layer has a bias (block_sparse_moe.gate.bias)
@@ -105,20 +115,36 @@ struct ModelConfig {
   bool o_bias = false;
   bool sinks = false;
   std::vector<int> attn_window;  // [n_layers]; 0: every position
+  // Qwen3-Next's gated attention: q_proj gives each head's query, then as
+  // many gate values; the head's output is scaled by sigmoid(gate) before o_proj.
+  bool attn_output_gate = false;
 
   // Kimi Delta Attention.
   int kda_heads = 0;
   int kda_head_dim = 0;
   int conv_kernel = 0;
 
+  // Gated DeltaNet (Qwen3-Next's linear attention; conv_kernel is its
+  // linear_conv_kernel_dim). Each key head serves gdn_v_heads / gdn_k_heads
+  // consecutive value heads.
+  int gdn_k_heads = 0;
+  int gdn_v_heads = 0;
+  int gdn_k_dim = 0;
+  int gdn_v_dim = 0;
+
   std::vector<LayerKind> layer_kind;  // [n_layers]
 
   bool is_moe_layer(int layer) const;
   int n_moe_layers() const;
   int first_moe_layer() const;  // -1: none
-  int n_kda_layers() const;
+  int n_kda_layers() const { return n_layers_of(LayerKind::kKda); }
+  int n_layers_of(LayerKind k) const;
   int kda_width() const { return kda_heads * kda_head_dim; }
-  int shared_inter() const { return moe_inter * n_shared; }
+  int gdn_key_width() const { return gdn_k_heads * gdn_k_dim; }
+  int gdn_value_width() const { return gdn_v_heads * gdn_v_dim; }
+  // The channels of the short convolution: q, k (key width each) and v.
+  int gdn_conv_width() const { return 2 * gdn_key_width() + gdn_value_width(); }
+  int shared_inter() const { return shared_width > 0 ? shared_width : moe_inter * n_shared; }
   int q_width() const { return n_heads * head_dim; }      // GQA
   int kv_width() const { return n_kv_heads * head_dim; }  // GQA, of k and of v
 

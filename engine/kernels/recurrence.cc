@@ -7,21 +7,24 @@
 namespace waste::kernels {
 namespace {
 
-void KdaStateStepScalar(float* S, int d, const float* decay, const float* k, const float* v,
-                        float b, const float* q, float* u, float* o) {
-  std::fill(u, u + d, 0.f);
-  for (int i = 0; i < d; ++i) {
-    float* row = S + static_cast<int64_t>(i) * d;
-    for (int j = 0; j < d; ++j) {
-      row[j] *= decay[i];
+// The delta rule on a [dk][dv] state whose row i decays by
+// decay[i * decay_step] (1: KDA's per-channel decay; 0: one for the head).
+void DeltaStepScalar(float* S, int dk, int dv, const float* decay, int decay_step,
+                     const float* k, const float* v, float b, const float* q, float* u, float* o) {
+  std::fill(u, u + dv, 0.f);
+  for (int i = 0; i < dk; ++i) {
+    float* row = S + static_cast<int64_t>(i) * dv;
+    const float di = decay[i * decay_step];
+    for (int j = 0; j < dv; ++j) {
+      row[j] *= di;
       u[j] += k[i] * row[j];
     }
   }
-  for (int j = 0; j < d; ++j) u[j] = b * (v[j] - u[j]);
-  std::fill(o, o + d, 0.f);
-  for (int i = 0; i < d; ++i) {
-    float* row = S + static_cast<int64_t>(i) * d;
-    for (int j = 0; j < d; ++j) {
+  for (int j = 0; j < dv; ++j) u[j] = b * (v[j] - u[j]);
+  std::fill(o, o + dv, 0.f);
+  for (int i = 0; i < dk; ++i) {
+    float* row = S + static_cast<int64_t>(i) * dv;
+    for (int j = 0; j < dv; ++j) {
       row[j] += k[i] * u[j];
       o[j] += q[i] * row[j];
     }
@@ -44,7 +47,16 @@ void KdaStateStep(float* S, int d, const float* decay, const float* k, const flo
   isa = UsableIsa(isa);
   if (isa >= Isa::kAvx512 && avx512::KdaStateStep(S, d, decay, k, v, b, q, u, o)) return;
   if (isa >= Isa::kAvx2 && avx2::KdaStateStep(S, d, decay, k, v, b, q, u, o)) return;
-  KdaStateStepScalar(S, d, decay, k, v, b, q, u, o);
+  DeltaStepScalar(S, d, d, decay, 1, k, v, b, q, u, o);
+}
+
+void GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
+                         float b, const float* q, float* u, float* o, Isa isa) {
+  isa = UsableIsa(isa);
+  if (isa >= Isa::kAvx512 && avx512::GatedDeltaStateStep(S, dk, dv, decay, k, v, b, q, u, o))
+    return;
+  if (isa >= Isa::kAvx2 && avx2::GatedDeltaStateStep(S, dk, dv, decay, k, v, b, q, u, o)) return;
+  DeltaStepScalar(S, dk, dv, &decay, 0, k, v, b, q, u, o);
 }
 
 void WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,

@@ -1,5 +1,5 @@
 // The attention layers' own loops (not matrix products over stored weights):
-// the KDA state update and the two float sums MLA's absorbed attention makes
+// the KDA and Gated DeltaNet state updates and the two float sums MLA's absorbed attention makes
 // per head. model.cc calls these; the scalar reference and the dispatch are
 // in recurrence.cc, the AVX-512 and AVX2 paths in recurrence_avx512.cc and
 // recurrence_avx2.cc.
@@ -25,6 +25,15 @@ namespace waste::kernels {
 // for o. Sums over i run in ascending order.
 void KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o, Isa isa);
+
+// One decode step of a Gated DeltaNet head's recurrent state, in place: the
+// delta rule of KdaStateStep with one decay for the whole head and a state of
+// dk keys by dv values (fla's naive_recurrent_gated_delta_rule):
+//   S <- decay S;  u = S^T k;  u <- b (v - u);  S += k u^T;  o = S^T q.
+// S: [dk][dv] row-major. k, q: [dk]; v, u (scratch), o (output): [dv].
+// dk, dv >= 1. The same two passes and sum order as KdaStateStep.
+void GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
+                         float b, const float* q, float* u, float* o, Isa isa);
 
 // y[c] = sum over r of a[r] * rows[r * stride + c], for c in [0, cols), the
 // sum over r in ascending order starting from 0.f. rows: n_rows rows of at

@@ -21,20 +21,19 @@ __m256i FirstLanes(int64_t n) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - n));
 }
 
-}  // namespace
-
-bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
-                  const float* q, float* u, float* o) {
-  if (d % 8 != 0) return false;
+// The delta rule on a [dk][dv] state whose row i decays by
+// decay[i * decay_step] (1: KDA's per-channel decay; 0: one for the head).
+void DeltaStep(float* S, int dk, int dv, const float* decay, int decay_step, const float* k,
+               const float* v, float b, const float* q, float* u, float* o) {
   // Column blocks of up to 32: each sweeps every row i in ascending order,
   // so every u[j] and o[j] sums in the scalar order.
-  for (int j0 = 0; j0 < d; j0 += kKdaBlock) {
-    const int n = d - j0 < kKdaBlock ? (d - j0) / 8 : kKdaBlock / 8;
+  for (int j0 = 0; j0 < dv; j0 += kKdaBlock) {
+    const int n = dv - j0 < kKdaBlock ? (dv - j0) / 8 : kKdaBlock / 8;
     __m256 acc[kKdaBlock / 8];
     for (int t = 0; t < n; ++t) acc[t] = _mm256_setzero_ps();
-    for (int i = 0; i < d; ++i) {
-      float* row = S + static_cast<int64_t>(i) * d + j0;
-      const __m256 di = _mm256_set1_ps(decay[i]), ki = _mm256_set1_ps(k[i]);
+    for (int i = 0; i < dk; ++i) {
+      float* row = S + static_cast<int64_t>(i) * dv + j0;
+      const __m256 di = _mm256_set1_ps(decay[i * decay_step]), ki = _mm256_set1_ps(k[i]);
       for (int t = 0; t < n; ++t) {
         const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * t), di);
         _mm256_storeu_ps(row + 8 * t, s);
@@ -48,8 +47,8 @@ bool KdaStateStep(float* S, int d, const float* decay, const float* k, const flo
     }
     __m256 out[kKdaBlock / 8];
     for (int t = 0; t < n; ++t) out[t] = _mm256_setzero_ps();
-    for (int i = 0; i < d; ++i) {
-      float* row = S + static_cast<int64_t>(i) * d + j0;
+    for (int i = 0; i < dk; ++i) {
+      float* row = S + static_cast<int64_t>(i) * dv + j0;
       const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
       for (int t = 0; t < n; ++t) {
         const __m256 s = _mm256_add_ps(_mm256_loadu_ps(row + 8 * t), _mm256_mul_ps(ki, acc[t]));
@@ -59,6 +58,21 @@ bool KdaStateStep(float* S, int d, const float* decay, const float* k, const flo
     }
     for (int t = 0; t < n; ++t) _mm256_storeu_ps(o + j0 + 8 * t, out[t]);
   }
+}
+
+}  // namespace
+
+bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
+                  const float* q, float* u, float* o) {
+  if (d % 8 != 0) return false;
+  DeltaStep(S, d, d, decay, 1, k, v, b, q, u, o);
+  return true;
+}
+
+bool GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
+                         float b, const float* q, float* u, float* o) {
+  if (dv % 8 != 0) return false;
+  DeltaStep(S, dk, dv, &decay, 0, k, v, b, q, u, o);
   return true;
 }
 

@@ -16,20 +16,19 @@ __mmask16 Lanes(int64_t n) {  // n in [1, 16]
   return static_cast<__mmask16>((1u << n) - 1u);
 }
 
-}  // namespace
-
-bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
-                  const float* q, float* u, float* o) {
-  if (d % 16 != 0) return false;
+// The delta rule on a [dk][dv] state whose row i decays by
+// decay[i * decay_step] (1: KDA's per-channel decay; 0: one for the head).
+void DeltaStep(float* S, int dk, int dv, const float* decay, int decay_step, const float* k,
+               const float* v, float b, const float* q, float* u, float* o) {
   // Column blocks of up to 128: each sweeps every row i in ascending order,
   // so every u[j] and o[j] sums in the scalar order.
-  for (int j0 = 0; j0 < d; j0 += kBlock) {
-    const int n = d - j0 < kBlock ? (d - j0) / 16 : kBlock / 16;
+  for (int j0 = 0; j0 < dv; j0 += kBlock) {
+    const int n = dv - j0 < kBlock ? (dv - j0) / 16 : kBlock / 16;
     __m512 acc[kBlock / 16];
     for (int t = 0; t < n; ++t) acc[t] = _mm512_setzero_ps();
-    for (int i = 0; i < d; ++i) {
-      float* row = S + static_cast<int64_t>(i) * d + j0;
-      const __m512 di = _mm512_set1_ps(decay[i]), ki = _mm512_set1_ps(k[i]);
+    for (int i = 0; i < dk; ++i) {
+      float* row = S + static_cast<int64_t>(i) * dv + j0;
+      const __m512 di = _mm512_set1_ps(decay[i * decay_step]), ki = _mm512_set1_ps(k[i]);
       for (int t = 0; t < n; ++t) {
         const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * t), di);
         _mm512_storeu_ps(row + 16 * t, s);
@@ -43,8 +42,8 @@ bool KdaStateStep(float* S, int d, const float* decay, const float* k, const flo
     }
     __m512 out[kBlock / 16];
     for (int t = 0; t < n; ++t) out[t] = _mm512_setzero_ps();
-    for (int i = 0; i < d; ++i) {
-      float* row = S + static_cast<int64_t>(i) * d + j0;
+    for (int i = 0; i < dk; ++i) {
+      float* row = S + static_cast<int64_t>(i) * dv + j0;
       const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
       for (int t = 0; t < n; ++t) {
         const __m512 s = _mm512_add_ps(_mm512_loadu_ps(row + 16 * t), _mm512_mul_ps(ki, acc[t]));
@@ -54,6 +53,21 @@ bool KdaStateStep(float* S, int d, const float* decay, const float* k, const flo
     }
     for (int t = 0; t < n; ++t) _mm512_storeu_ps(o + j0 + 16 * t, out[t]);
   }
+}
+
+}  // namespace
+
+bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
+                  const float* q, float* u, float* o) {
+  if (d % 16 != 0) return false;
+  DeltaStep(S, d, d, decay, 1, k, v, b, q, u, o);
+  return true;
+}
+
+bool GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
+                         float b, const float* q, float* u, float* o) {
+  if (dv % 16 != 0) return false;
+  DeltaStep(S, dk, dv, &decay, 0, k, v, b, q, u, o);
   return true;
 }
 

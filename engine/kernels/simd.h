@@ -34,9 +34,12 @@ bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begi
 // group % 8 == 0.
 bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
                   float* y);
-// recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 8 == 0.
+// recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 8 == 0,
+// GatedDeltaStateStep dv % 8 == 0.
 bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o);
+bool GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
+                         float b, const float* q, float* u, float* o);
 bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
                     int64_t cols, float* y);
 // NearestEntry (nearest.h) over its lane layout of 8 entries a chunk.
@@ -65,9 +68,12 @@ bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_
 // group % 16 == 0.
 bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
                   float* y);
-// recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 16 == 0.
+// recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 16 == 0,
+// GatedDeltaStateStep dv % 16 == 0.
 bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o);
+bool GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
+                         float b, const float* q, float* u, float* o);
 bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
                     int64_t cols, float* y);
 // NearestEntry (nearest.h) over its lane layout of 16 entries a chunk.

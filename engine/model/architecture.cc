@@ -20,6 +20,10 @@ constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
 // GPT-OSS: GQA with sinks, q/k/v/o biases and a sliding window on the
 // layers layer_types names; MoE everywhere, biased experts, no shared expert.
 constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
+// Qwen3-Next: Gated DeltaNet where layer_types says linear_attention, gated
+// GQA (q/k norms, partial rotary, an output gate) where full_attention;
+// zero-centered RMSNorms; MoE with a gated shared expert, softmax routing.
+constexpr LayerKind kQwen3NextAttention[] = {LayerKind::kGatedDeltaNet, LayerKind::kGqa};
 
 constexpr Family kFamilies[] = {
     {Arch::kKimiLinear, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
@@ -27,6 +31,7 @@ constexpr Family kFamilies[] = {
     {Arch::kQwen3Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
     {Arch::kGlm4Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kGptOss, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
+    {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true},
 };
 
 std::string_view KindName(LayerKind k) {
@@ -37,6 +42,8 @@ std::string_view KindName(LayerKind k) {
       return "MLA";
     case LayerKind::kGqa:
       return "GQA";
+    case LayerKind::kGatedDeltaNet:
+      return "Gated DeltaNet";
   }
   return "?";
 }

@@ -24,7 +24,8 @@ enum class FfnKind {
 // What one layer runs, in this order: RMSNorm, attention, residual; RMSNorm,
 // feed-forward, residual.
 struct LayerPlan {
-  LayerKind attention = LayerKind::kMla;  // kKda: kda.cc; kMla: mla.cc; kGqa: gqa.cc
+  // kKda: kda.cc; kMla: mla.cc; kGqa: gqa.cc; kGatedDeltaNet: gated_deltanet.cc
+  LayerKind attention = LayerKind::kMla;
   FfnKind ffn = FfnKind::kDense;
   // kMoe: a dense MLP (mlp.cc) beside the routed experts, on every token.
   bool shared_expert = false;

@@ -7,6 +7,7 @@
 // scores against the keys of its K/V head at every position up to pos (the
 // latest `window` of them on a sliding layer), softmax (with the head's sink
 // logit in the denominator, GPT-OSS), and the weighted sum of the values;
+// times sigmoid of the head's gate values with the output gate (Qwen3-Next);
 // then o_proj (plus its bias).
 
 #include <algorithm>
@@ -95,12 +96,14 @@ void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
   const GqaWeights& l = layers_[L]->gqa;
   const int H = c_.n_heads, KV = c_.n_kv_heads, D = c_.head_dim;
   const int kvw = c_.kv_width(), row = 2 * kvw, group = H / KV;
-  std::vector<float> q(c_.q_width()), o(c_.q_width());
+  // With the output gate, q_proj's rows per head are its query, then its gate.
+  const int qstride = c_.attn_output_gate ? 2 * D : D;
+  std::vector<float> q(static_cast<size_t>(H) * qstride), o(c_.q_width());
   float* cache = s.kv_cache[L].data();
   float* k = cache + static_cast<size_t>(pos) * row;
   float* v = k + kvw;
   MatVecs({{l.q, h, q.data()}, {l.k, h, k}, {l.v, h, v}});
-  AddBias(q.data(), l.q_bias, c_.q_width());
+  AddBias(q.data(), l.q_bias, c_.q_width());  // no bias with the output gate (model_config)
   AddBias(k, l.k_bias, kvw);
   AddBias(v, l.v_bias, kvw);
   // The keys, once for the query heads that share them: a few hundred
@@ -117,12 +120,16 @@ void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
   pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> score(n);
     for (int64_t hd = h0; hd < h1; ++hd) {
-      float* qh = q.data() + hd * D;
+      float* qh = q.data() + hd * qstride;
       if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
       rotary_.Apply(qh, pos);
       const float* keys = rows + static_cast<size_t>(hd / group) * D;  // its K/V head's
       AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, l.sinks ? &l.sinks[hd] : nullptr,
                  score.data(), o.data() + hd * D, opt_.isa);
+      if (c_.attn_output_gate) {
+        float* oh = o.data() + hd * D;
+        for (int i = 0; i < D; ++i) oh[i] *= Sigmoid(qh[D + i]);
+      }
     }
   });
   MatVec(*l.o, o.data(), out);

@@ -28,6 +28,18 @@ struct KdaWeights {
 // `attn`: the layer's attention prefix, "model.layers.L.self_attn.".
 KdaWeights ResolveKda(const Trunk& t, const std::string& attn);
 
+// Gated DeltaNet with its short convolution (gated_deltanet.cc; the layout of
+// in_proj_qkvz and in_proj_ba is TrunkSpec's).
+struct GatedDeltaNetWeights {
+  const kernels::MatrixView *qkvz = nullptr, *ba = nullptr, *out = nullptr;
+  const float* conv = nullptr;     // [gdn_conv_width][kernel]: q, k, then v channels
+  const float* a_log = nullptr;    // [value heads]
+  const float* dt_bias = nullptr;  // [value heads]
+  const float* norm = nullptr;     // [gdn_v_dim]: the gated output norm's weight
+};
+// `prefix`: the layer's "model.layers.L.linear_attn.".
+GatedDeltaNetWeights ResolveGatedDeltaNet(const Trunk& t, const std::string& prefix);
+
 // Multi-head latent attention (mla.cc).
 struct MlaWeights {
   // The query: q_a, its norm and q_b when c.q_lora > 0, else q_proj.
@@ -75,9 +87,13 @@ struct Model::Layer {
   KdaWeights kda;  // plan.attention == kKda
   MlaWeights mla;  // plan.attention == kMla
   GqaWeights gqa;  // plan.attention == kGqa
+  GatedDeltaNetWeights gdn;  // plan.attention == kGatedDeltaNet
   // The dense MLP (kDense) or the shared expert (kMoe with shared_expert);
   // null otherwise (Model::DenseMlp).
   const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
+  // kMoe with shared_expert and c.shared_expert_gate: the shared expert's
+  // output is scaled by sigmoid(shared_gate . h) (Model::DenseMlp).
+  const kernels::MatrixView* shared_gate = nullptr;
   // kMoe: the router's matrix, its correction bias (router.h; empty when
   // the config has none) and the bias of its logits (null when none).
   const kernels::MatrixView* router = nullptr;

@@ -20,6 +20,12 @@ void Model::DenseMlp(int L, const float* h, float* out) {
   MatVecs({{l.gate, h, g.data()}, {l.up, h, u.data()}});
   for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
   MatVec(*l.down, g.data(), out);
+  if (l.shared_gate) {  // Qwen3-Next's gated shared expert
+    float gate = 0.f;
+    MatVec(*l.shared_gate, h, &gate);
+    const float s = Sigmoid(gate);
+    for (int i = 0; i < c_.hidden; ++i) out[i] *= s;
+  }
 }
 
 }  // namespace waste

@@ -74,16 +74,20 @@ Status Model::Resolve() {
   const Trunk& t = *trunk_;
   auto plans = PlanLayers(c_);
   if (!plans.ok()) return plans.status();
+  shifted_norms_.reserve(4 * static_cast<size_t>(c_.n_layers) + 1);  // the pointers stay valid
   for (int L = 0; L < c_.n_layers; ++L) {
     auto l = std::make_unique<Layer>();
     const std::string p = "model.layers." + std::to_string(L) + ".";
     const std::string a = p + "self_attn.";
     l->plan = (*plans)[L];
-    l->in_norm = t.Vector(p + "input_layernorm.weight");
-    l->post_norm = t.Vector(p + "post_attention_layernorm.weight");
+    l->in_norm = NormWeights(p + "input_layernorm.weight", c_.hidden);
+    l->post_norm = NormWeights(p + "post_attention_layernorm.weight", c_.hidden);
     switch (l->plan.attention) {
       case LayerKind::kKda:
         l->kda = ResolveKda(t, a);
+        break;
+      case LayerKind::kGatedDeltaNet:
+        l->gdn = ResolveGatedDeltaNet(t, p + "linear_attn.");
         break;
       case LayerKind::kMla:
         l->mla = ResolveMla(t, c_, a);
@@ -91,6 +95,10 @@ Status Model::Resolve() {
       case LayerKind::kGqa:
         l->gqa = ResolveGqa(t, c_, a);
         l->gqa.window = c_.attn_window[static_cast<size_t>(L)];
+        if (c_.zero_centered_norms && c_.qk_norm) {  // Qwen3-Next's q_norm and k_norm too
+          l->gqa.q_norm = NormWeights(a + "q_norm.weight", c_.head_dim);
+          l->gqa.k_norm = NormWeights(a + "k_norm.weight", c_.head_dim);
+        }
         break;
     }
     auto set_mlp = [&](const MlpWeights& w) { l->gate = w.gate, l->up = w.up, l->down = w.down; };
@@ -105,7 +113,12 @@ Status Model::Resolve() {
           l->router_bias = {t.Vector(m + "gate.e_score_correction_bias"),
                             static_cast<size_t>(c_.n_experts)};
         if (c_.router_logit_bias) l->router_logit_bias = t.Vector(m + "gate.bias");
-        if (l->plan.shared_expert) set_mlp(ResolveMlp(t, m + "shared_experts."));
+        if (l->plan.shared_expert && c_.shared_expert_gate) {
+          set_mlp(ResolveMlp(t, m + "shared_expert."));
+          l->shared_gate = &t.Matrix(m + "shared_expert_gate.weight");
+        } else if (l->plan.shared_expert) {
+          set_mlp(ResolveMlp(t, m + "shared_experts."));
+        }
         break;
       }
     }
@@ -113,7 +126,7 @@ Status Model::Resolve() {
     layers_.push_back(std::move(l));
   }
   lm_head_ = &t.Matrix("lm_head.weight");
-  final_norm_ = t.Vector("model.norm.weight");
+  final_norm_ = NormWeights("model.norm.weight", c_.hidden);
 
   // One rotation and scale for the model's attention: no family mixes MLA
   // and GQA layers (PlanLayers has checked the kinds against the family).
@@ -121,6 +134,14 @@ Status Model::Resolve() {
   rotary_ = gqa ? GqaRotary(c_) : MlaRotary(c_);
   softmax_scale_ = gqa ? GqaSoftmaxScale(c_) : MlaSoftmaxScale(c_, rotary_);
   return Status::Ok();
+}
+
+const float* Model::NormWeights(const std::string& name, int n) {
+  const float* w = trunk_->Vector(name);
+  if (!c_.zero_centered_norms) return w;
+  std::vector<float>& shifted = shifted_norms_.emplace_back(n);
+  for (int i = 0; i < n; ++i) shifted[i] = 1.f + w[i];
+  return shifted.data();
 }
 
 void Model::MatVec(const kernels::MatrixView& w, const float* x, float* y) {
@@ -136,6 +157,9 @@ void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
     case LayerKind::kKda:
       Kda(L, s, pos == s.position, h, out);
       break;
+    case LayerKind::kGatedDeltaNet:
+      GatedDeltaNet(L, s, pos == s.position, h, out);
+      break;
     case LayerKind::kMla:
       Mla(L, s, pos, h, out);
       break;
@@ -147,13 +171,16 @@ void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
 
 Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
   const int hid = c_.hidden;
+  // Layers other than the recurrent kinds keep a cache of max_context positions.
+  const bool bounded =
+      c_.n_kda_layers() + c_.n_layers_of(LayerKind::kGatedDeltaNet) < c_.n_layers;
   // The chunk's tokens, item after item: each one's session and position.
   std::vector<int> ids, positions;
   std::vector<Session*> owner;
   for (const BatchItem& it : items) {
     Session& s = *it.session;
     const int n = static_cast<int>(it.tokens.size());
-    if (s.position + n > s.max_context && c_.n_kda_layers() < c_.n_layers)
+    if (s.position + n > s.max_context && bounded)
       return Status::Error("context is full (" + std::to_string(s.max_context) + " tokens)");
     for (int i = 0; i < n; ++i) {
       ids.push_back(it.tokens[i]);

@@ -41,8 +41,12 @@ struct Session {
   int position = 0;     // tokens seen
   int max_context = 0;  // capacity of the latent KV cache
   // Per layer, views into `memory`; empty where the layer kind does not use it.
-  std::vector<std::span<float>> kda_state;  // [heads][head_dim (k)][head_dim (v)]
-  std::vector<std::span<float>> conv_ring;  // [3 (q,k,v)][kernel-1][kda_width], oldest first
+  // The recurrent state and conv ring of a KDA or Gated DeltaNet layer.
+  // KDA: [heads][head_dim (k)][head_dim (v)] and [3 (q,k,v)][kernel-1][kda_width];
+  // Gated DeltaNet: [value heads][k_dim][v_dim] and [kernel-1][gdn_conv_width];
+  // the rings oldest first.
+  std::vector<std::span<float>> kda_state;
+  std::vector<std::span<float>> conv_ring;
   std::vector<std::span<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
   std::vector<std::span<float>> kv_cache;   // GQA: [max_context][2 (k, v)][kv_width] (k normed, rotated)
   // The same shapes as kda_state and conv_ring: where a chunk computes the
@@ -194,11 +198,12 @@ class Model {
   // Refuses an empty run and ids outside the vocabulary.
   Status CheckTokens(std::span<const int> tokens) const;
   // One token's attention at layer L, as the layer's kind computes it:
-  // Kda (kda.cc), Mla (mla.cc) or Gqa (gqa.cc) at position `pos`, the
-  // chunk's first when pos == s.position (Kda starts the spare state from
-  // the committed one there).
+  // Kda (kda.cc), GatedDeltaNet (gated_deltanet.cc), Mla (mla.cc) or Gqa
+  // (gqa.cc) at position `pos`, the chunk's first when pos == s.position (the
+  // recurrent kinds start the spare state from the committed one there).
   void Attention(int L, Session& s, int pos, const float* h, float* out);
   void Kda(int L, Session& s, bool first, const float* h, float* out);
+  void GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
   void Gqa(int L, Session& s, int pos, const float* h, float* out);
   // MoE (moe.cc) on T tokens at `positions` ([T], for on_route). `ahead`: a
@@ -260,6 +265,11 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   const kernels::MatrixView* lm_head_ = nullptr;
   const float* final_norm_ = nullptr;
+  // With c_.zero_centered_norms, each RMSNorm's 1 + w in float32. `name` is
+  // a trunk vector of n floats; returns it, or its shifted copy, kept in
+  // shifted_norms_.
+  const float* NormWeights(const std::string& name, int n);
+  std::vector<std::vector<float>> shifted_norms_;
   Rotary rotary_;              // MLA's rope dims, or GQA's rotary dims
   float softmax_scale_ = 1.f;  // MLA's or GQA's
   int first_moe_ = -1;         // the first MoE layer; -1: none

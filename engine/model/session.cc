@@ -73,14 +73,19 @@ Session Model::NewSession(int max_context) const {
   const size_t ring = static_cast<size_t>(3) * (c_.conv_kernel - 1) * c_.kda_width();
   const size_t kv = static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope);
   const size_t gqa_kv = static_cast<size_t>(max_context) * 2 * c_.kv_width();
+  const size_t gdn = static_cast<size_t>(c_.gdn_v_heads) * c_.gdn_k_dim * c_.gdn_v_dim;
+  const size_t gdn_ring = static_cast<size_t>(c_.conv_kernel - 1) * c_.gdn_conv_width();
   // Each layer's part starts on a 64-byte line.
   auto line = [](size_t floats) { return (floats + 15) / 16 * 16; };
-  // What each layer kind keeps: KDA its recurrent state and conv ring, and
-  // their spares (model.h), MLA its latent cache, GQA its K/V cache.
+  // What each layer kind keeps: KDA and Gated DeltaNet their recurrent
+  // states and conv rings, and their spares (model.h), MLA its latent cache,
+  // GQA its K/V cache.
   auto layer_floats = [&](LayerKind kind) {
     switch (kind) {
       case LayerKind::kKda:
         return 2 * (line(kda) + line(ring));
+      case LayerKind::kGatedDeltaNet:
+        return 2 * (line(gdn) + line(gdn_ring));
       case LayerKind::kMla:
         return line(kv);
       case LayerKind::kGqa:
@@ -112,6 +117,12 @@ Session Model::NewSession(int max_context) const {
         s.conv_ring[L] = take(ring);
         s.kda_spare[L] = take(kda);
         s.conv_spare[L] = take(ring);
+        break;
+      case LayerKind::kGatedDeltaNet:
+        s.kda_state[L] = take(gdn);
+        s.conv_ring[L] = take(gdn_ring);
+        s.kda_spare[L] = take(gdn);
+        s.conv_spare[L] = take(gdn_ring);
         break;
       case LayerKind::kMla:
         s.latent_kv[L] = take(kv);

@@ -59,20 +59,32 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   p.trunk = PackedTrunkBytes(m);  // what is resident: the trunk as packed, derived tensors included
   const uint64_t f = sizeof(float);
   for (int L = 0; L < c.n_layers; ++L) {
-    if (c.layer_kind[L] == LayerKind::kKda) {
-      const uint64_t C = static_cast<uint64_t>(c.kda_width());
-      // Twice: the committed state and the spare a chunk computes into (model.h, Session).
-      p.client_state +=
-          2 * uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;         // recurrent state
-      p.client_state += 2 * 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;  // conv rings
-    } else if (c.layer_kind[L] == LayerKind::kGqa) {
-      p.client_state += static_cast<uint64_t>(context) * 2 * c.kv_width() * f;  // K and V
-    } else {
-      p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
+    // Recurrent kinds twice: the committed state and the spare a chunk
+    // computes into (model.h, Session).
+    switch (c.layer_kind[L]) {
+      case LayerKind::kKda: {
+        const uint64_t C = static_cast<uint64_t>(c.kda_width());
+        p.client_state +=
+            2 * uint64_t(c.kda_heads) * c.kda_head_dim * c.kda_head_dim * f;         // recurrent state
+        p.client_state += 2 * 3 * C * static_cast<uint64_t>(c.conv_kernel - 1) * f;  // conv rings
+        break;
+      }
+      case LayerKind::kGatedDeltaNet:
+        p.client_state += 2 * uint64_t(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim * f;
+        p.client_state +=
+            2 * uint64_t(c.gdn_conv_width()) * static_cast<uint64_t>(c.conv_kernel - 1) * f;
+        break;
+      case LayerKind::kMla:
+        p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
+        break;
+      case LayerKind::kGqa:
+        p.client_state += static_cast<uint64_t>(context) * 2 * c.kv_width() * f;  // K/V cache
+        break;
     }
   }
   const uint64_t widest =
       std::max({uint64_t(c.hidden), uint64_t(c.kda_width()), uint64_t(c.dense_inter),
+                2 * uint64_t(c.gdn_conv_width()),
                 uint64_t(c.shared_inter()), uint64_t(c.moe_inter) * c.top_k,
                 uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head),
                 uint64_t(c.q_width()) + 2 * uint64_t(c.kv_width())});

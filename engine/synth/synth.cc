@@ -72,13 +72,18 @@ class TensorValues {
  public:
   // `bias_scale` and `anchors` shape the router's correction bias: skew *
   // N(0, 1) per expert, plus kAnchorBoost on `anchors` experts of the layer.
-  TensorValues(const TensorSpec& s, uint64_t seed, float bias_scale = 1.f, int anchors = 0)
+  // `zero_centered`: the config's RMSNorms scale by 1 + w (all but Gated
+  // DeltaNet's gated norm), so theirs are drawn near 0.
+  TensorValues(const TensorSpec& s, uint64_t seed, float bias_scale = 1.f, int anchors = 0,
+               bool zero_centered = false)
       : seed_(Mix(seed, s.name)), cols_(s.shape.back()), anchors_(anchors) {
     auto ends = [&](std::string_view suffix) {
       return s.name.size() >= suffix.size() &&
              s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
-    if (ends("norm.weight"))
+    if (ends("norm.weight") && zero_centered && !ends("linear_attn.norm.weight"))
+      lo_ = -0.1f, hi_ = 0.1f;
+    else if (ends("norm.weight"))
       lo_ = 0.9f, hi_ = 1.1f;
     else if (ends("conv1d.weight"))
       lo_ = -0.5f, hi_ = 0.5f;
@@ -499,6 +504,71 @@ json GptOssConfig(int layers, int experts) {
   };
 }
 
+// Qwen3-Next's layers at small sizes: Gated DeltaNet with two value heads per
+// key head, gated GQA with partial rotary every 2nd layer, zero-centered norms, MoE with softmax routing and a gated shared
+// expert.
+json Qwen3NextTinyConfig() {
+  return {
+      {"model_type", "qwen3_next"},
+      {"architectures", {"Qwen3NextForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "silu"},
+      {"intermediate_size", 512},
+      {"moe_intermediate_size", 128},
+      {"shared_expert_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"norm_topk_prob", true},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", json::array()},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 64},
+      {"rope_theta", 10000.0},
+      {"partial_rotary_factor", 0.25},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"linear_num_key_heads", 2},
+      {"linear_num_value_heads", 4},
+      {"linear_key_head_dim", 32},
+      {"linear_value_head_dim", 48},
+      {"linear_conv_kernel_dim", 4},
+  };
+}
+
+// Qwen3-Next-80B-A3B's own config.json values (Instruct and Thinking share
+// them): 48 layers, full attention every 4th, 512 experts top-10.
+json Qwen3Next80bConfig() {
+  json c = Qwen3NextTinyConfig();
+  c.erase("layer_types");
+  c.update({{"hidden_size", 2048},
+            {"num_hidden_layers", 48},
+            {"vocab_size", 151936},
+            {"bos_token_id", 151643},
+            {"eos_token_id", 151645},
+            {"intermediate_size", 5120},
+            {"moe_intermediate_size", 512},
+            {"shared_expert_intermediate_size", 512},
+            {"num_experts", 512},
+            {"num_experts_per_tok", 10},
+            {"num_attention_heads", 16},
+            {"num_key_value_heads", 2},
+            {"head_dim", 256},
+            {"rope_theta", 10000000.0},
+            {"partial_rotary_factor", 0.25},
+            {"full_attention_interval", 4},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", 32},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"linear_conv_kernel_dim", 4},
+            {"max_position_embeddings", 262144}});
+  return c;
+}
+
 // Kimi-Linear-48B-A3B's own config.json values: the tiny Kimi config (same
 // routing, norms and attention kinds) at the real sizes.
 json Kimi48bConfig() {
@@ -534,9 +604,9 @@ json Kimi48bConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi",       "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
-          "kimi-linear-48b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air",
-          "gpt-oss-20b",     "gpt-oss-120b"};
+  return {"tiny-kimi",       "tiny-deepseek",  "tiny-qwen3",         "tiny-glm",
+          "tiny-qwen3-next", "kimi-linear-48b", "qwen3-30b-a3b",     "qwen3-235b-a22b",
+          "glm-4.5-air",     "gpt-oss-20b",     "gpt-oss-120b",      "qwen3-next-80b-a3b"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -560,6 +630,10 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
   } else if (name == "glm-4.5-air") {
     s.config = GlmAirConfig();
     s.anchor_experts = 2;
+  } else if (name == "tiny-qwen3-next") {
+    s.config = Qwen3NextTinyConfig();
+  } else if (name == "qwen3-next-80b-a3b") {
+    s.config = Qwen3Next80bConfig();
   } else if (name == "kimi-linear-48b") {
     s.config = Kimi48bConfig();
     s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
@@ -683,7 +757,7 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
       fmt = ends8 || spec.trunk_bits == 8 ? Fmt::kQ8G : Fmt::kQ4G;
     }
     const TensorValues values(s, spec.seed, static_cast<float>(report.route_skew),
-                              spec.anchor_experts);
+                              spec.anchor_experts, c.zero_centered_norms);
     WASTE_RETURN_IF_ERROR(w.AddTensorRows(
         s.name, s.shape,
         [&](int64_t first, int64_t rows, float* dst) { values.FillRows(first, rows, dst); }, fmt));

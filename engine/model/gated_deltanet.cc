@@ -1,0 +1,108 @@
+// Gated DeltaNet (Qwen3-Next's linear attention) with its short convolution:
+// resolving a layer's tensors and one token's step (Model::GatedDeltaNet).
+// transformers' Qwen3NextGatedDeltaNet, token by token:
+//   q, k, v, z from in_proj_qkvz and b, a from in_proj_ba (grouped per key
+//   head, TrunkSpec); a causal depthwise conv over the q, k, v channels
+//   (tap kernel-1 on the current token), SiLU; per value head
+//   decay = exp(-exp(A_log) * softplus(a + dt_bias)), beta = sigmoid(b);
+//   q, k L2-normalized (fla's l2norm), q scaled by k_dim^-0.5; the delta
+//   rule (kernels::GatedDeltaStateStep) with the key head's q and k; then
+//   RMSNorm(o) * norm * silu(z) per value head, and out_proj.
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/kernels/recurrence.h"
+#include "engine/model/layer.h"
+#include "engine/model/norms.h"
+
+namespace waste {
+
+GatedDeltaNetWeights ResolveGatedDeltaNet(const Trunk& t, const std::string& a) {
+  GatedDeltaNetWeights w;
+  w.qkvz = &t.Matrix(a + "in_proj_qkvz.weight");
+  w.ba = &t.Matrix(a + "in_proj_ba.weight");
+  w.out = &t.Matrix(a + "out_proj.weight");
+  w.conv = t.Vector(a + "conv1d.weight");
+  w.a_log = t.Vector(a + "A_log");
+  w.dt_bias = t.Vector(a + "dt_bias");
+  w.norm = t.Vector(a + "norm.weight");
+  return w;
+}
+
+void Model::GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out) {
+  const GatedDeltaNetWeights& l = layers_[L]->gdn;
+  const int Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
+  const int r = Hv / Hk;  // value heads per key head
+  const int K = c_.gdn_key_width(), V = c_.gdn_value_width(), C = c_.gdn_conv_width();
+  const int W = c_.conv_kernel;
+  const int group = 2 * Dk + 2 * r * Dv;  // one key head's rows of in_proj_qkvz
+  std::vector<float> qkvz(static_cast<size_t>(2 * K + 2 * V)), ba(2 * static_cast<size_t>(Hv)),
+      o(V);
+  // Three barriers per layer: both projections in one pass; then each key
+  // head's convolution channels, normalization and value heads in one pass
+  // over the key heads (a key head's channels and value heads are its own);
+  // then out_proj.
+  MatVecs({{l.qkvz, h, qkvz.data()}, {l.ba, h, ba.data()}});
+  // The chunk works on the spares (model.h, Session), the first token
+  // starting them from the committed state, copied by the thread that steps it.
+  float* S = s.kda_spare[L].data();
+  float* ring = s.conv_spare[L].data();  // [W-1][C], oldest first
+  if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
+  const float* committed = s.kda_state[L].data();
+  const size_t head_state = static_cast<size_t>(Dk) * Dv;
+  const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
+  pool_.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<float> x(2 * static_cast<size_t>(Dk) + static_cast<size_t>(r) * Dv), u(Dv),
+        normed(Dv);
+    for (int64_t g = g0; g < g1; ++g) {
+      if (first)
+        std::copy(committed + g * r * head_state, committed + (g + 1) * r * head_state,
+                  S + g * r * head_state);
+      // The key head's conv channels: its q and k, then its value heads' v.
+      const float* src = qkvz.data() + g * group;
+      const int64_t channel[3] = {g * Dk, K + g * Dk, 2 * K + g * r * Dv};
+      const int width[3] = {Dk, Dk, r * Dv};
+      float* xs = x.data();
+      for (int p = 0; p < 3; ++p) {
+        for (int i = 0; i < width[p]; ++i) {
+          const int64_t ch = channel[p] + i;
+          const float* w = l.conv + ch * W;
+          const float cur = src[i];
+          float acc = 0.f;
+          for (int j = 0; j < W - 1; ++j) acc += w[j] * ring[static_cast<size_t>(j) * C + ch];
+          acc += w[W - 1] * cur;
+          for (int j = 0; j + 1 < W - 1; ++j)
+            ring[static_cast<size_t>(j) * C + ch] = ring[static_cast<size_t>(j + 1) * C + ch];
+          if (W > 1) ring[static_cast<size_t>(W - 2) * C + ch] = cur;
+          xs[i] = Silu(acc);
+        }
+        src += width[p];
+        xs += width[p];
+      }
+      const float* z = src;  // the value heads' z, after their v
+      float* q = x.data();
+      float* k = x.data() + Dk;
+      L2Normalize(q, Dk);
+      L2Normalize(k, Dk);
+      for (int i = 0; i < Dk; ++i) q[i] *= scale;
+      const float* bg = ba.data() + g * 2 * r;  // b of the r value heads, then a
+      for (int j = 0; j < r; ++j) {
+        const int64_t hv = g * r + j;
+        const float* v = x.data() + 2 * Dk + static_cast<size_t>(j) * Dv;
+        const float decay =
+            std::exp(-std::exp(l.a_log[hv]) * Softplus(bg[r + j] + l.dt_bias[hv]));
+        float* oh = o.data() + hv * Dv;
+        kernels::GatedDeltaStateStep(S + hv * head_state, Dk, Dv, decay, k, v, Sigmoid(bg[j]), q,
+                                     u.data(), oh, opt_.isa);
+        RmsNorm(oh, l.norm, Dv, c_.rms_eps, normed.data());
+        const float* zh = z + static_cast<size_t>(j) * Dv;
+        for (int i = 0; i < Dv; ++i) oh[i] = normed[i] * Silu(zh[i]);
+      }
+    }
+  });
+  MatVec(*l.out, o.data(), out);
+}
+
+}  // namespace waste
