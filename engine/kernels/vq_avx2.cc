@@ -2,9 +2,14 @@
 // -mavx2 -mfma -mf16c; see simd.h for what this file may use.
 //
 // VqApply works on 8 rows at a time with 8-wide gathers, up to four such
-// chunks per pass over the vector positions (half an index block of 64
-// rows), one gather per stage and chunk. VQ4P's 64-entry tables do not fit
-// AVX2's 16 registers, so it gathers too.
+// chunks per pass (half an index block of 64 rows), one gather per stage
+// and chunk. A pass covers a span of kSpanVectors vector positions, and
+// every row of a segment (up to kSegmentRows rows) takes that span before
+// any takes the next: the span's slice of the table stays in L1 while it
+// is gathered from, where a whole table (a few hundred KB) would be swept
+// from L2 or L3 once per pass. Between spans a row's running sum waits in
+// a scratch array, so each row still adds its terms in v-then-s order.
+// VQ4P's 64-entry tables do not fit AVX2's 16 registers, so it gathers too.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -43,17 +48,36 @@ void BuildStageChunk(const float* cb, int count, const float* x, int64_t nv, int
 
 // ---- VqApply ----
 
+// Vector positions per span (3 KB of VQ3R's table each) and rows per
+// segment (the scratch of running sums: 4 KB; a larger index block, never
+// written by the converters, runs scalar).
+constexpr int64_t kSpanVectors = 8;
+constexpr int64_t kSegmentRows = 1024;
+
 struct Pass {
   const VqMatrixView* m;
   const float* lut;
   float* y;
-  int64_t block;   // index block number
-  int64_t first;   // row in the block where chunk 0 starts, a multiple of 8
-  int64_t lo, hi;  // the rows to write, relative to the block
+  int64_t block;         // index block number
+  int64_t first;         // row in the block where chunk 0 starts, a multiple of 8
+  int64_t lo, hi;        // the rows to write, relative to the block
+  int64_t v_begin, v_end;  // the span of vector positions
+  float* sums;           // running sums of the chunks' rows (8 per chunk)
 };
 
-// Applies the row scales to the sums and stores the chunk's rows inside [lo, hi).
+// A chunk's running sum: zero before the first span, else what the last
+// span left.
+__m256 Start(const Pass& p, int c) {
+  return p.v_begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(p.sums + 8 * c);
+}
+
+// After the last span, applies the row scales to the sums and stores the
+// chunk's rows inside [lo, hi); before it, keeps the sums for the next span.
 void Finish(const Pass& p, int c, __m256 sum) {
+  if (p.v_end < p.m->cols / 8) {
+    _mm256_storeu_ps(p.sums + 8 * c, sum);
+    return;
+  }
   const int64_t start = p.first + 8 * c;  // relative to the block
   const int64_t a = p.lo > start ? p.lo - start : 0;
   const int64_t b = p.hi < start + 8 ? p.hi - start : 8;
@@ -127,9 +151,9 @@ void GatherPass(const Pass& p) {
   const int64_t nv = m.cols / 8, block = m.index_block, entries = m.entries;
   __m256 acc[N];
 #pragma GCC unroll 4
-  for (int c = 0; c < N; ++c) acc[c] = _mm256_setzero_ps();
-  const uint8_t* idx = m.indices + (p.block * nv * block + p.first) * S;
-  for (int64_t v = 0; v < nv; ++v, idx += block * S) {
+  for (int c = 0; c < N; ++c) acc[c] = Start(p, c);
+  const uint8_t* idx = m.indices + ((p.block * nv + p.v_begin) * block + p.first) * S;
+  for (int64_t v = p.v_begin; v < p.v_end; ++v, idx += block * S) {
     const float* table = p.lut + v * S * entries;
 #pragma GCC unroll 4
     for (int c = 0; c < N; ++c) {
@@ -169,9 +193,9 @@ void PackedGatherPass(const Pass& p) {
   const __m256i six_bits = _mm256_set1_epi32(63);
   __m256 acc[N];
 #pragma GCC unroll 4
-  for (int c = 0; c < N; ++c) acc[c] = _mm256_setzero_ps();
-  const uint8_t* idx = m.indices + (p.block * nv * block + p.first) * 3;
-  for (int64_t v = 0; v < nv; ++v, idx += block * 3) {
+  for (int c = 0; c < N; ++c) acc[c] = Start(p, c);
+  const uint8_t* idx = m.indices + ((p.block * nv + p.v_begin) * block + p.first) * 3;
+  for (int64_t v = p.v_begin; v < p.v_end; ++v, idx += block * 3) {
     const float* table = p.lut + v * 4 * entries;
 #pragma GCC unroll 4
     for (int c = 0; c < N; ++c) {
@@ -235,19 +259,28 @@ void VqBuildLut(const float* const* codebooks, int stages, int entries, const fl
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin,
              int64_t row_end) {
   const int64_t block = m.index_block;
-  if (block <= 0 || block % 8 != 0) return false;
+  if (block <= 0 || block % 8 != 0 || block > kSegmentRows) return false;
   if (m.index_bits == 6 ? m.stages != 4 || m.entries > 64
                         : m.index_bits != 8 || m.stages < 1 || m.stages > 8)
     return false;
-  for (int64_t b = row_begin / block; b * block < row_end; ++b) {
-    const int64_t base = b * block;
-    const int64_t lo = (row_begin > base ? row_begin : base) - base;
-    const int64_t hi = (row_end < base + block ? row_end : base + block) - base;
-    for (int64_t first = lo / 8 * 8; first < hi;) {
-      const int64_t left = (hi - first + 7) / 8;
-      const int chunks = static_cast<int>(left < 4 ? left : 4);
-      PassFor(m, chunks)(Pass{&m, lut, y, b, first, lo, hi});
-      first += 8 * chunks;
+  const int64_t nv = m.cols / 8;
+  const int64_t segment_blocks = kSegmentRows / block;
+  float sums[kSegmentRows];
+  for (int64_t b0 = row_begin / block; b0 * block < row_end; b0 += segment_blocks) {
+    for (int64_t v0 = 0; v0 < nv; v0 += kSpanVectors) {
+      const int64_t v1 = v0 + kSpanVectors < nv ? v0 + kSpanVectors : nv;
+      for (int64_t b = b0; b < b0 + segment_blocks && b * block < row_end; ++b) {
+        const int64_t base = b * block;
+        const int64_t lo = (row_begin > base ? row_begin : base) - base;
+        const int64_t hi = (row_end < base + block ? row_end : base + block) - base;
+        for (int64_t first = lo / 8 * 8; first < hi;) {
+          const int64_t left = (hi - first + 7) / 8;
+          const int chunks = static_cast<int>(left < 4 ? left : 4);
+          float* at = sums + (b - b0) * block + first;
+          PassFor(m, chunks)(Pass{&m, lut, y, b, first, lo, hi, v0, v1, at});
+          first += 8 * chunks;
+        }
+      }
     }
   }
   return true;
