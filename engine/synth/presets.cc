@@ -336,12 +336,100 @@ json Kimi48bConfig() {
   return c;
 }
 
+// Kimi K3's text model in WARP's container layout: the text config
+// flattened, the multimodal wrapper's own keys under _outer (its
+// architectures name K3; the text config says kimi_linear, as released),
+// the trunk's tensors under "language_model.". Its parts: a latent MoE with
+// the norm before the up-projection, two shared experts, Attention
+// Residuals, SiTU, KDA's full-rank gate and lower bound, MLA with q_lora,
+// NoPE and an output gate; sigmoid routing in one group, scaling 1.0.
+json KimiK3Config(int hidden, int layers, int vocab, int dense_inter, int moe_inter, int experts,
+                  int top_k, int heads, int q_lora, int kv_lora, int qk_nope, int qk_rope,
+                  int v_head, int kda_heads, int kda_dim, int latent, int block) {
+  // 1-based, as Kimi's configs list them: MLA on every 4th layer and the last.
+  json full = json::array(), kda = json::array();
+  for (int L = 1; L <= layers; ++L) (L % 4 == 0 || L == layers ? full : kda).push_back(L);
+  return {
+      {"model_type", "kimi_linear"},
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", hidden},
+      {"num_hidden_layers", layers},
+      {"vocab_size", vocab},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "situ"},
+      {"activation_situ_beta", 4.0},
+      {"activation_situ_linear_beta", 25.0},
+      {"intermediate_size", dense_inter},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", moe_inter},
+      {"num_experts", experts},
+      {"num_experts_per_token", top_k},
+      {"num_shared_experts", 2},
+      {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"},
+      {"routed_scaling_factor", 1.0},
+      {"use_grouped_topk", true},
+      {"num_expert_group", 1},
+      {"topk_group", 1},
+      {"routed_expert_hidden_size", latent},
+      {"latent_moe_use_norm", true},
+      {"attn_res_block_size", block},
+      {"num_nextn_predict_layers", 0},
+      {"num_attention_heads", heads},
+      {"q_lora_rank", q_lora},
+      {"kv_lora_rank", kv_lora},
+      {"qk_nope_head_dim", qk_nope},
+      {"qk_rope_head_dim", qk_rope},
+      {"v_head_dim", v_head},
+      {"mla_use_nope", true},
+      {"mla_use_output_gate", true},
+      {"rope_theta", 10000.0},
+      {"rope_scaling", nullptr},
+      {"linear_attn_config",
+       {{"num_heads", kda_heads},
+        {"head_dim", kda_dim},
+        {"short_conv_kernel_size", 4},
+        {"use_full_rank_gate", true},
+        {"gate_lower_bound", -5.0},
+        {"kda_layers", kda},
+        {"full_attn_layers", full}}},
+      {"_outer",
+       {{"architectures", {"KimiK3ForConditionalGeneration"}}, {"model_type", "kimi_k3"}}},
+  };
+}
+
+// K3 at test sizes: 6 layers in three AttnRes blocks of 2, the first dense,
+// KDA and MLA (layers 4 and 6, 1-based), 32 experts of 64 over a 128-wide
+// latent, top-4.
+json KimiK3TinyConfig() {
+  return KimiK3Config(/*hidden=*/256, /*layers=*/6, /*vocab=*/512, /*dense_inter=*/512,
+                      /*moe_inter=*/64, /*experts=*/32, /*top_k=*/4, /*heads=*/4, /*q_lora=*/96,
+                      /*kv_lora=*/64, /*qk_nope=*/32, /*qk_rope=*/16, /*v_head=*/32,
+                      /*kda_heads=*/4, /*kda_dim=*/64, /*latent=*/128, /*block=*/2);
+}
+
+// K3's real widths (docs/K3.md in WARP: hidden 7168, 896 experts of 3072
+// over a 3584 latent, top-16, 2 shared, 96 heads, q_lora 1536, kv_lora 512,
+// KDA 96 x 128, AttnRes blocks of 12, 163,840 ids) with two of its 93
+// layers: the dense first (KDA) and one MoE layer (MLA, as the last layer
+// is). Its experts are about 10.6 GB at VQ3R. The dense layer's width,
+// 18432, is Kimi K2's: K3.md does not give it.
+json KimiK3SliceConfig() {
+  return KimiK3Config(/*hidden=*/7168, /*layers=*/2, /*vocab=*/163840, /*dense_inter=*/18432,
+                      /*moe_inter=*/3072, /*experts=*/896, /*top_k=*/16, /*heads=*/96,
+                      /*q_lora=*/1536, /*kv_lora=*/512, /*qk_nope=*/128, /*qk_rope=*/64,
+                      /*v_head=*/128, /*kda_heads=*/96, /*kda_dim=*/128, /*latent=*/3584,
+                      /*block=*/12);
+}
+
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
   return {"tiny-kimi",       "tiny-deepseek",  "tiny-qwen3",         "tiny-glm",
           "tiny-qwen3-next", "kimi-linear-48b", "qwen3-30b-a3b",     "qwen3-235b-a22b",
-          "glm-4.5-air",     "gpt-oss-20b",     "gpt-oss-120b",      "qwen3-next-80b-a3b"};
+          "glm-4.5-air",     "gpt-oss-20b",     "gpt-oss-120b",      "qwen3-next-80b-a3b",
+          "tiny-k3",         "kimi-k3-slice"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -373,6 +461,12 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.config = Kimi48bConfig();
     s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
                            // the previous token
+  } else if (name == "tiny-k3") {
+    s.config = KimiK3TinyConfig();
+    s.route_skew = 0.1;  // as the other tiny presets
+  } else if (name == "kimi-k3-slice") {
+    s.config = KimiK3SliceConfig();
+    s.anchor_experts = 2;  // as kimi-linear-48b
   } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
     const bool big = name == "gpt-oss-120b";
     s.config = GptOssConfig(big ? 36 : 24, big ? 128 : 32);

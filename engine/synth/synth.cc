@@ -96,7 +96,12 @@ class TensorValues {
     else if (ends("embed_tokens.weight"))
       lo_ = -1.f, hi_ = 1.f;
     else {
-      const float gain = ends("o_proj.weight") || ends("down_proj.weight") ? 0.5f : 1.f;
+      // K3's latent projections: into the latent at full gain, out of it
+      // (the output projection) at half.
+      const bool out = (ends("o_proj.weight") || ends("down_proj.weight") ||
+                        ends("routed_expert_up_proj.weight")) &&
+                       !ends("routed_expert_down_proj.weight");
+      const float gain = out ? 0.5f : 1.f;
       hi_ = gain * std::sqrt(3.f / static_cast<float>(cols_));
       lo_ = -hi_;
     }
@@ -389,9 +394,17 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
     }
     const TensorValues values(s, spec.seed, static_cast<float>(report.route_skew),
                               spec.anchor_experts, c.zero_centered_norms);
+    // K3's A_log is one value per head padded with zeros to head_dim, as released.
+    const bool padded = c.arch == Arch::kKimiK3 && s.name.ends_with("A_log");
+    const int64_t cols = s.shape.back();
     WASTE_RETURN_IF_ERROR(w.AddTensorRows(
         s.name, s.shape,
-        [&](int64_t first, int64_t rows, float* dst) { values.FillRows(first, rows, dst); }, fmt));
+        [&](int64_t first, int64_t rows, float* dst) {
+          values.FillRows(first, rows, dst);
+          for (int64_t i = 0; padded && i < rows * cols; ++i)
+            if ((first * cols + i) >= c.kda_heads) dst[i] = 0.f;
+        },
+        fmt));
   }
   if (progress) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
