@@ -282,6 +282,10 @@ TEST_F(Cli, InfoAndPlanDescribeKimiK3) {
   EXPECT_TRUE(Has(r.out, "SiTU (beta 4.0, linear beta 25.0)")) << r.out;
   EXPECT_TRUE(Has(r.out, "KDA decay bounded below by -5.0")) << r.out;
   EXPECT_FALSE(Has(r.out, "ignored")) << r.out;
+  r = Exec("waste plan " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "records of experts 128 wide, the latent")) << r.out;
+  EXPECT_TRUE(Has(r.out, "Attention Residuals' block representations")) << r.out;
   // A vision tensor outside language_model., as WARP's K3 container keeps
   // them: listed, never read, not made resident.
   json m = json::parse(waste::testing::ReadText(dir + "/manifest.json"));

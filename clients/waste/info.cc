@@ -297,10 +297,15 @@ int RunPlan(const std::string& dir, const std::string& budget_text, int context,
               FormatSize(p.trunk).c_str());
   std::printf("  client state   %s (recurrent states, convolution rings, latent and K/V caches)\n",
               FormatSize(p.client_state).c_str());
-  std::printf("  scratch        %s (activations, logits, lookup tables)\n",
-              FormatSize(p.scratch).c_str());
-  std::printf("  expert cache   %s (the top-%d experts of one layer)\n",
-              FormatSize(p.min_cache).c_str(), ct->config().top_k);
+  const ModelConfig& c = ct->config();
+  std::printf("  scratch        %s (activations, logits, lookup tables%s)\n",
+              FormatSize(p.scratch).c_str(),
+              c.attn_res_block > 0 ? "; Attention Residuals' block representations, per token"
+                                   : "");
+  const std::string latent =
+      c.latent > 0 ? "; records of experts " + std::to_string(c.latent) + " wide, the latent" : "";
+  std::printf("  expert cache   %s (the top-%d experts of one layer%s)\n",
+              FormatSize(p.min_cache).c_str(), c.top_k, latent.c_str());
   std::printf("  tables         %s (tables and buffers)\n",
               FormatSize(p.daemon_overhead).c_str());
   std::printf("working set    %s (one token's experts over %d MoE layers)\n",
