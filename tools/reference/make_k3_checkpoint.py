@@ -54,6 +54,8 @@ from make_gpt_oss import quantize_mxfp4  # noqa: E402  (one E2M1 encoder for the
 
 TOKENIZER_DIR = os.path.join(ROOT, "tests", "fixtures", "convert", "kimi-linear")
 PREFIX = "language_model."
+FFN_GAIN = 1.5  # gate/up weights: pre-activations of a unit or two, where SiTU's tanh bends
+PSEUDO_QUERY = 0.25  # std of the Attention-Residual pseudo-queries (res_proj)
 
 
 def text_config() -> dict:
@@ -179,7 +181,7 @@ def tensors(cfg: dict, g: torch.Generator) -> tuple[dict, dict]:
         norm(p + "post_attention_layernorm.weight", h)
         for r in ("self_attention_res", "mlp_res"):
             norm(p + f"{r}_norm.weight", h)
-            put(p + f"{r}_proj.weight", torch.randn(h, generator=g) * 0.5)
+            put(p + f"{r}_proj.weight", torch.randn(h, generator=g) * PSEUDO_QUERY)
         if layer + 1 in lac["kda_layers"]:
             for n in "qkv":
                 mat(a + f"{n}_proj.weight", C, h)
@@ -212,20 +214,20 @@ def tensors(cfg: dict, g: torch.Generator) -> tuple[dict, dict]:
             norm(m + "routed_expert_norm.weight", lat)
             mat(m + "routed_expert_up_proj.weight", h, lat, 0.5)
             for e in range(E):
-                expert_mat(m + f"experts.{e}.w1", I, lat, 3.0)
-                expert_mat(m + f"experts.{e}.w3", I, lat, 3.0)
+                expert_mat(m + f"experts.{e}.w1", I, lat, FFN_GAIN)
+                expert_mat(m + f"experts.{e}.w3", I, lat, FFN_GAIN)
                 expert_mat(m + f"experts.{e}.w2", lat, I, 1.0)
             S = I * cfg["num_shared_experts"]
-            mat(m + "shared_experts.gate_proj.weight", S, h, 3.0)
-            mat(m + "shared_experts.up_proj.weight", S, h, 3.0)
+            mat(m + "shared_experts.gate_proj.weight", S, h, FFN_GAIN)
+            mat(m + "shared_experts.up_proj.weight", S, h, FFN_GAIN)
             mat(m + "shared_experts.down_proj.weight", h, S, 0.5)
         else:
-            mat(p + "mlp.gate_proj.weight", cfg["intermediate_size"], h, 3.0)
-            mat(p + "mlp.up_proj.weight", cfg["intermediate_size"], h, 3.0)
+            mat(p + "mlp.gate_proj.weight", cfg["intermediate_size"], h, FFN_GAIN)
+            mat(p + "mlp.up_proj.weight", cfg["intermediate_size"], h, FFN_GAIN)
             mat(p + "mlp.down_proj.weight", h, cfg["intermediate_size"], 0.5)
     norm("model.norm.weight", h)
     norm("model.output_attn_res_norm.weight", h)
-    put("model.output_attn_res_proj.weight", torch.randn(h, generator=g) * 0.5)
+    put("model.output_attn_res_proj.weight", torch.randn(h, generator=g) * PSEUDO_QUERY)
     mat("lm_head.weight", cfg["vocab_size"], h)
     # The vision tower's and projector's names, outside the text prefix.
     for name, shape in (("vision_tower.patch_embed.proj.weight", (8, 3, 14, 14)),
