@@ -11,10 +11,8 @@ using nlohmann::json;
 
 namespace {
 
-// K3's wrapper: its config.json architecture, the text model's tensor prefix
-// and the vision tower's tensors.
+// K3's wrapper: its config.json architecture and the vision tower's tensors.
 constexpr const char* kK3Wrapper = "KimiK3ForConditionalGeneration";
-constexpr const char* kK3Prefix = "language_model.";
 constexpr const char* kK3Vision[] = {"vision_tower.", "mm_projector."};
 
 }  // namespace
@@ -34,7 +32,7 @@ std::string SourceModel::TrunkName(const std::string& name) const {
 }
 
 bool SourceModel::IsVisionTensor(const std::string& name) const {
-  if (prefix != kK3Prefix) return false;
+  if (shape.arch != Arch::kKimiK3) return false;
   for (const char* v : kK3Vision)
     if (name.rfind(v, 0) == 0) return true;
   return false;
@@ -138,7 +136,6 @@ Result<SourceModel> MapSource(const json& top) {
     outer.erase("compression_config");
     in = top["text_config"];
     in["_outer"] = std::move(outer);
-    s.prefix = kK3Prefix;
   }
   const auto mt = in.find("model_type");
   const std::string type = mt != in.end() && mt->is_string() ? mt->get<std::string>() : "";
@@ -164,10 +161,6 @@ Result<SourceModel> MapSource(const json& top) {
   json c = in;
   c.erase("quantization_config");
   c.erase("compression_config");
-  if (auto act = c.find("hidden_act");
-      act != c.end() && !act->is_null() && (!act->is_string() || (*act != "silu" && *act != "situ")))
-    return Status::Error("config.json: hidden_act " + act->dump() +
-                         " is not implemented (silu, situ)");
   // MLA rotates interleaved pairs; GQA's families rotate half the dims
   // against the other half, whatever the key says.
   const bool gqa = s.family == Family::kQwen3Moe || s.family == Family::kGlm4Moe ||
@@ -198,9 +191,14 @@ Result<SourceModel> MapSource(const json& top) {
   }
   auto shape = ModelConfig::FromJson(c);
   if (!shape.ok()) return shape.status().Prefixed("config.json");
+  // K3's config reads its activation (silu or situ); the others' is SiLU.
+  if (auto act = c.find("hidden_act"); shape->arch != Arch::kKimiK3 && act != c.end() &&
+                                       !act->is_null() && *act != "silu")
+    return Status::Error("config.json: hidden_act " + act->dump() + " is not implemented (silu)");
   if (shape->tie_embeddings)
     return Status::Error("config.json: tie_word_embeddings is not implemented");
   s.shape = *shape;
+  s.prefix = DefaultTensorPrefix(c);
   s.config = std::move(c);
   if (s.shape.n_experts > 0) {
     auto lay = RecordLayout::For(s.shape, ExpertQuant::For(format::Fmt::kBF16R));

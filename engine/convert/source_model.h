@@ -54,7 +54,8 @@ struct SourceModel {
   nlohmann::json config;  // what the container's manifest carries (normalized, below)
   ModelConfig shape;
   // Before every tensor name of the text model, in the checkpoint and in the
-  // container (the manifest's tensor_prefix): K3's "language_model.", else "".
+  // container (the manifest's tensor_prefix, DefaultTensorPrefix): K3's
+  // "language_model.", else "".
   std::string prefix;
   // Rows and columns of gate, up and down of a routed expert (the record's,
   // RecordLayout::For: K3's experts work in the latent width, not hidden).
@@ -82,7 +83,7 @@ struct SourceModel {
 // rope_scaling; quantization_config and compression_config are dropped (the
 // container's weights are not the checkpoint's). Refused by name: an unknown
 // model_type, a text_config of another wrapper than K3's, an activation other
-// than silu and situ, tied embeddings,
+// than silu (K3: silu or situ), tied embeddings,
 // rope_interleave false for MLA, and whatever ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);
 
