@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -58,23 +59,44 @@ std::string ExpertName(int layer, int expert, int matrix) {
          std::to_string(expert) + "." + tag[matrix];
 }
 
-// A tensor's bytes as the shard file holds them, found through the index and
-// the file's own header, not through the converter's reader.
-std::vector<uint8_t> RawTensor(const std::string& dir, const std::string& name,
-                               std::string* dtype = nullptr, std::vector<int64_t>* shape = nullptr) {
-  const json idx = ReadJson(dir + "/model.safetensors.index.json");
-  const std::string file = dir + "/" + idx["weight_map"][name].get<std::string>();
-  const std::vector<uint8_t> bytes = waste::testing::FileBytes(file);
-  uint64_t header = 0;
-  std::memcpy(&header, bytes.data(), 8);
-  const json h = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(header));
-  const json& e = h.at(name);
-  if (dtype) *dtype = e["dtype"].get<std::string>();
-  if (shape) *shape = e["shape"].get<std::vector<int64_t>>();
-  const uint64_t begin = 8 + header + e["data_offsets"][0].get<uint64_t>();
-  const uint64_t end = 8 + header + e["data_offsets"][1].get<uint64_t>();
-  return {bytes.begin() + static_cast<int64_t>(begin), bytes.begin() + static_cast<int64_t>(end)};
-}
+// The tensors' bytes as the shard files hold them, found through the index
+// and each file's own header, not through the converter's reader.
+class RawShards {
+ public:
+  explicit RawShards(const std::string& dir) : dir_(dir) {
+    index_ = ReadJson(dir + "/model.safetensors.index.json")["weight_map"];
+  }
+  std::vector<uint8_t> Tensor(const std::string& name, std::string* dtype = nullptr,
+                              std::vector<int64_t>* shape = nullptr) {
+    const std::string file = index_.at(name).get<std::string>();
+    auto [it, fresh] = files_.try_emplace(file);
+    Shard& f = it->second;
+    if (fresh) {
+      f.bytes = waste::testing::FileBytes(dir_ + "/" + file);
+      std::memcpy(&f.data_start, f.bytes.data(), 8);
+      f.header = json::parse(f.bytes.begin() + 8,
+                             f.bytes.begin() + 8 + static_cast<int64_t>(f.data_start));
+      f.data_start += 8;
+    }
+    const json& e = f.header.at(name);
+    if (dtype) *dtype = e["dtype"].get<std::string>();
+    if (shape) *shape = e["shape"].get<std::vector<int64_t>>();
+    const uint64_t begin = f.data_start + e["data_offsets"][0].get<uint64_t>();
+    const uint64_t end = f.data_start + e["data_offsets"][1].get<uint64_t>();
+    return {f.bytes.begin() + static_cast<int64_t>(begin),
+            f.bytes.begin() + static_cast<int64_t>(end)};
+  }
+
+ private:
+  struct Shard {
+    std::vector<uint8_t> bytes;
+    json header;
+    uint64_t data_start = 0;
+  };
+  std::string dir_;
+  json index_;
+  std::map<std::string, Shard> files_;
+};
 
 // MXFP4 decoded here: E2M1 (sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4,
 // 6), column 2i in the low nibble of byte i, times 2^(e - 127) per 32 columns.
@@ -144,6 +166,7 @@ TEST(K3Source, CompressedTensorsMxfp4IsReadAsStored) {
   ASSERT_TRUE(ck.ok()) << ck.status().message();
   auto sm = MapSource((*ck)->config());
   ASSERT_TRUE(sm.ok()) << sm.status().message();
+  RawShards raw(kCheckpoint);
   for (int m = 0; m < 3; ++m) {
     const int L = 2, e = 11;
     auto x = sm->FindExpert(**ck, L, e, m);
@@ -152,10 +175,10 @@ TEST(K3Source, CompressedTensorsMxfp4IsReadAsStored) {
     const int64_t rows = sm->expert_rows[m], cols = sm->expert_cols[m];
     std::string dt, st;
     std::vector<int64_t> pshape, sshape;
-    const std::vector<uint8_t> codes = RawTensor(kCheckpoint, ExpertName(L, e, m) + ".weight_packed",
-                                                 &dt, &pshape);
-    const std::vector<uint8_t> scales = RawTensor(kCheckpoint, ExpertName(L, e, m) + ".weight_scale",
-                                                  &st, &sshape);
+    const std::vector<uint8_t> codes = raw.Tensor(ExpertName(L, e, m) + ".weight_packed", &dt,
+                                                  &pshape);
+    const std::vector<uint8_t> scales = raw.Tensor(ExpertName(L, e, m) + ".weight_scale", &st,
+                                                   &sshape);
     EXPECT_EQ(dt, "U8");
     EXPECT_EQ(st, "U8");
     EXPECT_EQ(pshape, (std::vector<int64_t>{rows, cols / 2}));
@@ -213,15 +236,15 @@ TEST(K3Convert, Mxfp4RecordKeepsTheCheckpointsBits) {
   ASSERT_EQ(lay.cols[0], kLatent);
   ASSERT_EQ(lay.rows[2], kLatent);
   std::vector<uint8_t> rec(ct->record_bytes());
+  RawShards raw(kCheckpoint);
   int records = 0;
   for (int L = 1; L < kLayers; ++L) {
     for (int e = 0; e < kExperts; ++e, ++records) {
       ASSERT_TRUE(ct->ReadRecord(L, e, rec.data(), true).ok());
       const uint8_t* scales = rec.data() + lay.scales_off;
       for (int m = 0; m < 3; ++m) {
-        const std::vector<uint8_t> codes =
-            RawTensor(kCheckpoint, ExpertName(L, e, m) + ".weight_packed");
-        const std::vector<uint8_t> sc = RawTensor(kCheckpoint, ExpertName(L, e, m) + ".weight_scale");
+        const std::vector<uint8_t> codes = raw.Tensor(ExpertName(L, e, m) + ".weight_packed");
+        const std::vector<uint8_t> sc = raw.Tensor(ExpertName(L, e, m) + ".weight_scale");
         ASSERT_EQ(codes.size(), static_cast<size_t>(lay.rows[m] * lay.cols[m] / 2));
         EXPECT_EQ(std::memcmp(rec.data() + lay.matrix_off[m], codes.data(), codes.size()), 0)
             << "layer " << L << " expert " << e << " matrix " << m;
@@ -451,7 +474,7 @@ TEST(K3BadInput, NanScaleIsNamed) {
   const std::string dir = waste::testing::ScratchDir();
   const std::string src = CopyCheckpoint(dir);
   const std::string w = ExpertName(1, 7, 2);  // w2: [32, 32]
-  std::vector<uint8_t> sc = RawTensor(src, w + ".weight_scale");
+  std::vector<uint8_t> sc = RawShards(src).Tensor(w + ".weight_scale");
   sc[5] = 255;
   ReplaceTensor(src, w + ".weight_scale", "U8", {32, 1}, sc);
   std::string e = ConvertError(Options(src, dir + "/out-mxfp4", "mxfp4"));
