@@ -1,6 +1,7 @@
 // The presets of `waste synth`: the config of each named synthetic model
 // (tiny ones for the tests, real-size ones at their released config.json
 // values). SynthPresetNames and SynthPreset are declared in synth.h.
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -374,7 +375,9 @@ json KimiK3Config(int hidden, int layers, int vocab, int dense_inter, int moe_in
       {"topk_group", 1},
       {"routed_expert_hidden_size", latent},
       {"latent_moe_use_norm", true},
-      {"attn_res_block_size", block},
+      // Capped at the layer count (WARP refuses a block longer than the
+      // model): a slice's one block is the same computation either way.
+      {"attn_res_block_size", std::min(block, layers)},
       {"num_nextn_predict_layers", 0},
       {"num_attention_heads", heads},
       {"q_lora_rank", q_lora},
@@ -413,8 +416,8 @@ json KimiK3TinyConfig() {
 // over a 3584 latent, top-16, 2 shared, 96 heads, q_lora 1536, kv_lora 512,
 // KDA 96 x 128, AttnRes blocks of 12, 163,840 ids) with two of its 93
 // layers: the dense first (KDA) and one MoE layer (MLA, as the last layer
-// is). Its experts are about 10.6 GB at VQ3R. The dense layer's width,
-// 18432, is Kimi K2's: K3.md does not give it.
+// is). Its experts are about 10.6 GiB at VQ3R, its trunk about 3 GB. The
+// dense layer's width, 18432, is Kimi K2's: K3.md does not give it.
 json KimiK3SliceConfig() {
   return KimiK3Config(/*hidden=*/7168, /*layers=*/2, /*vocab=*/163840, /*dense_inter=*/18432,
                       /*moe_inter=*/3072, /*experts=*/896, /*top_k=*/16, /*heads=*/96,
