@@ -348,7 +348,8 @@ TEST(K3Cli, ConvertSaysTheVisionTowerIsSkippedAndVerifyPasses) {
   auto r = waste::testing::Shell(waste + " convert " + kCheckpoint + " " + dir +
                                  "/out --expert-format mxfp4 --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* want : {"the vision tower skipped: 5 tensors", "bits per weight (mxfp4)",
+  for (const char* want : {"(kimi_k3) from", "the vision tower skipped: 5 tensors",
+                           "bits per weight (mxfp4)",
                            "tokenizer: from tiktoken.model"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   EXPECT_EQ(r.out.find("not needed by the container"), std::string::npos) << r.out;

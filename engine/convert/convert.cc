@@ -459,7 +459,9 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   if (!resume.ok()) return resume.status();
 
   ConvertSummary sum;
-  sum.model_type = sm->shape.model_type;
+  // K3's text config says kimi_linear; its family is named by the wrapper.
+  sum.model_type = sm->shape.arch == Arch::kKimiK3 ? std::string(ArchName(Arch::kKimiK3))
+                                                   : sm->shape.model_type;
   sum.source_bytes = (*ck)->shard_bytes();
   const ParamCount params = CountParams(sm->shape);
   sum.trunk_params = params.trunk;
