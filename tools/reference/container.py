@@ -167,6 +167,12 @@ class Container:
         return int(self.config["hidden_size"])
 
     @property
+    def expert_in(self) -> int:
+        """The width the routed experts read and write: K3's latent
+        (routed_expert_hidden_size), else the hidden size."""
+        return int(self.cfg("routed_expert_hidden_size", default=self.hidden))
+
+    @property
     def moe_inter(self) -> int:
         return int(self.config["moe_intermediate_size"])
 
@@ -230,7 +236,7 @@ class Container:
     # ---- expert records
     def record_layout(self) -> dict:
         """Offsets derived from the config: header, three index regions, scales."""
-        h, i = self.hidden, self.moe_inter
+        h, i = self.expert_in, self.moe_inter
         rows = [i, i, h]
         cols = [h, h, i]
         off = EXPERT_HEADER.size
@@ -315,8 +321,8 @@ class Container:
         return raw.astype(np.int64)
 
     def expert(self, layer: int, expert: int) -> dict:
-        """Dequantized float32 gate [moe_inter, hidden], up [moe_inter, hidden],
-        down [hidden, moe_inter] of one routed expert."""
+        """Dequantized float32 gate [moe_inter, expert_in], up [moe_inter,
+        expert_in], down [expert_in, moe_inter] of one routed expert."""
         rec, lay, cb = self.record(layer, expert)
         so = lay["scales_off"]
         out = {}
