@@ -31,6 +31,20 @@ TEST(Architecture, KimiLinearLayersFollowTheConfig) {
   EXPECT_EQ((*plans)[3].attention, LayerKind::kMla);
 }
 
+TEST(Architecture, KimiK3PlansKimiLinearsKindsWithTwoSharedExperts) {
+  const ModelConfig c = Parse("tiny-k3");
+  ASSERT_EQ(c.arch, Arch::kKimiK3);
+  auto plans = PlanLayers(c);
+  ASSERT_TRUE(plans.ok()) << plans.status().message();
+  const LayerKind K = LayerKind::kKda, M = LayerKind::kMla;
+  const std::vector<LayerKind> want = {K, K, K, M, K, M};  // kda_layers 1, 2, 3, 5 (1-based)
+  for (int L = 0; L < c.n_layers; ++L) {
+    EXPECT_EQ((*plans)[L].attention, want[L]) << L;
+    EXPECT_EQ((*plans)[L].ffn, L == 0 ? FfnKind::kDense : FfnKind::kMoe) << L;
+    EXPECT_EQ((*plans)[L].shared_expert, L > 0) << L;
+  }
+}
+
 TEST(Architecture, DeepseekV3IsMlaEverywhere) {
   const ModelConfig c = Parse("tiny-deepseek");
   auto plans = PlanLayers(c);

@@ -21,6 +21,7 @@
 
 namespace {
 
+using nlohmann::json;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
@@ -143,7 +144,7 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
     const bool grouped = fmt != Fmt::kF32;
     const uint64_t payload = static_cast<uint64_t>(rows * (grouped ? g.row_bytes() : cols * 4));
     const uint64_t scales = grouped ? static_cast<uint64_t>(rows * g.groups_per_row() * 2) : 0;
-    state["trunk"].push_back({{"name", t.name},
+    state["trunk"].push_back({{"name", waste::DefaultTensorPrefix(spec->config) + t.name},
                               {"fmt", static_cast<int>(fmt)},
                               {"bf16", false},
                               {"shape", t.shape},
@@ -172,12 +173,13 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
 // One planner: `waste plan --json` reports as wasted's the floor and default
 // budget that `wasted --check` reports, for the tiny presets and for the
 // shapes of kimi-linear-48b, qwen3-30b-a3b, glm-4.5-air, gpt-oss-20b (MXFP4 experts)
-// and qwen3-next-80b-a3b.
+// qwen3-next-80b-a3b and kimi-k3-slice.
 TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
   const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
   for (const char* preset :
        {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm", "tiny-qwen3-next", "kimi-linear-48b",
-        "qwen3-30b-a3b", "glm-4.5-air", "gpt-oss-20b", "qwen3-next-80b-a3b"}) {
+        "qwen3-30b-a3b", "glm-4.5-air", "gpt-oss-20b", "qwen3-next-80b-a3b", "tiny-k3",
+        "kimi-k3-slice"}) {
     const std::string dir = root + "/" + preset;
     std::filesystem::create_directories(dir);
     if (std::string(preset).rfind("tiny-", 0) != 0) {
@@ -263,6 +265,64 @@ TEST_F(Cli, InfoDescribesQwen3Next80b) {
   EXPECT_GT(active, 3e9);
   EXPECT_LT(active, 4e9);
   std::filesystem::remove_all(dir);
+}
+
+// Kimi K3: waste info names its parts, its experts in the latent width and
+// what it does not build; waste plan sizes its records.
+TEST_F(Cli, InfoAndPlanDescribeKimiK3) {
+  const std::string dir = ::testing::TempDir() + "/waste-cli-k3-" + std::to_string(getpid());
+  ASSERT_EQ(Exec("waste synth -q --force --preset tiny-k3 " + dir).code, 0);
+  Outcome r = Exec("waste info " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "KimiK3ForConditionalGeneration")) << r.out;
+  EXPECT_TRUE(Has(r.out, "KKKMKM")) << r.out;
+  EXPECT_TRUE(Has(r.out, "32 per layer, top-4, 2 shared")) << r.out;
+  EXPECT_TRUE(Has(r.out, "experts read and write 128 wide")) << r.out;
+  EXPECT_TRUE(Has(r.out, "blocks of 2 layers: up to 3 block representations")) << r.out;
+  EXPECT_TRUE(Has(r.out, "SiTU (beta 4.0, linear beta 25.0)")) << r.out;
+  EXPECT_TRUE(Has(r.out, "KDA decay bounded below by -5.0")) << r.out;
+  EXPECT_FALSE(Has(r.out, "ignored")) << r.out;
+  // A vision tensor outside language_model., as WARP's K3 container keeps
+  // them: listed, never read, not made resident.
+  json m = json::parse(waste::testing::ReadText(dir + "/manifest.json"));
+  json vision = m["trunk"][1];
+  const uint64_t resident_before =
+      json::parse(Exec("waste info --json " + dir).out)["trunk_resident_bytes"];
+  vision["name"] = "vision_tower.encoder.blocks.0.wqkv.weight";
+  m["trunk"].push_back(vision);
+  std::ofstream(dir + "/manifest.json") << m.dump();
+  r = Exec("waste info --json " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["ignored_tensors"]["tensors"], 1);
+  EXPECT_EQ(j["trunk_resident_bytes"].get<uint64_t>(), resident_before);
+  EXPECT_EQ(j["experts"]["input_width"], 128);
+  EXPECT_EQ(j["kimi_k3"]["attn_res_blocks"], 3);
+  EXPECT_TRUE(j["kimi_k3"]["mla_output_gate"].get<bool>());
+  EXPECT_TRUE(Has(Exec("waste info " + dir).out, "1 tensors outside language_model."));
+  r = Exec("waste run " + dir + " hello -n 3");  // it runs, vision tensor and all
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::filesystem::remove_all(dir);
+
+  // The slice's shapes: 896 experts of 3072 over the 3584 latent, top-16.
+  const std::string slice = ::testing::TempDir() + "/waste-cli-k3s-" + std::to_string(getpid());
+  std::filesystem::create_directories(slice);
+  WriteShapeContainer("kimi-k3-slice", slice);
+  const json info = json::parse(Exec("waste info --json " + slice).out);
+  EXPECT_EQ(info["experts"]["per_layer"], 896);
+  EXPECT_EQ(info["experts"]["top_k"], 16);
+  EXPECT_EQ(info["experts"]["shared"], 2);
+  EXPECT_EQ(info["experts"]["input_width"], 3584);
+  EXPECT_EQ(info["layer_mix"], "KM");
+  const json plan = json::parse(Exec("waste plan --json " + slice).out);
+  const uint64_t record = info["experts"]["record_bytes"];
+  std::printf("kimi-k3-slice: record %llu bytes, working set %llu, floor %llu\n",
+              static_cast<unsigned long long>(record),
+              static_cast<unsigned long long>(plan["working_set"].get<uint64_t>()),
+              static_cast<unsigned long long>(plan["floor"].get<uint64_t>()));
+  EXPECT_EQ(plan["min_expert_cache"].get<uint64_t>(), 16 * record);
+  EXPECT_EQ(plan["working_set"].get<uint64_t>(), 16 * record);  // one MoE layer
+  std::filesystem::remove_all(slice);
 }
 
 TEST_F(Cli, RunStreamsAndSummarizes) {

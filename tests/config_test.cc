@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "engine/format/container.h"
@@ -151,6 +152,116 @@ TEST(Config, UnimplementedSettingsAreRefusedByName) {
     EXPECT_NE(c.status().message().find(r.message), std::string::npos)
         << "got: " << c.status().message() << "\nwanted: " << r.message;
   }
+}
+
+// Kimi K3: its parts read from the config, in WARP's flattened layout and in
+// the release's nested one alike; the real widths' record and counts.
+TEST(Config, KimiK3ReadsItsPartsFlattenedOrNested) {
+  const json flat = SynthPreset("tiny-k3")->config;
+  json nested = {{"model_type", "kimi_k3"},
+                 {"architectures", {"KimiK3ForConditionalGeneration"}},
+                 {"text_config", flat}};
+  nested["text_config"].erase("_outer");
+  for (const json& j : {flat, nested}) {
+    const ModelConfig c = Parse(j);
+    EXPECT_EQ(c.arch, Arch::kKimiK3);
+    EXPECT_EQ(c.model_type, "kimi_linear");  // the text config's
+    EXPECT_EQ(c.architecture, "KimiK3ForConditionalGeneration");
+    EXPECT_EQ(c.latent, 128);
+    EXPECT_EQ(c.expert_width(), 128);
+    EXPECT_TRUE(c.latent_norm);
+    EXPECT_EQ(c.attn_res_block, 2);
+    EXPECT_EQ(c.attn_res_blocks(), 3);
+    EXPECT_TRUE(c.situ);
+    EXPECT_FLOAT_EQ(c.situ_beta, 4.f);
+    EXPECT_FLOAT_EQ(c.situ_linear_beta, 25.f);
+    EXPECT_TRUE(c.kda_full_rank_gate);
+    EXPECT_FLOAT_EQ(c.kda_lower_bound, -5.f);
+    EXPECT_TRUE(c.mla_output_gate);
+    EXPECT_EQ(c.q_lora, 96);
+    EXPECT_EQ(c.n_shared, 2);
+    EXPECT_EQ(DefaultTensorPrefix(j), "language_model.");
+  }
+  EXPECT_EQ(DefaultTensorPrefix(SynthPreset("tiny-kimi")->config), "");
+  // Without the wrapper, K3's own keys still say K3.
+  json bare = flat;
+  bare.erase("_outer");
+  EXPECT_EQ(Parse(bare).arch, Arch::kKimiK3);
+  EXPECT_EQ(Parse(SynthPreset("tiny-kimi")->config).arch, Arch::kKimiLinear);
+}
+
+TEST(Config, KimiK3SliceHasTheRealWidths) {
+  const ModelConfig c = Parse(SynthPreset("kimi-k3-slice")->config);
+  EXPECT_EQ(c.hidden, 7168);
+  EXPECT_EQ(c.n_experts, 896);
+  EXPECT_EQ(c.top_k, 16);
+  EXPECT_EQ(c.n_shared, 2);
+  EXPECT_EQ(c.moe_inter, 3072);
+  EXPECT_EQ(c.expert_width(), 3584);
+  EXPECT_EQ(c.n_heads, 96);
+  EXPECT_EQ(c.kda_heads, 96);
+  EXPECT_EQ(c.q_lora, 1536);
+  EXPECT_EQ(c.attn_res_block, 2);  // K3's 12, capped at the slice's 2 layers: one block
+  EXPECT_EQ(c.attn_res_blocks(), 1);
+  EXPECT_EQ(c.n_moe_layers(), 1);
+  // K3.md: w1/w3 [3072, 3584], w2 [3584, 3072]: 33.0 M parameters an expert.
+  const ParamCount p = CountParams(c);
+  EXPECT_EQ(p.experts, int64_t{3} * 3072 * 3584 * 896);
+  auto lay = RecordLayout::For(c, ExpertQuant::For(format::Fmt::kVQ3R));
+  ASSERT_TRUE(lay.ok());
+  EXPECT_EQ(lay->cols[0], 3584);
+  EXPECT_EQ(lay->rows[2], 3584);
+  // WARP's measured record: 11.83 MB (MiB) at 3 bits.
+  std::printf("kimi-k3-slice: VQ3R record %u bytes\n", lay->record_bytes);
+  EXPECT_NEAR(lay->record_bytes / 1048576.0, 11.83, 0.02);
+}
+
+TEST(Config, KimiK3RefusesWhatItDoesNotBuildByName) {
+  const std::vector<Refusal> cases = {
+      {"tiny-k3", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act \"gelu\""},
+      {"tiny-k3", [](json& j) { j.erase("routed_expert_hidden_size"); },
+       "latent_moe_use_norm without routed_expert_hidden_size"},
+      {"tiny-k3", [](json& j) { j["latent_moe_use_norm"] = 1; }, "latent_moe_use_norm is not true"},
+      {"tiny-k3", [](json& j) { j["linear_attn_config"]["gate_lower_bound"] = 1.0; },
+       "gate_lower_bound"},
+      {"tiny-k3", [](json& j) { j["linear_attn_config"]["num_heads"] = 80; },
+       "num_heads <= head_dim"},
+      {"tiny-k3", [](json& j) { j["attn_res_block_size"] = 7; }, "attn_res_block_size"},
+      {"tiny-k3", [](json& j) { j["_outer"] = 3; }, "_outer is not an object"},
+      {"tiny-deepseek", [](json& j) { j["attn_res_block_size"] = 2; }, "is Kimi K3's"},
+  };
+  for (const Refusal& r : cases) {
+    json j = SynthPreset(r.preset)->config;
+    r.edit(j);
+    auto c = ModelConfig::FromJson(j);
+    ASSERT_FALSE(c.ok()) << r.message;
+    EXPECT_NE(c.status().message().find(r.message), std::string::npos)
+        << "got: " << c.status().message() << "\nwanted: " << r.message;
+  }
+}
+
+TEST(Config, TrunkSpecNamesKimiK3sTensors) {
+  const ModelConfig c = Parse(SynthPreset("tiny-k3")->config);
+  std::map<std::string, std::vector<int64_t>> shape;
+  for (const TensorSpec& s : TrunkSpec(c)) shape[s.name] = s.shape;
+  EXPECT_EQ(shape["model.layers.0.self_attn.g_proj.weight"], (std::vector<int64_t>{256, 256}));
+  EXPECT_FALSE(shape.count("model.layers.0.self_attn.g_a_proj.weight"));
+  EXPECT_EQ(shape["model.layers.0.self_attn.A_log"], (std::vector<int64_t>{1, 1, 64, 1}));
+  EXPECT_EQ(shape["model.layers.3.self_attn.g_proj.weight"], (std::vector<int64_t>{128, 256}));
+  EXPECT_TRUE(shape.count("model.layers.3.self_attn.q_b_proj.weight"));
+  EXPECT_EQ(shape["model.layers.1.block_sparse_moe.routed_expert_down_proj.weight"],
+            (std::vector<int64_t>{128, 256}));
+  EXPECT_EQ(shape["model.layers.1.block_sparse_moe.routed_expert_up_proj.weight"],
+            (std::vector<int64_t>{256, 128}));
+  EXPECT_EQ(shape["model.layers.1.block_sparse_moe.routed_expert_norm.weight"],
+            (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape["model.layers.1.block_sparse_moe.shared_experts.up_proj.weight"],
+            (std::vector<int64_t>{128, 256}));  // two shared experts of 64
+  for (const char* r : {"self_attention_res_proj", "mlp_res_proj"})
+    EXPECT_EQ(shape["model.layers.5." + std::string(r) + ".weight"],
+              (std::vector<int64_t>{1, 256}));
+  EXPECT_TRUE(shape.count("model.output_attn_res_norm.weight"));
+  EXPECT_TRUE(shape.count("model.output_attn_res_proj.weight"));
 }
 
 TEST(Config, TrunkSpecNamesTheTensorsOfEachLayerKind) {

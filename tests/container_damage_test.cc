@@ -319,8 +319,11 @@ std::vector<OpenCase> ManifestCases() {
        "manifest.json: config is missing"},
       {"config_not_object", EditManifest([](json& m) { m["config"] = json::array(); }),
        "manifest.json: config is not an object"},
+      // A nested text_config is read (K3's release): an empty one names what it lacks.
       {"config_text_config", EditConfig([](json& c) { c["text_config"] = json::object(); }),
-       "manifest.json: a nested config.text_config is not supported"},
+       "manifest.json: text_config: config.model_type is missing"},
+      {"config_text_config_not_object", EditConfig([](json& c) { c["text_config"] = 3; }),
+       "manifest.json: config.text_config is not an object"},
       {"model_type_unknown", EditConfig([](json& c) { c["model_type"] = "llama"; }),
        "manifest.json: config.model_type \"llama\" is not supported"},
       {"hidden_size_0", EditConfig([](json& c) { c["hidden_size"] = 0; }),

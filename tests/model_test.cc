@@ -914,10 +914,13 @@ TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
 // GQA with partial rotary, q/k/v biases, q/k norms and a shared expert
 // (tiny-glm: every GQA option; Qwen3-MoE's router without a correction
 // bias runs in gqa_families_test), Gated DeltaNet beside gated GQA with
-// zero-centered norms and a gated shared expert (tiny-qwen3-next).
+// zero-centered norms and a gated shared expert (tiny-qwen3-next), Kimi
+// K3's parts: latent MoE, Attention Residuals over three blocks, SiTU, KDA's
+// full-rank gate and bounded decay, MLA with q_lora and its output gate
+// (tiny-k3).
 INSTANTIATE_TEST_SUITE_P(Presets, Forward,
                          ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-glm",
-                                           "tiny-qwen3-next"),
+                                           "tiny-qwen3-next", "tiny-k3"),
                          [](const auto& p) {
                            std::string n = std::string(p.param).substr(5);  // after "tiny-"
                            std::replace(n.begin(), n.end(), '-', '_');

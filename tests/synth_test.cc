@@ -65,12 +65,40 @@ TEST_P(Presets, OpenAndEveryRecordChecks) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Small, Presets, ::testing::Values("tiny-kimi", "tiny-deepseek"),
+INSTANTIATE_TEST_SUITE_P(Small, Presets, ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-k3"),
                          [](const auto& p) {
                            std::string n = p.param;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// tiny-k3 in WARP's K3 layout, so that WARP's engine opens it too: the text
+// config flattened with the wrapper under _outer, every trunk tensor under
+// language_model., A_log one value per head padded with zeros to head_dim,
+// expert records in the latent width.
+TEST(Synth, TinyK3IsWarpsK3Layout) {
+  const std::string dir = waste::testing::ScratchDir();
+  ASSERT_TRUE(Write("tiny-k3", dir, 2).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  const Manifest& m = ct->manifest();
+  EXPECT_EQ(m.arch, "kimi-k3");
+  EXPECT_EQ(m.tensor_prefix, "language_model.");
+  EXPECT_EQ(m.config_json["_outer"]["architectures"][0], "KimiK3ForConditionalGeneration");
+  EXPECT_EQ(m.config_json["model_type"], "kimi_linear");
+  for (const TrunkTensor& t : m.trunk) EXPECT_EQ(t.name.rfind("language_model.", 0), 0u) << t.name;
+  const TrunkTensor* a_log = m.FindTensor("model.layers.0.self_attn.A_log");
+  ASSERT_NE(a_log, nullptr);
+  std::vector<float> a(static_cast<size_t>(a_log->elements));
+  ASSERT_TRUE(ct->ReadTensorInto(*a_log, {reinterpret_cast<uint8_t*>(a.data()), a.size() * 4}, {})
+                  .ok());
+  ASSERT_EQ(a.size(), 64u);
+  for (int h = 0; h < 4; ++h) EXPECT_NE(a[h], 0.f) << h;
+  for (size_t i = 4; i < a.size(); ++i) EXPECT_EQ(a[i], 0.f) << i;
+  EXPECT_EQ(ct->record_layout().cols[0], 128);  // gate reads the latent
+  EXPECT_EQ(ct->record_layout().rows[2], 128);  // down writes it
+  EXPECT_EQ(m.banks.size(), 5u);
+}
 
 TEST(Synth, ExpertFormatsCanBeChosen) {
   for (const char* fmt : {"VQ2R", "VQ4P"}) {

@@ -55,7 +55,8 @@ json InfoJson(const Container& ct) {
     }
   }
   std::map<std::string, json> fmts;
-  uint64_t resident = 0, embed = 0;
+  uint64_t resident = 0, embed = 0, ignored_bytes = 0;
+  int ignored = 0;
   for (const TrunkTensor& t : m.trunk) {
     std::string f(format::FmtName(t.fmt));
     if (t.bf16) f = "BF16";
@@ -63,6 +64,11 @@ json InfoJson(const Container& ct) {
     if (e.is_null()) e = {{"tensors", 0}, {"bytes", 0}};
     e["tensors"] = e["tensors"].get<int>() + 1;
     e["bytes"] = e["bytes"].get<uint64_t>() + t.stored_bytes();
+    if (!t.name.starts_with(m.tensor_prefix)) {  // not the text model's: never read
+      ++ignored;
+      ignored_bytes += t.stored_bytes();
+      continue;
+    }
     (t.name == m.tensor_prefix + "model.embed_tokens.weight" ? embed : resident) +=
         t.stored_bytes();
   }
@@ -95,9 +101,26 @@ json InfoJson(const Container& ct) {
                 {"head_dim", c.head_dim},     {"rotary_dim", c.rotary_dim},
                 {"qk_norm", c.qk_norm},       {"bias", c.attn_bias},
                 {"rope_theta", c.rope_theta}, {"yarn_factor", c.yarn.factor}};
+  if (ignored > 0)  // K3's vision tower and projector: the text model alone is built
+    j["ignored_tensors"] = {{"prefix", m.tensor_prefix},
+                            {"tensors", ignored},
+                            {"bytes", ignored_bytes}};
+  if (c.arch == Arch::kKimiK3)
+    j["kimi_k3"] = {{"latent", c.latent},
+                    {"latent_norm", c.latent_norm},
+                    {"attn_res_block", c.attn_res_block},
+                    {"attn_res_blocks", c.attn_res_blocks()},
+                    {"situ", c.situ},
+                    {"situ_beta", c.situ_beta},
+                    {"situ_linear_beta", c.situ_linear_beta},
+                    {"kda_full_rank_gate", c.kda_full_rank_gate},
+                    {"kda_lower_bound", c.kda_lower_bound},
+                    {"mla_output_gate", c.mla_output_gate},
+                    {"q_lora", c.q_lora}};
   if (c.n_experts > 0) {
     j["experts"] = {
         {"per_layer", c.n_experts},
+        {"input_width", c.expert_width()},
         {"top_k", c.top_k},
         {"shared", c.n_shared},
         {"format", std::string(format::FmtName(m.quant.fmt))},
@@ -160,6 +183,35 @@ int RunInfo(const std::string& dir, bool as_json) {
         e["bits_per_weight"].get<double>());
     std::printf("records     %s each, %s in all banks\n", FormatSize(e["record_bytes"]).c_str(),
                 FormatSize(e["bank_bytes"]).c_str());
+    if (e["input_width"].get<int>() != j["hidden"].get<int>())
+      std::printf("latent MoE  experts read and write %d wide (routed_expert_down_proj from %d, "
+                  "%sup_proj back); shared experts on the hidden state\n",
+                  e["input_width"].get<int>(), j["hidden"].get<int>(),
+                  j["kimi_k3"]["latent_norm"].get<bool>() ? "RMSNorm, " : "");
+  }
+  if (j.contains("kimi_k3")) {
+    const json& k = j["kimi_k3"];
+    if (k["attn_res_block"].get<int>() > 0)
+      std::printf("attn res    blocks of %d layers: up to %d block representations per token, "
+                  "mixed before every sublayer and at the output (none kept between tokens)\n",
+                  k["attn_res_block"].get<int>(), k["attn_res_blocks"].get<int>());
+    std::string parts;
+    if (k["situ"].get<bool>())
+      parts += "SiTU (beta " + json(k["situ_beta"]).dump() + ", linear beta " +
+               json(k["situ_linear_beta"]).dump() + ")";
+    if (k["kda_full_rank_gate"].get<bool>()) parts += "; KDA full-rank output gate";
+    if (k["kda_lower_bound"].get<float>() < 0)
+      parts += "; KDA decay bounded below by " + json(k["kda_lower_bound"]).dump();
+    if (k["mla_output_gate"].get<bool>()) parts += "; MLA output gate";
+    if (k["q_lora"].get<int>() > 0) parts += "; MLA q_lora " + json(k["q_lora"]).dump();
+    std::printf("kimi k3     %s\n", parts.c_str());
+  }
+  if (j.contains("ignored_tensors")) {
+    const json& g = j["ignored_tensors"];
+    std::printf("ignored     %d tensors outside %s (%s; K3's vision tower and projector): the "
+                "text model alone is built\n",
+                g["tensors"].get<int>(), g["prefix"].get<std::string>().c_str(),
+                FormatSize(g["bytes"]).c_str());
   }
   std::string fmts;
   for (const auto& [name, f] : j["trunk_formats"].items())

@@ -94,7 +94,13 @@ void AddSynth(CLI::App& app, int* exit_code) {
   auto* cmd =
       app.add_subcommand("synth", "Write a synthetic container of deterministic random weights");
   cmd->add_option("OUT", o->out, "Output directory");
-  cmd->add_option("--preset", o->preset, "One of: " + presets)->capture_default_str();
+  cmd->add_option("--preset", o->preset,
+                  "One of: " + presets +
+                      ". kimi-k3-slice is K3's real widths with 2 of its 93 layers (the dense "
+                      "one and one MoE layer: 896 experts, about 10.6 GiB at VQ3R, and a "
+                      "3 GB trunk); for more layers, edit num_hidden_layers and linear_attn_config in "
+                      "what --print-preset prints and pass it as --config")
+      ->capture_default_str();
   cmd->add_option("--config", o->config_file, "A spec file (JSON, as --print-preset prints)");
   cmd->add_option("--print-preset", o->print_preset, "Print a preset's spec as JSON and exit");
   cmd->add_option("--expert-format", o->expert_format, "vq3r, vq2r, vq4p or mxfp4 (default: the spec's)");

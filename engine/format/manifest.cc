@@ -297,8 +297,8 @@ Result<RecordLayout> RecordLayout::For(const ModelConfig& c, const ExpertQuant& 
   RecordLayout r;
   if (c.n_experts == 0) return r;
   r.rows[0] = r.rows[1] = c.moe_inter;
-  r.cols[0] = r.cols[1] = c.hidden;
-  r.rows[2] = c.hidden;
+  r.cols[0] = r.cols[1] = c.expert_width();
+  r.rows[2] = c.expert_width();
   r.cols[2] = c.moe_inter;
   uint64_t off = sizeof(format::ExpertHeader);
   for (int m = 0; m < format::kMatrices; ++m) {
@@ -308,8 +308,8 @@ Result<RecordLayout> RecordLayout::For(const ModelConfig& c, const ExpertQuant& 
   r.scales_off = static_cast<uint32_t>(off);
   const uint64_t all_rows = static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
   if (q.fmt == format::Fmt::kMXFP4) {
-    if (c.hidden % format::kMxfp4Block != 0 || c.moe_inter % format::kMxfp4Block != 0)
-      return Status::Error("config: MXFP4 experts need hidden and expert widths that are "
+    if (c.expert_width() % format::kMxfp4Block != 0 || c.moe_inter % format::kMxfp4Block != 0)
+      return Status::Error("config: MXFP4 experts need input and intermediate widths that are "
                            "multiples of 32 (the scale's block)");
     for (int m = 0; m < format::kMatrices; ++m)
       off += static_cast<uint64_t>(r.rows[m] * (r.cols[m] / format::kMxfp4Block));
@@ -342,6 +342,7 @@ Result<Manifest> Manifest::Parse(std::string_view text) {
     return Status::Error("manifest.json: format_version " + fv->dump() + ", this build reads " +
                          std::to_string(format::kFormatVersion));
   if (auto a = j.find("arch"); a != j.end() && a->is_string()) m.arch = a->get<std::string>();
+  m.tensor_prefix = DefaultTensorPrefix(j.value("config", json()));
   if (auto p = j.find("tensor_prefix"); p != j.end() && !p->is_null()) {
     if (!p->is_string() || p->get<std::string>().size() > 64)
       return Status::Error("manifest.json: tensor_prefix is not a short string");
@@ -351,8 +352,6 @@ Result<Manifest> Manifest::Parse(std::string_view text) {
   const auto cfg = j.find("config");
   if (cfg == j.end()) return Status::Error("manifest.json: config is missing");
   m.config_json = *cfg;
-  if (m.config_json.is_object() && m.config_json.contains("text_config"))
-    return Status::Error("manifest.json: a nested config.text_config is not supported");
   auto config = ModelConfig::FromJson(m.config_json);
   if (!config.ok()) return config.status().Prefixed("manifest.json");
   m.config = *config;

@@ -109,23 +109,32 @@ Status ReadLayerKinds(const json& c, ModelConfig* m) {
   m->layer_kind.assign(m->n_layers, gqa ? LayerKind::kGqa : LayerKind::kMla);
   const auto lac = c.find("linear_attn_config");
   if (lac == c.end() || lac->is_null()) {
-    if (m->arch == Arch::kKimiLinear)
+    if (m->arch == Arch::kKimiLinear || m->arch == Arch::kKimiK3)
       return Status::Error("config.linear_attn_config is missing (kimi_linear needs it)");
     return Status::Ok();
   }
   if (!lac->is_object()) return Status::Error("config.linear_attn_config is not an object");
-  if (m->arch != Arch::kKimiLinear)
-    return Status::Error("config.linear_attn_config is only implemented for kimi_linear");
+  const bool kimi = m->arch == Arch::kKimiLinear || m->arch == Arch::kKimiK3;
+  if (!kimi) return Status::Error("config.linear_attn_config is only implemented for kimi_linear");
   WASTE_RETURN_IF_ERROR(
       GetInt(*lac, "num_heads", 1, 1 << 12, &m->kda_heads).Prefixed("linear_attn_config"));
   WASTE_RETURN_IF_ERROR(
       GetInt(*lac, "head_dim", 1, 1 << 12, &m->kda_head_dim).Prefixed("linear_attn_config"));
   WASTE_RETURN_IF_ERROR(GetInt(*lac, "short_conv_kernel_size", 1, 64, &m->conv_kernel, 4)
                             .Prefixed("linear_attn_config"));
-  for (const char* unsupported : {"use_full_rank_gate", "gate_lower_bound"}) {
-    if (lac->contains(unsupported) && !(*lac)[unsupported].is_null())
-      return Status::Error(std::string("config.linear_attn_config.") + unsupported +
-                           " is not implemented");
+  if (m->arch == Arch::kKimiK3) {
+    WASTE_RETURN_IF_ERROR(GetBool(*lac, "use_full_rank_gate", &m->kda_full_rank_gate, false)
+                              .Prefixed("linear_attn_config"));
+    double lb;
+    WASTE_RETURN_IF_ERROR(GetNum(*lac, "gate_lower_bound", -1e3, 0, &lb, 0,
+                                 "config.linear_attn_config."));
+    m->kda_lower_bound = static_cast<float>(lb);
+  } else {
+    for (const char* k3 : {"use_full_rank_gate", "gate_lower_bound"}) {
+      if (lac->contains(k3) && !(*lac)[k3].is_null())
+        return Status::Error(std::string("config.linear_attn_config.") + k3 +
+                             " is Kimi K3's, and this config is not K3's");
+    }
   }
   const auto kl = lac->find("kda_layers");
   if (kl == lac->end() || !kl->is_array())
@@ -224,6 +233,92 @@ Status ReadGqa(const json& c, ModelConfig* m) {
   return ReadRope(c, m);
 }
 
+// The keys only Kimi K3's config has; a kimi_linear config with any of them,
+// or whose multimodal wrapper names K3, is K3's.
+constexpr const char* kKimiK3Keys[] = {"routed_expert_hidden_size", "latent_moe_use_norm",
+                                       "attn_res_block_size",       "activation_situ_beta",
+                                       "activation_situ_linear_beta", "mla_use_output_gate"};
+
+// Whether the wrapper's config (the raw config.json around text_config, or
+// WARP's _outer) names Kimi K3.
+bool NamesKimiK3(const json* outer) {
+  if (!outer || !outer->is_object()) return false;
+  if (auto mt = outer->find("model_type"); mt != outer->end() && mt->is_string() &&
+                                           mt->get<std::string>() == "kimi_k3")
+    return true;
+  const auto a = outer->find("architectures");
+  return a != outer->end() && a->is_array() && !a->empty() && (*a)[0].is_string() &&
+         (*a)[0].get<std::string>().starts_with("KimiK3");
+}
+
+// Kimi K3's parts of the text config (model_config.h says what each does).
+Status ReadKimiK3(const json& c, ModelConfig* m) {
+  WASTE_RETURN_IF_ERROR(GetInt(c, "routed_expert_hidden_size", 8, kMaxDim, &m->latent, 0));
+  WASTE_RETURN_IF_ERROR(GetBool(c, "latent_moe_use_norm", &m->latent_norm, false));
+  if (m->latent_norm && m->latent == 0)
+    return Status::Error("config.latent_moe_use_norm without routed_expert_hidden_size");
+  if (m->latent % 8 != 0)
+    return Status::Error("config.routed_expert_hidden_size must be a multiple of 8 (the VQ vector)");
+  WASTE_RETURN_IF_ERROR(GetInt(c, "attn_res_block_size", 0, m->n_layers, &m->attn_res_block, 0));
+  WASTE_RETURN_IF_ERROR(GetBool(c, "mla_use_output_gate", &m->mla_output_gate, false));
+  std::string act = "silu";
+  if (auto a = c.find("hidden_act"); a != c.end() && !a->is_null()) {
+    if (!a->is_string()) return Status::Error("config.hidden_act is not a string");
+    act = a->get<std::string>();
+  }
+  if (act != "silu" && act != "situ")
+    return Status::Error("config.hidden_act \"" + act + "\" is not implemented (silu, situ)");
+  m->situ = act == "situ";
+  double beta, linear_beta;
+  WASTE_RETURN_IF_ERROR(GetNum(c, "activation_situ_beta", 1e-3, 1e3, &beta, 1.0));
+  WASTE_RETURN_IF_ERROR(GetNum(c, "activation_situ_linear_beta", 0, 1e3, &linear_beta, 0.0));
+  m->situ_beta = static_cast<float>(beta);
+  m->situ_linear_beta = static_cast<float>(linear_beta);
+  return Status::Ok();
+}
+
+// The text model's config and its wrapper's: the raw release nests the text
+// config under text_config; WARP's converter flattens it and keeps the rest
+// under _outer.
+struct ConfigParts {
+  const json* text = nullptr;
+  const json* outer = nullptr;
+};
+Result<ConfigParts> SplitConfig(const json& c) {
+  if (!c.is_object()) return Status::Error("config is not an object");
+  if (auto t = c.find("text_config"); t != c.end() && !t->is_null()) {
+    if (!t->is_object()) return Status::Error("config.text_config is not an object");
+    return ConfigParts{&*t, &c};
+  }
+  if (auto o = c.find("_outer"); o != c.end() && !o->is_null()) {
+    if (!o->is_object()) return Status::Error("config._outer is not an object");
+    return ConfigParts{&c, &*o};
+  }
+  return ConfigParts{&c, nullptr};
+}
+
+Result<ModelConfig> ReadConfig(const json& c, const json* outer);
+
+}  // namespace
+
+std::string DefaultTensorPrefix(const json& config) {
+  auto parts = SplitConfig(config);
+  return parts.ok() && parts->outer ? "language_model." : "";
+}
+
+Result<ModelConfig> ModelConfig::FromJson(const json& config) {
+  auto parts = SplitConfig(config);
+  if (!parts.ok()) return parts.status();
+  if (parts->text != &config) {  // errors name the keys where they are
+    auto m = ReadConfig(*parts->text, parts->outer);
+    if (!m.ok()) return m.status().Prefixed("text_config");
+    return m;
+  }
+  return ReadConfig(config, parts->outer);
+}
+
+namespace {
+
 }  // namespace
 
 std::string_view ArchName(Arch a) {
@@ -240,6 +335,8 @@ std::string_view ArchName(Arch a) {
       return "gpt_oss";
     case Arch::kQwen3Next:
       return "qwen3_next";
+    case Arch::kKimiK3:
+      return "kimi_k3";
   }
   return "?";
 }
@@ -267,14 +364,19 @@ int ModelConfig::n_layers_of(LayerKind kind) const {
   return n;
 }
 
-Result<ModelConfig> ModelConfig::FromJson(const json& c) {
+namespace {
+
+Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   if (!c.is_object()) return Status::Error("config is not an object");
   ModelConfig m;
   const auto mt = c.find("model_type");
   if (mt == c.end() || !mt->is_string()) return Status::Error("config.model_type is missing");
   m.model_type = mt->get<std::string>();
-  if (m.model_type == "kimi_linear") {
+  if (m.model_type == "kimi_linear" || m.model_type == "kimi_k3") {
     m.arch = Arch::kKimiLinear;
+    const bool k3_keys = std::any_of(std::begin(kKimiK3Keys), std::end(kKimiK3Keys),
+                                     [&](const char* k) { return c.contains(k); });
+    if (m.model_type == "kimi_k3" || k3_keys || NamesKimiK3(outer)) m.arch = Arch::kKimiK3;
   } else if (m.model_type == "deepseek_v3" || m.model_type == "kimi_k2") {
     m.arch = Arch::kDeepseekV3;
   } else if (m.model_type == "qwen3_moe") {
@@ -288,12 +390,14 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     m.zero_centered_norms = true;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
-                         "\" is not supported (kimi_linear, deepseek_v3, kimi_k2, qwen3_moe, "
-                         "glm4_moe, gpt_oss, qwen3_next)");
+                         "\" is not supported (kimi_linear, kimi_k3, deepseek_v3, kimi_k2, "
+                         "qwen3_moe, glm4_moe, gpt_oss, qwen3_next)");
   }
   m.architecture = m.model_type;
-  if (auto a = c.find("architectures");
-      a != c.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
+  // K3's text config says KimiLinearForCausalLM; only its wrapper names K3.
+  const json& named = m.arch == Arch::kKimiK3 && outer ? *outer : c;
+  if (auto a = named.find("architectures");
+      a != named.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     m.architecture = (*a)[0].get<std::string>().substr(0, 128);
 
   WASTE_RETURN_IF_ERROR(GetInt(c, "hidden_size", 8, kMaxDim, &m.hidden));
@@ -412,8 +516,19 @@ Result<ModelConfig> ModelConfig::FromJson(const json& c) {
     if (m.yarn.factor > 1.0 && m.yarn.mscale != m.yarn.mscale_all_dim)
       return Status::Error("config.rope_scaling mscale != mscale_all_dim is not implemented");
   }
+  if (m.arch == Arch::kKimiK3) {
+    WASTE_RETURN_IF_ERROR(ReadKimiK3(c, &m));
+    if (m.n_kda_layers() > 0 && m.kda_heads > m.kda_head_dim)
+      return Status::Error("config: K3's A_log is padded to head_dim, so KDA needs num_heads <= "
+                           "head_dim");
+  } else {
+    for (const char* k : kKimiK3Keys)
+      if (c.contains(k)) return Status::Error(std::string("config.") + k + " is Kimi K3's");
+  }
   return m;
 }
+
+}  // namespace
 
 std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
   std::vector<TensorSpec> t;
@@ -451,12 +566,17 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       mat(a + "b_proj.weight", H, h);
       mat(a + "f_a_proj.weight", D, h);
       mat(a + "f_b_proj.weight", C, D);
-      mat(a + "g_a_proj.weight", D, h);
-      mat(a + "g_b_proj.weight", C, D);
+      if (c.kda_full_rank_gate) {
+        mat(a + "g_proj.weight", C, h);
+      } else {
+        mat(a + "g_a_proj.weight", D, h);
+        mat(a + "g_b_proj.weight", C, D);
+      }
       mat(a + "o_proj.weight", h, C);
       for (const char* conv : {"q_conv1d", "k_conv1d", "v_conv1d"})
         vec(a + conv + ".weight", {C, 1, c.conv_kernel});
-      vec(a + "A_log", {1, 1, H, 1});
+      // One value per head; K3 ships it padded with zeros to head_dim.
+      vec(a + "A_log", {1, 1, c.arch == Arch::kKimiK3 ? D : H, 1});
       vec(a + "dt_bias", {C});
       vec(a + "o_norm.weight", {D});
     } else if (c.layer_kind[L] == LayerKind::kGqa) {
@@ -487,13 +607,25 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       mat(a + "kv_a_proj_with_mqa.weight", c.kv_lora + c.qk_rope, h);
       vec(a + "kv_a_layernorm.weight", {c.kv_lora});
       mat(a + "kv_b_proj.weight", int64_t{c.n_heads} * (c.qk_nope + c.v_head), c.kv_lora);
+      if (c.mla_output_gate) mat(a + "g_proj.weight", int64_t{c.n_heads} * c.v_head, h);
       mat(a + "o_proj.weight", h, int64_t{c.n_heads} * c.v_head);
+    }
+    if (c.attn_res_block > 0) {  // Attention Residuals: a norm and a query per sublayer
+      for (const char* r : {"self_attention_res_", "mlp_res_"}) {
+        vec(p + r + "norm.weight", {h});
+        vec(p + r + "proj.weight", {1, h});
+      }
     }
     if (c.is_moe_layer(L)) {
       const std::string m = p + "block_sparse_moe.";
       t.push_back({m + "gate.weight", {c.n_experts, h}, Storage::kRouter});
       if (c.router_bias) vec(m + "gate.e_score_correction_bias", {c.n_experts});
       if (c.router_logit_bias) vec(m + "gate.bias", {c.n_experts});
+      if (c.latent > 0) {
+        mat(m + "routed_expert_down_proj.weight", c.latent, h);
+        if (c.latent_norm) vec(m + "routed_expert_norm.weight", {c.latent});
+        mat(m + "routed_expert_up_proj.weight", h, c.latent);
+      }
       if (c.n_shared > 0) {
         // Qwen3-Next names its one gated shared expert in the singular.
         const std::string se = m + (c.shared_expert_gate ? "shared_expert." : "shared_experts.");
@@ -509,6 +641,10 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       mat(p + "mlp.down_proj.weight", h, c.dense_inter);
     }
   }
+  if (c.attn_res_block > 0) {
+    vec("model.output_attn_res_norm.weight", {h});
+    vec("model.output_attn_res_proj.weight", {1, h});
+  }
   vec("model.norm.weight", {h});
   if (!c.tie_embeddings) mat("lm_head.weight", c.vocab, h);
   return t;
@@ -522,7 +658,7 @@ ParamCount CountParams(const ModelConfig& c) {
     p.trunk += n;
     if (s.name == "model.embed_tokens.weight") p.embedding = n;
   }
-  const int64_t per_expert = 3 * int64_t{c.moe_inter} * c.hidden;
+  const int64_t per_expert = 3 * int64_t{c.moe_inter} * c.expert_width();
   p.experts = per_expert * c.n_experts * c.n_moe_layers();
   p.active = p.trunk - p.embedding + per_expert * c.top_k * c.n_moe_layers();
   return p;

@@ -8,7 +8,11 @@
 // (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert),
 // GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
 // routing, a shared expert) and Qwen3-Next (qwen3_next: Gated DeltaNet and
-// gated GQA layers, softmax routing, a gated shared expert). Anything else,
+// gated GQA layers, softmax routing, a gated shared expert) and Kimi K3
+// (Kimi-Linear's layers with K3's parts: a latent MoE, Attention Residuals,
+// SiTU, KDA's full-rank output gate and bounded decay, MLA's output gate; its
+// config nested under text_config, or flattened with the wrapper's keys under
+// _outer as WARP's converter writes it). Anything else,
 // and any setting of theirs that this project does not implement, is
 // refused by name.
 #pragma once
@@ -23,7 +27,7 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next };
+enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next, kKimiK3 };
 
 // kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc);
 // kGatedDeltaNet: engine/model/gated_deltanet.cc.
@@ -124,6 +128,33 @@ struct ModelConfig {
   int kda_head_dim = 0;
   int conv_kernel = 0;
 
+  // Kimi K3's parts (Arch::kKimiK3 only; each read by the layer it changes).
+  // Latent MoE (routed_expert_hidden_size > 0): the routed experts work on
+  // latent = routed_expert_down_proj . h, their weighted sum is RMSNormed
+  // (latent_moe_use_norm) and projected back by routed_expert_up_proj; the
+  // router and the shared experts read h itself.
+  int latent = 0;
+  bool latent_norm = false;
+  // Attention Residuals (attn_res_block_size > 0): each sublayer's input is a
+  // softmax mix of the block representations so far and the block's running
+  // sum; a block starts every attn_res_block layers (engine/model/attn_res.h).
+  int attn_res_block = 0;
+  // hidden_act "situ": every GLU (dense MLP, shared and routed experts) is
+  // beta*tanh(g/beta)*sigmoid(g) * linear_beta*tanh(u/linear_beta) (u as is
+  // when linear_beta is 0) instead of SiLU(g) * u.
+  bool situ = false;
+  float situ_beta = 1.f;
+  float situ_linear_beta = 0.f;
+  // KDA: one full-rank g_proj instead of g_a_proj . g_b_proj for the output
+  // gate (use_full_rank_gate); the decay log g = lower_bound *
+  // sigmoid(exp(A_log[head]) * z) instead of -exp(A_log[head]) * softplus(z)
+  // when kda_lower_bound < 0 (gate_lower_bound). K3 pads A_log to head_dim.
+  bool kda_full_rank_gate = false;
+  float kda_lower_bound = 0.f;
+  // MLA: the heads' output scaled by sigmoid(g_proj . h) before o_proj
+  // (mla_use_output_gate).
+  bool mla_output_gate = false;
+
   // Gated DeltaNet (Qwen3-Next's linear attention; conv_kernel is its
   // linear_conv_kernel_dim). Each key head serves gdn_v_heads / gdn_k_heads
   // consecutive value heads.
@@ -144,6 +175,13 @@ struct ModelConfig {
   int gdn_value_width() const { return gdn_v_heads * gdn_v_dim; }
   // The channels of the short convolution: q, k (key width each) and v.
   int gdn_conv_width() const { return 2 * gdn_key_width() + gdn_value_width(); }
+  // The routed experts' input and output width: the latent, else hidden.
+  int expert_width() const { return latent > 0 ? latent : hidden; }
+  // Block representations Attention Residuals keeps at most: one per block
+  // (the first is the embedding).
+  int attn_res_blocks() const {
+    return attn_res_block > 0 ? (n_layers + attn_res_block - 1) / attn_res_block : 0;
+  }
   int shared_inter() const { return shared_width > 0 ? shared_width : moe_inter * n_shared; }
   int q_width() const { return n_heads * head_dim; }      // GQA
   int kv_width() const { return n_kv_heads * head_dim; }  // GQA, of k and of v
@@ -151,6 +189,12 @@ struct ModelConfig {
   // Reads and bounds-checks a config object. Errors name the key.
   static Result<ModelConfig> FromJson(const nlohmann::json& config);
 };
+
+// The prefix of the trunk's tensor names a container of this config carries
+// when its manifest names none: "language_model." for a multimodal wrapper's
+// config (a nested text_config, or WARP's flattened one with _outer), as
+// WARP's converter and engine have it; "" otherwise.
+std::string DefaultTensorPrefix(const nlohmann::json& config);
 
 // One trunk tensor the forward pass needs, with the shape it must have.
 enum class Storage {

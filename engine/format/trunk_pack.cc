@@ -18,7 +18,9 @@ std::vector<PackedTensor> PackedTrunkLayout(const Manifest& m, uint64_t* bytes) 
   std::vector<PackedTensor> out;
   uint64_t at = 0;
   for (const TrunkTensor& tt : m.trunk) {
-    if (&tt == embedding) continue;
+    // Outside the prefix lies what the text model never reads (K3's vision
+    // tower and projector): not made resident.
+    if (&tt == embedding || !tt.name.starts_with(m.tensor_prefix)) continue;
     out.push_back({&tt, at});
     at += Padded(tt.stored_bytes());
   }

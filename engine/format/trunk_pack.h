@@ -1,6 +1,6 @@
 // The trunk packed for residence in memory, a function of the manifest
-// alone: every trunk tensor but the embedding table (which stays on disk and
-// is read a row at a time), in manifest order, each its payload then its
+// alone: every trunk tensor under the tensor prefix but the embedding table
+// (which stays on disk and is read a row at a time), in manifest order, each its payload then its
 // scales, each starting at a multiple of kTrunkAlign bytes from the base;
 // padding is zero. wasted packs it into its shared trunk segment; the
 // forward pass packs it into memory of its own or views the daemon's

@@ -55,6 +55,12 @@ nlohmann::json WithKimiMoeKeys(nlohmann::json config) {
   return config;
 }
 
+// The manifest's descriptive arch: the model_type, but WARP's "kimi-k3" for
+// K3, whose text config says kimi_linear.
+std::string ManifestArch(const ModelConfig& c) {
+  return c.arch == Arch::kKimiK3 ? "kimi-k3" : c.model_type;
+}
+
 }  // namespace
 
 void EncodeRecordPayload(const RecordLayout& lay, const ExpertQuant& q,
@@ -121,7 +127,8 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::stri
     return Status::Error("expert format must be VQ3R, VQ2R, VQ4P or BF16R");
   w->m_.config = *cfg;
   w->m_.config_json = WithKimiMoeKeys(config);
-  w->m_.arch = cfg->model_type;
+  w->m_.arch = ManifestArch(*cfg);
+  w->m_.tensor_prefix = DefaultTensorPrefix(config);
   w->m_.quant = ExpertQuant::For(expert_fmt);
   auto lay = RecordLayout::For(*cfg, w->m_.quant);
   if (!lay.ok()) return lay.status();
@@ -177,7 +184,7 @@ Status ContainerWriter::AddTensorRows(const std::string& name, const std::vector
   for (int64_t d : shape) n *= d;
   const int64_t cols = shape.back(), rows = n / cols;
   TrunkTensor t;
-  t.name = name;
+  t.name = m_.tensor_prefix + name;
   t.fmt = fmt;
   t.bf16 = fmt == Fmt::kF16 && bf16;
   t.shape = shape;
@@ -391,7 +398,8 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Resume(const std::stri
     if (!cfg.ok()) return cfg.status().Prefixed("resume state");
     w->m_.config = *cfg;
     w->m_.config_json = at(state, "config");
-    w->m_.arch = cfg->model_type;
+    w->m_.arch = ManifestArch(*cfg);
+    w->m_.tensor_prefix = DefaultTensorPrefix(w->m_.config_json);
     w->m_.quant = ExpertQuant::For(static_cast<Fmt>(fmt));
     auto lay = RecordLayout::For(*cfg, w->m_.quant);
     if (!lay.ok()) return lay.status();

@@ -44,7 +44,9 @@ class ContainerWriter {
   const RecordLayout& record_layout() const { return m_.record; }
 
   // Appends a trunk tensor, encoding `values` (row-major, all elements) as
-  // `fmt`: F32, F16 (bf16 when `bf16`), Q8G, Q4G or Q3G with `group`.
+  // `fmt`: F32, F16 (bf16 when `bf16`), Q8G, Q4G or Q3G with `group`. `name`
+  // is without the tensor prefix (TrunkSpec's); the writer adds the
+  // config's (DefaultTensorPrefix: "language_model." for K3's).
   Status AddTensor(const std::string& name, const std::vector<int64_t>& shape,
                    std::span<const float> values, format::Fmt fmt, bool bf16 = false,
                    int group = 128);

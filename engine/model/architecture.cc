@@ -25,6 +25,9 @@ constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
 // zero-centered RMSNorms; MoE with a gated shared expert, softmax routing.
 constexpr LayerKind kQwen3NextAttention[] = {LayerKind::kGatedDeltaNet, LayerKind::kGqa};
 
+// Kimi K3: Kimi-Linear's layer kinds; its parts (latent MoE, Attention
+// Residuals, SiTU, KDA's full-rank gate and bounded decay, MLA's output
+// gate) are config facts the layers read (model_config.h).
 constexpr Family kFamilies[] = {
     {Arch::kKimiLinear, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kDeepseekV3, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
@@ -32,6 +35,7 @@ constexpr Family kFamilies[] = {
     {Arch::kGlm4Moe, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kGptOss, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
     {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kKimiK3, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
 };
 
 std::string_view KindName(LayerKind k) {

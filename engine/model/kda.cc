@@ -11,7 +11,7 @@
 
 namespace waste {
 
-KdaWeights ResolveKda(const Trunk& t, const std::string& a) {
+KdaWeights ResolveKda(const Trunk& t, const ModelConfig& c, const std::string& a) {
   KdaWeights w;
   w.q = &t.Matrix(a + "q_proj.weight");
   w.k = &t.Matrix(a + "k_proj.weight");
@@ -19,8 +19,12 @@ KdaWeights ResolveKda(const Trunk& t, const std::string& a) {
   w.b = &t.Matrix(a + "b_proj.weight");
   w.f_a = &t.Matrix(a + "f_a_proj.weight");
   w.f_b = &t.Matrix(a + "f_b_proj.weight");
-  w.g_a = &t.Matrix(a + "g_a_proj.weight");
-  w.g_b = &t.Matrix(a + "g_b_proj.weight");
+  if (c.kda_full_rank_gate) {
+    w.g = &t.Matrix(a + "g_proj.weight");
+  } else {
+    w.g_a = &t.Matrix(a + "g_a_proj.weight");
+    w.g_b = &t.Matrix(a + "g_b_proj.weight");
+  }
   w.o = &t.Matrix(a + "o_proj.weight");
   w.conv[0] = t.Vector(a + "q_conv1d.weight");
   w.conv[1] = t.Vector(a + "k_conv1d.weight");
@@ -40,12 +44,21 @@ void Model::Kda(int L, Session& s, bool first, const float* h, float* out) {
   // over the heads (a head's rows of f_b and g_b and its conv channels are
   // its own); then o. Each row and channel is computed as before, wholly
   // by one thread, so the bits are those of one pass per matrix.
-  MatVecs({{l.q, h, qkv.data()},
-           {l.k, h, qkv.data() + C},
-           {l.v, h, qkv.data() + 2 * C},
-           {l.f_a, h, f.data()},
-           {l.b, h, beta.data()},
-           {l.g_a, h, ga.data()}});
+  // K3's full-rank gate is one more product of h, the whole gate at once.
+  if (l.g)
+    MatVecs({{l.q, h, qkv.data()},
+             {l.k, h, qkv.data() + C},
+             {l.v, h, qkv.data() + 2 * C},
+             {l.f_a, h, f.data()},
+             {l.b, h, beta.data()},
+             {l.g, h, gate.data()}});
+  else
+    MatVecs({{l.q, h, qkv.data()},
+             {l.k, h, qkv.data() + C},
+             {l.v, h, qkv.data() + 2 * C},
+             {l.f_a, h, f.data()},
+             {l.b, h, beta.data()},
+             {l.g_a, h, ga.data()}});
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   // The chunk works on the spares (model.h, Session), the first token
   // starting them from the committed state: a head's state is copied by the
@@ -60,7 +73,7 @@ void Model::Kda(int L, Session& s, bool first, const float* h, float* out) {
       if (first)
         std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
       kernels::MatVec(*l.f_b, f.data(), fg.data(), hd * D, (hd + 1) * D, opt_.isa);
-      kernels::MatVec(*l.g_b, ga.data(), gate.data(), hd * D, (hd + 1) * D, opt_.isa);
+      if (l.g_b) kernels::MatVec(*l.g_b, ga.data(), gate.data(), hd * D, (hd + 1) * D, opt_.isa);
       // Short causal convolutions of the head's channels, then SiLU. The
       // ring holds the K-1 previous projections, oldest first; tap K-1
       // multiplies the current one.
@@ -84,9 +97,9 @@ void Model::Kda(int L, Session& s, bool first, const float* h, float* out) {
       L2Normalize(q, D);
       L2Normalize(k, D);
       for (int i = 0; i < D; ++i) q[i] *= scale;
-      const float a = std::exp(l.a_log[hd]);
+      const float a = std::exp(l.a_log[hd]), lb = c_.kda_lower_bound;
       for (int i = 0; i < D; ++i)
-        decay[i] = std::exp(-a * Softplus(fg[hd * D + i] + l.dt_bias[hd * D + i]));
+        decay[i] = std::exp(KdaLogDecay(a, fg[hd * D + i] + l.dt_bias[hd * D + i], lb));
       const float b = Sigmoid(beta[hd]);
       float* oh = o.data() + hd * D;
       kernels::KdaStateStep(S + hd * D * D, D, decay.data(), k, v, b, q, u.data(), oh, opt_.isa);

@@ -18,15 +18,16 @@ namespace waste {
 // Kimi Delta Attention and its short convolutions (kda.cc).
 struct KdaWeights {
   const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *b = nullptr;
+  // The output gate: g_a then g_b, or K3's full-rank g alone.
   const kernels::MatrixView *f_a = nullptr, *f_b = nullptr, *g_a = nullptr, *g_b = nullptr;
-  const kernels::MatrixView* o = nullptr;
+  const kernels::MatrixView *g = nullptr, *o = nullptr;
   const float* conv[3] = {};       // q, k, v: [C][kernel]
-  const float* a_log = nullptr;    // [heads]
+  const float* a_log = nullptr;    // [heads] (K3's padded to head_dim: the first heads read)
   const float* dt_bias = nullptr;  // [C]
   const float* o_norm = nullptr;   // [head_dim]
 };
 // `attn`: the layer's attention prefix, "model.layers.L.self_attn.".
-KdaWeights ResolveKda(const Trunk& t, const std::string& attn);
+KdaWeights ResolveKda(const Trunk& t, const ModelConfig& c, const std::string& attn);
 
 // Gated DeltaNet with its short convolution (gated_deltanet.cc; the layout of
 // in_proj_qkvz and in_proj_ba is TrunkSpec's).
@@ -47,6 +48,7 @@ struct MlaWeights {
   const float* q_a_norm = nullptr;
   const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
   const float* kv_a_norm = nullptr;
+  const kernels::MatrixView* g = nullptr;  // mla_output_gate: the heads' output gate; else null
   const kernels::MatrixView* o = nullptr;
 };
 MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& attn);
@@ -99,6 +101,14 @@ struct Model::Layer {
   const kernels::MatrixView* router = nullptr;
   std::span<const float> router_bias;
   const float* router_logit_bias = nullptr;
+  // kMoe with a latent (c.latent > 0): the routed experts' down and up
+  // projections and, with latent_norm, the norm of their weighted sum.
+  const kernels::MatrixView *latent_down = nullptr, *latent_up = nullptr;
+  const float* latent_norm = nullptr;
+  // Attention Residuals (c.attn_res_block > 0): the norm weight and query of
+  // the mix before the attention [0] and before the feed-forward [1].
+  const float* res_norm[2] = {};
+  const float* res_proj[2] = {};
 };
 
 }  // namespace waste

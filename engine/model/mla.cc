@@ -48,6 +48,7 @@ MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& a
   // Its key rows are also used transposed (absorbed into the query), read
   // in place by kernels::WeightedRows.
   w.kv_b = &t.Matrix(a + "kv_b_proj.weight");
+  if (c.mla_output_gate) w.g = &t.Matrix(a + "g_proj.weight");
   w.o = &t.Matrix(a + "o_proj.weight");
   return w;
 }
@@ -57,8 +58,17 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
   const int nh = c_.n_heads, nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
   const int qd = nope + rope, row = lat + rope;
   std::vector<float> q(static_cast<size_t>(nh) * qd), ckv(row);
-  // The query's first projection and kv_a read the same h: one pass.
-  if (l.q_a) {
+  std::vector<float> gate(l.g ? static_cast<size_t>(nh) * vd : 0);  // [n_heads * v_head]
+  // The query's first projection and kv_a (and K3's output gate) read the
+  // same h: one pass.
+  if (l.q_a && l.g) {
+    std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
+    MatVecs({{l.q_a, h, qa.data()}, {l.kv_a, h, ckv.data()}, {l.g, h, gate.data()}});
+    RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
+    MatVec(*l.q_b, qn.data(), q.data());
+  } else if (l.g) {
+    MatVecs({{l.q_proj, h, q.data()}, {l.kv_a, h, ckv.data()}, {l.g, h, gate.data()}});
+  } else if (l.q_a) {
     std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
     MatVecs({{l.q_a, h, qa.data()}, {l.kv_a, h, ckv.data()}});
     RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
@@ -102,6 +112,8 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       vrows.payload = l.kv_b->payload + first * row_bytes;
       if (l.kv_b->scales) vrows.scales = l.kv_b->scales + first * ScalesPerRow(*l.kv_b);
       kernels::MatVec(vrows, ol, o.data() + hd * vd, 0, vd, opt_.isa);
+      if (l.g)
+        for (int j = 0; j < vd; ++j) o[hd * vd + j] *= Sigmoid(gate[hd * vd + j]);
     }
   });
   MatVec(*l.o, o.data(), out);

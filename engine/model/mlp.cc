@@ -1,5 +1,6 @@
-// The dense MLP, down(SiLU(gate(h)) * up(h)): a dense layer's feed-forward and
-// a MoE layer's shared expert (Model::DenseMlp).
+// The dense MLP, down(SiLU(gate(h)) * up(h)) (K3: SiTU in place of SiLU-and-
+// multiply): a dense layer's feed-forward and a MoE layer's shared expert
+// (Model::DenseMlp).
 
 #include <vector>
 
@@ -18,7 +19,10 @@ void Model::DenseMlp(int L, const float* h, float* out) {
   const int64_t inter = l.gate->rows;
   std::vector<float> g(inter), u(inter);
   MatVecs({{l.gate, h, g.data()}, {l.up, h, u.data()}});
-  for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
+  if (c_.situ)
+    for (int64_t i = 0; i < inter; ++i) g[i] = Situ(g[i], u[i], c_.situ_beta, c_.situ_linear_beta);
+  else
+    for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
   MatVec(*l.down, g.data(), out);
   if (l.shared_gate) {  // Qwen3-Next's gated shared expert
     float gate = 0.f;

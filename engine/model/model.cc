@@ -6,6 +6,7 @@
 
 #include "engine/format/encoding.h"
 #include "engine/kernels/vq.h"
+#include "engine/model/attn_res.h"
 #include "engine/model/layer.h"
 #include "engine/model/norms.h"
 #include "engine/model/router.h"
@@ -84,7 +85,7 @@ Status Model::Resolve() {
     l->post_norm = NormWeights(p + "post_attention_layernorm.weight", c_.hidden);
     switch (l->plan.attention) {
       case LayerKind::kKda:
-        l->kda = ResolveKda(t, a);
+        l->kda = ResolveKda(t, c_, a);
         break;
       case LayerKind::kGatedDeltaNet:
         l->gdn = ResolveGatedDeltaNet(t, p + "linear_attn.");
@@ -113,6 +114,11 @@ Status Model::Resolve() {
           l->router_bias = {t.Vector(m + "gate.e_score_correction_bias"),
                             static_cast<size_t>(c_.n_experts)};
         if (c_.router_logit_bias) l->router_logit_bias = t.Vector(m + "gate.bias");
+        if (c_.latent > 0) {
+          l->latent_down = &t.Matrix(m + "routed_expert_down_proj.weight");
+          l->latent_up = &t.Matrix(m + "routed_expert_up_proj.weight");
+          if (c_.latent_norm) l->latent_norm = t.Vector(m + "routed_expert_norm.weight");
+        }
         if (l->plan.shared_expert && c_.shared_expert_gate) {
           set_mlp(ResolveMlp(t, m + "shared_expert."));
           l->shared_gate = &t.Matrix(m + "shared_expert_gate.weight");
@@ -122,11 +128,22 @@ Status Model::Resolve() {
         break;
       }
     }
+    if (c_.attn_res_block > 0) {
+      const char* sub[2] = {"self_attention_res_", "mlp_res_"};
+      for (int i = 0; i < 2; ++i) {
+        l->res_norm[i] = t.Vector(p + sub[i] + "norm.weight");
+        l->res_proj[i] = t.Vector(p + sub[i] + "proj.weight");
+      }
+    }
     if (l->plan.ffn == FfnKind::kMoe && first_moe_ < 0) first_moe_ = L;
     layers_.push_back(std::move(l));
   }
   lm_head_ = &t.Matrix("lm_head.weight");
   final_norm_ = NormWeights("model.norm.weight", c_.hidden);
+  if (c_.attn_res_block > 0) {
+    out_res_norm_ = t.Vector("model.output_attn_res_norm.weight");
+    out_res_proj_ = t.Vector("model.output_attn_res_proj.weight");
+  }
 
   // One rotation and scale for the model's attention: no family mixes MLA
   // and GQA layers (PlanLayers has checked the kinds against the family).
@@ -199,19 +216,50 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
   const size_t cap = static_cast<size_t>(std::max(1, opt_.prefetch));
   for (int t = 0; t < T; ++t)
     WASTE_RETURN_IF_ERROR(trunk_->EmbeddingRow(ids[t], x.data() + static_cast<size_t>(t) * hid));
+  // Attention Residuals (K3): x is then each token's running sum of the
+  // current block, `blocks` its block representations ([T][nb_max][hidden],
+  // the embedding first), and each sublayer reads the AttnRes mix of the
+  // two, built in `mix` ([T][hidden]).
+  const bool ares = c_.attn_res_block > 0;
+  const size_t nb_max = static_cast<size_t>(c_.attn_res_blocks());
+  std::vector<float> blocks(ares ? T * nb_max * hid : 0), mix(ares ? x.size() : 0);
+  int nb = 0;  // block representations so far, the same for every token
   for (int L = 0; L < c_.n_layers; ++L) {
     const Layer& l = *layers_[L];
     const auto ta = Clock::now();
     const uint64_t ja = pool_.jobs();
+    // A block starts here: the running sum becomes its representation, and
+    // the new block's sum starts at the attention's output.
+    const bool block_starts = ares && L % c_.attn_res_block == 0;
     for (int t = 0; t < T; ++t) {
       float* xt = x.data() + static_cast<size_t>(t) * hid;
       float* ht = hn.data() + static_cast<size_t>(t) * hid;
       float* yt = y.data() + static_cast<size_t>(t) * hid;
-      RmsNorm(xt, l.in_norm, hid, c_.rms_eps, ht);
+      if (!ares) {
+        RmsNorm(xt, l.in_norm, hid, c_.rms_eps, ht);
+        Attention(L, *owner[t], positions[t], ht, yt);
+        for (int i = 0; i < hid; ++i) xt[i] += yt[i];
+        RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
+        continue;
+      }
+      float* bt = blocks.data() + static_cast<size_t>(t) * nb_max * hid;
+      float* mt = mix.data() + static_cast<size_t>(t) * hid;
+      if (nb > 0)
+        AttnRes(bt, nb, xt, l.res_norm[0], l.res_proj[0], hid, c_.rms_eps, mt);
+      else
+        std::copy(xt, xt + hid, mt);
+      if (block_starts) std::copy(xt, xt + hid, bt + static_cast<size_t>(nb) * hid);
+      const int nbt = nb + (block_starts ? 1 : 0);
+      RmsNorm(mt, l.in_norm, hid, c_.rms_eps, ht);
       Attention(L, *owner[t], positions[t], ht, yt);
-      for (int i = 0; i < hid; ++i) xt[i] += yt[i];
-      RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
+      if (block_starts)
+        std::copy(yt, yt + hid, xt);
+      else
+        for (int i = 0; i < hid; ++i) xt[i] += yt[i];
+      AttnRes(bt, nbt, xt, l.res_norm[1], l.res_proj[1], hid, c_.rms_eps, mt);
+      RmsNorm(mt, l.post_norm, hid, c_.rms_eps, ht);
     }
+    if (block_starts) ++nb;
     times_.attention += Since(ta);
     attention_jobs_ += pool_.jobs() - ja;
     // Lookahead: the next layer's router (when it has one) on the residual
@@ -223,8 +271,9 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     const int ahead = guess_config_.top_k > 0 && next_moe ? L + 1 : -1;
     if (ahead >= 0) {
       const auto tl = Clock::now();
+      const float* stream = ares ? mix.data() : x.data();  // with AttnRes, the FFN's mix
       for (int t = 0; t < T; ++t)
-        RmsNorm(x.data() + static_cast<size_t>(t) * hid, layers_[ahead]->post_norm, hid, c_.rms_eps,
+        RmsNorm(stream + static_cast<size_t>(t) * hid, layers_[ahead]->post_norm, hid, c_.rms_eps,
                 guess_in.data() + static_cast<size_t>(t) * hid);
       guess_[ahead] = GuessExperts(ahead, T, guess_in.data(), cap);
       times_.lookahead += Since(tl);
@@ -240,6 +289,13 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
       times_.other += Since(to);
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+  }
+  if (ares && nb > 0) {  // the output aggregation: every block and the last sum, in place
+    for (int t = 0; t < T; ++t) {
+      float* xt = x.data() + static_cast<size_t>(t) * hid;
+      AttnRes(blocks.data() + static_cast<size_t>(t) * nb_max * hid, nb, xt, out_res_norm_,
+              out_res_proj_, hid, c_.rms_eps, xt);
+    }
   }
   if (opt_.lookahead_next_token && guess_config_.top_k > 0 && first_moe_ >= 0) {
     // The next token's first MoE layer, from this chunk's last final state.

@@ -214,15 +214,17 @@ class Model {
   struct MoeTables;
   // MoeChunk's steps: the router on each of the T inputs ([T][hidden]); the
   // tables' kinds and sizes (their buffers grown to T tokens); the gate and
-  // up tables of every token; the routed and shared experts on the pool's
+  // up tables of every token's experts' input ([T][expert width]); the routed and shared experts on the pool's
   // threads, `hinted` of users.wanted already hinted, into moe_.per_slot and
   // moe_.shared_out (the time blocked in Acquire, averaged over the threads,
   // in *wait_seconds); and out = the weighted sum of those, in routing order.
   void RouteChunk(int L, std::span<const int> positions, const float* h, std::span<Routing> route);
   MoeTables PlanMoeTables(int L, int T);
   void BuildGateUpTables(int T, const float* h, const MoeTables& tables);
-  Status RunExperts(int L, int T, const float* h, const MoeTables& tables, const MoeUsers& users,
-                    size_t hinted, double* wait_seconds);
+  // `xin` is what the routed experts read ([T][expert width]: h, or K3's
+  // latent); the shared experts read h.
+  Status RunExperts(int L, int T, const float* h, const float* xin, const MoeTables& tables,
+                    const MoeUsers& users, size_t hinted, double* wait_seconds);
   void SumExperts(int L, int T, std::span<const Routing> route, float* out);
   // The lookahead (lookahead.cc). Layer L's router on T hidden states
   // ([T][hidden]): the union of each one's best guess_config_.top_k
@@ -234,8 +236,8 @@ class Model {
   // Layer l's router logits on one input: its matrix, plus its bias when it has one.
   void RouterLogits(const Layer& l, const float* h, float* logits);
   // One BF16R or MXFP4 expert record applied to the tokens (t, slot j) routed
-  // to it: h is the chunk's [T][hidden] input, per_slot its [T][top_k][hidden]
-  // output.
+  // to it: h is the chunk's [T][expert width] input, per_slot its
+  // [T][top_k][expert width] output.
   void ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
                            const float* h, float* per_slot);
   // Adds the record's biases of matrix m (gate, up, down) to y[rows of m],
@@ -265,6 +267,9 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   const kernels::MatrixView* lm_head_ = nullptr;
   const float* final_norm_ = nullptr;
+  // Attention Residuals' output aggregation (K3), before the final norm.
+  const float* out_res_norm_ = nullptr;
+  const float* out_res_proj_ = nullptr;
   // With c_.zero_centered_norms, each RMSNorm's 1 + w in float32. `name` is
   // a trunk vector of n floats; returns it, or its shifted copy, kept in
   // shifted_norms_.
@@ -293,7 +298,8 @@ class Model {
   struct MoeScratch {
     std::vector<uint8_t> derived_gu;  // [T][2][derived table bytes] (split or int8 table)
     std::vector<float> luts;          // [T][2][lut floats]: float tables, when the product reads them
-    std::vector<float> per_slot;      // [T][top_k][hidden]: each routed expert's output
+    std::vector<float> latent_in;     // [T][latent]: K3's routed experts' input
+    std::vector<float> per_slot;      // [T][top_k][expert width]: each routed expert's output
     std::vector<float> shared_out;    // [T][hidden]: each token's shared-expert output
     // Scratch lent to the pool's threads, each to one chunk of a
     // ParallelFor at a time: at most one of each per thread is ever made.

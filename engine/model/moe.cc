@@ -115,7 +115,7 @@ void Model::MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
 void Model::ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
                                 const float* h, float* per_slot) {
   const RecordLayout& lay = ct_.record_layout();
-  const int hid = c_.hidden, inter = c_.moe_inter, k = c_.top_k;
+  const int hid = c_.expert_width(), inter = c_.moe_inter, k = c_.top_k;
   const bool mxfp4 = ct_.manifest().quant.fmt == format::Fmt::kMXFP4;
   kernels::MatrixView bf16[3];           // BF16R: the record's matrices, row-major bfloat16
   kernels::Mxfp4MatrixView fp4[3];       // MXFP4: codes, then every matrix's scales
@@ -175,6 +175,10 @@ void Model::ExpertActivation(const uint8_t* rec, float* g, float* u) const {
     }
     return;
   }
+  if (c_.situ) {
+    for (int i = 0; i < n; ++i) g[i] = Situ(g[i], u[i], c_.situ_beta, c_.situ_linear_beta);
+    return;
+  }
   for (int i = 0; i < n; ++i) g[i] = Silu(g[i]) * u[i];
 }
 
@@ -199,10 +203,20 @@ Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, fl
   if (ahead >= 0) HintGuess(ahead);
 
   const auto te = Clock::now();
+  // K3's latent MoE: the routed experts read the latent down-projection of h.
+  const float* xin = h;
+  if (layers_[L]->latent_down) {
+    const size_t lat = static_cast<size_t>(c_.latent);
+    moe_.latent_in.resize(std::max(moe_.latent_in.size(), T * lat));
+    for (int t = 0; t < T; ++t)
+      MatVec(*layers_[L]->latent_down, h + static_cast<size_t>(t) * c_.hidden,
+             moe_.latent_in.data() + t * lat);
+    xin = moe_.latent_in.data();
+  }
   const MoeTables tables = PlanMoeTables(L, T);
-  BuildGateUpTables(T, h, tables);
+  BuildGateUpTables(T, xin, tables);
   double wait = 0;
-  WASTE_RETURN_IF_ERROR(RunExperts(L, T, h, tables, users, window, &wait));
+  WASTE_RETURN_IF_ERROR(RunExperts(L, T, h, xin, tables, users, window, &wait));
   times_.expert_wait += wait;
   times_.experts += Since(te) - wait;
   SumExperts(L, T, route, out);
@@ -230,7 +244,7 @@ void Model::RouterLogits(const Layer& l, const float* h, float* logits) {
 }
 
 Model::MoeTables Model::PlanMoeTables(int L, int T) {
-  const int hid = c_.hidden, inter = c_.moe_inter;
+  const int hid = c_.expert_width(), inter = c_.moe_inter;
   MoeTables tb(ct_.manifest().quant, ct_.record_layout(), opt_.isa);
   const ExpertQuant& q = tb.q;
   const int base = ct_.manifest().Bank(L)->codebook_base;
@@ -262,7 +276,7 @@ Model::MoeTables Model::PlanMoeTables(int L, int T) {
 }
 
 void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
-  const int hid = c_.hidden;
+  const int hid = c_.expert_width();
   const ExpertQuant& q = tb.q;
   // Every token's gate and up tables are independent, so the pool builds
   // them (each wholly one thread's: the split cannot change a bit); a float
@@ -299,7 +313,7 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
 
 void Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
                           std::span<const std::pair<int, int>> who, ExpertScratch& x) {
-  const int k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
+  const int k = c_.top_k, hid = c_.expert_width(), inter = c_.moe_inter;
   const ExpertQuant& q = tb.q;
   const kernels::VqMatrixView vg = tb.View(rec, 0), vu = tb.View(rec, 1), vd = tb.View(rec, 2);
   for (const auto& [t, j] : who) {
@@ -319,13 +333,13 @@ void Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
   }
 }
 
-Status Model::RunExperts(int L, int T, const float* h, const MoeTables& tb, const MoeUsers& users,
-                         size_t hinted, double* wait_seconds) {
-  const int k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter;
-  // [t][j][hidden]: slot j of token t is written whole by its expert before
-  // it is read, and slots past a token's route count are never read.
+Status Model::RunExperts(int L, int T, const float* h, const float* xin, const MoeTables& tb,
+                         const MoeUsers& users, size_t hinted, double* wait_seconds) {
+  const int k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter, ew = c_.expert_width();
+  // [t][j][expert width]: slot j of token t is written whole by its expert
+  // before it is read, and slots past a token's route count are never read.
   std::vector<float>& per_slot = moe_.per_slot;
-  per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * hid));
+  per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * ew));
   // [T][hidden]: each token's shared-expert output, when the layer has one.
   const int shared_tokens = layers_[L]->gate ? T : 0;
   std::vector<float>& shared_out = moe_.shared_out;
@@ -407,7 +421,7 @@ Status Model::RunExperts(int L, int T, const float* h, const MoeTables& tb, cons
       }
       const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
       if (tb.q.lossless()) {
-        ApplyLosslessExpert(task.rec, who, h, per_slot.data());  // its ParallelFor runs on this thread
+        ApplyLosslessExpert(task.rec, who, xin, per_slot.data());  // its ParallelFor runs on this thread
       } else {
         ApplyVqExpert(tb, task.rec, who, x);
       }
@@ -433,16 +447,24 @@ Status Model::RunExperts(int L, int T, const float* h, const MoeTables& tb, cons
 }
 
 void Model::SumExperts(int L, int T, std::span<const Routing> route, float* out) {
-  const int k = c_.top_k, hid = c_.hidden;
-  const bool shared = layers_[L]->gate != nullptr;
+  const Layer& l = *layers_[L];
+  const int k = c_.top_k, hid = c_.hidden, ew = c_.expert_width();
+  const bool shared = l.gate != nullptr;
+  // [expert width]: with a latent, the weighted sum before its norm and up-projection.
+  std::vector<float> lat(l.latent_up ? ew : 0), normed(l.latent_norm ? ew : 0);
   // Per token, in routing order: the weighted experts, then the shared expert.
   for (int t = 0; t < T; ++t) {
     float* o = out + static_cast<size_t>(t) * hid;
-    std::fill(o, o + hid, 0.f);
+    float* sum = l.latent_up ? lat.data() : o;
+    std::fill(sum, sum + ew, 0.f);
     for (int j = 0; j < route[t].count; ++j) {
       const float w = route[t].weight[j];
-      const float* src = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
-      for (int i = 0; i < hid; ++i) o[i] += w * src[i];
+      const float* src = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * ew;
+      for (int i = 0; i < ew; ++i) sum[i] += w * src[i];
+    }
+    if (l.latent_up) {  // K3: RMSNorm (latent_moe_use_norm), then back to the hidden width
+      if (l.latent_norm) RmsNorm(lat.data(), l.latent_norm, ew, c_.rms_eps, normed.data());
+      MatVec(*l.latent_up, l.latent_norm ? normed.data() : lat.data(), o);
     }
     if (shared) {
       const float* s = moe_.shared_out.data() + static_cast<size_t>(t) * hid;

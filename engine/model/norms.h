@@ -20,6 +20,21 @@ inline float Softplus(float x) {
   return x > 20.f ? x : std::log1p(std::exp(x));
 }
 
+// Kimi K3's SiTU gated unit (SituAndMul): beta * tanh(g / beta) * sigmoid(g)
+// times linear_beta * tanh(u / linear_beta), or times u when linear_beta is 0.
+inline float Situ(float g, float u, float beta, float linear_beta) {
+  const float a = beta * std::tanh(g / beta) * Sigmoid(g);
+  return a * (linear_beta > 0.f ? linear_beta * std::tanh(u / linear_beta) : u);
+}
+
+// KDA's log-decay of one channel, z = the gate's projection plus dt_bias and
+// a = exp(A_log[head]): Kimi-Linear's -a * softplus(z) (fla's naive_kda_gate),
+// or with lower_bound < 0 K3's lower_bound * sigmoid(a * z)
+// (naive_kda_lowerbound_gate), which keeps it in (lower_bound, 0).
+inline float KdaLogDecay(float a, float z, float lower_bound) {
+  return lower_bound < 0.f ? lower_bound * Sigmoid(a * z) : -a * Softplus(z);
+}
+
 // y = x / rms(x) * w, over n values.
 inline void RmsNorm(const float* x, const float* w, int n, float eps, float* y) {
   double ss = 0;

@@ -86,12 +86,14 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
       std::max({uint64_t(c.hidden), uint64_t(c.kda_width()), uint64_t(c.dense_inter),
                 2 * uint64_t(c.gdn_conv_width()),
                 uint64_t(c.shared_inter()), uint64_t(c.moe_inter) * c.top_k,
+                uint64_t(c.expert_width()) * c.top_k,  // the per-slot outputs
+                uint64_t(c.hidden) * c.attn_res_blocks(),  // AttnRes' block representations
                 uint64_t(c.n_heads) * (c.qk_nope + c.qk_rope + c.v_head),
                 uint64_t(c.q_width()) + 2 * uint64_t(c.kv_width())});
   p.scratch = 16 * widest * f + uint64_t(c.vocab) * f + uint64_t(context) * c.n_heads * f;
   if (c.n_experts > 0) {  // per-input lookup tables for the expert matvecs
     const ExpertQuant& q = m.quant;
-    p.scratch += 2 * uint64_t(c.hidden / q.vec_dim) * q.stages * q.entries * f;
+    p.scratch += 2 * uint64_t(c.expert_width() / q.vec_dim) * q.stages * q.entries * f;
     p.scratch += uint64_t(c.moe_inter / q.vec_dim) * q.stages * q.entries * f * c.top_k;
     p.min_cache = uint64_t(c.top_k) * m.record.record_bytes;
     p.working_set = p.min_cache * c.n_moe_layers();

@@ -1,0 +1,486 @@
+// The presets of `waste synth`: the config of each named synthetic model
+// (tiny ones for the tests, real-size ones at their released config.json
+// values). SynthPresetNames and SynthPreset are declared in synth.h.
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/synth/synth.h"
+
+namespace waste {
+namespace {
+
+using format::Fmt;
+using nlohmann::json;
+
+json KimiTinyConfig() {
+  return {
+      {"model_type", "kimi_linear"},
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 6},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_token", 4},
+      {"num_shared_experts", 1},
+      {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"},
+      {"routed_scaling_factor", 2.446},
+      {"use_grouped_topk", true},
+      {"num_expert_group", 1},
+      {"topk_group", 1},
+      {"num_attention_heads", 4},
+      {"q_lora_rank", nullptr},
+      {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 32},
+      {"qk_rope_head_dim", 16},
+      {"v_head_dim", 32},
+      {"mla_use_nope", true},
+      {"rope_theta", 10000.0},
+      {"rope_scaling", nullptr},
+      {"linear_attn_config",
+       {{"num_heads", 4},
+        {"head_dim", 64},
+        {"short_conv_kernel_size", 4},
+        {"kda_layers", {1, 2, 3, 5}},
+        {"full_attn_layers", {4, 6}}}},
+  };
+}
+
+json DeepseekTinyConfig() {
+  return {
+      {"model_type", "deepseek_v3"},
+      {"architectures", {"DeepseekV3ForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1},
+      {"norm_topk_prob", true},
+      {"scoring_func", "sigmoid"},
+      {"topk_method", "noaux_tc"},
+      {"n_group", 4},
+      {"topk_group", 2},
+      {"routed_scaling_factor", 2.5},
+      {"moe_layer_freq", 1},
+      {"num_attention_heads", 4},
+      {"q_lora_rank", 96},
+      {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 32},
+      {"qk_rope_head_dim", 16},
+      {"v_head_dim", 32},
+      {"rope_theta", 50000.0},
+      // Kimi K2's rope block: YaRN with beta_fast == beta_slow, the awkward case.
+      {"rope_scaling",
+       {{"type", "yarn"},
+        {"factor", 32.0},
+        {"original_max_position_embeddings", 4096},
+        {"beta_fast", 1.0},
+        {"beta_slow", 1.0},
+        {"mscale", 1.0},
+        {"mscale_all_dim", 1.0}}},
+  };
+}
+
+// Qwen3-MoE, tiny: GQA with q/k norms and head_dim 48 (not hidden / heads),
+// softmax routing without a correction bias, MoE on every second layer
+// (decoder_sparse_step 2: layers 1 and 3).
+json Qwen3TinyConfig() {
+  return {
+      {"model_type", "qwen3_moe"},
+      {"architectures", {"Qwen3MoeForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"moe_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"norm_topk_prob", true},
+      {"decoder_sparse_step", 2},
+      {"mlp_only_layers", json::array()},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 48},
+      {"rope_theta", 1000000.0},
+  };
+}
+
+// GLM-4.5, tiny: GQA with partial rotary, q/k/v biases and q/k norms;
+// DeepSeek-V3's grouped sigmoid routing with a shared expert.
+json GlmTinyConfig() {
+  return {
+      {"model_type", "glm4_moe"},
+      {"architectures", {"Glm4MoeForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1},
+      {"norm_topk_prob", true},
+      {"n_group", 4},
+      {"topk_group", 2},
+      {"routed_scaling_factor", 2.5},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 48},
+      {"partial_rotary_factor", 0.5},
+      {"attention_bias", true},
+      {"use_qk_norm", true},
+      {"rope_theta", 1000000.0},
+  };
+}
+
+// Qwen3-30B-A3B and Qwen3-235B-A22B at their released config.json values
+// (Qwen3-Coder-30B-A3B has the 30B's shapes). Their rope_theta 1e6, no
+// rope_scaling (YaRN is opt-in), no sliding window, rms_norm_eps 1e-6.
+json Qwen3Config(int hidden, int layers, int heads, int inter, int moe_inter) {
+  json c = Qwen3TinyConfig();
+  c.update({{"hidden_size", hidden},
+            {"num_hidden_layers", layers},
+            {"vocab_size", 151936},
+            {"intermediate_size", inter},
+            {"moe_intermediate_size", moe_inter},
+            {"num_experts", 128},
+            {"num_experts_per_tok", 8},
+            {"decoder_sparse_step", 1},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", 4},
+            {"head_dim", 128},
+            {"max_position_embeddings", 40960}});
+  return c;
+}
+
+// GLM-4.5-Air at its released config.json values: 46 layers, the first
+// dense, 128 experts of 1408 with top-8 and one shared expert,
+// routed_scaling_factor 1.0, 96 query heads over 8 KV heads of 128 with half
+// of each rotating, q/k/v biases, no q/k norm; one multi-token-prediction
+// layer (not built).
+json GlmAirConfig() {
+  json c = GlmTinyConfig();
+  c.update({{"hidden_size", 4096},
+            {"num_hidden_layers", 46},
+            {"vocab_size", 151552},
+            {"intermediate_size", 10944},
+            {"moe_intermediate_size", 1408},
+            {"n_routed_experts", 128},
+            {"num_experts_per_tok", 8},
+            {"n_group", 1},
+            {"topk_group", 1},
+            {"routed_scaling_factor", 1.0},
+            {"num_attention_heads", 96},
+            {"num_key_value_heads", 8},
+            {"head_dim", 128},
+            {"use_qk_norm", false},
+            {"num_nextn_predict_layers", 1},
+            {"max_position_embeddings", 131072}});
+  return c;
+}
+
+// GPT-OSS as released (openai/gpt-oss-20b and -120b config.json): 20B has 24
+// layers of 32 experts, 120B 36 layers of 128; both top-4, hidden and expert
+// width 2880, 64 query heads over 8 KV heads of 64, a 128-token window on
+// every other layer (from layer 0), YaRN factor 32 over 4,096 positions
+// (truncate false), theta 150000, swiglu_limit 7, o200k_harmony's 201,088 ids.
+json GptOssConfig(int layers, int experts) {
+  json types = json::array();
+  for (int L = 0; L < layers; ++L) types.push_back(L % 2 == 0 ? "sliding_attention" : "full_attention");
+  return {
+      {"model_type", "gpt_oss"},
+      {"architectures", {"GptOssForCausalLM"}},
+      {"hidden_size", 2880},
+      {"intermediate_size", 2880},
+      {"num_hidden_layers", layers},
+      {"num_local_experts", experts},
+      {"num_experts_per_tok", 4},
+      {"experts_per_token", 4},
+      {"vocab_size", 201088},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "silu"},
+      {"num_attention_heads", 64},
+      {"num_key_value_heads", 8},
+      {"head_dim", 64},
+      {"attention_bias", true},
+      {"sliding_window", 128},
+      {"layer_types", types},
+      {"swiglu_limit", 7.0},
+      {"max_position_embeddings", 131072},
+      {"initial_context_length", 4096},
+      {"rope_theta", 150000.0},
+      {"rope_scaling",
+       {{"rope_type", "yarn"},
+        {"factor", 32.0},
+        {"original_max_position_embeddings", 4096},
+        {"beta_fast", 32.0},
+        {"beta_slow", 1.0},
+        {"truncate", false}}},
+  };
+}
+
+// Qwen3-Next's layers at small sizes: Gated DeltaNet with two value heads per
+// key head, gated GQA with partial rotary every 2nd layer, zero-centered norms, MoE with softmax routing and a gated shared
+// expert.
+json Qwen3NextTinyConfig() {
+  return {
+      {"model_type", "qwen3_next"},
+      {"architectures", {"Qwen3NextForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "silu"},
+      {"intermediate_size", 512},
+      {"moe_intermediate_size", 128},
+      {"shared_expert_intermediate_size", 128},
+      {"num_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"norm_topk_prob", true},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", json::array()},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 64},
+      {"rope_theta", 10000.0},
+      {"partial_rotary_factor", 0.25},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"linear_num_key_heads", 2},
+      {"linear_num_value_heads", 4},
+      {"linear_key_head_dim", 32},
+      {"linear_value_head_dim", 48},
+      {"linear_conv_kernel_dim", 4},
+  };
+}
+
+// Qwen3-Next-80B-A3B's own config.json values (Instruct and Thinking share
+// them): 48 layers, full attention every 4th, 512 experts top-10.
+json Qwen3Next80bConfig() {
+  json c = Qwen3NextTinyConfig();
+  c.erase("layer_types");
+  c.update({{"hidden_size", 2048},
+            {"num_hidden_layers", 48},
+            {"vocab_size", 151936},
+            {"bos_token_id", 151643},
+            {"eos_token_id", 151645},
+            {"intermediate_size", 5120},
+            {"moe_intermediate_size", 512},
+            {"shared_expert_intermediate_size", 512},
+            {"num_experts", 512},
+            {"num_experts_per_tok", 10},
+            {"num_attention_heads", 16},
+            {"num_key_value_heads", 2},
+            {"head_dim", 256},
+            {"rope_theta", 10000000.0},
+            {"partial_rotary_factor", 0.25},
+            {"full_attention_interval", 4},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", 32},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"linear_conv_kernel_dim", 4},
+            {"max_position_embeddings", 262144}});
+  return c;
+}
+
+// Kimi-Linear-48B-A3B's own config.json values: the tiny Kimi config (same
+// routing, norms and attention kinds) at the real sizes.
+json Kimi48bConfig() {
+  json full = json::array(), kda = json::array();
+  for (int L = 1; L <= 27; ++L) {
+    const bool mla = L % 4 == 0 || L == 27;
+    (mla ? full : kda).push_back(L);
+  }
+  json c = KimiTinyConfig();
+  c.update({{"hidden_size", 2304},
+            {"num_hidden_layers", 27},
+            {"vocab_size", 163840},
+            {"bos_token_id", 163584},
+            {"eos_token_id", 163586},
+            {"intermediate_size", 9216},
+            {"moe_intermediate_size", 1024},
+            {"num_experts", 256},
+            {"num_experts_per_token", 8},
+            {"num_attention_heads", 32},
+            {"kv_lora_rank", 512},
+            {"qk_nope_head_dim", 128},
+            {"qk_rope_head_dim", 64},
+            {"v_head_dim", 128},
+            {"linear_attn_config",
+             {{"num_heads", 32},
+              {"head_dim", 128},
+              {"short_conv_kernel_size", 4},
+              {"kda_layers", kda},
+              {"full_attn_layers", full}}}});
+  return c;
+}
+
+// Kimi K3's text model in WARP's container layout: the text config
+// flattened, the multimodal wrapper's own keys under _outer (its
+// architectures name K3; the text config says kimi_linear, as released),
+// the trunk's tensors under "language_model.". Its parts: a latent MoE with
+// the norm before the up-projection, two shared experts, Attention
+// Residuals, SiTU, KDA's full-rank gate and lower bound, MLA with q_lora,
+// NoPE and an output gate; sigmoid routing in one group, scaling 1.0.
+json KimiK3Config(int hidden, int layers, int vocab, int dense_inter, int moe_inter, int experts,
+                  int top_k, int heads, int q_lora, int kv_lora, int qk_nope, int qk_rope,
+                  int v_head, int kda_heads, int kda_dim, int latent, int block) {
+  // 1-based, as Kimi's configs list them: MLA on every 4th layer and the last.
+  json full = json::array(), kda = json::array();
+  for (int L = 1; L <= layers; ++L) (L % 4 == 0 || L == layers ? full : kda).push_back(L);
+  return {
+      {"model_type", "kimi_linear"},
+      {"architectures", {"KimiLinearForCausalLM"}},
+      {"hidden_size", hidden},
+      {"num_hidden_layers", layers},
+      {"vocab_size", vocab},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"hidden_act", "situ"},
+      {"activation_situ_beta", 4.0},
+      {"activation_situ_linear_beta", 25.0},
+      {"intermediate_size", dense_inter},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", moe_inter},
+      {"num_experts", experts},
+      {"num_experts_per_token", top_k},
+      {"num_shared_experts", 2},
+      {"moe_renormalize", true},
+      {"moe_router_activation_func", "sigmoid"},
+      {"routed_scaling_factor", 1.0},
+      {"use_grouped_topk", true},
+      {"num_expert_group", 1},
+      {"topk_group", 1},
+      {"routed_expert_hidden_size", latent},
+      {"latent_moe_use_norm", true},
+      // Capped at the layer count (WARP refuses a block longer than the
+      // model): a slice's one block is the same computation either way.
+      {"attn_res_block_size", std::min(block, layers)},
+      {"num_nextn_predict_layers", 0},
+      {"num_attention_heads", heads},
+      {"q_lora_rank", q_lora},
+      {"kv_lora_rank", kv_lora},
+      {"qk_nope_head_dim", qk_nope},
+      {"qk_rope_head_dim", qk_rope},
+      {"v_head_dim", v_head},
+      {"mla_use_nope", true},
+      {"mla_use_output_gate", true},
+      {"rope_theta", 10000.0},
+      {"rope_scaling", nullptr},
+      {"linear_attn_config",
+       {{"num_heads", kda_heads},
+        {"head_dim", kda_dim},
+        {"short_conv_kernel_size", 4},
+        {"use_full_rank_gate", true},
+        {"gate_lower_bound", -5.0},
+        {"kda_layers", kda},
+        {"full_attn_layers", full}}},
+      {"_outer",
+       {{"architectures", {"KimiK3ForConditionalGeneration"}}, {"model_type", "kimi_k3"}}},
+  };
+}
+
+// K3 at test sizes: 6 layers in three AttnRes blocks of 2, the first dense,
+// KDA and MLA (layers 4 and 6, 1-based), 32 experts of 64 over a 128-wide
+// latent, top-4.
+json KimiK3TinyConfig() {
+  return KimiK3Config(/*hidden=*/256, /*layers=*/6, /*vocab=*/512, /*dense_inter=*/512,
+                      /*moe_inter=*/64, /*experts=*/32, /*top_k=*/4, /*heads=*/4, /*q_lora=*/96,
+                      /*kv_lora=*/64, /*qk_nope=*/32, /*qk_rope=*/16, /*v_head=*/32,
+                      /*kda_heads=*/4, /*kda_dim=*/64, /*latent=*/128, /*block=*/2);
+}
+
+// K3's real widths (docs/K3.md in WARP: hidden 7168, 896 experts of 3072
+// over a 3584 latent, top-16, 2 shared, 96 heads, q_lora 1536, kv_lora 512,
+// KDA 96 x 128, AttnRes blocks of 12, 163,840 ids) with two of its 93
+// layers: the dense first (KDA) and one MoE layer (MLA, as the last layer
+// is). Its experts are about 10.6 GiB at VQ3R, its trunk about 3 GB. The
+// dense layer's width, 18432, is Kimi K2's: K3.md does not give it.
+json KimiK3SliceConfig() {
+  return KimiK3Config(/*hidden=*/7168, /*layers=*/2, /*vocab=*/163840, /*dense_inter=*/18432,
+                      /*moe_inter=*/3072, /*experts=*/896, /*top_k=*/16, /*heads=*/96,
+                      /*q_lora=*/1536, /*kv_lora=*/512, /*qk_nope=*/128, /*qk_rope=*/64,
+                      /*v_head=*/128, /*kda_heads=*/96, /*kda_dim=*/128, /*latent=*/3584,
+                      /*block=*/12);
+}
+
+}  // namespace
+
+std::vector<std::string> SynthPresetNames() {
+  return {"tiny-kimi",       "tiny-deepseek",  "tiny-qwen3",         "tiny-glm",
+          "tiny-qwen3-next", "kimi-linear-48b", "qwen3-30b-a3b",     "qwen3-235b-a22b",
+          "glm-4.5-air",     "gpt-oss-20b",     "gpt-oss-120b",      "qwen3-next-80b-a3b",
+          "tiny-k3",         "kimi-k3-slice"};
+}
+
+Result<SynthSpec> SynthPreset(std::string_view name) {
+  SynthSpec s;
+  s.name = std::string(name);
+  if (name == "tiny-kimi") {
+    s.config = KimiTinyConfig();
+    s.route_skew = 0.1;  // 16 experts: "the busiest 10%" is one expert, so no share to aim at
+  } else if (name == "tiny-deepseek") {
+    s.config = DeepseekTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "tiny-qwen3") {
+    s.config = Qwen3TinyConfig();
+  } else if (name == "tiny-glm") {
+    s.config = GlmTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "qwen3-30b-a3b") {
+    s.config = Qwen3Config(2048, 48, 32, 6144, 768);
+  } else if (name == "qwen3-235b-a22b") {
+    s.config = Qwen3Config(4096, 94, 64, 12288, 1536);
+  } else if (name == "glm-4.5-air") {
+    s.config = GlmAirConfig();
+    s.anchor_experts = 2;
+  } else if (name == "tiny-qwen3-next") {
+    s.config = Qwen3NextTinyConfig();
+  } else if (name == "qwen3-next-80b-a3b") {
+    s.config = Qwen3Next80bConfig();
+  } else if (name == "kimi-linear-48b") {
+    s.config = Kimi48bConfig();
+    s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with
+                           // the previous token
+  } else if (name == "tiny-k3") {
+    s.config = KimiK3TinyConfig();
+    s.route_skew = 0.1;  // as the other tiny presets
+  } else if (name == "kimi-k3-slice") {
+    s.config = KimiK3SliceConfig();
+    s.anchor_experts = 2;  // as kimi-linear-48b
+  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
+    const bool big = name == "gpt-oss-120b";
+    s.config = GptOssConfig(big ? 36 : 24, big ? 128 : 32);
+    s.expert_fmt = Fmt::kMXFP4;  // as released
+    s.route_skew = 0;  // no correction bias to skew: the random router's own routing
+  } else {
+    std::string all;
+    for (const auto& n : SynthPresetNames()) all += (all.empty() ? "" : ", ") + n;
+    return Status::Error("unknown preset \"" + std::string(name) + "\" (presets: " + all + ")");
+  }
+  return s;
+}
+
+}  // namespace waste
