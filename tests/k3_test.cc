@@ -7,7 +7,8 @@
 // engine. waste runs the same container in this process and through a
 // detached wasted on every instruction-set path this CPU has: every logit
 // within 1e-4 of the row's largest and the same ordered top 10 at every
-// position, against both.
+// position, against both. And the same on `waste synth --preset tiny-k3`'s
+// container, which WARP ran too.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -31,7 +32,9 @@ using waste::testing::Shell;
 
 const std::string kDir = std::string(WASTE_FIXTURES) + "/k3/";
 
-std::string Bin(const std::string& name) { return std::string(WASTE_BIN_DIR) + "/" + name; }
+std::string Bin(const std::string& name) {
+  return std::string(WASTE_BIN_DIR) + "/" + name;
+}
 
 struct Fixture {
   json meta = json::parse(std::ifstream(kDir + "k3.json"));
@@ -102,6 +105,43 @@ TEST(KimiK3, InProcessMatchesBothOraclesOnEveryIsa) {
   ExpectBothOracles(got, fx, "k3 token by token");
 }
 
+// `waste synth --preset tiny-k3` (6 layers, 32 experts on a 128-wide latent,
+// Q4G/Q8G trunk), the container written again here byte for byte: WARP ran
+// the same bytes for the fixture (k3.json records their sha256).
+TEST(KimiK3, SyntheticPresetMatchesBothOraclesOnEveryIsa) {
+  const json meta = json::parse(std::ifstream(kDir + "k3.json"))["tiny_k3"];
+  const std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  const std::vector<float> reference =
+      waste::testing::FileFloats(kDir + "tiny-k3.reference.logits.bin");
+  const std::vector<float> warp = waste::testing::FileFloats(kDir + "tiny-k3.warp.logits.bin");
+  const int V = meta["vocab"].get<int>();
+  const std::string c = waste::testing::ScratchDir() + "/tiny-k3";
+  const Outcome synth =
+      Shell(Bin("waste") + " synth --preset tiny-k3 --seed 1 --force --quiet " + c);
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  auto ct = Container::Open(c);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  CacheOptions co;
+  co.slots = 32;
+  auto cache = ExpertCache::Create(*ct, co);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  for (kernels::Isa isa : kernels::AvailableIsas()) {
+    ModelOptions mo;
+    mo.isa = isa;
+    auto model = Model::Load(*ct, cache->get(), mo);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    Session s = (*model)->NewSession(static_cast<int>(prompt.size()));
+    std::vector<float> got;
+    ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
+    const std::string what = std::string("tiny-k3 ") + kernels::IsaName(isa);
+    const double r =
+        waste::testing::ExpectLogitsNear(got, reference, V, 1e-4f, what + " vs the reference");
+    const double w = waste::testing::ExpectLogitsNear(got, warp, V, 1e-4f, what + " vs WARP");
+    std::printf("%s: worst max|diff| / max|logit| %.3g against the reference, %.3g against WARP\n",
+                what.c_str(), r, w);
+  }
+}
+
 // The same through the programs a user runs: a detached wasted on a copy of
 // the container, and waste eval attached to it on every path.
 TEST(KimiK3, ThroughWastedOnEveryIsa) {
@@ -117,9 +157,9 @@ TEST(KimiK3, ThroughWastedOnEveryIsa) {
   for (kernels::Isa isa : kernels::AvailableIsas()) {
     const std::string what = std::string("k3 ") + kernels::IsaName(isa) + " through wasted";
     const std::string file = dir + "/logits-" + kernels::IsaName(isa);
-    const Outcome run = Shell(Bin("waste") + " eval " + c + " --ids " + ids +
-                              " --threads 2 --isa " + kernels::IsaName(isa) + " --logits " + file +
-                              " --socket " + socket);
+    const Outcome run =
+        Shell(Bin("waste") + " eval " + c + " --ids " + ids + " --threads 2 --isa " +
+              kernels::IsaName(isa) + " --logits " + file + " --socket " + socket);
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;  // attached
     ExpectBothOracles(waste::testing::FileFloats(file), fx, what);

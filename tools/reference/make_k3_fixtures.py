@@ -20,9 +20,13 @@ its source; never committed). The steps, each recorded in k3.json:
 5. the agreement: worst max|diff| / max|logit| of a row, ordered top-10
    identical at every position, the smallest routing margin and top-11 gap.
 
+With --waste, WARP and the reference also run on `waste synth --preset tiny-k3
+--seed 1` (not committed: the test writes it again, byte for byte).
+
 Files: warp-vq3r/ (the container), reference.logits.bin (the reference on the
 container), warp.logits.bin (WARP, token by token), checkpoint.logits.bin (the
-reference on the raw checkpoint), each float32 LE [positions][vocab]; k3.json.
+reference on the raw checkpoint), tiny-k3.{reference,warp}.logits.bin (the
+synthetic preset), each float32 LE [positions][vocab]; k3.json.
 """
 
 from __future__ import annotations
@@ -51,13 +55,15 @@ from k3_model import K3Model  # noqa: E402
 
 PROMPT_SEED = 7
 PROMPT_LEN = 72
+SYNTH = ["synth", "--preset", "tiny-k3", "--seed", "1", "--force", "--quiet"]
+SYNTH_PROMPT_SEED, SYNTH_PROMPT_LEN = 11, 40
 
 
-def prompt_ids(cfg: dict) -> list:
-    """BOS, then ordinary ids (the specials 273..279 avoided), drawn from a seed."""
-    g = torch.Generator().manual_seed(PROMPT_SEED)
+def prompt_ids(cfg: dict, seed: int = PROMPT_SEED, n: int = PROMPT_LEN) -> list:
+    """BOS, then ordinary ids (the specials, from the BOS on, avoided), drawn from a seed."""
+    g = torch.Generator().manual_seed(seed)
     n_plain = cfg["bos_token_id"]  # the specials start at the BOS
-    return [cfg["bos_token_id"]] + torch.randint(0, n_plain, (PROMPT_LEN - 1,), generator=g).tolist()
+    return [cfg["bos_token_id"]] + torch.randint(0, n_plain, (n - 1,), generator=g).tolist()
 
 
 def run(cmd: list, **kw) -> str:
@@ -102,11 +108,44 @@ def reference(src, ids: list) -> tuple[np.ndarray, dict, np.ndarray]:
     return whole, trace, chunked
 
 
+def warp_run(driver: str, container: str, ids: list, scratch: str, V: int) -> tuple:
+    ids_file = os.path.join(scratch, "ids.json")
+    with open(ids_file, "w") as f:
+        json.dump(ids, f)
+    step_bin, prefill_bin = os.path.join(scratch, "step.bin"), os.path.join(scratch, "prefill.bin")
+    run([driver, container, ids_file, step_bin, prefill_bin])
+    return (np.fromfile(step_bin, "<f4").reshape(len(ids), V),
+            np.fromfile(prefill_bin, "<f4").reshape(len(ids), V))
+
+
+def synth_case(waste: str, driver: str, out: str, scratch: str) -> dict:
+    """WARP and the reference on `waste synth --preset tiny-k3`'s container."""
+    d = os.path.join(scratch, "tiny-k3")
+    run([waste] + SYNTH + [d])
+    c = Container(d)
+    V = int(c.config["vocab_size"])
+    ids = prompt_ids(c.config, SYNTH_PROMPT_SEED, SYNTH_PROMPT_LEN)
+    step, prefill = warp_run(driver, d, ids, scratch, V)
+    ref, trace, chunked = reference(c, ids)
+    ref.astype("<f4").tofile(os.path.join(out, "tiny-k3.reference.logits.bin"))
+    step.astype("<f4").tofile(os.path.join(out, "tiny-k3.warp.logits.bin"))
+    return {"command": "waste " + " ".join(SYNTH) + " DIR", "container_sha256": c.file_hashes(),
+            "prompt_ids": ids, "vocab": V, "positions": len(ids),
+            "files": {"tiny-k3.reference.logits.bin": "k3_model.py, whole prompt",
+                      "tiny-k3.warp.logits.bin": "WARP, one token at a time"},
+            "agreement": {"warp_vs_reference": agreement(step, ref),
+                          "warp_prefill_vs_reference": agreement(prefill, ref),
+                          "reference_chunks_of_5_vs_whole": agreement(chunked, ref)},
+            "margins": {"routing": min(min(r["margin"]) for r in trace["routing"]),
+                        "top11_gap": top_gap(ref)}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warp", required=True, help="a built copy of WARP's source tree")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--waste", help="build/bin/waste: also run both oracles on its tiny-k3 preset")
     a = ap.parse_args()
     warp = os.path.abspath(a.warp)
     out = os.path.abspath(a.out)
@@ -127,14 +166,8 @@ def main() -> None:
         build = ["cc", "-O2", "-I", os.path.join(warp, "src"), "-o", driver,
                  os.path.join(HERE, "warp_logits.c"), os.path.join(warp, "libwaste.a"), "-lm", "-lpthread"]
         run(build)
-        ids_file = os.path.join(scratch, "ids.json")
-        with open(ids_file, "w") as f:
-            json.dump(ids, f)
-        step_bin, prefill_bin = os.path.join(scratch, "step.bin"), os.path.join(scratch, "prefill.bin")
-        run([driver, container, ids_file, step_bin, prefill_bin])
         V = cfg["vocab_size"]
-        warp_step = np.fromfile(step_bin, "<f4").reshape(len(ids), V)
-        warp_prefill = np.fromfile(prefill_bin, "<f4").reshape(len(ids), V)
+        warp_step, warp_prefill = warp_run(driver, container, ids, scratch, V)
 
         ref_c, trace_c, chunk_c = reference(Container(container), ids)
         ref_k, trace_k, chunk_k = reference(Checkpoint(ckpt), ids)
@@ -176,10 +209,14 @@ def main() -> None:
             "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                          "numpy": np.__version__},
         }
+        if a.waste:
+            meta["tiny_k3"] = synth_case(os.path.abspath(a.waste), driver, out, scratch)
         with open(os.path.join(out, "k3.json"), "w") as f:
             json.dump(meta, f, indent=1)
         print(json.dumps({"agreement": meta["agreement"], "margins": meta["margins"],
-                          "sanity": meta["sanity"]}, indent=1))
+                          "sanity": meta["sanity"],
+                          "tiny_k3": {k: meta.get("tiny_k3", {}).get(k) for k in ("agreement", "margins")}},
+                         indent=1))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
