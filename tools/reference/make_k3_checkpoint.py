@@ -123,8 +123,8 @@ def config() -> dict:
         "model_type": "kimi_k3",
         "text_config": text_config(),
         "vision_config": {"model_type": "kimi_k3_vision", "patch_size": 14,
-                          "vt_hidden_size": 2, "vt_num_hidden_layers": 1,
-                          "vt_num_attention_heads": 1, "vt_intermediate_size": 4,
+                          "vt_hidden_size": 8, "vt_num_hidden_layers": 1,
+                          "vt_num_attention_heads": 1, "vt_intermediate_size": 16,
                           "merge_kernel_size": [2, 2], "text_hidden_size": 64},
         "quantization_config": {
             "quant_method": "compressed-tensors",
@@ -230,11 +230,11 @@ def tensors(cfg: dict, g: torch.Generator) -> tuple[dict, dict]:
     put("model.output_attn_res_proj.weight", torch.randn(h, generator=g) * PSEUDO_QUERY)
     mat("lm_head.weight", cfg["vocab_size"], h)
     # The vision tower's and projector's names, outside the text prefix.
-    for name, shape in (("vision_tower.patch_embed.proj.weight", (2, 3, 14, 14)),
-                        ("vision_tower.patch_embed.proj.bias", (2,)),
-                        ("vision_tower.encoder.final_layernorm.weight", (2,)),
-                        ("mm_projector.proj.0.weight", (8, 8)),
-                        ("mm_projector.proj.2.weight", (64, 8))):
+    for name, shape in (("vision_tower.patch_embed.proj.weight", (8, 3, 14, 14)),
+                        ("vision_tower.patch_embed.proj.bias", (8,)),
+                        ("vision_tower.encoder.final_layernorm.weight", (8,)),
+                        ("mm_projector.proj.0.weight", (32, 32)),
+                        ("mm_projector.proj.2.weight", (64, 32))):
         out[name] = (torch.randn(*shape, generator=g) * 0.1).to(torch.bfloat16)
     return out, ref
 
@@ -255,7 +255,7 @@ def write(out_dir: str, seed: int) -> dict:
         weight_map.update({n: file for n in part})
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": sum(v.numel() * v.element_size() for v in t.values())},
-                   "weight_map": weight_map}, f)
+                   "weight_map": weight_map}, f, indent=1)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     for name in ("tiktoken.model", "tokenizer_config.json"):
