@@ -72,6 +72,10 @@ int RunConvert(const ConvertArgs& a) {
                 "to generate)\n",
                 s.skipped_layers.size() > 1 ? "s" : "", list.c_str());
   }
+  if (!s.skipped_vision.empty())
+    std::printf("  the vision tower skipped: %zu tensors (e.g. %s); the container holds the text "
+                "model\n",
+                s.skipped_vision.size(), s.skipped_vision.front().c_str());
   if (!s.unused.empty())
     std::printf("  %zu checkpoint tensors not needed by the container, e.g. %s\n", s.unused.size(),
                 s.unused.front().c_str());

@@ -291,7 +291,7 @@ Result<std::vector<float>> Converter::FitCodebooks(const ExpertQuant& q, int L) 
   const int sample = std::clamp(o_.fit.sample_experts, 1, c.n_experts);
   std::vector<float> books;
   for (int m = 0; m < 3; ++m) {
-    const int64_t rows = m == 2 ? c.hidden : c.moe_inter, cols = m == 2 ? c.moe_inter : c.hidden;
+    const int64_t rows = sm_.expert_rows[m], cols = sm_.expert_cols[m];
     const int64_t per_expert = rows * cols / 8;
     const int64_t step = std::max<int64_t>(1, per_expert * sample / std::max(1, o_.fit.max_vectors));
     std::vector<float> vectors, w(static_cast<size_t>(rows * cols));
@@ -459,7 +459,9 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   if (!resume.ok()) return resume.status();
 
   ConvertSummary sum;
-  sum.model_type = sm->shape.model_type;
+  // K3's text config says kimi_linear; its family is named by the wrapper.
+  sum.model_type = sm->shape.arch == Arch::kKimiK3 ? std::string(ArchName(Arch::kKimiK3))
+                                                   : sm->shape.model_type;
   sum.source_bytes = (*ck)->shard_bytes();
   const ParamCount params = CountParams(sm->shape);
   sum.trunk_params = params.trunk;
@@ -572,9 +574,10 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   if (c.n_experts > 0) sum.expert_bytes += fs::file_size(o.out + "/codebooks.bin", ec);
   for (const auto& e : fs::directory_iterator(o.out, ec))
     if (e.is_regular_file()) sum.written_bytes += e.file_size();
-  sum.unused = (*ck)->Unused();
+  for (std::string& name : (*ck)->Unused())
+    (sm->IsVisionTensor(name) ? sum.skipped_vision : sum.unused).push_back(std::move(name));
   for (const std::string& name : sum.unused) {
-    const std::string p = "model.layers.";
+    const std::string p = sm->prefix + "model.layers.";
     if (name.rfind(p, 0) != 0) continue;
     const int L = std::atoi(name.c_str() + p.size());
     if (L >= c.n_layers &&

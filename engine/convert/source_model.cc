@@ -3,12 +3,22 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/format/container.h"
+
 namespace waste::convert {
 
 using nlohmann::json;
 
+namespace {
+
+// K3's wrapper: its config.json architecture and the vision tower's tensors.
+constexpr const char* kK3Wrapper = "KimiK3ForConditionalGeneration";
+constexpr const char* kK3Vision[] = {"vision_tower.", "mm_projector."};
+
+}  // namespace
+
 std::string SourceModel::TrunkName(const std::string& name) const {
-  if (family == Family::kKimiLinear) return name;
+  if (family == Family::kKimiLinear) return prefix + name;
   if (family == Family::kGptOss) {
     const std::string gate = ".block_sparse_moe.gate.";
     const size_t at = name.find(gate);
@@ -19,6 +29,13 @@ std::string SourceModel::TrunkName(const std::string& name) const {
   const size_t at = name.find(moe);
   if (at == std::string::npos) return name;
   return name.substr(0, at) + ".mlp." + name.substr(at + moe.size());
+}
+
+bool SourceModel::IsVisionTensor(const std::string& name) const {
+  if (shape.arch != Arch::kKimiK3) return false;
+  for (const char* v : kK3Vision)
+    if (name.rfind(v, 0) == 0) return true;
+  return false;
 }
 
 namespace {
@@ -34,9 +51,8 @@ std::string ShapeText(const std::vector<int64_t>& s) {
 Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, int expert,
                                              int matrix) const {
   const ModelConfig& c = shape;
-  const int64_t rows = matrix == 2 ? c.hidden : c.moe_inter;
-  const int64_t cols = matrix == 2 ? c.moe_inter : c.hidden;
-  const std::string p = "model.layers." + std::to_string(layer);
+  const int64_t rows = expert_rows[matrix], cols = expert_cols[matrix];
+  const std::string p = prefix + "model.layers." + std::to_string(layer);
   ExpertMatrix m;
   m.rows = rows;
   std::vector<int64_t> want = {rows, cols};
@@ -98,9 +114,29 @@ Status SourceModel::ReadExpertBias(const Checkpoint& ck, int layer, int expert, 
   return Status::Ok();
 }
 
-Result<SourceModel> MapSource(const json& in) {
-  if (!in.is_object()) return Status::Error("config.json: not a JSON object");
+Result<SourceModel> MapSource(const json& top) {
+  if (!top.is_object()) return Status::Error("config.json: not a JSON object");
   SourceModel s;
+  json in = top;
+  if (top.contains("text_config")) {
+    const auto a = top.find("architectures");
+    const bool k3 = a != top.end() && a->is_array() && !a->empty() && (*a)[0] == kK3Wrapper;
+    if (!k3)
+      return Status::Error(std::string("config.json: a nested text_config (a multimodal "
+                                       "wrapper) is supported for Kimi K3 (") +
+                           kK3Wrapper + ") only, not for architectures " +
+                           (a != top.end() ? a->dump() : std::string("(none)")));
+    if (!top["text_config"].is_object())
+      return Status::Error("config.json: text_config is not an object");
+    // WARP's container layout: the text model's config, with the wrapper's
+    // keys (its architectures name K3) under _outer.
+    json outer = top;
+    outer.erase("text_config");
+    outer.erase("quantization_config");
+    outer.erase("compression_config");
+    in = top["text_config"];
+    in["_outer"] = std::move(outer);
+  }
   const auto mt = in.find("model_type");
   const std::string type = mt != in.end() && mt->is_string() ? mt->get<std::string>() : "";
   if (type == "deepseek_v3" || type == "kimi_k2") {
@@ -121,13 +157,10 @@ Result<SourceModel> MapSource(const json& in) {
                          "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next)");
   }
   if (in.contains("text_config"))
-    return Status::Error("config.json: a nested text_config (a multimodal wrapper) is not supported");
+    return Status::Error("config.json: text_config holds another text_config");
   json c = in;
   c.erase("quantization_config");
   c.erase("compression_config");
-  if (auto act = c.find("hidden_act"); act != c.end() && !act->is_null() &&
-                                       (!act->is_string() || act->get<std::string>() != "silu"))
-    return Status::Error("config.json: hidden_act " + act->dump() + " is not implemented (silu)");
   // MLA rotates interleaved pairs; GQA's families rotate half the dims
   // against the other half, whatever the key says.
   const bool gqa = s.family == Family::kQwen3Moe || s.family == Family::kGlm4Moe ||
@@ -158,10 +191,20 @@ Result<SourceModel> MapSource(const json& in) {
   }
   auto shape = ModelConfig::FromJson(c);
   if (!shape.ok()) return shape.status().Prefixed("config.json");
+  // K3's config reads its activation (silu or situ); the others' is SiLU.
+  if (auto act = c.find("hidden_act"); shape->arch != Arch::kKimiK3 && act != c.end() &&
+                                       !act->is_null() && *act != "silu")
+    return Status::Error("config.json: hidden_act " + act->dump() + " is not implemented (silu)");
   if (shape->tie_embeddings)
     return Status::Error("config.json: tie_word_embeddings is not implemented");
   s.shape = *shape;
+  s.prefix = DefaultTensorPrefix(c);
   s.config = std::move(c);
+  if (s.shape.n_experts > 0) {
+    auto lay = RecordLayout::For(s.shape, ExpertQuant::For(format::Fmt::kBF16R));
+    if (!lay.ok()) return lay.status().Prefixed("config.json");
+    for (int m = 0; m < 3; ++m) s.expert_rows[m] = lay->rows[m], s.expert_cols[m] = lay->cols[m];
+  }
   return s;
 }
 

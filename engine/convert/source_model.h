@@ -18,6 +18,13 @@
 //       gate the even rows, up the odd ones; gate_up_proj_bias [E][2 * inter] likewise
 //     model.layers.L.mlp.experts.down_proj_{blocks,scales}, down_proj_bias [E][hidden]
 //     model.layers.L.mlp.router.{weight,bias} -> model.layers.L.block_sparse_moe.gate.*
+//   Kimi K3 (architectures KimiK3ForConditionalGeneration), a multimodal
+//   wrapper: config.json's text_config is the text model (model_type
+//   kimi_linear, Moonshot's names as above), its tensors are under
+//   language_model. (kept in the container, as WARP's converter keeps them:
+//   tensor_prefix), the routed experts in compressed-tensors' MXFP4
+//   (BASE.weight_packed, BASE.weight_scale) and the rest BF16; the vision
+//   tower's vision_tower.* and mm_projector.*: not used (waste convert lists them)
 //   Everything else has the container's name (engine/format/model_config.h, TrunkSpec).
 #pragma once
 
@@ -46,9 +53,20 @@ struct SourceModel {
   Family family = Family::kDeepseekV3;
   nlohmann::json config;  // what the container's manifest carries (normalized, below)
   ModelConfig shape;
+  // Before every tensor name of the text model, in the checkpoint and in the
+  // container (the manifest's tensor_prefix, DefaultTensorPrefix): K3's
+  // "language_model.", else "".
+  std::string prefix;
+  // Rows and columns of gate, up and down of a routed expert (the record's,
+  // RecordLayout::For: K3's experts work in the latent width, not hidden).
+  int64_t expert_rows[3] = {}, expert_cols[3] = {};
 
-  // The checkpoint's name for a trunk tensor of the container.
+  // The checkpoint's name for a trunk tensor of the container (named
+  // without the prefix, as TrunkSpec names it).
   std::string TrunkName(const std::string& container_name) const;
+  // Whether a checkpoint tensor belongs to a part the text model does not
+  // use and the container leaves out by design: K3's vision tower.
+  bool IsVisionTensor(const std::string& checkpoint_name) const;
   // Matrix m (0 gate, 1 up, 2 down) of routed expert e, found and its shape
   // checked against the config.
   Result<ExpertMatrix> FindExpert(const Checkpoint& ck, int layer, int expert, int matrix) const;
@@ -59,12 +77,14 @@ struct SourceModel {
                         float* out) const;
 };
 
-// Reads a config.json. Normalized for the container: transformers 5's
-// rope_parameters become rope_theta / rope_scaling; quantization_config and
-// compression_config are dropped (the container's weights are not the
-// checkpoint's). Refused by name: an unknown model_type, an activation other
-// than silu, tied embeddings, rope_interleave false for MLA, and whatever
-// ModelConfig::FromJson refuses.
+// Reads a config.json. Normalized for the container: K3's text_config
+// becomes the config, the wrapper's other keys its "_outer" object (as WARP's
+// converter writes it); transformers 5's rope_parameters become rope_theta /
+// rope_scaling; quantization_config and compression_config are dropped (the
+// container's weights are not the checkpoint's). Refused by name: an unknown
+// model_type, a text_config of another wrapper than K3's, an activation other
+// than silu (K3: silu or situ), tied embeddings,
+// rope_interleave false for MLA, and whatever ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);
 
 }  // namespace waste::convert

@@ -127,8 +127,10 @@ Result<VerifyReport> Verify(const VerifyOptions& o) {
       finite = std::isfinite(format::F16ToF32(U16(scales.data() + i)));
     if (!finite) rep.problems.push_back("trunk.bin: tensor " + t.name + " holds a non-finite value");
     if (!ck || t.shape.size() != 2 || !finite) continue;
-    const std::string name = t.name.substr(man.tensor_prefix.size());
-    auto w = ck->Find(sm.TrunkName(name));
+    // A tensor outside the prefix (WARP keeps K3's vision tower) has the
+    // checkpoint's name.
+    const bool prefixed = t.name.rfind(man.tensor_prefix, 0) == 0;
+    auto w = ck->Find(prefixed ? sm.TrunkName(t.name.substr(man.tensor_prefix.size())) : t.name);
     if (!w.ok()) {
       rep.problems.push_back(w.status().message());
       continue;
