@@ -8,7 +8,8 @@
 // detached wasted on every instruction-set path this CPU has: every logit
 // within 1e-4 of the row's largest and the same ordered top 10 at every
 // position, against both. And the same on `waste synth --preset tiny-k3`'s
-// container, which WARP ran too.
+// container, which WARP ran too, and on waste convert's lossless container of
+// the checkpoint against the reference on the checkpoint.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -139,6 +140,38 @@ TEST(KimiK3, SyntheticPresetMatchesBothOraclesOnEveryIsa) {
     const double w = waste::testing::ExpectLogitsNear(got, warp, V, 1e-4f, what + " vs WARP");
     std::printf("%s: worst max|diff| / max|logit| %.3g against the reference, %.3g against WARP\n",
                 what.c_str(), r, w);
+  }
+}
+
+// The checkpoint itself (tests/fixtures/convert/kimi-k3: make_k3_checkpoint.py's
+// bytes) through waste convert's lossless container (MXFP4 records, BF16
+// trunk) against the reference on the raw checkpoint, MXFP4 decoded.
+TEST(KimiK3, LosslessConversionMatchesTheReferenceOnTheCheckpoint) {
+  const Fixture fx;
+  const std::vector<float> want = waste::testing::FileFloats(kDir + "checkpoint.logits.bin");
+  const std::string c = waste::testing::ScratchDir() + "/lossless";
+  const Outcome conv = Shell(Bin("waste") + " convert " + std::string(WASTE_FIXTURES) +
+                             "/convert/kimi-k3 " + c + " --expert-format mxfp4 --quiet");
+  ASSERT_EQ(conv.code, 0) << conv.out;
+  auto ct = Container::Open(c);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  CacheOptions co;
+  co.slots = 16;
+  auto cache = ExpertCache::Create(*ct, co);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  for (kernels::Isa isa : kernels::AvailableIsas()) {
+    ModelOptions mo;
+    mo.isa = isa;
+    auto model = Model::Load(*ct, cache->get(), mo);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    Session s = (*model)->NewSession(static_cast<int>(fx.prompt.size()));
+    std::vector<float> got;
+    ASSERT_TRUE((*model)->Forward(s, fx.prompt, nullptr, &got).ok());
+    const std::string what = std::string("k3 lossless ") + kernels::IsaName(isa);
+    const double worst =
+        waste::testing::ExpectLogitsNear(got, want, fx.vocab(), 1e-4f, what + " vs the reference");
+    std::printf("%s: worst max|diff| / max|logit| %.3g against the reference on the checkpoint\n",
+                what.c_str(), worst);
   }
 }
 
