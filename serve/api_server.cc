@@ -45,8 +45,8 @@ struct ApiServer::Reply {
   int64_t code_points_sent = 0;      // a streamed completion's text_offset
   double submitted = 0;
   Reply(const Tokenizer& tok, std::vector<int32_t> end, std::vector<std::string> stops,
-        std::string_view reply_after)
-      : text(tok, std::move(end), std::move(stops), reply_after) {}
+        std::string_view reply_after, std::string_view opening)
+      : text(tok, std::move(end), std::move(stops), reply_after, opening) {}
 };
 
 ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
@@ -149,10 +149,11 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
       return Refuse(r, e.status, e.ToJson().dump());
     }
     // A chat's reply is its final channel where the format has channels
-    // (harmony); a completion's is the raw text.
+    // (harmony's final, K3's response); a completion's is the raw text.
+    const bool channels = chat && chat_;
     auto reply = std::make_shared<Reply>(
         tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop,
-        chat && chat_ ? chat_->reply_after : std::string());
+        channels ? chat_->reply_after : std::string(), channels ? chat_->open : std::string());
     reply->chat = chat;
     reply->sampling = sampling;
     reply->sampling.max_tokens = max_tokens;

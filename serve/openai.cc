@@ -385,8 +385,12 @@ size_t CompleteUtf8Prefix(std::string_view s) {
 }
 
 ReplyText::ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn,
-                     std::vector<std::string> stops, std::string_view reply_after)
-    : tok_(tok), end_(std::move(end_of_turn)), shown_(tok, reply_after), stop_(std::move(stops)) {}
+                     std::vector<std::string> stops, std::string_view reply_after,
+                     std::string_view opening)
+    : tok_(tok),
+      end_(std::move(end_of_turn)),
+      shown_(tok, reply_after, opening),
+      stop_(std::move(stops)) {}
 
 std::string ReplyText::Feed(int32_t id) {
   if (done_) return {};

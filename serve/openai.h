@@ -128,13 +128,14 @@ StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n
 // the reply); a stop string ends it and neither it nor anything after it is
 // ever returned; text that may be the start of a stop string, and a token
 // that ends inside a UTF-8 character, wait for the next token. With
-// `reply_after` (chat.json's: harmony's final channel) only the tokens after
-// that markup are the reply's (ReplyFilter). `tok` must outlive it. A caller that handles the end-of-turn ids itself (and never
+// `reply_after` (chat.json's: harmony's final channel, K3's response) only
+// the tokens after that markup are the reply's, or every one when `opening`
+// (chat.json's open) ends with it (ReplyFilter). `tok` must outlive it. A caller that handles the end-of-turn ids itself (and never
 // feeds them) calls Flush at the end either way.
 class ReplyText {
  public:
   ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops,
-            std::string_view reply_after = {});
+            std::string_view reply_after = {}, std::string_view opening = {});
   // The text now safe to send (often empty). Nothing once done().
   std::string Feed(int32_t id);
   // At the end of generation: what is still held back (bytes that never

@@ -148,28 +148,13 @@ TEST(Safetensors, ShortOrOversizedFilesAreRefused) {
 // CPU has. Returns the worst ratio.
 double CompareWithReference(const std::string& container, const std::string& name) {
   const json fx = ReadJson(kFixtures + "fixtures.json")[name];
-  auto ct = Container::Open(container);
-  EXPECT_TRUE(ct.ok()) << ct.status().message();
-  if (!ct.ok()) return 1e9;
-  CacheOptions co;
-  co.slots = 8;
-  auto cache = ExpertCache::Create(*ct, co);
-  EXPECT_TRUE(cache.ok());
+  const auto prompt = fx["prompt_ids"].get<std::vector<int>>();
+  const std::vector<float> want = FileFloats(kFixtures + fx["logits"]["file"].get<std::string>());
+  const auto paths = waste::testing::LogitsOnEveryIsa(container, prompt, 8, {}, 64);
+  if (paths.size() != kernels::AvailableIsas().size()) return 1e9;
   double worst = 0;
-  for (kernels::Isa isa : kernels::AvailableIsas()) {
-    ModelOptions mo;
-    mo.isa = isa;
-    auto model = Model::Load(*ct, cache->get(), mo);
-    EXPECT_TRUE(model.ok()) << model.status().message();
-    if (!model.ok()) return 1e9;
-    Model& m = **model;
-    const int V = m.config().vocab;
-    const auto prompt = fx["prompt_ids"].get<std::vector<int>>();
-    const std::vector<float> want = FileFloats(kFixtures + fx["logits"]["file"].get<std::string>());
+  for (const auto& [isa, V, got] : paths) {
     EXPECT_EQ(want.size(), prompt.size() * V);
-    Session s = m.NewSession(64);
-    std::vector<float> got;
-    EXPECT_TRUE(m.Forward(s, prompt, nullptr, &got).ok());
     worst = std::max(worst, waste::testing::ExpectLogitsNear(
                                 got, want, V, 1e-3f, name + " " + kernels::IsaName(isa)));
   }
@@ -246,22 +231,8 @@ TEST_P(LongPrompt, EveryPositionMatchesTheReference) {
   const auto prompt = meta["prompts"][fx["prompt"].get<std::string>()].get<std::vector<int>>();
   ASSERT_EQ(prompt.size(), meta["positions"].get<size_t>());
   const std::vector<float> want = FileFloats(kFixtures + "long/" + name + ".logits.bin");
-  auto ct = Container::Open(out);
-  ASSERT_TRUE(ct.ok()) << ct.status().message();
-  CacheOptions co;
-  co.slots = 8;
-  auto cache = ExpertCache::Create(*ct, co);
-  ASSERT_TRUE(cache.ok());
-  for (kernels::Isa isa : kernels::AvailableIsas()) {
-    ModelOptions mo;
-    mo.isa = isa;
-    auto model = Model::Load(*ct, cache->get(), mo);
-    ASSERT_TRUE(model.ok()) << model.status().message();
-    const int V = (*model)->config().vocab;
+  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, prompt, 8)) {
     ASSERT_EQ(want.size(), prompt.size() * V);
-    Session s = (*model)->NewSession(static_cast<int>(prompt.size()));
-    std::vector<float> got;
-    ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
     ASSERT_EQ(got.size(), want.size());
     const waste::testing::EveryPosition e = waste::testing::ExpectEveryPositionNear(
         got, want, V, 1e-4f, name + " " + kernels::IsaName(isa));

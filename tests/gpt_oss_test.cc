@@ -82,24 +82,12 @@ TEST_P(GptOss, ConversionMatchesTransformersAtEveryPosition) {
   EXPECT_EQ(c.attn_window, (std::vector<int>{32, 0, 32, 0}));
   EXPECT_TRUE(c.sinks && c.o_bias && c.expert_bias && c.softmax_topk && c.router_logit_bias);
   EXPECT_FLOAT_EQ(c.swiglu_limit, 7.f);
-  CacheOptions co;
-  co.slots = 8;
-  auto cache = ExpertCache::Create(*ct, co);
-  ASSERT_TRUE(cache.ok());
   const json meta = ReadJson(kFixtures + "gpt-oss.json");
   const auto prompt = meta["prompt"].get<std::vector<int>>();
   ASSERT_GE(prompt.size(), 256u);
   const std::vector<float> want = waste::testing::FileFloats(kFixtures + "gpt-oss.logits.bin");
-  for (kernels::Isa isa : kernels::AvailableIsas()) {
-    ModelOptions mo;
-    mo.isa = isa;
-    auto model = Model::Load(*ct, cache->get(), mo);
-    ASSERT_TRUE(model.ok()) << model.status().message();
-    const int V = (*model)->config().vocab;
+  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, prompt, 8)) {
     ASSERT_EQ(want.size(), prompt.size() * V);
-    Session s = (*model)->NewSession(static_cast<int>(prompt.size()));
-    std::vector<float> got;
-    ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
     const double worst = waste::testing::ExpectLogitsNear(got, want, V, 1e-4f,
                                                           fmt + " " + kernels::IsaName(isa));
     std::printf("gpt-oss %s %s: worst max|diff| / max|logit| %.3g\n", fmt.c_str(),

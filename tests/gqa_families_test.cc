@@ -62,25 +62,11 @@ TEST_P(GqaFamily, LosslessConversionMatchesTransformersAtEveryPosition) {
   EXPECT_EQ(v->records, 3 * 16);
   EXPECT_EQ(v->trunk_max_rel_error, 0.0) << v->trunk_worst;
 
-  auto ct = Container::Open(out);
-  ASSERT_TRUE(ct.ok()) << ct.status().message();
-  CacheOptions co;
-  co.slots = 16;
-  auto cache = ExpertCache::Create(*ct, co);
-  ASSERT_TRUE(cache.ok());
   const auto prompt = meta["prompt_ids"].get<std::vector<int>>();
   ASSERT_GE(prompt.size(), 256u);
   const std::vector<float> want = waste::testing::FileFloats(kFixtures + fx["logits"].get<std::string>());
-  for (kernels::Isa isa : kernels::AvailableIsas()) {
-    ModelOptions mo;
-    mo.isa = isa;
-    auto model = Model::Load(*ct, cache->get(), mo);
-    ASSERT_TRUE(model.ok()) << model.status().message();
-    const int V = (*model)->config().vocab;
+  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, prompt, 16)) {
     ASSERT_EQ(want.size(), prompt.size() * V);
-    Session s = (*model)->NewSession(static_cast<int>(prompt.size()));
-    std::vector<float> got;
-    ASSERT_TRUE((*model)->Forward(s, prompt, nullptr, &got).ok());
     const double worst = waste::testing::ExpectLogitsNear(got, want, V, 1e-4f,
                                                           name + " " + kernels::IsaName(isa));
     std::printf("%s %s: worst max|diff| / max|logit| %.3g\n", name.c_str(), kernels::IsaName(isa),

@@ -74,21 +74,10 @@ TEST(Qwen3Next, LosslessConversionMatchesTransformersAtEveryPosition) {
   const ModelConfig& c = ct->config();
   EXPECT_EQ(c.n_layers_of(LayerKind::kGatedDeltaNet), 2);
   EXPECT_EQ(c.n_layers_of(LayerKind::kGqa), 2);
-  CacheOptions co;
-  co.slots = 16;
-  auto cache = ExpertCache::Create(*ct, co);
-  ASSERT_TRUE(cache.ok());
-  for (kernels::Isa isa : kernels::AvailableIsas()) {
-    ModelOptions mo;
-    mo.isa = isa;
-    mo.chunk = 48;  // chunks that straddle transformers' 64-token chunks of the delta rule
-    auto model = Model::Load(*ct, cache->get(), mo);
-    ASSERT_TRUE(model.ok()) << model.status().message();
-    const int V = (*model)->config().vocab;
+  ModelOptions mo;
+  mo.chunk = 48;  // chunks that straddle transformers' 64-token chunks of the delta rule
+  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, fx.prompt, 16, mo)) {
     ASSERT_EQ(fx.want.size(), fx.prompt.size() * V);
-    Session s = (*model)->NewSession(static_cast<int>(fx.prompt.size()));
-    std::vector<float> got;
-    ASSERT_TRUE((*model)->Forward(s, fx.prompt, nullptr, &got).ok());
     const double worst = waste::testing::ExpectLogitsNear(
         got, fx.want, V, 1e-4f, std::string("qwen3-next ") + kernels::IsaName(isa));
     std::printf("qwen3-next %s: worst max|diff| / max|logit| %.3g\n", kernels::IsaName(isa), worst);

@@ -1,4 +1,5 @@
-// Helpers shared by the tests: scratch directories and file bytes.
+// Helpers shared by the tests: scratch directories, file bytes, logits
+// against a reference, a container's logits on every instruction-set path.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,9 +14,15 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/experts/cache.h"
+#include "engine/format/container.h"
+#include "engine/kernels/cpu.h"
+#include "engine/model/model.h"
 
 namespace waste::testing {
 
@@ -131,6 +138,45 @@ inline EveryPosition ExpectEveryPositionNear(const std::vector<float>& got,
     }
   }
   return r;
+}
+
+// One instruction-set path's logits of a prompt, [positions][vocab].
+struct IsaLogits {
+  kernels::Isa isa;
+  int vocab = 0;
+  std::vector<float> logits;
+};
+
+// The model of the container in `dir` over `prompt`, in one forward pass
+// from a fresh session of `context` tokens (0: the prompt's length), on
+// every instruction-set path this CPU has, its experts from an in-process
+// cache of `slots` records; `mo` gives the other options (its isa is each
+// path's). A step that fails is a test failure, and no path after it runs.
+inline std::vector<IsaLogits> LogitsOnEveryIsa(const std::string& dir,
+                                               std::span<const int> prompt, int slots,
+                                               ModelOptions mo = {}, int context = 0) {
+  std::vector<IsaLogits> out;
+  auto ct = Container::Open(dir);
+  EXPECT_TRUE(ct.ok()) << ct.status().message();
+  if (!ct.ok()) return out;
+  CacheOptions co;
+  co.slots = slots;
+  auto cache = ExpertCache::Create(*ct, co);
+  EXPECT_TRUE(cache.ok()) << cache.status().message();
+  if (!cache.ok()) return out;
+  for (kernels::Isa isa : kernels::AvailableIsas()) {
+    mo.isa = isa;
+    auto model = Model::Load(*ct, cache->get(), mo);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    if (!model.ok()) return out;
+    Session s = (*model)->NewSession(context > 0 ? context : static_cast<int>(prompt.size()));
+    IsaLogits r{isa, (*model)->config().vocab, {}};
+    const Status st = (*model)->Forward(s, prompt, nullptr, &r.logits);
+    EXPECT_TRUE(st.ok()) << st.message();
+    if (!st.ok()) return out;
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 // What a shell command line did: its exit code (-1 when it did not exit

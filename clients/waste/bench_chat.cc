@@ -336,8 +336,9 @@ int RunChat(const ChatOptions& o) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       continue;
     }
-    // The reply's text: harmony's final channel, its analysis not shown.
-    ReplyFilter shown(tok, chat.reply_after);
+    // The reply's text: harmony's final channel, its analysis not shown; K3's
+    // response channel.
+    ReplyFilter shown(tok, chat.reply_after, chat.open);
     for (int i = 0; i < o.max_tokens; ++i) {
       const int next = sampler.Sample(logits);
       const int one[1] = {next};

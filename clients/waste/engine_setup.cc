@@ -29,6 +29,9 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
                   "early (0: off)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  cmd->add_option("--experts-per-token", o->experts_per_token,
+                  "Route this many experts per token instead of the model's top_k (1 to "
+                  "top_k; fewer is faster and less exact: docs/MEASUREMENTS.md)");
   cmd->add_flag("--verify", o->verify, "Check the crc32 of every expert record read");
   cmd->add_option("--isa", o->isa,
                   "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
@@ -146,6 +149,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   mo.threads = o.threads;
   mo.chunk = o.chunk;
   mo.lookahead = o.lookahead;
+  mo.experts_per_token = o.experts_per_token;
   const uint64_t records = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
   if (e.cache && mo.lookahead > 0 && e.cache_slots < std::min(records, kLookaheadMinSlots)) {
     // In a cache this small a layer's lookahead reads take the slots its

@@ -27,6 +27,8 @@ struct EngineOptions {
   int readers = 4;
   // Experts hinted per token for the next MoE layer (ModelOptions::lookahead).
   int lookahead = ModelOptions{}.lookahead;
+  // Experts routed per token (ModelOptions::experts_per_token); 0: top_k.
+  int experts_per_token = 0;
   bool verify = false;  // crc32 of every record read
   std::string isa;      // scalar, avx2, avx512; empty: the best available
   std::string expert_table = "f32";  // f32 or i8 (ModelOptions::expert_table)
@@ -42,7 +44,8 @@ struct EngineOptions {
   double reattach_wait = kDefaultReattachWait;
 };
 
-// Adds --budget, --threads, --ctx, --chunk, --readers, --lookahead, --verify,
+// Adds --budget, --threads, --ctx, --chunk, --readers, --lookahead,
+// --experts-per-token, --verify,
 // --isa, --expert-table, --socket, --local, --spawn.
 void AddEngineFlags(CLI::App* cmd, EngineOptions* o);
 // Adds --reattach-wait, for the commands that go through ForwardThroughRestarts.

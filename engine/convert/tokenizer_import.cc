@@ -65,7 +65,8 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
 // special tokens alone (whatever the model family): Qwen3's hybrid layout
 // (thinking off) when the template has the enable_thinking switch or there
 // is no template, else ChatML without think blocks (Instruct-2507); a
-// template with <think> but no switch is named in `note`.
+// template with <think> but no switch is named in `note`. Kimi K3's XTML
+// (no template: encoding_k3.py) by its four reserved tokens, thinking off.
 std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
                     const std::string& chat_template, std::string* note) {
   auto has = [&](const std::vector<std::string>& texts) {
@@ -76,6 +77,8 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
   const auto in_template = [&](const char* s) {
     return chat_template.find(s) != std::string::npos;
   };
+  if (has({kXtmlOpen, kXtmlClose, kXtmlSep, kXtmlEndOfMessage}))
+    return ChatFormat::Xtml(false).ToJson().dump(1);
   const ChatFormat kimi = ChatFormat::Kimi();
   if (has({"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
     return kimi.ToJson().dump(1);

@@ -1,7 +1,7 @@
 // The tokenizer of a checkpoint, in the container's terms: tokenizer.model
 // (tiktoken ranks), specials.json and chat.json (engine/tokenizer/README.md).
 //
-//   tiktoken.model (Kimi K2, Kimi-Linear)  copied; specials from
+//   tiktoken.model (Kimi K2, Kimi-Linear, Kimi K3)  copied; specials from
 //       tokenizer_config.json's added_tokens_decoder
 //       (no pretokenizer.json or merges.txt: Kimi's pattern, rank = priority)
 //   tokenizer.json with a byte-level BPE model (DeepSeek-V3, the demo model)

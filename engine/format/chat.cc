@@ -41,6 +41,7 @@ json ChatFormat::ToJson() const {
   if (last_reply) j["last_reply"] = {last_reply->prefix, last_reply->suffix};
   if (assistant_text_stripped) j["assistant_text_stripped"] = true;
   if (!reply_after.empty()) j["reply_after"] = reply_after;
+  if (xtml) j["xtml"] = true;
   return j;
 }
 
@@ -125,6 +126,26 @@ ChatFormat ChatFormat::Harmony() {
   return f;
 }
 
+ChatFormat ChatFormat::Xtml(bool thinking) {
+  const std::string open = kXtmlOpen, close = kXtmlClose, sep = kXtmlSep;
+  const std::string end = close + "message" + sep + kXtmlEndOfMessage;
+  const auto message = [&](const char* role) {
+    return open + "message role=\"" + role + "\"" + sep;
+  };
+  ChatFormat f;
+  f.system = {message("system"), end};
+  f.user = {message("user"), end};
+  const std::string response = open + "response" + sep;
+  const std::string think = open + "think" + sep;
+  f.assistant = {message("assistant") + (thinking ? think + close + "think" + sep : "") + response,
+                 close + "response" + sep + end};
+  f.open = message("assistant") + (thinking ? think : response);
+  f.reply_after = response;
+  f.end_of_turn = {kXtmlEndOfMessage};
+  f.xtml = true;
+  return f;
+}
+
 Result<ChatFormat> ParseChat(std::string_view text) {
   auto doc = ParseJson(text, "chat.json");
   if (!doc.ok()) return doc.status();
@@ -169,7 +190,8 @@ Result<ChatFormat> ParseChat(std::string_view text) {
     f.end_of_turn.push_back(e.get<std::string>());
   }
   for (auto [key, flag] : {std::pair{"leading_system_only", &f.leading_system_only},
-                           std::pair{"assistant_text_stripped", &f.assistant_text_stripped}})
+                           std::pair{"assistant_text_stripped", &f.assistant_text_stripped},
+                           std::pair{"xtml", &f.xtml}})
     if (doc->contains(key)) WASTE_RETURN_IF_ERROR(JsonBool(*doc, kWhere, key, flag));
   if (doc->contains("last_reply")) {
     ChatRole last;

@@ -30,6 +30,17 @@
 //                          replies in the final channel; the reply is opened by
 //                          <|start|>assistant and ends at <|return|> or <|call|>; its text
 //                          is the final channel's (the analysis channel is not shown)
+//   Kimi K3 (XTML)         no template: encoding_k3.py's reserved-token markup, a turn
+//                          <|open|>message role="{role}"<|sep|>{text}<|close|>message<|sep|>
+//                          <|end_of_msg|>; an assistant's text in a response element
+//                          (<|open|>response<|sep|>..<|close|>response<|sep|>), after an
+//                          empty think element when thinking is on; the reply opened by
+//                          the unclosed assistant message and its channel (thinking off:
+//                          response, the reply's text from its first token; on: think,
+//                          the text after <|open|>response<|sep|>), ends at <|end_of_msg|>;
+//                          no bos, no default system turn; every piece encoded apart
+//                          (`xtml`). Checked segment for segment against the release's
+//                          encoder (tests/fixtures/chat/xtml.json)
 //
 // Where the released templates do more than chat.json holds (none of it in
 // the committed cases): Qwen3's and GLM's split an assistant text holding
@@ -39,7 +50,10 @@
 // /nothink to a text that already ends with it; harmony's reasoning effort
 // is "medium" and its model identity the default (the template's
 // reasoning_effort and model_identity arguments), tools and tool calls of
-// every family are not rendered. Thinking on (Qwen3's and GLM's template
+// every family are not rendered; K3's names, reasoning_content, tools,
+// response_format, thinking_effort and images (encoding_k3.py renders them)
+// are not either, and a message's content parts are joined into one text
+// where encoding_k3.py encodes each apart. Thinking on (Qwen3's and GLM's template
 // default) is the same layout with the reply opened bare and no /nothink.
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
 #pragma once
@@ -92,6 +106,12 @@ struct ChatFormat {
   // The texts of the special tokens at which a reply ends (each a special
   // token of the container's tokenizer).
   std::vector<std::string> end_of_turn;
+  // K3's XTML: every piece of the prompt is encoded apart, as encoding_k3.py
+  // encodes its segments (never merged with a neighbour: BPE is not
+  // associative), and the text of each tag header, between <|open|> or
+  // <|close|> and <|sep|>, is cut into that encoder's pieces: the tag name,
+  // then per attribute " key", "=\"", the value and "\"" (ChatPieces).
+  bool xtml = false;
 
   nlohmann::json ToJson() const;
 
@@ -109,13 +129,23 @@ struct ChatFormat {
   static ChatFormat Qwen3(bool hybrid);
   static ChatFormat Glm45();
   static ChatFormat Harmony();
+  // Kimi K3's XTML, thinking off (the reply opens in the response channel)
+  // or on (in the think channel, history replies with an empty think
+  // element, as encoding_k3.py renders a reply without reasoning_content).
+  static ChatFormat Xtml(bool thinking);
 };
+
+// XTML's reserved tokens (K3's tokenizer_config.json names them).
+inline constexpr const char* kXtmlOpen = "<|open|>";
+inline constexpr const char* kXtmlClose = "<|close|>";
+inline constexpr const char* kXtmlSep = "<|sep|>";
+inline constexpr const char* kXtmlEndOfMessage = "<|end_of_msg|>";
 
 // chat.json, untrusted: an object with "version" 2, "system", "user" and
 // "assistant" each [prefix, suffix] of strings, "open", "bos" and
 // "default_system" strings, "system_first" a bool and "end_of_turn" a list
-// of at most 16 non-empty strings; optionally "leading_system_only" and
-// "assistant_text_stripped" bools, "last_reply" [prefix, suffix] and
+// of at most 16 non-empty strings; optionally "leading_system_only",
+// "assistant_text_stripped" and "xtml" bools, "last_reply" [prefix, suffix] and
 // "reply_after" a string (absent: off). Errors name the key. An older converter's
 // chat.json (no "version") is read as it rendered then: its roles' markup
 // and "open", no bos, no default system turn, the reply ending at the

@@ -26,6 +26,12 @@ Status CheckLoad(const Container& ct, ExpertSource* experts, const ModelOptions&
   if (c.tie_embeddings) return Status::Error("tie_word_embeddings is not implemented");
   if (opt.chunk < 1) return Status::Error("chunk must be at least 1");
   if (opt.lookahead < 0) return Status::Error("lookahead must be at least 0");
+  if (opt.experts_per_token != 0 && (c.n_moe_layers() == 0 || c.top_k < 1))
+    return Status::Error("experts per token " + std::to_string(opt.experts_per_token) +
+                         ": this model has no routed experts");
+  if (opt.experts_per_token < 0 || opt.experts_per_token > c.top_k)
+    return Status::Error("experts per token " + std::to_string(opt.experts_per_token) +
+                         ": must be 1 to the model's top_k, " + std::to_string(c.top_k));
   if (c.n_moe_layers() > 0 && !experts) return Status::Error("a MoE model needs an expert source");
   return Status::Ok();
 }
@@ -38,7 +44,9 @@ Model::Model(const Container& ct, ExpertSource* experts, const ModelOptions& opt
       experts_(experts),
       opt_(opt),
       pool_(opt.threads > 0 ? opt.threads : kernels::DefaultThreads()),
-      guess_config_(c_) {
+      guess_config_(c_),
+      route_config_(c_) {
+  if (opt.experts_per_token > 0) route_config_.top_k = opt.experts_per_token;
   // The lookahead ranks experts as Route does, for more of them than top_k;
   // with grouped top-k only the experts of the kept groups can be chosen.
   int eligible = c_.n_experts;

@@ -124,6 +124,15 @@ struct ModelOptions {
   // the previous token's own experts (32%, already cached), and 8% on the
   // records that token had not used (chance: 3%). See MEASUREMENTS.md.
   bool lookahead_next_token = false;
+  // Route this many experts per token instead of the trained top_k: the
+  // first N of the router's own ranking, weighted as the family's router
+  // weighs its choice (renormalised over the N where it renormalises, the
+  // softmax over the N for GPT-OSS's). 1..top_k, anything else refused at
+  // load; 0: top_k, the default path, bit for bit. Fewer expert reads and
+  // products per token, at a cost in quality the model does not announce
+  // (docs/MEASUREMENTS.md, "experts per token"). The lookahead's count is
+  // its own (above).
+  int experts_per_token = 0;
   // Called with every token's routed experts at every MoE layer (for traces).
   std::function<void(int position, int layer, std::span<const int> experts)> on_route;
 };
@@ -282,6 +291,7 @@ class Model {
   uint64_t attention_jobs_ = 0;  // see pool_jobs()
   // Lookahead.
   ModelConfig guess_config_;             // c_ with top_k = the experts guessed per token
+  ModelConfig route_config_;             // c_ with top_k = the experts routed per token
   std::vector<std::vector<int>> guess_;  // [n_layers]: experts hinted for it, not yet demanded
   std::vector<int> next_token_guess_;    // for the first MoE layer of the next chunk
   LookaheadStats lookahead_stats_, next_token_stats_;

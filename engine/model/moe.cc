@@ -231,7 +231,7 @@ void Model::RouteChunk(int L, std::span<const int> positions, const float* h,
   std::vector<float> logits(E);
   for (int t = 0; t < T; ++t) {
     RouterLogits(l, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(c_, logits, l.router_bias, &route[t]);
+    Route(route_config_, logits, l.router_bias, &route[t]);
     if (opt_.on_route)
       opt_.on_route(positions[t], L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }

@@ -349,7 +349,11 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   // The tokenizer decides the special-token ids; make the config agree.
   int64_t vocab = 0;
   WASTE_RETURN_IF_ERROR(JsonInt(config, "synth config: config.", "vocab_size", 0, 1 << 24, &vocab));
-  const TokenizerFiles tok = MakeTokenizerFiles(static_cast<int>(vocab));
+  // K3 speaks XTML, with its own markers at Kimi's special ids.
+  const auto family = ModelConfig::FromJson(config);
+  if (!family.ok()) return family.status();
+  const TokenizerFiles tok =
+      MakeTokenizerFiles(static_cast<int>(vocab), family->arch == Arch::kKimiK3);
   if (!tok.error.empty()) return Status::Error(tok.error);
   config["bos_token_id"] = tok.bos_id;
   config["eos_token_id"] = tok.eos_id;

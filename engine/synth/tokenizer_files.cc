@@ -1,6 +1,7 @@
 #include "engine/synth/tokenizer_files.h"
 
 #include <set>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -29,7 +30,7 @@ struct Special {
   std::string_view text;
   int kimi_id;  // id in Kimi's real vocabulary
 };
-constexpr Special kSpecials[] = {
+constexpr Special kKimiSpecials[] = {
     {"[BOS]", 163584},
     {"[EOS]", 163585},
     {"<|im_end|>", 163586},
@@ -38,11 +39,28 @@ constexpr Special kSpecials[] = {
     {"<|im_system|>", 163594},
     {"<|im_middle|>", 163601},
 };
+// K3's tokenizer_config.json gives Kimi's ids 163586-163589 to XTML's
+// markers (WARP's examples/README.md, "chat-k3.json") and 163602-163605 to
+// the media tokens (WARP's docs/K3.md, "Images in the token stream").
+constexpr Special kK3Specials[] = {
+    {"[BOS]", 163584},
+    {"[EOS]", 163585},
+    {"<|end_of_msg|>", 163586},
+    {"<|open|>", 163587},
+    {"<|close|>", 163588},
+    {"<|sep|>", 163589},
+    {"<|media_begin|>", 163602},
+    {"<|media_content|>", 163603},
+    {"<|media_end|>", 163604},
+    {"<|media_pad|>", 163605},
+};
 constexpr int kKimiFirstSpecial = 163584;
 
 }  // namespace
 
-TokenizerFiles MakeTokenizerFiles(int vocab_size) {
+TokenizerFiles MakeTokenizerFiles(int vocab_size, bool xtml) {
+  const std::span<const Special> kSpecials =
+      xtml ? std::span<const Special>(kK3Specials) : std::span<const Special>(kKimiSpecials);
   TokenizerFiles f;
   std::vector<std::string> tokens;
   std::set<std::string> seen;
@@ -56,8 +74,8 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size) {
       if (seen.insert(prefix).second) tokens.push_back(std::move(prefix));
     }
   }
-  const int n_special = static_cast<int>(std::size(kSpecials));
-  const bool kimi_ids = vocab_size > kSpecials[std::size(kSpecials) - 1].kimi_id;
+  const int n_special = static_cast<int>(kSpecials.size());
+  const bool kimi_ids = vocab_size > kSpecials.back().kimi_id;
   const int first_special = static_cast<int>(tokens.size());
   if (!kimi_ids && first_special + n_special > vocab_size) {
     f.error = "vocab_size " + std::to_string(vocab_size) +
@@ -77,10 +95,11 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size) {
     const int id = kimi_ids ? kSpecials[i].kimi_id : first_special + i;
     specials.push_back({{"id", id}, {"text", std::string(kSpecials[i].text)}});
     if (kSpecials[i].text == "[BOS]") f.bos_id = id;
-    if (kSpecials[i].text == "<|im_end|>") f.eos_id = id;  // Kimi's eos_token_id is <|im_end|>
+    // Kimi's eos_token_id: <|im_end|>, K3's <|end_of_msg|> (the same id).
+    if (kSpecials[i].text == "<|im_end|>" || kSpecials[i].text == kXtmlEndOfMessage) f.eos_id = id;
   }
   f.specials_json = specials.dump(1);
-  f.chat_json = ChatFormat::Kimi().ToJson().dump(1);
+  f.chat_json = (xtml ? ChatFormat::Xtml(false) : ChatFormat::Kimi()).ToJson().dump(1);
   return f;
 }
 

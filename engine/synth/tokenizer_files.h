@@ -1,6 +1,7 @@
 // The small tokenizer a synthetic container carries: a tiktoken rank file
 // (the 256 bytes, then merges that build common English words), the Kimi
-// special tokens, and Kimi's chat markup.
+// special tokens and Kimi's chat markup, or K3's (XTML's markers and the
+// media tokens, its XTML chat.json).
 #pragma once
 
 #include <string>
@@ -17,7 +18,7 @@ struct TokenizerFiles {
 };
 
 // Special tokens sit at Kimi's real ids when the vocabulary reaches them
-// (163584 and up), and right after the merges otherwise.
-TokenizerFiles MakeTokenizerFiles(int vocab_size);
+// (163584 and up), and right after the merges otherwise. `xtml`: K3's.
+TokenizerFiles MakeTokenizerFiles(int vocab_size, bool xtml = false);
 
 }  // namespace waste

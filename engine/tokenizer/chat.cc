@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <ctime>
-#include <deque>
 #include <string_view>
 
 #include "engine/format/container.h"
@@ -54,11 +53,67 @@ std::string TodayUtc() {
   return buf;
 }
 
+// A tag header as encoding_k3.py writes it, cut into its pieces: the name,
+// then per attribute " key", "=\"", the value (when not empty) and "\"".
+// What does not follow that shape (a hand-written chat.json's) is one piece.
+void CutXtmlHeader(std::string_view h, std::vector<ChatPiece>* out) {
+  const auto piece = [&](std::string_view t) {
+    if (!t.empty()) out->push_back({std::string(t), false});
+  };
+  size_t at = std::min(h.find(' '), h.size());
+  piece(h.substr(0, at));
+  while (at < h.size()) {
+    const size_t eq = h.find("=\"", at);
+    const size_t quote = eq == std::string_view::npos ? eq : h.find('"', eq + 2);
+    if (quote == std::string_view::npos || h[at] != ' ') break;
+    piece(h.substr(at, eq - at));
+    piece("=\"");
+    piece(h.substr(eq + 2, quote - eq - 2));
+    piece("\"");
+    at = quote + 1;
+  }
+  piece(h.substr(std::min(at, h.size())));
+}
+
+// XTML markup into pieces: each of XTML's four tokens alone, a tag header
+// (between <|open|> or <|close|> and <|sep|>) cut into its pieces, any other
+// text (a media block) one markup piece.
+void CutXtmlMarkup(std::string_view m, std::vector<ChatPiece>* out) {
+  static const std::string_view kMarkers[] = {kXtmlOpen, kXtmlClose, kXtmlSep, kXtmlEndOfMessage};
+  struct Run {
+    std::string_view text;
+    int marker;  // index into kMarkers, or -1: text
+  };
+  std::vector<Run> runs;
+  for (size_t i = 0; i < m.size();) {
+    size_t next = m.size();
+    int which = -1;
+    for (int k = 0; k < 4; ++k)
+      if (const size_t at = m.find(kMarkers[k], i); at < next) next = at, which = k;
+    if (next > i) runs.push_back({m.substr(i, next - i), -1});
+    if (which < 0) break;
+    runs.push_back({kMarkers[which], which});
+    i = next + kMarkers[which].size();
+  }
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const bool header = runs[r].marker < 0 && r > 0 && runs[r - 1].marker <= 1 &&
+                        runs[r - 1].marker >= 0 && r + 1 < runs.size() && runs[r + 1].marker == 2;
+    if (header)
+      CutXtmlHeader(runs[r].text, out);
+    else
+      out->push_back({std::string(runs[r].text), true});
+  }
+}
+
 }  // namespace
 
-ReplyFilter::ReplyFilter(const Tokenizer& tok, std::string_view reply_after)
-    : tok_(&tok), open_(reply_after.empty()) {
-  if (!open_) marker_ = tok.EncodeMarkup(reply_after);
+ReplyFilter::ReplyFilter(const Tokenizer& tok, std::string_view reply_after,
+                         std::string_view opening)
+    : tok_(&tok),
+      open_(reply_after.empty() ||
+            (opening.size() >= reply_after.size() &&
+             opening.substr(opening.size() - reply_after.size()) == reply_after)) {
+  if (!reply_after.empty()) marker_ = tok.EncodeMarkup(reply_after);
 }
 
 bool ReplyFilter::Shown(int32_t id) {
@@ -73,15 +128,20 @@ bool ReplyFilter::Shown(int32_t id) {
   return open_ && !tok_->IsSpecial(id);
 }
 
-Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer& tok,
-                                        std::span<const ChatMessage> messages,
-                                        const ChatRenderOptions& options) {
-  using Part = Tokenizer::Part;
-  std::vector<Part> parts;
-  std::deque<std::string> made;  // the texts made here, which the parts view
-  const auto markup = [&](std::string_view s) { parts.push_back({s, true}); };
-  const auto content = [&](std::string_view s) { parts.push_back({s, false}); };
-  const auto own = [&](std::string s) -> std::string_view { return made.emplace_back(std::move(s)); };
+Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
+                                          std::span<const ChatMessage> messages,
+                                          const ChatRenderOptions& options) {
+  std::vector<ChatPiece> pieces;
+  const auto markup = [&](std::string_view s) {
+    if (s.empty()) return;
+    if (chat.xtml)
+      CutXtmlMarkup(s, &pieces);
+    else
+      pieces.push_back({std::string(s), true});
+  };
+  const auto content = [&](std::string_view s) {
+    if (!s.empty()) pieces.push_back({std::string(s), false});
+  };
   static const std::string kJoin = "\n\n";  // DeepSeek-V3's between system messages
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
@@ -126,7 +186,7 @@ Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer&
                                               : chat.assistant;
     markup(role.prefix);
     if (m.role == "assistant" && chat.assistant_text_stripped) {
-      const std::string_view text = own(PyStrip(m.content));
+      const std::string text = PyStrip(m.content);
       if (!text.empty()) markup("\n"), content(text);
     } else {
       content(m.content);
@@ -134,6 +194,25 @@ Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer&
     markup(role.suffix);
   }
   if (options.add_generation_prompt) markup(chat.open);
+  return pieces;
+}
+
+Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer& tok,
+                                        std::span<const ChatMessage> messages,
+                                        const ChatRenderOptions& options) {
+  auto pieces = ChatPieces(chat, messages, options);
+  if (!pieces.ok()) return pieces.status();
+  if (chat.xtml) {
+    std::vector<int32_t> ids;
+    for (const ChatPiece& p : *pieces) {
+      const std::vector<int32_t> some = p.markup ? tok.EncodeMarkup(p.text) : tok.Encode(p.text);
+      ids.insert(ids.end(), some.begin(), some.end());
+    }
+    return ids;
+  }
+  std::vector<Tokenizer::Part> parts;
+  parts.reserve(pieces->size());
+  for (const ChatPiece& p : *pieces) parts.push_back({p.text, p.markup});
   return tok.EncodeParts(parts);
 }
 

@@ -38,21 +38,43 @@ struct ChatRenderOptions {
   std::string date{};
 };
 
-// The ids of `messages` laid out by `chat`. A role other than system, user
-// or assistant is refused by name.
+// One piece of a rendered conversation: markup (the format's own text, its
+// special-token texts becoming their ids) or content (plain text).
+struct ChatPiece {
+  std::string text;
+  bool markup = false;
+  bool operator==(const ChatPiece&) const = default;
+};
+
+// `messages` laid out by `chat`, as pieces in order, none empty. With
+// chat.xtml the markup is cut as encoding_k3.py cuts it (its segments, piece
+// for piece: each tag header's name and attribute pieces as content, each
+// special alone); otherwise the pieces are chat.json's strings and the
+// messages' texts as they come. A role other than system, user or assistant
+// is refused by name.
+Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
+                                          std::span<const ChatMessage> messages,
+                                          const ChatRenderOptions& options = {});
+
+// The ids of ChatPieces: with chat.xtml each piece encoded apart (markup as
+// EncodeMarkup, content as Encode), as encoding_k3.py encodes its segments;
+// otherwise as Hugging Face tokenizers encodes a rendered template
+// (EncodeParts).
 Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
                                         const ChatRenderOptions& options = {});
 
 // Which tokens of a reply are its text, as chat.json's reply_after says:
 // without it every token that is not a special; with it (harmony's
-// <|channel|>final<|message|>) only those after that markup, until the next
-// special (the analysis channel before it, and the markup, are not shown).
-// Feed it every token of the reply, the end of turn aside, in order. `tok`
-// must outlive it.
+// <|channel|>final<|message|>, K3's <|open|>response<|sep|>) only those after
+// that markup, until the next special (the analysis or think channel before
+// it, and the markup, are not shown). `opening` is the markup that opened
+// the reply (chat.json's open): when it ends with reply_after (K3 with
+// thinking off) the reply's text starts at its first token. Feed it every
+// token of the reply, the end of turn aside, in order. `tok` must outlive it.
 class ReplyFilter {
  public:
-  ReplyFilter(const Tokenizer& tok, std::string_view reply_after);
+  ReplyFilter(const Tokenizer& tok, std::string_view reply_after, std::string_view opening = {});
   bool Shown(int32_t id);
 
  private:
