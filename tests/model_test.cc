@@ -645,6 +645,40 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
               static_cast<unsigned long long>(per_token));
 }
 
+// The roofline's parts (Model::step_parts): a decode token reads each
+// routed record it applies once, every MoE layer's, and the LM head whole.
+TEST_P(Forward, StepPartsCountTheWeightsADecodeTokenReads) {
+  Placement two;
+  two.threads = 2;
+  Engine e = Make(two);
+  const ModelConfig& c = e.model->config();
+  Session sess = e.model->NewSession(64);
+  std::vector<float> logits(c.vocab);
+  ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());
+  const auto bytes = [](const StepParts& a, const StepParts& b, StepPart p) {
+    return b.bytes[static_cast<int>(p)] - a.bytes[static_cast<int>(p)];
+  };
+  StepParts p[3] = {e.model->step_parts()};
+  for (int step = 1; step <= 2; ++step) {
+    const int next[1] = {step};
+    ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());
+    p[step] = e.model->step_parts();
+  }
+  const uint64_t record = ct_->record_layout().payload_end;
+  EXPECT_EQ(bytes(p[0], p[1], StepPart::kRoutedExperts),
+            static_cast<uint64_t>(c.n_moe_layers()) * c.top_k * record);
+  EXPECT_GE(bytes(p[0], p[1], StepPart::kHead), static_cast<uint64_t>(c.vocab) * c.hidden / 2);
+  EXPECT_GT(bytes(p[0], p[1], StepPart::kAttentionProducts), 0u);
+  EXPECT_GT(bytes(p[0], p[1], StepPart::kRouter), 0u);
+  EXPECT_EQ(bytes(p[0], p[1], StepPart::kSharedExperts) > 0, c.shared_inter() > 0);
+  EXPECT_EQ(bytes(p[0], p[1], StepPart::kDenseMlp) > 0, c.n_moe_layers() < c.n_layers);
+  for (int i = 0; i < StepParts::kCount; ++i) {  // the same weights for every token
+    EXPECT_EQ(p[1].bytes[i] - p[0].bytes[i], p[2].bytes[i] - p[1].bytes[i])
+        << StepPartName(static_cast<StepPart>(i));
+    EXPECT_GE(p[2].seconds[i], p[1].seconds[i]);
+  }
+}
+
 TEST_P(Forward, SessionStateRoundTrips) {
   Engine e = Make({});
   const int V = e.model->config().vocab;

@@ -93,6 +93,8 @@ int RunBench(const BenchOptions& o) {
   for (int q = 0; q < B; ++q)
     sessions.push_back(m.NewSession(std::max(o.engine.context, o.prompt_tokens + o.gen_tokens + 1)));
   std::vector<std::vector<float>> logits(B, std::vector<float>(V));
+  const StepParts parts_open = m.step_parts();
+  const PhaseTimes times_open = m.times();
   const auto t0 = Clock::now();
   for (int q = 0; q < B; ++q) {
     if (Status st = m.Forward(sessions[q], prompt_of(q), logits[q].data()); !st.ok()) {
@@ -108,6 +110,7 @@ int RunBench(const BenchOptions& o) {
   std::optional<DemandCounts> demands0, demands1;
   const ExpertStats before = ReadCounters(*e, &demands0);
   const PhaseTimes pt0 = m.times();
+  const StepParts parts0 = m.step_parts();
   const PoolJobs pj0 = m.pool_jobs();
   const LookaheadStats la0 = m.lookahead_stats();
   Sampler greedy({});
@@ -129,6 +132,7 @@ int RunBench(const BenchOptions& o) {
   const double decode = Since(t1);
   const ExpertStats after = ReadCounters(*e, &demands1);
   const PhaseTimes& pt = m.times();
+  const StepParts parts1 = m.step_parts();
   const PoolJobs pj = m.pool_jobs();
   const LookaheadStats& la1 = m.lookahead_stats();
   // Decode only, like the expert counters; a ratio over nothing is 0.
@@ -178,6 +182,27 @@ int RunBench(const BenchOptions& o) {
        {{"attention", static_cast<double>(pj.attention - pj0.attention) / n},
         {"total", static_cast<double>(pj.total - pj0.total) / n}}},
   };
+  // The roofline's parts (Model::step_parts) per token, each with the GB of
+  // weights it read and their rate; attention_other is the attention's time
+  // outside its products.
+  const auto parts_json = [](const StepParts& a, const StepParts& b, const PhaseTimes& ta,
+                             const PhaseTimes& tb, double tokens) {
+    nlohmann::json out = nlohmann::json::object();
+    for (int i = 0; i < StepParts::kCount; ++i) {
+      const double sec = (b.seconds[i] - a.seconds[i]) / tokens;
+      const double gb = static_cast<double>(b.bytes[i] - a.bytes[i]) / 1e9 / tokens;
+      out[StepPartName(static_cast<StepPart>(i))] = {
+          {"seconds", sec}, {"gb", gb}, {"gb_s", sec > 0 ? gb / sec : 0.0}};
+    }
+    const int ap = static_cast<int>(StepPart::kAttentionProducts);
+    out["attention_other"] = {
+        {"seconds", (tb.attention - ta.attention - (b.seconds[ap] - a.seconds[ap])) / tokens}};
+    out["expert_io_wait"] = {{"seconds", (tb.expert_wait - ta.expert_wait) / tokens}};
+    return out;
+  };
+  j["decode_parts_per_token"] = parts_json(parts0, parts1, pt0, pt, n);
+  j["prefill_parts_per_token"] =
+      parts_json(parts_open, parts0, times_open, pt0, std::max(1, o.prompt_tokens * B));
   // Through wasted: the decode's demand hints as the daemon saw them. A late
   // record was asked for ahead (lookahead) but its read had not finished
   // when the layer demanded it; the client's hit rate above counts it as a

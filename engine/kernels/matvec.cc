@@ -89,6 +89,12 @@ int64_t MatrixRowBytes(const MatrixView& w) {
   }
 }
 
+int64_t MatrixBytes(const MatrixView& w) {
+  const int64_t scales =
+      w.fmt == Fmt::kF32 || w.fmt == Fmt::kF16 ? 0 : 2 * ((w.cols + w.group - 1) / w.group);
+  return w.rows * (MatrixRowBytes(w) + scales);
+}
+
 void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
             Isa isa) {
   if (row_begin >= row_end) return;

@@ -31,6 +31,9 @@ struct MatrixView {
 // grouped row size of format::GroupedShape (rows padded to whole groups,
 // Q3G with its guard byte).
 int64_t MatrixRowBytes(const MatrixView& w);
+// Bytes a whole product reads of the matrix: its payload and, for the
+// grouped formats, its scales.
+int64_t MatrixBytes(const MatrixView& w);
 
 // y[r] = sum_c W[r][c] * x[c] for r in [row_begin, row_end); writes only
 // those y[r]. x: [cols], y: [rows] (indexed by absolute row).

@@ -174,7 +174,39 @@ void Model::MatVec(const kernels::MatrixView& w, const float* x, float* y) {
 }
 
 void Model::MatVecs(std::initializer_list<kernels::MatVecJob> jobs) {
+  const auto t = Clock::now();
   kernels::MatVecs(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa);
+  uint64_t bytes = 0;
+  for (const kernels::MatVecJob& j : jobs) bytes += kernels::MatrixBytes(*j.w);
+  Charge(charge_, Since(t), bytes);
+}
+
+void Model::Charge(StepPart p, double seconds, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(parts_mu_);
+  parts_.seconds[static_cast<int>(p)] += seconds;
+  parts_.bytes[static_cast<int>(p)] += bytes;
+}
+
+StepParts Model::step_parts() const {
+  std::lock_guard<std::mutex> lock(parts_mu_);
+  return parts_;
+}
+
+const char* StepPartName(StepPart p) {
+  switch (p) {
+    case StepPart::kAttentionProducts: return "attention_products";
+    case StepPart::kRouter: return "router";
+    case StepPart::kLookahead: return "lookahead";
+    case StepPart::kGateUpTables: return "gate_up_tables";
+    case StepPart::kLatentProducts: return "latent_products";
+    case StepPart::kRoutedExperts: return "routed_experts";
+    case StepPart::kDownTables: return "down_tables";
+    case StepPart::kSharedExperts: return "shared_experts";
+    case StepPart::kDenseMlp: return "dense_mlp";
+    case StepPart::kHead: return "head";
+    case StepPart::kCount: break;
+  }
+  return "?";
 }
 
 void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
@@ -236,6 +268,7 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     const Layer& l = *layers_[L];
     const auto ta = Clock::now();
     const uint64_t ja = pool_.jobs();
+    charge_ = StepPart::kAttentionProducts;
     // A block starts here: the running sum becomes its representation, and
     // the new block's sum starts at the attention's output.
     const bool block_starts = ares && L % c_.attn_res_block == 0;
@@ -279,6 +312,7 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     const int ahead = guess_config_.top_k > 0 && next_moe ? L + 1 : -1;
     if (ahead >= 0) {
       const auto tl = Clock::now();
+      charge_ = StepPart::kLookahead;
       const float* stream = ares ? mix.data() : x.data();  // with AttnRes, the FFN's mix
       for (int t = 0; t < T; ++t)
         RmsNorm(stream + static_cast<size_t>(t) * hid, layers_[ahead]->post_norm, hid, c_.rms_eps,
@@ -291,6 +325,7 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     } else {
       if (ahead >= 0) HintGuess(ahead);
       const auto to = Clock::now();
+      charge_ = StepPart::kDenseMlp;
       for (int t = 0; t < T; ++t)
         DenseMlp(L, hn.data() + static_cast<size_t>(t) * hid,
                  y.data() + static_cast<size_t>(t) * hid);
@@ -308,6 +343,7 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
   if (opt_.lookahead_next_token && guess_config_.top_k > 0 && first_moe_ >= 0) {
     // The next token's first MoE layer, from this chunk's last final state.
     const auto tl = Clock::now();
+    charge_ = StepPart::kLookahead;
     const int first = first_moe_;
     std::vector<float> v(hid);  // [hidden]
     RmsNorm(x.data() + static_cast<size_t>(T - 1) * hid, layers_[first]->post_norm, hid, c_.rms_eps,
@@ -336,6 +372,7 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
   }
   kernels::MatVecMany(pool_, *lm_head_, head_in, head_out, 32, opt_.isa);
   times_.other += Since(th);
+  Charge(StepPart::kHead, Since(th), kernels::MatrixBytes(*lm_head_));
   // The commit: the recurrent states this chunk computed become the sessions'.
   for (const BatchItem& it : items) {
     Session& s = *it.session;

@@ -83,6 +83,37 @@ struct PhaseTimes {
   double lookahead = 0;  // the lookahead's router matvecs and ranking
 };
 
+// The roofline's parts of a forward pass (docs/MEASUREMENTS.md, "roofline"):
+// finer than PhaseTimes, each with the weight bytes it read. A part that
+// names products is the time of its trunk products alone (Model::MatVecs);
+// the tables, the routed experts and the head are timed where they run.
+// Seconds are the calling thread's wall time, except the parts run on the
+// pool's threads side by side inside PhaseTimes::experts (kRoutedExperts,
+// kDownTables, kSharedExperts), whose seconds are summed over the threads.
+enum class StepPart : int {
+  kAttentionProducts,  // the attention layers' trunk products (the rest of PhaseTimes::attention
+                       // is their recurrences, softmax, rotary and norms)
+  kRouter,             // the routers' products
+  kLookahead,          // the lookahead's router products (in PhaseTimes::lookahead)
+  kGateUpTables,       // the lookup tables of the routed experts' input
+  kLatentProducts,     // K3's latent down- and up-projections around the routed experts
+  kRoutedExperts,      // applying routed expert records, down's tables included (thread-seconds)
+  kDownTables,         // of which building down's tables from each expert's activation
+  kSharedExperts,      // the shared experts' products (thread-seconds)
+  kDenseMlp,           // dense layers' feed-forward products
+  kHead,               // the final norm and the LM head
+  kCount
+};
+const char* StepPartName(StepPart p);  // "attention_products", ...
+struct StepParts {
+  static constexpr int kCount = static_cast<int>(StepPart::kCount);
+  double seconds[kCount] = {};
+  // Bytes of weights read: each trunk matrix once per product, an expert
+  // record once per token it is applied to. Lookup tables, states and
+  // activations (cache-sized, rebuilt per token) are not counted.
+  uint64_t bytes[kCount] = {};
+};
+
 // Parallel jobs the pool has run since load (kernels::ThreadPool::jobs():
 // each is a barrier, where the caller waits for the slowest chunk), in all
 // and in attention. Counts, not times: the same on a busy machine.
@@ -187,6 +218,7 @@ class Model {
   Status ForwardBatch(std::span<const BatchItem> items);
 
   const PhaseTimes& times() const { return times_; }
+  StepParts step_parts() const;
   PoolJobs pool_jobs() const { return {attention_jobs_, pool_.jobs()}; }
   // Since load: the next-layer lookahead's counts, and the next-token guess's
   // (non-zero only with options.lookahead_next_token).
@@ -256,9 +288,10 @@ class Model {
   // biases of gate and up added first (u is changed too), then SiLU(g) * u
   // or GPT-OSS's clamped SwiGLU (ModelConfig::swiglu_limit).
   void ExpertActivation(const uint8_t* rec, float* g, float* u) const;
-  // The same for a VQ record, on this thread, through the chunk's tables.
+  // The same for a VQ record, on this thread, through the chunk's tables;
+  // returns the seconds spent building down's tables.
   struct ExpertScratch;
-  void ApplyVqExpert(const MoeTables& tables, const uint8_t* rec,
+  double ApplyVqExpert(const MoeTables& tables, const uint8_t* rec,
                      std::span<const std::pair<int, int>> who, ExpertScratch& x);
   // Layer L's dense MLP, or its shared expert, on one token (mlp.cc).
   void DenseMlp(int L, const float* h, float* out);
@@ -266,6 +299,8 @@ class Model {
   // Several products in one pass over the pool (one barrier): the bits of
   // one MatVec each (kernels::MatVecs).
   void MatVecs(std::initializer_list<kernels::MatVecJob> jobs);
+  // Adds to the roofline's part `p` (any thread).
+  void Charge(StepPart p, double seconds, uint64_t bytes);
 
   const Container& ct_;
   const ModelConfig& c_;
@@ -288,6 +323,11 @@ class Model {
   float softmax_scale_ = 1.f;  // MLA's or GQA's
   int first_moe_ = -1;         // the first MoE layer; -1: none
   PhaseTimes times_;
+  // The part MatVecs charges its products to: set by the calling thread
+  // before each phase, read by the pool's threads inside it.
+  StepPart charge_ = StepPart::kAttentionProducts;
+  mutable std::mutex parts_mu_;
+  StepParts parts_;  // guarded by parts_mu_
   uint64_t attention_jobs_ = 0;  // see pool_jobs()
   // Lookahead.
   ModelConfig guess_config_;             // c_ with top_k = the experts guessed per token

@@ -186,6 +186,7 @@ Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, fl
                        int ahead) {
   const int T = static_cast<int>(positions.size());
   std::vector<Routing> route(T);
+  charge_ = StepPart::kRouter;
   RouteChunk(L, positions, h, route);
   MoeUsers users;
   for (int t = 0; t < T; ++t)
@@ -205,6 +206,7 @@ Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, fl
   const auto te = Clock::now();
   // K3's latent MoE: the routed experts read the latent down-projection of h.
   const float* xin = h;
+  charge_ = StepPart::kLatentProducts;  // also SumExperts' up-projection
   if (layers_[L]->latent_down) {
     const size_t lat = static_cast<size_t>(c_.latent);
     moe_.latent_in.resize(std::max(moe_.latent_in.size(), T * lat));
@@ -213,10 +215,15 @@ Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, fl
              moe_.latent_in.data() + t * lat);
     xin = moe_.latent_in.data();
   }
+  const auto tt = Clock::now();
   const MoeTables tables = PlanMoeTables(L, T);
   BuildGateUpTables(T, xin, tables);
+  Charge(StepPart::kGateUpTables, Since(tt), 0);
   double wait = 0;
-  WASTE_RETURN_IF_ERROR(RunExperts(L, T, h, xin, tables, users, window, &wait));
+  charge_ = StepPart::kSharedExperts;
+  const Status run = RunExperts(L, T, h, xin, tables, users, window, &wait);
+  charge_ = StepPart::kLatentProducts;
+  WASTE_RETURN_IF_ERROR(run);
   times_.expert_wait += wait;
   times_.experts += Since(te) - wait;
   SumExperts(L, T, route, out);
@@ -311,11 +318,12 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
   });
 }
 
-void Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
-                          std::span<const std::pair<int, int>> who, ExpertScratch& x) {
+double Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
+                            std::span<const std::pair<int, int>> who, ExpertScratch& x) {
   const int k = c_.top_k, hid = c_.expert_width(), inter = c_.moe_inter;
   const ExpertQuant& q = tb.q;
   const kernels::VqMatrixView vg = tb.View(rec, 0), vu = tb.View(rec, 1), vd = tb.View(rec, 2);
+  double down_tables = 0;
   for (const auto& [t, j] : who) {
     const float* lg = tb.keep_float ? moe_.luts.data() + (2 * t) * tb.lut_gu : nullptr;
     const float* lu = tb.keep_float ? moe_.luts.data() + (2 * t + 1) * tb.lut_gu : nullptr;
@@ -324,13 +332,16 @@ void Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
     tb.Apply(vg, lg, qg, x.g.data(), 0, inter);
     tb.Apply(vu, lu, qu, x.u.data(), 0, inter);
     ExpertActivation(rec, x.g.data(), x.u.data());
+    const auto tt = Clock::now();
     kernels::VqBuildLut(tb.codebooks(2), q.stages, q.entries, x.g.data(), inter,
                         x.lut_down.data(), opt_.isa);
     tb.Derive(x.lut_down.data(), inter, x.derived_down.data());
+    down_tables += Since(tt);
     float* dst = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
     tb.Apply(vd, x.lut_down.data(), x.derived_down.data(), dst, 0, hid);
     AddExpertBias(rec, 2, dst);
   }
+  return down_tables;
 }
 
 Status Model::RunExperts(int L, int T, const float* h, const float* xin, const MoeTables& tb,
@@ -401,7 +412,19 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
   // per-slot outputs, summed in routing order by SumExperts, and a row's
   // arithmetic does not depend on the thread or range that computes it, so
   // neither order nor thread changes a bit.
+  const uint64_t record_bytes = ct_.record_layout().payload_end;
   const auto worker = [&](ExpertScratch& x) {
+    double routed = 0, down_tables = 0;  // this thread's, for the roofline
+    uint64_t routed_bytes = 0;
+    struct ChargeAtEnd {  // even when the worker returns early
+      Model& m;
+      double &routed, &down_tables;
+      uint64_t& routed_bytes;
+      ~ChargeAtEnd() {
+        m.Charge(StepPart::kRoutedExperts, routed, routed_bytes);
+        m.Charge(StepPart::kDownTables, down_tables, 0);
+      }
+    } charge_at_end{*this, routed, down_tables, routed_bytes};
     for (Task task = next(); task.kind != Task::kDone; task = next()) {
       if (task.kind == Task::kShared) {  // DenseMlp's ParallelFors run on this thread
         DenseMlp(L, h + static_cast<size_t>(task.id) * hid,
@@ -420,11 +443,14 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
         task.rec = *rec;
       }
       const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
+      const auto ta = Clock::now();
       if (tb.q.lossless()) {
         ApplyLosslessExpert(task.rec, who, xin, per_slot.data());  // its ParallelFor runs on this thread
       } else {
-        ApplyVqExpert(tb, task.rec, who, x);
+        down_tables += ApplyVqExpert(tb, task.rec, who, x);
       }
+      routed += Since(ta);
+      routed_bytes += record_bytes * who.size();
       experts_->Release(L, task.id);
     }
   };
