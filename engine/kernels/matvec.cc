@@ -90,9 +90,9 @@ int64_t MatrixRowBytes(const MatrixView& w) {
 }
 
 int64_t MatrixBytes(const MatrixView& w) {
-  const int64_t scales =
-      w.fmt == Fmt::kF32 || w.fmt == Fmt::kF16 ? 0 : 2 * ((w.cols + w.group - 1) / w.group);
-  return w.rows * (MatrixRowBytes(w) + scales);
+  if (w.fmt == Fmt::kF32 || w.fmt == Fmt::kF16) return w.rows * MatrixRowBytes(w);
+  const format::GroupedShape g = Grouped(w);
+  return g.payload_bytes() + g.scale_bytes();
 }
 
 void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,

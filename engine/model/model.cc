@@ -371,8 +371,9 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     }
   }
   kernels::MatVecMany(pool_, *lm_head_, head_in, head_out, 32, opt_.isa);
-  times_.other += Since(th);
-  Charge(StepPart::kHead, Since(th), kernels::MatrixBytes(*lm_head_));
+  const double head = Since(th);
+  times_.other += head;
+  Charge(StepPart::kHead, head, kernels::MatrixBytes(*lm_head_));
   // The commit: the recurrent states this chunk computed become the sessions'.
   for (const BatchItem& it : items) {
     Session& s = *it.session;
