@@ -39,6 +39,14 @@ TEST(Config, KimiLinear48bHasTheRealShape) {
   EXPECT_EQ(lay->record_bytes, 2666496u);
   // VQ4P spends the same bytes as VQ3R.
   EXPECT_EQ(RecordLayout::For(c, ExpertQuant::For(format::Fmt::kVQ4P))->record_bytes, 2666496u);
+  // Q4GR: 3 x 1024 x 2304 weights at half a byte (3,538,944) and an f16 per
+  // 128 (110,592) after the header: 3,649,584 bytes in 892 pages.
+  auto q4 = RecordLayout::For(c, ExpertQuant::For(format::Fmt::kQ4GR));
+  ASSERT_TRUE(q4.ok());
+  EXPECT_EQ(q4->scales_off, 48u + 3538944u);
+  EXPECT_EQ(q4->payload_end, 3649584u);
+  EXPECT_EQ(q4->record_bytes, 892u * 4096u);
+  EXPECT_DOUBLE_EQ(ExpertQuant::For(format::Fmt::kQ4GR).bits_per_weight(), 4.125);
   const ParamCount p = CountParams(c);
   EXPECT_NEAR(static_cast<double>(p.total()), 49.1e9, 1.0e9);  // "48B"
   EXPECT_NEAR(static_cast<double>(p.active), 2.9e9, 0.5e9);    // "A3B"

@@ -372,6 +372,9 @@ std::vector<OpenCase> ManifestCases() {
        "manifest.json: expert_quant.index_bits must be 8 or 6"},
       {"expert_quant_index_block_32", EditQuant([](json& q) { q["index_block"] = 32; }),
        "manifest.json: expert_quant.index_block must be 0 or 64, not 32"},
+      {"expert_quant_q4gr_with_vq_fields", EditQuant([](json& q) { q["fmt"] = "Q4GR"; }),
+       "manifest.json: expert_quant: Q4GR needs stages 0, vec_dim 128 (or 64, 32), entries 0, "
+       "index_block 0, index_bits 4"},
       {"expert_quant_fmt_disagrees", EditQuant([](json& q) { q["fmt"] = "VQ4P"; }),
        "manifest.json: expert_quant.fmt \"VQ4P\" disagrees with stages 3 / index_bits 8"},
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -367,6 +368,107 @@ TEST(Verify, LosslessMatchesItsSourceExactlyAndFindsDamage) {
   ASSERT_TRUE(v.ok());
   ASSERT_EQ(v->problems.size(), 1u);
   EXPECT_EQ(v->problems[0], "experts-L2.bin: record 3: checksum mismatch");
+}
+
+// ----------------------------------------------------------------- Q4GR
+
+// A safetensors file holding `tensors` (name, [rows, cols], bfloat16 values).
+void WriteBf16Tensors(const std::string& path,
+                      const std::vector<std::tuple<std::string, int64_t, int64_t>>& shapes,
+                      const std::vector<std::vector<uint16_t>>& values) {
+  json h = json::object();
+  int64_t at = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& [name, rows, cols] = shapes[i];
+    h[name] = {{"dtype", "BF16"}, {"shape", {rows, cols}}, {"data_offsets", {at, at + rows * cols * 2}}};
+    at += rows * cols * 2;
+  }
+  const std::string text = h.dump();
+  const uint64_t size = text.size();
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&size), 8);
+  f << text;
+  for (const auto& v : values) f.write(reinterpret_cast<const char*>(v.data()), v.size() * 2);
+}
+
+// Q4GR is the trunk's Q4G applied to the experts. On weights it holds
+// exactly (each group of 32 a row's multiples of 2^-5 in -7..7 with one of
+// +-7, so the f16 scale is 2^-5; bfloat16 holds them too) its container must
+// give the logits of the BF16R container of the same checkpoint, which
+// Lossless holds to transformers: that checks the record's layout and the
+// product end to end. On the fixture's own weights the converter's error is
+// what `waste verify` decodes from the records.
+TEST(Q4gr, WhereItIsExactItGivesTheBf16ContainersLogits) {
+  const std::string dir = waste::testing::ScratchDir();
+  const std::string src = CopyFixture("kimi-linear", dir);
+  json idx = ReadJson(src + "/model.safetensors.index.json");
+  const json config = ReadJson(src + "/config.json");
+  const int64_t hidden = config["hidden_size"], inter = config["moe_intermediate_size"];
+  std::vector<std::tuple<std::string, int64_t, int64_t>> shapes;
+  std::vector<std::vector<uint16_t>> values;
+  uint64_t state = 12345;
+  for (const auto& [name, shard] : idx["weight_map"].items()) {
+    if (name.find(".block_sparse_moe.experts.") == std::string::npos) continue;
+    const bool down = name.find(".w2.") != std::string::npos;
+    const int64_t rows = down ? hidden : inter, cols = down ? inter : hidden;
+    std::vector<uint16_t> v(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      int q = static_cast<int>((state >> 33) % 15) - 7;
+      if (i % 32 == 0) q = (state >> 40) & 1 ? 7 : -7;  // the group's largest magnitude
+      v[i] = format::F32ToBf16(std::ldexp(static_cast<float>(q), -5));
+    }
+    shapes.emplace_back(name, rows, cols);
+    values.push_back(std::move(v));
+  }
+  ASSERT_EQ(shapes.size(), 3u * 3 * 8);  // 3 MoE layers of 8 experts
+  WriteBf16Tensors(src + "/model-q4.safetensors", shapes, values);
+  for (const auto& t : shapes) idx["weight_map"][std::get<0>(t)] = "model-q4.safetensors";
+  std::ofstream(src + "/model.safetensors.index.json") << idx.dump();
+
+  ConvertOptions q4 = Options(src, dir + "/q4gr", "q4gr"), bf = Options(src, dir + "/bf16", "bf16");
+  q4.trunk_bits = bf.trunk_bits = 16;  // only the experts' format differs
+  auto r = Convert(q4);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (const LayerSummary& l : r->layers) EXPECT_EQ(l.max_rel_error, 0.0) << "layer " << l.layer;
+  ASSERT_TRUE(Convert(bf).ok());
+  auto ct = Container::Open(q4.out);
+  ASSERT_TRUE(ct.ok());
+  EXPECT_EQ(ct->manifest().quant.fmt, format::Fmt::kQ4GR);
+  EXPECT_EQ(ct->manifest().quant.vec_dim, 32);  // the largest group 64 and 32 allow
+
+  const std::vector<int> prompt = {5, 17, 3, 99, 42, 7, 64, 1, 250, 33, 8, 120};
+  const auto want = waste::testing::LogitsOnEveryIsa(bf.out, prompt, 8);
+  const auto got = waste::testing::LogitsOnEveryIsa(q4.out, prompt, 8);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double worst = waste::testing::ExpectLogitsNear(
+        got[i].logits, want[i].logits, got[i].vocab, 1e-5f,
+        std::string("Q4GR vs BF16R ") + kernels::IsaName(got[i].isa));
+    std::printf("Q4GR vs BF16R, %s: worst max|diff| / max|logit| %.3g\n",
+                kernels::IsaName(got[i].isa), worst);
+  }
+
+  // The fixture's own weights: reported and decoded errors agree, and are
+  // those of 4-bit groups (measured 0.0682-0.0684 mean, 0.0705 max).
+  const std::string out = dir + "/own";
+  auto own = Convert(Options(kFixtures + "kimi-linear", out, "q4gr"));
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  VerifyOptions vo;
+  vo.container = out;
+  vo.source = kFixtures + "kimi-linear";
+  auto v = Verify(vo);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_TRUE(v->problems.empty()) << v->problems.front();
+  ASSERT_EQ(v->layers.size(), own->layers.size());
+  for (size_t i = 0; i < v->layers.size(); ++i) {
+    std::printf("Q4GR layer %d: mean relative error %.5f, max %.5f\n", own->layers[i].layer,
+                own->layers[i].mean_rel_error, own->layers[i].max_rel_error);
+    EXPECT_NEAR(v->layers[i].mean_rel_error, own->layers[i].mean_rel_error, 1e-6);
+    EXPECT_NEAR(v->layers[i].max_rel_error, own->layers[i].max_rel_error, 1e-6);
+    EXPECT_GT(own->layers[i].mean_rel_error, 0.06);
+    EXPECT_LT(own->layers[i].mean_rel_error, 0.08);
+  }
 }
 
 // ------------------------------------------------------------ bad input

@@ -317,7 +317,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
   const ExpertQuant q = w.quant();
   const RecordLayout lay = w.record_layout();
   std::vector<float> books;
-  if (!q.lossless()) {
+  if (!q.direct()) {
     auto b = FitCodebooks(q, L);
     if (!b.ok()) return b.status();
     books = std::move(*b);
@@ -340,6 +340,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
     std::array<std::vector<uint8_t>, 3> idx;
     std::array<std::vector<uint16_t>, 3> sc;
     uint8_t* fp4_scales = rec.data() + lay.scales_off;
+    uint8_t* q4_scales = rec.data() + lay.scales_off;
     for (int m = 0; m < 3; ++m) {
       const ExpertMatrix& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
       const int64_t rows = lay.rows[m], cols = lay.cols[m];
@@ -367,7 +368,23 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
         return;
       }
       QuantError qe;
-      if (q.lossless()) {
+      if (q.fmt == Fmt::kQ4GR) {  // the trunk's Q4G encoder, one definition of the bytes
+        const format::GroupedShape g{4, q.vec_dim, rows, cols};
+        uint8_t* payload = rec.data() + lay.matrix_off[m];
+        std::vector<uint16_t> gs(static_cast<size_t>(rows * g.groups_per_row()));
+        format::QuantizeGrouped(g, buf.data(), payload, gs.data());
+        std::memcpy(q4_scales, gs.data(), gs.size() * 2);
+        q4_scales += gs.size() * 2;
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          format::DequantizeGroupedRow(g, payload, gs.data(), r, row.data());
+          for (int64_t i = 0; i < cols; ++i) {
+            const double x = buf[static_cast<size_t>(r * cols + i)], d = x - row[i];
+            qe.err2 += d * d;
+            qe.norm2 += x * x;
+          }
+        }
+      } else if (q.lossless()) {
         uint8_t* dst = rec.data() + lay.matrix_off[m];
         for (int64_t i = 0; i < rows * cols; ++i) {
           const uint16_t h = format::F32ToBf16(buf[i]);
@@ -385,7 +402,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
       rel[static_cast<size_t>(e) * 3 + m] = qe.relative();
       if (own_tensor) ck_.Release(src.weight);
     }
-    if (!q.lossless())
+    if (!q.direct())
       EncodeRecordPayload(lay, q, {idx[0], idx[1], idx[2]}, {sc[0], sc[1], sc[2]}, rec);
     if (lay.bias_off) {  // float32, after the scales (format/layout.h)
       uint8_t* dst = rec.data() + lay.bias_off;
@@ -434,8 +451,9 @@ Result<format::Fmt> ParseExpertFormat(std::string_view name) {
   if (n == "vq2r") return Fmt::kVQ2R;
   if (n == "vq4p") return Fmt::kVQ4P;
   if (n == "mxfp4") return Fmt::kMXFP4;
+  if (n == "q4gr" || n == "q4g") return Fmt::kQ4GR;
   return Status::Error("expert format \"" + std::string(name) +
-                       "\" (bf16, mxfp4, vq3r, vq2r, vq4p)");
+                       "\" (bf16, mxfp4, q4gr, vq3r, vq2r, vq4p)");
 }
 
 Result<ConvertSummary> Convert(const ConvertOptions& o) {

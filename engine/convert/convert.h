@@ -78,7 +78,7 @@ struct ConvertSummary {
 
 Result<ConvertSummary> Convert(const ConvertOptions& o);
 
-// Parses --expert-format: bf16, mxfp4, vq3r, vq2r, vq4p (any case).
+// Parses --expert-format: bf16, mxfp4, q4gr (or q4g), vq3r, vq2r, vq4p (any case).
 Result<format::Fmt> ParseExpertFormat(std::string_view name);
 
 inline constexpr const char* kStateFile = "convert-state.json";

@@ -37,6 +37,16 @@ void DecodeExpertMatrix(const Container& ct, int layer, const uint8_t* rec, int 
     }
     return;
   }
+  if (q.fmt == Fmt::kQ4GR) {
+    const format::GroupedShape g{4, q.vec_dim, rows, cols};
+    const uint8_t* scales = rec + lay.scales_off;
+    for (int k = 0; k < m; ++k) scales += 2 * lay.rows[k] * (lay.cols[k] / q.vec_dim);
+    std::vector<uint16_t> gs(static_cast<size_t>(rows * g.groups_per_row()));
+    std::memcpy(gs.data(), scales, gs.size() * 2);  // the record's bytes need not be 2-aligned
+    for (int64_t r = 0; r < rows; ++r)
+      format::DequantizeGroupedRow(g, base, gs.data(), r, out + r * cols);
+    return;
+  }
   if (q.lossless()) {
     for (int64_t i = 0; i < rows * cols; ++i) out[i] = format::Bf16ToF32(U16(base + 2 * i));
     return;

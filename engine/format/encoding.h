@@ -69,6 +69,17 @@ float E2m1ToF32(uint8_t nibble);  // the low 4 bits
 float E8m0ToF32(uint8_t code);
 inline constexpr int kMxfp4Block = 32;  // values per E8M0 scale
 
+// Q4GR experts: the trunk's Q4G (GroupedShape bits 4) in groups of 128
+// values, the width the AVX-512 integer product takes, or of 64 or 32 when
+// the experts' input and intermediate widths are not multiples of 128.
+// The group for those widths; 0 when not even 32 divides both.
+inline constexpr int kQ4grGroup = 128;
+inline int Q4grGroup(int64_t width, int64_t inter) {
+  for (int g = kQ4grGroup; g >= 32; g /= 2)
+    if (width % g == 0 && inter % g == 0) return g;
+  return 0;
+}
+
 uint32_t Crc32(std::span<const uint8_t> bytes);  // zlib's crc32, as the format defines it
 
 }  // namespace waste::format

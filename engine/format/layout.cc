@@ -26,6 +26,8 @@ std::string_view FmtName(Fmt f) {
       return "BF16R";
     case Fmt::kMXFP4:
       return "MXFP4";
+    case Fmt::kQ4GR:
+      return "Q4GR";
   }
   return "?";
 }
@@ -34,7 +36,7 @@ bool IsTrunkFmt(int f) {
   return f == 0 || f == 1 || f == 2 || f == 3 || f == 7;
 }
 bool IsExpertFmt(int f) {
-  return f == 4 || f == 5 || f == 8 || f == 9 || f == 10;
+  return f == 4 || f == 5 || f == 8 || f == 9 || f == 10 || f == 11;
 }
 
 }  // namespace waste::format

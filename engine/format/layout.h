@@ -40,11 +40,15 @@ enum class Fmt : uint8_t {
   // (E2M1 codes, one E8M0 scale per 32 values of a row), kept bit for bit;
   // no codebooks. docs/FORMAT.md has the record's layout.
   kMXFP4 = 10,
+  // Experts, this project's extension: each matrix as the trunk's Q4G in
+  // groups of 128 (two int4 a byte, one f16 scale a group of a row),
+  // applied with the trunk's products; no codebooks, no lookup tables.
+  kQ4GR = 11,
 };
 
 std::string_view FmtName(Fmt f);
 bool IsTrunkFmt(int fmt);   // F32, F16, Q8G, Q4G, Q3G
-bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R, MXFP4
+bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R, MXFP4, Q4GR
 
 // Record flag bits (WARP's WF_*).
 inline constexpr uint8_t kFlagBf16 = 1u << 0;     // f16 payloads are bf16: not implemented, refused
@@ -54,7 +58,8 @@ inline constexpr uint8_t kFlagHotHint = 1u << 2;  // the converter marked it hot
 // Header of one expert record in experts-L{n}.bin. The record is
 //   header | gate indices | up indices | down indices | f16 row scales | zero pad to 4 KiB
 // (BF16R: header | gate | up | down, each [rows][cols] bfloat16 | zero pad; no scales;
-//  MXFP4: header | gate | up | down codes | E8M0 scales of gate, up, down | zero pad)
+//  MXFP4: header | gate | up | down codes | E8M0 scales of gate, up, down | zero pad;
+//  Q4GR: header | gate | up | down Q4G payloads | f16 group scales of gate, up, down | zero pad)
 // then, when the config gives the experts biases, float32 biases of gate, up
 // and down after the scales; crc32 (zlib's) covers the bytes from the end of
 // the header to the end of the biases (or scales).

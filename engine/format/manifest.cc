@@ -57,21 +57,28 @@ Status ParseExpertQuant(const json& j, ExpertQuant* q) {
   if (!j.is_object()) return Status::Error("expert_quant is missing or not an object");
   const std::string w = "expert_quant";
   if (auto f = j.find("fmt"); f != j.end() && f->is_string() &&
-                              (f->get<std::string>() == "BF16R" || f->get<std::string>() == "MXFP4")) {
-    // This project's lossless extensions: only one shape of each exists.
+                              (f->get<std::string>() == "BF16R" || f->get<std::string>() == "MXFP4" ||
+                               f->get<std::string>() == "Q4GR")) {
+    // This project's direct extensions: only one shape of each exists.
     const std::string name = f->get<std::string>();
-    *q = ExpertQuant::For(name == "BF16R" ? Fmt::kBF16R : Fmt::kMXFP4);
+    *q = ExpertQuant::For(name == "BF16R"   ? Fmt::kBF16R
+                          : name == "MXFP4" ? Fmt::kMXFP4
+                                            : Fmt::kQ4GR);
     int stages, vec_dim, entries, block, bits;
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 0, 8, &stages));
-    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "vec_dim", 1, 64, &vec_dim));
+    WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "vec_dim", 1, 128, &vec_dim));
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "entries", 0, 256, &entries));
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_block", 0, 4096, &block, 0));
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "index_bits", 4, 16, &bits));
-    if (stages != 0 || vec_dim != q->vec_dim || entries != 0 || block != 0 ||
+    // Q4GR's group is the largest of 128, 64, 32 that the widths allow.
+    const bool q4_group = q->fmt == Fmt::kQ4GR && (vec_dim == 32 || vec_dim == 64);
+    if (stages != 0 || (vec_dim != q->vec_dim && !q4_group) || entries != 0 || block != 0 ||
         bits != q->index_bits)
       return Status::Error("expert_quant: " + name + " needs stages 0, vec_dim " +
-                           std::to_string(q->vec_dim) + ", entries 0, index_block 0, index_bits " +
+                           std::to_string(q->vec_dim) + (q->fmt == Fmt::kQ4GR ? " (or 64, 32)" : "") +
+                           ", entries 0, index_block 0, index_bits " +
                            std::to_string(q->index_bits));
+    q->vec_dim = vec_dim;
     return Status::Ok();
   }
   WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 1, 8, &q->stages));
@@ -284,6 +291,9 @@ ExpertQuant ExpertQuant::For(Fmt fmt) {
   if (fmt == Fmt::kMXFP4)
     q.stages = 0, q.vec_dim = format::kMxfp4Block, q.entries = 0, q.index_block = 0,
     q.index_bits = 4;
+  if (fmt == Fmt::kQ4GR)
+    q.stages = 0, q.vec_dim = format::kQ4grGroup, q.entries = 0, q.index_block = 0,
+    q.index_bits = 4;
   return q;
 }
 
@@ -307,12 +317,14 @@ Result<RecordLayout> RecordLayout::For(const ModelConfig& c, const ExpertQuant& 
   }
   r.scales_off = static_cast<uint32_t>(off);
   const uint64_t all_rows = static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
-  if (q.fmt == format::Fmt::kMXFP4) {
-    if (c.expert_width() % format::kMxfp4Block != 0 || c.moe_inter % format::kMxfp4Block != 0)
-      return Status::Error("config: MXFP4 experts need input and intermediate widths that are "
-                           "multiples of 32 (the scale's block)");
+  if (q.fmt == format::Fmt::kMXFP4 || q.fmt == format::Fmt::kQ4GR) {
+    if (c.expert_width() % q.vec_dim != 0 || c.moe_inter % q.vec_dim != 0)
+      return Status::Error("config: " + std::string(format::FmtName(q.fmt)) +
+                           " experts need input and intermediate widths that are multiples of " +
+                           std::to_string(q.vec_dim) + " (the scale's block)");
     for (int m = 0; m < format::kMatrices; ++m)
-      off += static_cast<uint64_t>(r.rows[m] * (r.cols[m] / format::kMxfp4Block));
+      off += static_cast<uint64_t>(r.rows[m] * (r.cols[m] / q.vec_dim) *
+                                   q.scale_bytes_per_vector());
   } else if (!q.lossless()) {
     off += 2 * all_rows;
   }

@@ -124,12 +124,19 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::stri
   auto cfg = ModelConfig::FromJson(config);
   if (!cfg.ok()) return cfg.status();
   if (!format::IsExpertFmt(static_cast<int>(expert_fmt)))
-    return Status::Error("expert format must be VQ3R, VQ2R, VQ4P or BF16R");
+    return Status::Error("expert format must be VQ3R, VQ2R, VQ4P, BF16R, MXFP4 or Q4GR");
   w->m_.config = *cfg;
   w->m_.config_json = WithKimiMoeKeys(config);
   w->m_.arch = ManifestArch(*cfg);
   w->m_.tensor_prefix = DefaultTensorPrefix(config);
   w->m_.quant = ExpertQuant::For(expert_fmt);
+  if (expert_fmt == Fmt::kQ4GR && cfg->n_experts > 0) {
+    const int g = format::Q4grGroup(cfg->expert_width(), cfg->moe_inter);
+    if (g == 0)
+      return Status::Error("config: Q4GR experts need input and intermediate widths that are "
+                           "multiples of 32");
+    w->m_.quant.vec_dim = g;
+  }
   auto lay = RecordLayout::For(*cfg, w->m_.quant);
   if (!lay.ok()) return lay.status();
   w->m_.record = *lay;

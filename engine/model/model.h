@@ -276,11 +276,11 @@ class Model {
   void ScoreGuesses(int L, std::span<const int> wanted);
   // Layer l's router logits on one input: its matrix, plus its bias when it has one.
   void RouterLogits(const Layer& l, const float* h, float* logits);
-  // One BF16R or MXFP4 expert record applied to the tokens (t, slot j) routed
-  // to it: h is the chunk's [T][expert width] input, per_slot its
+  // One BF16R, MXFP4 or Q4GR expert record applied to the tokens (t, slot j)
+  // routed to it: h is the chunk's [T][expert width] input, per_slot its
   // [T][top_k][expert width] output.
-  void ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
-                           const float* h, float* per_slot);
+  void ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                         const float* h, float* per_slot);
   // Adds the record's biases of matrix m (gate, up, down) to y[rows of m],
   // when the config gives the experts biases.
   void AddExpertBias(const uint8_t* rec, int m, float* y) const;

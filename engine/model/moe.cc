@@ -112,28 +112,38 @@ void Model::MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
   spare_experts.push_back(std::move(x));
 }
 
-void Model::ApplyLosslessExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
-                                const float* h, float* per_slot) {
+void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
+                              const float* h, float* per_slot) {
   const RecordLayout& lay = ct_.record_layout();
+  const ExpertQuant& q = ct_.manifest().quant;
   const int hid = c_.expert_width(), inter = c_.moe_inter, k = c_.top_k;
-  const bool mxfp4 = ct_.manifest().quant.fmt == format::Fmt::kMXFP4;
-  kernels::MatrixView bf16[3];           // BF16R: the record's matrices, row-major bfloat16
-  kernels::Mxfp4MatrixView fp4[3];       // MXFP4: codes, then every matrix's scales
+  const bool mxfp4 = q.fmt == format::Fmt::kMXFP4;
+  // BF16R: the record's matrices, row-major bfloat16; Q4GR: the trunk's Q4G,
+  // payloads then every matrix's group scales.
+  kernels::MatrixView trunk_like[3];
+  kernels::Mxfp4MatrixView fp4[3];  // MXFP4: codes, then every matrix's scales
   const uint8_t* scales = rec + lay.scales_off;
   for (int m = 0; m < 3; ++m) {
-    bf16[m].fmt = format::Fmt::kF16;
-    bf16[m].bf16 = true;
-    bf16[m].rows = fp4[m].rows = lay.rows[m];
-    bf16[m].cols = fp4[m].cols = lay.cols[m];
-    bf16[m].payload = fp4[m].codes = rec + lay.matrix_off[m];
+    kernels::MatrixView& w = trunk_like[m];
+    if (q.fmt == format::Fmt::kQ4GR) {
+      w.fmt = format::Fmt::kQ4G;
+      w.group = q.vec_dim;
+      w.scales = reinterpret_cast<const uint16_t*>(scales);  // read unaligned (matvec.h)
+    } else {
+      w.fmt = format::Fmt::kF16;
+      w.bf16 = true;
+    }
+    w.rows = fp4[m].rows = lay.rows[m];
+    w.cols = fp4[m].cols = lay.cols[m];
+    w.payload = fp4[m].codes = rec + lay.matrix_off[m];
     fp4[m].scales = scales;
-    if (mxfp4) scales += lay.rows[m] * (lay.cols[m] / format::kMxfp4Block);
+    scales += lay.rows[m] * (lay.cols[m] / q.vec_dim) * q.scale_bytes_per_vector();
   }
   const auto product = [&](int m, const float* x, float* y, int64_t a, int64_t b) {
     if (mxfp4)
       kernels::Mxfp4MatVec(fp4[m], x, y, a, b, opt_.isa);
     else
-      kernels::MatVec(bf16[m], x, y, a, b, opt_.isa);
+      kernels::MatVec(trunk_like[m], x, y, a, b, opt_.isa);
   };
   std::vector<float> g(inter), u(inter);  // [moe_inter]
   for (const auto& [t, j] : who) {
@@ -288,7 +298,7 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
   // Every token's gate and up tables are independent, so the pool builds
   // them (each wholly one thread's: the split cannot change a bit); a float
   // table that is only scratch is the chunk's own.
-  pool_.ParallelFor(q.lossless() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
+  pool_.ParallelFor(q.direct() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
     std::unique_ptr<float[]> scratch;
     if (!tb.keep_float) {
       std::lock_guard<std::mutex> lock(moe_.tables_mu);
@@ -444,8 +454,8 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
       }
       const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
       const auto ta = Clock::now();
-      if (tb.q.lossless()) {
-        ApplyLosslessExpert(task.rec, who, xin, per_slot.data());  // its ParallelFor runs on this thread
+      if (tb.q.direct()) {
+        ApplyDirectExpert(task.rec, who, xin, per_slot.data());  // its ParallelFor runs on this thread
       } else {
         down_tables += ApplyVqExpert(tb, task.rec, who, x);
       }

@@ -239,6 +239,27 @@ void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, in
     }
     return;
   }
+  if (q.fmt == Fmt::kQ4GR) {
+    // Random nibbles (the values -8..7 have rms about 4.61) and group scales
+    // near sqrt(1 / fan_in) / 4.61, so the matrix keeps its input's variance.
+    uint8_t* sc = rec.data() + lay.scales_off;
+    for (int m = 0; m < format::kMatrices; ++m) {
+      uint8_t* codes = rec.data() + lay.matrix_off[m];
+      const int64_t n = lay.rows[m] * lay.cols[m] / 2;
+      for (int64_t i = 0; i < n; i += 8) {
+        const uint64_t r = rng.Next();
+        std::memcpy(codes + i, &r, static_cast<size_t>(std::min<int64_t>(8, n - i)));
+      }
+      const float gain = m == 2 ? 0.5f : 1.f;
+      const float a = gain / (4.61f * std::sqrt(static_cast<float>(lay.cols[m])));
+      const int64_t groups = lay.rows[m] * (lay.cols[m] / q.vec_dim);
+      for (int64_t g = 0; g < groups; ++g, sc += 2) {
+        const uint16_t h = format::F32ToF16(a * rng.Uniform(0.8f, 1.2f));
+        std::memcpy(sc, &h, 2);
+      }
+    }
+    return;
+  }
   const int bpv = q.bytes_per_vector();
   const bool mask = q.index_bits == 8 && q.entries < 256;
   for (int m = 0; m < format::kMatrices; ++m) {
@@ -319,8 +340,11 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
     s.expert_fmt = Fmt::kVQ4P;
   else if (fmt == "MXFP4" || fmt == "mxfp4")
     s.expert_fmt = Fmt::kMXFP4;
+  else if (fmt == "Q4GR" || fmt == "q4gr")
+    s.expert_fmt = Fmt::kQ4GR;
   else
-    return Status::Error("synth config: expert_format \"" + fmt + "\" (VQ3R, VQ2R, VQ4P, MXFP4)");
+    return Status::Error("synth config: expert_format \"" + fmt +
+                         "\" (VQ3R, VQ2R, VQ4P, MXFP4, Q4GR)");
   // Type and a range the fields fit in here; what is sensible, below.
   int64_t trunk_bits = s.trunk_bits, seed = 1, anchors = s.anchor_experts;
   WASTE_RETURN_IF_ERROR(JsonInt(j, w, "trunk_bits", INT32_MIN, INT32_MAX, &trunk_bits));
