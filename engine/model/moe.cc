@@ -145,18 +145,32 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
     else
       kernels::MatVec(trunk_like[m], x, y, a, b, opt_.isa);
   };
-  std::vector<float> g(inter), u(inter);  // [moe_inter]
-  for (const auto& [t, j] : who) {
-    const float* x = h + static_cast<size_t>(t) * hid;
-    pool_.ParallelFor(inter, 32, [&](int64_t a, int64_t b) {
-      product(0, x, g.data(), a, b);
-      product(1, x, u.data(), a, b);
+  // Every token routed here in one pass over the record: each block of 32
+  // rows is applied to all the tokens while it is in cache, so a prefill
+  // chunk reads the record from memory about once. A row is still one
+  // product call, so the bits do not depend on the tokens beside it.
+  const size_t n = who.size();
+  std::vector<float> g(n * inter), u(n * inter);  // [n][moe_inter]
+  const auto rows = [&](int m, int64_t count, const float* const* xs, float* const* ys) {
+    pool_.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
+      for (int64_t lo = a; lo < b; lo += 32)
+        for (size_t i = 0; i < n; ++i) product(m, xs[i], ys[i], lo, std::min(b, lo + 32));
     });
-    ExpertActivation(rec, g.data(), u.data());
-    float* dst = per_slot + (static_cast<size_t>(t) * k + j) * hid;
-    pool_.ParallelFor(hid, 32, [&](int64_t a, int64_t b) { product(2, g.data(), dst, a, b); });
-    AddExpertBias(rec, 2, dst);
+  };
+  std::vector<const float*> xs(n);
+  std::vector<float*> gs(n), us(n), dsts(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto [t, j] = who[i];
+    xs[i] = h + static_cast<size_t>(t) * hid;
+    gs[i] = g.data() + i * inter;
+    us[i] = u.data() + i * inter;
+    dsts[i] = per_slot + (static_cast<size_t>(t) * k + j) * hid;
   }
+  rows(0, inter, xs.data(), gs.data());
+  rows(1, inter, xs.data(), us.data());
+  for (size_t i = 0; i < n; ++i) ExpertActivation(rec, gs[i], us[i]);
+  rows(2, hid, gs.data(), dsts.data());
+  for (size_t i = 0; i < n; ++i) AddExpertBias(rec, 2, dsts[i]);
 }
 
 void Model::AddExpertBias(const uint8_t* rec, int m, float* y) const {

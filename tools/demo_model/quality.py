@@ -3,13 +3,17 @@
 
     python3 tools/demo_model/quality.py --waste build/bin/waste --out /tmp/quality
     python3 tools/demo_model/quality.py ... --extra warp-vq3r=/path/to/container   # any other container
+    python3 tools/demo_model/quality.py ... --oracle bf16r   # no torch: waste's BF16R container is the reference
 
 The checkpoint (models/demo-moe) is converted by `waste convert` into every
 expert format (BF16R, VQ3R, VQ2R, VQ4P) with the trunk at 16, 8 and 4 bits,
 and each container scores heldout.txt with `waste eval --perplexity` in
 process, with the exact and the int8 lookup table. The oracle is the
 checkpoint's own PyTorch forward pass (transformers' DeepseekV3ForCausalLM,
-float32, eager attention) on the same token ids in the same windows. Per
+float32, eager attention) on the same token ids in the same windows, or
+with `--oracle bf16r` the lossless BF16R container with a 16-bit trunk
+through waste (which equals PyTorch's perplexity to 4 digits:
+demo_model_test), so that the table can be made where torch is not. Per
 row: waste's perplexity, the mean next-token KL(PyTorch || waste) in nats,
 and how often both pick the same most likely token. Writes quality.json
 and quality.md to --out.
@@ -25,9 +29,7 @@ import subprocess
 import time
 
 import numpy as np
-import torch
 from tokenizers import Tokenizer
-from transformers import DeepseekV3ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKPOINT = os.path.join(HERE, "..", "..", "models", "demo-moe")
@@ -66,8 +68,8 @@ def main():
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--extra", action="append", default=[], help="NAME=CONTAINER, scored the same way")
+    ap.add_argument("--oracle", choices=("pytorch", "bf16r"), default="pytorch")
     args = ap.parse_args()
-    torch.set_num_threads(2)
     os.makedirs(args.out, exist_ok=True)
     text_path = os.path.join(args.checkpoint, "heldout.txt")
     text = open(text_path, encoding="utf-8").read()
@@ -76,26 +78,55 @@ def main():
     ids = [config["bos_token_id"]] + tok.encode(text, add_special_tokens=False).ids
     wins = windows_of(ids, args.window, args.windows)
 
-    model = DeepseekV3ForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32,
-                                                  attn_implementation="eager").eval()
-    ref = []
-    with torch.no_grad():
+    def waste_logprobs(c, targs):  # per window, [tokens][vocab], and what waste reports
+        logits = os.path.join(args.out, "logits.bin")
+        out = subprocess.run([args.waste, "eval", c, "--perplexity", text_path, "--window", str(args.window),
+                              "--windows", str(args.windows), "--logits", logits, "--local", "--json"] + targs,
+                             check=True, capture_output=True, text=True).stdout
+        flat = np.fromfile(logits, dtype=np.float32).reshape(-1, config["vocab_size"])
+        got, at = [], 0
         for w in wins:
-            ref.append(log_softmax(model(input_ids=torch.tensor([w])).logits[0].numpy()))
+            got.append(log_softmax(flat[at:at + len(w)]))
+            at += len(w)
+        return got, json.loads(out)
+
+    def convert(c, conv):  # seconds, or None when it was there already
+        if os.path.exists(os.path.join(c, "manifest.json")):
+            return None
+        t0 = time.time()
+        subprocess.run([args.waste, "convert", args.checkpoint, c, "--quiet"] + conv, check=True)
+        return time.time() - t0
+
+    if args.oracle == "pytorch":
+        import torch
+        from transformers import DeepseekV3ForCausalLM
+        torch.set_num_threads(2)
+        model = DeepseekV3ForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32,
+                                                      attn_implementation="eager").eval()
+        ref = []
+        with torch.no_grad():
+            for w in wins:
+                ref.append(log_softmax(model(input_ids=torch.tensor([w])).logits[0].numpy()))
+        ref_name = "PyTorch (float32 on the bf16 weights)"
+    else:
+        c = os.path.join(args.out, "bf16-t16")
+        convert(c, ["--expert-format", "bf16", "--trunk-bits", "16"])
+        ref, _ = waste_logprobs(c, [])
+        ref_name = "waste, BF16R experts, trunk 16-bit (the oracle)"
     ref_nll, scored = score(ref, wins)
-    rows = [{"name": "PyTorch (float32 on the bf16 weights)", "perplexity": math.exp(ref_nll),
-             "mean_nll": ref_nll, "kl": 0.0, "top1": 1.0}]
-    print(f"PyTorch: perplexity {math.exp(ref_nll):.4f} over {scored} tokens", flush=True)
+    rows = [{"name": ref_name, "perplexity": math.exp(ref_nll), "mean_nll": ref_nll, "kl": 0.0, "top1": 1.0}]
+    print(f"{ref_name}: perplexity {math.exp(ref_nll):.4f} over {scored} tokens", flush=True)
 
     variants = []  # (name, container, convert args or None, eval args)
-    for fmt, label in (("bf16", "BF16R"), ("vq3r", "VQ3R"), ("vq2r", "VQ2R"), ("vq4p", "VQ4P")):
+    for fmt, label in (("bf16", "BF16R"), ("q4gr", "Q4GR"), ("vq3r", "VQ3R"), ("vq2r", "VQ2R"),
+                       ("vq4p", "VQ4P")):
         for bits in (16, 8, 4):
             if fmt != "bf16" and bits == 16:
                 continue
             c = os.path.join(args.out, f"{fmt}-t{bits}")
             conv = ["--expert-format", fmt, "--trunk-bits", str(bits)]
-            tables = [("", [])] if fmt == "bf16" else [(", exact table", []),
-                                                        (", int8 table", ["--expert-table", "i8"])]
+            tables = [("", [])] if fmt in ("bf16", "q4gr") else [(", exact table", []),
+                                                                  (", int8 table", ["--expert-table", "i8"])]
             for tlabel, targs in tables:
                 variants.append((f"{label} experts, trunk {bits}-bit{tlabel}", c, conv, targs))
     for spec in args.extra:
@@ -106,23 +137,10 @@ def main():
     converted = {}
     for name, c, conv, targs in variants:
         if conv is not None and c not in converted:
-            if not os.path.exists(os.path.join(c, "manifest.json")):
-                t0 = time.time()
-                subprocess.run([args.waste, "convert", args.checkpoint, c, "--quiet"] + conv, check=True)
-                converted[c] = time.time() - t0
-            else:
-                converted[c] = None
-        logits = os.path.join(args.out, "logits.bin")
-        out = subprocess.run([args.waste, "eval", c, "--perplexity", text_path, "--window", str(args.window),
-                              "--windows", str(args.windows), "--logits", logits, "--local", "--json"] + targs,
-                             check=True, capture_output=True, text=True).stdout
-        reported = json.loads(out)
-        flat = np.fromfile(logits, dtype=np.float32).reshape(-1, config["vocab_size"])
-        got, at, kl, same = [], 0, 0.0, 0
-        for w, r in zip(wins, ref):
-            lp = log_softmax(flat[at:at + len(w)])
-            at += len(w)
-            got.append(lp)
+            converted[c] = convert(c, conv)
+        got, reported = waste_logprobs(c, targs)
+        kl, same = 0.0, 0
+        for lp, r in zip(got, ref):
             kl += float((np.exp(r[:-1]) * (r[:-1] - lp[:-1])).sum())
             same += int((r[:-1].argmax(-1) == lp[:-1].argmax(-1)).sum())
         nll, n = score(got, wins)
@@ -138,7 +156,7 @@ def main():
     with open(os.path.join(args.out, "quality.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(args.out, "quality.md"), "w") as f:
-        f.write("| weights | perplexity | vs PyTorch | KL (nats/token) | same top-1 |\n|---|---|---|---|---|\n")
+        f.write("| weights | perplexity | vs the oracle | KL (nats/token) | same top-1 |\n|---|---|---|---|---|\n")
         for r in rows:
             f.write(f"| {r['name']} | {r['perplexity']:.4f} | {r['perplexity'] / rows[0]['perplexity'] - 1:+.2%} | "
                     f"{r['kl']:.5f} | {r['top1']:.2%} |\n")
