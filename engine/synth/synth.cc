@@ -240,18 +240,24 @@ void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, in
     return;
   }
   if (q.fmt == Fmt::kQ4GR) {
-    // Random nibbles (the values -8..7 have rms about 4.61) and group scales
-    // near sqrt(1 / fan_in) / 4.61, so the matrix keeps its input's variance.
+    // Nibbles uniform in 1..15, the values -7..7 (mean zero: a mean would be
+    // a component every expert shares, and it concentrates the routing; rms
+    // about 4.32), and group scales near sqrt(1 / fan_in) / 4.32, so the
+    // matrix keeps its input's variance.
     uint8_t* sc = rec.data() + lay.scales_off;
     for (int m = 0; m < format::kMatrices; ++m) {
       uint8_t* codes = rec.data() + lay.matrix_off[m];
       const int64_t n = lay.rows[m] * lay.cols[m] / 2;
-      for (int64_t i = 0; i < n; i += 8) {
+      for (int64_t i = 0; i < n; ++i) {
         const uint64_t r = rng.Next();
-        std::memcpy(codes + i, &r, static_cast<size_t>(std::min<int64_t>(8, n - i)));
+        const auto nibble = [](uint32_t x) {
+          return static_cast<uint8_t>(1 + ((uint64_t{x} * 15) >> 32));
+        };
+        codes[i] = static_cast<uint8_t>(nibble(static_cast<uint32_t>(r)) |
+                                        nibble(static_cast<uint32_t>(r >> 32)) << 4);
       }
       const float gain = m == 2 ? 0.5f : 1.f;
-      const float a = gain / (4.61f * std::sqrt(static_cast<float>(lay.cols[m])));
+      const float a = gain / (4.32f * std::sqrt(static_cast<float>(lay.cols[m])));
       const int64_t groups = lay.rows[m] * (lay.cols[m] / q.vec_dim);
       for (int64_t g = 0; g < groups; ++g, sc += 2) {
         const uint16_t h = format::F32ToF16(a * rng.Uniform(0.8f, 1.2f));
