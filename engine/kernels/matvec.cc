@@ -1,7 +1,10 @@
 #include "engine/kernels/matvec.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "engine/format/encoding.h"
 #include "engine/kernels/simd.h"
@@ -119,14 +122,43 @@ void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, I
   });
 }
 
+void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
+                  std::span<float* const> ys, int64_t row_begin, int64_t row_end, int64_t block,
+                  Isa isa) {
+  if (row_begin >= row_end) return;
+  isa = UsableIsa(isa);
+  block = std::max<int64_t>(block, 1);
+  // The AVX-512 Q4G product in groups of 128 puts each input in fixed point
+  // first; done once here instead of once a block (it cost about 40% of a
+  // product cut into 32-row calls).
+  const size_t n = xs.size();
+  const bool fixed = isa >= Isa::kAvx512 && w.fmt == Fmt::kQ4G && w.group == 128 &&
+                     w.cols % 128 == 0;
+  const int64_t bytes = fixed ? avx512::Q4FixedBytes(w.cols) : 0;
+  std::unique_ptr<uint8_t[]> buffer;
+  uint8_t* inputs = nullptr;
+  std::vector<char> usable(n, 0);  // the inputs whose fixed point exists
+  if (fixed) {
+    buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n + 64);
+    inputs = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
+    for (size_t i = 0; i < n; ++i) usable[i] = avx512::Q4FixInput(xs[i], w.cols, inputs + i * bytes);
+  }
+  for (int64_t lo = row_begin; lo < row_end; lo += block) {
+    const int64_t hi = std::min(row_end, lo + block);
+    for (size_t i = 0; i < n; ++i) {
+      if (usable[i])
+        avx512::Q4FixedRows(w, inputs + i * bytes, ys[i], lo, hi);
+      else
+        MatVec(w, xs[i], ys[i], lo, hi, isa);
+    }
+  }
+}
+
 void MatVecMany(ThreadPool& pool, const MatrixView& w, std::span<const float* const> xs,
                 std::span<float* const> ys, int64_t grain, Isa isa) {
   grain = std::max<int64_t>(grain, 1);
   pool.ParallelFor(w.rows, grain, [&](int64_t a, int64_t b) {
-    for (int64_t lo = a; lo < b; lo += grain) {
-      const int64_t hi = std::min(b, lo + grain);
-      for (size_t i = 0; i < xs.size(); ++i) MatVec(w, xs[i], ys[i], lo, hi, isa);
-    }
+    MatVecBlocks(w, xs, ys, a, b, grain, isa);
   });
 }
 

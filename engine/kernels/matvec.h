@@ -64,6 +64,16 @@ struct MatVecJob {
 // overlap one another or the inputs. Matrices of zero rows are allowed.
 void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa);
 
+// ys[i][r] = W[r] . xs[i] for r in [row_begin, row_end) and every input,
+// on the calling thread: the rows in blocks of `block`, each applied to
+// every input while it is in cache, and each input put in the kernels' form
+// once for the call (the AVX-512 Q4G product's fixed point), not once a
+// block. Each ys[i] gets the bits of MatVec(w, xs[i], ys[i], row_begin,
+// row_end, isa). xs and ys as MatVecMany's.
+void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
+                  std::span<float* const> ys, int64_t row_begin, int64_t row_end, int64_t block,
+                  Isa isa);
+
 // One matrix times several inputs: ys[i] = W xs[i], every row, in one
 // pool.ParallelFor. Each thread takes its rows in blocks of `grain` and
 // applies a block to every input in turn while the block's bytes are in

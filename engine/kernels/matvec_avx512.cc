@@ -203,14 +203,22 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
 // 2^-100 cannot be put in fixed point; that call takes the float path.
 constexpr int64_t kMaxFixedGroups = 16384 / 128;  // wider rows take RowsGrouped
 
+// An input in fixed point, laid out flat in Q4FixedBytes(cols) bytes (64-aligned):
+//   digits [group][digit k][64 even columns, then 64 odd]: d_k of m for column
+//          128 g + 2 j + (0 even, 1 odd) at [g][k][64 * odd + j];
+//   bias   [group][lane]: -8 * sum of m over the lane's columns 8 lane .. 8 lane + 7;
+//   unit   [group]: 2^(e-21), what one step of m is worth.
 struct FixedInput {
-  // [group][digit k][64 even columns, then 64 odd]: d_k of m for column
-  // 128 g + 2 j + (0 even, 1 odd) at [g][k][64 * odd + j].
-  alignas(64) int8_t digits[kMaxFixedGroups][3][128];
-  // [group][lane]: -8 * sum of m over the lane's columns 8 lane .. 8 lane + 7.
-  alignas(64) int32_t bias[kMaxFixedGroups][16];
-  float unit[kMaxFixedGroups];  // 2^(e-21): what one step of m is worth
+  int8_t (*digits)[3][128];
+  int32_t (*bias)[16];
+  float* unit;
 };
+constexpr int64_t kFixedGroupBytes = 3 * 128 + 16 * 4 + 4;
+FixedInput FixedAt(uint8_t* base, int64_t groups) {
+  return {reinterpret_cast<int8_t (*)[3][128]>(base),
+          reinterpret_cast<int32_t (*)[16]>(base + groups * 3 * 128),
+          reinterpret_cast<float*>(base + groups * (3 * 128 + 64))};
+}
 
 // Sum n * m of one group, per lane: the digits d at [k][0..127] against the
 // unsigned bytes lo (even columns) and hi (odd), plus `start`.
@@ -227,7 +235,7 @@ __m512i GroupDot(__m512i start, __m512i lo, __m512i hi, const int8_t (*d)[128]) 
 }
 
 // False if x cannot be put in fixed point (see above).
-bool FixInput(const float* x, int64_t groups, FixedInput* f) {
+bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512i eights = _mm512_set1_epi8(8);
@@ -355,6 +363,21 @@ void WeightedRowsT(const MatrixView& w, int64_t first, const float* a, int64_t n
 
 }  // namespace
 
+int64_t Q4FixedBytes(int64_t cols) {
+  return (cols / 128 * kFixedGroupBytes + 63) / 64 * 64;
+}
+
+bool Q4FixInput(const float* x, int64_t cols, uint8_t* fixed) {
+  if (cols % 128 != 0) return false;
+  const FixedInput f = FixedAt(fixed, cols / 128);
+  return FixInput(x, cols / 128, &f);
+}
+
+void Q4FixedRows(const MatrixView& w, const uint8_t* fixed, float* y, int64_t row_begin,
+                 int64_t row_end) {
+  RowsQ4G128(w, FixedAt(const_cast<uint8_t*>(fixed), w.cols / 128), y, row_begin, row_end);
+}
+
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
   switch (w.fmt) {
     case Fmt::kF32:
@@ -373,7 +396,8 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
       if (w.fmt == Fmt::kQ4G) {
         const int64_t groups = w.cols / 128;
         if (w.group == 128 && w.cols % 128 == 0 && groups <= kMaxFixedGroups) {
-          alignas(64) FixedInput fixed;
+          alignas(64) uint8_t buffer[kMaxFixedGroups * kFixedGroupBytes];
+          const FixedInput fixed = FixedAt(buffer, groups);
           if (FixInput(x, groups, &fixed)) {
             RowsQ4G128(w, fixed, y, row_begin, row_end);
             return true;

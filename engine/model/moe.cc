@@ -153,6 +153,11 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
   std::vector<float> g(n * inter), u(n * inter);  // [n][moe_inter]
   const auto rows = [&](int m, int64_t count, const float* const* xs, float* const* ys) {
     pool_.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
+      if (!mxfp4) {
+        kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32,
+                              opt_.isa);
+        return;
+      }
       for (int64_t lo = a; lo < b; lo += 32)
         for (size_t i = 0; i < n; ++i) product(m, xs[i], ys[i], lo, std::min(b, lo + 32));
     });
