@@ -397,7 +397,8 @@ void WriteBf16Tensors(const std::string& path,
 // give the logits of the BF16R container of the same checkpoint, which
 // Lossless holds to transformers: that checks the record's layout and the
 // product end to end. On the fixture's own weights the converter's error is
-// what `waste verify` decodes from the records.
+// what `waste verify` decodes from the records, and `--head-bits 4` puts
+// the LM head (only) in Q4G.
 TEST(Q4gr, WhereItIsExactItGivesTheBf16ContainersLogits) {
   const std::string dir = waste::testing::ScratchDir();
   const std::string src = CopyFixture("kimi-linear", dir);
@@ -452,8 +453,22 @@ TEST(Q4gr, WhereItIsExactItGivesTheBf16ContainersLogits) {
   // The fixture's own weights: reported and decoded errors agree, and are
   // those of 4-bit groups (measured 0.0682-0.0684 mean, 0.0705 max).
   const std::string out = dir + "/own";
-  auto own = Convert(Options(kFixtures + "kimi-linear", out, "q4gr"));
+  ConvertOptions own_options = Options(kFixtures + "kimi-linear", out, "q4gr");
+  own_options.head_bits = 4;
+  auto own = Convert(own_options);
   ASSERT_TRUE(own.ok()) << own.status().message();
+  auto own_ct = Container::Open(out);
+  ASSERT_TRUE(own_ct.ok());
+  int heads = 0;
+  for (const TrunkTensor& t : own_ct->manifest().trunk) {
+    if (t.name == "lm_head.weight") {
+      ++heads;
+      EXPECT_EQ(t.fmt, format::Fmt::kQ4G);
+    } else if (t.name == "model.embed_tokens.weight") {
+      EXPECT_EQ(t.fmt, format::Fmt::kQ8G);
+    }
+  }
+  EXPECT_EQ(heads, 1);
   VerifyOptions vo;
   vo.container = out;
   vo.source = kFixtures + "kimi-linear";

@@ -149,11 +149,11 @@ class Forward : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     dir_ = waste::testing::ScratchDir();
-    // "PRESET+q4gr": the preset with Q4GR experts.
+    // "PRESET+q4gr": the preset with Q4GR experts and a Q4G head.
     const std::string param = GetParam(), preset = param.substr(0, param.find('+'));
     auto spec = SynthPreset(preset);
     ASSERT_TRUE(spec.ok()) << preset;
-    if (param.ends_with("+q4gr")) spec->expert_fmt = format::Fmt::kQ4GR;
+    if (param.ends_with("+q4gr")) spec->expert_fmt = format::Fmt::kQ4GR, spec->head_bits = 4;
     ASSERT_TRUE(WriteSynthetic(*spec, dir_, true, 2, nullptr).ok());
     auto ct = Container::Open(dir_);
     ASSERT_TRUE(ct.ok());
@@ -960,7 +960,8 @@ TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
 // zero-centered norms and a gated shared expert (tiny-qwen3-next), Kimi
 // K3's parts: latent MoE, Attention Residuals over three blocks, SiTU, KDA's
 // full-rank gate and bounded decay, MLA with q_lora and its output gate
-// (tiny-k3); and tiny-kimi's experts as Q4GR records (the trunk's product).
+// (tiny-k3); and tiny-kimi's experts as Q4GR records (the trunk's product)
+// with its head in Q4G.
 INSTANTIATE_TEST_SUITE_P(Presets, Forward,
                          ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-glm",
                                            "tiny-qwen3-next", "tiny-k3", "tiny-kimi+q4gr"),

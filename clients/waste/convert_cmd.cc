@@ -14,7 +14,7 @@ namespace {
 
 struct ConvertArgs {
   std::string src, out, expert_format = "vq3r", isa;
-  int jobs = 2, trunk_bits = 0, sample_experts = 8, iterations = 12;
+  int jobs = 2, trunk_bits = 0, head_bits = 8, sample_experts = 8, iterations = 12;
   bool resume = false, quiet = false;
 };
 
@@ -30,6 +30,7 @@ int RunConvert(const ConvertArgs& a) {
   o.jobs = a.jobs;
   o.expert_fmt = *fmt;
   o.trunk_bits = a.trunk_bits;
+  o.head_bits = a.head_bits;
   o.resume = a.resume;
   o.fit.sample_experts = a.sample_experts;
   o.fit.iterations = a.iterations;
@@ -128,6 +129,10 @@ void AddConvert(CLI::App& app, int* exit_code) {
   cmd->add_option("--trunk-bits", a->trunk_bits,
                   "4 (Q4G), 8 (Q8G) or 16 (BF16); default 16 with bf16 experts, else 4")
       ->check(CLI::IsMember({4, 8, 16}));
+  cmd->add_option("--head-bits", a->head_bits,
+                  "The LM head of a quantized trunk: 8 (Q8G) or 4 (Q4G, half its bytes, less exact)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({4, 8}));
   cmd->add_option("--sample-experts", a->sample_experts,
                   "VQ: experts per layer the codebooks are fitted on")
       ->capture_default_str()

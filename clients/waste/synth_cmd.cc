@@ -15,7 +15,7 @@ namespace {
 struct Options {
   std::string out, preset = "tiny-kimi", config_file, expert_format, print_preset;
   uint64_t seed = 0;
-  int trunk_bits = 0;
+  int trunk_bits = 0, head_bits = 0;
   int jobs = 0;
   bool force = false, quiet = false;
 };
@@ -66,6 +66,7 @@ int RunSynth(const Options& o) {
   }
   if (o.seed) spec->seed = o.seed;
   if (o.trunk_bits) spec->trunk_bits = o.trunk_bits;
+  if (o.head_bits) spec->head_bits = o.head_bits;
   const int jobs =
       o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto progress = [&](std::string_view line) {
@@ -104,6 +105,8 @@ void AddSynth(CLI::App& app, int* exit_code) {
   cmd->add_option("--config", o->config_file, "A spec file (JSON, as --print-preset prints)");
   cmd->add_option("--print-preset", o->print_preset, "Print a preset's spec as JSON and exit");
   cmd->add_option("--expert-format", o->expert_format, "vq3r, vq2r, vq4p, mxfp4 or q4gr (default: the spec's)");
+  cmd->add_option("--head-bits", o->head_bits, "The LM head: 8 or 4 (default: the spec's)")
+      ->check(CLI::IsMember({4, 8}));
   cmd->add_option("--trunk-bits", o->trunk_bits, "4 or 8 (default: the spec's)")
       ->check(CLI::IsMember({4, 8}));
   cmd->add_option("--seed", o->seed, "Seed (default: the spec's); same seed, same bytes");

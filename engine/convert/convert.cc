@@ -164,6 +164,7 @@ json Fingerprint(const Checkpoint& ck, const ConvertOptions& o, int trunk_bits) 
           {"shards", shards},
           {"expert_format", std::string(format::FmtName(o.expert_fmt))},
           {"trunk_bits", trunk_bits},
+          {"head_bits", o.head_bits},
           {"fit",
            {{"sample_experts", o.fit.sample_experts},
             {"max_vectors", o.fit.max_vectors},
@@ -256,6 +257,8 @@ Status Converter::Trunk(ContainerWriter& w) {
       const bool edge = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
       if (trunk_bits_ == 16)
         fmt = Fmt::kF16, bf16 = true;
+      else if (s.name == "lm_head.weight" && o_.head_bits == 4)
+        fmt = Fmt::kQ4G;
       else
         fmt = edge || trunk_bits_ == 8 ? Fmt::kQ8G : Fmt::kQ4G;
     }
@@ -464,6 +467,7 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
                                                        : 4;
   if (trunk_bits != 4 && trunk_bits != 8 && trunk_bits != 16)
     return Status::Error("trunk bits must be 4, 8 or 16");
+  if (o.head_bits != 4 && o.head_bits != 8) return Status::Error("head bits must be 4 or 8");
   auto ck = Checkpoint::Open(o.src);
   if (!ck.ok()) return ck.status();
   auto sm = MapSource((*ck)->config());

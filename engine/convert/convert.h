@@ -35,6 +35,9 @@ struct ConvertOptions {
   // and MXFP4 experts (a lossless container) and 4 otherwise. The embedding table and
   // LM head are Q8G unless 16; norms and routers are always F32.
   int trunk_bits = 0;
+  // The LM head when the trunk is quantized: 8 (Q8G) or 4 (Q4G, half the
+  // bytes a token reads there; llama.cpp's Q4_0 files hold it so).
+  int head_bits = 8;
   bool resume = false;
   VqFitOptions fit;
   std::function<void(std::string_view)> progress;  // one line at a time

@@ -319,6 +319,7 @@ json SynthSpec::ToJson() const {
           {"config", config},
           {"expert_format", std::string(format::FmtName(expert_fmt))},
           {"trunk_bits", trunk_bits},
+          {"head_bits", head_bits},
           {"seed", seed},
           {"route_skew", route_skew},
           {"hot_share", hot_share},
@@ -352,11 +353,13 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
     return Status::Error("synth config: expert_format \"" + fmt +
                          "\" (VQ3R, VQ2R, VQ4P, MXFP4, Q4GR)");
   // Type and a range the fields fit in here; what is sensible, below.
-  int64_t trunk_bits = s.trunk_bits, seed = 1, anchors = s.anchor_experts;
+  int64_t trunk_bits = s.trunk_bits, head_bits = s.head_bits, seed = 1, anchors = s.anchor_experts;
   WASTE_RETURN_IF_ERROR(JsonInt(j, w, "trunk_bits", INT32_MIN, INT32_MAX, &trunk_bits));
+  WASTE_RETURN_IF_ERROR(JsonInt(j, w, "head_bits", INT32_MIN, INT32_MAX, &head_bits));
   WASTE_RETURN_IF_ERROR(JsonInt(j, w, "seed", 0, INT64_MAX, &seed));
   WASTE_RETURN_IF_ERROR(JsonInt(j, w, "anchor_experts", INT32_MIN, INT32_MAX, &anchors));
   s.trunk_bits = static_cast<int>(trunk_bits);
+  s.head_bits = static_cast<int>(head_bits);
   s.seed = static_cast<uint64_t>(seed);
   s.anchor_experts = static_cast<int>(anchors);
   constexpr double kFinite = std::numeric_limits<double>::max();
@@ -364,6 +367,8 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
   WASTE_RETURN_IF_ERROR(JsonNumber(j, w, "hot_share", -kFinite, kFinite, &s.hot_share));
   if (s.trunk_bits != 4 && s.trunk_bits != 8)
     return Status::Error("synth config: trunk_bits must be 4 or 8");
+  if (s.head_bits != 4 && s.head_bits != 8)
+    return Status::Error("synth config: head_bits must be 4 or 8");
   if (s.anchor_experts < 0 || s.anchor_experts > 64)
     return Status::Error("synth config: anchor_experts must be in [0, 64]");
   if (!(s.hot_share > 0.1 && s.hot_share < 1.0))
@@ -423,7 +428,8 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   for (const TensorSpec& s : specs) {
     Fmt fmt = Fmt::kF32;
     if (s.storage == Storage::kMatrix) {
-      const bool ends8 = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
+      const bool ends8 = s.name == "model.embed_tokens.weight" ||
+                         (s.name == "lm_head.weight" && spec.head_bits == 8);
       fmt = ends8 || spec.trunk_bits == 8 ? Fmt::kQ8G : Fmt::kQ4G;
     }
     const TensorValues values(s, spec.seed, static_cast<float>(report.route_skew),

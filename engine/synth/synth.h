@@ -22,6 +22,7 @@ struct SynthSpec {
   nlohmann::json config;  // Hugging Face style config (model_type, sizes, ...)
   format::Fmt expert_fmt = format::Fmt::kVQ3R;
   int trunk_bits = 4;  // bulk of the trunk: 4 (Q4G) or 8 (Q8G); embedding and head are Q8G
+  int head_bits = 8;   // the LM head: 8 (Q8G) or 4 (Q4G)
   uint64_t seed = 1;
   // Routing concentration: the correction bias is route_skew * N(0, 1) per
   // expert. A negative value asks WriteSynthetic to choose the skew that
