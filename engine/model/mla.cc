@@ -83,20 +83,26 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
 
   std::vector<float> olat(static_cast<size_t>(nh) * lat), o(static_cast<size_t>(nh) * vd);
   const int n = pos + 1;
+  // The cache's rows [n][kv_lora + rope] as an F32 matrix: a position's
+  // score is its row times the query's [latent | rotated] halves, one
+  // product (SIMD, a row's sum in one order on every thread and chunk).
+  kernels::MatrixView keys;
+  keys.fmt = format::Fmt::kF32;
+  keys.rows = n;
+  keys.cols = row;
+  keys.payload = reinterpret_cast<const uint8_t*>(s.latent_kv[L].data());
   pool_.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> qlat(lat), score(n);
+    std::vector<float> qlat(row), score(n);  // qlat: [kv_lora] latent query, then [rope]
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* qh = q.data() + hd * qd;
       rotary_.Apply(qh + nope, pos);
       // The query in latent space: q_nope through the key rows of kv_b_proj.
       kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), opt_.isa);
+      std::copy(qh + nope, qh + qd, qlat.begin() + lat);
+      kernels::MatVec(keys, qlat.data(), score.data(), 0, n, opt_.isa);
       float mx = -INFINITY;
       for (int t = 0; t < n; ++t) {
-        const float* kv = s.latent_kv[L].data() + static_cast<size_t>(t) * row;
-        float acc = 0.f;
-        for (int c = 0; c < lat; ++c) acc += qlat[c] * kv[c];
-        for (int r = 0; r < rope; ++r) acc += qh[nope + r] * kv[lat + r];
-        score[t] = acc * softmax_scale_;
+        score[t] *= softmax_scale_;
         mx = std::max(mx, score[t]);
       }
       float sum = 0.f;
