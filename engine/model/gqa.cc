@@ -34,11 +34,16 @@ void AddBias(float* x, const float* bias, int n) {
 void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, int n, int D,
                 float scale, const float* sink, float* score, float* out, kernels::Isa isa) {
   float mx = sink ? *sink : -INFINITY;
+  // Each position's key as a one-row F32 matrix: its dot with q is the SIMD
+  // product's, one order on every thread and chunk.
+  kernels::MatrixView key;
+  key.fmt = format::Fmt::kF32;
+  key.rows = 1;
+  key.cols = D;
   for (int t = 0; t < n; ++t) {
-    const float* kt = keys + static_cast<size_t>(t) * row;
-    float acc = 0.f;
-    for (int i = 0; i < D; ++i) acc += q[i] * kt[i];
-    score[t] = acc * scale;
+    key.payload = reinterpret_cast<const uint8_t*>(keys + static_cast<size_t>(t) * row);
+    kernels::MatVec(key, q, score + t, 0, 1, isa);
+    score[t] *= scale;
     mx = std::max(mx, score[t]);
   }
   float sum = 0.f;
