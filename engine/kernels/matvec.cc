@@ -137,7 +137,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   const int64_t bytes = fixed ? avx512::Q4FixedBytes(w.cols) : 0;
   std::unique_ptr<uint8_t[]> buffer;
   uint8_t* inputs = nullptr;
-  std::vector<char> usable(n, 0);  // the inputs whose fixed point exists
+  std::vector<char> usable(fixed ? n : 0);  // the inputs whose fixed point exists
   if (fixed) {
     buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n + 64);
     inputs = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
@@ -146,7 +146,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   for (int64_t lo = row_begin; lo < row_end; lo += block) {
     const int64_t hi = std::min(row_end, lo + block);
     for (size_t i = 0; i < n; ++i) {
-      if (usable[i])
+      if (fixed && usable[i])
         avx512::Q4FixedRows(w, inputs + i * bytes, ys[i], lo, hi);
       else
         MatVec(w, xs[i], ys[i], lo, hi, isa);

@@ -139,12 +139,6 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
     fp4[m].scales = scales;
     scales += lay.rows[m] * (lay.cols[m] / q.vec_dim) * q.scale_bytes_per_vector();
   }
-  const auto product = [&](int m, const float* x, float* y, int64_t a, int64_t b) {
-    if (mxfp4)
-      kernels::Mxfp4MatVec(fp4[m], x, y, a, b, opt_.isa);
-    else
-      kernels::MatVec(trunk_like[m], x, y, a, b, opt_.isa);
-  };
   // Every token routed here in one pass over the record: each block of 32
   // rows is applied to all the tokens while it is in cache, so a prefill
   // chunk reads the record from memory about once. A row is still one
@@ -159,7 +153,8 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
         return;
       }
       for (int64_t lo = a; lo < b; lo += 32)
-        for (size_t i = 0; i < n; ++i) product(m, xs[i], ys[i], lo, std::min(b, lo + 32));
+        for (size_t i = 0; i < n; ++i)
+          kernels::Mxfp4MatVec(fp4[m], xs[i], ys[i], lo, std::min(b, lo + 32), opt_.isa);
     });
   };
   std::vector<const float*> xs(n);
