@@ -7,6 +7,9 @@
 //           BF16R expert's gate (1024 x 2304, --expert-format bf16), and
 //           MLA's value rows of one head (128 rows of kv_b_proj x 512
 //           latent, read in place) in Q4G, Q8G and BF16.
+//   MatVecBlocks  a Q4GR expert's gate (1024 x 2304) and down (2304 x
+//           1024) against 1, 4, 8 and 16 inputs, as a prefill chunk's
+//           tokens routed to one expert (bytes: the payload once per input).
 //   WeightedRows  MLA's query in latent space: one head's 128 key rows of
 //           kv_b_proj (8192 rows x 512 latent), read in place, in Q4G, Q8G
 //           and BF16.
@@ -95,6 +98,27 @@ void Rows(benchmark::State& state, Shape sh, Isa isa) {
   state.SetBytesProcessed(state.iterations() * kKeyRows * MatrixRowBytes(s.view));
 }
 
+// MatVecBlocks as a prefill chunk applies a routed expert: every token
+// routed to it, 32 rows at a time. Bytes are the payload once per input.
+void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa) {
+  if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
+  Setup s(sh);
+  std::vector<std::vector<float>> x(inputs, s.x), y(inputs, s.y);
+  for (int i = 0; i < inputs; ++i) x[i][0] += static_cast<float>(i);  // distinct inputs
+  std::vector<const float*> xs;
+  std::vector<float*> ys;
+  for (int i = 0; i < inputs; ++i) {
+    xs.push_back(x[i].data());
+    ys.push_back(y[i].data());
+  }
+  for (auto _ : state) {
+    MatVecBlocks(s.view, xs, ys, 0, sh.rows, 32, isa);
+    benchmark::DoNotOptimize(ys.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * inputs * static_cast<int64_t>(s.payload.size()));
+}
+
 }  // namespace
 
 void RegisterBenchmarks() {
@@ -119,6 +143,15 @@ void RegisterBenchmarks() {
     for (const Shape& sh : matvec)
       benchmark::RegisterBenchmark((std::string(sh.name) + "/" + IsaName(isa)).c_str(), Run, sh,
                                    isa);
+  const Shape expert[] = {
+      {"gate_1024x2304", Fmt::kQ4G, false, 1024, 2304},
+      {"down_2304x1024", Fmt::kQ4G, false, 2304, 1024},
+  };
+  for (const Shape& sh : expert)
+    for (int inputs : {1, 4, 8, 16})
+      benchmark::RegisterBenchmark(
+          ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/avx512").c_str(),
+          Blocks, sh, inputs, Isa::kAvx512);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (const Shape& sh : kv_b)
       benchmark::RegisterBenchmark(

@@ -136,21 +136,29 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
                      w.cols % 128 == 0;
   const int64_t bytes = fixed ? avx512::Q4FixedBytes(w.cols) : 0;
   std::unique_ptr<uint8_t[]> buffer;
-  uint8_t* inputs = nullptr;
-  std::vector<char> usable(fixed ? n : 0);  // the inputs whose fixed point exists
+  // The inputs in fixed point and their outputs; the rest (an input that
+  // cannot be, or every input off this path) take MatVec.
+  std::vector<const uint8_t*> fixed_in;
+  std::vector<float*> fixed_out;
+  std::vector<size_t> other;
   if (fixed) {
     buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n + 64);
-    inputs = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
-    for (size_t i = 0; i < n; ++i) usable[i] = avx512::Q4FixInput(xs[i], w.cols, inputs + i * bytes);
+    uint8_t* at = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
+    for (size_t i = 0; i < n; ++i, at += bytes) {
+      if (avx512::Q4FixInput(xs[i], w.cols, at)) {
+        fixed_in.push_back(at);
+        fixed_out.push_back(ys[i]);
+      } else {
+        other.push_back(i);
+      }
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) other.push_back(i);
   }
   for (int64_t lo = row_begin; lo < row_end; lo += block) {
     const int64_t hi = std::min(row_end, lo + block);
-    for (size_t i = 0; i < n; ++i) {
-      if (fixed && usable[i])
-        avx512::Q4FixedRows(w, inputs + i * bytes, ys[i], lo, hi);
-      else
-        MatVec(w, xs[i], ys[i], lo, hi, isa);
-    }
+    if (!fixed_in.empty()) avx512::Q4FixedRows(w, fixed_in, fixed_out, lo, hi);
+    for (size_t i : other) MatVec(w, xs[i], ys[i], lo, hi, isa);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/kernels/avx512_intrin.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/kernels/simd.h"
@@ -295,7 +296,13 @@ bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
   return true;
 }
 
-void RowsQ4G128(const MatrixView& w, const FixedInput& f, float* y, int64_t row_begin,
+// Rows of a Q4G matrix in groups of 128 against kT inputs at once: each
+// group's 64 bytes are loaded and split into nibbles once for all of them.
+// Per input the operations and their order are those of one input alone
+// (GroupDot, then the fused scale into its own accumulator), so an input's
+// bits do not depend on the inputs beside it.
+template <int kT>
+void RowsQ4G128(const MatrixView& w, const FixedInput* f, float* const* y, int64_t row_begin,
                 int64_t row_end) {
   const int64_t groups = w.cols / 128;
   const __m512i nibble = _mm512_set1_epi8(15);
@@ -303,17 +310,43 @@ void RowsQ4G128(const MatrixView& w, const FixedInput& f, float* y, int64_t row_
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = w.payload + r * groups * 64;
     const uint8_t* row_scales = scales + 2 * r * groups;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[kT];
+    for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
       const __m512i q = _mm512_loadu_si512(row + g * 64);
       const __m512i lo = _mm512_and_si512(q, nibble);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
-      const __m512i sum = GroupDot(_mm512_load_si512(f.bias[g]), lo, hi, f.digits[g]);
       uint16_t h;
       std::memcpy(&h, row_scales + 2 * g, sizeof h);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(_cvtsh_ss(h) * f.unit[g]), acc);
+      const float scale = _cvtsh_ss(h);
+      for (int t = 0; t < kT; ++t) {
+        const __m512i sum = GroupDot(_mm512_load_si512(f[t].bias[g]), lo, hi, f[t].digits[g]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(scale * f[t].unit[g]),
+                                 acc[t]);
+      }
     }
-    y[r] = _mm512_reduce_add_ps(acc);
+    for (int t = 0; t < kT; ++t) y[t][r] = _mm512_reduce_add_ps(acc[t]);
+  }
+}
+
+// Up to 4 inputs a pass over the rows: a row's pass reads each input's
+// digits (3 x 128 bytes a group), and at 2304 columns 4 inputs' 28 KiB
+// still sit in L1 with the row; 8 spill to L2 and run slower than 4
+// (bench/matvec_bench.cc "blocks", docs/MEASUREMENTS.md).
+void RowsQ4G128Many(const MatrixView& w, const FixedInput* f, float* const* y, size_t n,
+                    int64_t row_begin, int64_t row_end) {
+  for (size_t i = 0; i < n;) {
+    const size_t left = n - i;
+    if (left >= 4) {
+      RowsQ4G128<4>(w, f + i, y + i, row_begin, row_end);
+      i += 4;
+    } else if (left >= 2) {
+      RowsQ4G128<2>(w, f + i, y + i, row_begin, row_end);
+      i += 2;
+    } else {
+      RowsQ4G128<1>(w, f + i, y + i, row_begin, row_end);
+      i += 1;
+    }
   }
 }
 
@@ -373,9 +406,16 @@ bool Q4FixInput(const float* x, int64_t cols, uint8_t* fixed) {
   return FixInput(x, cols / 128, &f);
 }
 
-void Q4FixedRows(const MatrixView& w, const uint8_t* fixed, float* y, int64_t row_begin,
-                 int64_t row_end) {
-  RowsQ4G128(w, FixedAt(const_cast<uint8_t*>(fixed), w.cols / 128), y, row_begin, row_end);
+void Q4FixedRows(const MatrixView& w, std::span<const uint8_t* const> fixed,
+                 std::span<float* const> ys, int64_t row_begin, int64_t row_end) {
+  constexpr size_t kBatch = 32;  // inputs described on the stack at a time
+  FixedInput f[kBatch];
+  for (size_t i = 0; i < fixed.size(); i += kBatch) {
+    const size_t n = std::min(kBatch, fixed.size() - i);
+    for (size_t j = 0; j < n; ++j)
+      f[j] = FixedAt(const_cast<uint8_t*>(fixed[i + j]), w.cols / 128);
+    RowsQ4G128Many(w, f, ys.data() + i, n, row_begin, row_end);
+  }
 }
 
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
@@ -399,7 +439,7 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
           alignas(64) uint8_t buffer[kMaxFixedGroups * kFixedGroupBytes];
           const FixedInput fixed = FixedAt(buffer, groups);
           if (FixInput(x, groups, &fixed)) {
-            RowsQ4G128(w, fixed, y, row_begin, row_end);
+            RowsQ4G128<1>(w, &fixed, &y, row_begin, row_end);
             return true;
           }
         }

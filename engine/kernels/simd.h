@@ -57,11 +57,12 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
 // `fixed` (Q4FixedBytes(cols) bytes, 64-aligned) and returns false where
 // MatVec would take the float path (cols % 128 != 0 included); Q4FixedRows
 // is then MatVec's rows, bit for bit, for a Q4G matrix of group 128 and
-// `cols` columns.
+// `cols` columns, for every input in `fixed` into the matching ys[i]
+// (several inputs share each group's load and nibble split).
 int64_t Q4FixedBytes(int64_t cols);
 bool Q4FixInput(const float* x, int64_t cols, uint8_t* fixed);
-void Q4FixedRows(const MatrixView& w, const uint8_t* fixed, float* y, int64_t row_begin,
-                 int64_t row_end);
+void Q4FixedRows(const MatrixView& w, std::span<const uint8_t* const> fixed,
+                 std::span<float* const> ys, int64_t row_begin, int64_t row_end);
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
