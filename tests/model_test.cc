@@ -620,11 +620,11 @@ TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
 }
 
 // Attention's barriers per token and layer (ParallelFor calls the workers
-// join): KDA runs every projection of the layer's input in one pass, its
-// heads (with their rows of the low-rank second halves and their conv
-// channels) in a second and o in a third; MLA its first query projection
-// with kv_a, then q_b when it has a q LoRA, the heads, and o; GQA q, k and v
-// in one pass, the heads, and o. Each of these
+// join): KDA runs every projection of the chunk's inputs in one pass, then
+// per token its heads (with their rows of the low-rank second halves and
+// their conv channels) in a second, then o for the chunk in a third; MLA
+// its first query projection with kv_a, then q_b when it has a q LoRA, the
+// heads, and o; GQA q, k and v in one pass, the heads, and o. Each of these
 // passes has more rows than one grain on the presets, so each is a job.
 TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   Placement two;
@@ -641,8 +641,9 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   const uint64_t gqa = static_cast<uint64_t>(c.n_layers_of(LayerKind::kGqa));
   const uint64_t per_token = 3 * kda + (c.q_lora > 0 ? 4 : 3) * mla + 3 * gdn + 3 * gqa;
   EXPECT_EQ(e.model->pool_jobs().attention, 0u);
-  ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());  // prefill: per token too
-  EXPECT_EQ(e.model->pool_jobs().attention, per_token * prompt_.size());
+  ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());  // prefill: one chunk
+  ASSERT_LE(prompt_.size(), static_cast<size_t>(ModelOptions{}.chunk));
+  EXPECT_EQ(e.model->pool_jobs().attention, (per_token - 2 * kda) * prompt_.size() + 2 * kda);
   const PoolJobs before = e.model->pool_jobs();
   const int next[1] = {1};
   ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());

@@ -162,6 +162,21 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   }
 }
 
+void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t grain, Isa isa) {
+  grain = std::max<int64_t>(grain, 1);
+  int64_t total = 0;
+  for (const MatVecManyJob& j : jobs) total += j.w->rows;
+  pool.ParallelFor(total, grain, [&](int64_t a, int64_t b) {
+    int64_t first = 0;  // the current job's first row in the concatenation
+    for (const MatVecManyJob& j : jobs) {
+      if (first >= b) break;
+      const int64_t lo = std::max(a, first), hi = std::min(b, first + j.w->rows);
+      if (lo < hi) MatVecBlocks(*j.w, j.xs, j.ys, lo - first, hi - first, grain, isa);
+      first += j.w->rows;
+    }
+  });
+}
+
 void MatVecMany(ThreadPool& pool, const MatrixView& w, std::span<const float* const> xs,
                 std::span<float* const> ys, int64_t grain, Isa isa) {
   grain = std::max<int64_t>(grain, 1);

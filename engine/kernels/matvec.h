@@ -64,6 +64,18 @@ struct MatVecJob {
 // overlap one another or the inputs. Matrices of zero rows are allowed.
 void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa);
 
+// MatVecs with several inputs a matrix: each job's rows applied to each of
+// its inputs (ys[i] = W xs[i]), every job in one pool.ParallelFor cut as
+// MatVecs cuts, each chunk's rows of a job applied to all its inputs by
+// MatVecBlocks (blocks of `grain`). Each ys[i] is the bits of one MatVec
+// over the whole matrix. Outputs must not overlap one another or the inputs.
+struct MatVecManyJob {
+  const MatrixView* w = nullptr;
+  std::span<const float* const> xs;
+  std::span<float* const> ys;
+};
+void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t grain, Isa isa);
+
 // ys[i][r] = W[r] . xs[i] for r in [row_begin, row_end) and every input,
 // on the calling thread: the rows in blocks of `block`, each applied to
 // every input while it is in cache, and each input put in the kernels' form

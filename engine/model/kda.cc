@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "engine/kernels/recurrence.h"
@@ -35,80 +36,103 @@ KdaWeights ResolveKda(const Trunk& t, const ModelConfig& c, const std::string& a
   return w;
 }
 
-void Model::Kda(int L, Session& s, bool first, const float* h, float* out) {
+void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
+                const float* h, float* out) {
   const KdaWeights& l = layers_[L]->kda;
   const int H = c_.kda_heads, D = c_.kda_head_dim, C = H * D, K = c_.conv_kernel;
-  std::vector<float> qkv(3 * static_cast<size_t>(C)), f(D), fg(C), ga(D), gate(C), beta(H), o(C);
-  // Three barriers per layer: every projection of h in one pass; then each
-  // head's low-rank second halves, convolutions and recurrence in one pass
-  // over the heads (a head's rows of f_b and g_b and its conv channels are
-  // its own); then o. Each row and channel is computed as before, wholly
-  // by one thread, so the bits are those of one pass per matrix.
+  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+  // Per token: qkv [3C], f [D], fg [C], ga [D], gate [C], beta [H], o [C].
+  std::vector<float> qkv(T * 3 * C), f(T * D), fg(T * C), ga(T * D), gate(T * C), beta(T * H),
+      o(T * C);
+  // Two barriers for the chunk and one a token: every projection of
+  // every token's h in one pass (each block of rows applied to all the
+  // tokens while it is in cache); then, token after token, each head's
+  // low-rank second halves, convolutions and recurrence in one pass over
+  // the heads (a head's rows of f_b and g_b and its conv channels are its
+  // own); then o for every token. A row of a product is one MatVec's bits
+  // whatever the tokens and rows beside it.
   // K3's full-rank gate is one more product of h, the whole gate at once.
-  if (l.g)
-    MatVecs({{l.q, h, qkv.data()},
-             {l.k, h, qkv.data() + C},
-             {l.v, h, qkv.data() + 2 * C},
-             {l.f_a, h, f.data()},
-             {l.b, h, beta.data()},
-             {l.g, h, gate.data()}});
-  else
-    MatVecs({{l.q, h, qkv.data()},
-             {l.k, h, qkv.data() + C},
-             {l.v, h, qkv.data() + 2 * C},
-             {l.f_a, h, f.data()},
-             {l.b, h, beta.data()},
-             {l.g_a, h, ga.data()}});
+  const auto at = [&](float* base, size_t step) {
+    std::vector<float*> p(T);
+    for (size_t t = 0; t < T; ++t) p[t] = base + t * step;
+    return p;
+  };
+  std::vector<const float*> hs(T);
+  for (size_t t = 0; t < T; ++t) hs[t] = h + t * hid;
+  const std::vector<float*> qs = at(qkv.data(), 3 * C), ks = at(qkv.data() + C, 3 * C),
+                            vs = at(qkv.data() + 2 * C, 3 * C), fs = at(f.data(), D),
+                            betas = at(beta.data(), H), gates = at(gate.data(), C),
+                            gas = at(ga.data(), D);
+  MatVecsMany({{l.q, hs, qs},
+               {l.k, hs, ks},
+               {l.v, hs, vs},
+               {l.f_a, hs, fs},
+               {l.b, hs, betas},
+               {l.g ? l.g : l.g_a, hs, l.g ? gates : gas}});
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  // The chunk works on the spares (model.h, Session), the first token
-  // starting them from the committed state: a head's state is copied by the
-  // thread that steps it, while it is in that thread's cache.
-  float* S = s.kda_spare[L].data();
-  float* ring = s.conv_spare[L].data();
-  if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
-  const float* committed = s.kda_state[L].data();
-  pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> u(D), decay(D), normed(D);
-    for (int64_t hd = h0; hd < h1; ++hd) {
-      if (first)
-        std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
-      kernels::MatVec(*l.f_b, f.data(), fg.data(), hd * D, (hd + 1) * D, opt_.isa);
-      if (l.g_b) kernels::MatVec(*l.g_b, ga.data(), gate.data(), hd * D, (hd + 1) * D, opt_.isa);
-      // Short causal convolutions of the head's channels, then SiLU. The
-      // ring holds the K-1 previous projections, oldest first; tap K-1
-      // multiplies the current one.
-      for (int p = 0; p < 3; ++p) {
-        float* r = ring + static_cast<size_t>(p) * (K - 1) * C;
-        float* x = qkv.data() + static_cast<size_t>(p) * C;
-        const float* w = l.conv[p];
-        for (int64_t ch = hd * D; ch < (hd + 1) * D; ++ch) {
-          float acc = 0.f;
-          for (int i = 0; i < K - 1; ++i) acc += w[ch * K + i] * r[static_cast<size_t>(i) * C + ch];
-          acc += w[ch * K + K - 1] * x[ch];
-          for (int i = 0; i + 1 < K - 1; ++i)
-            r[static_cast<size_t>(i) * C + ch] = r[static_cast<size_t>(i + 1) * C + ch];
-          if (K > 1) r[static_cast<size_t>(K - 2) * C + ch] = x[ch];
-          x[ch] = Silu(acc);
+  for (size_t t = 0; t < T; ++t) {
+    Session& s = *owner[t];
+    // The chunk works on the spares (model.h, Session), a session's first
+    // token starting them from the committed state: a head's state is
+    // copied by the thread that steps it, while it is in that thread's cache.
+    const bool first = positions[t] == s.position;
+    float* S = s.kda_spare[L].data();
+    float* ring = s.conv_spare[L].data();
+    if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
+    const float* committed = s.kda_state[L].data();
+    float* qkv_t = qkv.data() + t * 3 * C;
+    const float* f_t = f.data() + t * D;
+    const float* ga_t = ga.data() + t * D;
+    float* fg_t = fg.data() + t * C;
+    float* gate_t = gate.data() + t * C;
+    const float* beta_t = beta.data() + t * H;
+    float* o_t = o.data() + t * C;
+    pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+      std::vector<float> u(D), decay(D), normed(D);
+      for (int64_t hd = h0; hd < h1; ++hd) {
+        if (first)
+          std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
+        kernels::MatVec(*l.f_b, f_t, fg_t, hd * D, (hd + 1) * D, opt_.isa);
+        if (l.g_b) kernels::MatVec(*l.g_b, ga_t, gate_t, hd * D, (hd + 1) * D, opt_.isa);
+        // Short causal convolutions of the head's channels, then SiLU. The
+        // ring holds the K-1 previous projections, oldest first; tap K-1
+        // multiplies the current one.
+        for (int p = 0; p < 3; ++p) {
+          float* r = ring + static_cast<size_t>(p) * (K - 1) * C;
+          float* x = qkv_t + static_cast<size_t>(p) * C;
+          const float* w = l.conv[p];
+          for (int64_t ch = hd * D; ch < (hd + 1) * D; ++ch) {
+            float acc = 0.f;
+            for (int i = 0; i < K - 1; ++i) acc += w[ch * K + i] * r[static_cast<size_t>(i) * C + ch];
+            acc += w[ch * K + K - 1] * x[ch];
+            for (int i = 0; i + 1 < K - 1; ++i)
+              r[static_cast<size_t>(i) * C + ch] = r[static_cast<size_t>(i + 1) * C + ch];
+            if (K > 1) r[static_cast<size_t>(K - 2) * C + ch] = x[ch];
+            x[ch] = Silu(acc);
+          }
         }
+        float* q = qkv_t + hd * D;
+        float* k = qkv_t + C + hd * D;
+        const float* v = qkv_t + 2 * C + hd * D;
+        L2Normalize(q, D);
+        L2Normalize(k, D);
+        for (int i = 0; i < D; ++i) q[i] *= scale;
+        const float a = std::exp(l.a_log[hd]), lb = c_.kda_lower_bound;
+        for (int i = 0; i < D; ++i)
+          decay[i] = std::exp(KdaLogDecay(a, fg_t[hd * D + i] + l.dt_bias[hd * D + i], lb));
+        const float b = Sigmoid(beta_t[hd]);
+        float* oh = o_t + hd * D;
+        kernels::KdaStateStep(S + hd * D * D, D, decay.data(), k, v, b, q, u.data(), oh,
+                              opt_.isa);
+        // Gated output norm, per head.
+        RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
+        for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate_t[hd * D + j]);
       }
-      float* q = qkv.data() + hd * D;
-      float* k = qkv.data() + C + hd * D;
-      const float* v = qkv.data() + 2 * C + hd * D;
-      L2Normalize(q, D);
-      L2Normalize(k, D);
-      for (int i = 0; i < D; ++i) q[i] *= scale;
-      const float a = std::exp(l.a_log[hd]), lb = c_.kda_lower_bound;
-      for (int i = 0; i < D; ++i)
-        decay[i] = std::exp(KdaLogDecay(a, fg[hd * D + i] + l.dt_bias[hd * D + i], lb));
-      const float b = Sigmoid(beta[hd]);
-      float* oh = o.data() + hd * D;
-      kernels::KdaStateStep(S + hd * D * D, D, decay.data(), k, v, b, q, u.data(), oh, opt_.isa);
-      // Gated output norm, per head.
-      RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
-      for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate[hd * D + j]);
-    }
-  });
-  MatVec(*l.o, o.data(), out);
+    });
+  }
+  std::vector<const float*> os(T);
+  for (size_t t = 0; t < T; ++t) os[t] = o.data() + t * C;
+  MatVecMany(*l.o, os, at(out, hid));
 }
 
 }  // namespace waste

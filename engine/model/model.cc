@@ -173,6 +173,21 @@ void Model::MatVec(const kernels::MatrixView& w, const float* x, float* y) {
   MatVecs({{&w, x, y}});
 }
 
+void Model::MatVecMany(const kernels::MatrixView& w, std::span<const float* const> xs,
+                       std::span<float* const> ys) {
+  const auto t = Clock::now();
+  kernels::MatVecMany(pool_, w, xs, ys, 32, opt_.isa);
+  Charge(charge_, Since(t), kernels::MatrixBytes(w));
+}
+
+void Model::MatVecsMany(std::initializer_list<kernels::MatVecManyJob> jobs) {
+  const auto t = Clock::now();
+  kernels::MatVecsMany(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa);
+  uint64_t bytes = 0;
+  for (const kernels::MatVecManyJob& j : jobs) bytes += kernels::MatrixBytes(*j.w);
+  Charge(charge_, Since(t), bytes);
+}
+
 void Model::MatVecs(std::initializer_list<kernels::MatVecJob> jobs) {
   const auto t = Clock::now();
   kernels::MatVecs(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa);
@@ -209,20 +224,29 @@ const char* StepPartName(StepPart p) {
   return "?";
 }
 
-void Model::Attention(int L, Session& s, int pos, const float* h, float* out) {
-  switch (layers_[L]->plan.attention) {
-    case LayerKind::kKda:
-      Kda(L, s, pos == s.position, h, out);
-      break;
-    case LayerKind::kGatedDeltaNet:
-      GatedDeltaNet(L, s, pos == s.position, h, out);
-      break;
-    case LayerKind::kMla:
-      Mla(L, s, pos, h, out);
-      break;
-    case LayerKind::kGqa:
-      Gqa(L, s, pos, h, out);
-      break;
+void Model::Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
+                      const float* h, float* out) {
+  const LayerKind kind = layers_[L]->plan.attention;
+  if (kind == LayerKind::kKda) return Kda(L, owner, positions, h, out);
+  const size_t hid = static_cast<size_t>(c_.hidden);
+  for (size_t t = 0; t < positions.size(); ++t) {
+    Session& s = *owner[t];
+    const int pos = positions[t];
+    const float* ht = h + t * hid;
+    float* yt = out + t * hid;
+    switch (kind) {
+      case LayerKind::kGatedDeltaNet:
+        GatedDeltaNet(L, s, pos == s.position, ht, yt);
+        break;
+      case LayerKind::kMla:
+        Mla(L, s, pos, ht, yt);
+        break;
+      case LayerKind::kGqa:
+        Gqa(L, s, pos, ht, yt);
+        break;
+      case LayerKind::kKda:
+        break;
+    }
   }
 }
 
@@ -272,15 +296,15 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     // A block starts here: the running sum becomes its representation, and
     // the new block's sum starts at the attention's output.
     const bool block_starts = ares && L % c_.attn_res_block == 0;
+    // Each token's input to the attention, then the attention for the
+    // chunk, then each token's residual and the FFN's input: a token's
+    // arithmetic is its own in every step, so the phases give its bits.
+    const int nbt = nb + (block_starts ? 1 : 0);
     for (int t = 0; t < T; ++t) {
       float* xt = x.data() + static_cast<size_t>(t) * hid;
       float* ht = hn.data() + static_cast<size_t>(t) * hid;
-      float* yt = y.data() + static_cast<size_t>(t) * hid;
       if (!ares) {
         RmsNorm(xt, l.in_norm, hid, c_.rms_eps, ht);
-        Attention(L, *owner[t], positions[t], ht, yt);
-        for (int i = 0; i < hid; ++i) xt[i] += yt[i];
-        RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
         continue;
       }
       float* bt = blocks.data() + static_cast<size_t>(t) * nb_max * hid;
@@ -290,9 +314,20 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
       else
         std::copy(xt, xt + hid, mt);
       if (block_starts) std::copy(xt, xt + hid, bt + static_cast<size_t>(nb) * hid);
-      const int nbt = nb + (block_starts ? 1 : 0);
       RmsNorm(mt, l.in_norm, hid, c_.rms_eps, ht);
-      Attention(L, *owner[t], positions[t], ht, yt);
+    }
+    Attention(L, owner, positions, hn.data(), y.data());
+    for (int t = 0; t < T; ++t) {
+      float* xt = x.data() + static_cast<size_t>(t) * hid;
+      float* ht = hn.data() + static_cast<size_t>(t) * hid;
+      float* yt = y.data() + static_cast<size_t>(t) * hid;
+      if (!ares) {
+        for (int i = 0; i < hid; ++i) xt[i] += yt[i];
+        RmsNorm(xt, l.post_norm, hid, c_.rms_eps, ht);
+        continue;
+      }
+      float* bt = blocks.data() + static_cast<size_t>(t) * nb_max * hid;
+      float* mt = mix.data() + static_cast<size_t>(t) * hid;
       if (block_starts)
         std::copy(yt, yt + hid, xt);
       else

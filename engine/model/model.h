@@ -238,12 +238,17 @@ class Model {
   Status ForwardChunk(std::span<const BatchItem> items, bool all);
   // Refuses an empty run and ids outside the vocabulary.
   Status CheckTokens(std::span<const int> tokens) const;
-  // One token's attention at layer L, as the layer's kind computes it:
-  // Kda (kda.cc), GatedDeltaNet (gated_deltanet.cc), Mla (mla.cc) or Gqa
-  // (gqa.cc) at position `pos`, the chunk's first when pos == s.position (the
-  // recurrent kinds start the spare state from the committed one there).
-  void Attention(int L, Session& s, int pos, const float* h, float* out);
-  void Kda(int L, Session& s, bool first, const float* h, float* out);
+  // Attention at layer L for the chunk's tokens in order, as the layer's
+  // kind computes it: h and out [T][hidden], token t of session owner[t] at
+  // positions[t], the session's first in the chunk when positions[t] ==
+  // owner[t]->position (the recurrent kinds start the spare state from the
+  // committed one there). Kda (kda.cc) takes the chunk at once; the others
+  // one token at a time: GatedDeltaNet (gated_deltanet.cc), Mla (mla.cc),
+  // Gqa (gqa.cc).
+  void Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
+                 const float* h, float* out);
+  void Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out);
   void GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out);
   void Mla(int L, Session& s, int pos, const float* h, float* out);
   void Gqa(int L, Session& s, int pos, const float* h, float* out);
@@ -299,6 +304,11 @@ class Model {
   // Several products in one pass over the pool (one barrier): the bits of
   // one MatVec each (kernels::MatVecs).
   void MatVecs(std::initializer_list<kernels::MatVecJob> jobs);
+  // One matrix times several inputs, its bytes read about once for all of
+  // them: the bits of one MatVec each (kernels::MatVecMany).
+  void MatVecMany(const kernels::MatrixView& w, std::span<const float* const> xs,
+                  std::span<float* const> ys);
+  void MatVecsMany(std::initializer_list<kernels::MatVecManyJob> jobs);
   // Adds to the roofline's part `p` (any thread).
   void Charge(StepPart p, double seconds, uint64_t bytes);
 
