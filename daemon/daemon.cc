@@ -58,13 +58,14 @@ Status Daemon::Setup() {
 
   WASTE_RETURN_IF_ERROR(BuildTrunk());
   WASTE_RETURN_IF_ERROR(BuildCache());
-  WASTE_RETURN_IF_ERROR(Listen());
+  // The metrics port before the socket: whoever finds the socket connectable
+  // (a client, a test) finds the metrics page listening too.
   if (!opt_.metrics_listen.empty()) {
     auto m = MetricsHttp::Bind(opt_.metrics_listen);
     if (!m.ok()) return m.status();
     metrics_ = std::move(*m);
   }
-  return Status::Ok();
+  return Listen();
 }
 
 Status Daemon::Listen() {
