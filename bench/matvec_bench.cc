@@ -9,7 +9,8 @@
 //           latent, read in place) in Q4G, Q8G and BF16.
 //   MatVecBlocks  a Q4GR expert's gate (1024 x 2304) and down (2304 x
 //           1024) against 1, 4, 8 and 16 inputs, as a prefill chunk's
-//           tokens routed to one expert (bytes: the payload once per input).
+//           tokens routed to one expert (bytes: the payload once per input),
+//           with exact and (/int8) int8 inputs (matvec.h's Q4Input).
 //   WeightedRows  MLA's query in latent space: one head's 128 key rows of
 //           kv_b_proj (8192 rows x 512 latent), read in place, in Q4G, Q8G
 //           and BF16.
@@ -100,7 +101,7 @@ void Rows(benchmark::State& state, Shape sh, Isa isa) {
 
 // MatVecBlocks as a prefill chunk applies a routed expert: every token
 // routed to it, 32 rows at a time. Bytes are the payload once per input.
-void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa) {
+void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa, Q4Input in) {
   if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
   Setup s(sh);
   std::vector<std::vector<float>> x(inputs, s.x), y(inputs, s.y);
@@ -112,7 +113,7 @@ void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa) {
     ys.push_back(y[i].data());
   }
   for (auto _ : state) {
-    MatVecBlocks(s.view, xs, ys, 0, sh.rows, 32, isa);
+    MatVecBlocks(s.view, xs, ys, 0, sh.rows, 32, isa, in);
     benchmark::DoNotOptimize(ys.data());
     benchmark::ClobberMemory();
   }
@@ -147,11 +148,14 @@ void RegisterBenchmarks() {
       {"gate_1024x2304", Fmt::kQ4G, false, 1024, 2304},
       {"down_2304x1024", Fmt::kQ4G, false, 2304, 1024},
   };
-  for (const Shape& sh : expert)
-    for (int inputs : {1, 4, 8, 16})
-      benchmark::RegisterBenchmark(
-          ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/avx512").c_str(),
-          Blocks, sh, inputs, Isa::kAvx512);
+  for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8})
+    for (const Shape& sh : expert)
+      for (int inputs : {1, 4, 8, 16})
+        benchmark::RegisterBenchmark(
+            ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/avx512" +
+             (in == Q4Input::kInt8 ? "/int8" : ""))
+                .c_str(),
+            Blocks, sh, inputs, Isa::kAvx512, in);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (const Shape& sh : kv_b)
       benchmark::RegisterBenchmark(

@@ -361,8 +361,9 @@ TEST_P(TrunkFormats, WeightedRowsAreDequantRowThenWeightedRowSum) {
 // block of rows to each in turn, each input put in fixed point once (Q4G in
 // groups of 128 on AVX-512): each output must be the bits of its own MatVec,
 // also for an input that cannot be put in fixed point (an infinity: the
-// float path) beside ones that can. Seven inputs in fixed point take the
-// AVX-512 kernel's passes of 4, 2 and 1 inputs at once.
+// float path) beside ones that can. Fifteen inputs in fixed point take the
+// AVX-512 kernel's passes of 4, 2 and 1 inputs at once (exact), and of 8,
+// 4, 2 and 1 (int8 inputs).
 TEST_P(TrunkFormats, MatVecManyGivesTheBitsOfOneMatVecPerInput) {
   const TrunkFormat& f = GetParam();
   const int64_t cols = 256;
@@ -370,11 +371,13 @@ TEST_P(TrunkFormats, MatVecManyGivesTheBitsOfOneMatVecPerInput) {
   for (int64_t rows : {int64_t{1}, int64_t{67}, int64_t{130}}) {
     TrunkMatrix m(f, rows, cols, 1, seed++);
     std::vector<std::unique_ptr<Input>> inputs;
-    for (int i = 0; i < 8; ++i) inputs.push_back(std::make_unique<Input>(cols, seed++));
+    for (int i = 0; i < 16; ++i) inputs.push_back(std::make_unique<Input>(cols, seed++));
     inputs[2]->mem.floats()[7] = INFINITY;
     for (Isa isa : AvailableIsas()) {
+     for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8}) {
       std::vector<std::vector<float>> want(inputs.size(), std::vector<float>(rows));
-      for (size_t i = 0; i < inputs.size(); ++i) MatVec(m.view, inputs[i]->data(), want[i].data(), 0, rows, isa);
+      for (size_t i = 0; i < inputs.size(); ++i)
+        MatVec(m.view, inputs[i]->data(), want[i].data(), 0, rows, isa, in);
       for (int threads : {1, 3}) {
         ThreadPool pool(threads);
         for (int64_t grain : {1, 32}) {
@@ -382,14 +385,16 @@ TEST_P(TrunkFormats, MatVecManyGivesTheBitsOfOneMatVecPerInput) {
           std::vector<const float*> xs;
           std::vector<float*> ys;
           for (size_t i = 0; i < inputs.size(); ++i) xs.push_back(inputs[i]->data()), ys.push_back(out[i].data());
-          MatVecMany(pool, m.view, xs, ys, grain, isa);
+          MatVecMany(pool, m.view, xs, ys, grain, isa, in);
           for (size_t i = 0; i < inputs.size(); ++i) {
             EXPECT_EQ(0, std::memcmp(out[i].data(), want[i].data(), static_cast<size_t>(rows) * 4))
-                << f.name << " " << IsaName(isa) << " rows " << rows << " input " << i;
+                << f.name << " " << IsaName(isa) << " rows " << rows << " input " << i
+                << (in == Q4Input::kInt8 ? " int8 inputs" : "");
             EXPECT_EQ(out[i][rows], -7.f) << "wrote past the output";
           }
         }
       }
+     }
     }
   }
 }
@@ -487,6 +492,91 @@ TEST(Q4G128FixedInput, AgreesWithScalarOnHostileInputs) {
         continue;
       }
       EXPECT_NEAR(got[r], want[r], kRel * m.AbsDot(r, x.floats()) + 1e-38) << k.name << " row " << r;
+    }
+  }
+}
+
+// Q4Input::kInt8 (matvec.h): each 32 columns of the input rounded to the
+// nearest multiple of their largest / 127. The reference rounds it the same
+// way here and sums its products with the decoded weights in double; it also
+// returns the rounding's bound, sum over the row of |w| * step / 2, which
+// the kernel's distance from the exact product must stay within.
+struct Int8Reference {
+  double value = 0, bound = 0;
+};
+Int8Reference Int8Product(const TrunkMatrix& m, int64_t r, const float* x) {
+  Int8Reference out;
+  const int64_t cols = m.view.cols;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float largest = 0.f;
+    for (int64_t c = 32 * b; c < 32 * (b + 1); ++c) largest = std::max(largest, std::fabs(x[c]));
+    if (largest == 0.f) continue;
+    const float inv = 127.f / largest, unit = largest / 127.f;
+    for (int64_t c = 32 * b; c < 32 * (b + 1); ++c) {
+      const double w = m.dense[r * cols + c];
+      out.value += w * std::nearbyint(x[c] * inv) * unit;
+      out.bound += std::fabs(w) * unit * 0.501;  // half a step, and unit's own rounding
+    }
+  }
+  return out;
+}
+
+TEST(Q4G128Int8Input, IsTheProductOfTheRoundedInput) {
+  WASTE_REQUIRE_ISA(Isa::kAvx512);
+  const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
+  uint32_t seed = 900;
+  for (int64_t cols : {128, 256, 2304}) {
+    const int64_t rows = 37;
+    TrunkMatrix m(f, rows, cols, 1, seed++);
+    Input x(cols, seed++);
+    for (int64_t c = 0; c < 128; c += 9) x.mem.floats()[c] *= 50.f;  // outliers in group 0
+    for (int64_t c = 64; c < 96; ++c) x.mem.floats()[c] = 0.f;        // 32 zero columns
+    std::vector<float> exact(rows), got(rows);
+    MatVec(m.view, x.data(), exact.data(), 0, rows, Isa::kAvx512);
+    MatVec(m.view, x.data(), got.data(), 0, rows, Isa::kAvx512, Q4Input::kInt8);
+    double moved = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE(::testing::Message() << cols << " cols, row " << r);
+      const Int8Reference want = Int8Product(m, r, x.data());
+      EXPECT_NEAR(got[r], want.value, 1e-6 * m.AbsDot(r, x.data()));
+      EXPECT_LE(std::fabs(got[r] - m.Dot(r, x.data())), want.bound + 1e-6 * m.AbsDot(r, x.data()));
+      moved += std::fabs(got[r] - exact[r]);
+    }
+    EXPECT_GT(moved, 0.) << "int8 inputs gave the exact path's results at " << cols << " cols";
+  }
+}
+
+// The paths without the fixed point ignore Q4Input; the AVX-512 path with
+// int8 inputs takes the float path, as the exact one does, for an input it
+// cannot put in fixed point (not finite, or a group below 2^-100).
+TEST(Q4G128Int8Input, OtherPathsIgnoreItAndHostileInputsTakeTheFloatPath) {
+  const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
+  const int64_t rows = 9, cols = 512;
+  TrunkMatrix m(f, rows, cols, 0, 78);
+  Input x(cols, 79);
+  for (Isa isa : AvailableIsas()) {
+    if (isa >= Isa::kAvx512) continue;
+    std::vector<float> a(rows), b(rows);
+    MatVec(m.view, x.data(), a.data(), 0, rows, isa);
+    MatVec(m.view, x.data(), b.data(), 0, rows, isa, Q4Input::kInt8);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), rows * 4)) << IsaName(isa);
+  }
+  if (UsableIsa(Isa::kAvx512) != Isa::kAvx512) return;  // the rest is AVX-512's
+  for (int64_t bad : {int64_t{17}, int64_t{300}}) {
+    Guarded y(static_cast<size_t>(cols) * 4);
+    std::memcpy(y.floats(), x.data(), cols * 4);
+    y.floats()[bad] = bad == 17 ? NAN : 1e-35f;  // 300: its group all tiny
+    if (bad == 300)
+      for (int64_t c = 256; c < 384; ++c) y.floats()[c] *= 1e-35f;
+    std::vector<float> want(rows), got(rows);
+    MatVec(m.view, y.floats(), want.data(), 0, rows, Isa::kAvx512);
+    MatVec(m.view, y.floats(), got.data(), 0, rows, Isa::kAvx512, Q4Input::kInt8);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (bad == 17) {
+        EXPECT_TRUE(std::isnan(got[r])) << "row " << r;
+      } else {
+        EXPECT_EQ(got[r], want[r]) << "tiny group, row " << r;
+      }
     }
   }
 }

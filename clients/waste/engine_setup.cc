@@ -41,6 +41,11 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
                   "not exact: docs/MEASUREMENTS.md)")
       ->check(CLI::IsMember({"f32", "i8"}))
       ->capture_default_str();
+  cmd->add_option("--q4-input", o->q4_input,
+                  "Inputs of the 4-bit products (Q4G trunk, Q4GR experts) on AVX-512: exact "
+                  "or i8 (8 bits a group of 128, faster, not exact: docs/MEASUREMENTS.md)")
+      ->check(CLI::IsMember({"exact", "i8"}))
+      ->capture_default_str();
   o->socket = ClientDaemonSocket();
   cmd->add_option("--socket", o->socket, "wasted's socket")->capture_default_str();
   cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
@@ -172,6 +177,7 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
       return Status::Error("--isa " + o.isa + " is not supported by this CPU");
   }
   mo.expert_table = o.expert_table == "i8" ? kernels::VqTable::kI8 : kernels::VqTable::kF32;
+  mo.q4_input = o.q4_input == "i8" ? kernels::Q4Input::kInt8 : kernels::Q4Input::kExact;
   e.model_options = mo;
   auto m = LoadModel(c, e, mo);
   if (!m.ok()) return m.status();

@@ -32,6 +32,7 @@ struct EngineOptions {
   bool verify = false;  // crc32 of every record read
   std::string isa;      // scalar, avx2, avx512; empty: the best available
   std::string expert_table = "f32";  // f32 or i8 (ModelOptions::expert_table)
+  std::string q4_input = "exact";    // exact or i8 (ModelOptions::q4_input)
   std::function<void(int, int, std::span<const int>)> on_route;  // routing trace sink
   // Where the experts come from: wasted at `socket` when one listens there;
   // otherwise this process, after a notice, unless `spawn` starts a daemon.

@@ -99,15 +99,16 @@ int64_t MatrixBytes(const MatrixView& w) {
 }
 
 void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
-            Isa isa) {
+            Isa isa, Q4Input in) {
   if (row_begin >= row_end) return;
   isa = UsableIsa(isa);
-  if (isa >= Isa::kAvx512 && avx512::MatVec(w, x, y, row_begin, row_end)) return;
+  if (isa >= Isa::kAvx512 && avx512::MatVec(w, x, y, row_begin, row_end, in)) return;
   if (isa >= Isa::kAvx2 && avx2::MatVec(w, x, y, row_begin, row_end)) return;
   MatVecScalar(w, x, y, row_begin, row_end);
 }
 
-void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa) {
+void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa,
+             Q4Input in) {
   int64_t total = 0;
   for (const MatVecJob& j : jobs) total += j.w->rows;
   pool.ParallelFor(total, grain, [&](int64_t a, int64_t b) {
@@ -116,7 +117,7 @@ void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, I
     for (const MatVecJob& j : jobs) {
       if (first >= b) break;
       const int64_t lo = std::max(a, first), hi = std::min(b, first + j.w->rows);
-      if (lo < hi) MatVec(*j.w, j.x, j.y, lo - first, hi - first, isa);
+      if (lo < hi) MatVec(*j.w, j.x, j.y, lo - first, hi - first, isa, in);
       first += j.w->rows;
     }
   });
@@ -124,7 +125,7 @@ void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, I
 
 void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
                   std::span<float* const> ys, int64_t row_begin, int64_t row_end, int64_t block,
-                  Isa isa) {
+                  Isa isa, Q4Input in) {
   if (row_begin >= row_end) return;
   isa = UsableIsa(isa);
   block = std::max<int64_t>(block, 1);
@@ -134,7 +135,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   const size_t n = xs.size();
   const bool fixed = isa >= Isa::kAvx512 && w.fmt == Fmt::kQ4G && w.group == 128 &&
                      w.cols % 128 == 0;
-  const int64_t bytes = fixed ? avx512::Q4FixedBytes(w.cols) : 0;
+  const int64_t bytes = fixed ? avx512::Q4FixedBytes(w.cols, in) : 0;
   std::unique_ptr<uint8_t[]> buffer;
   // The inputs in fixed point and their outputs; the rest (an input that
   // cannot be, or every input off this path) take MatVec.
@@ -145,7 +146,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
     buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n + 64);
     uint8_t* at = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
     for (size_t i = 0; i < n; ++i, at += bytes) {
-      if (avx512::Q4FixInput(xs[i], w.cols, at)) {
+      if (avx512::Q4FixInput(xs[i], w.cols, in, at)) {
         fixed_in.push_back(at);
         fixed_out.push_back(ys[i]);
       } else {
@@ -160,12 +161,13 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   if (n == 1) block = row_end - row_begin;
   for (int64_t lo = row_begin; lo < row_end; lo += block) {
     const int64_t hi = std::min(row_end, lo + block);
-    if (!fixed_in.empty()) avx512::Q4FixedRows(w, fixed_in, fixed_out, lo, hi);
-    for (size_t i : other) MatVec(w, xs[i], ys[i], lo, hi, isa);
+    if (!fixed_in.empty()) avx512::Q4FixedRows(w, in, fixed_in, fixed_out, lo, hi);
+    for (size_t i : other) MatVec(w, xs[i], ys[i], lo, hi, isa, in);
   }
 }
 
-void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t grain, Isa isa) {
+void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t grain, Isa isa,
+                 Q4Input in) {
   grain = std::max<int64_t>(grain, 1);
   int64_t total = 0;
   for (const MatVecManyJob& j : jobs) total += j.w->rows;
@@ -174,17 +176,17 @@ void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t 
     for (const MatVecManyJob& j : jobs) {
       if (first >= b) break;
       const int64_t lo = std::max(a, first), hi = std::min(b, first + j.w->rows);
-      if (lo < hi) MatVecBlocks(*j.w, j.xs, j.ys, lo - first, hi - first, grain, isa);
+      if (lo < hi) MatVecBlocks(*j.w, j.xs, j.ys, lo - first, hi - first, grain, isa, in);
       first += j.w->rows;
     }
   });
 }
 
 void MatVecMany(ThreadPool& pool, const MatrixView& w, std::span<const float* const> xs,
-                std::span<float* const> ys, int64_t grain, Isa isa) {
+                std::span<float* const> ys, int64_t grain, Isa isa, Q4Input in) {
   grain = std::max<int64_t>(grain, 1);
   pool.ParallelFor(w.rows, grain, [&](int64_t a, int64_t b) {
-    MatVecBlocks(w, xs, ys, a, b, grain, isa);
+    MatVecBlocks(w, xs, ys, a, b, grain, isa, in);
   });
 }
 

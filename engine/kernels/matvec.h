@@ -27,6 +27,15 @@ struct MatrixView {
   const uint16_t* scales = nullptr;
 };
 
+// How the AVX-512 Q4G product in groups of 128 puts each input in fixed
+// point (matvec_avx512.cc). kExact: 24 bits a group, within 2^-23 of the
+// group's largest |x|, held to the float product's tolerance; the default.
+// kInt8: 8 bits, a step of largest / 127 per 32 columns, as llama.cpp's
+// Q8_0 activations: a third of the integer arithmetic and not exact (its
+// perplexity and KL on the demo model: docs/MEASUREMENTS.md, "int8
+// inputs"). Every other format and path ignores it.
+enum class Q4Input : uint8_t { kExact, kInt8 };
+
 // Bytes of one row of payload: cols * 4 (F32), cols * 2 (F16/BF16), or the
 // grouped row size of format::GroupedShape (rows padded to whole groups,
 // Q3G with its guard byte).
@@ -40,12 +49,12 @@ int64_t MatrixBytes(const MatrixView& w);
 // 0 <= row_begin <= row_end <= rows. Accumulates in float32; the SIMD paths
 // differ from the scalar one by summation order, and AVX-512's Q4G path in
 // groups of 128 also by rounding x to fixed point per group (2^-23 of the
-// group's largest |x|; README.md). `isa` is lowered to
+// group's largest |x|, or as `in` says; README.md). `isa` is lowered to
 // what the CPU supports (UsableIsa); a shape a SIMD path does not cover (a
 // group that is not a multiple of 8 or 16) runs on the next lower path.
 // Safe to call concurrently on disjoint row ranges.
 void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
-            Isa isa);
+            Isa isa, Q4Input in = Q4Input::kExact);
 
 // One product of MatVecs: y = W x, every row. x: [w->cols], y: [w->rows].
 struct MatVecJob {
@@ -62,7 +71,8 @@ struct MatVecJob {
 // range around it, so the results are the bits of one MatVec(job, 0, rows)
 // per job, for any thread count. Jobs may share inputs; outputs must not
 // overlap one another or the inputs. Matrices of zero rows are allowed.
-void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa);
+void MatVecs(ThreadPool& pool, std::span<const MatVecJob> jobs, int64_t grain, Isa isa,
+             Q4Input in = Q4Input::kExact);
 
 // MatVecs with several inputs a matrix: each job's rows applied to each of
 // its inputs (ys[i] = W xs[i]), every job in one pool.ParallelFor cut as
@@ -74,7 +84,8 @@ struct MatVecManyJob {
   std::span<const float* const> xs;
   std::span<float* const> ys;
 };
-void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t grain, Isa isa);
+void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t grain, Isa isa,
+                 Q4Input in = Q4Input::kExact);
 
 // ys[i][r] = W[r] . xs[i] for r in [row_begin, row_end) and every input,
 // on the calling thread: the rows in blocks of `block`, each applied to
@@ -84,7 +95,7 @@ void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t 
 // row_end, isa). xs and ys as MatVecMany's.
 void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
                   std::span<float* const> ys, int64_t row_begin, int64_t row_end, int64_t block,
-                  Isa isa);
+                  Isa isa, Q4Input in = Q4Input::kExact);
 
 // One matrix times several inputs: ys[i] = W xs[i], every row, in one
 // pool.ParallelFor. Each thread takes its rows in blocks of `grain` and
@@ -94,7 +105,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
 // one MatVec call whatever the range around it). xs[i]: [cols], ys[i]:
 // [rows]; outputs must not overlap one another or the inputs.
 void MatVecMany(ThreadPool& pool, const MatrixView& w, std::span<const float* const> xs,
-                std::span<float* const> ys, int64_t grain, Isa isa);
+                std::span<float* const> ys, int64_t grain, Isa isa, Q4Input in = Q4Input::kExact);
 
 // y[c] = sum over r in [0, n_rows) of a[r] * W[first_row + r][c], for c in
 // [0, cols), each weight decoded as DequantRow decodes it. Each sum runs

@@ -184,63 +184,81 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
 // (AVX-512 VNNI's vpdpbusd: 64 unsigned bytes times 64 signed bytes, summed
 // four at a time into 16 int32 lanes).
 //
-// The input: each 128-column group of x becomes integers m = x * 2^(21-e),
-// rounded to nearest, where 2^e <= the group's largest |x| < 2^(e+1); so
-// |m| <= 2^22 and x = m * 2^(e-21) to within half a step, 2^-23 of the
-// group's largest value (float itself keeps 2^-24 of each value). m is split
-// into three signed bytes (balanced base 256: m = d0 + 256 d1 + 65536 d2).
+// The input, Q4Input::kExact: each 128-column group of x becomes integers
+// m = x * 2^(21-e), rounded to nearest, where 2^e <= the group's largest |x|
+// < 2^(e+1); so |m| <= 2^22 and x = m * 2^(e-21) to within half a step,
+// 2^-23 of the group's largest value (float itself keeps 2^-24 of each
+// value). m is split into three signed bytes (balanced base 256: m = d0 +
+// 256 d1 + 65536 d2). Q4Input::kInt8: per 32 columns, m = x * 127 /
+// largest rounded, one signed byte, a step of the 32 columns' largest |x| /
+// 127 (llama.cpp's Q8_0 activations).
 // The weights: a group is one 64-byte load; its low nibbles are the even
 // columns and its high nibbles the odd ones, taken as unsigned bytes n in
-// [0, 15] (the weight is n - 8). Per group, three accumulators collect
+// [0, 15] (the weight is n - 8). Per group, one accumulator a digit collects
 // sum n * d_k over even and odd columns; a2 << 16 + a1 << 8 + a0 is then
 // sum n * m exactly in int32 (|lane| < 2^29), and the bias lanes subtract
 // 8 * sum m. The group's sum, converted to float once, is scaled by the
-// f16 scale times 2^(e-21).
+// f16 scale times the input's step (kInt8: per lane, 4 lanes a step).
 //
 // Compared with the float product (which rounds every product and partial
-// sum), this rounds each input once and each group's sum once: the kernel
+// sum), kExact rounds each input once and each group's sum once: the kernel
 // tests hold it to the same tolerance, and docs/MEASUREMENTS.md has the
 // logit differences. An input that is not finite or whose group is below
 // 2^-100 cannot be put in fixed point; that call takes the float path.
 constexpr int64_t kMaxFixedGroups = 16384 / 128;  // wider rows take RowsGrouped
 
+constexpr int Digits(Q4Input in) {
+  return in == Q4Input::kInt8 ? 1 : 3;
+}
+
 // An input in fixed point, laid out flat in Q4FixedBytes(cols) bytes (64-aligned):
 //   digits [group][digit k][64 even columns, then 64 odd]: d_k of m for column
 //          128 g + 2 j + (0 even, 1 odd) at [g][k][64 * odd + j];
 //   bias   [group][lane]: -8 * sum of m over the lane's columns 8 lane .. 8 lane + 7;
-//   unit   [group]: 2^(e-21), what one step of m is worth.
+//   unit   kExact [group]: what one step of m is worth, 2^(e-21);
+//          kInt8 [group][lane]: the step of the lane's 32 columns.
 struct FixedInput {
-  int8_t (*digits)[3][128];
+  int8_t* digits;  // [groups][kDigits][128]
   int32_t (*bias)[16];
   float* unit;
 };
-constexpr int64_t kFixedGroupBytes = 3 * 128 + 16 * 4 + 4;
-FixedInput FixedAt(uint8_t* base, int64_t groups) {
-  return {reinterpret_cast<int8_t (*)[3][128]>(base),
-          reinterpret_cast<int32_t (*)[16]>(base + groups * 3 * 128),
-          reinterpret_cast<float*>(base + groups * (3 * 128 + 64))};
+constexpr int64_t FixedGroupBytes(int digits) {
+  return digits * 128 + 16 * 4 + (digits == 1 ? 16 * 4 : 4);
+}
+FixedInput FixedAt(uint8_t* base, int64_t groups, int digits) {
+  return {reinterpret_cast<int8_t*>(base),
+          reinterpret_cast<int32_t (*)[16]>(base + groups * digits * 128),
+          reinterpret_cast<float*>(base + groups * (digits * 128 + 64))};
 }
 
 // Sum n * m of one group, per lane: the digits d at [k][0..127] against the
 // unsigned bytes lo (even columns) and hi (odd), plus `start`.
-__m512i GroupDot(__m512i start, __m512i lo, __m512i hi, const int8_t (*d)[128]) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i a2 = _mm512_dpbusd_epi32(zero, lo, _mm512_load_si512(d[2]));
-  __m512i a1 = _mm512_dpbusd_epi32(zero, lo, _mm512_load_si512(d[1]));
-  __m512i a0 = _mm512_dpbusd_epi32(start, lo, _mm512_load_si512(d[0]));
-  a2 = _mm512_dpbusd_epi32(a2, hi, _mm512_load_si512(d[2] + 64));
-  a1 = _mm512_dpbusd_epi32(a1, hi, _mm512_load_si512(d[1] + 64));
-  a0 = _mm512_dpbusd_epi32(a0, hi, _mm512_load_si512(d[0] + 64));
-  return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)),
-                          a0);
+template <int kDigits>
+__m512i GroupDot(__m512i start, __m512i lo, __m512i hi, const int8_t* d) {
+  if constexpr (kDigits == 1) {
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, lo, _mm512_load_si512(d)), hi,
+                               _mm512_load_si512(d + 64));
+  } else {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i a2 = _mm512_dpbusd_epi32(zero, lo, _mm512_load_si512(d + 256));
+    __m512i a1 = _mm512_dpbusd_epi32(zero, lo, _mm512_load_si512(d + 128));
+    __m512i a0 = _mm512_dpbusd_epi32(start, lo, _mm512_load_si512(d));
+    a2 = _mm512_dpbusd_epi32(a2, hi, _mm512_load_si512(d + 256 + 64));
+    a1 = _mm512_dpbusd_epi32(a1, hi, _mm512_load_si512(d + 128 + 64));
+    a0 = _mm512_dpbusd_epi32(a0, hi, _mm512_load_si512(d + 64));
+    return _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)), a0);
+  }
 }
 
 // False if x cannot be put in fixed point (see above).
+template <int kDigits>
 bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512i eights = _mm512_set1_epi8(8);
   for (int64_t g = 0; g < groups; ++g) {
+    int8_t* digits = f->digits + g * kDigits * 128;
     __m512 v[8];
     __m512 mx = _mm512_setzero_ps();
     for (int t = 0; t < 8; ++t) {
@@ -255,11 +273,13 @@ bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
     if (bad) return false;
     const float largest = _mm512_reduce_max_ps(mx);
     if (largest == 0.f) {
-      for (int k = 0; k < 3; ++k)
-        for (int b = 0; b < 128; b += 64)
-          _mm512_store_si512(f->digits[g][k] + b, _mm512_setzero_si512());
+      for (int b = 0; b < kDigits * 128; b += 64)
+        _mm512_store_si512(digits + b, _mm512_setzero_si512());
       _mm512_store_si512(f->bias[g], _mm512_setzero_si512());
-      f->unit[g] = 0.f;
+      if constexpr (kDigits == 1)
+        _mm512_storeu_ps(f->unit + 16 * g, _mm512_setzero_ps());
+      else
+        f->unit[g] = 0.f;
       continue;
     }
     // The exponent e from the float's bits: largest in [2^e, 2^(e+1)).
@@ -267,31 +287,52 @@ bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
     std::memcpy(&bits, &largest, sizeof bits);
     const int e = static_cast<int>(bits >> 23) - 127;
     if (e < -100) return false;  // 2^(21-e) would overflow, 2^(e-21) underflow
-    const uint32_t scale_bits = static_cast<uint32_t>(21 - e + 127) << 23;
-    const uint32_t unit_bits = static_cast<uint32_t>(e - 21 + 127) << 23;
-    float scale_value;
-    std::memcpy(&scale_value, &scale_bits, sizeof scale_value);
-    std::memcpy(&f->unit[g], &unit_bits, sizeof f->unit[g]);
-    const __m512 scale = _mm512_set1_ps(scale_value);
+    // The factor that makes x into m, per 32 columns t (kInt8) or the group.
+    __m512 scale[4];
+    if constexpr (kDigits == 1) {
+      alignas(64) float units[16];
+      for (int t = 0; t < 4; ++t) {
+        const float top = _mm512_reduce_max_ps(
+            _mm512_max_ps(_mm512_abs_ps(v[2 * t]), _mm512_abs_ps(v[2 * t + 1])));
+        if (top != 0.f && top < 0x1p-100f) return false;  // 127 / top would overflow
+        scale[t] = _mm512_set1_ps(top == 0.f ? 0.f : 127.f / top);
+        for (int lane = 0; lane < 4; ++lane) units[4 * t + lane] = top / 127.f;
+      }
+      _mm512_storeu_ps(f->unit + 16 * g, _mm512_load_ps(units));
+    } else {
+      const uint32_t scale_bits = static_cast<uint32_t>(21 - e + 127) << 23;
+      const uint32_t unit_bits = static_cast<uint32_t>(e - 21 + 127) << 23;
+      float scale_value;
+      std::memcpy(&scale_value, &scale_bits, sizeof scale_value);
+      std::memcpy(&f->unit[g], &unit_bits, sizeof f->unit[g]);
+      for (int t = 0; t < 4; ++t) scale[t] = _mm512_set1_ps(scale_value);
+    }
     for (int half = 0; half < 2; ++half) {
       for (int t = 0; t < 4; ++t) {
         // Columns 32 t + 2 j + half, j = 0..15.
         const __m512 xs = _mm512_permutex2var_ps(v[2 * t], half ? odd : even, v[2 * t + 1]);
-        const __m512i m = _mm512_cvtps_epi32(_mm512_mul_ps(xs, scale));  // nearest, ties even
-        const __m512i d0 = _mm512_srai_epi32(_mm512_slli_epi32(m, 24), 24);
-        const __m512i m1 = _mm512_srai_epi32(_mm512_sub_epi32(m, d0), 8);
-        const __m512i d1 = _mm512_srai_epi32(_mm512_slli_epi32(m1, 24), 24);
-        const __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(m1, d1), 8);
+        const __m512i m = _mm512_cvtps_epi32(_mm512_mul_ps(xs, scale[t]));  // nearest, ties even
         const int at = 64 * half + 16 * t;
-        _mm_store_si128(reinterpret_cast<__m128i*>(f->digits[g][0] + at), _mm512_cvtepi32_epi8(d0));
-        _mm_store_si128(reinterpret_cast<__m128i*>(f->digits[g][1] + at), _mm512_cvtepi32_epi8(d1));
-        _mm_store_si128(reinterpret_cast<__m128i*>(f->digits[g][2] + at), _mm512_cvtepi32_epi8(d2));
+        if constexpr (kDigits == 1) {  // |m| <= 127: saturation changes nothing
+          _mm_store_si128(reinterpret_cast<__m128i*>(digits + at), _mm512_cvtsepi32_epi8(m));
+        } else {
+          const __m512i d0 = _mm512_srai_epi32(_mm512_slli_epi32(m, 24), 24);
+          const __m512i m1 = _mm512_srai_epi32(_mm512_sub_epi32(m, d0), 8);
+          const __m512i d1 = _mm512_srai_epi32(_mm512_slli_epi32(m1, 24), 24);
+          const __m512i d2 = _mm512_srai_epi32(_mm512_sub_epi32(m1, d1), 8);
+          _mm_store_si128(reinterpret_cast<__m128i*>(digits + at), _mm512_cvtepi32_epi8(d0));
+          _mm_store_si128(reinterpret_cast<__m128i*>(digits + 128 + at),
+                          _mm512_cvtepi32_epi8(d1));
+          _mm_store_si128(reinterpret_cast<__m128i*>(digits + 256 + at),
+                          _mm512_cvtepi32_epi8(d2));
+        }
       }
     }
     // 8 * sum m per lane: the same product with every weight byte 8.
-    _mm512_store_si512(f->bias[g], _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                    GroupDot(_mm512_setzero_si512(), eights,
-                                                             eights, f->digits[g])));
+    _mm512_store_si512(f->bias[g],
+                       _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        GroupDot<kDigits>(_mm512_setzero_si512(), eights, eights,
+                                                          digits)));
   }
   return true;
 }
@@ -301,7 +342,7 @@ bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
 // Per input the operations and their order are those of one input alone
 // (GroupDot, then the fused scale into its own accumulator), so an input's
 // bits do not depend on the inputs beside it.
-template <int kT>
+template <int kT, int kDigits>
 void RowsQ4G128(const MatrixView& w, const FixedInput* f, float* const* y, int64_t row_begin,
                 int64_t row_end) {
   const int64_t groups = w.cols / 128;
@@ -320,9 +361,12 @@ void RowsQ4G128(const MatrixView& w, const FixedInput* f, float* const* y, int64
       std::memcpy(&h, row_scales + 2 * g, sizeof h);
       const float scale = _cvtsh_ss(h);
       for (int t = 0; t < kT; ++t) {
-        const __m512i sum = GroupDot(_mm512_load_si512(f[t].bias[g]), lo, hi, f[t].digits[g]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(scale * f[t].unit[g]),
-                                 acc[t]);
+        const __m512i sum = GroupDot<kDigits>(_mm512_load_si512(f[t].bias[g]), lo, hi,
+                                              f[t].digits + g * kDigits * 128);
+        const __m512 step = kDigits == 1
+                                ? _mm512_mul_ps(_mm512_set1_ps(scale), _mm512_loadu_ps(f[t].unit + 16 * g))
+                                : _mm512_set1_ps(scale * f[t].unit[g]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), step, acc[t]);
       }
     }
     for (int t = 0; t < kT; ++t) y[t][r] = _mm512_reduce_add_ps(acc[t]);
@@ -332,19 +376,24 @@ void RowsQ4G128(const MatrixView& w, const FixedInput* f, float* const* y, int64
 // Up to 4 inputs a pass over the rows: a row's pass reads each input's
 // digits (3 x 128 bytes a group), and at 2304 columns 4 inputs' 28 KiB
 // still sit in L1 with the row; 8 spill to L2 and run slower than 4
-// (bench/matvec_bench.cc "blocks", docs/MEASUREMENTS.md).
+// (bench/matvec_bench.cc "blocks", docs/MEASUREMENTS.md). With one digit,
+// 8 inputs take the room of 4 with three.
+template <int kDigits>
 void RowsQ4G128Many(const MatrixView& w, const FixedInput* f, float* const* y, size_t n,
                     int64_t row_begin, int64_t row_end) {
   for (size_t i = 0; i < n;) {
     const size_t left = n - i;
-    if (left >= 4) {
-      RowsQ4G128<4>(w, f + i, y + i, row_begin, row_end);
+    if (kDigits == 1 && left >= 8) {
+      RowsQ4G128<8, kDigits>(w, f + i, y + i, row_begin, row_end);
+      i += 8;
+    } else if (left >= 4) {
+      RowsQ4G128<4, kDigits>(w, f + i, y + i, row_begin, row_end);
       i += 4;
     } else if (left >= 2) {
-      RowsQ4G128<2>(w, f + i, y + i, row_begin, row_end);
+      RowsQ4G128<2, kDigits>(w, f + i, y + i, row_begin, row_end);
       i += 2;
     } else {
-      RowsQ4G128<1>(w, f + i, y + i, row_begin, row_end);
+      RowsQ4G128<1, kDigits>(w, f + i, y + i, row_begin, row_end);
       i += 1;
     }
   }
@@ -396,29 +445,33 @@ void WeightedRowsT(const MatrixView& w, int64_t first, const float* a, int64_t n
 
 }  // namespace
 
-int64_t Q4FixedBytes(int64_t cols) {
-  return (cols / 128 * kFixedGroupBytes + 63) / 64 * 64;
+int64_t Q4FixedBytes(int64_t cols, Q4Input in) {
+  return (cols / 128 * FixedGroupBytes(Digits(in)) + 63) / 64 * 64;
 }
 
-bool Q4FixInput(const float* x, int64_t cols, uint8_t* fixed) {
+bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed) {
   if (cols % 128 != 0) return false;
-  const FixedInput f = FixedAt(fixed, cols / 128);
-  return FixInput(x, cols / 128, &f);
+  const FixedInput f = FixedAt(fixed, cols / 128, Digits(in));
+  return in == Q4Input::kInt8 ? FixInput<1>(x, cols / 128, &f) : FixInput<3>(x, cols / 128, &f);
 }
 
-void Q4FixedRows(const MatrixView& w, std::span<const uint8_t* const> fixed,
+void Q4FixedRows(const MatrixView& w, Q4Input in, std::span<const uint8_t* const> fixed,
                  std::span<float* const> ys, int64_t row_begin, int64_t row_end) {
   constexpr size_t kBatch = 32;  // inputs described on the stack at a time
   FixedInput f[kBatch];
   for (size_t i = 0; i < fixed.size(); i += kBatch) {
     const size_t n = std::min(kBatch, fixed.size() - i);
     for (size_t j = 0; j < n; ++j)
-      f[j] = FixedAt(const_cast<uint8_t*>(fixed[i + j]), w.cols / 128);
-    RowsQ4G128Many(w, f, ys.data() + i, n, row_begin, row_end);
+      f[j] = FixedAt(const_cast<uint8_t*>(fixed[i + j]), w.cols / 128, Digits(in));
+    if (in == Q4Input::kInt8)
+      RowsQ4G128Many<1>(w, f, ys.data() + i, n, row_begin, row_end);
+    else
+      RowsQ4G128Many<3>(w, f, ys.data() + i, n, row_begin, row_end);
   }
 }
 
-bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
+bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
+            Q4Input in) {
   switch (w.fmt) {
     case Fmt::kF32:
       for (int64_t r = row_begin; r < row_end; ++r)
@@ -436,10 +489,14 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
       if (w.fmt == Fmt::kQ4G) {
         const int64_t groups = w.cols / 128;
         if (w.group == 128 && w.cols % 128 == 0 && groups <= kMaxFixedGroups) {
-          alignas(64) uint8_t buffer[kMaxFixedGroups * kFixedGroupBytes];
-          const FixedInput fixed = FixedAt(buffer, groups);
-          if (FixInput(x, groups, &fixed)) {
-            RowsQ4G128<1>(w, &fixed, &y, row_begin, row_end);
+          alignas(64) uint8_t buffer[kMaxFixedGroups * FixedGroupBytes(3)];
+          const FixedInput fixed = FixedAt(buffer, groups, Digits(in));
+          if (in == Q4Input::kInt8 && FixInput<1>(x, groups, &fixed)) {
+            RowsQ4G128<1, 1>(w, &fixed, &y, row_begin, row_end);
+            return true;
+          }
+          if (in == Q4Input::kExact && FixInput<3>(x, groups, &fixed)) {
+            RowsQ4G128<1, 3>(w, &fixed, &y, row_begin, row_end);
             return true;
           }
         }

@@ -51,17 +51,18 @@ bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row
 }  // namespace avx2
 
 namespace avx512 {
-bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
+bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
+            Q4Input in);
 // MatVec's Q4G product in groups of 128 in two steps, so that one input's
 // fixed point (README.md) serves many calls: Q4FixInput writes it into
-// `fixed` (Q4FixedBytes(cols) bytes, 64-aligned) and returns false where
+// `fixed` (Q4FixedBytes(cols, in) bytes, 64-aligned) and returns false where
 // MatVec would take the float path (cols % 128 != 0 included); Q4FixedRows
 // is then MatVec's rows, bit for bit, for a Q4G matrix of group 128 and
 // `cols` columns, for every input in `fixed` into the matching ys[i]
 // (several inputs share each group's load and nibble split).
-int64_t Q4FixedBytes(int64_t cols);
-bool Q4FixInput(const float* x, int64_t cols, uint8_t* fixed);
-void Q4FixedRows(const MatrixView& w, std::span<const uint8_t* const> fixed,
+int64_t Q4FixedBytes(int64_t cols, Q4Input in);
+bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed);
+void Q4FixedRows(const MatrixView& w, Q4Input in, std::span<const uint8_t* const> fixed,
                  std::span<float* const> ys, int64_t row_begin, int64_t row_end);
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);

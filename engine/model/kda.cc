@@ -92,8 +92,9 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
       for (int64_t hd = h0; hd < h1; ++hd) {
         if (first)
           std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
-        kernels::MatVec(*l.f_b, f_t, fg_t, hd * D, (hd + 1) * D, opt_.isa);
-        if (l.g_b) kernels::MatVec(*l.g_b, ga_t, gate_t, hd * D, (hd + 1) * D, opt_.isa);
+        kernels::MatVec(*l.f_b, f_t, fg_t, hd * D, (hd + 1) * D, opt_.isa, opt_.q4_input);
+        if (l.g_b)
+          kernels::MatVec(*l.g_b, ga_t, gate_t, hd * D, (hd + 1) * D, opt_.isa, opt_.q4_input);
         // Short causal convolutions of the head's channels, then SiLU. The
         // ring holds the K-1 previous projections, oldest first; tap K-1
         // multiplies the current one.

@@ -99,7 +99,7 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       // The query in latent space: q_nope through the key rows of kv_b_proj.
       kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), opt_.isa);
       std::copy(qh + nope, qh + qd, qlat.begin() + lat);
-      kernels::MatVec(keys, qlat.data(), score.data(), 0, n, opt_.isa);
+      kernels::MatVec(keys, qlat.data(), score.data(), 0, n, opt_.isa, opt_.q4_input);
       float mx = -INFINITY;
       for (int t = 0; t < n; ++t) {
         score[t] *= softmax_scale_;
@@ -117,7 +117,7 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       vrows.rows = vd;
       vrows.payload = l.kv_b->payload + first * row_bytes;
       if (l.kv_b->scales) vrows.scales = l.kv_b->scales + first * ScalesPerRow(*l.kv_b);
-      kernels::MatVec(vrows, ol, o.data() + hd * vd, 0, vd, opt_.isa);
+      kernels::MatVec(vrows, ol, o.data() + hd * vd, 0, vd, opt_.isa, opt_.q4_input);
       if (l.g)
         for (int j = 0; j < vd; ++j) o[hd * vd + j] *= Sigmoid(gate[hd * vd + j]);
     }

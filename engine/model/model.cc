@@ -176,13 +176,13 @@ void Model::MatVec(const kernels::MatrixView& w, const float* x, float* y) {
 void Model::MatVecMany(const kernels::MatrixView& w, std::span<const float* const> xs,
                        std::span<float* const> ys) {
   const auto t = Clock::now();
-  kernels::MatVecMany(pool_, w, xs, ys, 32, opt_.isa);
+  kernels::MatVecMany(pool_, w, xs, ys, 32, opt_.isa, opt_.q4_input);
   Charge(charge_, Since(t), kernels::MatrixBytes(w));
 }
 
 void Model::MatVecsMany(std::initializer_list<kernels::MatVecManyJob> jobs) {
   const auto t = Clock::now();
-  kernels::MatVecsMany(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa);
+  kernels::MatVecsMany(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa, opt_.q4_input);
   uint64_t bytes = 0;
   for (const kernels::MatVecManyJob& j : jobs) bytes += kernels::MatrixBytes(*j.w);
   Charge(charge_, Since(t), bytes);
@@ -190,7 +190,7 @@ void Model::MatVecsMany(std::initializer_list<kernels::MatVecManyJob> jobs) {
 
 void Model::MatVecs(std::initializer_list<kernels::MatVecJob> jobs) {
   const auto t = Clock::now();
-  kernels::MatVecs(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa);
+  kernels::MatVecs(pool_, {jobs.begin(), jobs.size()}, 32, opt_.isa, opt_.q4_input);
   uint64_t bytes = 0;
   for (const kernels::MatVecJob& j : jobs) bytes += kernels::MatrixBytes(*j.w);
   Charge(charge_, Since(t), bytes);
@@ -405,7 +405,7 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
       head_out.push_back(it.logits + (all ? static_cast<size_t>(t - (end - n)) * c_.vocab : 0));
     }
   }
-  kernels::MatVecMany(pool_, *lm_head_, head_in, head_out, 32, opt_.isa);
+  kernels::MatVecMany(pool_, *lm_head_, head_in, head_out, 32, opt_.isa, opt_.q4_input);
   const double head = Since(th);
   times_.other += head;
   Charge(StepPart::kHead, head, kernels::MatrixBytes(*lm_head_));

@@ -137,6 +137,11 @@ struct ModelOptions {
   // faster with AVX-512 and off by the table's rounding (engine/kernels/vq.h;
   // its logit error and KL are in docs/MEASUREMENTS.md, "int8 lookup table").
   kernels::VqTable expert_table = kernels::VqTable::kF32;
+  // How AVX-512's Q4G products (a 4-bit trunk, Q4GR experts, a 4-bit head)
+  // put their inputs in fixed point: kExact by default; kInt8 is faster and
+  // not exact (kernels/matvec.h; its perplexity and KL in
+  // docs/MEASUREMENTS.md, "int8 inputs").
+  kernels::Q4Input q4_input = kernels::Q4Input::kExact;
   int chunk = 32;     // prefill tokens per chunk
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
   // Router lookahead: once a layer's attention is done, the next layer's

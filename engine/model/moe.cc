@@ -149,7 +149,7 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
     pool_.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
       if (!mxfp4) {
         kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32,
-                              opt_.isa);
+                              opt_.isa, opt_.q4_input);
         return;
       }
       for (int64_t lo = a; lo < b; lo += 32)

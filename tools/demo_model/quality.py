@@ -8,7 +8,9 @@
 The checkpoint (models/demo-moe) is converted by `waste convert` into every
 expert format (BF16R, VQ3R, VQ2R, VQ4P) with the trunk at 16, 8 and 4 bits,
 and each container scores heldout.txt with `waste eval --perplexity` in
-process, with the exact and the int8 lookup table. The oracle is the
+process, with the exact and the int8 lookup table, and where a product is
+4-bit (Q4GR experts, a 4-bit trunk) with exact and int8 inputs
+(`--q4-input`; AVX-512 only, elsewhere the same as exact). The oracle is the
 checkpoint's own PyTorch forward pass (transformers' DeepseekV3ForCausalLM,
 float32, eager attention) on the same token ids in the same windows, or
 with `--oracle bf16r` the lossless BF16R container with a 16-bit trunk
@@ -69,6 +71,7 @@ def main():
     ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--extra", action="append", default=[], help="NAME=CONTAINER, scored the same way")
     ap.add_argument("--oracle", choices=("pytorch", "bf16r"), default="pytorch")
+    ap.add_argument("--only", default="", help="score only the rows whose name contains this")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     text_path = os.path.join(args.checkpoint, "heldout.txt")
@@ -127,6 +130,8 @@ def main():
             conv = ["--expert-format", fmt, "--trunk-bits", str(bits)]
             tables = [("", [])] if fmt in ("bf16", "q4gr") else [(", exact table", []),
                                                                   (", int8 table", ["--expert-table", "i8"])]
+            if fmt == "q4gr" or bits == 4:  # AVX-512's 4-bit products with 8-bit inputs
+                tables += [(f"{tlabel}, int8 inputs", targs + ["--q4-input", "i8"]) for tlabel, targs in tables]
             for tlabel, targs in tables:
                 variants.append((f"{label} experts, trunk {bits}-bit{tlabel}", c, conv, targs))
     for spec in args.extra:
@@ -136,6 +141,8 @@ def main():
 
     converted = {}
     for name, c, conv, targs in variants:
+        if args.only not in name:
+            continue
         if conv is not None and c not in converted:
             converted[c] = convert(c, conv)
         got, reported = waste_logprobs(c, targs)
