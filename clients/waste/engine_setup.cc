@@ -43,7 +43,7 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
       ->capture_default_str();
   cmd->add_option("--q4-input", o->q4_input,
                   "Inputs of the 4-bit products (Q4G trunk, Q4GR experts) on AVX-512: exact "
-                  "or i8 (8 bits a group of 128, faster, not exact: docs/MEASUREMENTS.md)")
+                  "or i8 (8 bits per 32 columns, faster, not exact: docs/MEASUREMENTS.md)")
       ->check(CLI::IsMember({"exact", "i8"}))
       ->capture_default_str();
   o->socket = ClientDaemonSocket();

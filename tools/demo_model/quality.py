@@ -139,22 +139,31 @@ def main():
         for tlabel, targs in ((", exact table", []), (", int8 table", ["--expert-table", "i8"])):
             variants.append((f"{name}{tlabel}", c, None, targs))
 
+    def kl_of(got, want):  # mean next-token KL(want || got) and how often the argmax agrees
+        kl, same = 0.0, 0
+        for lp, r in zip(got, want):
+            kl += float((np.exp(r[:-1]) * (r[:-1] - lp[:-1])).sum())
+            same += int((r[:-1].argmax(-1) == lp[:-1].argmax(-1)).sum())
+        return kl, same
+
     converted = {}
+    logp_of = {}  # (container, eval args) -> its log-probabilities
     for name, c, conv, targs in variants:
         if args.only not in name:
             continue
         if conv is not None and c not in converted:
             converted[c] = convert(c, conv)
         got, reported = waste_logprobs(c, targs)
-        kl, same = 0.0, 0
-        for lp, r in zip(got, ref):
-            kl += float((np.exp(r[:-1]) * (r[:-1] - lp[:-1])).sum())
-            same += int((r[:-1].argmax(-1) == lp[:-1].argmax(-1)).sum())
+        logp_of[(c, tuple(targs))] = got
+        kl, same = kl_of(got, ref)
         nll, n = score(got, wins)
         if n != reported["scored"] or abs(nll - reported["mean_nll"]) > 1e-6:
             raise SystemExit(f"{name}: waste reports {reported} but its logits give {nll} over {n}")
         row = {"name": name, "container": os.path.basename(c), "perplexity": math.exp(nll), "mean_nll": nll,
                "kl": kl / n, "top1": same / n, "convert_seconds": converted.get(c)}
+        exact = logp_of.get((c, tuple(targs[:-2])))  # int8 inputs against the same exact row
+        if targs[-2:] == ["--q4-input", "i8"] and exact is not None:
+            row["kl_vs_exact_inputs"] = kl_of(got, exact)[0] / n
         rows.append(row)
         print(f"{name}: perplexity {row['perplexity']:.4f}  KL {row['kl']:.5f}  top-1 {row['top1']:.4f}", flush=True)
 
@@ -163,10 +172,12 @@ def main():
     with open(os.path.join(args.out, "quality.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(args.out, "quality.md"), "w") as f:
-        f.write("| weights | perplexity | vs the oracle | KL (nats/token) | same top-1 |\n|---|---|---|---|---|\n")
+        f.write("| weights | perplexity | vs the oracle | KL (nats/token) | same top-1 | KL vs exact inputs |\n"
+                "|---|---|---|---|---|---|\n")
         for r in rows:
+            against = f"{r['kl_vs_exact_inputs']:.5f}" if "kl_vs_exact_inputs" in r else ""
             f.write(f"| {r['name']} | {r['perplexity']:.4f} | {r['perplexity'] / rows[0]['perplexity'] - 1:+.2%} | "
-                    f"{r['kl']:.5f} | {r['top1']:.2%} |\n")
+                    f"{r['kl']:.5f} | {r['top1']:.2%} | {against} |\n")
     print(open(os.path.join(args.out, "quality.md")).read())
 
 
