@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "engine/experts/cache.h"
 #include "engine/model/session_io.h"
@@ -208,15 +209,17 @@ class Forward : public ::testing::TestWithParam<const char*> {
     return out;
   }
 
-  // The 4 greedy steps' tokens in what Run returned.
-  std::vector<int> GreedyOf(const std::vector<float>& logits) const {
+  // Run({})'s logits, then Run(p)'s on the tokens the first one chose.
+  std::pair<std::vector<float>, std::vector<float>> ExactAnd(const Placement& p) {
+    std::vector<float> exact = Run({});
     const int V = ct_->config().vocab;
     std::vector<int> greedy;
     for (size_t i = 0; i < 4; ++i) {
-      const float* row = logits.data() + (prompt_.size() - 1 + i) * V;
+      const float* row = exact.data() + (prompt_.size() - 1 + i) * V;
       greedy.push_back(static_cast<int>(std::max_element(row, row + V) - row));
     }
-    return greedy;
+    std::vector<float> q = Run(p, false, nullptr, &greedy);
+    return {std::move(exact), std::move(q)};
   }
   // Run(p)'s logits equal those of p with one thread, chunks of 1, no
   // lookahead, one slot and the prompt a token at a time.
@@ -331,11 +334,9 @@ void ExpectCloseToExact(const std::vector<float>& exact, const std::vector<float
 
 TEST_P(Forward, Int8TableStaysCloseToTheExactTable) {
   const int V = ct_->config().vocab;
-  const std::vector<float> exact = Run({});
   Placement p;
   p.table = kernels::VqTable::kI8;
-  const std::vector<int> greedy = GreedyOf(exact);
-  const std::vector<float> q = Run(p, false, nullptr, &greedy);
+  const auto [exact, q] = ExactAnd(p);
   ASSERT_EQ(q.size(), exact.size());
   if (ct_->manifest().quant.direct()) {  // no table to quantize: the option changes nothing
     EXPECT_EQ(0, std::memcmp(q.data(), exact.data(), q.size() * 4));
@@ -349,11 +350,9 @@ TEST_P(Forward, Int8TableStaysCloseToTheExactTable) {
 // they are ignored.
 TEST_P(Forward, Int8InputsStayCloseToTheExactInputs) {
   const int V = ct_->config().vocab;
-  const std::vector<float> exact = Run({});
   Placement p;
   p.q4_input = kernels::Q4Input::kInt8;
-  const std::vector<int> greedy = GreedyOf(exact);
-  const std::vector<float> q = Run(p, false, nullptr, &greedy);
+  const auto [exact, q] = ExactAnd(p);
   ASSERT_EQ(q.size(), exact.size());
   if (kernels::UsableIsa(kernels::Isa::kAvx512) != kernels::Isa::kAvx512) {
     EXPECT_EQ(0, std::memcmp(q.data(), exact.data(), q.size() * 4)) << "ignored without AVX-512";
