@@ -211,7 +211,7 @@ constexpr int Digits(Q4Input in) {
   return in == Q4Input::kInt8 ? 1 : 3;
 }
 
-// An input in fixed point, laid out flat in Q4FixedBytes(cols) bytes (64-aligned):
+// An input in fixed point, laid out flat in Q4FixedBytes(cols, in) bytes (64-aligned):
 //   digits [group][digit k][64 even columns, then 64 odd]: d_k of m for column
 //          128 g + 2 j + (0 even, 1 odd) at [g][k][64 * odd + j];
 //   bias   [group][lane]: -8 * sum of m over the lane's columns 8 lane .. 8 lane + 7;
