@@ -148,14 +148,15 @@ void RegisterBenchmarks() {
       {"gate_1024x2304", Fmt::kQ4G, false, 1024, 2304},
       {"down_2304x1024", Fmt::kQ4G, false, 2304, 1024},
   };
-  for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8})
-    for (const Shape& sh : expert)
-      for (int inputs : {1, 4, 8, 16})
-        benchmark::RegisterBenchmark(
-            ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/avx512" +
-             (in == Q4Input::kInt8 ? "/int8" : ""))
-                .c_str(),
-            Blocks, sh, inputs, Isa::kAvx512, in);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+    for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8})
+      for (const Shape& sh : expert)
+        for (int inputs : {1, 4, 8, 16})
+          benchmark::RegisterBenchmark(
+              ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/" +
+               IsaName(isa) + (in == Q4Input::kInt8 ? "/int8" : ""))
+                  .c_str(),
+              Blocks, sh, inputs, isa, in);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (const Shape& sh : kv_b)
       benchmark::RegisterBenchmark(

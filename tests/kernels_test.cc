@@ -359,11 +359,11 @@ TEST_P(TrunkFormats, WeightedRowsAreDequantRowThenWeightedRowSum) {
 
 // MatVecMany (through MatVecBlocks) applies one matrix to several inputs, a
 // block of rows to each in turn, each input put in fixed point once (Q4G in
-// groups of 128 on AVX-512): each output must be the bits of its own MatVec,
-// also for an input that cannot be put in fixed point (an infinity: the
-// float path) beside ones that can. Fifteen inputs in fixed point take the
-// AVX-512 kernel's passes of 4, 2 and 1 inputs at once (exact), and of 8,
-// 4, 2 and 1 (int8 inputs).
+// groups of 128 on AVX2 and AVX-512): each output must be the bits of its
+// own MatVec, also for an input that cannot be put in fixed point (an
+// infinity: the float path) beside ones that can. Fifteen inputs in fixed
+// point take the kernels' passes of 4, 2 and 1 inputs at once, and AVX-512's
+// of 8 (int8 inputs).
 TEST_P(TrunkFormats, MatVecManyGivesTheBitsOfOneMatVecPerInput) {
   const TrunkFormat& f = GetParam();
   const int64_t cols = 256;
@@ -451,13 +451,22 @@ TEST_P(TrunkFormats, MatVecsGivesTheBitsOfOneMatVecPerMatrix) {
   }
 }
 
-// The AVX-512 Q4G product in groups of 128 puts each group of the input in
-// fixed point (matvec_avx512.cc). Inputs that stress that: a group spanning
-// 40 orders of magnitude, a zero group, huge values, a group too small for
-// fixed point (which must take the float path), and non-finite values
-// (which must come out as the scalar path's do).
+// The Isas whose Q4G product in groups of 128 puts the input in fixed point
+// (AVX2 and AVX-512; q4_fixed.h), of those this CPU has.
+std::vector<Isa> FixedPointIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : AvailableIsas())
+    if (isa >= Isa::kAvx2) out.push_back(isa);
+  return out;
+}
+
+// The SIMD Q4G products in groups of 128 put each group of the input in
+// fixed point (matvec_avx2.cc, matvec_avx512.cc). Inputs that stress that:
+// a group spanning 40 orders of magnitude, a zero group, huge values, a
+// group too small for fixed point (which must take the float path), and
+// non-finite values (which must come out as the scalar path's do).
 TEST(Q4G128FixedInput, AgreesWithScalarOnHostileInputs) {
-  WASTE_REQUIRE_ISA(Isa::kAvx512);
+  WASTE_REQUIRE_ISA(Isa::kAvx2);
   const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
   const int64_t rows = 9, cols = 512;  // four groups
   TrunkMatrix m(f, rows, cols, 0, 77);
@@ -482,16 +491,20 @@ TEST(Q4G128FixedInput, AgreesWithScalarOnHostileInputs) {
     for (int64_t c = 0; c < cols; ++c) x.floats()[c] = k.value(c, normal(rng));
     std::vector<float> want(rows), got(rows);
     MatVec(m.view, x.floats(), want.data(), 0, rows, Isa::kScalar);
-    MatVec(m.view, x.floats(), got.data(), 0, rows, Isa::kAvx512);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (!std::isfinite(want[r])) {
-        EXPECT_EQ(std::isnan(got[r]), std::isnan(want[r])) << k.name << " row " << r;
-        if (std::isinf(want[r])) {
-          EXPECT_EQ(got[r], want[r]) << k.name << " row " << r;
+    for (Isa isa : FixedPointIsas()) {
+      SCOPED_TRACE(IsaName(isa));
+      MatVec(m.view, x.floats(), got.data(), 0, rows, isa);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (!std::isfinite(want[r])) {
+          EXPECT_EQ(std::isnan(got[r]), std::isnan(want[r])) << k.name << " row " << r;
+          if (std::isinf(want[r])) {
+            EXPECT_EQ(got[r], want[r]) << k.name << " row " << r;
+          }
+          continue;
         }
-        continue;
+        EXPECT_NEAR(got[r], want[r], kRel * m.AbsDot(r, x.floats()) + 1e-38)
+            << k.name << " row " << r;
       }
-      EXPECT_NEAR(got[r], want[r], kRel * m.AbsDot(r, x.floats()) + 1e-38) << k.name << " row " << r;
     }
   }
 }
@@ -522,55 +535,57 @@ Int8Reference Int8Product(const TrunkMatrix& m, int64_t r, const float* x) {
 }
 
 TEST(Q4G128Int8Input, IsTheProductOfTheRoundedInput) {
-  WASTE_REQUIRE_ISA(Isa::kAvx512);
+  WASTE_REQUIRE_ISA(Isa::kAvx2);
   const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
   uint32_t seed = 900;
-  for (int64_t cols : {128, 256, 2304}) {
+  for (Isa isa : FixedPointIsas()) {
+   for (int64_t cols : {128, 256, 2304}) {
     const int64_t rows = 37;
     TrunkMatrix m(f, rows, cols, 1, seed++);
     Input x(cols, seed++);
     for (int64_t c = 0; c < 128; c += 9) x.mem.floats()[c] *= 50.f;  // outliers in group 0
     for (int64_t c = 64; c < 96; ++c) x.mem.floats()[c] = 0.f;        // 32 zero columns
     std::vector<float> exact(rows), got(rows);
-    MatVec(m.view, x.data(), exact.data(), 0, rows, Isa::kAvx512);
-    MatVec(m.view, x.data(), got.data(), 0, rows, Isa::kAvx512, Q4Input::kInt8);
+    MatVec(m.view, x.data(), exact.data(), 0, rows, isa);
+    MatVec(m.view, x.data(), got.data(), 0, rows, isa, Q4Input::kInt8);
     double moved = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      SCOPED_TRACE(::testing::Message() << cols << " cols, row " << r);
+      SCOPED_TRACE(::testing::Message() << IsaName(isa) << " " << cols << " cols, row " << r);
       const Int8Reference want = Int8Product(m, r, x.data());
       EXPECT_NEAR(got[r], want.value, 1e-6 * m.AbsDot(r, x.data()));
       EXPECT_LE(std::fabs(got[r] - m.Dot(r, x.data())), want.bound + 1e-6 * m.AbsDot(r, x.data()));
       moved += std::fabs(got[r] - exact[r]);
     }
     EXPECT_GT(moved, 0.) << "int8 inputs gave the exact path's results at " << cols << " cols";
+   }
   }
 }
 
-// The paths without the fixed point ignore Q4Input; the AVX-512 path with
-// int8 inputs takes the float path, as the exact one does, for an input it
-// cannot put in fixed point (not finite, or a group below 2^-100).
-TEST(Q4G128Int8Input, OtherPathsIgnoreItAndHostileInputsTakeTheFloatPath) {
+// The scalar path ignores Q4Input; the fixed-point paths with int8 inputs
+// take the float path, as the exact ones do, for an input they cannot put
+// in fixed point (not finite, or a group below 2^-100).
+TEST(Q4G128Int8Input, ScalarIgnoresItAndHostileInputsTakeTheFloatPath) {
   const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
   const int64_t rows = 9, cols = 512;
   TrunkMatrix m(f, rows, cols, 0, 78);
   Input x(cols, 79);
-  for (Isa isa : AvailableIsas()) {
-    if (isa >= Isa::kAvx512) continue;
+  {
     std::vector<float> a(rows), b(rows);
-    MatVec(m.view, x.data(), a.data(), 0, rows, isa);
-    MatVec(m.view, x.data(), b.data(), 0, rows, isa, Q4Input::kInt8);
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), rows * 4)) << IsaName(isa);
+    MatVec(m.view, x.data(), a.data(), 0, rows, Isa::kScalar);
+    MatVec(m.view, x.data(), b.data(), 0, rows, Isa::kScalar, Q4Input::kInt8);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), rows * 4)) << "scalar";
   }
-  if (UsableIsa(Isa::kAvx512) != Isa::kAvx512) return;  // the rest is AVX-512's
-  for (int64_t bad : {int64_t{17}, int64_t{300}}) {
+  for (Isa isa : FixedPointIsas())
+   for (int64_t bad : {int64_t{17}, int64_t{300}}) {
+    SCOPED_TRACE(IsaName(isa));
     Guarded y(static_cast<size_t>(cols) * 4);
     std::memcpy(y.floats(), x.data(), cols * 4);
     y.floats()[bad] = bad == 17 ? NAN : 1e-35f;  // 300: its group all tiny
     if (bad == 300)
       for (int64_t c = 256; c < 384; ++c) y.floats()[c] *= 1e-35f;
     std::vector<float> want(rows), got(rows);
-    MatVec(m.view, y.floats(), want.data(), 0, rows, Isa::kAvx512);
-    MatVec(m.view, y.floats(), got.data(), 0, rows, Isa::kAvx512, Q4Input::kInt8);
+    MatVec(m.view, y.floats(), want.data(), 0, rows, isa);
+    MatVec(m.view, y.floats(), got.data(), 0, rows, isa, Q4Input::kInt8);
     for (int64_t r = 0; r < rows; ++r) {
       if (bad == 17) {
         EXPECT_TRUE(std::isnan(got[r])) << "row " << r;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/format/encoding.h"
+#include "engine/kernels/q4_fixed.h"
 #include "engine/kernels/simd.h"
 #include "engine/kernels/thread_pool.h"
 
@@ -79,6 +80,34 @@ void MatVecScalar(const MatrixView& w, const float* x, float* y, int64_t row_beg
   }
 }
 
+// The SIMD Q4G products in groups of 128 (q4_fixed.h, README.md): the input
+// in fixed point first, then integer products.
+bool FixedPointQ4(const MatrixView& w, Isa isa) {
+  return isa >= Isa::kAvx2 && w.fmt == Fmt::kQ4G && w.group == 128 && w.cols % 128 == 0;
+}
+
+bool FixInput(Isa isa, const float* x, int64_t cols, Q4Input in, uint8_t* fixed) {
+  return isa >= Isa::kAvx512 ? avx512::Q4FixInput(x, cols, in, fixed)
+                             : avx2::Q4FixInput(x, cols, in, fixed);
+}
+
+// Rows [row_begin, row_end) of w against every input in fixed[]; ys[i] is
+// fixed[i]'s output.
+void FixedRows(Isa isa, const MatrixView& w, Q4Input in, std::span<const uint8_t* const> fixed,
+               std::span<float* const> ys, int64_t row_begin, int64_t row_end) {
+  constexpr size_t kBatch = 32;  // inputs described on the stack at a time
+  q4fixed::FixedInput f[kBatch];
+  for (size_t i = 0; i < fixed.size(); i += kBatch) {
+    const size_t n = std::min(kBatch, fixed.size() - i);
+    for (size_t j = 0; j < n; ++j)
+      f[j] = q4fixed::At(const_cast<uint8_t*>(fixed[i + j]), w.cols / 128, q4fixed::Digits(in));
+    if (isa >= Isa::kAvx512)
+      avx512::Q4FixedRows(w, in, f, ys.data() + i, n, row_begin, row_end);
+    else
+      avx2::Q4FixedRows(w, in, f, ys.data() + i, n, row_begin, row_end);
+  }
+}
+
 }  // namespace
 
 int64_t MatrixRowBytes(const MatrixView& w) {
@@ -102,7 +131,15 @@ void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
             Isa isa, Q4Input in) {
   if (row_begin >= row_end) return;
   isa = UsableIsa(isa);
-  if (isa >= Isa::kAvx512 && avx512::MatVec(w, x, y, row_begin, row_end, in)) return;
+  if (FixedPointQ4(w, isa) && w.cols / 128 <= q4fixed::kMaxGroups) {
+    alignas(64) uint8_t buffer[q4fixed::kMaxGroups * q4fixed::GroupBytes(3)];
+    if (FixInput(isa, x, w.cols, in, buffer)) {
+      const uint8_t* fixed = buffer;
+      FixedRows(isa, w, in, {&fixed, 1}, {&y, 1}, row_begin, row_end);
+      return;
+    }
+  }
+  if (isa >= Isa::kAvx512 && avx512::MatVec(w, x, y, row_begin, row_end)) return;
   if (isa >= Isa::kAvx2 && avx2::MatVec(w, x, y, row_begin, row_end)) return;
   MatVecScalar(w, x, y, row_begin, row_end);
 }
@@ -129,13 +166,12 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   if (row_begin >= row_end) return;
   isa = UsableIsa(isa);
   block = std::max<int64_t>(block, 1);
-  // The AVX-512 Q4G product in groups of 128 puts each input in fixed point
+  // The SIMD Q4G products in groups of 128 put each input in fixed point
   // first; done once here instead of once a block (it cost about 40% of a
   // product cut into 32-row calls).
   const size_t n = xs.size();
-  const bool fixed = isa >= Isa::kAvx512 && w.fmt == Fmt::kQ4G && w.group == 128 &&
-                     w.cols % 128 == 0;
-  const int64_t bytes = fixed ? avx512::Q4FixedBytes(w.cols, in) : 0;
+  const bool fixed = FixedPointQ4(w, isa);
+  const int64_t bytes = fixed ? q4fixed::Bytes(w.cols, in) : 0;
   std::unique_ptr<uint8_t[]> buffer;
   // The inputs in fixed point and their outputs; the rest (an input that
   // cannot be, or every input off this path) take MatVec.
@@ -146,7 +182,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
     buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n + 64);
     uint8_t* at = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
     for (size_t i = 0; i < n; ++i, at += bytes) {
-      if (avx512::Q4FixInput(xs[i], w.cols, in, at)) {
+      if (FixInput(isa, xs[i], w.cols, in, at)) {
         fixed_in.push_back(at);
         fixed_out.push_back(ys[i]);
       } else {
@@ -161,7 +197,7 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   if (n == 1) block = row_end - row_begin;
   for (int64_t lo = row_begin; lo < row_end; lo += block) {
     const int64_t hi = std::min(row_end, lo + block);
-    if (!fixed_in.empty()) avx512::Q4FixedRows(w, in, fixed_in, fixed_out, lo, hi);
+    if (!fixed_in.empty()) FixedRows(isa, w, in, fixed_in, fixed_out, lo, hi);
     for (size_t i : other) MatVec(w, xs[i], ys[i], lo, hi, isa, in);
   }
 }

@@ -27,13 +27,13 @@ struct MatrixView {
   const uint16_t* scales = nullptr;
 };
 
-// How the AVX-512 Q4G product in groups of 128 puts each input in fixed
-// point (matvec_avx512.cc). kExact: 24 bits a group, within 2^-23 of the
+// How the SIMD Q4G products in groups of 128 (AVX2 and AVX-512) put each
+// input in fixed point (q4_fixed.h, README.md). kExact: 24 bits a group, within 2^-23 of the
 // group's largest |x|, held to the float product's tolerance; the default.
 // kInt8: 8 bits, a step of largest / 127 per 32 columns, as llama.cpp's
 // Q8_0 activations: a third of the integer arithmetic and not exact (its
 // perplexity and KL on the demo model: docs/MEASUREMENTS.md, "int8
-// inputs"). Every other format and path ignores it.
+// inputs"). Every other format and the scalar path ignore it.
 enum class Q4Input : uint8_t { kExact, kInt8 };
 
 // Bytes of one row of payload: cols * 4 (F32), cols * 2 (F16/BF16), or the
@@ -47,7 +47,7 @@ int64_t MatrixBytes(const MatrixView& w);
 // y[r] = sum_c W[r][c] * x[c] for r in [row_begin, row_end); writes only
 // those y[r]. x: [cols], y: [rows] (indexed by absolute row).
 // 0 <= row_begin <= row_end <= rows. Accumulates in float32; the SIMD paths
-// differ from the scalar one by summation order, and AVX-512's Q4G path in
+// differ from the scalar one by summation order, and their Q4G paths in
 // groups of 128 also by rounding x to fixed point per group (2^-23 of the
 // group's largest |x|, or as `in` says; README.md). `isa` is lowered to
 // what the CPU supports (UsableIsa); a shape a SIMD path does not cover (a
@@ -90,7 +90,7 @@ void MatVecsMany(ThreadPool& pool, std::span<const MatVecManyJob> jobs, int64_t 
 // ys[i][r] = W[r] . xs[i] for r in [row_begin, row_end) and every input,
 // on the calling thread: the rows in blocks of `block`, each applied to
 // every input while it is in cache, and each input put in the kernels' form
-// once for the call (the AVX-512 Q4G product's fixed point), not once a
+// once for the call (the SIMD Q4G products' fixed point), not once a
 // block. Each ys[i] gets the bits of MatVec(w, xs[i], ys[i], row_begin,
 // row_end, isa). xs and ys as MatVecMany's.
 void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,

@@ -1,4 +1,5 @@
-// MatVec and WeightedRows with AVX2 + FMA + F16C: 8 columns per step.
+// MatVec and WeightedRows with AVX2 + FMA + F16C: 8 columns per step, and
+// Q4G in groups of 128 as integer products (vpmaddubsw).
 // Compiled with -mavx2 -mfma -mf16c -ffp-contract=off (MatVec's fused
 // multiply-adds are explicit; WeightedRows must not have any); see simd.h
 // for what this file may use.
@@ -6,6 +7,7 @@
 
 #include <cstring>
 
+#include "engine/kernels/q4_fixed.h"
 #include "engine/kernels/simd.h"
 
 namespace waste::kernels::avx2 {
@@ -168,6 +170,231 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
     y[r] = RowGrouped<kFmt>(w.payload + r * row_bytes, scales + 2 * r * groups, x, w.cols, w.group);
 }
 
+// Q4G in groups of 128 as integer dot products, the fixed point of
+// matvec_avx512.cc (its comment has the rounding; q4_fixed.h the layout,
+// the same here). AVX2 has no vpdpbusd: vpmaddubsw multiplies 32
+// unsigned weight nibbles n by 32 signed digits and sums adjacent pairs into
+// int16 (at most 2 * 15 * 128 = 3840, so four of them still fit), and
+// vpmaddwd by ones sums adjacent int16 pairs into 8 int32 lanes. Lane l of
+// a group's first 32 bytes covers columns 8l..8l+7, of its last 32 bytes
+// 64+8l..64+8l+7: the AVX-512 lanes l and l + 8.
+//
+// kExact: per digit, the four products of a group (even and odd columns of
+// both halves) summed, a2 << 16 + a1 << 8 + a0 plus both bias halves is sum
+// (n - 8) m over the lane's 16 columns exactly in int32 (|lane| < 2^30),
+// converted to float once and scaled by the f16 scale times 2^(e-21).
+// kInt8: the halves stay apart, each with its 32-column steps.
+using q4fixed::Digits;
+using q4fixed::FixedInput;
+
+__m256i Dot16(__m256i n, const int8_t* d) {  // 16 int16: n * d summed in pairs
+  return _mm256_maddubs_epi16(n, _mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+}
+
+__m256i Widen(__m256i pairs) {  // 8 int32: adjacent int16 summed
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+__m256i Load8(const int32_t* p) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// A group's 64 weight bytes as unsigned nibbles: [0] even and [1] odd
+// columns of bytes 0..31, [2] and [3] of bytes 32..63.
+struct Nibbles {
+  __m256i lo0, hi0, lo1, hi1;
+};
+Nibbles SplitGroup(const uint8_t* p) {
+  const __m256i nibble = _mm256_set1_epi8(15);
+  const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+  return {_mm256_and_si256(q0, nibble), _mm256_and_si256(_mm256_srli_epi16(q0, 4), nibble),
+          _mm256_and_si256(q1, nibble), _mm256_and_si256(_mm256_srli_epi16(q1, 4), nibble)};
+}
+
+// One digit's sums n * d over a group's two halves: *first lanes l (columns
+// 8l..8l+7), *second lanes l + 8.
+void DigitHalves(const Nibbles& n, const int8_t* d, __m256i* first, __m256i* second) {
+  *first = Widen(_mm256_add_epi16(Dot16(n.lo0, d), Dot16(n.hi0, d + 64)));
+  *second = Widen(_mm256_add_epi16(Dot16(n.lo1, d + 32), Dot16(n.hi1, d + 96)));
+}
+
+// One digit's sums over the whole group, lanes l and l + 8 together.
+__m256i DigitWhole(const Nibbles& n, const int8_t* d) {
+  return Widen(_mm256_add_epi16(_mm256_add_epi16(Dot16(n.lo0, d), Dot16(n.hi0, d + 64)),
+                                _mm256_add_epi16(Dot16(n.lo1, d + 32), Dot16(n.hi1, d + 96))));
+}
+
+float MaxLane(__m256 v) {
+  const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
+}
+
+float BitsToFloat(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// The low byte of each int32 lane (all in [-128, 127]), stored as 8 bytes.
+void StoreBytes(int8_t* at, __m256i m) {
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1);
+  const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(m, pick),
+                                                _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(b));
+}
+
+// matvec_avx512.cc's FixInput on AVX2: the layout of q4_fixed.h, the same
+// rounding, false in the same cases.
+template <int kDigits>
+bool FixInput(const float* x, int64_t groups, const FixedInput* f) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 finite_max = _mm256_set1_ps(3.4028235e38f);
+  for (int64_t g = 0; g < groups; ++g) {
+    int8_t* digits = f->digits + g * kDigits * 128;
+    __m256 v[16], mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int t = 0; t < 16; ++t) {
+      v[t] = _mm256_loadu_ps(x + 128 * g + 8 * t);
+      const __m256 a = _mm256_and_ps(v[t], magnitude);
+      mx = _mm256_max_ps(mx, a);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, finite_max, _CMP_NLE_UQ));  // NaN or infinite
+    }
+    if (_mm256_movemask_ps(bad) != 0) return false;
+    const float largest = MaxLane(mx);
+    if (largest == 0.f) {
+      std::memset(digits, 0, kDigits * 128);
+      std::memset(f->bias[g], 0, sizeof f->bias[g]);
+      std::memset(f->unit + (kDigits == 1 ? 16 * g : g), 0, (kDigits == 1 ? 16 : 1) * 4);
+      continue;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &largest, sizeof bits);
+    const int e = static_cast<int>(bits >> 23) - 127;
+    if (e < -100) return false;
+    __m256 scale[4];  // x to m, per 32 columns
+    if constexpr (kDigits == 1) {
+      for (int t = 0; t < 4; ++t) {
+        __m256 top = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) top = _mm256_max_ps(top, _mm256_and_ps(v[4 * t + i], magnitude));
+        const float largest32 = MaxLane(top);
+        if (largest32 != 0.f && largest32 < 0x1p-100f) return false;
+        scale[t] = _mm256_set1_ps(largest32 == 0.f ? 0.f : 127.f / largest32);
+        for (int lane = 0; lane < 4; ++lane) f->unit[16 * g + 4 * t + lane] = largest32 / 127.f;
+      }
+    } else {
+      f->unit[g] = BitsToFloat(static_cast<uint32_t>(e - 21 + 127) << 23);
+      for (int t = 0; t < 4; ++t)
+        scale[t] = _mm256_set1_ps(BitsToFloat(static_cast<uint32_t>(21 - e + 127) << 23));
+    }
+    for (int s = 0; s < 8; ++s) {  // columns 16 s .. 16 s + 15
+      const __m256 a = v[2 * s], b = v[2 * s + 1];
+      for (int half = 0; half < 2; ++half) {
+        const __m256 mixed = half ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))
+                                  : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 xs = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), 0xD8));
+        const __m256i m = _mm256_cvtps_epi32(_mm256_mul_ps(xs, scale[s / 2]));  // nearest, ties even
+        const int at = 64 * half + 8 * s;
+        if constexpr (kDigits == 1) {
+          StoreBytes(digits + at, m);
+        } else {
+          const __m256i d0 = _mm256_srai_epi32(_mm256_slli_epi32(m, 24), 24);
+          const __m256i m1 = _mm256_srai_epi32(_mm256_sub_epi32(m, d0), 8);
+          const __m256i d1 = _mm256_srai_epi32(_mm256_slli_epi32(m1, 24), 24);
+          const __m256i d2 = _mm256_srai_epi32(_mm256_sub_epi32(m1, d1), 8);
+          StoreBytes(digits + at, d0);
+          StoreBytes(digits + 128 + at, d1);
+          StoreBytes(digits + 256 + at, d2);
+        }
+      }
+    }
+    // -8 * sum m per lane: the product with every weight nibble 8.
+    const __m256i eight = _mm256_set1_epi8(8);
+    const Nibbles eights{eight, eight, eight, eight};
+    __m256i first = _mm256_setzero_si256(), second = _mm256_setzero_si256();
+    for (int k = kDigits - 1; k >= 0; --k) {
+      __m256i a, b;
+      DigitHalves(eights, digits + 128 * k, &a, &b);
+      first = _mm256_add_epi32(_mm256_slli_epi32(first, 8), a);
+      second = _mm256_add_epi32(_mm256_slli_epi32(second, 8), b);
+    }
+    const __m256i zero = _mm256_setzero_si256();
+    _mm256_store_si256(reinterpret_cast<__m256i*>(f->bias[g]), _mm256_sub_epi32(zero, first));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(f->bias[g] + 8), _mm256_sub_epi32(zero, second));
+  }
+  return true;
+}
+
+// Rows of a Q4G matrix in groups of 128 against kT inputs at once, each
+// group's bytes loaded and split once for all of them; per input the
+// operations and their order are those of one input alone.
+template <int kT, int kDigits>
+void RowsQ4G128(const MatrixView& w, const FixedInput* f, float* const* y, int64_t row_begin,
+                int64_t row_end) {
+  const int64_t groups = w.cols / 128;
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = w.payload + r * groups * 64;
+    const uint8_t* row_scales = scales + 2 * r * groups;
+    __m256 acc[kT], acc_second[kDigits == 1 ? kT : 1];
+    for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_ps();
+    for (__m256& a : acc_second) a = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      const Nibbles n = SplitGroup(row + g * 64);
+      uint16_t h;
+      std::memcpy(&h, row_scales + 2 * g, sizeof h);
+      const float scale = _cvtsh_ss(h);
+      for (int t = 0; t < kT; ++t) {
+        const int8_t* d = f[t].digits + g * kDigits * 128;
+        const int32_t* bias = f[t].bias[g];
+        if constexpr (kDigits == 1) {
+          __m256i first, second;
+          DigitHalves(n, d, &first, &second);
+          const __m256 s = _mm256_set1_ps(scale);
+          const float* unit = f[t].unit + 16 * g;
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(first, Load8(bias))),
+                                   _mm256_mul_ps(s, _mm256_loadu_ps(unit)), acc[t]);
+          acc_second[t] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(second, Load8(bias + 8))),
+                              _mm256_mul_ps(s, _mm256_loadu_ps(unit + 8)), acc_second[t]);
+        } else {
+          const __m256i a2 = DigitWhole(n, d + 256), a1 = DigitWhole(n, d + 128);
+          const __m256i a0 = DigitWhole(n, d);
+          const __m256i sum = _mm256_add_epi32(
+              _mm256_add_epi32(_mm256_slli_epi32(a2, 16), _mm256_slli_epi32(a1, 8)),
+              _mm256_add_epi32(a0, _mm256_add_epi32(Load8(bias), Load8(bias + 8))));
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(scale * f[t].unit[g]),
+                                   acc[t]);
+        }
+      }
+    }
+    for (int t = 0; t < kT; ++t)
+      y[t][r] = Sum(kDigits == 1 ? _mm256_add_ps(acc[t], acc_second[t]) : acc[t]);
+  }
+}
+
+// Up to 4 inputs a pass: AVX2's 16 registers hold 4 inputs' accumulators
+// beside a group's nibbles.
+template <int kDigits>
+void RowsQ4G128Many(const MatrixView& w, const FixedInput* f, float* const* y, size_t n,
+                    int64_t row_begin, int64_t row_end) {
+  for (size_t i = 0; i < n;) {
+    const size_t left = n - i;
+    if (left >= 4) {
+      RowsQ4G128<4, kDigits>(w, f + i, y + i, row_begin, row_end);
+      i += 4;
+    } else if (left >= 2) {
+      RowsQ4G128<2, kDigits>(w, f + i, y + i, row_begin, row_end);
+      i += 2;
+    } else {
+      RowsQ4G128<1, kDigits>(w, f + i, y + i, row_begin, row_end);
+      i += 1;
+    }
+  }
+}
+
 // WeightedRows: y[c] = sum over r of a[r] * W[first + r][c], each weight
 // decoded as DequantRow decodes it (scale * q for grouped formats, an exact
 // product), then multiplied and added in the scalar reference's order.
@@ -226,6 +453,20 @@ void WeightedRowsT(const MatrixView& w, int64_t first, const float* a, int64_t n
 }
 
 }  // namespace
+
+bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed) {
+  if (cols % 128 != 0) return false;
+  const FixedInput f = q4fixed::At(fixed, cols / 128, Digits(in));
+  return in == Q4Input::kInt8 ? FixInput<1>(x, cols / 128, &f) : FixInput<3>(x, cols / 128, &f);
+}
+
+void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed, float* const* ys,
+                 size_t n, int64_t row_begin, int64_t row_end) {
+  if (in == Q4Input::kInt8)
+    RowsQ4G128Many<1>(w, fixed, ys, n, row_begin, row_end);
+  else
+    RowsQ4G128Many<3>(w, fixed, ys, n, row_begin, row_end);
+}
 
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
   switch (w.fmt) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/q4_fixed.h"
 #include "engine/kernels/simd.h"
 
 namespace waste::kernels::avx512 {
@@ -205,31 +206,8 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
 // tests hold it to the same tolerance, and docs/MEASUREMENTS.md has the
 // logit differences. An input that is not finite or whose group is below
 // 2^-100 cannot be put in fixed point; that call takes the float path.
-constexpr int64_t kMaxFixedGroups = 16384 / 128;  // wider rows take RowsGrouped
-
-constexpr int Digits(Q4Input in) {
-  return in == Q4Input::kInt8 ? 1 : 3;
-}
-
-// An input in fixed point, laid out flat in Q4FixedBytes(cols, in) bytes (64-aligned):
-//   digits [group][digit k][64 even columns, then 64 odd]: d_k of m for column
-//          128 g + 2 j + (0 even, 1 odd) at [g][k][64 * odd + j];
-//   bias   [group][lane]: -8 * sum of m over the lane's columns 8 lane .. 8 lane + 7;
-//   unit   kExact [group]: what one step of m is worth, 2^(e-21);
-//          kInt8 [group][lane]: the step of the lane's 32 columns.
-struct FixedInput {
-  int8_t* digits;  // [groups][kDigits][128]
-  int32_t (*bias)[16];
-  float* unit;
-};
-constexpr int64_t FixedGroupBytes(int digits) {
-  return digits * 128 + 16 * 4 + (digits == 1 ? 16 * 4 : 4);
-}
-FixedInput FixedAt(uint8_t* base, int64_t groups, int digits) {
-  return {reinterpret_cast<int8_t*>(base),
-          reinterpret_cast<int32_t (*)[16]>(base + groups * digits * 128),
-          reinterpret_cast<float*>(base + groups * (digits * 128 + 64))};
-}
+using q4fixed::Digits;
+using q4fixed::FixedInput;
 
 // Sum n * m of one group, per lane: the digits d at [k][0..127] against the
 // unsigned bytes lo (even columns) and hi (odd), plus `start`.
@@ -445,33 +423,21 @@ void WeightedRowsT(const MatrixView& w, int64_t first, const float* a, int64_t n
 
 }  // namespace
 
-int64_t Q4FixedBytes(int64_t cols, Q4Input in) {
-  return (cols / 128 * FixedGroupBytes(Digits(in)) + 63) / 64 * 64;
-}
-
 bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed) {
   if (cols % 128 != 0) return false;
-  const FixedInput f = FixedAt(fixed, cols / 128, Digits(in));
+  const FixedInput f = q4fixed::At(fixed, cols / 128, Digits(in));
   return in == Q4Input::kInt8 ? FixInput<1>(x, cols / 128, &f) : FixInput<3>(x, cols / 128, &f);
 }
 
-void Q4FixedRows(const MatrixView& w, Q4Input in, std::span<const uint8_t* const> fixed,
-                 std::span<float* const> ys, int64_t row_begin, int64_t row_end) {
-  constexpr size_t kBatch = 32;  // inputs described on the stack at a time
-  FixedInput f[kBatch];
-  for (size_t i = 0; i < fixed.size(); i += kBatch) {
-    const size_t n = std::min(kBatch, fixed.size() - i);
-    for (size_t j = 0; j < n; ++j)
-      f[j] = FixedAt(const_cast<uint8_t*>(fixed[i + j]), w.cols / 128, Digits(in));
-    if (in == Q4Input::kInt8)
-      RowsQ4G128Many<1>(w, f, ys.data() + i, n, row_begin, row_end);
-    else
-      RowsQ4G128Many<3>(w, f, ys.data() + i, n, row_begin, row_end);
-  }
+void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed, float* const* ys,
+                 size_t n, int64_t row_begin, int64_t row_end) {
+  if (in == Q4Input::kInt8)
+    RowsQ4G128Many<1>(w, fixed, ys, n, row_begin, row_end);
+  else
+    RowsQ4G128Many<3>(w, fixed, ys, n, row_begin, row_end);
 }
 
-bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
-            Q4Input in) {
+bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end) {
   switch (w.fmt) {
     case Fmt::kF32:
       for (int64_t r = row_begin; r < row_end; ++r)
@@ -486,22 +452,7 @@ bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
     case Fmt::kQ3G:
       if (w.group <= 0 || w.group % 16 != 0) return false;
       if (w.fmt == Fmt::kQ8G) RowsGrouped<Fmt::kQ8G>(w, x, y, row_begin, row_end);
-      if (w.fmt == Fmt::kQ4G) {
-        const int64_t groups = w.cols / 128;
-        if (w.group == 128 && w.cols % 128 == 0 && groups <= kMaxFixedGroups) {
-          alignas(64) uint8_t buffer[kMaxFixedGroups * FixedGroupBytes(3)];
-          const FixedInput fixed = FixedAt(buffer, groups, Digits(in));
-          if (in == Q4Input::kInt8 && FixInput<1>(x, groups, &fixed)) {
-            RowsQ4G128<1, 1>(w, &fixed, &y, row_begin, row_end);
-            return true;
-          }
-          if (in == Q4Input::kExact && FixInput<3>(x, groups, &fixed)) {
-            RowsQ4G128<1, 3>(w, &fixed, &y, row_begin, row_end);
-            return true;
-          }
-        }
-        RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
-      }
+      if (w.fmt == Fmt::kQ4G) RowsGrouped<Fmt::kQ4G>(w, x, y, row_begin, row_end);
       if (w.fmt == Fmt::kQ3G) RowsGrouped<Fmt::kQ3G>(w, x, y, row_begin, row_end);
       return true;
     default:

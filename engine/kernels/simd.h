@@ -19,6 +19,7 @@
 
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/mxfp4.h"
+#include "engine/kernels/q4_fixed.h"
 #include "engine/kernels/recurrence.h"
 #include "engine/kernels/vq.h"
 
@@ -26,6 +27,10 @@ namespace waste::kernels {
 
 namespace avx2 {
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
+// avx512's Q4FixInput and Q4FixedRows below on AVX2's integer products.
+bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed);
+void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed, float* const* ys,
+                 size_t n, int64_t row_begin, int64_t row_end);
 // Fills lut[0 : (cols/8) * stages * entries] (not the padding).
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
@@ -51,19 +56,18 @@ bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row
 }  // namespace avx2
 
 namespace avx512 {
-bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
-            Q4Input in);
-// MatVec's Q4G product in groups of 128 in two steps, so that one input's
-// fixed point (README.md) serves many calls: Q4FixInput writes it into
-// `fixed` (Q4FixedBytes(cols, in) bytes, 64-aligned) and returns false where
-// MatVec would take the float path (cols % 128 != 0 included); Q4FixedRows
-// is then MatVec's rows, bit for bit, for a Q4G matrix of group 128 and
-// `cols` columns, for every input in `fixed` into the matching ys[i]
-// (several inputs share each group's load and nibble split).
-int64_t Q4FixedBytes(int64_t cols, Q4Input in);
+// MatVec's paths but the fixed-point Q4G product, which matvec.cc runs in
+// two steps so that one input's fixed point serves many calls:
+bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
+// Writes x in fixed point (q4_fixed.h; q4fixed::Bytes(cols, in) bytes,
+// 64-aligned) and returns false where it cannot be (README.md; cols % 128
+// != 0 included): the float path then runs.
 bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed);
-void Q4FixedRows(const MatrixView& w, Q4Input in, std::span<const uint8_t* const> fixed,
-                 std::span<float* const> ys, int64_t row_begin, int64_t row_end);
+// Rows [row_begin, row_end) of a Q4G matrix of group 128 against n inputs
+// in fixed point, into ys[i]; several inputs share each group's load and
+// nibble split, and each input's bits are those it has alone.
+void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed, float* const* ys,
+                 size_t n, int64_t row_begin, int64_t row_end);
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
