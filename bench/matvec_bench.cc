@@ -140,7 +140,7 @@ void RegisterBenchmarks() {
       {"q8g", Fmt::kQ8G, false, 8192, 512},
       {"bf16", Fmt::kF16, true, 8192, 512},
   };
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
     for (const Shape& sh : matvec)
       benchmark::RegisterBenchmark((std::string(sh.name) + "/" + IsaName(isa)).c_str(), Run, sh,
                                    isa);
@@ -148,10 +148,10 @@ void RegisterBenchmarks() {
       {"gate_1024x2304", Fmt::kQ4G, false, 1024, 2304},
       {"down_2304x1024", Fmt::kQ4G, false, 2304, 1024},
   };
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
     for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8})
       for (const Shape& sh : expert)
-        for (int inputs : {1, 4, 8, 16})
+        for (int inputs : {1, 4, 8, 16, 64})
           benchmark::RegisterBenchmark(
               ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/" +
                IsaName(isa) + (in == Q4Input::kInt8 ? "/int8" : ""))

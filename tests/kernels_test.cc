@@ -96,13 +96,17 @@ TEST_P(Isas, AreListedInOrderWhenTheCpuHasThem) {
   const bool listed = std::find(isas.begin(), isas.end(), isa) != isas.end();
   EXPECT_EQ(listed, isa <= BestIsa());
   EXPECT_EQ(UsableIsa(isa), listed ? isa : BestIsa());
-  const char* want = isa == Isa::kScalar ? "scalar" : isa == Isa::kAvx2 ? "avx2" : "avx512";
+  const char* want = isa == Isa::kScalar   ? "scalar"
+                     : isa == Isa::kAvx2   ? "avx2"
+                     : isa == Isa::kAvx512 ? "avx512"
+                                           : "amx";
   EXPECT_STREQ(IsaName(isa), want);
   std::printf("%s: %s (best on this CPU: %s)\n", IsaName(isa),
               listed ? "available" : "NOT available", IsaName(BestIsa()));
 }
 
-INSTANTIATE_TEST_SUITE_P(kernels, Isas, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(kernels, Isas,
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                          [](const auto& test) { return std::string(IsaName(test.param)); });
 
 // ---- trunk matrices ----
@@ -296,6 +300,11 @@ TEST_P(TrunkFormats, Avx2MatchesScalar) {
 TEST_P(TrunkFormats, Avx512MatchesScalar) {
   WASTE_REQUIRE_ISA(Isa::kAvx512);
   CheckTrunkIsa(GetParam(), Isa::kAvx512);
+}
+
+TEST_P(TrunkFormats, AmxMatchesScalar) {
+  WASTE_REQUIRE_ISA(Isa::kAmx);
+  CheckTrunkIsa(GetParam(), Isa::kAmx);
 }
 
 TEST_P(TrunkFormats, RowBytes) {
@@ -504,6 +513,87 @@ TEST(Q4G128FixedInput, AgreesWithScalarOnHostileInputs) {
         }
         EXPECT_NEAR(got[r], want[r], kRel * m.AbsDot(r, x.floats()) + 1e-38)
             << k.name << " row " << r;
+      }
+    }
+  }
+}
+
+// The AMX product's arithmetic (matvec_amx.cc's header), written again
+// from its definition: the input in exact fixed point (m = x * 2^(21-e)
+// rounded to nearest even per group, three balanced base-256 digits), each
+// digit's whole-group integer sum, and the float steps in their order.
+float AmxTwin(const MatrixView& w, int64_t r, const float* x) {
+  const int64_t groups = w.cols / 128;
+  const uint8_t* row = w.payload + r * groups * 64;
+  float acc = 0.f;
+  for (int64_t g = 0; g < groups; ++g) {
+    float largest = 0.f;
+    for (int64_t c = 128 * g; c < 128 * (g + 1); ++c) largest = std::max(largest, std::fabs(x[c]));
+    // A zero group: zero digits and a zero step, as the kernel has them.
+    const int e = largest == 0.f ? 0 : std::ilogb(largest);
+    const float to_m = std::ldexp(1.f, 21 - e);
+    const float unit = largest == 0.f ? 0.f : std::ldexp(1.f, e - 21);
+    int64_t sums[3] = {0, 0, 0};  // sum over the group of (n - 8) * d_k
+    for (int64_t j = 0; j < 128; ++j) {
+      const int64_t c = 128 * g + j;
+      const uint8_t byte = row[g * 64 + j / 2];
+      const int weight = ((j & 1) ? byte >> 4 : byte & 15) - 8;
+      const int32_t m = static_cast<int32_t>(std::nearbyint(x[c] * to_m));
+      const int32_t d0 = static_cast<int8_t>(m & 255);
+      const int32_t m1 = (m - d0) / 256;
+      const int32_t d1 = static_cast<int8_t>(m1 & 255);
+      const int32_t d2 = (m1 - d1) / 256;
+      EXPECT_EQ(d0 + 256 * d1 + 65536 * d2, m);
+      EXPECT_LE(std::abs(d2), 127);
+      sums[0] += weight * d0;
+      sums[1] += weight * d1;
+      sums[2] += weight * d2;
+    }
+    uint16_t h;
+    std::memcpy(&h, reinterpret_cast<const uint8_t*>(w.scales) + 2 * (r * groups + g), 2);
+    const int32_t u = static_cast<int32_t>(sums[2] * 256 + sums[1]);
+    const float s = std::fma(static_cast<float>(u), 256.f, static_cast<float>(sums[0]));
+    acc = std::fma(s, format::F16ToF32(h) * unit, acc);
+  }
+  return acc;
+}
+
+// Isa::kAmx against its twin bit for bit, through MatVec (one input, the
+// one-token tile) and MatVecMany with every kind of pass: one tile narrower
+// than 16 tokens, whole tiles, a padded last tile, more than a pass of 64.
+// Row counts cut the 16-row tiles anywhere.
+TEST(Q4G128Amx, IsItsArithmeticBitForBit) {
+  WASTE_REQUIRE_ISA(Isa::kAmx);
+  const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
+  uint32_t seed = 1200;
+  ThreadPool pool(2);
+  for (int64_t cols : {128, 2304}) {
+    for (int64_t rows : {1, 15, 16, 17, 130}) {
+      TrunkMatrix m(f, rows, cols, 1, seed++);
+      for (size_t n : {1, 2, 7, 16, 17, 40, 64, 70}) {
+        SCOPED_TRACE(::testing::Message() << rows << "x" << cols << ", " << n << " inputs");
+        std::vector<std::unique_ptr<Input>> inputs;
+        for (size_t i = 0; i < n; ++i) inputs.push_back(std::make_unique<Input>(cols, seed++));
+        if (n > 2) {  // a zero group and one of outliers
+          std::fill_n(inputs[1]->mem.floats(), 128, 0.f);
+          for (int64_t c = 0; c < cols; c += 7) inputs[2]->mem.floats()[c] *= 1e3f;
+        }
+        std::vector<std::vector<float>> out(n, std::vector<float>(rows + 1, -7.f));
+        std::vector<const float*> xs;
+        std::vector<float*> ys;
+        for (size_t i = 0; i < n; ++i) xs.push_back(inputs[i]->data()), ys.push_back(out[i].data());
+        if (n == 1)
+          MatVec(m.view, xs[0], ys[0], 0, rows, Isa::kAmx);
+        else
+          MatVecMany(pool, m.view, xs, ys, 32, Isa::kAmx);
+        for (size_t i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = AmxTwin(m.view, r, xs[i]);
+            ASSERT_EQ(0, std::memcmp(&out[i][r], &want, 4))
+                << "input " << i << " row " << r << ": " << out[i][r] << " against " << want;
+          }
+          EXPECT_EQ(out[i][rows], -7.f) << "wrote past the output";
+        }
       }
     }
   }

@@ -34,8 +34,9 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
                   "top_k; fewer is faster and less exact: docs/MEASUREMENTS.md)");
   cmd->add_flag("--verify", o->verify, "Check the crc32 of every expert record read");
   cmd->add_option("--isa", o->isa,
-                  "Kernel instruction set: scalar, avx2, avx512 (default: the best)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+                  "Kernel instruction set: scalar, avx2, avx512, amx (AVX-512 with AMX-INT8 "
+                  "tiles for the 4-bit products; default: the best)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
   cmd->add_option("--expert-table", o->expert_table,
                   "Routed experts' lookup table: f32 (exact) or i8 (an int8 copy, faster, "
                   "not exact: docs/MEASUREMENTS.md)")
@@ -171,6 +172,8 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     mo.isa = kernels::Isa::kAvx2;
   else if (o.isa == "avx512")
     mo.isa = kernels::Isa::kAvx512;
+  else if (o.isa == "amx")
+    mo.isa = kernels::Isa::kAmx;
   if (!o.isa.empty()) {
     const auto avail = kernels::AvailableIsas();
     if (std::find(avail.begin(), avail.end(), mo.isa) == avail.end())

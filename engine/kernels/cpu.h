@@ -15,14 +15,17 @@ enum class Isa {
   kScalar,  // baseline x86-64
   kAvx2,    // AVX2 + FMA + F16C
   kAvx512,  // AVX-512 F, BW, VL, VBMI and VNNI, on top of kAvx2
+  kAmx,     // AMX-INT8 tiles, on top of kAvx512: only the exact Q4G product
+            // in groups of 128 differs from kAvx512 (matvec_amx.cc)
 };
 
 // The best Isa this CPU and OS support (cpuid via __builtin_cpu_supports,
-// which also checks that the OS saves the vector state). Computed once,
-// thread-safe.
+// which also checks that the OS saves the vector state; for AMX, cpuid,
+// XCR0 and Linux's permission for the tile data, asked for once for the
+// whole process here). Computed once, thread-safe.
 Isa BestIsa();
 
-// "scalar", "avx2" or "avx512".
+// "scalar", "avx2", "avx512" or "amx".
 const char* IsaName(Isa isa);
 
 // Every Isa usable here, scalar first, ascending.

@@ -91,17 +91,27 @@ bool FixInput(Isa isa, const float* x, int64_t cols, Q4Input in, uint8_t* fixed)
                              : avx2::Q4FixInput(x, cols, in, fixed);
 }
 
+// The AMX product takes the exact fixed point; int8 inputs stay on
+// AVX-512's (for every chunk size alike, so the bits do not depend on it).
+bool Amx(Isa isa, Q4Input in) {
+  return isa >= Isa::kAmx && in == Q4Input::kExact;
+}
+
 // Rows [row_begin, row_end) of w against every input in fixed[]; ys[i] is
-// fixed[i]'s output.
+// fixed[i]'s output. amx_scratch: q4fixed::AmxScratchBytes(w.cols,
+// fixed.size()) bytes, 64-aligned, where Amx(isa, in).
 void FixedRows(Isa isa, const MatrixView& w, Q4Input in, std::span<const uint8_t* const> fixed,
-               std::span<float* const> ys, int64_t row_begin, int64_t row_end) {
-  constexpr size_t kBatch = 32;  // inputs described on the stack at a time
+               std::span<float* const> ys, int64_t row_begin, int64_t row_end,
+               uint8_t* amx_scratch) {
+  constexpr size_t kBatch = q4fixed::kAmxTokensAPass;  // inputs described on the stack at a time
   q4fixed::FixedInput f[kBatch];
   for (size_t i = 0; i < fixed.size(); i += kBatch) {
     const size_t n = std::min(kBatch, fixed.size() - i);
     for (size_t j = 0; j < n; ++j)
       f[j] = q4fixed::At(const_cast<uint8_t*>(fixed[i + j]), w.cols / 128, q4fixed::Digits(in));
-    if (isa >= Isa::kAvx512)
+    if (Amx(isa, in))
+      amx::Q4FixedRows(w, f, ys.data() + i, n, row_begin, row_end, amx_scratch);
+    else if (isa >= Isa::kAvx512)
       avx512::Q4FixedRows(w, in, f, ys.data() + i, n, row_begin, row_end);
     else
       avx2::Q4FixedRows(w, in, f, ys.data() + i, n, row_begin, row_end);
@@ -133,9 +143,10 @@ void MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, in
   isa = UsableIsa(isa);
   if (FixedPointQ4(w, isa) && w.cols / 128 <= q4fixed::kMaxGroups) {
     alignas(64) uint8_t buffer[q4fixed::kMaxGroups * q4fixed::GroupBytes(3)];
+    alignas(64) uint8_t amx_scratch[q4fixed::AmxScratchBytes(q4fixed::kMaxGroups * 128, 1)];
     if (FixInput(isa, x, w.cols, in, buffer)) {
       const uint8_t* fixed = buffer;
-      FixedRows(isa, w, in, {&fixed, 1}, {&y, 1}, row_begin, row_end);
+      FixedRows(isa, w, in, {&fixed, 1}, {&y, 1}, row_begin, row_end, amx_scratch);
       return;
     }
   }
@@ -172,15 +183,20 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   const size_t n = xs.size();
   const bool fixed = FixedPointQ4(w, isa);
   const int64_t bytes = fixed ? q4fixed::Bytes(w.cols, in) : 0;
+  const int64_t amx_bytes =
+      fixed && Amx(isa, in) ? q4fixed::AmxScratchBytes(w.cols, static_cast<int64_t>(n)) : 0;
   std::unique_ptr<uint8_t[]> buffer;
   // The inputs in fixed point and their outputs; the rest (an input that
   // cannot be, or every input off this path) take MatVec.
   std::vector<const uint8_t*> fixed_in;
   std::vector<float*> fixed_out;
   std::vector<size_t> other;
+  uint8_t* amx_scratch = nullptr;
   if (fixed) {
-    buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n + 64);
+    buffer = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(bytes) * n +
+                                                       static_cast<size_t>(amx_bytes) + 64);
     uint8_t* at = buffer.get() + (64 - reinterpret_cast<uintptr_t>(buffer.get()) % 64) % 64;
+    amx_scratch = at + bytes * static_cast<int64_t>(n);
     for (size_t i = 0; i < n; ++i, at += bytes) {
       if (FixInput(isa, xs[i], w.cols, in, at)) {
         fixed_in.push_back(at);
@@ -194,10 +210,12 @@ void MatVecBlocks(const MatrixView& w, std::span<const float* const> xs,
   }
   // One input alone has no block to share: its rows in one call (a call a
   // block cost a decode token about 3% in its routed experts).
-  if (n == 1) block = row_end - row_begin;
+  // AMX takes every input for each 16 rows itself, and lays the inputs out
+  // for its tiles once a call: no blocks.
+  if (n == 1 || (fixed && Amx(isa, in))) block = row_end - row_begin;
   for (int64_t lo = row_begin; lo < row_end; lo += block) {
     const int64_t hi = std::min(row_end, lo + block);
-    if (!fixed_in.empty()) FixedRows(isa, w, in, fixed_in, fixed_out, lo, hi);
+    if (!fixed_in.empty()) FixedRows(isa, w, in, fixed_in, fixed_out, lo, hi, amx_scratch);
     for (size_t i : other) MatVec(w, xs[i], ys[i], lo, hi, isa, in);
   }
 }

@@ -99,4 +99,14 @@ bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row
                  int64_t row_end);
 }  // namespace avx512
 
+namespace amx {
+// The exact Q4G product in groups of 128 on AMX-INT8 tiles (matvec_amx.cc):
+// rows [row_begin, row_end) against n inputs put in fixed point by
+// avx512::Q4FixInput (Q4Input::kExact), into ys[i]. scratch: 64-aligned,
+// q4fixed::AmxScratchBytes(w.cols, n) bytes. The calling thread must have the
+// tile state (cpu.cc asks Linux for it when it finds AMX).
+void Q4FixedRows(const MatrixView& w, const q4fixed::FixedInput* fixed, float* const* ys, size_t n,
+                 int64_t row_begin, int64_t row_end, uint8_t* scratch);
+}  // namespace amx
+
 }  // namespace waste::kernels
