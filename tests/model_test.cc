@@ -673,9 +673,10 @@ TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
 // join): KDA runs every projection of the chunk's inputs in one pass, then
 // per token its heads (with their rows of the low-rank second halves and
 // their conv channels) in a second, then o for the chunk in a third; MLA
-// its first query projection with kv_a, then q_b when it has a q LoRA, the
-// heads, and o; GQA q, k and v in one pass, the heads, and o. Each of these
-// passes has more rows than one grain on the presets, so each is a job.
+// likewise, its first query projection with kv_a for the chunk, then q_b
+// when it has a q LoRA, per token the heads, then o for the chunk; GQA per
+// token q, k and v in one pass, the heads, and o. Each of these passes has
+// more rows than one grain on the presets, so each is a job.
 TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   Placement two;
   two.threads = 2;
@@ -693,7 +694,10 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   EXPECT_EQ(e.model->pool_jobs().attention, 0u);
   ASSERT_TRUE(e.model->Forward(sess, prompt_, logits.data()).ok());  // prefill: one chunk
   ASSERT_LE(prompt_.size(), static_cast<size_t>(ModelOptions{}.chunk));
-  EXPECT_EQ(e.model->pool_jobs().attention, (per_token - 2 * kda) * prompt_.size() + 2 * kda);
+  const uint64_t T = prompt_.size();
+  const uint64_t mla_chunk = c.q_lora > 0 ? 3 : 2;  // projections a chunk, the heads aside
+  EXPECT_EQ(e.model->pool_jobs().attention,
+            kda * (T + 2) + mla * (T + mla_chunk) + 3 * (gdn + gqa) * T);
   const PoolJobs before = e.model->pool_jobs();
   const int next[1] = {1};
   ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());

@@ -1,5 +1,5 @@
 // Multi-head latent attention, absorbed: resolving an MLA layer's tensors, its
-// rotation and softmax scale, and one token's attention (Model::Mla).
+// rotation and softmax scale, and a chunk's attention (Model::Mla).
 
 #include <algorithm>
 #include <cmath>
@@ -53,35 +53,68 @@ MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& a
   return w;
 }
 
-void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
+void Model::Mla(int L, std::span<Session* const> owner, std::span<const int> positions,
+                const float* h, float* out) {
   const MlaWeights& l = layers_[L]->mla;
   const int nh = c_.n_heads, nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
   const int qd = nope + rope, row = lat + rope;
-  std::vector<float> q(static_cast<size_t>(nh) * qd), ckv(row);
-  std::vector<float> gate(l.g ? static_cast<size_t>(nh) * vd : 0);  // [n_heads * v_head]
-  // The query's first projection and kv_a (and K3's output gate) read the
-  // same h: one pass.
-  if (l.q_a && l.g) {
-    std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
-    MatVecs({{l.q_a, h, qa.data()}, {l.kv_a, h, ckv.data()}, {l.g, h, gate.data()}});
-    RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
-    MatVec(*l.q_b, qn.data(), q.data());
-  } else if (l.g) {
-    MatVecs({{l.q_proj, h, q.data()}, {l.kv_a, h, ckv.data()}, {l.g, h, gate.data()}});
-  } else if (l.q_a) {
-    std::vector<float> qa(c_.q_lora), qn(c_.q_lora);
-    MatVecs({{l.q_a, h, qa.data()}, {l.kv_a, h, ckv.data()}});
-    RmsNorm(qa.data(), l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data());
-    MatVec(*l.q_b, qn.data(), q.data());
-  } else {
-    MatVecs({{l.q_proj, h, q.data()}, {l.kv_a, h, ckv.data()}});
+  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+  const size_t q_len = static_cast<size_t>(nh) * qd, gate_len = l.g ? static_cast<size_t>(nh) * vd : 0;
+  // [T][...]: each token's query, latent key row and (K3) output gate.
+  std::vector<float> q(T * q_len), ckv(T * row), gate(T * gate_len);
+  std::vector<const float*> hs(T);
+  std::vector<float*> qs(T), ckvs(T), gates(T);
+  for (size_t t = 0; t < T; ++t) {
+    hs[t] = h + t * hid;
+    qs[t] = q.data() + t * q_len;
+    ckvs[t] = ckv.data() + t * row;
+    gates[t] = gate.data() + t * gate_len;
   }
-  float* cache = s.latent_kv[L].data() + static_cast<size_t>(pos) * row;
-  RmsNorm(ckv.data(), l.kv_a_norm, lat, kLatentNormEps, cache);
-  std::copy(ckv.begin() + lat, ckv.end(), cache + lat);
-  rotary_.Apply(cache + lat, pos);
+  // The chunk's projections, each matrix read once for all its tokens; the
+  // query's first projection, kv_a and K3's output gate read the same h.
+  const auto project = [&](const kernels::MatrixView* first, std::span<float* const> firsts) {
+    if (l.g)
+      MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}, {l.g, hs, gates}});
+    else
+      MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}});
+  };
+  if (l.q_a) {
+    std::vector<float> qa(T * c_.q_lora), qn(T * c_.q_lora);
+    std::vector<float*> qas(T), qns(T);
+    for (size_t t = 0; t < T; ++t) {
+      qas[t] = qa.data() + t * c_.q_lora;
+      qns[t] = qn.data() + t * c_.q_lora;
+    }
+    project(l.q_a, qas);
+    for (size_t t = 0; t < T; ++t) RmsNorm(qas[t], l.q_a_norm, c_.q_lora, kLatentNormEps, qns[t]);
+    MatVecMany(*l.q_b, std::vector<const float*>(qns.begin(), qns.end()), qs);
+  } else {
+    project(l.q_proj, qs);
+  }
+  // Every token's latent row into its session's cache first: token t reads
+  // rows [0, positions[t]] only, so later tokens' rows change nothing.
+  for (size_t t = 0; t < T; ++t) {
+    float* cache = owner[t]->latent_kv[L].data() + static_cast<size_t>(positions[t]) * row;
+    RmsNorm(ckvs[t], l.kv_a_norm, lat, kLatentNormEps, cache);
+    std::copy(ckvs[t] + lat, ckvs[t] + row, cache + lat);
+    rotary_.Apply(cache + lat, positions[t]);
+  }
+  std::vector<float> o(T * nh * vd);  // [T][n_heads * v_head]
+  std::vector<const float*> os(T);
+  std::vector<float*> outs(T);
+  for (size_t t = 0; t < T; ++t) {
+    os[t] = o.data() + t * nh * vd;
+    outs[t] = out + t * hid;
+    MlaHeads(L, *owner[t], positions[t], qs[t], gates[t], o.data() + t * nh * vd);
+  }
+  MatVecMany(*l.o, os, outs);
+}
 
-  std::vector<float> olat(static_cast<size_t>(nh) * lat), o(static_cast<size_t>(nh) * vd);
+void Model::MlaHeads(int L, Session& s, int pos, float* q, const float* gate, float* o) {
+  const MlaWeights& l = layers_[L]->mla;
+  const int nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
+  const int nh = c_.n_heads, qd = nope + rope, row = lat + rope;
+  std::vector<float> olat(static_cast<size_t>(nh) * lat);
   const int n = pos + 1;
   // The cache's rows [n][kv_lora + rope] as an F32 matrix: a position's
   // score is its row times the query's [latent | rotated] halves, one
@@ -94,7 +127,7 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
   pool_.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> qlat(row), score(n);  // qlat: [kv_lora] latent query, then [rope]
     for (int64_t hd = h0; hd < h1; ++hd) {
-      float* qh = q.data() + hd * qd;
+      float* qh = q + hd * qd;
       rotary_.Apply(qh + nope, pos);
       // The query in latent space: q_nope through the key rows of kv_b_proj.
       kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), opt_.isa);
@@ -117,12 +150,11 @@ void Model::Mla(int L, Session& s, int pos, const float* h, float* out) {
       vrows.rows = vd;
       vrows.payload = l.kv_b->payload + first * row_bytes;
       if (l.kv_b->scales) vrows.scales = l.kv_b->scales + first * ScalesPerRow(*l.kv_b);
-      kernels::MatVec(vrows, ol, o.data() + hd * vd, 0, vd, opt_.isa, opt_.q4_input);
+      kernels::MatVec(vrows, ol, o + hd * vd, 0, vd, opt_.isa, opt_.q4_input);
       if (l.g)
         for (int j = 0; j < vd; ++j) o[hd * vd + j] *= Sigmoid(gate[hd * vd + j]);
     }
   });
-  MatVec(*l.o, o.data(), out);
 }
 
 }  // namespace waste

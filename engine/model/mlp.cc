@@ -2,6 +2,7 @@
 // multiply): a dense layer's feed-forward and a MoE layer's shared expert
 // (Model::DenseMlp).
 
+#include <span>
 #include <vector>
 
 #include "engine/model/layer.h"
@@ -14,21 +15,36 @@ MlpWeights ResolveMlp(const Trunk& t, const std::string& prefix) {
           &t.Matrix(prefix + "down_proj.weight")};
 }
 
-void Model::DenseMlp(int L, const float* h, float* out) {
+void Model::DenseMlp(int L, std::span<const float* const> hs, std::span<float* const> outs) {
   const Layer& l = *layers_[L];
+  const size_t n = hs.size();
   const int64_t inter = l.gate->rows;
-  std::vector<float> g(inter), u(inter);
-  MatVecs({{l.gate, h, g.data()}, {l.up, h, u.data()}});
-  if (c_.situ)
-    for (int64_t i = 0; i < inter; ++i) g[i] = Situ(g[i], u[i], c_.situ_beta, c_.situ_linear_beta);
-  else
-    for (int64_t i = 0; i < inter; ++i) g[i] = Silu(g[i]) * u[i];
-  MatVec(*l.down, g.data(), out);
+  std::vector<float> g(n * inter), u(n * inter);  // [n][inter]
+  std::vector<float*> gs(n), us(n);
+  for (size_t t = 0; t < n; ++t) {
+    gs[t] = g.data() + t * inter;
+    us[t] = u.data() + t * inter;
+  }
+  MatVecsMany({{l.gate, hs, gs}, {l.up, hs, us}});
+  for (size_t t = 0; t < n; ++t) {
+    float* gt = gs[t];
+    const float* ut = us[t];
+    if (c_.situ)
+      for (int64_t i = 0; i < inter; ++i) gt[i] = Situ(gt[i], ut[i], c_.situ_beta, c_.situ_linear_beta);
+    else
+      for (int64_t i = 0; i < inter; ++i) gt[i] = Silu(gt[i]) * ut[i];
+  }
+  std::vector<const float*> acts(gs.begin(), gs.end());
+  MatVecMany(*l.down, acts, outs);
   if (l.shared_gate) {  // Qwen3-Next's gated shared expert
-    float gate = 0.f;
-    MatVec(*l.shared_gate, h, &gate);
-    const float s = Sigmoid(gate);
-    for (int i = 0; i < c_.hidden; ++i) out[i] *= s;
+    std::vector<float> gate(n);
+    std::vector<float*> gates(n);
+    for (size_t t = 0; t < n; ++t) gates[t] = &gate[t];
+    MatVecMany(*l.shared_gate, hs, gates);
+    for (size_t t = 0; t < n; ++t) {
+      const float s = Sigmoid(gate[t]);
+      for (int i = 0; i < c_.hidden; ++i) outs[t][i] *= s;
+    }
   }
 }
 

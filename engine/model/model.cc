@@ -228,6 +228,7 @@ void Model::Attention(int L, std::span<Session* const> owner, std::span<const in
                       const float* h, float* out) {
   const LayerKind kind = layers_[L]->plan.attention;
   if (kind == LayerKind::kKda) return Kda(L, owner, positions, h, out);
+  if (kind == LayerKind::kMla) return Mla(L, owner, positions, h, out);
   const size_t hid = static_cast<size_t>(c_.hidden);
   for (size_t t = 0; t < positions.size(); ++t) {
     Session& s = *owner[t];
@@ -238,13 +239,11 @@ void Model::Attention(int L, std::span<Session* const> owner, std::span<const in
       case LayerKind::kGatedDeltaNet:
         GatedDeltaNet(L, s, pos == s.position, ht, yt);
         break;
-      case LayerKind::kMla:
-        Mla(L, s, pos, ht, yt);
-        break;
       case LayerKind::kGqa:
         Gqa(L, s, pos, ht, yt);
         break;
       case LayerKind::kKda:
+      case LayerKind::kMla:
         break;
     }
   }
@@ -361,9 +360,13 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
       if (ahead >= 0) HintGuess(ahead);
       const auto to = Clock::now();
       charge_ = StepPart::kDenseMlp;
-      for (int t = 0; t < T; ++t)
-        DenseMlp(L, hn.data() + static_cast<size_t>(t) * hid,
-                 y.data() + static_cast<size_t>(t) * hid);
+      std::vector<const float*> hs(T);
+      std::vector<float*> ys(T);
+      for (int t = 0; t < T; ++t) {
+        hs[t] = hn.data() + static_cast<size_t>(t) * hid;
+        ys[t] = y.data() + static_cast<size_t>(t) * hid;
+      }
+      DenseMlp(L, hs, ys);
       times_.other += Since(to);
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];

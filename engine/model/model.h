@@ -247,15 +247,20 @@ class Model {
   // kind computes it: h and out [T][hidden], token t of session owner[t] at
   // positions[t], the session's first in the chunk when positions[t] ==
   // owner[t]->position (the recurrent kinds start the spare state from the
-  // committed one there). Kda (kda.cc) takes the chunk at once; the others
-  // one token at a time: GatedDeltaNet (gated_deltanet.cc), Mla (mla.cc),
-  // Gqa (gqa.cc).
+  // committed one there). Kda (kda.cc) and Mla (mla.cc) take the chunk at
+  // once (Mla: its projections; the heads token after token); the others
+  // one token at a time: GatedDeltaNet (gated_deltanet.cc), Gqa (gqa.cc).
   void Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
                  const float* h, float* out);
   void Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
            const float* h, float* out);
   void GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out);
-  void Mla(int L, Session& s, int pos, const float* h, float* out);
+  void Mla(int L, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out);
+  // One token's MLA heads after its projections: q [n_heads][qk_nope +
+  // qk_rope] (rotated here), gate [n_heads * v_head] (K3's, else unused),
+  // the session's latent cache filled up to pos; o [n_heads * v_head].
+  void MlaHeads(int L, Session& s, int pos, float* q, const float* gate, float* o);
   void Gqa(int L, Session& s, int pos, const float* h, float* out);
   // MoE (moe.cc) on T tokens at `positions` ([T], for on_route). `ahead`: a
   // layer whose guessed experts (guess_[ahead]) are hinted once this layer's
@@ -303,8 +308,9 @@ class Model {
   struct ExpertScratch;
   double ApplyVqExpert(const MoeTables& tables, const uint8_t* rec,
                      std::span<const std::pair<int, int>> who, ExpertScratch& x);
-  // Layer L's dense MLP, or its shared expert, on one token (mlp.cc).
-  void DenseMlp(int L, const float* h, float* out);
+  // Layer L's dense MLP, or its shared expert, on several tokens at once
+  // (mlp.cc): outs[t] from hs[t], each the bits it has alone.
+  void DenseMlp(int L, std::span<const float* const> hs, std::span<float* const> outs);
   void MatVec(const kernels::MatrixView& w, const float* x, float* y);
   // Several products in one pass over the pool (one barrier): the bits of
   // one MatVec each (kernels::MatVecs).

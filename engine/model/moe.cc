@@ -383,12 +383,14 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
   // The work list every thread of the pool takes from, one piece at a time:
   // a whole expert (computed alone over all its rows: no barrier per matrix,
   // and SiLU and down's table are no serial step that leaves the other
-  // threads idle) or one token's shared expert (weights in the trunk).
+  // threads idle) or the shared expert of up to kSharedBatch tokens
+  // (weights in the trunk, read once for the batch; 16 fill an AMX tile).
+  constexpr int kSharedBatch = 16;
   struct Work {
     std::mutex mu;
     std::vector<int> pending;  // ascending ids, not yet taken
     size_t next_hint = 0;      // of users.wanted: the next demand hint to send
-    int shared_next = 0;       // tokens whose shared expert is taken
+    int shared_next = 0;       // tokens whose shared expert is taken (in batches)
     double wait = 0;           // blocked in Acquire, summed over the threads
     Status error = Status::Ok();
   } work;
@@ -396,7 +398,7 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
   work.next_hint = hinted;
   struct Task {
     enum { kDone, kRecord, kAcquire, kShared } kind = kDone;
-    int id = -1;                   // expert, or token for kShared
+    int id = -1;                   // expert, or kShared's first token
     const uint8_t* rec = nullptr;  // kRecord: pinned already
   };
   // Under work.mu: takes `pending[i]` and lets one more demand hint out, so
@@ -428,7 +430,11 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
       if (*r) return {Task::kRecord, take(i), *r};
       return {Task::kAcquire, take(i)};
     }
-    if (work.shared_next < shared_tokens) return {Task::kShared, work.shared_next++};
+    if (work.shared_next < shared_tokens) {
+      const int first = work.shared_next;
+      work.shared_next = std::min(shared_tokens, first + kSharedBatch);
+      return {Task::kShared, first};
+    }
     if (!work.pending.empty()) return {Task::kAcquire, take(0)};
     return {};
   };
@@ -451,8 +457,14 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
     } charge_at_end{*this, routed, down_tables, routed_bytes};
     for (Task task = next(); task.kind != Task::kDone; task = next()) {
       if (task.kind == Task::kShared) {  // DenseMlp's ParallelFors run on this thread
-        DenseMlp(L, h + static_cast<size_t>(task.id) * hid,
-                 shared_out.data() + static_cast<size_t>(task.id) * hid);
+        const int n = std::min(kSharedBatch, shared_tokens - task.id);
+        std::vector<const float*> hs(n);
+        std::vector<float*> outs(n);
+        for (int i = 0; i < n; ++i) {
+          hs[i] = h + static_cast<size_t>(task.id + i) * hid;
+          outs[i] = shared_out.data() + static_cast<size_t>(task.id + i) * hid;
+        }
+        DenseMlp(L, hs, outs);
         continue;
       }
       if (task.kind == Task::kAcquire) {
