@@ -54,22 +54,16 @@ static inline FixedInput At(uint8_t* base, int64_t groups, int digits) {
 // then 8 * sum of each digit [3][16] int32 and the steps [16] floats.
 // AmxTileBytes is one tile's, a multiple of 64; a pass over the rows takes
 // up to kAmxTokensAPass inputs (its accumulators stay on the stack): one
-// tile `n` wide for n <= 16, else tiles 16 wide (AmxTilesBytes for n
-// inputs). AmxScratchBytes is what a call with n inputs needs beside them.
+// tile `n` wide for n <= 16, else tiles 16 wide. AmxScratchBytes is what a
+// call with n inputs needs beside them.
 static constexpr int64_t kAmxTokensAPass = 64;
 static constexpr int64_t AmxTileBytes(int64_t groups, int64_t width) {
   return groups * (3 * 2 * 16 * 4 * width + 3 * 16 * 4 + 16 * 4);
 }
-static constexpr int64_t AmxTilesBytes(int64_t groups, int64_t n) {
-  return n <= 16 ? AmxTileBytes(groups, n)
-                 : (n < kAmxTokensAPass ? n + 15 : kAmxTokensAPass) / 16 * AmxTileBytes(groups, 16);
-}
-// A tile of 16 rows of the matrix split into nibbles, and their scales.
-static constexpr int64_t AmxRowTileBytes(int64_t cols) {
-  return 16 * cols + cols / 128 * 16 * 4;
-}
 static constexpr int64_t AmxScratchBytes(int64_t cols, int64_t n) {
-  return AmxTilesBytes(cols / 128, n) + AmxRowTileBytes(cols);
+  return n <= 16 ? AmxTileBytes(cols / 128, n)
+                 : (n < kAmxTokensAPass ? n + 15 : kAmxTokensAPass) / 16 *
+                       AmxTileBytes(cols / 128, 16);
 }
 
 }  // namespace waste::kernels::q4fixed
