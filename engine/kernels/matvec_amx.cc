@@ -35,9 +35,10 @@ using q4fixed::kAmxTokensAPass;
 
 constexpr int kDigits = 3;
 
-// The tile registers, by number (GCC's tile intrinsics want literals):
-// 0 and 1 A, the weights' even and odd columns; 2, 3 and 4 C, one a digit;
-// 5 and 6 B, the tokens' digits for the even and odd columns.
+// The tile registers go by number (GCC's tile intrinsics want literals).
+// With several inputs (Rows): 0 and 1 A, the weights' even and odd
+// columns; 2, 3 and 4 C, one a digit; 5 and 6 B, the tokens' digits for
+// the even and odd columns. OneInput says its own.
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
