@@ -174,7 +174,7 @@ void OneInput(const MatrixView& w, const TokenTile& tile, float* y, int64_t row_
               int64_t row_end) {
   const int64_t groups = w.cols / 128;
   alignas(64) uint8_t a[2][32][128] = {};  // two groups' nibbles, in turn
-  alignas(64) float scale[32] = {};
+  alignas(64) float scale[2][32] = {};  // the two groups' scales, in turn
   alignas(64) int32_t c[2][48] = {};  // [row tile][16 rows][3 digits]
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
@@ -210,11 +210,15 @@ void OneInput(const MatrixView& w, const TokenTile& tile, float* y, int64_t row_
     const char* next = reinterpret_cast<const char*>(w.payload + (r0 + rows) * groups * 64);
     const int64_t next_lines = next_rows * groups;
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};  // a lane a row
+    // Group g + 1 is split while group g's tiles load and multiply: the
+    // tile loads need the split's stores done, and this puts other work
+    // between them.
+    Unpack(w, r0, rows, 0, a[0], scale[0]);
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t line = 32 * g; line < 32 * (g + 1) && line < next_lines; ++line)
         _mm_prefetch(next + line * 64, _MM_HINT_T1);
+      if (g + 1 < groups) Unpack(w, r0, rows, g + 1, a[(g + 1) & 1], scale[(g + 1) & 1]);
       uint8_t (*to)[128] = a[g & 1];
-      Unpack(w, r0, rows, g, to, scale);
       const int8_t* b = tile.b + g * 2 * 192;
       _tile_loadd(5, b, 12);
       _tile_loadd(6, b + 192, 12);
@@ -234,7 +238,7 @@ void OneInput(const MatrixView& w, const TokenTile& tile, float* y, int64_t row_
       if (second) _tile_stored(3, c[1], 12);
       const __m512 unit = _mm512_set1_ps(tile.unit[g][0]);
       for (int half = 0; half < (second ? 2 : 1); ++half) {
-        const __m512 step = _mm512_mul_ps(unit, _mm512_load_ps(scale + 16 * half));
+        const __m512 step = _mm512_mul_ps(unit, _mm512_load_ps(scale[g & 1] + 16 * half));
         acc[half] = _mm512_fmadd_ps(group_sum(c[half], g), step, acc[half]);
       }
     }
