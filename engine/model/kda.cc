@@ -52,13 +52,8 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
   // own); then o for every token. A row of a product is one MatVec's bits
   // whatever the tokens and rows beside it.
   // K3's full-rank gate is one more product of h, the whole gate at once.
-  const auto at = [&](float* base, size_t step) {
-    std::vector<float*> p(T);
-    for (size_t t = 0; t < T; ++t) p[t] = base + t * step;
-    return p;
-  };
-  std::vector<const float*> hs(T);
-  for (size_t t = 0; t < T; ++t) hs[t] = h + t * hid;
+  const auto at = [&](float* base, size_t step) { return RowPointers(base, T, step); };
+  const std::vector<const float*> hs = RowPointers(h, T, hid);
   const std::vector<float*> qs = at(qkv.data(), 3 * C), ks = at(qkv.data() + C, 3 * C),
                             vs = at(qkv.data() + 2 * C, 3 * C), fs = at(f.data(), D),
                             betas = at(beta.data(), H), gates = at(gate.data(), C),
@@ -131,9 +126,7 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
       }
     });
   }
-  std::vector<const float*> os(T);
-  for (size_t t = 0; t < T; ++t) os[t] = o.data() + t * C;
-  MatVecMany(*l.o, os, at(out, hid));
+  MatVecMany(*l.o, RowPointers<const float>(o.data(), T, C), at(out, hid));
 }
 
 }  // namespace waste

@@ -6,6 +6,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/kernels/matvec.h"
 #include "engine/model/architecture.h"
@@ -14,6 +15,15 @@
 #include "engine/model/trunk.h"
 
 namespace waste {
+
+// Pointers to n rows `step` floats apart from `base`: each token's input or
+// output of a product over a chunk (Model::MatVecMany and its kin).
+template <class Float>  // float or const float
+std::vector<Float*> RowPointers(Float* base, size_t n, size_t step) {
+  std::vector<Float*> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = base + i * step;
+  return p;
+}
 
 // Kimi Delta Attention and its short convolutions (kda.cc).
 struct KdaWeights {

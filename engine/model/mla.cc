@@ -62,14 +62,10 @@ void Model::Mla(int L, std::span<Session* const> owner, std::span<const int> pos
   const size_t q_len = static_cast<size_t>(nh) * qd, gate_len = l.g ? static_cast<size_t>(nh) * vd : 0;
   // [T][...]: each token's query, latent key row and (K3) output gate.
   std::vector<float> q(T * q_len), ckv(T * row), gate(T * gate_len);
-  std::vector<const float*> hs(T);
-  std::vector<float*> qs(T), ckvs(T), gates(T);
-  for (size_t t = 0; t < T; ++t) {
-    hs[t] = h + t * hid;
-    qs[t] = q.data() + t * q_len;
-    ckvs[t] = ckv.data() + t * row;
-    gates[t] = gate.data() + t * gate_len;
-  }
+  const std::vector<const float*> hs = RowPointers(h, T, hid);
+  const std::vector<float*> qs = RowPointers(q.data(), T, q_len),
+                            ckvs = RowPointers(ckv.data(), T, static_cast<size_t>(row)),
+                            gates = RowPointers(gate.data(), T, gate_len);
   // The chunk's projections, each matrix read once for all its tokens; the
   // query's first projection, kv_a and K3's output gate read the same h.
   const auto project = [&](const kernels::MatrixView* first, std::span<float* const> firsts) {
@@ -79,15 +75,12 @@ void Model::Mla(int L, std::span<Session* const> owner, std::span<const int> pos
       MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}});
   };
   if (l.q_a) {
-    std::vector<float> qa(T * c_.q_lora), qn(T * c_.q_lora);
-    std::vector<float*> qas(T), qns(T);
-    for (size_t t = 0; t < T; ++t) {
-      qas[t] = qa.data() + t * c_.q_lora;
-      qns[t] = qn.data() + t * c_.q_lora;
-    }
-    project(l.q_a, qas);
-    for (size_t t = 0; t < T; ++t) RmsNorm(qas[t], l.q_a_norm, c_.q_lora, kLatentNormEps, qns[t]);
-    MatVecMany(*l.q_b, std::vector<const float*>(qns.begin(), qns.end()), qs);
+    const size_t ql = static_cast<size_t>(c_.q_lora);
+    std::vector<float> qa(T * ql), qn(T * ql);
+    project(l.q_a, RowPointers(qa.data(), T, ql));
+    for (size_t t = 0; t < T; ++t)
+      RmsNorm(qa.data() + t * ql, l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data() + t * ql);
+    MatVecMany(*l.q_b, RowPointers<const float>(qn.data(), T, ql), qs);
   } else {
     project(l.q_proj, qs);
   }
@@ -99,15 +92,11 @@ void Model::Mla(int L, std::span<Session* const> owner, std::span<const int> pos
     std::copy(ckvs[t] + lat, ckvs[t] + row, cache + lat);
     rotary_.Apply(cache + lat, positions[t]);
   }
-  std::vector<float> o(T * nh * vd);  // [T][n_heads * v_head]
-  std::vector<const float*> os(T);
-  std::vector<float*> outs(T);
-  for (size_t t = 0; t < T; ++t) {
-    os[t] = o.data() + t * nh * vd;
-    outs[t] = out + t * hid;
-    MlaHeads(L, *owner[t], positions[t], qs[t], gates[t], o.data() + t * nh * vd);
-  }
-  MatVecMany(*l.o, os, outs);
+  const size_t o_len = static_cast<size_t>(nh) * vd;
+  std::vector<float> o(T * o_len);  // [T][n_heads * v_head]
+  for (size_t t = 0; t < T; ++t)
+    MlaHeads(L, *owner[t], positions[t], qs[t], gates[t], o.data() + t * o_len);
+  MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
 }
 
 void Model::MlaHeads(int L, Session& s, int pos, float* q, const float* gate, float* o) {

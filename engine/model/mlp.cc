@@ -20,11 +20,8 @@ void Model::DenseMlp(int L, std::span<const float* const> hs, std::span<float* c
   const size_t n = hs.size();
   const int64_t inter = l.gate->rows;
   std::vector<float> g(n * inter), u(n * inter);  // [n][inter]
-  std::vector<float*> gs(n), us(n);
-  for (size_t t = 0; t < n; ++t) {
-    gs[t] = g.data() + t * inter;
-    us[t] = u.data() + t * inter;
-  }
+  const std::vector<float*> gs = RowPointers(g.data(), n, static_cast<size_t>(inter)),
+                            us = RowPointers(u.data(), n, static_cast<size_t>(inter));
   MatVecsMany({{l.gate, hs, gs}, {l.up, hs, us}});
   for (size_t t = 0; t < n; ++t) {
     float* gt = gs[t];
@@ -34,13 +31,10 @@ void Model::DenseMlp(int L, std::span<const float* const> hs, std::span<float* c
     else
       for (int64_t i = 0; i < inter; ++i) gt[i] = Silu(gt[i]) * ut[i];
   }
-  std::vector<const float*> acts(gs.begin(), gs.end());
-  MatVecMany(*l.down, acts, outs);
+  MatVecMany(*l.down, RowPointers<const float>(g.data(), n, static_cast<size_t>(inter)), outs);
   if (l.shared_gate) {  // Qwen3-Next's gated shared expert
     std::vector<float> gate(n);
-    std::vector<float*> gates(n);
-    for (size_t t = 0; t < n; ++t) gates[t] = &gate[t];
-    MatVecMany(*l.shared_gate, hs, gates);
+    MatVecMany(*l.shared_gate, hs, RowPointers(gate.data(), n, 1));
     for (size_t t = 0; t < n; ++t) {
       const float s = Sigmoid(gate[t]);
       for (int i = 0; i < c_.hidden; ++i) outs[t][i] *= s;

@@ -360,13 +360,8 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
       if (ahead >= 0) HintGuess(ahead);
       const auto to = Clock::now();
       charge_ = StepPart::kDenseMlp;
-      std::vector<const float*> hs(T);
-      std::vector<float*> ys(T);
-      for (int t = 0; t < T; ++t) {
-        hs[t] = hn.data() + static_cast<size_t>(t) * hid;
-        ys[t] = y.data() + static_cast<size_t>(t) * hid;
-      }
-      DenseMlp(L, hs, ys);
+      const size_t n = static_cast<size_t>(T), step = static_cast<size_t>(hid);
+      DenseMlp(L, RowPointers<const float>(hn.data(), n, step), RowPointers(y.data(), n, step));
       times_.other += Since(to);
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];

@@ -457,14 +457,10 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
     } charge_at_end{*this, routed, down_tables, routed_bytes};
     for (Task task = next(); task.kind != Task::kDone; task = next()) {
       if (task.kind == Task::kShared) {  // DenseMlp's ParallelFors run on this thread
-        const int n = std::min(kSharedBatch, shared_tokens - task.id);
-        std::vector<const float*> hs(n);
-        std::vector<float*> outs(n);
-        for (int i = 0; i < n; ++i) {
-          hs[i] = h + static_cast<size_t>(task.id + i) * hid;
-          outs[i] = shared_out.data() + static_cast<size_t>(task.id + i) * hid;
-        }
-        DenseMlp(L, hs, outs);
+        const size_t n = static_cast<size_t>(std::min(kSharedBatch, shared_tokens - task.id));
+        const size_t first = static_cast<size_t>(task.id) * hid;
+        DenseMlp(L, RowPointers(h + first, n, static_cast<size_t>(hid)),
+                 RowPointers(shared_out.data() + first, n, static_cast<size_t>(hid)));
         continue;
       }
       if (task.kind == Task::kAcquire) {
