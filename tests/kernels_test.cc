@@ -383,27 +383,29 @@ TEST_P(TrunkFormats, MatVecManyGivesTheBitsOfOneMatVecPerInput) {
     for (int i = 0; i < 16; ++i) inputs.push_back(std::make_unique<Input>(cols, seed++));
     inputs[2]->mem.floats()[7] = INFINITY;
     for (Isa isa : AvailableIsas()) {
-     for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8}) {
-      std::vector<std::vector<float>> want(inputs.size(), std::vector<float>(rows));
-      for (size_t i = 0; i < inputs.size(); ++i)
-        MatVec(m.view, inputs[i]->data(), want[i].data(), 0, rows, isa, in);
-      for (int threads : {1, 3}) {
-        ThreadPool pool(threads);
-        for (int64_t grain : {1, 32}) {
-          std::vector<std::vector<float>> out(inputs.size(), std::vector<float>(rows + 1, -7.f));
-          std::vector<const float*> xs;
-          std::vector<float*> ys;
-          for (size_t i = 0; i < inputs.size(); ++i) xs.push_back(inputs[i]->data()), ys.push_back(out[i].data());
-          MatVecMany(pool, m.view, xs, ys, grain, isa, in);
-          for (size_t i = 0; i < inputs.size(); ++i) {
-            EXPECT_EQ(0, std::memcmp(out[i].data(), want[i].data(), static_cast<size_t>(rows) * 4))
-                << f.name << " " << IsaName(isa) << " rows " << rows << " input " << i
-                << (in == Q4Input::kInt8 ? " int8 inputs" : "");
-            EXPECT_EQ(out[i][rows], -7.f) << "wrote past the output";
+      for (Q4Input in : {Q4Input::kExact, Q4Input::kInt8}) {
+        std::vector<std::vector<float>> want(inputs.size(), std::vector<float>(rows));
+        for (size_t i = 0; i < inputs.size(); ++i)
+          MatVec(m.view, inputs[i]->data(), want[i].data(), 0, rows, isa, in);
+        for (int threads : {1, 3}) {
+          ThreadPool pool(threads);
+          for (int64_t grain : {1, 32}) {
+            std::vector<std::vector<float>> out(inputs.size(), std::vector<float>(rows + 1, -7.f));
+            std::vector<const float*> xs;
+            std::vector<float*> ys;
+            for (size_t i = 0; i < inputs.size(); ++i)
+              xs.push_back(inputs[i]->data()), ys.push_back(out[i].data());
+            MatVecMany(pool, m.view, xs, ys, grain, isa, in);
+            for (size_t i = 0; i < inputs.size(); ++i) {
+              EXPECT_EQ(0,
+                        std::memcmp(out[i].data(), want[i].data(), static_cast<size_t>(rows) * 4))
+                  << f.name << " " << IsaName(isa) << " rows " << rows << " input " << i
+                  << (in == Q4Input::kInt8 ? " int8 inputs" : "");
+              EXPECT_EQ(out[i][rows], -7.f) << "wrote past the output";
+            }
           }
         }
       }
-     }
     }
   }
 }
@@ -446,13 +448,14 @@ TEST_P(TrunkFormats, MatVecsGivesTheBitsOfOneMatVecPerMatrix) {
         EXPECT_EQ(pool.jobs() - jobs_before, pool.size() > 1 && total > grain ? 1u : 0u);
         for (size_t i = 0; i < mats.size(); ++i) {
           const int64_t n = mats[i]->view.rows;
-          SCOPED_TRACE(::testing::Message() << f.name << " " << IsaName(isa) << " " << threads
-                                            << " threads, grain " << grain << ", matrix " << i
-                                            << " (" << n << " rows)");
+          SCOPED_TRACE(::testing::Message()
+                       << f.name << " " << IsaName(isa) << " " << threads << " threads, grain "
+                       << grain << ", matrix " << i << " (" << n << " rows)");
           EXPECT_EQ(out[i][0], kSentinel) << "wrote before the output";
           EXPECT_EQ(out[i][static_cast<size_t>(n) + 1], kSentinel) << "wrote past the output";
           if (n > 0) {  // memcmp must not see the null data() of an empty vector
-            EXPECT_EQ(0, std::memcmp(out[i].data() + 1, want[i].data(), static_cast<size_t>(n) * 4));
+            EXPECT_EQ(0,
+                      std::memcmp(out[i].data() + 1, want[i].data(), static_cast<size_t>(n) * 4));
           }
         }
       }
@@ -486,7 +489,8 @@ TEST(Q4G128FixedInput, AgreesWithScalarOnHostileInputs) {
     float (*value)(int64_t c, float r);
   };
   const Case cases[] = {
-      {"wide range in a group", [](int64_t c, float r) { return c % 128 == 3 ? 1e20f : r * 1e-20f; }},
+      {"wide range in a group",
+       [](int64_t c, float r) { return c % 128 == 3 ? 1e20f : r * 1e-20f; }},
       {"a zero group", [](int64_t c, float r) { return c < 128 ? 0.f : r; }},
       {"huge", [](int64_t, float r) { return r * 1e30f; }},
       {"tiny group", [](int64_t c, float r) { return c >= 256 && c < 384 ? r * 1e-35f : r; }},
@@ -629,25 +633,26 @@ TEST(Q4G128Int8Input, IsTheProductOfTheRoundedInput) {
   const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
   uint32_t seed = 900;
   for (Isa isa : FixedPointIsas()) {
-   for (int64_t cols : {128, 256, 2304}) {
-    const int64_t rows = 37;
-    TrunkMatrix m(f, rows, cols, 1, seed++);
-    Input x(cols, seed++);
-    for (int64_t c = 0; c < 128; c += 9) x.mem.floats()[c] *= 50.f;  // outliers in group 0
-    for (int64_t c = 64; c < 96; ++c) x.mem.floats()[c] = 0.f;        // 32 zero columns
-    std::vector<float> exact(rows), got(rows);
-    MatVec(m.view, x.data(), exact.data(), 0, rows, isa);
-    MatVec(m.view, x.data(), got.data(), 0, rows, isa, Q4Input::kInt8);
-    double moved = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      SCOPED_TRACE(::testing::Message() << IsaName(isa) << " " << cols << " cols, row " << r);
-      const Int8Reference want = Int8Product(m, r, x.data());
-      EXPECT_NEAR(got[r], want.value, 1e-6 * m.AbsDot(r, x.data()));
-      EXPECT_LE(std::fabs(got[r] - m.Dot(r, x.data())), want.bound + 1e-6 * m.AbsDot(r, x.data()));
-      moved += std::fabs(got[r] - exact[r]);
+    for (int64_t cols : {128, 256, 2304}) {
+      const int64_t rows = 37;
+      TrunkMatrix m(f, rows, cols, 1, seed++);
+      Input x(cols, seed++);
+      for (int64_t c = 0; c < 128; c += 9) x.mem.floats()[c] *= 50.f;  // outliers in group 0
+      for (int64_t c = 64; c < 96; ++c) x.mem.floats()[c] = 0.f;       // 32 zero columns
+      std::vector<float> exact(rows), got(rows);
+      MatVec(m.view, x.data(), exact.data(), 0, rows, isa);
+      MatVec(m.view, x.data(), got.data(), 0, rows, isa, Q4Input::kInt8);
+      double moved = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        SCOPED_TRACE(::testing::Message() << IsaName(isa) << " " << cols << " cols, row " << r);
+        const Int8Reference want = Int8Product(m, r, x.data());
+        EXPECT_NEAR(got[r], want.value, 1e-6 * m.AbsDot(r, x.data()));
+        EXPECT_LE(std::fabs(got[r] - m.Dot(r, x.data())),
+                  want.bound + 1e-6 * m.AbsDot(r, x.data()));
+        moved += std::fabs(got[r] - exact[r]);
+      }
+      EXPECT_GT(moved, 0.) << "int8 inputs gave the exact path's results at " << cols << " cols";
     }
-    EXPECT_GT(moved, 0.) << "int8 inputs gave the exact path's results at " << cols << " cols";
-   }
   }
 }
 
@@ -666,24 +671,24 @@ TEST(Q4G128Int8Input, ScalarIgnoresItAndHostileInputsTakeTheFloatPath) {
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), rows * 4)) << "scalar";
   }
   for (Isa isa : FixedPointIsas())
-   for (int64_t bad : {int64_t{17}, int64_t{300}}) {
-    SCOPED_TRACE(IsaName(isa));
-    Guarded y(static_cast<size_t>(cols) * 4);
-    std::memcpy(y.floats(), x.data(), cols * 4);
-    y.floats()[bad] = bad == 17 ? NAN : 1e-35f;  // 300: its group all tiny
-    if (bad == 300)
-      for (int64_t c = 256; c < 384; ++c) y.floats()[c] *= 1e-35f;
-    std::vector<float> want(rows), got(rows);
-    MatVec(m.view, y.floats(), want.data(), 0, rows, isa);
-    MatVec(m.view, y.floats(), got.data(), 0, rows, isa, Q4Input::kInt8);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (bad == 17) {
-        EXPECT_TRUE(std::isnan(got[r])) << "row " << r;
-      } else {
-        EXPECT_EQ(got[r], want[r]) << "tiny group, row " << r;
+    for (int64_t bad : {int64_t{17}, int64_t{300}}) {
+      SCOPED_TRACE(IsaName(isa));
+      Guarded y(static_cast<size_t>(cols) * 4);
+      std::memcpy(y.floats(), x.data(), cols * 4);
+      y.floats()[bad] = bad == 17 ? NAN : 1e-35f;  // 300: its group all tiny
+      if (bad == 300)
+        for (int64_t c = 256; c < 384; ++c) y.floats()[c] *= 1e-35f;
+      std::vector<float> want(rows), got(rows);
+      MatVec(m.view, y.floats(), want.data(), 0, rows, isa);
+      MatVec(m.view, y.floats(), got.data(), 0, rows, isa, Q4Input::kInt8);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (bad == 17) {
+          EXPECT_TRUE(std::isnan(got[r])) << "row " << r;
+        } else {
+          EXPECT_EQ(got[r], want[r]) << "tiny group, row " << r;
+        }
       }
     }
-  }
 }
 
 // ---- VQ experts ----
@@ -910,10 +915,9 @@ void CheckVqIsa(const VqFormat& f, Isa isa) {
         }
 
         // Row ranges, starting and ending inside index blocks and chunks.
-        const int64_t ranges[][2] = {{0, 0},           {0, 1},        {rows - 1, rows},
-                                     {rows / 2, rows}, {3, rows - 2}, {17, 50},
-                                     {63, 66},         {64, 128},     {5, 6},
-                                     {1020, 1030},     {1024, rows}};
+        const int64_t ranges[][2] = {
+            {0, 0},   {0, 1},    {rows - 1, rows}, {rows / 2, rows}, {3, rows - 2}, {17, 50},
+            {63, 66}, {64, 128}, {5, 6},           {1020, 1030},     {1024, rows}};
         for (const auto& range : ranges) {
           const int64_t a = std::min(range[0], rows), b = std::max(a, std::min(range[1], rows));
           std::fill_n(y.floats(), rows, -12345.f);
@@ -1029,9 +1033,9 @@ TEST_P(VqSplitFormats, SplitApplyIsBitIdenticalToVqApply) {
           for (Isa isa : AvailableIsas()) {
             SCOPED_TRACE(Name(isa));
             Guarded y(static_cast<size_t>(rows) * 4);
-            const int64_t ranges[][2] = {{0, rows}, {0, 0},   {0, 1},   {rows - 1, rows},
-                                         {3, rows - 2}, {17, 50}, {63, 66}, {64, 128},
-                                         {60, 199}};
+            const int64_t ranges[][2] = {{0, rows},        {0, 0},        {0, 1},
+                                         {rows - 1, rows}, {3, rows - 2}, {17, 50},
+                                         {63, 66},         {64, 128},     {60, 199}};
             for (const auto& range : ranges) {
               const int64_t a = std::min(range[0], rows), b = std::max(a, std::min(range[1], rows));
               std::fill_n(y.floats(), rows, -12345.f);
@@ -1062,7 +1066,9 @@ struct QLut {
   const uint8_t* data() { return mem.bytes(); }
 };
 
-int64_t QGroups(int64_t cols) { return (cols / 8 + kVqGroup - 1) / kVqGroup; }
+int64_t QGroups(int64_t cols) {
+  return (cols / 8 + kVqGroup - 1) / kVqGroup;
+}
 float QScale(const uint8_t* qlut, int64_t g) {
   float f;
   std::memcpy(&f, qlut + 4 * g, 4);
@@ -1158,8 +1164,8 @@ TEST_P(VqFormats, QuantizedApplyIsWithinTheTableRounding) {
     VqApplyQ(rec.View(1), q.data(), quant.data(), 0, 130, BestIsa());
     double bound = 0;
     for (int64_t g = 0; g < QGroups(cols); ++g)
-      bound += 0.5 * QScale(q.data(), g) *
-               std::min<int64_t>(kVqGroup, cols / 8 - g * kVqGroup) * f.stages;
+      bound += 0.5 * QScale(q.data(), g) * std::min<int64_t>(kVqGroup, cols / 8 - g * kVqGroup) *
+               f.stages;
     for (int64_t r = 0; r < 130; ++r)
       ASSERT_LE(std::fabs(quant[r] - exact[r]),
                 format::F16ToF32(rec.scale[1][r]) * bound * 1.0001 + 1e-5 * std::fabs(exact[r]))
@@ -1191,9 +1197,9 @@ TEST_P(VqFormats, QuantizedSimdIsBitIdenticalToTheScalarTwin) {
           VqApplyQ(rec.View(m), q.data(), y.floats(), 0, rows, isa);
           for (int64_t r = 0; r < rows; ++r)
             ASSERT_EQ(y.floats()[r], want[r]) << "matrix " << m << " row " << r;
-          const int64_t ranges[][2] = {{0, 0},   {0, 1},   {rows - 1, rows}, {rows / 2, rows},
-                                       {3, rows - 2}, {17, 50}, {63, 66}, {64, 128},
-                                       {5, 6},   {60, 199}};
+          const int64_t ranges[][2] = {{0, 0},        {0, 1},   {rows - 1, rows}, {rows / 2, rows},
+                                       {3, rows - 2}, {17, 50}, {63, 66},         {64, 128},
+                                       {5, 6},        {60, 199}};
           for (const auto& range : ranges) {
             const int64_t a = std::min(range[0], rows), b = std::max(a, std::min(range[1], rows));
             std::fill_n(y.floats(), rows, -12345.f);
@@ -1220,7 +1226,7 @@ TEST_P(VqFormats, QuantizedNonFiniteTablesAgree) {
   Input x(136, 541);
   Lut lut(rec, 0, x.data(), Isa::kScalar);
   float* t = lut.mem.floats();
-  t[3] = std::numeric_limits<float>::quiet_NaN();                       // group 0
+  t[3] = std::numeric_limits<float>::quiet_NaN();                            // group 0
   t[f.stages * f.entries * 9 + 1] = std::numeric_limits<float>::infinity();  // group 1
   const size_t bytes = VqQLutBytes(136, f.stages, f.index_bits);
   QLut want_q(rec, lut.data(), Isa::kScalar);
@@ -1314,7 +1320,8 @@ TEST_P(Nearest, SimdPicksTheScalarEntryEvenOnTies) {
       norms[e] = s;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const int32_t want = NearestEntryScalar(x.data() + j * 8, books.data(), norms.data(), entries);
+      const int32_t want =
+          NearestEntryScalar(x.data() + j * 8, books.data(), norms.data(), entries);
       ASSERT_EQ(got[j], want) << what << ": entries " << entries << ", vector " << j;
       ++checked;
     }
@@ -1338,8 +1345,7 @@ TEST_P(Nearest, SimdPicksTheScalarEntryEvenOnTies) {
       check(books, entries, x, "repeated entries");
       if (entries > 1) ++tied;
       // Every entry the same: the answer is 0, whatever the lane count.
-      for (int e = 1; e < entries; ++e)
-        std::copy_n(books.begin(), 8, books.begin() + e * 8);
+      for (int e = 1; e < entries; ++e) std::copy_n(books.begin(), 8, books.begin() + e * 8);
       check(books, entries, x, "identical entries");
       std::fill(books.begin(), books.end(), 0.f);
       check(books, entries, x, "zero entries");
@@ -1353,9 +1359,9 @@ TEST_P(Nearest, SimdPicksTheScalarEntryEvenOnTies) {
     for (float& v : books) v = normal(rng);
     books[(entries - 1) * 8 + 3] = inf;  // its norm is +inf
     if (entries > 2) books[(entries / 2) * 8] = nan;
-    std::vector<float> x = {nan, 0, 0, 0, 0, 0, 0, 0,  inf, 1, 1, 1, 1, 1, 1, 1,
+    std::vector<float> x = {nan,  0, 0, 0, 0, 0, 0, 0, inf,   1,     1, 1, 1, 1, 1, 1,
                             -inf, 0, 0, 0, 0, 0, 0, 0, 1e30f, 1e30f, 0, 0, 0, 0, 0, 0,
-                            0, 0, 0, 0, 0, 0, 0, 0,   1, 2, 3, 4, 5, 6, 7, 8};
+                            0,    0, 0, 0, 0, 0, 0, 0, 1,     2,     3, 4, 5, 6, 7, 8};
     check(books, entries, x, "non-finite");
   }
   std::printf("%s: %d vectors checked, %d tie-rich codebooks\n", IsaName(isa), checked, tied);
@@ -1364,8 +1370,8 @@ TEST_P(Nearest, SimdPicksTheScalarEntryEvenOnTies) {
 // The scalar rule itself: the first of equal minima wins, and a NaN
 // distance never does.
 TEST(NearestScalar, TheFirstMinimumWins) {
-  const float books[4 * 8] = {1, 0, 0, 0, 0, 0, 0, 0,  0, 1, 0, 0, 0, 0, 0, 0,
-                              1, 0, 0, 0, 0, 0, 0, 0,  0, 1, 0, 0, 0, 0, 0, 0};
+  const float books[4 * 8] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0,
+                              1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
   const float norms[4] = {1, 1, 1, 1};
   const float on_first[8] = {1, 0, 0, 0, 0, 0, 0, 0}, on_second[8] = {0, 1, 0, 0, 0, 0, 0, 0};
   const float between[8] = {1, 1, 0, 0, 0, 0, 0, 0};
@@ -1376,7 +1382,8 @@ TEST(NearestScalar, TheFirstMinimumWins) {
   EXPECT_EQ(NearestEntryScalar(on_first, books, nan_norms, 4), 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(kernels, Nearest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(kernels, Nearest,
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
                          [](const auto& test) { return std::string(IsaName(test.param)); });
 
 // ---- thread pool ----

@@ -1,8 +1,8 @@
 // Internal to engine/kernels: the entry points of the AVX2 and AVX-512
 // translation units (matvec_avx2.cc, vq_avx2.cc, recurrence_avx2.cc,
 // nearest_avx2.cc, mxfp4_avx2.cc, matvec_avx512.cc, vq_avx512.cc,
-// recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc), which are compiled with their own -m flags. Call
-// them only after UsableIsa() said the CPU has the instructions.
+// recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc), which are compiled with their own -m
+// flags. Call them only after UsableIsa() said the CPU has the instructions.
 //
 // Each returns false, having written nothing, for a shape it does not
 // cover; the caller then falls back to the next lower path.
@@ -29,24 +29,23 @@ namespace avx2 {
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
 // avx512's Q4FixInput and Q4FixedRows below on AVX2's integer products.
 bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed);
-void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed, float* const* ys,
-                 size_t n, int64_t row_begin, int64_t row_end);
+void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed,
+                 float* const* ys, size_t n, int64_t row_begin, int64_t row_end);
 // Fills lut[0 : (cols/8) * stages * entries] (not the padding).
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
 // matvec.h's WeightedRows, the scalar reference's bits; grouped formats need
 // group % 8 == 0.
-bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
-                  float* y);
+bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows, float* y);
 // recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 8 == 0,
 // GatedDeltaStateStep dv % 8 == 0.
 bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o);
 bool GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
                          float b, const float* q, float* u, float* o);
-bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
-                    int64_t cols, float* y);
+bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride, int64_t cols,
+                    float* y);
 // NearestEntry (nearest.h) over its lane layout of 8 entries a chunk.
 void NearestEntries(const float* lanes_books, const float* lanes_norms, int chunks, const float* x,
                     int64_t n, int32_t* out);
@@ -66,8 +65,8 @@ bool Q4FixInput(const float* x, int64_t cols, Q4Input in, uint8_t* fixed);
 // Rows [row_begin, row_end) of a Q4G matrix of group 128 against n inputs
 // in fixed point, into ys[i]; several inputs share each group's load and
 // nibble split, and each input's bits are those it has alone.
-void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed, float* const* ys,
-                 size_t n, int64_t row_begin, int64_t row_end);
+void Q4FixedRows(const MatrixView& w, Q4Input in, const q4fixed::FixedInput* fixed,
+                 float* const* ys, size_t n, int64_t row_begin, int64_t row_end);
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
                 int64_t cols, float* lut);
 bool VqApply(const VqMatrixView& m, const float* lut, float* y, int64_t row_begin, int64_t row_end);
@@ -82,16 +81,15 @@ bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_
                   int64_t row_end);
 // matvec.h's WeightedRows, the scalar reference's bits; grouped formats need
 // group % 16 == 0.
-bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows,
-                  float* y);
+bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows, float* y);
 // recurrence.h's loops, the scalar reference's bits; KdaStateStep needs d % 16 == 0,
 // GatedDeltaStateStep dv % 16 == 0.
 bool KdaStateStep(float* S, int d, const float* decay, const float* k, const float* v, float b,
                   const float* q, float* u, float* o);
 bool GatedDeltaStateStep(float* S, int dk, int dv, float decay, const float* k, const float* v,
                          float b, const float* q, float* u, float* o);
-bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride,
-                    int64_t cols, float* y);
+bool WeightedRowSum(const float* a, const float* rows, int64_t n_rows, int64_t stride, int64_t cols,
+                    float* y);
 // NearestEntry (nearest.h) over its lane layout of 16 entries a chunk.
 void NearestEntries(const float* lanes_books, const float* lanes_norms, int chunks, const float* x,
                     int64_t n, int32_t* out);

@@ -52,8 +52,12 @@ void ApplyScalar(const VqMatrixView& m, const float* lut, float* y, int64_t row_
 
 // ---- the quantized table: the reference every SIMD path matches bit for bit ----
 
-int64_t Groups(int64_t nv) { return (nv + kVqGroup - 1) / kVqGroup; }
-int TableEntries(int index_bits) { return index_bits == 6 ? 64 : 256; }
+int64_t Groups(int64_t nv) {
+  return (nv + kVqGroup - 1) / kVqGroup;
+}
+int TableEntries(int index_bits) {
+  return index_bits == 6 ? 64 : 256;
+}
 
 void QuantizeScalar(const float* lut, int64_t cols, int stages, int entries, int index_bits,
                     uint8_t* qlut) {
@@ -136,8 +140,7 @@ size_t VqSplitLutBytes(int64_t cols, int stages) {
   return static_cast<size_t>(cols / 8) * static_cast<size_t>(stages) * 1024;
 }
 
-void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes,
-                Isa isa) {
+void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes, Isa isa) {
   if (UsableIsa(isa) >= Isa::kAvx512) {
     avx512::VqSplitLut(lut, cols, stages, entries, planes);
   } else {

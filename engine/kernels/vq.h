@@ -71,8 +71,7 @@ size_t VqSplitLutBytes(int64_t cols, int stages);
 // into the next table or the padding exactly as VqApply does for a damaged
 // index. lut: as VqBuildLut made it; index_bits 8 only. The bytes do not
 // depend on `isa`.
-void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes,
-                Isa isa);
+void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes, Isa isa);
 
 // Whether VqApplySplit uses the planes for matrices of this quantization on
 // `isa` (AVX-512, index_bits 8, index_block 64); when not, splitting is

@@ -204,7 +204,6 @@ __mmask16 LaneRange(int64_t a, int64_t b) {
   return static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
 }
 
-
 // ---- VqQuantizeLut / VqApplyQ: the int8 table ----
 //
 // A 64-row index block's bytes for one vector position are S (stages)
@@ -221,7 +220,9 @@ __mmask16 LaneRange(int64_t a, int64_t b) {
 
 constexpr int kQBlock = 64;  // rows per index block the int8 path covers
 
-constexpr int LaneRow(int lane) { return 16 * (lane % 4) + lane / 4; }
+constexpr int LaneRow(int lane) {
+  return 16 * (lane % 4) + lane / 4;
+}
 
 // Controls to gather stage s's bytes of a block of 64 rows x S bytes held in
 // S registers: byte L names the source byte modulo 128, for a vpermt2b over
@@ -249,12 +250,13 @@ constexpr Deinterleave<S> kDeinterleave = MakeDeinterleave<S>(&LaneRow);
 // Stage s's 64 index bytes, in LaneRow order, from a block's S registers.
 template <int S>
 __m512i Gather(const __m512i* in, __m512i ctrl, const uint64_t* pair) {
-  __m512i r = S == 1 ? _mm512_permutexvar_epi8(ctrl, in[0])
-                     : _mm512_permutex2var_epi8(in[0], ctrl, in[1]);
+  __m512i r =
+      S == 1 ? _mm512_permutexvar_epi8(ctrl, in[0]) : _mm512_permutex2var_epi8(in[0], ctrl, in[1]);
 #pragma GCC unroll 4
   for (int p = 1; 2 * p < S; ++p) {
     if (2 * p + 1 < S) {
-      r = _mm512_mask_blend_epi8(pair[p], r, _mm512_permutex2var_epi8(in[2 * p], ctrl, in[2 * p + 1]));
+      r = _mm512_mask_blend_epi8(pair[p], r,
+                                 _mm512_permutex2var_epi8(in[2 * p], ctrl, in[2 * p + 1]));
     } else {
       r = _mm512_mask_permutexvar_epi8(r, pair[p], ctrl, in[2 * p]);
     }
@@ -332,8 +334,8 @@ void Unpack6(const __m512i* b, __m512i* idx) {
   idx[0] = b[0];
   idx[1] = _mm512_ternarylogic_epi32(low2, _mm512_srli_epi16(b[0], 6), _mm512_slli_epi16(b[1], 2),
                                      0xca);  // low2 ? b0 >> 6 : b1 << 2
-  idx[2] = _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(b[1], 4), _mm512_slli_epi16(b[2], 4),
-                                     0xca);
+  idx[2] =
+      _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(b[1], 4), _mm512_slli_epi16(b[2], 4), 0xca);
   idx[3] = _mm512_srli_epi16(b[2], 2);
 }
 
@@ -406,7 +408,6 @@ void QPassRun(const QPass& p) {
     FinishBlock(m, p.y, (p.first_block + b) * kQBlock, p.lo[b], p.hi[b], acc[b]);
 }
 
-
 // ---- VqApply from the float table split into byte planes: exact ----
 //
 // The same sums as GatherPass, in the same order, without gathers: byte p of
@@ -416,7 +417,9 @@ void QPassRun(const QPass& p) {
 // the row that the unpacks put in order: register k of the rebuilt floats
 // holds rows 16k .. 16k + 15.
 
-constexpr int PlaneRow(int lane) { return 16 * ((lane % 16) / 4) + 4 * (lane / 16) + lane % 4; }
+constexpr int PlaneRow(int lane) {
+  return 16 * ((lane % 16) / 4) + 4 * (lane / 16) + lane % 4;
+}
 
 template <int S>
 constexpr Deinterleave<S> kPlaneDeinterleave = MakeDeinterleave<S>(&PlaneRow);
@@ -497,8 +500,8 @@ constexpr QPassFn kQPasses[4] = {&QPassRun<S, false, 1>, &QPassRun<S, false, 2>,
 constexpr QPassFn kQPassesPacked[2] = {&QPassRun<3, true, 1>, &QPassRun<3, true, 2>};
 
 template <int S>
-constexpr QPassFn kPlanePasses[4] = {&PlanePassRun<S, 1>, &PlanePassRun<S, 2>,
-                                     &PlanePassRun<S, 3>, &PlanePassRun<S, 4>};
+constexpr QPassFn kPlanePasses[4] = {&PlanePassRun<S, 1>, &PlanePassRun<S, 2>, &PlanePassRun<S, 3>,
+                                     &PlanePassRun<S, 4>};
 
 QPassFn PlanePassFor(const VqMatrixView& m, int blocks) {
   switch (m.stages) {
@@ -550,7 +553,7 @@ void QuantizeRun(const float* src, int64_t count, float inv, uint8_t* out) {
   for (int64_t i = 0; i < count; i += 16) {
     const __mmask16 k = count - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - i)) - 1u);
     __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + i), vinv);
-    t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);  // max(NaN, lo) is lo
+    t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);                      // max(NaN, lo) is lo
     const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(t), bias);  // nearest, ties to even
     _mm_mask_storeu_epi8(out + i, k, _mm512_cvtepi32_epi8(q));
   }
@@ -650,10 +653,9 @@ void RunBlocks(const VqMatrixView& m, const uint8_t* table, float* y, int64_t ro
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes) {
   // Byte b of float j goes to byte 16 * b + j: each 16-byte quarter is a plane.
   alignas(64) static constexpr uint8_t kByPlane[64] = {
-      0, 4, 8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
-      1, 5, 9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61,
-      2, 6, 10, 14, 18, 22, 26, 30, 34, 38, 42, 46, 50, 54, 58, 62,
-      3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63};
+      0,  4,  8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 1,  5,  9,  13, 17, 21,
+      25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 2,  6,  10, 14, 18, 22, 26, 30, 34, 38, 42, 46,
+      50, 54, 58, 62, 3,  7,  11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63};
   const __m512i by_plane = _mm512_load_si512(kByPlane);
   const int64_t tables = cols / 8 * stages;
   for (int64_t i = 0; i < tables; ++i) {
@@ -678,7 +680,9 @@ bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_
   // Four blocks per pass read the table from L2 half as often as two
   // (gate/up's 884 KiB table nearly fills it): 1.7x faster for VQ3R gate/up.
   RunBlocks(m, planes, y, row_begin, row_end, &PlanePassFor,
-            m.stages <= 3 ? 4 : m.stages == 4 ? 2 : 1);
+            m.stages <= 3   ? 4
+            : m.stages == 4 ? 2
+                            : 1);
   return true;
 }
 

@@ -15,9 +15,9 @@
 #include "engine/format/encoding.h"
 #include "engine/kernels/mxfp4.h"
 #include "engine/kernels/vq.h"
-#include "engine/model/norms.h"
 #include "engine/model/layer.h"
 #include "engine/model/model.h"
+#include "engine/model/norms.h"
 #include "engine/model/router.h"
 
 namespace waste {
@@ -148,8 +148,8 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
   const auto rows = [&](int m, int64_t count, const float* const* xs, float* const* ys) {
     pool_.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
       if (!mxfp4) {
-        kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32,
-                              opt_.isa, opt_.q4_input);
+        kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32, opt_.isa,
+                              opt_.q4_input);
         return;
       }
       for (int64_t lo = a; lo < b; lo += 32)
@@ -219,8 +219,8 @@ Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, fl
   // Ask for the first `window` now and one more as each is taken (RunExperts):
   // a chunk can want more experts than the cache holds, and hinting them all
   // would evict records read for this very chunk before they are used.
-  const size_t window = std::min(static_cast<size_t>(std::max(1, opt_.prefetch)),
-                                 users.wanted.size());
+  const size_t window =
+      std::min(static_cast<size_t>(std::max(1, opt_.prefetch)), users.wanted.size());
   experts_->Hint(L, std::span<const int>(users.wanted).first(window), HintKind::kDemand);
   // The next MoE layer's guess goes out after this layer's first demands, so
   // that idle readers start on what is needed now.
@@ -357,8 +357,8 @@ double Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
     tb.Apply(vu, lu, qu, x.u.data(), 0, inter);
     ExpertActivation(rec, x.g.data(), x.u.data());
     const auto tt = Clock::now();
-    kernels::VqBuildLut(tb.codebooks(2), q.stages, q.entries, x.g.data(), inter,
-                        x.lut_down.data(), opt_.isa);
+    kernels::VqBuildLut(tb.codebooks(2), q.stages, q.entries, x.g.data(), inter, x.lut_down.data(),
+                        opt_.isa);
     tb.Derive(x.lut_down.data(), inter, x.derived_down.data());
     down_tables += Since(tt);
     float* dst = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
@@ -477,7 +477,8 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
       const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
       const auto ta = Clock::now();
       if (tb.q.direct()) {
-        ApplyDirectExpert(task.rec, who, xin, per_slot.data());  // its ParallelFor runs on this thread
+        ApplyDirectExpert(task.rec, who, xin,
+                          per_slot.data());  // its ParallelFor runs on this thread
       } else {
         down_tables += ApplyVqExpert(tb, task.rec, who, x);
       }
