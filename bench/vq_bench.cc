@@ -127,12 +127,20 @@ void ApplyI8(benchmark::State& state, Format f, Shape sh, Isa isa) {
 }
 
 // Table building, per input vector: floats, then (kind) the int8 copy or
-// the byte-plane split. Bytes: the float table's.
-enum class Derived { kNone, kI8, kSplit };
+// the byte-plane split, or the planes built directly (kBuiltSplit, the
+// model's path). Bytes: the float table's.
+enum class Derived { kNone, kI8, kSplit, kBuiltSplit };
 void BuildLut(benchmark::State& state, Format f, Shape sh, Isa isa, Derived kind) {
   if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
   Setup s(f, sh);
   for (auto _ : state) {
+    if (kind == Derived::kBuiltSplit) {
+      VqBuildSplitLut(s.book_ptrs.data(), f.stages, f.entries, s.x.data(), sh.cols,
+                      s.planes.data(), isa);
+      benchmark::DoNotOptimize(s.planes.data());
+      benchmark::ClobberMemory();
+      continue;
+    }
     VqBuildLut(s.book_ptrs.data(), f.stages, f.entries, s.x.data(), sh.cols, s.lut.data(), isa);
     if (kind == Derived::kI8)
       VqQuantizeLut(s.lut.data(), sh.cols, f.stages, f.entries, f.index_bits, s.qlut.data(), isa);
@@ -165,6 +173,8 @@ void RegisterBenchmarks() {
                                      sh, isa);
         benchmark::RegisterBenchmark((base + "lut_split/" + IsaName(isa)).c_str(), BuildLut, f,
                                      sh, isa, Derived::kSplit);
+        benchmark::RegisterBenchmark((base + "lut_built_split/" + IsaName(isa)).c_str(), BuildLut,
+                                     f, sh, isa, Derived::kBuiltSplit);
       }
     }
 }

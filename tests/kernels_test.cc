@@ -1009,6 +1009,30 @@ TEST_P(VqSplitFormats, SplitLutHoldsEachFloatsBytes) {
   }
 }
 
+// VqBuildSplitLut writes VqSplitLut's bytes of VqBuildLut's table on every
+// path (AVX-512 builds the planes directly for 256 entries; fewer entries
+// and the other paths go through the float table).
+TEST_P(VqSplitFormats, BuildSplitLutIsTheSplitOfTheTable) {
+  const VqFormat& f = GetParam();
+  uint32_t seed = 605;
+  for (int64_t cols : kVqCols) {
+    VqRecord rec(f, 1, cols, seed++);
+    Input x(cols, seed++);
+    const size_t bytes = VqSplitLutBytes(cols, f.stages);
+    for (int m = 0; m < format::kMatrices; ++m) {
+      const std::vector<const float*> books = rec.Books(m);
+      for (Isa isa : AvailableIsas()) {
+        Lut lut(rec, m, x.data(), isa);
+        Guarded want(bytes), got(bytes);
+        VqSplitLut(lut.data(), cols, f.stages, f.entries, want.bytes(), isa);
+        VqBuildSplitLut(books.data(), f.stages, f.entries, x.data(), cols, got.bytes(), isa);
+        ASSERT_EQ(std::memcmp(got.bytes(), want.bytes(), bytes), 0)
+            << Name(isa) << " cols " << cols << " matrix " << m;
+      }
+    }
+  }
+}
+
 // VqApplySplit is VqApply, bit for bit, on every path: awkward shapes, row
 // ranges inside index blocks, indices past the entries, non-finite tables.
 TEST_P(VqSplitFormats, SplitApplyIsBitIdenticalToVqApply) {

@@ -77,6 +77,9 @@ bool VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_
               int64_t row_end);
 // The float table split into byte planes (vq.h); VqApply's bits.
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes);
+// VqSplitLut of VqBuildLut's table for 256 entries, without the float table.
+void VqBuildSplitLut(const float* const* codebooks, int stages, const float* x, int64_t cols,
+                     uint8_t* planes);
 bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_t row_begin,
                   int64_t row_end);
 // matvec.h's WeightedRows, the scalar reference's bits; grouped formats need

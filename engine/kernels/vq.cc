@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/format/encoding.h"
 #include "engine/kernels/simd.h"
@@ -146,6 +147,20 @@ void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t
   } else {
     SplitScalar(lut, cols, stages, entries, planes);
   }
+}
+
+void VqBuildSplitLut(const float* const* codebooks, int stages, int entries, const float* x,
+                     int64_t cols, uint8_t* planes, Isa isa) {
+  if (entries == 256 && UsableIsa(isa) >= Isa::kAvx512) {
+    avx512::VqBuildSplitLut(codebooks, stages, x, cols, planes);
+    return;
+  }
+  // Fewer entries: a plane reads past its table into the next (VqSplitLut),
+  // so the whole float table is built first. No model path takes this on
+  // the formats written today (VqSplitCovers needs AVX-512).
+  std::vector<float> lut(VqLutFloats(cols, stages, entries));
+  VqBuildLut(codebooks, stages, entries, x, cols, lut.data(), isa);
+  VqSplitLut(lut.data(), cols, stages, entries, planes, isa);
 }
 
 bool VqSplitCovers(int index_bits, int index_block, Isa isa) {

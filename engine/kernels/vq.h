@@ -73,6 +73,14 @@ size_t VqSplitLutBytes(int64_t cols, int stages);
 // depend on `isa`.
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes, Isa isa);
 
+// VqSplitLut(VqBuildLut's table): the same bytes, computed a (v, stage)
+// table at a time and split at once, so that no float table the size of
+// the whole (884 KiB for VQ3R's gate at the 48B shapes) is written and read
+// back; in the model that round trip went to memory and made the tables
+// 3x slower than in a benchmark. planes: [VqSplitLutBytes(cols, stages)].
+void VqBuildSplitLut(const float* const* codebooks, int stages, int entries, const float* x,
+                     int64_t cols, uint8_t* planes, Isa isa);
+
 // Whether VqApplySplit uses the planes for matrices of this quantization on
 // `isa` (AVX-512, index_bits 8, index_block 64); when not, splitting is
 // wasted work.

@@ -648,28 +648,63 @@ void RunBlocks(const VqMatrixView& m, const uint8_t* table, float* y, int64_t ro
   }
 }
 
+// Byte b of float j goes to byte 16 * b + j: each 16-byte quarter is a plane.
+alignas(64) constexpr uint8_t kByPlane[64] = {
+    0,  4,  8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 1,  5,  9,  13, 17, 21,
+    25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 2,  6,  10, 14, 18, 22, 26, 30, 34, 38, 42, 46,
+    50, 54, 58, 62, 3,  7,  11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63};
+
+// Entries 16j .. 16j + 15 of a (v, stage) table, `floats`, into its four
+// planes: byte p of each to out[256 p + lane], out = the table's planes + 16j.
+void StorePlanes(__m512i by_plane, __m512 floats, uint8_t* out) {
+  const __m512i q = _mm512_permutexvar_epi8(by_plane, _mm512_castps_si512(floats));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(q));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 256), _mm512_extracti32x4_epi32(q, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 512), _mm512_extracti32x4_epi32(q, 2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 768), _mm512_extracti32x4_epi32(q, 3));
+}
+
 }  // namespace
 
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes) {
-  // Byte b of float j goes to byte 16 * b + j: each 16-byte quarter is a plane.
-  alignas(64) static constexpr uint8_t kByPlane[64] = {
-      0,  4,  8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 1,  5,  9,  13, 17, 21,
-      25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 2,  6,  10, 14, 18, 22, 26, 30, 34, 38, 42, 46,
-      50, 54, 58, 62, 3,  7,  11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63};
   const __m512i by_plane = _mm512_load_si512(kByPlane);
   const int64_t tables = cols / 8 * stages;
   for (int64_t i = 0; i < tables; ++i) {
     const float* src = lut + i * entries;
     uint8_t* out = planes + i * 1024;
     for (int j = 0; j < 16; ++j) {
-      const __m512i q = _mm512_permutexvar_epi8(by_plane, _mm512_loadu_si512(src + 16 * j));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * j), _mm512_castsi512_si128(q));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 256 + 16 * j),
-                       _mm512_extracti32x4_epi32(q, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 512 + 16 * j),
-                       _mm512_extracti32x4_epi32(q, 2));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 768 + 16 * j),
-                       _mm512_extracti32x4_epi32(q, 3));
+      StorePlanes(by_plane, _mm512_loadu_ps(src + 16 * j), out + 16 * j);
+    }
+  }
+}
+
+void VqBuildSplitLut(const float* const* codebooks, int stages, const float* x, int64_t cols,
+                     uint8_t* planes) {
+  // The codebooks with entries in the lanes, as BuildStageChunk's gathers
+  // put them: [stage][16 entries][dimension][lane], every stage's at once,
+  // since a vector position's tables are finished before the next one's
+  // (VQ3R: 24 KiB, in L1 for every position).
+  alignas(64) float books[8][16][8][16];
+  for (int s = 0; s < stages; ++s)
+    for (int c = 0; c < 16; ++c)
+      for (int d = 0; d < 8; ++d)
+        for (int lane = 0; lane < 16; ++lane)
+          books[s][c][d][lane] = codebooks[s][(16 * c + lane) * 8 + d];
+  const __m512i by_plane = _mm512_load_si512(kByPlane);
+  for (int64_t v = 0; v < cols / 8; ++v) {
+    __m512 xs[8];
+#pragma GCC unroll 8
+    for (int d = 0; d < 8; ++d) xs[d] = _mm512_set1_ps(x[8 * v + d]);
+    for (int s = 0; s < stages; ++s) {
+      uint8_t* out = planes + (v * stages + s) * 1024;
+      for (int c = 0; c < 16; ++c) {
+        // BuildStageChunk's sum: dimension 0's product, then FMAs in order.
+        __m512 acc = _mm512_mul_ps(xs[0], _mm512_load_ps(books[s][c][0]));
+#pragma GCC unroll 7
+        for (int d = 1; d < 8; ++d)
+          acc = _mm512_fmadd_ps(xs[d], _mm512_load_ps(books[s][c][d]), acc);
+        StorePlanes(by_plane, acc, out + 16 * c);
+      }
     }
   }
 }

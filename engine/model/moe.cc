@@ -41,11 +41,11 @@ struct Model::MoeUsers {
 // How the chunk's routed products read their input. gate and up read every
 // token's input through the layer's own codebooks, which all its experts
 // share: their lookup tables are built once per token (moe_.luts and
-// moe_.derived_gu). Each float table is then either split into byte planes
-// (the exact kernel without gathers, where it covers the format) or
-// quantized (the int8 table, when asked for); the products read only the
-// derived tables when there are any, so then the float tables are scratch
-// (a 32-token chunk's would be 56 MiB at the 48B shapes).
+// moe_.derived_gu). A table is either built straight into byte planes (the
+// exact kernel without gathers, where it covers the format: no float table
+// at all), or built in floats and quantized (the int8 table, when asked
+// for; the float table is then scratch: a 32-token chunk's would be 56 MiB
+// at the 48B shapes), or kept in floats (the gathers).
 struct Model::MoeTables {
   MoeTables(const ExpertQuant& quant, const RecordLayout& layout, kernels::Isa kernels_isa)
       : q(quant), lay(layout), isa(kernels_isa) {}
@@ -58,11 +58,16 @@ struct Model::MoeTables {
   std::vector<const float*> books;  // [matrix][stage]
 
   const float* const* codebooks(int matrix) const { return books.data() + matrix * q.stages; }
-  void Derive(const float* lut, int64_t cols, uint8_t* table) const {
-    if (int8)
-      kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, table, isa);
-    else if (split)
-      kernels::VqSplitLut(lut, cols, q.stages, q.entries, table, isa);
+  // Matrix m's tables for input x ([cols]): the float table into `lut`
+  // (scratch for the int8 copy; unused when split), the derived one into
+  // `derived`.
+  void Build(int m, const float* x, int64_t cols, float* lut, uint8_t* derived) const {
+    if (split) {
+      kernels::VqBuildSplitLut(codebooks(m), q.stages, q.entries, x, cols, derived, isa);
+      return;
+    }
+    kernels::VqBuildLut(codebooks(m), q.stages, q.entries, x, cols, lut, isa);
+    if (int8) kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, derived, isa);
   }
   void Apply(const kernels::VqMatrixView& v, const float* lut, const uint8_t* derived, float* y,
              int64_t a, int64_t b) const {
@@ -279,13 +284,14 @@ Model::MoeTables Model::PlanMoeTables(int L, int T) {
   MoeTables tb(ct_.manifest().quant, ct_.record_layout(), opt_.isa);
   const ExpertQuant& q = tb.q;
   const int base = ct_.manifest().Bank(L)->codebook_base;
-  tb.lut_gu = kernels::VqLutFloats(hid, q.stages, q.entries);
-  tb.lut_d = kernels::VqLutFloats(inter, q.stages, q.entries);
   tb.books.resize(static_cast<size_t>(3 * q.stages));
   for (int i = 0; i < 3 * q.stages; ++i) tb.books[i] = ct_.Codebook(base + i).data();
   tb.int8 = opt_.expert_table == kernels::VqTable::kI8;
   tb.split = !tb.int8 && kernels::VqSplitCovers(q.index_bits, q.index_block, opt_.isa);
   tb.keep_float = !tb.int8 && !tb.split;
+  // The split planes are built without a float table.
+  tb.lut_gu = tb.split ? 0 : kernels::VqLutFloats(hid, q.stages, q.entries);
+  tb.lut_d = tb.split ? 0 : kernels::VqLutFloats(inter, q.stages, q.entries);
   tb.derived_gu_bytes = tb.int8    ? kernels::VqQLutBytes(hid, q.stages, q.index_bits)
                         : tb.split ? kernels::VqSplitLutBytes(hid, q.stages)
                                    : 0;
@@ -314,7 +320,7 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
   // table that is only scratch is the chunk's own.
   pool_.ParallelFor(q.direct() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
     std::unique_ptr<float[]> scratch;
-    if (!tb.keep_float) {
+    if (tb.int8) {
       std::lock_guard<std::mutex> lock(moe_.tables_mu);
       if (moe_.spare_tables.empty()) {
         scratch = std::make_unique_for_overwrite<float[]>(tb.lut_gu);
@@ -335,9 +341,8 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / 2;
       float* lut = tb.keep_float ? moe_.luts.data() + i * tb.lut_gu : scratch.get();
-      kernels::VqBuildLut(tb.codebooks(static_cast<int>(i % 2)), q.stages, q.entries, h + t * hid,
-                          hid, lut, opt_.isa);
-      tb.Derive(lut, hid, moe_.derived_gu.data() + i * tb.derived_gu_bytes);
+      tb.Build(static_cast<int>(i % 2), h + t * hid, hid, lut,
+               moe_.derived_gu.data() + i * tb.derived_gu_bytes);
     }
   });
 }
@@ -345,7 +350,6 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
 double Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
                             std::span<const std::pair<int, int>> who, ExpertScratch& x) {
   const int k = c_.top_k, hid = c_.expert_width(), inter = c_.moe_inter;
-  const ExpertQuant& q = tb.q;
   const kernels::VqMatrixView vg = tb.View(rec, 0), vu = tb.View(rec, 1), vd = tb.View(rec, 2);
   double down_tables = 0;
   for (const auto& [t, j] : who) {
@@ -357,9 +361,7 @@ double Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
     tb.Apply(vu, lu, qu, x.u.data(), 0, inter);
     ExpertActivation(rec, x.g.data(), x.u.data());
     const auto tt = Clock::now();
-    kernels::VqBuildLut(tb.codebooks(2), q.stages, q.entries, x.g.data(), inter, x.lut_down.data(),
-                        opt_.isa);
-    tb.Derive(x.lut_down.data(), inter, x.derived_down.data());
+    tb.Build(2, x.g.data(), inter, x.lut_down.data(), x.derived_down.data());
     down_tables += Since(tt);
     float* dst = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
     tb.Apply(vd, x.lut_down.data(), x.derived_down.data(), dst, 0, hid);
