@@ -31,8 +31,13 @@ void Daemon::Pump() {
   if (stopping_) return;
   const uint32_t depth = static_cast<uint32_t>(readers_->threads());
   const uint32_t busy = cache_->in_flight();
-  if (busy >= depth || !cache_->has_queued()) return;
-  const std::vector<ReadJob> jobs = cache_->Dispatch(depth - busy);
+  // A demand read starts even while other reads hold every reader (its
+  // pieces are read first: readers.h), up to one a reader.
+  const uint32_t demands = cache_->in_flight(HintKind::kDemand);
+  const uint32_t room = busy < depth ? depth - busy : 0;
+  const uint32_t demand_room = demands < depth ? depth - demands : 0;
+  if ((room == 0 && demand_room == 0) || !cache_->has_queued()) return;
+  const std::vector<ReadJob> jobs = cache_->Dispatch(room, demand_room);
   if (busy == 0 && !jobs.empty()) busy_since_ = Clock::now();
   for (const ReadJob& job : jobs) readers_->Submit(job);
 }

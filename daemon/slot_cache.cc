@@ -238,11 +238,12 @@ void SlotCache::Assign(uint32_t slot, uint32_t key, HintKind kind, uint32_t clie
   }
 }
 
-std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
+std::vector<ReadJob> SlotCache::Dispatch(uint32_t max, uint32_t max_demand) {
   std::vector<ReadJob> jobs;
-  for (int k = 0; k < 3 && jobs.size() < max; ++k) {
+  for (int k = 0; k < 3; ++k) {
     auto& q = queue_[k];
-    while (!q.empty() && jobs.size() < max) {
+    const uint32_t limit = k == static_cast<int>(HintKind::kDemand) ? max_demand : max;
+    while (!q.empty() && jobs.size() < limit) {
       const size_t at = Fairest(q);
       const Pending p = q[at];
       const auto take = [&] {
@@ -271,7 +272,7 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max) {
       if (warm) ++c_.warm_reads;
       jobs.push_back({victim, p.key, static_cast<HintKind>(k)});
     }
-    if (!q.empty() && jobs.size() < max) break;  // no slot free: lower priorities wait too
+    if (!q.empty()) break;  // no slot free, or its limit reached: lower priorities wait
   }
   if (!jobs.empty()) t_.Announce();
   return jobs;

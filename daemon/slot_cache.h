@@ -114,9 +114,12 @@ class SlotCache {
   uint32_t Hint(uint32_t client, int layer, std::span<const uint32_t> experts, HintKind kind);
 
   // Up to `max` reads to start now, highest priority first, each with its
-  // slot assigned and marked loading. Fewer when every slot is pinned or
-  // loading; the rest stay queued.
-  std::vector<ReadJob> Dispatch(uint32_t max);
+  // slot assigned and marked loading; demand reads up to `max_demand`
+  // instead (Daemon::Pump lets demands start while other reads hold every
+  // reader). Fewer when every slot is pinned or loading; the rest stay
+  // queued, and while a demand does, nothing else starts.
+  std::vector<ReadJob> Dispatch(uint32_t max, uint32_t max_demand);
+  std::vector<ReadJob> Dispatch(uint32_t max) { return Dispatch(max, max); }
 
   // A read finished: publishes the slot (ready) or marks it failed.
   void Complete(const ReadJob& job, ReadError error, uint32_t detail);
@@ -144,6 +147,7 @@ class SlotCache {
   const std::vector<uint32_t>& uses() const { return uses_; }
   const std::vector<uint32_t>& hits() const { return hits_; }
   uint32_t in_flight() const { return in_flight_[0] + in_flight_[1] + in_flight_[2]; }
+  uint32_t in_flight(HintKind kind) const { return in_flight_[static_cast<int>(kind)]; }
   bool has_queued() const { return !queue_[0].empty() || !queue_[1].empty() || !queue_[2].empty(); }
 
  private:

@@ -82,6 +82,30 @@ TEST(SlotCache, OnlyAsManyReadsAsAskedAndTheRestWaitInOrder) {
   EXPECT_EQ(next[0].key, ExpertKey(1, 9));
 }
 
+// Daemon::Pump lets demands start while other reads hold every reader: a
+// separate limit for them, and while one is still queued nothing else starts.
+TEST(SlotCache, DemandsHaveTheirOwnLimitAndHoldBackTheRest) {
+  Fixture f(8);
+  f.cache->AddClient(0, f.pages[0].get());
+  f.Hint(0, 2, {1, 2}, HintKind::kLookahead);
+  ASSERT_EQ(f.cache->Dispatch(2).size(), 2u);  // every reader busy
+  f.Hint(0, 1, {7, 8, 9}, HintKind::kDemand);
+  f.Hint(0, 2, {3}, HintKind::kLookahead);
+  const auto demands = f.cache->Dispatch(0, 2);
+  ASSERT_EQ(demands.size(), 2u);
+  EXPECT_EQ(demands[0].key, ExpertKey(1, 7));
+  EXPECT_EQ(demands[1].key, ExpertKey(1, 8));
+  EXPECT_EQ(f.cache->in_flight(HintKind::kDemand), 2u);
+  EXPECT_EQ(f.cache->in_flight(HintKind::kLookahead), 2u);
+  // A demand still queued (its limit reached) holds the lookahead back.
+  EXPECT_TRUE(f.cache->Dispatch(3, 0).empty());
+  // Its turn: the demand, then the lookahead within the overall limit.
+  const auto next = f.cache->Dispatch(3, 1);
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].key, ExpertKey(1, 9));
+  EXPECT_EQ(next[1].key, ExpertKey(2, 3));
+}
+
 TEST(SlotCache, IdenticalRequestsAreMergedAndRaised) {
   Fixture f(8);
   f.cache->AddClient(0, f.pages[0].get());

@@ -46,12 +46,17 @@ RecordReader::~RecordReader() {
 
 RecordReader::Outcome RecordReader::Read(int layer, int expert, uint8_t* dst,
                                          bool verify_crc) const {
+  Outcome r = ReadPart(layer, expert, dst, 0, ct_->record_bytes());
+  return r.ok() ? Check(layer, expert, dst, verify_crc) : r;
+}
+
+RecordReader::Outcome RecordReader::ReadPart(int layer, int expert, uint8_t* dst, uint64_t begin,
+                                             uint64_t end) const {
   Outcome r;
-  const uint64_t n = ct_->record_bytes();
-  const uint64_t off = n * static_cast<uint64_t>(expert);
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t got = pread(fds_[layer], dst + done, n - done, static_cast<off_t>(off + done));
+  const uint64_t off = ct_->record_bytes() * static_cast<uint64_t>(expert);
+  uint64_t done = begin;
+  while (done < end) {
+    const ssize_t got = pread(fds_[layer], dst + done, end - done, static_cast<off_t>(off + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
       r.error = ReadError::kIo;
@@ -61,12 +66,20 @@ RecordReader::Outcome RecordReader::Read(int layer, int expert, uint8_t* dst,
     }
     if (got == 0) {
       r.error = ReadError::kShortRead;
-      r.message = "short read (" + std::to_string(done) + " of " + std::to_string(n) + " bytes)";
+      r.message = "short read (" + std::to_string(done) + " of " +
+                  std::to_string(ct_->record_bytes()) + " bytes)";
       return r;
     }
     done += static_cast<uint64_t>(got);
   }
-  if (Status st = ct_->CheckRecord(layer, expert, {dst, n}, verify_crc); !st.ok()) {
+  return r;
+}
+
+RecordReader::Outcome RecordReader::Check(int layer, int expert, const uint8_t* dst,
+                                          bool verify_crc) const {
+  Outcome r;
+  if (Status st = ct_->CheckRecord(layer, expert, {dst, ct_->record_bytes()}, verify_crc);
+      !st.ok()) {
     r.error = ReadError::kBadRecord;
     r.message = st.message();
   }

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/format/container.h"
 #include "base/read_error.h"
+#include "engine/format/container.h"
 
 namespace waste {
 
@@ -36,6 +36,12 @@ class RecordReader {
   // for O_DIRECT) and checks its header, and its crc32 with `verify_crc`.
   // The caller has checked that the layer has a bank and the expert exists.
   Outcome Read(int layer, int expert, uint8_t* dst, bool verify_crc) const;
+
+  // Read in parts (wasted reads a record as several pieces at once): bytes
+  // [begin, end) of the record into dst + begin, begin and end multiples of
+  // 4096 or end = record_bytes(); then, once every part is in, Check.
+  Outcome ReadPart(int layer, int expert, uint8_t* dst, uint64_t begin, uint64_t end) const;
+  Outcome Check(int layer, int expert, const uint8_t* dst, bool verify_crc) const;
 
  private:
   explicit RecordReader(const Container& ct) : ct_(&ct) {}
