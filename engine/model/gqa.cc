@@ -1,14 +1,15 @@
 // Grouped-query attention with a K/V cache: resolving a GQA layer's tensors,
-// its rotation and softmax scale, and one token's attention (Model::Gqa).
+// its rotation and softmax scale, and a chunk's attention (Model::Gqa).
 //
-// One token at position pos: q, k, v projections of h (plus their biases);
-// k's heads normed (qk_norm) and rotated, then written with v to the cache
-// row of pos; then per query head, on one thread: its q normed and rotated,
+// For the chunk: q, k, v projections of every token's h in one pass (plus
+// their biases); k's heads normed (qk_norm) and rotated, then written with v
+// to the cache row of the token's position. Then token after token
+// (Model::GqaHeads), per query head, on one thread: its q normed and rotated,
 // scores against the keys of its K/V head at every position up to pos (the
 // latest `window` of them on a sliding layer), softmax (with the head's sink
 // logit in the denominator, GPT-OSS), and the weighted sum of the values;
 // times sigmoid of the head's gate values with the output gate (Qwen3-Next);
-// then o_proj (plus its bias).
+// then o_proj over the chunk (plus its bias).
 
 #include <algorithm>
 #include <cmath>
@@ -97,48 +98,68 @@ float GqaSoftmaxScale(const ModelConfig& c) {
   return 1.f / std::sqrt(static_cast<float>(c.head_dim));
 }
 
-void Model::Gqa(int L, Session& s, int pos, const float* h, float* out) {
+void Model::Gqa(int L, std::span<Session* const> owner, std::span<const int> positions,
+                const float* h, float* out) {
   const GqaWeights& l = layers_[L]->gqa;
   const int H = c_.n_heads, KV = c_.n_kv_heads, D = c_.head_dim;
-  const int kvw = c_.kv_width(), row = 2 * kvw, group = H / KV;
+  const size_t kvw = static_cast<size_t>(c_.kv_width()), row = 2 * kvw;
+  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
   // With the output gate, q_proj's rows per head are its query, then its gate.
-  const int qstride = c_.attn_output_gate ? 2 * D : D;
-  std::vector<float> q(static_cast<size_t>(H) * qstride), o(c_.q_width());
-  float* cache = s.kv_cache[L].data();
-  float* k = cache + static_cast<size_t>(pos) * row;
-  float* v = k + kvw;
-  MatVecs({{l.q, h, q.data()}, {l.k, h, k}, {l.v, h, v}});
-  AddBias(q.data(), l.q_bias, c_.q_width());  // no bias with the output gate (model_config)
-  AddBias(k, l.k_bias, kvw);
-  AddBias(v, l.v_bias, kvw);
-  // The keys, once for the query heads that share them: a few hundred
-  // values, on this thread.
-  for (int g = 0; g < KV; ++g) {
-    float* kg = k + static_cast<size_t>(g) * D;
-    if (l.k_norm) RmsNorm(kg, l.k_norm, D, c_.rms_eps, kg);
-    rotary_.Apply(kg, pos);
+  const size_t q_len = static_cast<size_t>(H) * (c_.attn_output_gate ? 2 * D : D);
+  const size_t o_len = static_cast<size_t>(c_.q_width());
+  std::vector<float> q(T * q_len), o(T * o_len);  // [T][...]
+  // Each token's key and value go straight to its session's cache row.
+  std::vector<float*> ks(T), vs(T);
+  for (size_t t = 0; t < T; ++t) {
+    ks[t] = owner[t]->kv_cache[L].data() + static_cast<size_t>(positions[t]) * row;
+    vs[t] = ks[t] + kvw;
   }
+  // The chunk's projections, each matrix read once for all its tokens.
+  const std::vector<const float*> hs = RowPointers(h, T, hid);
+  MatVecsMany({{l.q, hs, RowPointers(q.data(), T, q_len)}, {l.k, hs, ks}, {l.v, hs, vs}});
+  // Every token's key and value in place first: token t reads positions up
+  // to its own only, so later tokens' rows change nothing.
+  for (size_t t = 0; t < T; ++t) {
+    AddBias(q.data() + t * q_len, l.q_bias, c_.q_width());  // no bias with the output gate
+    AddBias(ks[t], l.k_bias, static_cast<int>(kvw));
+    AddBias(vs[t], l.v_bias, static_cast<int>(kvw));
+    // The keys, once for the query heads that share them.
+    for (int g = 0; g < KV; ++g) {
+      float* kg = ks[t] + static_cast<size_t>(g) * D;
+      if (l.k_norm) RmsNorm(kg, l.k_norm, D, c_.rms_eps, kg);
+      rotary_.Apply(kg, positions[t]);
+    }
+  }
+  for (size_t t = 0; t < T; ++t)
+    GqaHeads(L, *owner[t], positions[t], q.data() + t * q_len, o.data() + t * o_len);
+  MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
+  for (size_t t = 0; t < T; ++t) AddBias(out + t * hid, l.o_bias, c_.hidden);
+}
+
+void Model::GqaHeads(int L, Session& s, int pos, float* q, float* o) {
+  const GqaWeights& l = layers_[L]->gqa;
+  const int H = c_.n_heads, D = c_.head_dim, group = H / c_.n_kv_heads;
+  const size_t kvw = static_cast<size_t>(c_.kv_width()), row = 2 * kvw;
+  const int qstride = c_.attn_output_gate ? 2 * D : D;
   // The keys it sees: the window's latest positions, or all of them.
   const int first = l.window > 0 ? std::max(0, pos + 1 - l.window) : 0;
   const int n = pos + 1 - first;
-  const float* rows = cache + static_cast<size_t>(first) * row;
+  const float* rows = s.kv_cache[L].data() + static_cast<size_t>(first) * row;
   pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> score(n);
     for (int64_t hd = h0; hd < h1; ++hd) {
-      float* qh = q.data() + hd * qstride;
+      float* qh = q + hd * qstride;
       if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
       rotary_.Apply(qh, pos);
       const float* keys = rows + static_cast<size_t>(hd / group) * D;  // its K/V head's
       AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, l.sinks ? &l.sinks[hd] : nullptr,
-                 score.data(), o.data() + hd * D, opt_.isa);
+                 score.data(), o + hd * D, opt_.isa);
       if (c_.attn_output_gate) {
-        float* oh = o.data() + hd * D;
+        float* oh = o + hd * D;
         for (int i = 0; i < D; ++i) oh[i] *= Sigmoid(qh[D + i]);
       }
     }
   });
-  MatVec(*l.o, o.data(), out);
-  AddBias(out, l.o_bias, c_.hidden);
 }
 
 }  // namespace waste

@@ -229,24 +229,11 @@ void Model::Attention(int L, std::span<Session* const> owner, std::span<const in
   const LayerKind kind = layers_[L]->plan.attention;
   if (kind == LayerKind::kKda) return Kda(L, owner, positions, h, out);
   if (kind == LayerKind::kMla) return Mla(L, owner, positions, h, out);
+  if (kind == LayerKind::kGqa) return Gqa(L, owner, positions, h, out);
+  // Gated DeltaNet, token after token.
   const size_t hid = static_cast<size_t>(c_.hidden);
-  for (size_t t = 0; t < positions.size(); ++t) {
-    Session& s = *owner[t];
-    const int pos = positions[t];
-    const float* ht = h + t * hid;
-    float* yt = out + t * hid;
-    switch (kind) {
-      case LayerKind::kGatedDeltaNet:
-        GatedDeltaNet(L, s, pos == s.position, ht, yt);
-        break;
-      case LayerKind::kGqa:
-        Gqa(L, s, pos, ht, yt);
-        break;
-      case LayerKind::kKda:
-      case LayerKind::kMla:
-        break;
-    }
-  }
+  for (size_t t = 0; t < positions.size(); ++t)
+    GatedDeltaNet(L, *owner[t], positions[t] == owner[t]->position, h + t * hid, out + t * hid);
 }
 
 Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {

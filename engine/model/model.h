@@ -247,9 +247,9 @@ class Model {
   // kind computes it: h and out [T][hidden], token t of session owner[t] at
   // positions[t], the session's first in the chunk when positions[t] ==
   // owner[t]->position (the recurrent kinds start the spare state from the
-  // committed one there). Kda (kda.cc) and Mla (mla.cc) take the chunk at
-  // once (Mla: its projections; the heads token after token); the others
-  // one token at a time: GatedDeltaNet (gated_deltanet.cc), Gqa (gqa.cc).
+  // committed one there). Kda (kda.cc), Mla (mla.cc) and Gqa (gqa.cc) take
+  // the chunk at once (Mla and Gqa: their projections; the heads token after
+  // token); GatedDeltaNet (gated_deltanet.cc) one token at a time.
   void Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
                  const float* h, float* out);
   void Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
@@ -261,7 +261,12 @@ class Model {
   // qk_rope] (rotated here), gate [n_heads * v_head] (K3's, else unused),
   // the session's latent cache filled up to pos; o [n_heads * v_head].
   void MlaHeads(int L, Session& s, int pos, float* q, const float* gate, float* o);
-  void Gqa(int L, Session& s, int pos, const float* h, float* out);
+  void Gqa(int L, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out);
+  // One token's GQA heads after its projections: q [n_heads][head_dim, or
+  // twice that with the output gate] (normed and rotated here), the
+  // session's K/V cache filled up to pos; o [n_heads * head_dim].
+  void GqaHeads(int L, Session& s, int pos, float* q, float* o);
   // MoE (moe.cc) on T tokens at `positions` ([T], for on_route). `ahead`: a
   // layer whose guessed experts (guess_[ahead]) are hinted once this layer's
   // own first demand hints are out; -1 for none.
