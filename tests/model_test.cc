@@ -697,7 +697,7 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   const uint64_t T = prompt_.size();
   const uint64_t mla_chunk = c.q_lora > 0 ? 3 : 2;  // projections a chunk, the heads aside
   EXPECT_EQ(e.model->pool_jobs().attention,
-            kda * (T + 2) + mla * (T + mla_chunk) + gqa * (T + 2) + 3 * gdn * T);
+            kda * (T + 2) + mla * (T + mla_chunk) + (gqa + gdn) * (T + 2));
   const PoolJobs before = e.model->pool_jobs();
   const int next[1] = {1};
   ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());

@@ -1,6 +1,7 @@
 // Gated DeltaNet (Qwen3-Next's linear attention) with its short convolution:
-// resolving a layer's tensors and one token's step (Model::GatedDeltaNet).
-// transformers' Qwen3NextGatedDeltaNet, token by token:
+// resolving a layer's tensors and a chunk's steps (Model::GatedDeltaNet).
+// transformers' Qwen3NextGatedDeltaNet, token by token (the projections
+// over the whole chunk at once):
 //   q, k, v, z from in_proj_qkvz and b, a from in_proj_ba (grouped per key
 //   head, TrunkSpec); a causal depthwise conv over the q, k, v channels
 //   (tap kernel-1 on the current token), SiLU; per value head
@@ -31,78 +32,92 @@ GatedDeltaNetWeights ResolveGatedDeltaNet(const Trunk& t, const std::string& a) 
   return w;
 }
 
-void Model::GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out) {
+void Model::GatedDeltaNet(int L, std::span<Session* const> owner, std::span<const int> positions,
+                          const float* h, float* out) {
   const GatedDeltaNetWeights& l = layers_[L]->gdn;
   const int Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
   const int r = Hv / Hk;  // value heads per key head
   const int K = c_.gdn_key_width(), V = c_.gdn_value_width(), C = c_.gdn_conv_width();
   const int W = c_.conv_kernel;
   const int group = 2 * Dk + 2 * r * Dv;  // one key head's rows of in_proj_qkvz
-  std::vector<float> qkvz(static_cast<size_t>(2 * K + 2 * V)), ba(2 * static_cast<size_t>(Hv)),
-      o(V);
-  // Three barriers per layer: both projections in one pass; then each key
-  // head's convolution channels, normalization and value heads in one pass
-  // over the key heads (a key head's channels and value heads are its own);
-  // then out_proj.
-  MatVecs({{l.qkvz, h, qkvz.data()}, {l.ba, h, ba.data()}});
-  // The chunk works on the spares (model.h, Session), the first token
-  // starting them from the committed state, copied by the thread that steps it.
-  float* S = s.kda_spare[L].data();
-  float* ring = s.conv_spare[L].data();  // [W-1][C], oldest first
-  if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
-  const float* committed = s.kda_state[L].data();
+  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+  const size_t qkvz_len = static_cast<size_t>(2 * K + 2 * V), ba_len = 2 * static_cast<size_t>(Hv);
+  std::vector<float> qkvz(T * qkvz_len), ba(T * ba_len), o(T * V);  // [T][...]
+  // Two barriers for the chunk and one a token: both projections of every
+  // token's h in one pass; then, token after token, each key head's
+  // convolution channels, normalization and value heads in one pass over
+  // the key heads (a key head's channels and value heads are its own); then
+  // out_proj for every token.
+  const std::vector<const float*> hs = RowPointers(h, T, hid);
+  MatVecsMany({{l.qkvz, hs, RowPointers(qkvz.data(), T, qkvz_len)},
+               {l.ba, hs, RowPointers(ba.data(), T, ba_len)}});
   const size_t head_state = static_cast<size_t>(Dk) * Dv;
   const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
-  pool_.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<float> x(2 * static_cast<size_t>(Dk) + static_cast<size_t>(r) * Dv), u(Dv),
-        normed(Dv);
-    for (int64_t g = g0; g < g1; ++g) {
-      if (first)
-        std::copy(committed + g * r * head_state, committed + (g + 1) * r * head_state,
-                  S + g * r * head_state);
-      // The key head's conv channels: its q and k, then its value heads' v.
-      const float* src = qkvz.data() + g * group;
-      const int64_t channel[3] = {g * Dk, K + g * Dk, 2 * K + g * r * Dv};
-      const int width[3] = {Dk, Dk, r * Dv};
-      float* xs = x.data();
-      for (int p = 0; p < 3; ++p) {
-        for (int i = 0; i < width[p]; ++i) {
-          const int64_t ch = channel[p] + i;
-          const float* w = l.conv + ch * W;
-          const float cur = src[i];
-          float acc = 0.f;
-          for (int j = 0; j < W - 1; ++j) acc += w[j] * ring[static_cast<size_t>(j) * C + ch];
-          acc += w[W - 1] * cur;
-          for (int j = 0; j + 1 < W - 1; ++j)
-            ring[static_cast<size_t>(j) * C + ch] = ring[static_cast<size_t>(j + 1) * C + ch];
-          if (W > 1) ring[static_cast<size_t>(W - 2) * C + ch] = cur;
-          xs[i] = Silu(acc);
+  for (size_t t = 0; t < T; ++t) {
+    Session& s = *owner[t];
+    // The chunk works on the spares (model.h, Session), a session's first
+    // token starting them from the committed state, copied by the thread
+    // that steps it.
+    const bool first = positions[t] == s.position;
+    float* S = s.kda_spare[L].data();
+    float* ring = s.conv_spare[L].data();  // [W-1][C], oldest first
+    if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
+    const float* committed = s.kda_state[L].data();
+    const float* qkvz_t = qkvz.data() + t * qkvz_len;
+    const float* ba_t = ba.data() + t * ba_len;
+    float* o_t = o.data() + t * V;
+    pool_.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
+      std::vector<float> x(2 * static_cast<size_t>(Dk) + static_cast<size_t>(r) * Dv), u(Dv),
+          normed(Dv);
+      for (int64_t g = g0; g < g1; ++g) {
+        if (first)
+          std::copy(committed + g * r * head_state, committed + (g + 1) * r * head_state,
+                    S + g * r * head_state);
+        // The key head's conv channels: its q and k, then its value heads' v.
+        const float* src = qkvz_t + g * group;
+        const int64_t channel[3] = {g * Dk, K + g * Dk, 2 * K + g * r * Dv};
+        const int width[3] = {Dk, Dk, r * Dv};
+        float* xs = x.data();
+        for (int p = 0; p < 3; ++p) {
+          for (int i = 0; i < width[p]; ++i) {
+            const int64_t ch = channel[p] + i;
+            const float* w = l.conv + ch * W;
+            const float cur = src[i];
+            float acc = 0.f;
+            for (int j = 0; j < W - 1; ++j) acc += w[j] * ring[static_cast<size_t>(j) * C + ch];
+            acc += w[W - 1] * cur;
+            for (int j = 0; j + 1 < W - 1; ++j)
+              ring[static_cast<size_t>(j) * C + ch] = ring[static_cast<size_t>(j + 1) * C + ch];
+            if (W > 1) ring[static_cast<size_t>(W - 2) * C + ch] = cur;
+            xs[i] = Silu(acc);
+          }
+          src += width[p];
+          xs += width[p];
         }
-        src += width[p];
-        xs += width[p];
+        const float* z = src;  // the value heads' z, after their v
+        float* q = x.data();
+        float* k = x.data() + Dk;
+        L2Normalize(q, Dk);
+        L2Normalize(k, Dk);
+        for (int i = 0; i < Dk; ++i) q[i] *= scale;
+        const float* bg = ba_t + g * 2 * r;  // b of the r value heads, then a
+        for (int j = 0; j < r; ++j) {
+          const int64_t hv = g * r + j;
+          const float* v = x.data() + 2 * Dk + static_cast<size_t>(j) * Dv;
+          const float decay =
+              std::exp(-std::exp(l.a_log[hv]) * Softplus(bg[r + j] + l.dt_bias[hv]));
+          float* oh = o_t + hv * Dv;
+          kernels::GatedDeltaStateStep(S + hv * head_state, Dk, Dv, decay, k, v, Sigmoid(bg[j]),
+                                       q, u.data(), oh, opt_.isa);
+          RmsNorm(oh, l.norm, Dv, c_.rms_eps, normed.data());
+          const float* zh = z + static_cast<size_t>(j) * Dv;
+          for (int i = 0; i < Dv; ++i) oh[i] = normed[i] * Silu(zh[i]);
+        }
       }
-      const float* z = src;  // the value heads' z, after their v
-      float* q = x.data();
-      float* k = x.data() + Dk;
-      L2Normalize(q, Dk);
-      L2Normalize(k, Dk);
-      for (int i = 0; i < Dk; ++i) q[i] *= scale;
-      const float* bg = ba.data() + g * 2 * r;  // b of the r value heads, then a
-      for (int j = 0; j < r; ++j) {
-        const int64_t hv = g * r + j;
-        const float* v = x.data() + 2 * Dk + static_cast<size_t>(j) * Dv;
-        const float decay =
-            std::exp(-std::exp(l.a_log[hv]) * Softplus(bg[r + j] + l.dt_bias[hv]));
-        float* oh = o.data() + hv * Dv;
-        kernels::GatedDeltaStateStep(S + hv * head_state, Dk, Dv, decay, k, v, Sigmoid(bg[j]), q,
-                                     u.data(), oh, opt_.isa);
-        RmsNorm(oh, l.norm, Dv, c_.rms_eps, normed.data());
-        const float* zh = z + static_cast<size_t>(j) * Dv;
-        for (int i = 0; i < Dv; ++i) oh[i] = normed[i] * Silu(zh[i]);
-      }
-    }
-  });
-  MatVec(*l.out, o.data(), out);
+    });
+  }
+  MatVecMany(*l.out, RowPointers<const float>(o.data(), T, static_cast<size_t>(V)),
+             RowPointers(out, T, hid));
 }
 
 }  // namespace waste

@@ -226,14 +226,16 @@ const char* StepPartName(StepPart p) {
 
 void Model::Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
                       const float* h, float* out) {
-  const LayerKind kind = layers_[L]->plan.attention;
-  if (kind == LayerKind::kKda) return Kda(L, owner, positions, h, out);
-  if (kind == LayerKind::kMla) return Mla(L, owner, positions, h, out);
-  if (kind == LayerKind::kGqa) return Gqa(L, owner, positions, h, out);
-  // Gated DeltaNet, token after token.
-  const size_t hid = static_cast<size_t>(c_.hidden);
-  for (size_t t = 0; t < positions.size(); ++t)
-    GatedDeltaNet(L, *owner[t], positions[t] == owner[t]->position, h + t * hid, out + t * hid);
+  switch (layers_[L]->plan.attention) {
+    case LayerKind::kKda:
+      return Kda(L, owner, positions, h, out);
+    case LayerKind::kMla:
+      return Mla(L, owner, positions, h, out);
+    case LayerKind::kGqa:
+      return Gqa(L, owner, positions, h, out);
+    case LayerKind::kGatedDeltaNet:
+      return GatedDeltaNet(L, owner, positions, h, out);
+  }
 }
 
 Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {

@@ -247,14 +247,16 @@ class Model {
   // kind computes it: h and out [T][hidden], token t of session owner[t] at
   // positions[t], the session's first in the chunk when positions[t] ==
   // owner[t]->position (the recurrent kinds start the spare state from the
-  // committed one there). Kda (kda.cc), Mla (mla.cc) and Gqa (gqa.cc) take
-  // the chunk at once (Mla and Gqa: their projections; the heads token after
-  // token); GatedDeltaNet (gated_deltanet.cc) one token at a time.
+  // committed one there). Each kind takes the chunk at once, its
+  // projections over every token and its heads or recurrence token after
+  // token: Kda (kda.cc), Mla (mla.cc), Gqa (gqa.cc), GatedDeltaNet
+  // (gated_deltanet.cc).
   void Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
                  const float* h, float* out);
   void Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
            const float* h, float* out);
-  void GatedDeltaNet(int L, Session& s, bool first, const float* h, float* out);
+  void GatedDeltaNet(int L, std::span<Session* const> owner, std::span<const int> positions,
+                     const float* h, float* out);
   void Mla(int L, std::span<Session* const> owner, std::span<const int> positions,
            const float* h, float* out);
   // One token's MLA heads after its projections: q [n_heads][qk_nope +
