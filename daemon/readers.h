@@ -43,7 +43,7 @@ class Readers {
   Readers(const Container& ct, int threads, bool verify_crc,
           std::function<uint8_t*(uint32_t slot)> slot_memory, std::function<void(ReadResult)> done,
           uint64_t piece_bytes = kPieceBytes);
-  ~Readers();  // finishes the reads under way, drops the rest
+  ~Readers();  // finishes the pieces under way; a record not wholly read gets no result
 
   Status Open();  // opens the banks; call once before Submit
   // Queues the record's pieces; at most one read per slot at a time.
