@@ -10,7 +10,10 @@
 //   MatVecBlocks  a Q4GR expert's gate (1024 x 2304) and down (2304 x
 //           1024) against 1, 4, 8 and 16 inputs, as a prefill chunk's
 //           tokens routed to one expert (bytes: the payload once per input),
-//           with exact and (/int8) int8 inputs (matvec.h's Q4Input).
+//           with exact and (/int8) int8 inputs (matvec.h's Q4Input);
+//           blocks_from_memory the same and a KDA projection against
+//           1 and 8 inputs with the matrix read from memory (1 GiB of
+//           copies), as in decode and a prefill chunk's experts.
 //   WeightedRows  MLA's query in latent space: one head's 128 key rows of
 //           kv_b_proj (8192 rows x 512 latent), read in place, in Q4G, Q8G
 //           and BF16.
@@ -120,6 +123,35 @@ void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa, Q4Input in) 
   state.SetBytesProcessed(state.iterations() * inputs * static_cast<int64_t>(s.payload.size()));
 }
 
+// Blocks with the matrix read from memory, as a decode step reads its
+// experts: the product walks copies of the matrix, 1 GiB in all (past the
+// L3 cache), one copy an iteration.
+void BlocksFromMemory(benchmark::State& state, Shape sh, int inputs, Isa isa) {
+  if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
+  Setup s(sh);
+  const size_t bytes = s.payload.size(), copies = (size_t{1} << 30) / bytes + 1;
+  std::vector<uint8_t> pool(copies * bytes);
+  for (size_t c = 0; c < copies; ++c) std::memcpy(pool.data() + c * bytes, s.payload.data(), bytes);
+  std::vector<std::vector<float>> x(inputs, s.x), y(inputs, s.y);
+  std::vector<const float*> xs;
+  std::vector<float*> ys;
+  for (int i = 0; i < inputs; ++i) {
+    x[i][0] += static_cast<float>(i);
+    xs.push_back(x[i].data());
+    ys.push_back(y[i].data());
+  }
+  MatrixView view = s.view;
+  size_t c = 0;
+  for (auto _ : state) {
+    view.payload = pool.data() + c * bytes;
+    c = c + 1 == copies ? 0 : c + 1;
+    MatVecBlocks(view, xs, ys, 0, sh.rows, 32, isa, Q4Input::kExact);
+    benchmark::DoNotOptimize(ys.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * inputs * static_cast<int64_t>(bytes));
+}
+
 }  // namespace
 
 void RegisterBenchmarks() {
@@ -157,6 +189,14 @@ void RegisterBenchmarks() {
                IsaName(isa) + (in == Q4Input::kInt8 ? "/int8" : ""))
                   .c_str(),
               Blocks, sh, inputs, isa, in);
+  const Shape from_memory[] = {expert[0], expert[1], matvec[0]};
+  for (Isa isa : {Isa::kAvx512, Isa::kAmx})
+    for (const Shape& sh : from_memory)
+      for (int inputs : {1, 8})
+        benchmark::RegisterBenchmark(("blocks_from_memory/" + std::string(sh.name) + "/" +
+                                      std::to_string(inputs) + "/" + IsaName(isa))
+                                         .c_str(),
+                                     BlocksFromMemory, sh, inputs, isa);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (const Shape& sh : kv_b)
       benchmark::RegisterBenchmark(
