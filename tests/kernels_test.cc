@@ -565,13 +565,14 @@ float AmxTwin(const MatrixView& w, int64_t r, const float* x) {
 // Isa::kAmx against its twin bit for bit, through MatVec (one input, the
 // one-token tile) and MatVecMany with every kind of pass: one tile narrower
 // than 16 tokens, whole tiles, a padded last tile, more than a pass of 64.
-// Row counts cut the 16-row tiles anywhere.
+// Row counts cut the 16-row tiles anywhere; 3200 columns (25 groups) give
+// the one-input pass spans of unequal size.
 TEST(Q4G128Amx, IsItsArithmeticBitForBit) {
   WASTE_REQUIRE_ISA(Isa::kAmx);
   const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
   uint32_t seed = 1200;
   ThreadPool pool(2);
-  for (int64_t cols : {128, 2304}) {
+  for (int64_t cols : {128, 2304, 3200}) {
     for (int64_t rows : {1, 15, 16, 17, 130}) {
       TrunkMatrix m(f, rows, cols, 1, seed++);
       for (size_t n : {1, 2, 7, 16, 17, 40, 64, 70}) {

@@ -143,39 +143,56 @@ void DigitSums(const int8_t* b, int n) {
   _tile_dpbusd(4, 1, 6);
 }
 
-// Splits group g of rows [r0, r0 + rows) into their even and odd columns'
-// nibbles, to[m] = 64 even, then 64 odd, and their scales into scale[m].
+// Splits one row's group, its 64 bytes at `q` and its half-float scale at
+// `h`, into to[0, 64) even columns' nibbles and to[64, 128) odd, and *scale.
+void SplitGroup(const uint8_t* q, const uint8_t* h, uint8_t* to, float* scale) {
+  const __m512i nibble = _mm512_set1_epi8(15);
+  const __m512i v = _mm512_loadu_si512(q);
+  _mm512_store_si512(to, _mm512_and_si512(v, nibble));
+  _mm512_store_si512(to + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+  uint16_t half;
+  std::memcpy(&half, h, sizeof half);
+  *scale = _cvtsh_ss(half);
+}
+
+// Splits group g of rows [r0, r0 + rows) into to[m] and scale[m].
 void Unpack(const MatrixView& w, int64_t r0, int rows, int64_t g, uint8_t (*to)[128],
             float* scale) {
   const int64_t groups = w.cols / 128;
   const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
-  const __m512i nibble = _mm512_set1_epi8(15);
   for (int m = 0; m < rows; ++m) {
-    const __m512i q = _mm512_loadu_si512(w.payload + ((r0 + m) * groups + g) * 64);
-    _mm512_store_si512(to[m], _mm512_and_si512(q, nibble));
-    _mm512_store_si512(to[m] + 64, _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble));
-    uint16_t h;
-    std::memcpy(&h, scales + 2 * ((r0 + m) * groups + g), sizeof h);
-    scale[m] = _cvtsh_ss(h);
+    const int64_t at = (r0 + m) * groups + g;
+    SplitGroup(w.payload + at * 64, scales + 2 * at, to[m], &scale[m]);
   }
 }
 
-// One input (decode): rows [row_begin, row_end) into y. B holds the three
-// digits as 3 columns, so one C tile gets all three sums of 16 rows; two
-// tiles of 16 rows go at once (A in tiles 0, 1 and 4, 7; C in 2 and 3;
-// B in 5 and 6), so that one's products overlap the other's instead of
-// waiting on the same C tile group after group.
+// One input (decode): rows [row_begin, row_end) into y, 16 rows at a time.
+// B holds the three digits as 3 columns, so one C tile gets all three sums
+// of 16 rows; groups alternate between two sets of tiles (A in 0, 1 or 4,
+// 7; C in 2 or 3; B in 5 and 6), so that one group's products overlap the
+// next one's instead of waiting on the same C tile.
 //
-// A group's 32 rows are read side by side, 32 short streams that the
-// hardware prefetchers follow badly from memory (a decode's experts ran
-// about 18% slower than VNNI's row after row). So each group's step asks
-// for a 32nd of the next 32 rows' bytes, in memory order, into L2.
+// The tiles want a group's rows side by side; read that way from memory
+// they are 16 or 32 short streams that the hardware prefetchers follow
+// badly, even with a software prefetch (20% slower than VNNI's row after
+// row, matvec_bench blocks_from_memory). So the 16 rows are split into a
+// buffer first in memory order, a row's groups one run, up to kSpan groups
+// at a time (spans of equal size: a short last one would be short runs
+// again; 12 keeps the buffer, 24 KiB, in L1 beside the rows passing
+// through); each line split asks for one line of the next 16 rows, in
+// memory order (prefetching the same spans' bytes instead left two threads
+// reading the trunk 15% below the bound, out of order for the DRAM). The
+// tiles then read the buffer.
 void OneInput(const MatrixView& w, const TokenTile& tile, float* y, int64_t row_begin,
               int64_t row_end) {
+  constexpr int64_t kSpan = 12;
   const int64_t groups = w.cols / 128;
-  alignas(64) uint8_t a[2][32][128] = {};  // two groups' nibbles, in turn
-  alignas(64) float scale[2][32] = {};  // the two groups' scales, in turn
-  alignas(64) int32_t c[2][48] = {};  // [row tile][16 rows][3 digits]
+  const int64_t spans = (groups + kSpan - 1) / kSpan, even_span = (groups + spans - 1) / spans;
+  alignas(64) uint8_t a[kSpan][16][128];  // [group of the span][row]: nibbles, even then odd
+  // [group of the span][row]; zeroed once, so that a short last block's
+  // missing rows (whose sums are dropped) never read uninitialized floats.
+  alignas(64) float scale[kSpan][16] = {};
+  alignas(64) int32_t c[2][48] = {};  // [C tile][16 rows][3 digits]
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.rows[t] = 16;
@@ -184,12 +201,10 @@ void OneInput(const MatrixView& w, const TokenTile& tile, float* y, int64_t row_
   _tile_loadconfig(&config);
   // Lane m of digit k's sums is at 3 m + k of a C tile stored 12 bytes a
   // row; these pick them from the three vectors it fills.
-  const __m512i pick[kDigits] = {_mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33,
-                                                   36, 39, 42, 45),
-                                 _mm512_setr_epi32(1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 34,
-                                                   37, 40, 43, 46),
-                                 _mm512_setr_epi32(2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35,
-                                                   38, 41, 44, 47)};
+  const __m512i pick[kDigits] = {
+      _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45),
+      _mm512_setr_epi32(1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 34, 37, 40, 43, 46),
+      _mm512_setr_epi32(2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 44, 47)};
   const __mmask16 past32[kDigits] = {0xf800, 0xf800, 0xfc00};  // lanes whose 3 m + k >= 32
   const auto group_sum = [&](const int32_t* sums, int64_t g) {
     const __m512i v0 = _mm512_load_si512(sums), v1 = _mm512_load_si512(sums + 16),
@@ -202,49 +217,58 @@ void OneInput(const MatrixView& w, const TokenTile& tile, float* y, int64_t row_
                     _mm512_set1_epi32(tile.eight_sums[g][1][0]),
                     _mm512_set1_epi32(tile.eight_sums[g][2][0]));
   };
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += 32) {
-    const int rows = static_cast<int>(row_end - r0 < 32 ? row_end - r0 : 32);
-    const bool second = rows > 16;
-    // The next 32 rows, 32 lines (one a row and group) a group's step.
-    const int64_t next_rows = row_end - r0 - rows < 32 ? row_end - r0 - rows : 32;
-    const char* next = reinterpret_cast<const char*>(w.payload + (r0 + rows) * groups * 64);
-    const int64_t next_lines = next_rows * groups;
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};  // a lane a row
-    // Group g + 1 is split while group g's tiles load and multiply: the
-    // tile loads need the split's stores done, and this puts other work
-    // between them.
-    Unpack(w, r0, rows, 0, a[0], scale[0]);
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t line = 32 * g; line < 32 * (g + 1) && line < next_lines; ++line)
-        _mm_prefetch(next + line * 64, _MM_HINT_T1);
-      if (g + 1 < groups) Unpack(w, r0, rows, g + 1, a[(g + 1) & 1], scale[(g + 1) & 1]);
-      uint8_t (*to)[128] = a[g & 1];
-      const int8_t* b = tile.b + g * 2 * 192;
-      _tile_loadd(5, b, 12);
-      _tile_loadd(6, b + 192, 12);
-      _tile_loadd(0, to[0], 128);
-      _tile_loadd(1, to[0] + 64, 128);
-      _tile_zero(2);
-      _tile_dpbusd(2, 0, 5);
-      if (second) {
-        _tile_loadd(4, to[16], 128);
-        _tile_loadd(7, to[16] + 64, 128);
-        _tile_zero(3);
-        _tile_dpbusd(3, 4, 5);
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(w.scales);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += 16) {
+    const int rows = static_cast<int>(row_end - r0 < 16 ? row_end - r0 : 16);
+    // A short last block: the tile's missing rows read zeros (their sums
+    // are dropped, but not left uninitialized).
+    if (rows < 16)
+      for (int64_t j = 0; j < kSpan; ++j) std::memset(a[j][rows], 0, (16 - rows) * 128);
+    __m512 acc = _mm512_setzero_ps();  // a lane a row
+    // The next 16 rows' lines in memory order, one a line split here.
+    const char* next = reinterpret_cast<const char*>(w.payload + (r0 + 16) * groups * 64);
+    const int64_t next_lines = (row_end - r0 - 16 < 16 ? row_end - r0 - 16 : 16) * groups;
+    int64_t line = 0;
+    for (int64_t g0 = 0; g0 < groups; g0 += even_span) {
+      const int64_t span = groups - g0 < even_span ? groups - g0 : even_span;
+      for (int m = 0; m < rows; ++m) {
+        const uint8_t* q = w.payload + ((r0 + m) * groups + g0) * 64;
+        const uint8_t* h = scales + 2 * ((r0 + m) * groups + g0);
+        for (int64_t j = 0; j < span; ++j, ++line) {
+          if (line < next_lines) _mm_prefetch(next + 64 * line, _MM_HINT_T1);
+          SplitGroup(q + 64 * j, h + 2 * j, a[j][m], &scale[j][m]);
+        }
       }
-      _tile_dpbusd(2, 1, 6);
-      if (second) _tile_dpbusd(3, 7, 6);
-      _tile_stored(2, c[0], 12);
-      if (second) _tile_stored(3, c[1], 12);
-      const __m512 unit = _mm512_set1_ps(tile.unit[g][0]);
-      for (int half = 0; half < (second ? 2 : 1); ++half) {
-        const __m512 step = _mm512_mul_ps(unit, _mm512_load_ps(scale[g & 1] + 16 * half));
-        acc[half] = _mm512_fmadd_ps(group_sum(c[half], g), step, acc[half]);
+      for (int64_t j = 0; j < span; ++j) {
+        const int64_t g = g0 + j;
+        const int8_t* b = tile.b + g * 2 * 192;
+        // Which set of tiles: written out twice, since a tile's number must
+        // be a literal (GCC's tile intrinsics paste it into the assembly).
+        const int odd = j & 1;
+        _tile_loadd(5, b, 12);
+        _tile_loadd(6, b + 192, 12);
+        if (odd) {
+          _tile_loadd(4, a[j][0], 128);
+          _tile_loadd(7, a[j][0] + 64, 128);
+          _tile_zero(3);
+          _tile_dpbusd(3, 4, 5);
+          _tile_dpbusd(3, 7, 6);
+          _tile_stored(3, c[1], 12);
+        } else {
+          _tile_loadd(0, a[j][0], 128);
+          _tile_loadd(1, a[j][0] + 64, 128);
+          _tile_zero(2);
+          _tile_dpbusd(2, 0, 5);
+          _tile_dpbusd(2, 1, 6);
+          _tile_stored(2, c[0], 12);
+        }
+        const __m512 step =
+            _mm512_mul_ps(_mm512_set1_ps(tile.unit[g][0]), _mm512_load_ps(scale[j]));
+        acc = _mm512_fmadd_ps(group_sum(c[odd], g), step, acc);
       }
     }
-    alignas(64) float out[32];
-    _mm512_store_ps(out, acc[0]);
-    _mm512_store_ps(out + 16, acc[1]);
+    alignas(64) float out[16];
+    _mm512_store_ps(out, acc);
     for (int m = 0; m < rows; ++m) y[r0 + m] = out[m];
   }
   _tile_release();
