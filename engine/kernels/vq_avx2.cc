@@ -1,15 +1,16 @@
 // The VQ lookup-table kernels with AVX2 + FMA + F16C. Compiled with
 // -mavx2 -mfma -mf16c; see simd.h for what this file may use.
 //
-// VqApply works on 8 rows at a time with 8-wide gathers, up to four such
-// chunks per pass (half an index block of 64 rows), one gather per stage
-// and chunk. A pass covers a span of kSpanVectors vector positions, and
-// every row of a segment (up to kSegmentRows rows) takes that span before
-// any takes the next: the span's slice of the table stays in L1 while it
-// is gathered from, where a whole table (a few hundred KB) would be swept
-// from L2 or L3 once per pass. Between spans a row's running sum waits in
-// a scratch array, so each row still adds its terms in v-then-s order.
-// VQ4P's 64-entry tables do not fit AVX2's 16 registers, so it gathers too.
+// VqApply works on 8 rows at a time, up to four such chunks per pass (half
+// an index block of 64 rows), 8 table values a stage and chunk. A pass
+// covers a span of kSpanVectors vector positions, and every row of a
+// segment (up to kSegmentRows rows) takes that span before any takes the
+// next: the span's slice of the table stays in L1 while it is read from,
+// where a whole table (a few hundred KB) would be swept from L2 or L3 once
+// per pass. Between spans a row's running sum waits in a scratch array, so
+// each row still adds its terms in v-then-s order. 8-bit indices read the
+// table with scalar loads; VQ4P's 6-bit ones gather (its 64-entry tables
+// do not fit AVX2's 16 registers).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -97,56 +98,12 @@ void Finish(const Pass& p, int c, __m256 sum) {
   }
 }
 
-// pshufb controls for S in 2..4: a chunk's 8 rows of S bytes are loaded as
-// bytes [0, 16) into the low lane and [8S - 16, 8S) into the high lane, so
-// rows 4-7 start at byte 16 - 4S there. For stage s, byte 0 of dword j takes
-// row j's (or row 4 + j's) byte s; 0x80 zeroes the rest.
-template <int S>
-struct StageControls {
-  alignas(32) uint8_t bytes[S][32];
-};
-template <int S>
-constexpr StageControls<S> MakeStageControls() {
-  StageControls<S> c{};
-  for (int s = 0; s < S; ++s) {
-    for (int i = 0; i < 32; ++i) c.bytes[s][i] = 0x80;
-    for (int j = 0; j < 4; ++j) {
-      c.bytes[s][4 * j] = static_cast<uint8_t>(j * S + s);
-      c.bytes[s][16 + 4 * j] = static_cast<uint8_t>(16 - 4 * S + j * S + s);
-    }
-  }
-  return c;
-}
-template <int S>
-constexpr StageControls<S> kStageControls = MakeStageControls<S>();
-
-// The stage indices of 8 rows whose S index bytes each start at q.
-template <int S>
-struct Indices8 {
-  __m256i lanes;  // the chunk's bytes arranged for the shuffles (2 <= S <= 4)
-  const uint8_t* q;
-  explicit Indices8(const uint8_t* at) : q(at) {
-    if constexpr (S >= 2 && S <= 4)
-      lanes = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(q + 8 * S - 16),
-                                  reinterpret_cast<const __m128i*>(q));
-    else
-      lanes = _mm256_setzero_si256();
-  }
-  __m256i Stage(int s) const {
-    if constexpr (S == 1) {
-      return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
-    } else if constexpr (S <= 4) {
-      return _mm256_shuffle_epi8(
-          lanes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kStageControls<S>.bytes[s])));
-    } else {
-      return _mm256_setr_epi32(q[s], q[S + s], q[2 * S + s], q[3 * S + s], q[4 * S + s],
-                               q[5 * S + s], q[6 * S + s], q[7 * S + s]);
-    }
-  }
-};
-
+// 8-bit indices: 8 rows' table values are fetched with scalar loads and
+// packed into a register, not gathered: on an AMD Zen 1 that is 2.1-2.2x
+// the gather (vq_bench, docs/MEASUREMENTS.md, twenty-second session). The
+// values and the order of the adds are the gather's, so are the bits.
 template <int S, int N>
-void GatherPass(const Pass& p) {
+void LookupPass(const Pass& p) {
   const VqMatrixView& m = *p.m;
   const int64_t nv = m.cols / 8, block = m.index_block, entries = m.entries;
   __m256 acc[N];
@@ -157,10 +114,15 @@ void GatherPass(const Pass& p) {
     const float* table = p.lut + v * S * entries;
 #pragma GCC unroll 4
     for (int c = 0; c < N; ++c) {
-      const Indices8<S> in(idx + 8 * S * c);
+      const uint8_t* q = idx + 8 * S * c;  // row j's byte s at q[j * S + s]
 #pragma GCC unroll 8
-      for (int s = 0; s < S; ++s)
-        acc[c] = _mm256_add_ps(acc[c], _mm256_i32gather_ps(table + s * entries, in.Stage(s), 4));
+      for (int s = 0; s < S; ++s) {
+        const float* t = table + s * entries;
+        acc[c] = _mm256_add_ps(
+            acc[c], _mm256_setr_ps(t[q[s]], t[q[S + s]], t[q[2 * S + s]], t[q[3 * S + s]],
+                                   t[q[4 * S + s]], t[q[5 * S + s]], t[q[6 * S + s]],
+                                   t[q[7 * S + s]]));
+      }
     }
   }
 #pragma GCC unroll 4
@@ -218,8 +180,8 @@ void PackedGatherPass(const Pass& p) {
 using PassFn = void (*)(const Pass&);
 
 template <int S>
-constexpr PassFn kGatherPasses[4] = {&GatherPass<S, 1>, &GatherPass<S, 2>, &GatherPass<S, 3>,
-                                     &GatherPass<S, 4>};
+constexpr PassFn kLookupPasses[4] = {&LookupPass<S, 1>, &LookupPass<S, 2>, &LookupPass<S, 3>,
+                                     &LookupPass<S, 4>};
 constexpr PassFn kPackedPasses[4] = {&PackedGatherPass<1>, &PackedGatherPass<2>,
                                      &PackedGatherPass<3>, &PackedGatherPass<4>};
 
@@ -227,21 +189,21 @@ PassFn PassFor(const VqMatrixView& m, int chunks) {
   if (m.index_bits == 6) return kPackedPasses[chunks - 1];
   switch (m.stages) {
     case 1:
-      return kGatherPasses<1>[chunks - 1];
+      return kLookupPasses<1>[chunks - 1];
     case 2:
-      return kGatherPasses<2>[chunks - 1];
+      return kLookupPasses<2>[chunks - 1];
     case 3:
-      return kGatherPasses<3>[chunks - 1];
+      return kLookupPasses<3>[chunks - 1];
     case 4:
-      return kGatherPasses<4>[chunks - 1];
+      return kLookupPasses<4>[chunks - 1];
     case 5:
-      return kGatherPasses<5>[chunks - 1];
+      return kLookupPasses<5>[chunks - 1];
     case 6:
-      return kGatherPasses<6>[chunks - 1];
+      return kLookupPasses<6>[chunks - 1];
     case 7:
-      return kGatherPasses<7>[chunks - 1];
+      return kLookupPasses<7>[chunks - 1];
     default:
-      return kGatherPasses<8>[chunks - 1];
+      return kLookupPasses<8>[chunks - 1];
   }
 }
 
