@@ -104,7 +104,10 @@ void Rows(benchmark::State& state, Shape sh, Isa isa) {
 
 // MatVecBlocks as a prefill chunk applies a routed expert: every token
 // routed to it, 32 rows at a time. Bytes are the payload once per input.
-void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa, Q4Input in) {
+// From memory, the product walks copies of the matrix, 1 GiB in all (past
+// the L3 cache), one copy an iteration, as a decode step reads its experts.
+void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa, Q4Input in,
+            bool from_memory) {
   if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
   Setup s(sh);
   std::vector<std::vector<float>> x(inputs, s.x), y(inputs, s.y);
@@ -115,37 +118,18 @@ void Blocks(benchmark::State& state, Shape sh, int inputs, Isa isa, Q4Input in) 
     xs.push_back(x[i].data());
     ys.push_back(y[i].data());
   }
-  for (auto _ : state) {
-    MatVecBlocks(s.view, xs, ys, 0, sh.rows, 32, isa, in);
-    benchmark::DoNotOptimize(ys.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * inputs * static_cast<int64_t>(s.payload.size()));
-}
-
-// Blocks with the matrix read from memory, as a decode step reads its
-// experts: the product walks copies of the matrix, 1 GiB in all (past the
-// L3 cache), one copy an iteration.
-void BlocksFromMemory(benchmark::State& state, Shape sh, int inputs, Isa isa) {
-  if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
-  Setup s(sh);
-  const size_t bytes = s.payload.size(), copies = (size_t{1} << 30) / bytes + 1;
+  const size_t bytes = s.payload.size();
+  const size_t copies = from_memory ? (size_t{1} << 30) / bytes + 1 : 0;
   std::vector<uint8_t> pool(copies * bytes);
   for (size_t c = 0; c < copies; ++c) std::memcpy(pool.data() + c * bytes, s.payload.data(), bytes);
-  std::vector<std::vector<float>> x(inputs, s.x), y(inputs, s.y);
-  std::vector<const float*> xs;
-  std::vector<float*> ys;
-  for (int i = 0; i < inputs; ++i) {
-    x[i][0] += static_cast<float>(i);
-    xs.push_back(x[i].data());
-    ys.push_back(y[i].data());
-  }
   MatrixView view = s.view;
   size_t c = 0;
   for (auto _ : state) {
-    view.payload = pool.data() + c * bytes;
-    c = c + 1 == copies ? 0 : c + 1;
-    MatVecBlocks(view, xs, ys, 0, sh.rows, 32, isa, Q4Input::kExact);
+    if (copies > 0) {
+      view.payload = pool.data() + c * bytes;
+      c = c + 1 == copies ? 0 : c + 1;
+    }
+    MatVecBlocks(view, xs, ys, 0, sh.rows, 32, isa, in);
     benchmark::DoNotOptimize(ys.data());
     benchmark::ClobberMemory();
   }
@@ -188,7 +172,7 @@ void RegisterBenchmarks() {
               ("blocks/" + std::string(sh.name) + "/" + std::to_string(inputs) + "/" +
                IsaName(isa) + (in == Q4Input::kInt8 ? "/int8" : ""))
                   .c_str(),
-              Blocks, sh, inputs, isa, in);
+              Blocks, sh, inputs, isa, in, false);
   const Shape from_memory[] = {expert[0], expert[1], matvec[0]};
   for (Isa isa : {Isa::kAvx512, Isa::kAmx})
     for (const Shape& sh : from_memory)
@@ -196,7 +180,7 @@ void RegisterBenchmarks() {
         benchmark::RegisterBenchmark(("blocks_from_memory/" + std::string(sh.name) + "/" +
                                       std::to_string(inputs) + "/" + IsaName(isa))
                                          .c_str(),
-                                     BlocksFromMemory, sh, inputs, isa);
+                                     Blocks, sh, inputs, isa, Q4Input::kExact, true);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (const Shape& sh : kv_b)
       benchmark::RegisterBenchmark(
