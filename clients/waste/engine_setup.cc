@@ -43,8 +43,9 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
       ->check(CLI::IsMember({"f32", "i8"}))
       ->capture_default_str();
   cmd->add_option("--q4-input", o->q4_input,
-                  "Inputs of the 4-bit products (Q4G trunk, Q4GR experts) on AVX-512: exact "
-                  "or i8 (8 bits per 32 columns, faster, not exact: docs/MEASUREMENTS.md)")
+                  "Inputs of the 4-bit products (Q4G trunk, Q4GR experts) on AVX2 and AVX-512: "
+                  "exact or i8 (8 bits per 32 columns, faster, not exact: "
+                  "docs/MEASUREMENTS.md; the scalar path is exact either way)")
       ->check(CLI::IsMember({"exact", "i8"}))
       ->capture_default_str();
   o->socket = ClientDaemonSocket();
@@ -231,7 +232,8 @@ namespace {
 
 // `run` on e.model, outliving wasted (ForwardThroughRestarts says how); `run`
 // must leave what it has not done undone, so that calling it again goes on.
-Status RunThroughRestarts(Engine& e, const EngineOptions& o, const std::function<Status(Model&)>& run) {
+Status RunThroughRestarts(Engine& e, const EngineOptions& o,
+                          const std::function<Status(Model&)>& run) {
   if (e.model && !e.daemon) return run(*e.model);
   if (e.model && o.reattach_wait <= 0) {
     // Not waiting: a daemon already gone fails the call before it starts

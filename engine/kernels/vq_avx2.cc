@@ -59,11 +59,11 @@ struct Pass {
   const VqMatrixView* m;
   const float* lut;
   float* y;
-  int64_t block;         // index block number
-  int64_t first;         // row in the block where chunk 0 starts, a multiple of 8
-  int64_t lo, hi;        // the rows to write, relative to the block
+  int64_t block;           // index block number
+  int64_t first;           // row in the block where chunk 0 starts, a multiple of 8
+  int64_t lo, hi;          // the rows to write, relative to the block
   int64_t v_begin, v_end;  // the span of vector positions
-  float* sums;           // running sums of the chunks' rows (8 per chunk)
+  float* sums;             // running sums of the chunks' rows (8 per chunk)
 };
 
 // A chunk's running sum: zero before the first span, else what the last
@@ -118,10 +118,10 @@ void LookupPass(const Pass& p) {
 #pragma GCC unroll 8
       for (int s = 0; s < S; ++s) {
         const float* t = table + s * entries;
-        acc[c] = _mm256_add_ps(
-            acc[c], _mm256_setr_ps(t[q[s]], t[q[S + s]], t[q[2 * S + s]], t[q[3 * S + s]],
-                                   t[q[4 * S + s]], t[q[5 * S + s]], t[q[6 * S + s]],
-                                   t[q[7 * S + s]]));
+        acc[c] =
+            _mm256_add_ps(acc[c], _mm256_setr_ps(t[q[s]], t[q[S + s]], t[q[2 * S + s]],
+                                                 t[q[3 * S + s]], t[q[4 * S + s]], t[q[5 * S + s]],
+                                                 t[q[6 * S + s]], t[q[7 * S + s]]));
       }
     }
   }
