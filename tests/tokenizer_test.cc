@@ -400,13 +400,21 @@ TEST(TokenizerBpe, LongRepeatedPiecesAreFast) {
   auto tok = Tokenizer::Load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().message();
 
+  // The bound is there to catch an encoder quadratic in a run's length.
+  // Under a sanitizer this one took up to 0.34 s alone on the Zen 1 host and
+  // 0.69 s beside another build, so the bound is wider there.
+#ifdef WASTE_SANITIZE
+  constexpr double kSeconds = 2.0;
+#else
+  constexpr double kSeconds = 0.5;
+#endif
   for (const std::string unit : {"a", "A", " ", "\n", "1", "!", "中", "é", "\xF0\x9F\x98\x80", "'s"}) {
     std::string text;
     while (text.size() < 100 * 1024) text += unit;
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<int32_t> ids = tok->Encode(text);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(s, 0.5) << "\"" << Printable(unit) << "\" x " << text.size() / unit.size();
+    EXPECT_LT(s, kSeconds) << "\"" << Printable(unit) << "\" x " << text.size() / unit.size();
     EXPECT_EQ(tok->Decode(ids), text);
     std::printf("100 KB of \"%s\": %zu ids in %.1f ms\n", Printable(unit).c_str(), ids.size(), s * 1e3);
   }
