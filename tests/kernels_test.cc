@@ -1299,6 +1299,31 @@ TEST_P(VqFormats, QuantizedPoolSplitGivesTheSameRows) {
   }
 }
 
+// VqBuildQLut, a scale group at a time, writes VqQuantizeLut's bytes of
+// VqBuildLut's whole table on every path (columns ending inside a group
+// too: 136 is two groups and one position).
+TEST_P(VqFormats, BuildQLutIsTheQuantizedTable) {
+  const VqFormat& f = GetParam();
+  uint32_t seed = 640;
+  for (int64_t cols : kVqCols) {
+    VqRecord rec(f, 1, cols, seed++);
+    Input x(cols, seed++);
+    const size_t bytes = VqQLutBytes(cols, rec.q.stages, rec.q.index_bits);
+    for (int m = 0; m < format::kMatrices; ++m) {
+      const std::vector<const float*> books = rec.Books(m);
+      for (Isa isa : AvailableIsas()) {
+        Lut lut(rec, m, x.data(), isa);
+        QLut want(rec, lut.data(), isa);
+        Guarded got(bytes);
+        VqBuildQLut(books.data(), rec.q.stages, rec.q.entries, rec.q.index_bits, x.data(), cols,
+                    got.bytes(), isa);
+        ASSERT_EQ(std::memcmp(got.bytes(), want.data(), bytes), 0)
+            << Name(isa) << " cols " << cols << " matrix " << m;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(kernels, VqFormats, ::testing::ValuesIn(kVqFormats),
                          [](const auto& test) { return std::string(test.param.name); });
 

@@ -82,6 +82,9 @@ void VqBuildSplitLut(const float* const* codebooks, int stages, const float* x, 
                      uint8_t* planes);
 bool VqApplySplit(const VqMatrixView& m, const uint8_t* planes, float* y, int64_t row_begin,
                   int64_t row_end);
+// VqQuantizeLut of VqBuildLut's table, a scale group at a time (vq.h).
+void VqBuildQLut(const float* const* codebooks, int stages, int entries, int index_bits,
+                 const float* x, int64_t cols, uint8_t* qlut);
 // matvec.h's WeightedRows, the scalar reference's bits; grouped formats need
 // group % 16 == 0.
 bool WeightedRows(const MatrixView& w, int64_t first_row, const float* a, int64_t n_rows, float* y);

@@ -190,6 +190,31 @@ void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int 
   }
 }
 
+void VqBuildQLut(const float* const* codebooks, int stages, int entries, int index_bits,
+                 const float* x, int64_t cols, uint8_t* qlut, Isa isa) {
+  if (UsableIsa(isa) >= Isa::kAvx512) {
+    avx512::VqBuildQLut(codebooks, stages, entries, index_bits, x, cols, qlut);
+    return;
+  }
+  // A table entry depends only on its own 8 inputs and a group's bytes only
+  // on its own entries, so a group built and quantized alone is the same
+  // bytes as the whole table's.
+  constexpr int64_t kGroupCols = 8 * kVqGroup;
+  const int64_t nv = cols / 8, groups = Groups(nv);
+  const int width = TableEntries(index_bits);
+  std::vector<float> lut(VqLutFloats(kGroupCols, stages, entries));
+  std::vector<uint8_t> one(VqQLutBytes(kGroupCols, stages, index_bits));  // one scale, the bytes
+  uint8_t* bytes = qlut + 4 * groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t v0 = g * kVqGroup, v1 = std::min(nv, v0 + kVqGroup);
+    VqBuildLut(codebooks, stages, entries, x + 8 * v0, 8 * (v1 - v0), lut.data(), isa);
+    VqQuantizeLut(lut.data(), 8 * (v1 - v0), stages, entries, index_bits, one.data(), isa);
+    std::memcpy(qlut + 4 * g, one.data(), 4);
+    std::memcpy(bytes + v0 * stages * width, one.data() + 4,
+                static_cast<size_t>((v1 - v0) * stages * width));
+  }
+}
+
 void VqApplyQ(const VqMatrixView& m, const uint8_t* qlut, float* y, int64_t row_begin,
               int64_t row_end, Isa isa) {
   if (row_begin >= row_end) return;

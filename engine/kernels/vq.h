@@ -128,6 +128,14 @@ size_t VqQLutBytes(int64_t cols, int stages, int index_bits);
 void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int index_bits,
                    uint8_t* qlut, Isa isa);
 
+// VqQuantizeLut(VqBuildLut's table): the same bytes, built a scale group
+// (kVqGroup vector positions) at a time through a float table of one group,
+// so that the whole float table is never written and read back (as
+// VqBuildSplitLut does for the exact planes). qlut: [VqQLutBytes(cols,
+// stages, index_bits)] bytes, any alignment.
+void VqBuildQLut(const float* const* codebooks, int stages, int entries, int index_bits,
+                 const float* x, int64_t cols, uint8_t* qlut, Isa isa);
+
 // y[r] = the product above for r in [row_begin, row_end); otherwise as
 // VqApply, with a table from VqQuantizeLut for m's cols, stages, entries and
 // index_bits. The AVX-512 path needs VBMI and index_block 64; every other

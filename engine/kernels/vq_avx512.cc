@@ -13,6 +13,7 @@
 #include "engine/kernels/avx512_intrin.h"
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/kernels/simd.h"
 
@@ -706,6 +707,51 @@ void VqBuildSplitLut(const float* const* codebooks, int stages, const float* x, 
         StorePlanes(by_plane, acc, out + 16 * c);
       }
     }
+  }
+}
+
+void VqBuildQLut(const float* const* codebooks, int stages, int entries, int index_bits,
+                 const float* x, int64_t cols, uint8_t* qlut) {
+  // The codebooks transposed once as in VqBuildSplitLut (lanes past
+  // `entries` zero, never stored); then each scale group's floats, laid out
+  // as VqBuildLut lays them, into `lut` (VQ3R: 24 KiB), quantized from there.
+  alignas(64) float books[8][16][8][16];
+  const int chunks = (entries + 15) / 16;
+  for (int s = 0; s < stages; ++s)
+    for (int c = 0; c < chunks; ++c)
+      for (int d = 0; d < 8; ++d)
+        for (int lane = 0; lane < 16; ++lane)
+          books[s][c][d][lane] =
+              16 * c + lane < entries ? codebooks[s][(16 * c + lane) * 8 + d] : 0.f;
+  const int64_t nv = cols / 8, groups = (nv + kVqGroup - 1) / kVqGroup;
+  const int64_t stride = static_cast<int64_t>(stages) * entries;  // floats per vector position
+  const int width = index_bits == 6 ? 64 : 256;
+  std::vector<float> lut(static_cast<size_t>(kVqGroup * stride));
+  std::vector<uint8_t> one(static_cast<size_t>(4 + kVqGroup * stages * width));
+  uint8_t* bytes = qlut + 4 * groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t v0 = g * kVqGroup, v1 = v0 + kVqGroup < nv ? v0 + kVqGroup : nv;
+    for (int64_t v = v0; v < v1; ++v) {
+      __m512 xs[8];
+#pragma GCC unroll 8
+      for (int d = 0; d < 8; ++d) xs[d] = _mm512_set1_ps(x[8 * v + d]);
+      float* out = lut.data() + (v - v0) * stride;
+      for (int s = 0; s < stages; ++s)
+        for (int c = 0; c < chunks; ++c) {
+          // BuildStageChunk's sum: dimension 0's product, then FMAs in order.
+          __m512 acc = _mm512_mul_ps(xs[0], _mm512_load_ps(books[s][c][0]));
+#pragma GCC unroll 7
+          for (int d = 1; d < 8; ++d)
+            acc = _mm512_fmadd_ps(xs[d], _mm512_load_ps(books[s][c][d]), acc);
+          const int count = entries - 16 * c < 16 ? entries - 16 * c : 16;
+          _mm512_mask_storeu_ps(out + s * entries + 16 * c,
+                                static_cast<__mmask16>((1u << count) - 1u), acc);
+        }
+    }
+    VqQuantizeLut(lut.data(), 8 * (v1 - v0), stages, entries, index_bits, one.data());
+    __builtin_memcpy(qlut + 4 * g, one.data(), 4);
+    __builtin_memcpy(bytes + v0 * stages * width, one.data() + 4,
+                     static_cast<size_t>((v1 - v0) * stages * width));
   }
 }
 

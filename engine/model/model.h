@@ -382,9 +382,7 @@ class Model {
     // Scratch lent to the pool's threads, each to one chunk of a
     // ParallelFor at a time: at most one of each per thread is ever made.
     std::mutex tables_mu;
-    std::vector<std::unique_ptr<float[]>> spare_tables;  // guarded by tables_mu
-    size_t table_floats = 0;                             // size of each spare table
-    std::vector<ExpertScratch> spare_experts;            // guarded by tables_mu
+    std::vector<ExpertScratch> spare_experts;  // guarded by tables_mu
 
     // A spare ExpertScratch (or a new one), each buffer at least the size
     // given; give it back when done.

@@ -42,10 +42,9 @@ struct Model::MoeUsers {
 // token's input through the layer's own codebooks, which all its experts
 // share: their lookup tables are built once per token (moe_.luts and
 // moe_.derived_gu). A table is either built straight into byte planes (the
-// exact kernel without gathers, where it covers the format: no float table
-// at all), or built in floats and quantized (the int8 table, when asked
-// for; the float table is then scratch: a 32-token chunk's would be 56 MiB
-// at the 48B shapes), or kept in floats (the gathers).
+// exact kernel without gathers, where it covers the format), or quantized
+// a scale group at a time (the int8 table, when asked for); neither writes
+// a whole float table. Otherwise it is kept in floats (the gathers).
 struct Model::MoeTables {
   MoeTables(const ExpertQuant& quant, const RecordLayout& layout, kernels::Isa kernels_isa)
       : q(quant), lay(layout), isa(kernels_isa) {}
@@ -59,15 +58,14 @@ struct Model::MoeTables {
 
   const float* const* codebooks(int matrix) const { return books.data() + matrix * q.stages; }
   // Matrix m's tables for input x ([cols]): the float table into `lut`
-  // (scratch for the int8 copy; unused when split), the derived one into
-  // `derived`.
+  // (keep_float only), the derived one into `derived` (split or int8).
   void Build(int m, const float* x, int64_t cols, float* lut, uint8_t* derived) const {
-    if (split) {
+    if (split)
       kernels::VqBuildSplitLut(codebooks(m), q.stages, q.entries, x, cols, derived, isa);
-      return;
-    }
-    kernels::VqBuildLut(codebooks(m), q.stages, q.entries, x, cols, lut, isa);
-    if (int8) kernels::VqQuantizeLut(lut, cols, q.stages, q.entries, q.index_bits, derived, isa);
+    else if (int8)
+      kernels::VqBuildQLut(codebooks(m), q.stages, q.entries, q.index_bits, x, cols, derived, isa);
+    else
+      kernels::VqBuildLut(codebooks(m), q.stages, q.entries, x, cols, lut, isa);
   }
   void Apply(const kernels::VqMatrixView& v, const float* lut, const uint8_t* derived, float* y,
              int64_t a, int64_t b) const {
@@ -289,9 +287,9 @@ Model::MoeTables Model::PlanMoeTables(int L, int T) {
   tb.int8 = opt_.expert_table == kernels::VqTable::kI8;
   tb.split = !tb.int8 && kernels::VqSplitCovers(q.index_bits, q.index_block, opt_.isa);
   tb.keep_float = !tb.int8 && !tb.split;
-  // The split planes are built without a float table.
-  tb.lut_gu = tb.split ? 0 : kernels::VqLutFloats(hid, q.stages, q.entries);
-  tb.lut_d = tb.split ? 0 : kernels::VqLutFloats(inter, q.stages, q.entries);
+  // The split planes and the int8 table are built without a float table.
+  tb.lut_gu = tb.keep_float ? kernels::VqLutFloats(hid, q.stages, q.entries) : 0;
+  tb.lut_d = tb.keep_float ? kernels::VqLutFloats(inter, q.stages, q.entries) : 0;
   tb.derived_gu_bytes = tb.int8    ? kernels::VqQLutBytes(hid, q.stages, q.index_bits)
                         : tb.split ? kernels::VqSplitLutBytes(hid, q.stages)
                                    : 0;
@@ -303,12 +301,7 @@ Model::MoeTables Model::PlanMoeTables(int L, int T) {
   std::vector<uint8_t>& derived_gu = moe_.derived_gu;
   derived_gu.resize(std::max(derived_gu.size(), static_cast<size_t>(T) * 2 * tb.derived_gu_bytes));
   std::vector<float>& luts = moe_.luts;
-  if (tb.keep_float) luts.resize(std::max(luts.size(), static_cast<size_t>(T) * 2 * tb.lut_gu));
-  if (moe_.table_floats != tb.lut_gu) {  // another layer shape: the spares do not fit
-    std::lock_guard<std::mutex> lock(moe_.tables_mu);
-    moe_.spare_tables.clear();
-    moe_.table_floats = tb.lut_gu;
-  }
+  luts.resize(std::max(luts.size(), static_cast<size_t>(T) * 2 * tb.lut_gu));
   return tb;
 }
 
@@ -316,32 +309,11 @@ void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
   const int hid = c_.expert_width();
   const ExpertQuant& q = tb.q;
   // Every token's gate and up tables are independent, so the pool builds
-  // them (each wholly one thread's: the split cannot change a bit); a float
-  // table that is only scratch is the chunk's own.
+  // them (each wholly one thread's: the split cannot change a bit).
   pool_.ParallelFor(q.direct() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
-    std::unique_ptr<float[]> scratch;
-    if (tb.int8) {
-      std::lock_guard<std::mutex> lock(moe_.tables_mu);
-      if (moe_.spare_tables.empty()) {
-        scratch = std::make_unique_for_overwrite<float[]>(tb.lut_gu);
-      } else {
-        scratch = std::move(moe_.spare_tables.back());
-        moe_.spare_tables.pop_back();
-      }
-    }
-    struct GiveBack {  // even if a kernel throws
-      MoeScratch& m;
-      std::unique_ptr<float[]>& table;
-      ~GiveBack() {
-        if (!table) return;
-        std::lock_guard<std::mutex> lock(m.tables_mu);
-        m.spare_tables.push_back(std::move(table));
-      }
-    } give_back{moe_, scratch};
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / 2;
-      float* lut = tb.keep_float ? moe_.luts.data() + i * tb.lut_gu : scratch.get();
-      tb.Build(static_cast<int>(i % 2), h + t * hid, hid, lut,
+      tb.Build(static_cast<int>(i % 2), h + t * hid, hid, moe_.luts.data() + i * tb.lut_gu,
                moe_.derived_gu.data() + i * tb.derived_gu_bytes);
     }
   });
