@@ -560,6 +560,31 @@ void QuantizeRun(const float* src, int64_t count, float inv, uint8_t* out) {
   }
 }
 
+// One scale group of the quantized table: `tables` (v, stage) tables of
+// `entries` floats at `src` into *scale_at (4 bytes) and `tables` rows of
+// `width` biased bytes at `out`, the entries past `entries` holding 0.
+void QuantizeGroup(const float* src, int64_t tables, int entries, int width, uint8_t* scale_at,
+                   uint8_t* out) {
+  const int64_t n = tables * entries;
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, src + i));
+    amax = _mm512_max_ps(a, amax);  // a NaN lane keeps amax
+  }
+  const float top = _mm512_reduce_max_ps(amax);
+  const float scale = top / 127.f, inv = top > 0.f ? 127.f / top : 0.f;
+  __builtin_memcpy(scale_at, &scale, 4);
+  for (int64_t t = 0; t < tables; ++t, out += width) {
+    QuantizeRun(src + t * entries, entries, inv, out);
+    for (int e = entries; e < width; e += 64) {
+      const int left = width - e;
+      _mm512_mask_storeu_epi8(out + e, left >= 64 ? ~0ull : (1ull << left) - 1,
+                              _mm512_set1_epi8(static_cast<char>(128)));
+    }
+  }
+}
+
 }  // namespace
 
 void VqBuildLut(const float* const* codebooks, int stages, int entries, const float* x,
@@ -606,26 +631,8 @@ void VqQuantizeLut(const float* lut, int64_t cols, int stages, int entries, int 
   uint8_t* bytes = qlut + 4 * groups;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t v0 = g * kVqGroup, v1 = v0 + kVqGroup < nv ? v0 + kVqGroup : nv;
-    const float* src = lut + v0 * stages * entries;
-    const int64_t n = (v1 - v0) * stages * entries;
-    __m512 amax = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-      const __mmask16 k = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1u);
-      const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, src + i));
-      amax = _mm512_max_ps(a, amax);  // a NaN lane keeps amax
-    }
-    const float top = _mm512_reduce_max_ps(amax);
-    const float scale = top / 127.f, inv = top > 0.f ? 127.f / top : 0.f;
-    __builtin_memcpy(qlut + 4 * g, &scale, 4);
-    for (int64_t vs = 0; vs < (v1 - v0) * stages; ++vs) {
-      uint8_t* out = bytes + (v0 * stages + vs) * width;
-      QuantizeRun(src + vs * entries, entries, inv, out);
-      for (int e = entries; e < width; e += 64) {
-        const int left = width - e;
-        _mm512_mask_storeu_epi8(out + e, left >= 64 ? ~0ull : (1ull << left) - 1,
-                                _mm512_set1_epi8(static_cast<char>(128)));
-      }
-    }
+    QuantizeGroup(lut + v0 * stages * entries, (v1 - v0) * stages, entries, width, qlut + 4 * g,
+                  bytes + v0 * stages * width);
   }
 }
 
@@ -665,6 +672,30 @@ void StorePlanes(__m512i by_plane, __m512 floats, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 768), _mm512_extracti32x4_epi32(q, 3));
 }
 
+// The codebooks with entries in the lanes, as BuildStageChunk's gathers
+// put them: books[stage][16 entries][dimension][lane], every stage's at
+// once (VQ3R: 24 KiB, in L1 for every vector position); lanes past
+// `entries` are zero and never stored.
+using TransposedBooks = float[8][16][8][16];
+void TransposeBooks(const float* const* codebooks, int stages, int entries,
+                    TransposedBooks& books) {
+  for (int s = 0; s < stages; ++s)
+    for (int c = 0; c < (entries + 15) / 16; ++c)
+      for (int d = 0; d < 8; ++d)
+        for (int lane = 0; lane < 16; ++lane)
+          books[s][c][d][lane] =
+              16 * c + lane < entries ? codebooks[s][(16 * c + lane) * 8 + d] : 0.f;
+}
+
+// BuildStageChunk's sum for 16 entries: dimension 0's product, then FMAs
+// in order. xs: the vector position's 8 inputs, broadcast.
+__m512 EntrySums(const __m512* xs, const float (*dims)[16]) {
+  __m512 acc = _mm512_mul_ps(xs[0], _mm512_load_ps(dims[0]));
+#pragma GCC unroll 7
+  for (int d = 1; d < 8; ++d) acc = _mm512_fmadd_ps(xs[d], _mm512_load_ps(dims[d]), acc);
+  return acc;
+}
+
 }  // namespace
 
 void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t* planes) {
@@ -681,16 +712,8 @@ void VqSplitLut(const float* lut, int64_t cols, int stages, int entries, uint8_t
 
 void VqBuildSplitLut(const float* const* codebooks, int stages, const float* x, int64_t cols,
                      uint8_t* planes) {
-  // The codebooks with entries in the lanes, as BuildStageChunk's gathers
-  // put them: [stage][16 entries][dimension][lane], every stage's at once,
-  // since a vector position's tables are finished before the next one's
-  // (VQ3R: 24 KiB, in L1 for every position).
-  alignas(64) float books[8][16][8][16];
-  for (int s = 0; s < stages; ++s)
-    for (int c = 0; c < 16; ++c)
-      for (int d = 0; d < 8; ++d)
-        for (int lane = 0; lane < 16; ++lane)
-          books[s][c][d][lane] = codebooks[s][(16 * c + lane) * 8 + d];
+  alignas(64) TransposedBooks books;
+  TransposeBooks(codebooks, stages, 256, books);
   const __m512i by_plane = _mm512_load_si512(kByPlane);
   for (int64_t v = 0; v < cols / 8; ++v) {
     __m512 xs[8];
@@ -698,36 +721,22 @@ void VqBuildSplitLut(const float* const* codebooks, int stages, const float* x, 
     for (int d = 0; d < 8; ++d) xs[d] = _mm512_set1_ps(x[8 * v + d]);
     for (int s = 0; s < stages; ++s) {
       uint8_t* out = planes + (v * stages + s) * 1024;
-      for (int c = 0; c < 16; ++c) {
-        // BuildStageChunk's sum: dimension 0's product, then FMAs in order.
-        __m512 acc = _mm512_mul_ps(xs[0], _mm512_load_ps(books[s][c][0]));
-#pragma GCC unroll 7
-        for (int d = 1; d < 8; ++d)
-          acc = _mm512_fmadd_ps(xs[d], _mm512_load_ps(books[s][c][d]), acc);
-        StorePlanes(by_plane, acc, out + 16 * c);
-      }
+      for (int c = 0; c < 16; ++c) StorePlanes(by_plane, EntrySums(xs, books[s][c]), out + 16 * c);
     }
   }
 }
 
 void VqBuildQLut(const float* const* codebooks, int stages, int entries, int index_bits,
                  const float* x, int64_t cols, uint8_t* qlut) {
-  // The codebooks transposed once as in VqBuildSplitLut (lanes past
-  // `entries` zero, never stored); then each scale group's floats, laid out
-  // as VqBuildLut lays them, into `lut` (VQ3R: 24 KiB), quantized from there.
-  alignas(64) float books[8][16][8][16];
+  // Each scale group's floats, laid out as VqBuildLut lays them, into `lut`
+  // (VQ3R: 24 KiB), quantized from there.
+  alignas(64) TransposedBooks books;
+  TransposeBooks(codebooks, stages, entries, books);
   const int chunks = (entries + 15) / 16;
-  for (int s = 0; s < stages; ++s)
-    for (int c = 0; c < chunks; ++c)
-      for (int d = 0; d < 8; ++d)
-        for (int lane = 0; lane < 16; ++lane)
-          books[s][c][d][lane] =
-              16 * c + lane < entries ? codebooks[s][(16 * c + lane) * 8 + d] : 0.f;
   const int64_t nv = cols / 8, groups = (nv + kVqGroup - 1) / kVqGroup;
   const int64_t stride = static_cast<int64_t>(stages) * entries;  // floats per vector position
   const int width = index_bits == 6 ? 64 : 256;
   std::vector<float> lut(static_cast<size_t>(kVqGroup * stride));
-  std::vector<uint8_t> one(static_cast<size_t>(4 + kVqGroup * stages * width));
   uint8_t* bytes = qlut + 4 * groups;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t v0 = g * kVqGroup, v1 = v0 + kVqGroup < nv ? v0 + kVqGroup : nv;
@@ -738,20 +747,14 @@ void VqBuildQLut(const float* const* codebooks, int stages, int entries, int ind
       float* out = lut.data() + (v - v0) * stride;
       for (int s = 0; s < stages; ++s)
         for (int c = 0; c < chunks; ++c) {
-          // BuildStageChunk's sum: dimension 0's product, then FMAs in order.
-          __m512 acc = _mm512_mul_ps(xs[0], _mm512_load_ps(books[s][c][0]));
-#pragma GCC unroll 7
-          for (int d = 1; d < 8; ++d)
-            acc = _mm512_fmadd_ps(xs[d], _mm512_load_ps(books[s][c][d]), acc);
           const int count = entries - 16 * c < 16 ? entries - 16 * c : 16;
           _mm512_mask_storeu_ps(out + s * entries + 16 * c,
-                                static_cast<__mmask16>((1u << count) - 1u), acc);
+                                static_cast<__mmask16>((1u << count) - 1u),
+                                EntrySums(xs, books[s][c]));
         }
     }
-    VqQuantizeLut(lut.data(), 8 * (v1 - v0), stages, entries, index_bits, one.data());
-    __builtin_memcpy(qlut + 4 * g, one.data(), 4);
-    __builtin_memcpy(bytes + v0 * stages * width, one.data() + 4,
-                     static_cast<size_t>((v1 - v0) * stages * width));
+    QuantizeGroup(lut.data(), (v1 - v0) * stages, entries, width, qlut + 4 * g,
+                  bytes + v0 * stages * width);
   }
 }
 
