@@ -966,7 +966,7 @@ TEST_F(Daemon, ClientsKilledAtRandomLeaveNothingBehind) {
 // resident memory stays flat and within its budget, and the latency of a pin
 // (the record was ready) and of a demand read (the client waited for it) is
 // reported. WASTE_LOAD_SECONDS sets the length: 5 s here in CI, 60 s for the
-// figures in docs/MEASUREMENTS.md.
+// figures in docs/log/2026-11-30-issues-6-to-9.md ("faults, load and fuzzing").
 TEST_F(Daemon, EightClientsAtFullSpeed) {
   const char* env = getenv("WASTE_LOAD_SECONDS");
   const double seconds = env ? std::stod(env) : 5;

@@ -289,11 +289,12 @@ TEST_P(Forward, PlacementNeverChangesTheLogits) {
 // An approximate option (`p`) against the exact path on the same tokens
 // (the exact path's greedy continuation forced): the logit error relative
 // to the row's largest logit and the next-token KL divergence, printed for
-// docs/MEASUREMENTS.md. The worst position is usually one where a router's
-// choice flipped, so the bounds are on the mean KL and the argmax, about
-// four times what was measured (the int8 table, 2026-11-30: mean KL 0.0073
-// and 0.00024, argmax 15/16 and 16/16). Identical logits pass too: the
-// callers check when they must differ.
+// docs/log/2026-11-30-issues-6-to-9.md ("accuracy of the int8 table"). The
+// worst position is usually one where a router's choice flipped, so the
+// bounds are on the mean KL and the argmax, about four times what was
+// measured (the int8 table, 2026-11-30: mean KL 0.0073 and 0.00024, argmax
+// 15/16 and 16/16). Identical logits pass too: the callers check when they
+// must differ.
 void ExpectCloseToExact(const std::vector<float>& exact, const std::vector<float>& q, int V,
                         const char* preset, const char* what, double mean_kl_bound) {
   ASSERT_EQ(q.size(), exact.size());

@@ -330,7 +330,8 @@ Status Model::ForwardChunk(std::span<const BatchItem> items, bool all) {
     // as it stands, normed with that layer's own post-attention norm, as its
     // router will see it two residual updates later. On kl48b this guessed
     // 81.4% right at 8 per token, against 80.7% through this layer's norm
-    // (the state this layer's FFN sees) and 75.2% unnormed (MEASUREMENTS.md).
+    // (the state this layer's FFN sees) and 75.2% unnormed
+    // (docs/log/2026-11-30-issues-3-to-5.md, "router lookahead").
     const bool next_moe = L + 1 < c_.n_layers && layers_[L + 1]->plan.ffn == FfnKind::kMoe;
     const int ahead = guess_config_.top_k > 0 && next_moe ? L + 1 : -1;
     if (ahead >= 0) {

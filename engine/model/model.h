@@ -83,7 +83,7 @@ struct PhaseTimes {
   double lookahead = 0;  // the lookahead's router matvecs and ranking
 };
 
-// The roofline's parts of a forward pass (docs/MEASUREMENTS.md, "roofline"):
+// The roofline's parts of a forward pass (docs/log/2026-12-02.md and 2026-12-05.md, "roofline"):
 // finer than PhaseTimes, each with the weight bytes it read. A part that
 // names products is the time of its trunk products alone (Model::MatVecs);
 // the tables, the routed experts and the head are timed where they run.
@@ -135,12 +135,13 @@ struct ModelOptions {
   // The routed experts' lookup table: kF32 is exact (the reference fixtures
   // hold to 1e-4 of the largest logit); kI8 is its int8 copy, several times
   // faster with AVX-512 and off by the table's rounding (engine/kernels/vq.h;
-  // its logit error and KL are in docs/MEASUREMENTS.md, "int8 lookup table").
+  // its logit error and KL are in docs/log/2026-11-30-issues-6-to-9.md,
+  // "accuracy of the int8 table").
   kernels::VqTable expert_table = kernels::VqTable::kF32;
   // How AVX-512's Q4G products (a 4-bit trunk, Q4GR experts, a 4-bit head)
   // put their inputs in fixed point: kExact by default; kInt8 is faster and
   // not exact (kernels/matvec.h; its perplexity and KL in
-  // docs/MEASUREMENTS.md, "int8 inputs").
+  // docs/log/2026-12-03-to-04.md, "int8 inputs").
   kernels::Q4Input q4_input = kernels::Q4Input::kExact;
   int chunk = 32;     // prefill tokens per chunk
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
@@ -153,12 +154,12 @@ struct ModelOptions {
   // depend on it. 6, measured on kl48b at 2 GiB against 0, 4, 8 and 16: 6
   // and 8 cut the expert I/O wait by a third, and 6 reads 11% more bytes
   // than off where 8 reads 55% more; 16 reads 3.3 times the bytes and waits
-  // 2.8 times as long (MEASUREMENTS.md, "router lookahead").
+  // 2.8 times as long (docs/log/2026-11-30-issues-3-to-5.md, "router lookahead").
   int lookahead = 6;
   // Also guess the next token's first MoE layer from this token's final
   // hidden state. Off: on kl48b it was right 32% of the time, no better than
   // the previous token's own experts (32%, already cached), and 8% on the
-  // records that token had not used (chance: 3%). See MEASUREMENTS.md.
+  // records that token had not used (chance: 3%). See docs/log/2026-11-30-issues-3-to-5.md.
   bool lookahead_next_token = false;
   // Route this many experts per token instead of the trained top_k: the
   // first N of the router's own ranking, weighted as the family's router
@@ -166,7 +167,7 @@ struct ModelOptions {
   // softmax over the N for GPT-OSS's). 1..top_k, anything else refused at
   // load; 0: top_k, the default path, bit for bit. Fewer expert reads and
   // products per token, at a cost in quality the model does not announce
-  // (docs/MEASUREMENTS.md, "experts per token"). The lookahead's count is
+  // (docs/log/2026-12-02.md, "fewer experts per token"). The lookahead's count is
   // its own (above).
   int experts_per_token = 0;
   // Called with every token's routed experts at every MoE layer (for traces).
