@@ -74,9 +74,15 @@ listed_names() {
   ' "$1"
 }
 
-# Folder READMEs; build trees and the git directory are not the project's.
-readmes=$(find . \( -name .git -o -name 'build*' \) -prune -o \
-  -name README.md -print | sed 's|^\./||' | sort)
+# Folder READMEs: the files git knows or would add (so no build tree's), or
+# outside a git checkout every README but those under build*/.
+if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  readmes=$(git ls-files --cached --others --exclude-standard \
+    'README.md' '*/README.md' | sort -u)
+else
+  readmes=$(find . \( -name .git -o -name 'build*' \) -prune -o \
+    -name README.md -print | sed 's|^\./||' | sort)
+fi
 
 for readme in $readmes; do
   [ "$readme" = README.md ] && continue
@@ -119,6 +125,7 @@ done
 
 # docs/MODELS.md: file names in its tables (`engine/model/x.cc`, or a bare
 # `x.cc` / `rotary.{h,cc}`, which is engine/model's).
+# shellcheck disable=SC2016  # the backquotes are Markdown's, not the shell's
 model_files=$(grep '^|' docs/MODELS.md |
   grep -oE '`[A-Za-z0-9_./{},-]+\.(h|cc|\{h,cc\})`' | tr -d '`' | sort -u)
 for name in $model_files; do
