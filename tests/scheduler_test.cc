@@ -51,6 +51,8 @@ std::shared_ptr<Generation> Greedy(std::vector<int> prompt, int max_tokens,
 
 class SchedulerTest : public ::testing::TestWithParam<const char*> {
  protected:
+  using StepFn = std::function<Status(std::span<const Model::BatchItem>)>;
+
   void SetUp() override {
     dir_ = waste::testing::ScratchDir();
     ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
@@ -75,10 +77,22 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
     }
   }
 
-  std::unique_ptr<Scheduler> Make(SchedulerOptions o, Scheduler::StepFn step = nullptr) {
-    if (!step) step = [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); };
-    return std::make_unique<Scheduler>(o, model_->config().vocab, std::move(step),
-                                       [this](int n) { return model_->NewSession(n); });
+  // The model stepped directly, or through `step` (to hold or fail a step).
+  struct ModelStepper : Stepper {
+    Model* model = nullptr;
+    StepFn step;
+    Status Step(std::span<const Model::BatchItem> items) override {
+      return step ? step(items) : model->ForwardBatch(items);
+    }
+    Result<Session> NewSession(int max_context) override { return model->NewSession(max_context); }
+    bool attached() const override { return true; }
+  };
+
+  std::unique_ptr<Scheduler> Make(SchedulerOptions o, StepFn step = nullptr) {
+    auto& stepper = *steppers_.emplace_back(std::make_unique<ModelStepper>());
+    stepper.model = model_.get();
+    stepper.step = std::move(step);
+    return std::make_unique<Scheduler>(o, model_->config().vocab, stepper);
   }
 
   // Model::Forward's own greedy reply to `prompt`.
@@ -99,6 +113,7 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Model> model_;
   std::vector<std::vector<int>> prompts_;
+  std::vector<std::unique_ptr<ModelStepper>> steppers_;  // outlive their schedulers
 };
 
 TEST_P(SchedulerTest, AGreedyReplyIsTheSameAloneOrBesideOthers) {

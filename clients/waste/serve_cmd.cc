@@ -14,7 +14,7 @@
 
 #include "engine/plan/plan.h"
 #include "clients/waste/commands.h"
-#include "clients/waste/engine_setup.h"
+#include "clients/waste/engine_flags.h"
 #include "engine/tokenizer/chat.h"
 #include "serve/api_server.h"
 #include "serve/http_server.h"
@@ -106,19 +106,9 @@ int RunServe(const ServeOptions& o) {
   so.context = o.engine.context;
   so.chunk = o.engine.chunk;
   so.prefix_cache_bytes = *keep;
-  const ModelConfig& config = ct.config();
   // The scheduler's thread is the only one that runs the model, or builds
-  // it again after wasted restarts; `attached` is what /health reads.
-  std::atomic<bool> attached{true};
-  Engine& engine = *e;
-  serve::Scheduler scheduler(
-      so, config.vocab,
-      [&](std::span<const Model::BatchItem> items) {
-        const Status st = StepThroughRestarts(engine, o.engine, items);
-        attached = engine.model != nullptr;
-        return st;
-      },
-      [&](int n) { return engine.model->NewSession(n); });
+  // it again after wasted restarts.
+  serve::Scheduler scheduler(so, ct.config().vocab, *e);
   serve::ApiOptions ao;
   ao.model_name = o.model_name.empty()
                       ? std::filesystem::path(ct.dir()).lexically_normal().filename().string()
@@ -126,8 +116,7 @@ int RunServe(const ServeOptions& o) {
   if (ao.model_name.empty()) ao.model_name = "waste";
   ao.api_key = key;
   ao.context = o.engine.context;
-  serve::ApiServer api(ao, *e->tokenizer, ct.chat() ? &*ct.chat() : nullptr, *end_ids, scheduler,
-                       [&] { return attached.load(); });
+  serve::ApiServer api(ao, *e->tokenizer, ct.chat() ? &*ct.chat() : nullptr, *end_ids, scheduler);
   serve::HttpOptions ho;
   ho.host = host;
   ho.port = port;
