@@ -16,6 +16,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "link/attach.h"
+#include "runtime/stepper.h"
 
 namespace waste {
 
@@ -44,21 +45,6 @@ struct EngineOptions {
   double spawn_idle_exit = 300;  // seconds a spawned daemon lingers without clients
   // How long ForwardThroughRestarts waits for wasted to come back; 0: not at all.
   double reattach_wait = kDefaultReattachWait;
-};
-
-// What a batch scheduler steps (serve::Scheduler), all from one thread: a
-// model that may be built again between two calls. Engine is the one the
-// programs use; a test gives its own to hold or fail a step.
-class Stepper {
- public:
-  virtual ~Stepper() = default;
-  // Model::ForwardBatch(items); a failed step leaves every session as it was.
-  virtual Status Step(std::span<const Model::BatchItem> items) = 0;
-  // A fresh session of the model, with room for `max_context` tokens.
-  virtual Result<Session> NewSession(int max_context) = 0;
-  // Whether the model is there to run (false after wasted went away and
-  // none serving the container came back).
-  virtual bool attached() const = 0;
 };
 
 struct Engine final : Stepper {

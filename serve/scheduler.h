@@ -33,7 +33,7 @@
 #include "base/status.h"
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
-#include "runtime/engine.h"
+#include "runtime/stepper.h"
 
 namespace waste::serve {
 
