@@ -2,7 +2,7 @@
 // alone or batched beside others (and equals Model::Forward's own greedy
 // run), a follow-up turn resumes from the kept state with the logits of a
 // full prefill, end tokens, cancelling, a full queue, a prompt too long,
-// and stopping with work in hand.
+// stopping with work in hand, and a model gone for good.
 #include "serve/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -268,6 +268,30 @@ TEST_P(SchedulerTest, APromptWithNoRoomAndAFailingStepEndInErrors) {
   EXPECT_EQ(out->end.reason, EndReason::kError);
   EXPECT_EQ(out->end.error, "the daemon went away");
   EXPECT_TRUE(out->tokens.empty());
+}
+
+// A model gone for good (wasted went away and none came back): no session
+// can be had, the generation ends in that error, and attached() says so.
+TEST_P(SchedulerTest, NoSessionEndsTheGenerationInAnErrorAndAttachedSaysSo) {
+  struct Gone : Stepper {
+    bool gone = false;
+    Status Step(std::span<const Model::BatchItem>) override { return Status::Error("no step"); }
+    Result<Session> NewSession(int) override {
+      gone = true;
+      return Status::Error("wasted went away: not continuing");
+    }
+    bool attached() const override { return !gone; }
+  } model;
+  Scheduler s({}, model_->config().vocab, model);
+  EXPECT_TRUE(s.attached());
+  auto out = std::make_shared<Outcome>();
+  ASSERT_TRUE(s.Submit(Greedy(prompts_[0], 4, out)));
+  out->done.get_future().wait();
+  EXPECT_EQ(out->end.reason, EndReason::kError);
+  EXPECT_EQ(out->end.error, "wasted went away: not continuing");
+  EXPECT_TRUE(out->tokens.empty());
+  EXPECT_FALSE(s.attached());
+  s.Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SchedulerTest, ::testing::Values("tiny-kimi", "tiny-deepseek"),
