@@ -101,6 +101,17 @@ class Wasted {
   std::string log_;
 };
 
+// Waits until the engine's link has seen its daemon go (a crash is seen
+// within milliseconds), so that the next call must attach again rather
+// than finish over the old mappings.
+bool SeenGone(const Engine& e) {
+  for (int i = 0; i < 500; ++i) {
+    if (!e.daemon->Health().ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -257,6 +268,7 @@ TEST_F(RuntimeTest, AttachedToWastedAStepGoesOnAfterAKillAndARestart) {
   // Killed between two steps and started again: the next step attaches to
   // the new daemon, builds the model again and runs as if nothing happened.
   daemon->Kill();
+  ASSERT_TRUE(SeenGone(*e));
   daemon = std::make_unique<Wasted>(kimi_, socket_, dir_);
   ASSERT_TRUE(daemon->listening()) << daemon->log();
   ASSERT_TRUE(ForwardThroughRestarts(*e, *s, more, got.data()).ok());
@@ -269,6 +281,7 @@ TEST_F(RuntimeTest, AttachedToWastedAStepGoesOnAfterAKillAndARestart) {
   // The same through the batch step, the daemon started again only while
   // the step waits for it.
   daemon->Kill();
+  ASSERT_TRUE(SeenGone(*e));
   std::thread later([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     daemon = std::make_unique<Wasted>(kimi_, socket_, dir_);
@@ -307,6 +320,7 @@ TEST_F(RuntimeTest, ADaemonServingAnotherContainerIsRefusedWithAMessage) {
   std::vector<float> got(vocab_);
   ASSERT_TRUE(ForwardThroughRestarts(*e, *s, prompt, got.data()).ok());
   daemon->Kill();
+  ASSERT_TRUE(SeenGone(*e));
   daemon = std::make_unique<Wasted>(other, socket_, dir_);
   ASSERT_TRUE(daemon->listening()) << daemon->log();
   const Status st = ForwardThroughRestarts(*e, *s, more, got.data());
