@@ -50,14 +50,12 @@ struct ApiServer::Reply {
 };
 
 ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
-                     std::vector<int32_t> end_of_turn, Scheduler& scheduler,
-                     std::function<bool()> attached)
+                     std::vector<int32_t> end_of_turn, Scheduler& scheduler)
     : o_(std::move(o)),
       tok_(tok),
       chat_(chat),
       end_of_turn_(std::move(end_of_turn)),
-      scheduler_(scheduler),
-      attached_(std::move(attached)) {}
+      scheduler_(scheduler) {}
 
 ApiCounters ApiServer::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -96,7 +94,7 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
     r->Send(200, "text/html; charset=utf-8", kChatPage);
   } else if (route("GET", "/health")) {
     Count([](ApiCounters& c) { ++c.other; });
-    const bool ok = attached_();
+    const bool ok = scheduler_.attached();
     r->Send(ok ? 200 : 503, "application/json",
             json{{"status", ok ? "ok" : "the model is not attached"}}.dump());
   } else if (route("GET", "/metrics")) {

@@ -53,10 +53,10 @@ class ApiServer {
  public:
   // `tok` and `chat` (null: the container has no chat.json; chat requests
   // are then refused) must outlive the server, `scheduler` too. `end_of_turn`:
-  // the ids that end a reply (EndOfTurnIds). `attached`: whether the model
-  // can run now (/health).
+  // the ids that end a reply (EndOfTurnIds). /health says whether the
+  // scheduler's model is attached.
   ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
-            std::vector<int32_t> end_of_turn, Scheduler& scheduler, std::function<bool()> attached);
+            std::vector<int32_t> end_of_turn, Scheduler& scheduler);
 
   // HttpServer's handler.
   void Handle(Request req, std::shared_ptr<Responder> r);
@@ -79,7 +79,6 @@ class ApiServer {
   const ChatFormat* chat_;
   const std::vector<int32_t> end_of_turn_;
   Scheduler& scheduler_;
-  const std::function<bool()> attached_;
   const HttpServer* http_ = nullptr;
   std::atomic<uint64_t> next_id_{0};
   mutable std::mutex mu_;  // guards counters_

@@ -267,7 +267,7 @@ TEST_P(Forward, LogitsAreFiniteAndNotFlat) {
 TEST_P(Forward, PlacementNeverChangesTheLogits) {
   const std::vector<float> base = Run({});
   // Caches too small for the lookahead's reads run without it: Acquire fails
-  // when every slot is loading (engine_setup turns it off below 64 slots).
+  // when every slot is loading (OpenEngine turns it off below 64 slots).
   const std::vector<std::pair<const char*, Placement>> variants = {
       {"one slot", {1, 4, 2, 32, 0}},
       {"three slots", {3, 4, 2, 32, 0}},

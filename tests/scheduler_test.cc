@@ -2,7 +2,7 @@
 // alone or batched beside others (and equals Model::Forward's own greedy
 // run), a follow-up turn resumes from the kept state with the logits of a
 // full prefill, end tokens, cancelling, a full queue, a prompt too long,
-// and stopping with work in hand.
+// stopping with work in hand, and a model gone for good.
 #include "serve/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +51,8 @@ std::shared_ptr<Generation> Greedy(std::vector<int> prompt, int max_tokens,
 
 class SchedulerTest : public ::testing::TestWithParam<const char*> {
  protected:
+  using StepFn = std::function<Status(std::span<const Model::BatchItem>)>;
+
   void SetUp() override {
     dir_ = waste::testing::ScratchDir();
     ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
@@ -75,10 +77,22 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
     }
   }
 
-  std::unique_ptr<Scheduler> Make(SchedulerOptions o, Scheduler::StepFn step = nullptr) {
-    if (!step) step = [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); };
-    return std::make_unique<Scheduler>(o, model_->config().vocab, std::move(step),
-                                       [this](int n) { return model_->NewSession(n); });
+  // The model stepped directly, or through `step` (to hold or fail a step).
+  struct ModelStepper : Stepper {
+    Model* model = nullptr;
+    StepFn step;
+    Status Step(std::span<const Model::BatchItem> items) override {
+      return step ? step(items) : model->ForwardBatch(items);
+    }
+    Result<Session> NewSession(int max_context) override { return model->NewSession(max_context); }
+    bool attached() const override { return true; }
+  };
+
+  std::unique_ptr<Scheduler> Make(SchedulerOptions o, StepFn step = nullptr) {
+    auto& stepper = *steppers_.emplace_back(std::make_unique<ModelStepper>());
+    stepper.model = model_.get();
+    stepper.step = std::move(step);
+    return std::make_unique<Scheduler>(o, model_->config().vocab, stepper);
   }
 
   // Model::Forward's own greedy reply to `prompt`.
@@ -99,6 +113,7 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Model> model_;
   std::vector<std::vector<int>> prompts_;
+  std::vector<std::unique_ptr<ModelStepper>> steppers_;  // outlive their schedulers
 };
 
 TEST_P(SchedulerTest, AGreedyReplyIsTheSameAloneOrBesideOthers) {
@@ -253,6 +268,30 @@ TEST_P(SchedulerTest, APromptWithNoRoomAndAFailingStepEndInErrors) {
   EXPECT_EQ(out->end.reason, EndReason::kError);
   EXPECT_EQ(out->end.error, "the daemon went away");
   EXPECT_TRUE(out->tokens.empty());
+}
+
+// A model gone for good (wasted went away and none came back): no session
+// can be had, the generation ends in that error, and attached() says so.
+TEST_P(SchedulerTest, NoSessionEndsTheGenerationInAnErrorAndAttachedSaysSo) {
+  struct Gone : Stepper {
+    bool gone = false;
+    Status Step(std::span<const Model::BatchItem>) override { return Status::Error("no step"); }
+    Result<Session> NewSession(int) override {
+      gone = true;
+      return Status::Error("wasted went away: not continuing");
+    }
+    bool attached() const override { return !gone; }
+  } model;
+  Scheduler s({}, model_->config().vocab, model);
+  EXPECT_TRUE(s.attached());
+  auto out = std::make_shared<Outcome>();
+  ASSERT_TRUE(s.Submit(Greedy(prompts_[0], 4, out)));
+  out->done.get_future().wait();
+  EXPECT_EQ(out->end.reason, EndReason::kError);
+  EXPECT_EQ(out->end.error, "wasted went away: not continuing");
+  EXPECT_TRUE(out->tokens.empty());
+  EXPECT_FALSE(s.attached());
+  s.Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SchedulerTest, ::testing::Values("tiny-kimi", "tiny-deepseek"),

@@ -82,12 +82,9 @@ class ServeTest : public ::testing::Test {
   void Restart(SchedulerOptions so, ApiOptions ao) {
     Stop();
     so.context = ao.context = 512;
-    scheduler_ = std::make_unique<Scheduler>(
-        so, model_->config().vocab,
-        [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); },
-        [this](int n) { return model_->NewSession(n); });
+    scheduler_ = std::make_unique<Scheduler>(so, model_->config().vocab, stepper_);
     if (ao.model_name.empty()) ao.model_name = "tiny";
-    api_ = std::make_unique<ApiServer>(ao, *tok_, &*ct_->chat(), end_, *scheduler_, [] { return true; });
+    api_ = std::make_unique<ApiServer>(ao, *tok_, &*ct_->chat(), end_, *scheduler_);
     HttpOptions ho;
     ho.port = 0;
     auto h = HttpServer::Start(ho, [this](Request r, std::shared_ptr<Responder> w) {
@@ -161,6 +158,18 @@ class ServeTest : public ::testing::Test {
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Model> model_;
   std::vector<int32_t> end_;
+  // The model stepped directly, in place of an Engine.
+  struct ModelStepper : Stepper {
+    ServeTest* t;
+    explicit ModelStepper(ServeTest* test) : t(test) {}
+    Status Step(std::span<const Model::BatchItem> items) override {
+      return t->model_->ForwardBatch(items);
+    }
+    Result<Session> NewSession(int max_context) override {
+      return t->model_->NewSession(max_context);
+    }
+    bool attached() const override { return true; }
+  } stepper_{this};
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ApiServer> api_;
   std::unique_ptr<HttpServer> http_;
