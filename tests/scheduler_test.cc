@@ -12,8 +12,7 @@
 #include <future>
 #include <mutex>
 
-#include "engine/experts/cache.h"
-#include "engine/synth/synth.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste::serve {
@@ -52,22 +51,12 @@ std::shared_ptr<Generation> Greedy(std::vector<int> prompt, int max_tokens,
 class SchedulerTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    dir_ = waste::testing::ScratchDir();
-    ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
-    auto ct = Container::Open(dir_);
-    ASSERT_TRUE(ct.ok());
-    ct_ = std::make_unique<Container>(std::move(*ct));
-    CacheOptions co;
-    co.slots = 1000;
-    auto c = ExpertCache::Create(*ct_, co);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cache_ = std::move(*c);
-    ModelOptions mo;
-    mo.threads = 2;
-    auto m = Model::Load(*ct_, cache_.get(), mo);
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    model_ = std::move(*m);
-    const int V = model_->config().vocab;
+    waste::testing::TinyEngineOptions o;
+    o.model.threads = 2;
+    auto e = waste::testing::TinyEngine::Create(GetParam(), waste::testing::ScratchDir(), o);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine_ = std::move(*e);
+    const int V = engine_->model().config().vocab;
     for (int q = 0; q < 3; ++q) {
       std::vector<int> p;
       for (int i = 0; i < 5 + 4 * q; ++i) p.push_back(static_cast<int>((3 + 37 * i + 101 * q) % V));
@@ -76,28 +65,25 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
   }
 
   std::unique_ptr<Scheduler> Make(SchedulerOptions o, Scheduler::StepFn step = nullptr) {
-    if (!step) step = [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); };
-    return std::make_unique<Scheduler>(o, model_->config().vocab, std::move(step),
-                                       [this](int n) { return model_->NewSession(n); });
+    if (!step) step = [this](std::span<const Model::BatchItem> items) { return engine_->model().ForwardBatch(items); };
+    return std::make_unique<Scheduler>(o, engine_->model().config().vocab, std::move(step),
+                                       [this](int n) { return engine_->model().NewSession(n); });
   }
 
   // Model::Forward's own greedy reply to `prompt`.
   std::vector<int> ForwardGreedy(const std::vector<int>& prompt, int n) {
-    Session s = model_->NewSession(64);
-    std::vector<float> l(model_->config().vocab);
+    Session s = engine_->model().NewSession(64);
+    std::vector<float> l(engine_->model().config().vocab);
     std::vector<int> out, next = prompt;
     for (int i = 0; i < n; ++i) {
-      EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
+      EXPECT_TRUE(engine_->model().Forward(s, next, l.data()).ok());
       out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
       next = {out.back()};
     }
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<Container> ct_;
-  std::unique_ptr<ExpertCache> cache_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<waste::testing::TinyEngine> engine_;
   std::vector<std::vector<int>> prompts_;
 };
 
@@ -219,7 +205,7 @@ TEST_P(SchedulerTest, AFullQueueRefusesAndStopEndsEverything) {
       entered.set_value();
       released.wait();
     }
-    return model_->ForwardBatch(items);
+    return engine_->model().ForwardBatch(items);
   });
   auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
   ASSERT_TRUE(s->Submit(Greedy(prompts_[0], 1000, a)));
