@@ -59,8 +59,6 @@ bool Has(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
 }
 
-
-
 // wasted in the foreground as a child, its stdout and stderr into a pipe,
 // with extra environment variables. `journal`: set JOURNAL_STREAM to the
 // pipe's device and inode, as systemd does for a service's stderr.
