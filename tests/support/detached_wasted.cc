@@ -28,6 +28,7 @@ DetachedWasted::~DetachedWasted() {
 
 Outcome DetachedWasted::Start(const std::string& container, const std::string& dir,
                               const DetachedWastedOptions& o) {
+  Stop();
   socket_ = o.socket.empty() ? dir + "/wasted.sock" : o.socket;
   const std::string log = o.log_file.empty() ? dir + "/wasted.log" : o.log_file;
   std::string line = (o.launcher.empty() ? "" : o.launcher + " ") + Bin("wasted") + " " +

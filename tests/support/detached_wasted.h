@@ -34,11 +34,12 @@ class DetachedWasted {
 
   // Runs `[launcher] wasted CONTAINER --socket S --state-dir DIR/state
   // --log-file L --idle-exit N FLAGS...`: what the command did (exit code 0
-  // once wasted listens). On success the daemon is this object's to stop.
+  // once wasted listens). On success the daemon is this object's to stop;
+  // one it still runs from an earlier Start is stopped first.
   Outcome Start(const std::string& container, const std::string& dir,
                 const DetachedWastedOptions& o = {});
-  // `wastectl stop`: what it did; then waits (a few seconds at the most)
-  // for the daemon to be gone. When it was not started (or is stopped
+  // `wastectl stop`: what it did; then waits (10 s at the most) for the
+  // daemon to be gone. When it was not started (or is stopped
   // already) nothing is run and the outcome is the empty one (code -1).
   Outcome Stop();
 
