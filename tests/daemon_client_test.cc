@@ -28,6 +28,7 @@
 #include <kj/io.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/programs.h"
 #include "test_util.h"
 
 namespace waste {
@@ -680,7 +681,7 @@ struct Outcome {
 // Runs `wastectl ARGS`; stdout only, or stdout and stderr together.
 Outcome Wastectl(const std::string& args, bool with_stderr = false) {
   const std::string cmd =
-      std::string(WASTE_BIN_DIR) + "/wastectl " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+      testing::Bin("wastectl") + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = ::popen(cmd.c_str(), "r");
   Outcome r{-1, ""};
   if (!p) return r;

@@ -23,6 +23,7 @@
 #include "engine/experts/cache.h"
 #include "engine/model/session_io.h"
 #include "engine/synth/synth.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -1030,20 +1031,18 @@ INSTANTIATE_TEST_SUITE_P(Presets, Forward,
 
 TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");
-  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), a, true, 1, nullptr).ok());
-  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-deepseek"), b, true, 1, nullptr).ok());
-  auto ca = Container::Open(a), cb = Container::Open(b);
-  ASSERT_TRUE(ca.ok() && cb.ok());
-  CacheOptions co;
-  co.slots = 64;
-  auto xa = ExpertCache::Create(*ca, co), xb = ExpertCache::Create(*cb, co);
-  auto ma = Model::Load(*ca, xa->get(), {}), mb = Model::Load(*cb, xb->get(), {});
-  ASSERT_TRUE(ma.ok() && mb.ok());
-  Session s = (*ma)->NewSession(16);
+  waste::testing::TinyEngineOptions o;
+  o.jobs = 1;
+  o.slots = 64;
+  auto ea = waste::testing::TinyEngine::Create("tiny-kimi", a, o);
+  auto eb = waste::testing::TinyEngine::Create("tiny-deepseek", b, o);
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  Model& ma = (*ea)->model();
+  Session s = ma.NewSession(16);
   const int t[2] = {5, 6};
-  ASSERT_TRUE((*ma)->Forward(s, t, nullptr).ok());
-  ASSERT_TRUE(SaveSession((*ma)->container(), s, a + "/state.bin").ok());
-  auto other = LoadSession(**mb, a + "/state.bin", 16);
+  ASSERT_TRUE(ma.Forward(s, t, nullptr).ok());
+  ASSERT_TRUE(SaveSession(ma.container(), s, a + "/state.bin").ok());
+  auto other = LoadSession((*eb)->model(), a + "/state.bin", 16);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("another model"), std::string::npos);
 }

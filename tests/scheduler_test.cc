@@ -12,8 +12,7 @@
 #include <future>
 #include <mutex>
 
-#include "engine/experts/cache.h"
-#include "engine/synth/synth.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste::serve {
@@ -54,22 +53,12 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
   using StepFn = std::function<Status(std::span<const Model::BatchItem>)>;
 
   void SetUp() override {
-    dir_ = waste::testing::ScratchDir();
-    ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
-    auto ct = Container::Open(dir_);
-    ASSERT_TRUE(ct.ok());
-    ct_ = std::make_unique<Container>(std::move(*ct));
-    CacheOptions co;
-    co.slots = 1000;
-    auto c = ExpertCache::Create(*ct_, co);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cache_ = std::move(*c);
-    ModelOptions mo;
-    mo.threads = 2;
-    auto m = Model::Load(*ct_, cache_.get(), mo);
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    model_ = std::move(*m);
-    const int V = model_->config().vocab;
+    waste::testing::TinyEngineOptions o;
+    o.model.threads = 2;
+    auto e = waste::testing::TinyEngine::Create(GetParam(), waste::testing::ScratchDir(), o);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine_ = std::move(*e);
+    const int V = engine_->model().config().vocab;
     for (int q = 0; q < 3; ++q) {
       std::vector<int> p;
       for (int i = 0; i < 5 + 4 * q; ++i) p.push_back(static_cast<int>((3 + 37 * i + 101 * q) % V));
@@ -90,28 +79,25 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
 
   std::unique_ptr<Scheduler> Make(SchedulerOptions o, StepFn step = nullptr) {
     auto& stepper = *steppers_.emplace_back(std::make_unique<ModelStepper>());
-    stepper.model = model_.get();
+    stepper.model = &engine_->model();
     stepper.step = std::move(step);
-    return std::make_unique<Scheduler>(o, model_->config().vocab, stepper);
+    return std::make_unique<Scheduler>(o, engine_->model().config().vocab, stepper);
   }
 
   // Model::Forward's own greedy reply to `prompt`.
   std::vector<int> ForwardGreedy(const std::vector<int>& prompt, int n) {
-    Session s = model_->NewSession(64);
-    std::vector<float> l(model_->config().vocab);
+    Session s = engine_->model().NewSession(64);
+    std::vector<float> l(engine_->model().config().vocab);
     std::vector<int> out, next = prompt;
     for (int i = 0; i < n; ++i) {
-      EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
+      EXPECT_TRUE(engine_->model().Forward(s, next, l.data()).ok());
       out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
       next = {out.back()};
     }
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<Container> ct_;
-  std::unique_ptr<ExpertCache> cache_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<waste::testing::TinyEngine> engine_;
   std::vector<std::vector<int>> prompts_;
   std::vector<std::unique_ptr<ModelStepper>> steppers_;  // outlive their schedulers
 };
@@ -234,7 +220,7 @@ TEST_P(SchedulerTest, AFullQueueRefusesAndStopEndsEverything) {
       entered.set_value();
       released.wait();
     }
-    return model_->ForwardBatch(items);
+    return engine_->model().ForwardBatch(items);
   });
   auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
   ASSERT_TRUE(s->Submit(Greedy(prompts_[0], 1000, a)));
@@ -282,7 +268,7 @@ TEST_P(SchedulerTest, NoSessionEndsTheGenerationInAnErrorAndAttachedSaysSo) {
     }
     bool attached() const override { return !gone; }
   } model;
-  Scheduler s({}, model_->config().vocab, model);
+  Scheduler s({}, engine_->model().config().vocab, model);
   EXPECT_TRUE(s.attached());
   auto out = std::make_shared<Outcome>();
   ASSERT_TRUE(s.Submit(Greedy(prompts_[0], 4, out)));
