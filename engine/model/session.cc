@@ -1,9 +1,10 @@
-// A session's memory: each layer kind's state, laid out and sized (Model::NewSession).
+// A session's memory, each layer's part placed by its attention kind
+// (ForwardPass::NewSession), and its snapshots.
 
 #include <algorithm>
 #include <new>
 
-#include "engine/model/layer.h"
+#include "engine/model/forward.h"
 
 namespace waste {
 
@@ -66,72 +67,25 @@ Status RestoreSnapshot(const SessionSnapshot& snap, Session& to) {
   return Status::Ok();
 }
 
-Session Model::NewSession(int max_context) const {
+Session ForwardPass::NewSession(int max_context) const {
   Session s;
   s.max_context = max_context;
-  const size_t kda = static_cast<size_t>(c_.kda_heads) * c_.kda_head_dim * c_.kda_head_dim;
-  const size_t ring = static_cast<size_t>(3) * (c_.conv_kernel - 1) * c_.kda_width();
-  const size_t kv = static_cast<size_t>(max_context) * (c_.kv_lora + c_.qk_rope);
-  const size_t gqa_kv = static_cast<size_t>(max_context) * 2 * c_.kv_width();
-  const size_t gdn = static_cast<size_t>(c_.gdn_v_heads) * c_.gdn_k_dim * c_.gdn_v_dim;
-  const size_t gdn_ring = static_cast<size_t>(c_.conv_kernel - 1) * c_.gdn_conv_width();
-  // Each layer's part starts on a 64-byte line.
-  auto line = [](size_t floats) { return (floats + 15) / 16 * 16; };
-  // What each layer kind keeps: KDA and Gated DeltaNet their recurrent
-  // states and conv rings, and their spares (model.h), MLA its latent cache,
-  // GQA its K/V cache.
-  auto layer_floats = [&](LayerKind kind) {
-    switch (kind) {
-      case LayerKind::kKda:
-        return 2 * (line(kda) + line(ring));
-      case LayerKind::kGatedDeltaNet:
-        return 2 * (line(gdn) + line(gdn_ring));
-      case LayerKind::kMla:
-        return line(kv);
-      case LayerKind::kGqa:
-        return line(gqa_kv);
-    }
-    return size_t{0};
-  };
-  size_t total = 0;
-  for (int L = 0; L < c_.n_layers; ++L) total += layer_floats(layers_[L]->plan.attention);
-  auto memory = Region::Allocate(std::max<size_t>(total, 1) * sizeof(float), /*populate=*/false);
-  if (!memory.ok()) throw std::bad_alloc();
-  s.memory = std::move(*memory);
-  float* next = reinterpret_cast<float*>(s.memory.data());
-  auto take = [&](size_t floats) {
-    std::span<float> part(next, floats);
-    next += line(floats);
-    return part;
-  };
   s.kda_state.resize(c_.n_layers);
   s.conv_ring.resize(c_.n_layers);
   s.latent_kv.resize(c_.n_layers);
   s.kv_cache.resize(c_.n_layers);
   s.kda_spare.resize(c_.n_layers);
   s.conv_spare.resize(c_.n_layers);
-  for (int L = 0; L < c_.n_layers; ++L) {
-    switch (layers_[L]->plan.attention) {
-      case LayerKind::kKda:
-        s.kda_state[L] = take(kda);
-        s.conv_ring[L] = take(ring);
-        s.kda_spare[L] = take(kda);
-        s.conv_spare[L] = take(ring);
-        break;
-      case LayerKind::kGatedDeltaNet:
-        s.kda_state[L] = take(gdn);
-        s.conv_ring[L] = take(gdn_ring);
-        s.kda_spare[L] = take(gdn);
-        s.conv_spare[L] = take(gdn_ring);
-        break;
-      case LayerKind::kMla:
-        s.latent_kv[L] = take(kv);
-        break;
-      case LayerKind::kGqa:
-        s.kv_cache[L] = take(gqa_kv);
-        break;
-    }
-  }
+  // What each layer's attention keeps (its kind says: layer.h,
+  // AttentionLayer::PlaceState), counted, then carved out of one region.
+  StateCarver count;
+  for (const auto& l : layers_) l->attention->PlaceState(c_, s, count);
+  auto memory =
+      Region::Allocate(std::max<size_t>(count.floats(), 1) * sizeof(float), /*populate=*/false);
+  if (!memory.ok()) throw std::bad_alloc();
+  s.memory = std::move(*memory);
+  StateCarver carve(reinterpret_cast<float*>(s.memory.data()));
+  for (const auto& l : layers_) l->attention->PlaceState(c_, s, carve);
   return s;
 }
 
