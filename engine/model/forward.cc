@@ -253,8 +253,8 @@ Status ForwardPass::Chunk(std::span<const Model::BatchItem> items, bool all) {
   // The commit: the recurrent states this chunk computed become the sessions'.
   for (const Model::BatchItem& it : items) {
     Session& s = *it.session;
-    std::swap(s.kda_state, s.kda_spare);
-    std::swap(s.conv_ring, s.conv_spare);
+    std::swap(s.state, s.state_spare);
+    std::swap(s.ring, s.ring_spare);
     s.position += static_cast<int>(it.tokens.size());
   }
   return Status::Ok();

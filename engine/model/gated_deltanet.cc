@@ -54,10 +54,10 @@ class GatedDeltaNetLayer : public AttentionLayer {
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
     const size_t state = static_cast<size_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
     const size_t ring = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_width();
-    s.kda_state[L_] = carve.Take(state);
-    s.conv_ring[L_] = carve.Take(ring);
-    s.kda_spare[L_] = carve.Take(state);
-    s.conv_spare[L_] = carve.Take(ring);
+    s.state[L_] = carve.Take(state);
+    s.ring[L_] = carve.Take(ring);
+    s.state_spare[L_] = carve.Take(state);
+    s.ring_spare[L_] = carve.Take(ring);
   }
 
  private:
@@ -94,10 +94,10 @@ void GatedDeltaNetLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
     // token starting them from the committed state, copied by the thread
     // that steps it.
     const bool first = positions[t] == s.position;
-    float* S = s.kda_spare[L].data();
-    float* ring = s.conv_spare[L].data();  // [W-1][C], oldest first
-    if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
-    const float* committed = s.kda_state[L].data();
+    float* S = s.state_spare[L].data();
+    float* ring = s.ring_spare[L].data();  // [W-1][C], oldest first
+    if (first) std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
+    const float* committed = s.state[L].data();
     const float* qkvz_t = qkvz.data() + t * qkvz_len;
     const float* ba_t = ba.data() + t * ba_len;
     float* o_t = o.data() + t * V;

@@ -94,7 +94,7 @@ class GqaLayer : public AttentionLayer {
            const float* h, float* out) override;
   // The K/V cache [max_context][2 (k, v)][kv_width] (k normed, rotated).
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
-    s.kv_cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * 2 * c.kv_width());
+    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * 2 * c.kv_width());
   }
 
  private:
@@ -146,7 +146,7 @@ void GqaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   // Each token's key and value go straight to its session's cache row.
   std::vector<float*> ks(T), vs(T);
   for (size_t t = 0; t < T; ++t) {
-    ks[t] = owner[t]->kv_cache[L].data() + static_cast<size_t>(positions[t]) * row;
+    ks[t] = owner[t]->cache[L].data() + static_cast<size_t>(positions[t]) * row;
     vs[t] = ks[t] + kvw;
   }
   // The chunk's projections, each matrix read once for all its tokens.
@@ -181,7 +181,7 @@ void GqaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, float* o)
   // The keys it sees: the window's latest positions, or all of them.
   const int first = l.window > 0 ? std::max(0, pos + 1 - l.window) : 0;
   const int n = pos + 1 - first;
-  const float* rows = s.kv_cache[L].data() + static_cast<size_t>(first) * row;
+  const float* rows = s.cache[L].data() + static_cast<size_t>(first) * row;
   ctx.pool.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> score(n);
     for (int64_t hd = h0; hd < h1; ++hd) {

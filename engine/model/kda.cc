@@ -60,10 +60,10 @@ class KdaLayer : public AttentionLayer {
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
     const size_t state = static_cast<size_t>(c.kda_heads) * c.kda_head_dim * c.kda_head_dim;
     const size_t ring = static_cast<size_t>(3) * (c.conv_kernel - 1) * c.kda_width();
-    s.kda_state[L_] = carve.Take(state);
-    s.conv_ring[L_] = carve.Take(ring);
-    s.kda_spare[L_] = carve.Take(state);
-    s.conv_spare[L_] = carve.Take(ring);
+    s.state[L_] = carve.Take(state);
+    s.ring[L_] = carve.Take(ring);
+    s.state_spare[L_] = carve.Take(state);
+    s.ring_spare[L_] = carve.Take(ring);
   }
 
  private:
@@ -108,10 +108,10 @@ void KdaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
     // token starting them from the committed state: a head's state is
     // copied by the thread that steps it, while it is in that thread's cache.
     const bool first = positions[t] == s.position;
-    float* S = s.kda_spare[L].data();
-    float* ring = s.conv_spare[L].data();
-    if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
-    const float* committed = s.kda_state[L].data();
+    float* S = s.state_spare[L].data();
+    float* ring = s.ring_spare[L].data();
+    if (first) std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
+    const float* committed = s.state[L].data();
     float* qkv_t = qkv.data() + t * 3 * C;
     const float* f_t = f.data() + t * D;
     const float* ga_t = ga.data() + t * D;

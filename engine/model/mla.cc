@@ -60,7 +60,7 @@ class MlaLayer : public AttentionLayer {
            const float* h, float* out) override;
   // The latent cache [max_context][kv_lora + qk_rope] (k_pe rotated).
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
-    s.latent_kv[L_] = carve.Take(static_cast<size_t>(s.max_context) * (c.kv_lora + c.qk_rope));
+    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * (c.kv_lora + c.qk_rope));
   }
 
  private:
@@ -121,7 +121,7 @@ void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   // Every token's latent row into its session's cache first: token t reads
   // rows [0, positions[t]] only, so later tokens' rows change nothing.
   for (size_t t = 0; t < T; ++t) {
-    float* cache = owner[t]->latent_kv[L].data() + static_cast<size_t>(positions[t]) * row;
+    float* cache = owner[t]->cache[L].data() + static_cast<size_t>(positions[t]) * row;
     RmsNorm(ckvs[t], l.kv_a_norm, lat, kLatentNormEps, cache);
     std::copy(ckvs[t] + lat, ckvs[t] + row, cache + lat);
     ctx.rotary.Apply(cache + lat, positions[t]);
@@ -149,7 +149,7 @@ void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const flo
   keys.fmt = format::Fmt::kF32;
   keys.rows = n;
   keys.cols = row;
-  keys.payload = reinterpret_cast<const uint8_t*>(s.latent_kv[L].data());
+  keys.payload = reinterpret_cast<const uint8_t*>(s.cache[L].data());
   ctx.pool.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> qlat(row), score(n);  // qlat: [kv_lora] latent query, then [rope]
     for (int64_t hd = h0; hd < h1; ++hd) {
@@ -168,7 +168,7 @@ void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const flo
       for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
       for (int t = 0; t < n; ++t) score[t] /= sum;
       float* ol = olat.data() + hd * lat;
-      kernels::WeightedRowSum(score.data(), s.latent_kv[L].data(), n, row, lat, ol, ctx.opt.isa);
+      kernels::WeightedRowSum(score.data(), s.cache[L].data(), n, row, lat, ol, ctx.opt.isa);
       // Values: the value rows of kv_b_proj applied to the attended latent.
       kernels::MatrixView vrows = *l.kv_b;
       const int64_t first = hd * (nope + vd) + nope;

@@ -38,33 +38,32 @@ class ForwardPass;  // engine/model/forward.h
 // One conversation's state: what the model remembers between tokens.
 struct Session {
   int position = 0;     // tokens seen
-  int max_context = 0;  // capacity of the latent KV cache
-  // Per layer, views into `memory`; empty where the layer kind does not use it.
-  // The recurrent state and conv ring of a KDA or Gated DeltaNet layer.
-  // KDA: [heads][head_dim (k)][head_dim (v)] and [3 (q,k,v)][kernel-1][kda_width];
-  // Gated DeltaNet: [value heads][k_dim][v_dim] and [kernel-1][gdn_conv_width];
-  // the rings oldest first.
-  std::vector<std::span<float>> kda_state;
-  std::vector<std::span<float>> conv_ring;
-  std::vector<std::span<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
-  std::vector<std::span<float>> kv_cache;   // GQA: [max_context][2 (k, v)][kv_width] (k normed, rotated)
-  // The same shapes as kda_state and conv_ring: where a chunk computes the
-  // new recurrent state, begun from a copy of the old at the chunk's first
+  int max_context = 0;  // capacity of the per-position caches
+  // Per layer, views into `memory`, as the layer's attention kind lays them
+  // out (each kind's file says its shapes); empty where the kind keeps none.
+  // A recurrent kind's state, and the ring of its short convolutions' last
+  // inputs, oldest first.
+  std::vector<std::span<float>> state;
+  std::vector<std::span<float>> ring;
+  // A caching kind's rows, one per position: [max_context][row floats].
+  std::vector<std::span<float>> cache;
+  // The same shapes as state and ring: where a chunk computes the new
+  // recurrent state, begun from a copy of the old at the chunk's first
   // token, and swapped in (the spans exchanged) only when the chunk is done.
-  // So a Forward that fails leaves every committed state as it was (latent
-  // KV rows past `position` may have been written; they are overwritten).
-  std::vector<std::span<float>> kda_spare, conv_spare;
+  // So a Forward that fails leaves every committed state as it was (cache
+  // rows past `position` may have been written; they are overwritten).
+  std::vector<std::span<float>> state_spare, ring_spare;
   // Owns all of the above: zeroed, faulted in as it is first written (the
-  // latent KV one position at a time), on huge pages where allowed. Moving a
+  // caches one position at a time), on huge pages where allowed. Moving a
   // Session keeps the views valid.
   Region memory;
 
   uint64_t state_bytes() const;
 };
 
-// A session's committed state copied out (recurrent states, conv rings, the
-// latent KV rows below `position`), for resuming a conversation later: the
-// prefix cache of `waste serve`.
+// A session's committed state copied out (recurrent states, rings, the cache
+// rows below `position`), for resuming a conversation later: the prefix
+// cache of `waste serve`.
 struct SessionSnapshot {
   int position = 0;
   std::vector<float> floats;  // every layer's committed state, layer after layer
