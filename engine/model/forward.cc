@@ -76,6 +76,7 @@ Status ForwardPass::Resolve() {
       }
     }
     if (l->plan.ffn == FfnKind::kMoe && first_moe_ < 0) first_moe_ = L;
+    bounded_ = bounded_ || l->attention->caches_positions();
     layers_.push_back(std::move(l));
   }
   lookahead_ = std::make_unique<Lookahead>(c_, opt_, experts_, first_moe_);
@@ -85,27 +86,19 @@ Status ForwardPass::Resolve() {
     out_res_norm_ = t.Vector("model.output_attn_res_norm.weight");
     out_res_proj_ = t.Vector("model.output_attn_res_proj.weight");
   }
-
-  // One rotation and scale for the model's attention: no family mixes MLA
-  // and GQA layers (PlanLayers has checked the kinds against the family).
-  const bool gqa = std::count(c_.layer_kind.begin(), c_.layer_kind.end(), LayerKind::kGqa) > 0;
-  ctx_.rotary = gqa ? GqaRotary(c_) : MlaRotary(c_);
-  ctx_.softmax_scale = gqa ? GqaSoftmaxScale(c_) : MlaSoftmaxScale(c_, ctx_.rotary);
+  SetRotation(c_, ctx_);
   return Status::Ok();
 }
 
 Status ForwardPass::Chunk(std::span<const Model::BatchItem> items, bool all) {
   const int hid = c_.hidden;
-  // Layers other than the recurrent kinds keep a cache of max_context positions.
-  const bool bounded =
-      c_.n_kda_layers() + c_.n_layers_of(LayerKind::kGatedDeltaNet) < c_.n_layers;
   // The chunk's tokens, item after item: each one's session and position.
   std::vector<int> ids, positions;
   std::vector<Session*> owner;
   for (const Model::BatchItem& it : items) {
     Session& s = *it.session;
     const int n = static_cast<int>(it.tokens.size());
-    if (s.position + n > s.max_context && bounded)
+    if (s.position + n > s.max_context && bounded_)
       return Status::Error("context is full (" + std::to_string(s.max_context) + " tokens)");
     for (int i = 0; i < n; ++i) {
       ids.push_back(it.tokens[i]);

@@ -72,6 +72,7 @@ class ForwardPass {
   const float* out_res_norm_ = nullptr;
   const float* out_res_proj_ = nullptr;
   int first_moe_ = -1;           // the first MoE layer; -1: none
+  bool bounded_ = false;         // a layer caches positions: a session holds max_context tokens
   uint64_t attention_jobs_ = 0;  // see Model::pool_jobs()
 };
 

@@ -59,6 +59,7 @@ class GatedDeltaNetLayer : public AttentionLayer {
     s.state_spare[L_] = carve.Take(state);
     s.ring_spare[L_] = carve.Take(ring);
   }
+  bool caches_positions() const override { return false; }
 
  private:
   const int L_;

@@ -96,6 +96,7 @@ class GqaLayer : public AttentionLayer {
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
     s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * 2 * c.kv_width());
   }
+  bool caches_positions() const override { return true; }
 
  private:
   // One token's heads after its projections: q [n_heads][head_dim, or

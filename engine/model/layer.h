@@ -109,8 +109,9 @@ class StateCarver {
   size_t total_ = 0;
 };
 
-// A layer's attention, one class per LayerKind. Made by MakeAttention
-// (attention.cc) from the layer's plan.
+// A layer's attention, one class per LayerKind, owning its resolved weights
+// (its work buffers are Run's own, sized to the chunk). Made by
+// MakeAttention (attention.cc) from the layer's plan.
 class AttentionLayer {
  public:
   virtual ~AttentionLayer() = default;
@@ -125,6 +126,9 @@ class AttentionLayer {
   // What the kind keeps in a session of `s.max_context` tokens: its views
   // at its layer of `s`, taken from `carve` in order.
   virtual void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const = 0;
+  // Whether it keeps a row per position, which bounds a session to its
+  // max_context tokens (a recurrent kind's state does not grow).
+  virtual bool caches_positions() const = 0;
 };
 
 // The attention kinds, each in its own file: its weights resolved at layer
@@ -135,6 +139,8 @@ std::unique_ptr<AttentionLayer> MakeMla(const LayerBuild& b);            // mla.
 std::unique_ptr<AttentionLayer> MakeGqa(const LayerBuild& b);            // gqa.cc
 // The kind's maker from the table (attention.cc); null for a kind without an entry.
 std::unique_ptr<AttentionLayer> MakeAttention(LayerKind kind, const LayerBuild& b);
+// The model's one rotation and softmax scale into ctx (attention.cc).
+void SetRotation(const ModelConfig& c, LayerContext& ctx);
 
 // The rotation of the rope dims of MLA's q and k_pe: YaRN's as the config
 // says, or none with mla_use_nope. The same for every MLA layer.

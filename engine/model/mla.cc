@@ -62,6 +62,7 @@ class MlaLayer : public AttentionLayer {
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
     s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * (c.kv_lora + c.qk_rope));
   }
+  bool caches_positions() const override { return true; }
 
  private:
   // One token's heads after its projections: q [n_heads][qk_nope + qk_rope]
