@@ -3,8 +3,8 @@
 // GPT-OSS, Qwen3-Next and Kimi K3.
 //
 // Which layers a model has is architecture.h's plan, built once at load;
-// each layer kind has a file of its own (docs/MODELS.md names them), behind
-// forward.h, which this header does not show.
+// each layer kind has a file of its own (docs/MODELS.md names them), all
+// behind forward.h: none of them shows here.
 //
 // A Model holds the weights (the resident trunk and an expert source) and
 // computes; a Session holds one conversation's state. Tokens go through in
