@@ -253,7 +253,7 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max, uint32_t max_demand) {
       };
       if (k == static_cast<int>(HintKind::kLookahead) && Stale(p)) {
         take();
-        ++c_.dropped;
+        ++c_.lookahead_dropped;
         continue;
       }
       const bool warm = k == static_cast<int>(HintKind::kWarm);

@@ -44,6 +44,7 @@
 
 #include "base/eviction.h"
 #include "base/hints.h"
+#include "protocol/counters.h"
 #include "shm/table.h"
 
 namespace waste::daemon {
@@ -55,23 +56,9 @@ struct ReadJob {
 };
 
 struct CacheCounters {
-  // Each counted demand hint is one of three: a hit (the record was ready),
-  // late (its read had already been asked for, by a lookahead, a warm-up or
-  // another client, and was queued or in flight) or a miss (nobody had asked:
-  // the demand starts the read).
-  uint64_t hits = 0;
-  uint64_t late = 0;
-  uint64_t misses = 0;
-  uint64_t reads = 0;   // reads completed successfully
-  uint64_t bytes_read = 0;
-  uint64_t read_errors = 0;
-  uint64_t dropped = 0;  // lookahead reads dropped as stale
-  // Lookahead: reads it started, of those the records demanded before they
-  // were evicted, bytes of the ones evicted unused; demand hints for records
-  // a lookahead hint had asked for first (recall's numerator).
-  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
-  uint64_t demand_hinted = 0;
-  uint64_t warm_reads = 0;
+  // hits, late, misses, reads (completed successfully), bytes_read, ...:
+  // every counter of protocol/counters.h, which says what each counts.
+  WASTE_STATUS_COUNTERS(WASTE_COUNTER_FIELD)
   uint64_t capped = 0;  // hinted records dropped because their client had its cap queued
   uint32_t queued[3] = {0, 0, 0};     // by HintKind
   uint32_t in_flight[3] = {0, 0, 0};  // by HintKind

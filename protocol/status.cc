@@ -1,5 +1,6 @@
 #include "protocol/status.h"
 
+#include <iterator>
 #include <utility>
 
 namespace waste {
@@ -21,20 +22,11 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
   o.setSlotsLoading(s.slots_loading);
   o.setSlotsPinned(s.slots_pinned);
   o.setSlotsFailed(s.slots_failed);
-  o.setHits(s.hits);
-  o.setMisses(s.misses);
-  o.setLate(s.late);
-  o.setReads(s.reads);
-  o.setBytesRead(s.bytes_read);
-  o.setReadErrors(s.read_errors);
+  auto counters = o.initCounters(static_cast<unsigned>(std::size(kStatusCounters)));
+  for (size_t k = 0; k < std::size(kStatusCounters); ++k)
+    counters.set(static_cast<unsigned>(k), s.*kStatusCounters[k].value);
   o.setIoDepth(s.io_depth);
   o.setPolicy(s.policy);
-  o.setLookaheadReads(s.lookahead_reads);
-  o.setLookaheadUsed(s.lookahead_used);
-  o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
-  o.setLookaheadDropped(s.lookahead_dropped);
-  o.setDemandHinted(s.demand_hinted);
-  o.setWarmReads(s.warm_reads);
   o.setReadBusySeconds(s.read_busy_seconds);
   o.setExperts(s.experts);
   o.setRecordBytes(s.record_bytes);
@@ -97,12 +89,11 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   d.slots_loading = r.getSlotsLoading();
   d.slots_pinned = r.getSlotsPinned();
   d.slots_failed = r.getSlotsFailed();
-  d.hits = r.getHits();
-  d.late = r.getLate();
-  d.misses = r.getMisses();
-  d.reads = r.getReads();
-  d.bytes_read = r.getBytesRead();
-  d.read_errors = r.getReadErrors();
+  // A daemon older than this client lacks the last counters (they stay 0),
+  // a newer one sends more than it knows.
+  const auto counters = r.getCounters();
+  for (size_t k = 0; k < std::size(kStatusCounters) && k < counters.size(); ++k)
+    d.*kStatusCounters[k].value = counters[static_cast<unsigned>(k)];
   for (uint32_t q : r.getQueued()) d.queued.push_back(q);
   for (uint32_t q : r.getInFlight()) d.in_flight.push_back(q);
   for (const auto c : r.getClients()) {
@@ -122,12 +113,6 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   }
   d.io_depth = r.getIoDepth();
   d.policy = r.getPolicy().cStr();
-  d.lookahead_reads = r.getLookaheadReads();
-  d.lookahead_used = r.getLookaheadUsed();
-  d.lookahead_unused_bytes = r.getLookaheadUnusedBytes();
-  d.lookahead_dropped = r.getLookaheadDropped();
-  d.demand_hinted = r.getDemandHinted();
-  d.warm_reads = r.getWarmReads();
   d.read_busy_seconds = r.getReadBusySeconds();
   d.experts = r.getExperts();
   d.record_bytes = r.getRecordBytes();

@@ -3,13 +3,15 @@
 // client returns (DaemonClient::GetStatus), and wastectl's text, --json and
 // metrics views and wasted's metrics page all read. StatusToProto and
 // StatusFromProto are the two conversions, each written once; a status comes
-// back from a round trip equal to what went in.
+// back from a round trip equal to what went in. Its counters are declared in
+// protocol/counters.h, and every view of them reads kStatusCounters.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "protocol/counters.h"
 #include "wasted.capnp.h"
 
 namespace waste {
@@ -76,26 +78,14 @@ struct DaemonStatus {
   uint32_t slots_loading = 0;
   uint32_t slots_pinned = 0;  // a subset of the ready ones
   uint32_t slots_failed = 0;
-  // Demand hints, each counted once: hits (the record was ready), late (asked
-  // for earlier, by a lookahead, a warm-up or another client, and still
-  // queued or being read), misses (nobody had asked: the demand started it).
-  uint64_t hits = 0;
-  uint64_t late = 0;
-  uint64_t misses = 0;
-  uint64_t reads = 0;  // records read from disk
-  uint64_t bytes_read = 0;
-  uint64_t read_errors = 0;
+  // hits, late, misses, reads, bytes_read, read_errors, lookahead_reads, ...:
+  // every counter of protocol/counters.h.
+  WASTE_STATUS_COUNTERS(WASTE_COUNTER_FIELD)
   std::vector<uint32_t> queued;     // waiting reads by priority: demand, lookahead, warm
   std::vector<uint32_t> in_flight;  // reads under way by priority
   std::vector<ClientStatusInfo> clients;
   uint32_t io_depth = 0;
   std::string policy;  // eviction: lfru or lru
-  // Lookahead: reads started for it, records demanded before eviction, bytes
-  // evicted unused, reads dropped before they started; demand hints for
-  // records a lookahead named first (recall = demand_hinted / demands()).
-  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
-  uint64_t lookahead_dropped = 0, demand_hinted = 0;
-  uint64_t warm_reads = 0;
   double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
   std::vector<LayerStatusInfo> layers;  // layers with experts, in order
   uint32_t experts = 0;                 // experts per layer
@@ -107,6 +97,22 @@ struct DaemonStatus {
   uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
   bool operator==(const DaemonStatus&) const = default;
 };
+
+// One counter of protocol/counters.h, as the views read it.
+struct StatusCounter {
+  uint64_t DaemonStatus::*value;
+  const char* kind;    // "counter" or "gauge"
+  const char* metric;  // waste_..._total
+  const char* help;
+  const char* json;   // "hits", "lookahead.reads"
+  const char* label;  // the text view's, "" for none
+};
+
+#define WASTE_COUNTER_ENTRY(member, kind, metric, help, json, label) \
+  StatusCounter{&DaemonStatus::member, kind, metric, help, json, label},
+// Every counter, in the declaration's order (the protocol's).
+inline constexpr StatusCounter kStatusCounters[] = {WASTE_STATUS_COUNTERS(WASTE_COUNTER_ENTRY)};
+#undef WASTE_COUNTER_ENTRY
 
 // Writes `s` as the protocol's Status (the answer to status).
 void StatusToProto(const DaemonStatus& s, proto::Status::Builder out);

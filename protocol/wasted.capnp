@@ -20,7 +20,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("waste::proto");
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;  # 2: Status carries its counters as one list
 
 enum HintKind {
   demand @0;     # needed now
@@ -123,30 +123,19 @@ struct Status {
   slotsLoading @13 :UInt32;
   slotsPinned @14 :UInt32;
   slotsFailed @15 :UInt32;
-  hits @16 :UInt64;
-  misses @17 :UInt64;
-  reads @18 :UInt64;       # records read from disk
-  bytesRead @19 :UInt64;
-  readErrors @20 :UInt64;
-  queued @21 :List(UInt32);    # waiting reads by priority: demand, lookahead, warm
-  inFlight @22 :List(UInt32);  # reads under way by priority
-  clients @23 :List(ClientStatus);
-  ioDepth @24 :UInt32;
-  policy @25 :Text;               # eviction: "lfru" or "lru"
-  lookaheadReads @26 :UInt64;     # reads started for lookahead hints
-  lookaheadUsed @27 :UInt64;      # of those, records demanded before they were evicted
-  lookaheadUnusedBytes @28 :UInt64;  # bytes read for lookahead and evicted unused
-  lookaheadDropped @29 :UInt64;   # lookahead reads dropped before they started (layer passed)
-  demandHinted @30 :UInt64;       # demand hints for records a lookahead had asked for first
-  warmReads @31 :UInt64;          # reads started for warm-up
-  readBusySeconds @32 :Float64;   # time with at least one read in flight
-  layers @33 :List(LayerStatus);  # every layer with experts, in order
-  experts @34 :UInt32;            # experts per layer
-  recordBytes @35 :UInt64;        # one expert record (one read)
-  # Demand hints, each counted once: hits (ready), late (asked for earlier,
-  # by a lookahead, a warm-up or another client, and still queued or being
-  # read) and misses (nobody had asked: the demand starts the read).
-  late @36 :UInt64;
+  # Every counter of protocol/counters.h (demand hits, late and misses,
+  # reads, lookahead and warm-up counts), in its order: a new counter is
+  # appended there and needs no change here.
+  counters @16 :List(UInt64);
+  queued @17 :List(UInt32);    # waiting reads by priority: demand, lookahead, warm
+  inFlight @18 :List(UInt32);  # reads under way by priority
+  clients @19 :List(ClientStatus);
+  ioDepth @20 :UInt32;
+  policy @21 :Text;               # eviction: "lfru" or "lru"
+  readBusySeconds @22 :Float64;   # time with at least one read in flight
+  layers @23 :List(LayerStatus);  # every layer with experts, in order
+  experts @24 :UInt32;            # experts per layer
+  recordBytes @25 :UInt64;        # one expert record (one read)
 }
 
 interface Daemon {

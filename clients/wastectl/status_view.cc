@@ -172,7 +172,7 @@ json StatusJson(const DaemonStatus& s, const std::string& socket) {
                       {"resident", resident},
                       {"hottest", hottest}});
   }
-  return {{"socket", socket},
+  json j = {{"socket", socket},
           {"version", s.version},
           {"pid", s.pid},
           {"uptime_seconds", s.uptime_seconds},
@@ -195,31 +195,27 @@ json StatusJson(const DaemonStatus& s, const std::string& socket) {
             {"pinned", s.slots_pinned},
             {"failed", s.slots_failed},
             {"free", s.slots_free()}}},
-          {"hits", s.hits},
-          {"late", s.late},
-          {"misses", s.misses},
           {"hit_rate", Nullable(HitRate(s.hits, s.late, s.misses))},
           {"late_rate", Nullable(LateRate(s.hits, s.late, s.misses))},
-          {"reads", s.reads},
-          {"bytes_read", s.bytes_read},
-          {"read_errors", s.read_errors},
           {"read_busy_seconds", s.read_busy_seconds},
           {"read_bytes_per_second", Nullable(Throughput(s))},
           {"queued", ByPriority(s.queued)},
           {"in_flight", ByPriority(s.in_flight)},
           {"io_depth", s.io_depth},
           {"policy", s.policy},
-          {"lookahead",
-           {{"reads", s.lookahead_reads},
-            {"used", s.lookahead_used},
-            {"unused_bytes", s.lookahead_unused_bytes},
-            {"dropped", s.lookahead_dropped},
-            {"demand_hinted", s.demand_hinted},
-            {"precision", Nullable(Precision(s))},
-            {"recall", Nullable(Recall(s))}}},
-          {"warm_reads", s.warm_reads},
+          {"lookahead", {{"precision", Nullable(Precision(s))}, {"recall", Nullable(Recall(s))}}},
           {"clients", ClientsJson(s)},
           {"layers", layers}};
+  // The counters under their keys, "group.key" inside the group's object.
+  for (const StatusCounter& c : kStatusCounters) {
+    const std::string key = c.json;
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos)
+      j[key] = s.*c.value;
+    else
+      j[key.substr(0, dot)][key.substr(dot + 1)] = s.*c.value;
+  }
+  return j;
 }
 
 std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t width) {
@@ -267,6 +263,9 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
                  U(s.lookahead_dropped) + " reads dropped as stale (layer passed)");
   }
   add("eviction", s.policy + "; " + U(s.warm_reads) + " warm-up reads");
+  // A counter no line above shows has a line of its own.
+  for (const StatusCounter& c : kStatusCounters)
+    if (*c.label) add(c.label, U(s.*c.value));
 
   lines.push_back("");
   if (s.clients.empty()) {
