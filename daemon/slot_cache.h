@@ -67,13 +67,13 @@ struct CacheCounters {
 
 // One layer's share of the cache and of the demand hints.
 struct LayerCounters {
-  uint64_t hits = 0, late = 0, misses = 0;  // demand hints, as CacheCounters counts them
+  WASTE_LAYER_COUNTERS(WASTE_COUNTER_FIELD)  // demand hints, as CacheCounters counts them
   uint32_t ready = 0, loading = 0;  // slots holding this layer's records
   std::vector<uint8_t> resident;    // bit e (byte e / 8, bit e % 8): expert e is ready
 };
 
 struct ClientCounters {
-  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as CacheCounters counts them
+  WASTE_CLIENT_COUNTERS(WASTE_COUNTER_FIELD)  // its demand hints, as CacheCounters counts them
   uint64_t capped = 0;  // hinted records dropped for the cap on queued reads
   uint32_t pins = 0;
   uint32_t queued = 0;  // reads queued for it right now
@@ -187,7 +187,7 @@ class SlotCache {
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
-  std::vector<uint64_t> layer_hits_, layer_late_, layer_misses_;  // [layers]
+  std::vector<LayerCounters> layers_;  // [layers]: their counters only (layer_counters adds the rest)
   uint64_t dispatch_clock_ = 0;
   CacheCounters c_;
 };

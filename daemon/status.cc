@@ -33,9 +33,9 @@ void FillCacheStatus(const SlotCache& cache, const std::vector<bool>& has_bank, 
     x.layer = L;
     x.slots_ready = lc.ready;
     x.slots_loading = lc.loading;
-    x.hits = lc.hits;
-    x.late = lc.late;
-    x.misses = lc.misses;
+#define WASTE_COPY_COUNTER(member, ...) x.member = lc.member;
+    WASTE_LAYER_COUNTERS(WASTE_COPY_COUNTER)
+#undef WASTE_COPY_COUNTER
     x.resident = lc.resident;
     auto use = [&](uint32_t e) { return uses[size_t(L) * experts + e]; };
     std::vector<uint32_t> order;
@@ -81,9 +81,9 @@ DaemonStatus Daemon::Snapshot() const {
     x.command = lc.record.command;
     x.command_from_proc = lc.record.command_from_proc;
     x.attached_seconds = MsSince(lc.since) / 1000;
-    x.hits = cc.hits;
-    x.late = cc.late;
-    x.misses = cc.misses;
+#define WASTE_COPY_COUNTER(member, ...) x.member = cc.member;
+    WASTE_CLIENT_COUNTERS(WASTE_COPY_COUNTER)
+#undef WASTE_COPY_COUNTER
     x.pins = cc.pins;
     x.tokens = lc.tokens;
     s.clients.push_back(std::move(x));

@@ -1,10 +1,13 @@
-// The status counters of wasted, each declared once, here. From this list
-// follow the fields of DaemonStatus (protocol/status.h) and of the slot
-// cache's CacheCounters (daemon/slot_cache.h), the copy from one to the
-// other (daemon/status.cc), both conversions (the protocol's Status carries
-// them as one list, `counters`, in this order), the Prometheus page
-// (protocol/metrics.cc) and wastectl's JSON and text views. Adding a counter
-// is one line at the end of the list and the code that increments it.
+// The status counters of wasted, each declared once, here: the daemon's
+// (WASTE_STATUS_COUNTERS), a layer's (WASTE_LAYER_COUNTERS) and a client's
+// (WASTE_CLIENT_COUNTERS). From these lists follow the fields of
+// DaemonStatus, LayerStatusInfo and ClientStatusInfo (protocol/status.h) and
+// of the slot cache's CacheCounters, LayerCounters and ClientCounters
+// (daemon/slot_cache.h), the copy from one to the other (daemon/status.cc),
+// both conversions (each protocol struct carries its counters as one list,
+// `counters`, in the list's order), the Prometheus page (protocol/metrics.cc)
+// and wastectl's JSON and text views. Adding a counter is one line at the end
+// of its list and the code that increments it.
 //
 // Compatibility: the protocol sends the values in this order, so a counter
 // is added at the end and never moved or removed (that would bump
@@ -17,7 +20,8 @@
 //   metric  its Prometheus family, with `help` as its HELP line;
 //   json    its key in `wastectl status --json`, "group.key" inside an object;
 //   label   its line in `wastectl status`, at most 10 characters; "" when a
-//           line of its own already shows it.
+//           line of its own already shows it. In a layer's or a client's
+//           list: its column in the layers' or the clients' table.
 #pragma once
 
 // Demand hints are each counted once: hits (the record was ready), late
@@ -49,6 +53,24 @@
     "lookahead.demand_hinted", "")                                                               \
   X(warm_reads, "counter", "waste_warm_reads_total", "Reads started for warm-up", "warm_reads",  \
     "")
+
+// A layer's demand hints, counted as the daemon's are.
+#define WASTE_LAYER_COUNTERS(X)                                                               \
+  X(hits, "counter", "waste_layer_demand_hits_total",                                          \
+    "Demand hints for records already ready, by layer", "hits", "hits")                        \
+  X(late, "counter", "waste_layer_demand_late_total",                                          \
+    "Demand hints for records asked for earlier and not ready yet, by layer", "late", "late")  \
+  X(misses, "counter", "waste_layer_demand_misses_total",                                      \
+    "Demand hints for records nobody had asked for, by layer", "misses", "misses")
+
+// A client's demand hints, counted as the daemon's are.
+#define WASTE_CLIENT_COUNTERS(X)                                                              \
+  X(hits, "counter", "waste_client_demand_hits_total", "Demand hits, by client", "hits", "hits") \
+  X(late, "counter", "waste_client_demand_late_total",                                         \
+    "Demand hints whose read was asked for earlier and still under way, by client", "late",    \
+    "late")                                                                                    \
+  X(misses, "counter", "waste_client_demand_misses_total", "Demand misses, by client",         \
+    "misses", "misses")
 
 // Declares one uint64_t field per counter, each 0: inside a struct,
 // `WASTE_STATUS_COUNTERS(WASTE_COUNTER_FIELD)`.

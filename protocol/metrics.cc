@@ -73,7 +73,7 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
       .Sample(s.slots_free(), {{"state", "free"}});
   b.Family("waste_cache_slots_pinned", "gauge", "Slots some client has pinned (among the ready)")
       .Sample(s.slots_pinned);
-  for (const StatusCounter& c : kStatusCounters)
+  for (const auto& c : kStatusCounters)
     b.Family(c.metric, c.kind, c.help).Sample(D(s.*c.value));
   b.Family("waste_read_busy_seconds_total", "counter",
            "Seconds with at least one read in flight (read bytes / this = read throughput)")
@@ -86,17 +86,11 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
     flying.Sample(s.in_flight[k], {{"priority", PriorityName(k)}});
   b.Family("waste_io_depth", "gauge", "Reads wasted keeps in flight at most").Sample(s.io_depth);
 
-  auto& lh = b.Family("waste_layer_demand_hits_total", "counter",
-                      "Demand hints for records already ready, by layer");
-  for (const LayerStatusInfo& l : s.layers) lh.Sample(D(l.hits), {{"layer", std::to_string(l.layer)}});
-  auto& ll = b.Family("waste_layer_demand_late_total", "counter",
-                      "Demand hints for records asked for earlier and not ready yet, by layer");
-  for (const LayerStatusInfo& l : s.layers)
-    ll.Sample(D(l.late), {{"layer", std::to_string(l.layer)}});
-  auto& lm = b.Family("waste_layer_demand_misses_total", "counter",
-                      "Demand hints for records nobody had asked for, by layer");
-  for (const LayerStatusInfo& l : s.layers)
-    lm.Sample(D(l.misses), {{"layer", std::to_string(l.layer)}});
+  for (const auto& c : kLayerCounters) {
+    auto& f = b.Family(c.metric, c.kind, c.help);
+    for (const LayerStatusInfo& l : s.layers)
+      f.Sample(D(l.*c.value), {{"layer", std::to_string(l.layer)}});
+  }
   auto& lr = b.Family("waste_layer_slots_ready", "gauge", "Slots holding a ready record, by layer");
   for (const LayerStatusInfo& l : s.layers)
     lr.Sample(l.slots_ready, {{"layer", std::to_string(l.layer)}});
@@ -107,13 +101,10 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
     return std::vector<std::pair<std::string, std::string>>{{"client", std::to_string(c.id)},
                                                             {"pid", std::to_string(c.pid)}};
   };
-  auto& ch = b.Family("waste_client_demand_hits_total", "counter", "Demand hits, by client");
-  for (const auto& c : s.clients) ch.Sample(D(c.hits), client_labels(c));
-  auto& cl = b.Family("waste_client_demand_late_total", "counter",
-                      "Demand hints whose read was asked for earlier and still under way, by client");
-  for (const auto& c : s.clients) cl.Sample(D(c.late), client_labels(c));
-  auto& cm = b.Family("waste_client_demand_misses_total", "counter", "Demand misses, by client");
-  for (const auto& c : s.clients) cm.Sample(D(c.misses), client_labels(c));
+  for (const auto& c : kClientCounters) {
+    auto& f = b.Family(c.metric, c.kind, c.help);
+    for (const ClientStatusInfo& x : s.clients) f.Sample(D(x.*c.value), client_labels(x));
+  }
   auto& ct = b.Family("waste_client_tokens_total", "counter", "Tokens run, by client");
   for (const auto& c : s.clients) ct.Sample(D(c.tokens), client_labels(c));
   auto& cp = b.Family("waste_client_pins", "gauge", "Slots pinned now, by client");

@@ -4,6 +4,23 @@
 #include <utility>
 
 namespace waste {
+namespace {
+
+// `x`'s counters of `table`, as a protocol list in the table's order.
+template <typename T, size_t N>
+void CountersToProto(const T& x, const CounterOf<T> (&table)[N],
+                     capnp::List<uint64_t>::Builder out) {
+  for (size_t k = 0; k < N; ++k) out.set(static_cast<unsigned>(k), x.*table[k].value);
+}
+
+// The inverse. A daemon older than this client lacks the last counters
+// (they stay 0), a newer one sends more than it knows.
+template <typename T, size_t N>
+void CountersFromProto(capnp::List<uint64_t>::Reader in, const CounterOf<T> (&table)[N], T& x) {
+  for (size_t k = 0; k < N && k < in.size(); ++k) x.*table[k].value = in[static_cast<unsigned>(k)];
+}
+
+}  // namespace
 
 void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
   o.setVersion(s.version);
@@ -22,9 +39,7 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
   o.setSlotsLoading(s.slots_loading);
   o.setSlotsPinned(s.slots_pinned);
   o.setSlotsFailed(s.slots_failed);
-  auto counters = o.initCounters(static_cast<unsigned>(std::size(kStatusCounters)));
-  for (size_t k = 0; k < std::size(kStatusCounters); ++k)
-    counters.set(static_cast<unsigned>(k), s.*kStatusCounters[k].value);
+  CountersToProto(s, kStatusCounters, o.initCounters(std::size(kStatusCounters)));
   o.setIoDepth(s.io_depth);
   o.setPolicy(s.policy);
   o.setReadBusySeconds(s.read_busy_seconds);
@@ -43,9 +58,7 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
     x.setUid(c.uid);
     x.setCommand(c.command);
     x.setAttachedSeconds(c.attached_seconds);
-    x.setHits(c.hits);
-    x.setMisses(c.misses);
-    x.setLate(c.late);
+    CountersToProto(c, kClientCounters, x.initCounters(std::size(kClientCounters)));
     x.setPins(c.pins);
     x.setTokens(c.tokens);
     x.setCommandFromProc(c.command_from_proc);
@@ -55,9 +68,7 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
     const LayerStatusInfo& l = s.layers[i];
     auto x = ls[static_cast<unsigned>(i)];
     x.setLayer(l.layer);
-    x.setHits(l.hits);
-    x.setMisses(l.misses);
-    x.setLate(l.late);
+    CountersToProto(l, kLayerCounters, x.initCounters(std::size(kLayerCounters)));
     x.setSlotsReady(l.slots_ready);
     x.setSlotsLoading(l.slots_loading);
     x.setResident(kj::arrayPtr(l.resident.data(), l.resident.size()));
@@ -89,11 +100,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   d.slots_loading = r.getSlotsLoading();
   d.slots_pinned = r.getSlotsPinned();
   d.slots_failed = r.getSlotsFailed();
-  // A daemon older than this client lacks the last counters (they stay 0),
-  // a newer one sends more than it knows.
-  const auto counters = r.getCounters();
-  for (size_t k = 0; k < std::size(kStatusCounters) && k < counters.size(); ++k)
-    d.*kStatusCounters[k].value = counters[static_cast<unsigned>(k)];
+  CountersFromProto(r.getCounters(), kStatusCounters, d);
   for (uint32_t q : r.getQueued()) d.queued.push_back(q);
   for (uint32_t q : r.getInFlight()) d.in_flight.push_back(q);
   for (const auto c : r.getClients()) {
@@ -103,9 +110,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
     info.uid = c.getUid();
     info.command = c.getCommand().cStr();
     info.attached_seconds = c.getAttachedSeconds();
-    info.hits = c.getHits();
-    info.late = c.getLate();
-    info.misses = c.getMisses();
+    CountersFromProto(c.getCounters(), kClientCounters, info);
     info.pins = c.getPins();
     info.tokens = c.getTokens();
     info.command_from_proc = c.getCommandFromProc();
@@ -119,9 +124,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   for (const auto l : r.getLayers()) {
     LayerStatusInfo info;
     info.layer = l.getLayer();
-    info.hits = l.getHits();
-    info.late = l.getLate();
-    info.misses = l.getMisses();
+    CountersFromProto(l.getCounters(), kLayerCounters, info);
     info.slots_ready = l.getSlotsReady();
     info.slots_loading = l.getSlotsLoading();
     const auto bits = l.getResident();

@@ -23,9 +23,7 @@ struct ClientStatusInfo {
   uint32_t uid = 0;
   std::string command;
   double attached_seconds = 0;
-  uint64_t hits = 0;    // its demand hints, as DaemonStatus counts them
-  uint64_t late = 0;
-  uint64_t misses = 0;
+  WASTE_CLIENT_COUNTERS(WASTE_COUNTER_FIELD)  // hits, late, misses
   uint32_t pins = 0;    // slots pinned right now
   uint64_t tokens = 0;  // tokens run, as the client reported them
   bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
@@ -45,7 +43,7 @@ struct ExpertUseInfo {
 // One layer with experts (proto::LayerStatus).
 struct LayerStatusInfo {
   uint32_t layer = 0;
-  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as DaemonStatus counts them
+  WASTE_LAYER_COUNTERS(WASTE_COUNTER_FIELD)  // hits, late, misses
   uint32_t slots_ready = 0, slots_loading = 0;
   std::vector<uint8_t> resident;  // bit e (byte e / 8, bit e % 8): expert e is ready
   std::vector<ExpertUseInfo> hottest;  // most used first
@@ -98,21 +96,29 @@ struct DaemonStatus {
   bool operator==(const DaemonStatus&) const = default;
 };
 
-// One counter of protocol/counters.h, as the views read it.
-struct StatusCounter {
-  uint64_t DaemonStatus::*value;
+// One counter of protocol/counters.h, as the views read it: a field of T
+// (DaemonStatus, LayerStatusInfo or ClientStatusInfo).
+template <typename T>
+struct CounterOf {
+  uint64_t T::*value;
   const char* kind;    // "counter" or "gauge"
   const char* metric;  // waste_..._total
   const char* help;
   const char* json;   // "hits", "lookahead.reads"
-  const char* label;  // the text view's, "" for none
+  const char* label;  // the text view's line or column, "" for none
 };
 
-#define WASTE_COUNTER_ENTRY(member, kind, metric, help, json, label) \
-  StatusCounter{&DaemonStatus::member, kind, metric, help, json, label},
-// Every counter, in the declaration's order (the protocol's).
-inline constexpr StatusCounter kStatusCounters[] = {WASTE_STATUS_COUNTERS(WASTE_COUNTER_ENTRY)};
-#undef WASTE_COUNTER_ENTRY
+// Every counter of each list, in the declaration's order (the protocol's).
+#define WASTE_STATUS_ENTRY(member, ...) {&DaemonStatus::member, __VA_ARGS__},
+#define WASTE_LAYER_ENTRY(member, ...) {&LayerStatusInfo::member, __VA_ARGS__},
+#define WASTE_CLIENT_ENTRY(member, ...) {&ClientStatusInfo::member, __VA_ARGS__},
+inline constexpr CounterOf<DaemonStatus> kStatusCounters[] = {WASTE_STATUS_COUNTERS(WASTE_STATUS_ENTRY)};
+inline constexpr CounterOf<LayerStatusInfo> kLayerCounters[] = {WASTE_LAYER_COUNTERS(WASTE_LAYER_ENTRY)};
+inline constexpr CounterOf<ClientStatusInfo> kClientCounters[] = {
+    WASTE_CLIENT_COUNTERS(WASTE_CLIENT_ENTRY)};
+#undef WASTE_STATUS_ENTRY
+#undef WASTE_LAYER_ENTRY
+#undef WASTE_CLIENT_ENTRY
 
 // Writes `s` as the protocol's Status (the answer to status).
 void StatusToProto(const DaemonStatus& s, proto::Status::Builder out);

@@ -20,7 +20,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("waste::proto");
 
-const protocolVersion :UInt32 = 2;  # 2: Status carries its counters as one list
+const protocolVersion :UInt32 = 2;  # 2: the status structs carry their counters as lists
 
 enum HintKind {
   demand @0;     # needed now
@@ -79,12 +79,10 @@ struct ClientStatus {
   uid @2 :UInt32;
   command @3 :Text;
   attachedSeconds @4 :Float64;
-  hits @5 :UInt64;     # demand hints for records already ready
-  misses @6 :UInt64;   # demand hints for records nobody had asked for (they start the read)
-  pins @7 :UInt32;     # slots pinned right now
-  tokens @8 :UInt64;   # tokens run, as the client reported them (Session.progress)
-  commandFromProc @9 :Bool;  # command read by the daemon from /proc; false: the client's own word
-  late @10 :UInt64;    # demand hints for records asked for earlier, still queued or being read
+  counters @5 :List(UInt64);  # protocol/counters.h's client counters (demand hits, late, misses), in its order
+  pins @6 :UInt32;     # slots pinned right now
+  tokens @7 :UInt64;   # tokens run, as the client reported them (Session.progress)
+  commandFromProc @8 :Bool;  # command read by the daemon from /proc; false: the client's own word
 }
 
 # One expert's popularity in its layer.
@@ -97,13 +95,11 @@ struct ExpertUse {
 # One layer with experts.
 struct LayerStatus {
   layer @0 :UInt32;
-  hits @1 :UInt64;           # demand hints in this layer for records already ready
-  misses @2 :UInt64;         # and for records nobody had asked for
-  slotsReady @3 :UInt32;     # slots holding a ready record of this layer
-  slotsLoading @4 :UInt32;   # slots being read for it
-  resident @5 :Data;         # bit e (byte e / 8, bit e % 8) set: expert e is ready
-  hottest @6 :List(ExpertUse);  # the most used experts, most used first (up to 8)
-  late @7 :UInt64;           # and for records asked for earlier, still queued or being read
+  counters @1 :List(UInt64);  # protocol/counters.h's layer counters (demand hits, late, misses), in its order
+  slotsReady @2 :UInt32;      # slots holding a ready record of this layer
+  slotsLoading @3 :UInt32;    # slots being read for it
+  resident @4 :Data;          # bit e (byte e / 8, bit e % 8) set: expert e is ready
+  hottest @5 :List(ExpertUse);  # the most used experts, most used first (up to 8)
 }
 
 struct Status {
