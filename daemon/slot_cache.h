@@ -187,7 +187,8 @@ class SlotCache {
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
-  std::vector<LayerCounters> layers_;  // [layers]: their counters only (layer_counters adds the rest)
+  // [layers]: the demand counters only (layer_counters adds the slots).
+  std::vector<LayerCounters> layers_;
   uint64_t dispatch_clock_ = 0;
   CacheCounters c_;
 };

@@ -73,8 +73,7 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
       .Sample(s.slots_free(), {{"state", "free"}});
   b.Family("waste_cache_slots_pinned", "gauge", "Slots some client has pinned (among the ready)")
       .Sample(s.slots_pinned);
-  for (const auto& c : kStatusCounters)
-    b.Family(c.metric, c.kind, c.help).Sample(D(s.*c.value));
+  for (const auto& c : kStatusCounters) b.Family(c.metric, c.kind, c.help).Sample(D(s.*c.value));
   b.Family("waste_read_busy_seconds_total", "counter",
            "Seconds with at least one read in flight (read bytes / this = read throughput)")
       .Sample(s.read_busy_seconds);

@@ -83,7 +83,7 @@ struct DaemonStatus {
   std::vector<uint32_t> in_flight;  // reads under way by priority
   std::vector<ClientStatusInfo> clients;
   uint32_t io_depth = 0;
-  std::string policy;  // eviction: lfru or lru
+  std::string policy;            // eviction: lfru or lru
   double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
   std::vector<LayerStatusInfo> layers;  // layers with experts, in order
   uint32_t experts = 0;                 // experts per layer
@@ -112,8 +112,10 @@ struct CounterOf {
 #define WASTE_STATUS_ENTRY(member, ...) {&DaemonStatus::member, __VA_ARGS__},
 #define WASTE_LAYER_ENTRY(member, ...) {&LayerStatusInfo::member, __VA_ARGS__},
 #define WASTE_CLIENT_ENTRY(member, ...) {&ClientStatusInfo::member, __VA_ARGS__},
-inline constexpr CounterOf<DaemonStatus> kStatusCounters[] = {WASTE_STATUS_COUNTERS(WASTE_STATUS_ENTRY)};
-inline constexpr CounterOf<LayerStatusInfo> kLayerCounters[] = {WASTE_LAYER_COUNTERS(WASTE_LAYER_ENTRY)};
+inline constexpr CounterOf<DaemonStatus> kStatusCounters[] = {
+    WASTE_STATUS_COUNTERS(WASTE_STATUS_ENTRY)};
+inline constexpr CounterOf<LayerStatusInfo> kLayerCounters[] = {
+    WASTE_LAYER_COUNTERS(WASTE_LAYER_ENTRY)};
 inline constexpr CounterOf<ClientStatusInfo> kClientCounters[] = {
     WASTE_CLIENT_COUNTERS(WASTE_CLIENT_ENTRY)};
 #undef WASTE_STATUS_ENTRY

@@ -175,39 +175,39 @@ json StatusJson(const DaemonStatus& s, const std::string& socket) {
     layers.push_back(std::move(j));
   }
   json j = {{"socket", socket},
-          {"version", s.version},
-          {"pid", s.pid},
-          {"uptime_seconds", s.uptime_seconds},
-          {"container", s.container},
-          {"arch", s.arch},
-          {"experts", s.experts},
-          {"record_bytes", s.record_bytes},
-          {"budget",
-           {{"total", s.budget},
-            {"trunk", s.trunk_bytes},
-            {"cache", s.cache_bytes},
-            {"overhead", s.overhead_bytes}}},
-          {"trunk_wired", s.trunk_wired},
-          {"page_kind", s.page_kind},
-          {"slots",
-           {{"total", s.slots},
-            {"used", s.slots_used()},
-            {"ready", s.slots_ready},
-            {"loading", s.slots_loading},
-            {"pinned", s.slots_pinned},
-            {"failed", s.slots_failed},
-            {"free", s.slots_free()}}},
-          {"hit_rate", Nullable(HitRate(s.hits, s.late, s.misses))},
-          {"late_rate", Nullable(LateRate(s.hits, s.late, s.misses))},
-          {"read_busy_seconds", s.read_busy_seconds},
-          {"read_bytes_per_second", Nullable(Throughput(s))},
-          {"queued", ByPriority(s.queued)},
-          {"in_flight", ByPriority(s.in_flight)},
-          {"io_depth", s.io_depth},
-          {"policy", s.policy},
-          {"lookahead", {{"precision", Nullable(Precision(s))}, {"recall", Nullable(Recall(s))}}},
-          {"clients", ClientsJson(s)},
-          {"layers", layers}};
+            {"version", s.version},
+            {"pid", s.pid},
+            {"uptime_seconds", s.uptime_seconds},
+            {"container", s.container},
+            {"arch", s.arch},
+            {"experts", s.experts},
+            {"record_bytes", s.record_bytes},
+            {"budget",
+             {{"total", s.budget},
+              {"trunk", s.trunk_bytes},
+              {"cache", s.cache_bytes},
+              {"overhead", s.overhead_bytes}}},
+            {"trunk_wired", s.trunk_wired},
+            {"page_kind", s.page_kind},
+            {"slots",
+             {{"total", s.slots},
+              {"used", s.slots_used()},
+              {"ready", s.slots_ready},
+              {"loading", s.slots_loading},
+              {"pinned", s.slots_pinned},
+              {"failed", s.slots_failed},
+              {"free", s.slots_free()}}},
+            {"hit_rate", Nullable(HitRate(s.hits, s.late, s.misses))},
+            {"late_rate", Nullable(LateRate(s.hits, s.late, s.misses))},
+            {"read_busy_seconds", s.read_busy_seconds},
+            {"read_bytes_per_second", Nullable(Throughput(s))},
+            {"queued", ByPriority(s.queued)},
+            {"in_flight", ByPriority(s.in_flight)},
+            {"io_depth", s.io_depth},
+            {"policy", s.policy},
+            {"lookahead", {{"precision", Nullable(Precision(s))}, {"recall", Nullable(Recall(s))}}},
+            {"clients", ClientsJson(s)},
+            {"layers", layers}};
   // The counters under their keys, "group.key" inside the group's object.
   for (const auto& c : kStatusCounters) {
     const std::string key = c.json;
@@ -289,7 +289,8 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
     std::string hot;
     for (const ExpertUseInfo& h : l.hottest)
       hot += (hot.empty() ? "" : " ") + U(h.expert) + (h.resident ? "*" : "") + ":" + U(h.uses);
-    std::vector<std::string> row = {U(l.layer), U(ResidentCount(l, s.experts)) + "/" + U(s.experts)};
+    std::vector<std::string> row = {U(l.layer),
+                                    U(ResidentCount(l, s.experts)) + "/" + U(s.experts)};
     for (const auto& k : kLayerCounters) row.push_back(U(l.*k.value));
     row.insert(row.end(), {Percent(HitRate(l.hits, l.late, l.misses)), hot});
     rows.push_back(std::move(row));
