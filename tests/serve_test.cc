@@ -88,11 +88,12 @@ class ServeTest : public ::testing::Test {
         [this](int n) { return model_->NewSession(n); });
     if (ao.model_name.empty()) ao.model_name = "tiny";
     api_ = std::make_unique<ApiServer>(ao, *tok_, &*ct_->chat(), end_, *scheduler_, [] { return true; });
-    HttpOptions ho;
+    http::HttpOptions ho;
     ho.port = 0;
-    auto h = HttpServer::Start(ho, [this](Request r, std::shared_ptr<Responder> w) {
-      api_->Handle(std::move(r), std::move(w));
-    });
+    auto h =
+        http::HttpServer::Start(ho, [this](http::Request r, std::shared_ptr<http::Responder> w) {
+          api_->Handle(std::move(r), std::move(w));
+        });
     ASSERT_TRUE(h.ok()) << h.status().message();
     http_ = std::move(*h);
   }
@@ -163,7 +164,7 @@ class ServeTest : public ::testing::Test {
   std::vector<int32_t> end_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ApiServer> api_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::HttpServer> http_;
 };
 
 json Chat(const std::string& text, int max_tokens) {

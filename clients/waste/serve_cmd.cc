@@ -17,7 +17,7 @@
 #include "clients/waste/engine_setup.h"
 #include "engine/tokenizer/chat.h"
 #include "serve/api_server.h"
-#include "serve/http_server.h"
+#include "http/server.h"
 #include "serve/scheduler.h"
 
 namespace waste::cli {
@@ -128,13 +128,15 @@ int RunServe(const ServeOptions& o) {
   ao.context = o.engine.context;
   serve::ApiServer api(ao, *e->tokenizer, ct.chat() ? &*ct.chat() : nullptr, *end_ids, scheduler,
                        [&] { return attached.load(); });
-  serve::HttpOptions ho;
+  http::HttpOptions ho;
   ho.host = host;
   ho.port = port;
   ho.max_connections = static_cast<size_t>(o.max_connections);
-  auto http = serve::HttpServer::Start(ho, [&](serve::Request req, std::shared_ptr<serve::Responder> r) {
-    api.Handle(std::move(req), std::move(r));
-  });
+  // Qualified in full: `http` names the server from here on.
+  auto http = waste::http::HttpServer::Start(
+      ho, [&](waste::http::Request req, std::shared_ptr<waste::http::Responder> r) {
+        api.Handle(std::move(req), std::move(r));
+      });
   if (!http.ok()) {
     std::fprintf(stderr, "waste: --listen %s: %s\n", o.listen.c_str(), http.status().message().c_str());
     return 1;
