@@ -36,12 +36,13 @@ Result<std::unique_ptr<Server>> Server::Open(Engine& engine, const ServerOptions
 
 Server::~Server() { Stop(); }
 
-Status Server::Listen(const HttpOptions& o) {
-  auto http = HttpServer::Start(o, [this](Request req, std::shared_ptr<Responder> r) {
-    api_->Handle(std::move(req), std::move(r));
-  });
-  if (!http.ok()) return http.status();
-  http_ = std::move(*http);
+Status Server::Listen(const http::HttpOptions& o) {
+  auto started =
+      http::HttpServer::Start(o, [this](http::Request req, std::shared_ptr<http::Responder> r) {
+        api_->Handle(std::move(req), std::move(r));
+      });
+  if (!started.ok()) return started.status();
+  http_ = std::move(*started);
   api_->set_http(http_.get());
   return Status::Ok();
 }

@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "http/server.h"
 #include "runtime/engine.h"
 #include "serve/api_server.h"
-#include "serve/http_server.h"
 #include "serve/scheduler.h"
 
 namespace waste::serve {
@@ -34,9 +34,9 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   // Starts the HTTP server on `o`'s address (HttpServer::Start's errors).
-  Status Listen(const HttpOptions& o);
+  Status Listen(const http::HttpOptions& o);
   // The HTTP server, once listening (its address, whether it is loopback).
-  const HttpServer& http() const { return *http_; }
+  const http::HttpServer& http_server() const { return *http_; }
   const std::string& model_name() const { return model_name_; }
   // Stops taking requests, then ends every generation (kCancelled).
   void Stop();
@@ -47,7 +47,7 @@ class Server {
   std::string model_name_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ApiServer> api_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::HttpServer> http_;
 };
 
 }  // namespace waste::serve

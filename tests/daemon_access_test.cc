@@ -175,7 +175,7 @@ TEST_F(Daemon, BadRequestsAreRefusedWithMessages) {
   Child v = Child::Run(Probe(c, {"--version", "99"}));
   EXPECT_EQ(v.Wait(), 3);
   std::string out = v.Output();
-  EXPECT_TRUE(Has(out, "99") && Has(out, "version 1")) << out;
+  EXPECT_TRUE(Has(out, "99") && Has(out, "version 2")) << out;
 
   Child h = Child::Run(Probe(c, {"--hint", "99:0"}));
   ASSERT_NE(h.WaitLine("REFUSAL"), "") << h.Output();

@@ -73,11 +73,12 @@ class ServeTest : public ::testing::Test {
     scheduler_ = std::make_unique<Scheduler>(so, engine_->model().config().vocab, stepper_);
     if (ao.model_name.empty()) ao.model_name = "tiny";
     api_ = std::make_unique<ApiServer>(ao, *tok_, &*engine_->container().chat(), end_, *scheduler_);
-    HttpOptions ho;
+    http::HttpOptions ho;
     ho.port = 0;
-    auto h = HttpServer::Start(ho, [this](Request r, std::shared_ptr<Responder> w) {
-      api_->Handle(std::move(r), std::move(w));
-    });
+    auto h =
+        http::HttpServer::Start(ho, [this](http::Request r, std::shared_ptr<http::Responder> w) {
+          api_->Handle(std::move(r), std::move(w));
+        });
     ASSERT_TRUE(h.ok()) << h.status().message();
     http_ = std::move(*h);
   }
@@ -157,7 +158,7 @@ class ServeTest : public ::testing::Test {
   } stepper_{this};
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ApiServer> api_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::HttpServer> http_;
 };
 
 json Chat(const std::string& text, int max_tokens) {

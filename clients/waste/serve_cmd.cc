@@ -98,7 +98,7 @@ int RunServe(const ServeOptions& o) {
     std::fprintf(stderr, "waste: %s\n", server.status().message().c_str());
     return 1;
   }
-  serve::HttpOptions ho;
+  http::HttpOptions ho;
   ho.host = host;
   ho.port = port;
   ho.max_connections = static_cast<size_t>(o.max_connections);
@@ -106,7 +106,7 @@ int RunServe(const ServeOptions& o) {
     std::fprintf(stderr, "waste: --listen %s: %s\n", o.listen.c_str(), st.message().c_str());
     return 1;
   }
-  const serve::HttpServer& http = (*server)->http();
+  const http::HttpServer& http = (*server)->http_server();
   if (!http.loopback() && key.empty()) {
     std::fprintf(stderr,
                  "waste: --listen %s is not a loopback address: an API key is required there "
