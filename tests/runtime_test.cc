@@ -7,22 +7,18 @@
 // a run never interrupted.
 #include "runtime/engine.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/synth/synth.h"
+#include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -40,65 +36,36 @@ std::vector<int> Tokens(int n, int vocab, int seed) {
 }
 
 // wasted serving a container on a socket, in the foreground as a child of
-// this process (its log in a file), killed when the object goes.
+// this process (Child), SIGKILLed when the object goes, as a crash ends it.
 class Wasted {
  public:
-  Wasted(const std::string& container, const std::string& socket, const std::string& dir) {
-    const std::vector<std::string> argv = {std::string(WASTE_BIN_DIR) + "/wasted", container,
-                                           "--socket",       socket,
-                                           "--foreground",   "--state-dir",
-                                           dir + "/state"};
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    log_ = dir + "/wasted.log";
-    const int log = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(log, 1);
-      dup2(log, 2);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(log);
-    // Listening: a connection is accepted.
-    for (int i = 0; i < 2000 && !Listening(socket); ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
+  Wasted(const std::string& container, const std::string& socket, const std::string& dir)
+      : child_(testing::Child::Run({testing::Bin("wasted"), container, "--socket", socket,
+                                    "--foreground", "--state-dir", dir + "/state"})) {
+    for (int i = 0; i < 2000 && !testing::Connectable(socket); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    listening_ = pid_ > 0 && Listening(socket);
+    listening_ = testing::Connectable(socket);
   }
   ~Wasted() { Kill(); }
-  Wasted(const Wasted&) = delete;
-  Wasted& operator=(const Wasted&) = delete;
 
   bool listening() const { return listening_; }
-  std::string log() const { return waste::testing::ReadText(log_); }
-  // SIGKILL, as a crash would end it; waits for it to be gone.
+  // What it printed; only once it has exited (Kill), else what came so far.
+  std::string log() {
+    if (!killed_) Kill();
+    return child_.Output();
+  }
+  // SIGKILL; waits for it to be gone.
   void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    if (killed_) return;
+    child_.Signal(SIGKILL);
+    child_.Wait();
+    killed_ = true;
   }
 
  private:
-  static bool Listening(const std::string& path) {
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    return ok;
-  }
-
-  pid_t pid_ = -1;
+  testing::Child child_;
   bool listening_ = false;
-  std::string log_;
+  bool killed_ = false;
 };
 
 // Waits until the engine's link has seen its daemon go (a crash is seen
