@@ -14,15 +14,6 @@
 #include "engine/model/norms.h"
 
 namespace waste {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-}  // namespace
 
 ForwardPass::ForwardPass(const Container& ct, ExpertSource* experts, const ModelOptions& opt,
                          std::unique_ptr<Trunk> trunk)

@@ -54,10 +54,7 @@ class GatedDeltaNetLayer : public AttentionLayer {
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
     const size_t state = static_cast<size_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
     const size_t ring = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_width();
-    s.state[L_] = carve.Take(state);
-    s.ring[L_] = carve.Take(ring);
-    s.state_spare[L_] = carve.Take(state);
-    s.ring_spare[L_] = carve.Take(ring);
+    carve.TakeRecurrent(s, L_, state, ring);
   }
   bool caches_positions() const override { return false; }
 

@@ -60,10 +60,7 @@ class KdaLayer : public AttentionLayer {
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
     const size_t state = static_cast<size_t>(c.kda_heads) * c.kda_head_dim * c.kda_head_dim;
     const size_t ring = static_cast<size_t>(3) * (c.conv_kernel - 1) * c.kda_width();
-    s.state[L_] = carve.Take(state);
-    s.ring[L_] = carve.Take(ring);
-    s.state_spare[L_] = carve.Take(state);
-    s.ring_spare[L_] = carve.Take(ring);
+    carve.TakeRecurrent(s, L_, state, ring);
   }
   bool caches_positions() const override { return false; }
 

@@ -3,18 +3,7 @@
 
 #include "engine/model/layer.h"
 
-#include <chrono>
-
 namespace waste {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-}  // namespace
 
 LayerContext::LayerContext(const ModelConfig& config, const ModelOptions& options)
     : c(config),
@@ -74,6 +63,13 @@ std::span<float> StateCarver::Take(size_t n) {
   std::span<float> part(next_, n);
   next_ += line;
   return part;
+}
+
+void StateCarver::TakeRecurrent(Session& s, int L, size_t state, size_t ring) {
+  s.state[L] = Take(state);
+  s.ring[L] = Take(ring);
+  s.state_spare[L] = Take(state);
+  s.ring_spare[L] = Take(ring);
 }
 
 }  // namespace waste

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <chrono>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,12 @@
 #include "engine/model/trunk.h"
 
 namespace waste {
+
+// Wall time, for the phase times and the roofline's parts.
+using Clock = std::chrono::steady_clock;
+inline double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Pointers to n rows `step` floats apart from `base`: each token's input or
 // output of a product over a chunk (LayerContext::MatVecMany and its kin).
@@ -102,6 +109,9 @@ class StateCarver {
   explicit StateCarver(float* base = nullptr) : next_(base) {}
   // n floats of the session's memory (empty while counting).
   std::span<float> Take(size_t n);
+  // A recurrent kind's parts of layer L: its state and conv ring of `state`
+  // and `ring` floats, then their spares (Session).
+  void TakeRecurrent(Session& s, int L, size_t state, size_t ring);
   size_t floats() const { return total_; }  // all the parts so far, lines included
 
  private:

@@ -21,15 +21,6 @@
 #include "engine/model/router.h"
 
 namespace waste {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-}  // namespace
 
 // The chunk's distinct experts, in ascending id, each with the (token, slot)
 // pairs it serves.
