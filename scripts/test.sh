@@ -40,13 +40,18 @@ uid_tests+='|MetricsPeersThatMisbehaveCannotKeepThePageFromOthers)'
 uid_tests+='|DaemonClient\.AnotherUsersSocketIsAPermissionFailure'
 uid_tests+='|Service\.(AsTheUnitRunsItUnprivilegedTheTrunkIsWired'
 uid_tests+='|UnderAReadOnlySystemItWritesOnlyItsOwnDirectories|ReloadChangesWhoMayAttach))$'
-uid_tests_closed() {  # uid_tests_closed BUILD [CTEST ARGS]
+uid_tests_closed() {  # uid_tests_closed BUILD COUNT [CTEST ARGS]: COUNT of them are in BUILD
   [ "$(id -u)" = 0 ] || return 0
-  local mode rc=0
+  local found mode rc=0
+  found=$(ctest --test-dir "$1" -N -R "$uid_tests" "${@:3}" | sed -n 's/^Total Tests: //p')
+  if [ "$found" != "$2" ]; then
+    echo "test.sh: $1 has ${found:-no} tests matching uid_tests, not $2: is the list up to date?" >&2
+    return 1
+  fi
   mode=$(stat -c %a .)
   trap 'chmod "$mode" "$PWD"' EXIT
   chmod 0700 .
-  ctest --test-dir "$1" --output-on-failure --timeout 900 --no-tests=error -R "$uid_tests" "${@:2}" || rc=$?
+  ctest --test-dir "$1" --output-on-failure --timeout 900 -R "$uid_tests" "${@:3}" || rc=$?
   chmod "$mode" .
   trap - EXIT
   return "$rc"
@@ -60,7 +65,7 @@ WASTE_BUILD_DIR=$build scripts/build.sh -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON
   -DWASTE_TEST_CXX_FLAGS=-O1
 stage "plain build"
 ctest --test-dir "$build" --output-on-failure --timeout 600 -j "$jobs"
-uid_tests_closed "$build"
+uid_tests_closed "$build" 7
 stage "plain tests"
 WASTE_BUILD_DIR=$build scripts/openai_check.sh
 stage "openai client against waste serve"
@@ -92,7 +97,7 @@ WASTE_BUILD_DIR=$build-asan scripts/build.sh -DWASTE_WERROR=ON -DWASTE_BUILD_TES
   "${o1[@]}" -DWASTE_TEST_CXX_FLAGS=-O0 -DWASTE_SANITIZE=address,undefined
 stage "asan+ubsan build"
 ctest --test-dir "$build-asan" --output-on-failure --timeout 900 -j "$jobs"
-uid_tests_closed "$build-asan"
+uid_tests_closed "$build-asan" 7
 stage "asan+ubsan tests"
 
 # The suites labelled concurrency in tests/CMakeLists.txt (shm, the slot
@@ -105,7 +110,7 @@ cmake -S . -B "$build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${o1[@]}
 cmake --build "$build-tsan" --parallel "$jobs" --target concurrency_tests
 stage "tsan build"
 ctest --test-dir "$build-tsan" --output-on-failure --timeout 900 -j "$jobs" -L concurrency
-uid_tests_closed "$build-tsan" -L concurrency
+uid_tests_closed "$build-tsan" 3 -L concurrency
 stage "tsan tests"
 
 scripts/fuzz.sh "${WASTE_FUZZ_SECONDS:-15}"
