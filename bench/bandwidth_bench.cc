@@ -1,5 +1,5 @@
 // The machine's memory read bandwidth, the roofline's ceiling
-// (docs/MEASUREMENTS.md, "roofline"): each of 1 or 2 threads sums its own
+// (docs/log/2026-12-02.md, "roofline"): each of 1 or 2 threads sums its own
 // half of a 4 GiB buffer (far past the caches), 64 bytes a load. Reports
 // bytes read per wall second over all threads. Not run by CI. Example:
 //   build/bin/bandwidth_bench --benchmark_repetitions=9 --benchmark_report_aggregates_only=true

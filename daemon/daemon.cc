@@ -61,8 +61,9 @@ Status Daemon::Setup() {
   // The metrics port before the socket: whoever finds the socket connectable
   // (a client, a test) finds the metrics page listening too.
   if (!opt_.metrics_listen.empty()) {
-    auto m = MetricsHttp::Bind(opt_.metrics_listen);
-    if (!m.ok()) return m.status();
+    auto m = http::PageServer::Bind(
+        opt_.metrics_listen, {"metrics", "/metrics", "text/plain; version=0.0.4; charset=utf-8"});
+    if (!m.ok()) return m.status().Prefixed("--metrics-listen " + opt_.metrics_listen);
     metrics_ = std::move(*m);
   }
   return Listen();

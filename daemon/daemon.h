@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "daemon/metrics_http.h"
 #include "daemon/readers.h"
 #include "daemon/rpc_server.h"
 #include "daemon/settings.h"
 #include "daemon/slot_cache.h"
 #include "engine/format/container.h"
+#include "http/page_server.h"
 #include "shm/segment.h"
 #include "shm/table.h"
 
@@ -141,7 +141,7 @@ class Daemon final : public LoopApi {
   std::unique_ptr<Readers> readers_;
   std::unique_ptr<RpcServer> rpc_;
   SettingsSource settings_source_;
-  std::unique_ptr<MetricsHttp> metrics_;
+  std::unique_ptr<http::PageServer> metrics_;
 };
 
 }  // namespace waste::daemon

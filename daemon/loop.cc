@@ -213,7 +213,14 @@ int Daemon::Run() {
     // The live access policy: a reload's allow-uid and allow-group apply here too.
     if (Status st = metrics_->Start(
             &loop_, [this] { return MetricsPage(); },
-            [this](uid_t uid) { return opt_.access.Allows(uid); }, opt_.metrics_timeout_seconds);
+            [this](uid_t uid) {
+              return opt_.access.Allows(uid)
+                         ? std::string()
+                         : "uid " + std::to_string(uid) +
+                               " may not read this wasted's metrics (root, its own uid and the "
+                               "uids or group allowed to attach may)";
+            },
+            opt_.metrics_timeout_seconds);
         !st.ok()) {
       spdlog::error("{}", st.message());
       return 1;

@@ -18,9 +18,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "daemon/metrics_http.h"  // kMaxConnections
-#include "engine/plan/plan.h"     // ParseSize, kPlannedClients
-#include "base/size_text.h"     // FormatSize
+#include "base/size_text.h"    // FormatSize
+#include "engine/plan/plan.h"  // ParseSize, kPlannedClients
+#include "http/page_server.h"  // kMaxConnections
 #include "protocol/socket_path.h"
 #include "waste/version.h"
 
@@ -73,7 +73,7 @@ struct Setting {
 
 // The help below says these numbers.
 static_assert(kPlannedClients == 1024, "max-clients' help says 1-1024");
-static_assert(MetricsHttp::kMaxConnections == 64, "metrics-timeout's help says 64");
+static_assert(http::PageServer::kMaxConnections == 64, "metrics-timeout's help says 64");
 
 // In the order of wasted --help.
 const std::vector<Setting>& Table() {

@@ -23,7 +23,7 @@ struct DaemonOptions {
   std::string socket;
   uint64_t budget = 0;  // 0: chosen from this machine (DaemonBudget, engine/plan)
   // Reads in flight. 2 measured best for decode on the 2-core development
-  // machine (docs/MEASUREMENTS.md, issue 5): one more read lets the disk
+  // machine (docs/log/2026-11-30-issues-3-to-5.md, "queue depth"): one more read lets the disk
   // overlap, and each read still finishes soon enough for the expert the
   // forward pass waits on; 8 and 32 share the bandwidth among reads that
   // are not needed yet and take CPU from the arithmetic.

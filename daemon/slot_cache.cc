@@ -17,9 +17,7 @@ SlotCache::SlotCache(shm::SlotTable table, std::vector<bool> has_bank, uint64_t 
       eviction_(table.slots(), table.header().layers * table.header().experts, policy),
       uses_(static_cast<size_t>(table.header().layers) * table.header().experts, 0),
       hits_(uses_.size(), 0),
-      layer_hits_(table.header().layers, 0),
-      layer_late_(table.header().layers, 0),
-      layer_misses_(table.header().layers, 0) {}
+      layers_(table.header().layers) {}
 
 void SlotCache::AddClient(uint32_t id, const shm::PinPage* page) {
   clients_[id] = Client{page, 0, {}, {}, 0};
@@ -85,16 +83,16 @@ uint32_t SlotCache::Hint(uint32_t client, int layer, std::span<const uint32_t> e
       const auto q = queued_.find(key);
       if (st == SlotState::kReady) {
         ++hits_[at];
-        ++layer_hits_[static_cast<size_t>(layer)];
+        ++layers_[static_cast<size_t>(layer)].hits;
         ++c_.hits;
         ++cl.counters.hits;
       } else if (st == SlotState::kLoading || q != queued_.end()) {
         // Asked for in time to be read, not in time to be ready.
-        ++layer_late_[static_cast<size_t>(layer)];
+        ++layers_[static_cast<size_t>(layer)].late;
         ++c_.late;
         ++cl.counters.late;
       } else {
-        ++layer_misses_[static_cast<size_t>(layer)];
+        ++layers_[static_cast<size_t>(layer)].misses;
         ++c_.misses;
         ++cl.counters.misses;
       }
@@ -253,7 +251,7 @@ std::vector<ReadJob> SlotCache::Dispatch(uint32_t max, uint32_t max_demand) {
       };
       if (k == static_cast<int>(HintKind::kLookahead) && Stale(p)) {
         take();
-        ++c_.dropped;
+        ++c_.lookahead_dropped;
         continue;
       }
       const bool warm = k == static_cast<int>(HintKind::kWarm);
@@ -373,13 +371,8 @@ CacheCounters SlotCache::counters() const {
 }
 
 std::vector<LayerCounters> SlotCache::layer_counters() const {
-  std::vector<LayerCounters> out(layer_hits_.size());
-  for (size_t L = 0; L < out.size(); ++L) {
-    out[L].hits = layer_hits_[L];
-    out[L].late = layer_late_[L];
-    out[L].misses = layer_misses_[L];
-    out[L].resident.assign((experts_ + 7) / 8, 0);
-  }
+  std::vector<LayerCounters> out = layers_;
+  for (LayerCounters& l : out) l.resident.assign((experts_ + 7) / 8, 0);
   for (uint32_t s = 0; s < t_.slots(); ++s) {
     const shm::SlotPeek p = shm::Peek(t_, s);
     if (p.state != SlotState::kReady && p.state != SlotState::kLoading) continue;

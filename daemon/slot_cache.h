@@ -44,6 +44,7 @@
 
 #include "base/eviction.h"
 #include "base/hints.h"
+#include "protocol/counters.h"
 #include "shm/table.h"
 
 namespace waste::daemon {
@@ -55,23 +56,9 @@ struct ReadJob {
 };
 
 struct CacheCounters {
-  // Each counted demand hint is one of three: a hit (the record was ready),
-  // late (its read had already been asked for, by a lookahead, a warm-up or
-  // another client, and was queued or in flight) or a miss (nobody had asked:
-  // the demand starts the read).
-  uint64_t hits = 0;
-  uint64_t late = 0;
-  uint64_t misses = 0;
-  uint64_t reads = 0;   // reads completed successfully
-  uint64_t bytes_read = 0;
-  uint64_t read_errors = 0;
-  uint64_t dropped = 0;  // lookahead reads dropped as stale
-  // Lookahead: reads it started, of those the records demanded before they
-  // were evicted, bytes of the ones evicted unused; demand hints for records
-  // a lookahead hint had asked for first (recall's numerator).
-  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
-  uint64_t demand_hinted = 0;
-  uint64_t warm_reads = 0;
+  // hits, late, misses, reads (completed successfully), bytes_read, ...:
+  // every counter of protocol/counters.h, which says what each counts.
+  WASTE_STATUS_COUNTERS(WASTE_COUNTER_FIELD)
   uint64_t capped = 0;  // hinted records dropped because their client had its cap queued
   uint32_t queued[3] = {0, 0, 0};     // by HintKind
   uint32_t in_flight[3] = {0, 0, 0};  // by HintKind
@@ -80,13 +67,13 @@ struct CacheCounters {
 
 // One layer's share of the cache and of the demand hints.
 struct LayerCounters {
-  uint64_t hits = 0, late = 0, misses = 0;  // demand hints, as CacheCounters counts them
+  WASTE_LAYER_COUNTERS(WASTE_COUNTER_FIELD)  // demand hints, as CacheCounters counts them
   uint32_t ready = 0, loading = 0;  // slots holding this layer's records
   std::vector<uint8_t> resident;    // bit e (byte e / 8, bit e % 8): expert e is ready
 };
 
 struct ClientCounters {
-  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as CacheCounters counts them
+  WASTE_CLIENT_COUNTERS(WASTE_COUNTER_FIELD)  // its demand hints, as CacheCounters counts them
   uint64_t capped = 0;  // hinted records dropped for the cap on queued reads
   uint32_t pins = 0;
   uint32_t queued = 0;  // reads queued for it right now
@@ -200,7 +187,8 @@ class SlotCache {
   std::unordered_map<uint32_t, HintKind> queued_;  // key -> the queue holding it
   uint32_t in_flight_[3] = {0, 0, 0};
   std::vector<uint32_t> uses_, hits_;  // [layers][experts]
-  std::vector<uint64_t> layer_hits_, layer_late_, layer_misses_;  // [layers]
+  // [layers]: the demand counters only (layer_counters adds the slots).
+  std::vector<LayerCounters> layers_;
   uint64_t dispatch_clock_ = 0;
   CacheCounters c_;
 };

@@ -18,20 +18,11 @@ void FillCacheStatus(const SlotCache& cache, const std::vector<bool>& has_bank, 
   s.slots_loading = c.loading;
   s.slots_pinned = c.pinned;
   s.slots_failed = c.failed;
-  s.hits = c.hits;
-  s.late = c.late;
-  s.misses = c.misses;
-  s.reads = c.reads;
-  s.bytes_read = c.bytes_read;
-  s.read_errors = c.read_errors;
+#define WASTE_COPY_COUNTER(member, ...) s.member = c.member;
+  WASTE_STATUS_COUNTERS(WASTE_COPY_COUNTER)
+#undef WASTE_COPY_COUNTER
   s.queued.assign(std::begin(c.queued), std::end(c.queued));
   s.in_flight.assign(std::begin(c.in_flight), std::end(c.in_flight));
-  s.lookahead_reads = c.lookahead_reads;
-  s.lookahead_used = c.lookahead_used;
-  s.lookahead_unused_bytes = c.lookahead_unused_bytes;
-  s.lookahead_dropped = c.dropped;
-  s.demand_hinted = c.demand_hinted;
-  s.warm_reads = c.warm_reads;
 
   const std::vector<LayerCounters> layers = cache.layer_counters();
   const std::vector<uint32_t>& uses = cache.uses();
@@ -42,9 +33,9 @@ void FillCacheStatus(const SlotCache& cache, const std::vector<bool>& has_bank, 
     x.layer = L;
     x.slots_ready = lc.ready;
     x.slots_loading = lc.loading;
-    x.hits = lc.hits;
-    x.late = lc.late;
-    x.misses = lc.misses;
+#define WASTE_COPY_COUNTER(member, ...) x.member = lc.member;
+    WASTE_LAYER_COUNTERS(WASTE_COPY_COUNTER)
+#undef WASTE_COPY_COUNTER
     x.resident = lc.resident;
     auto use = [&](uint32_t e) { return uses[size_t(L) * experts + e]; };
     std::vector<uint32_t> order;
@@ -90,9 +81,9 @@ DaemonStatus Daemon::Snapshot() const {
     x.command = lc.record.command;
     x.command_from_proc = lc.record.command_from_proc;
     x.attached_seconds = MsSince(lc.since) / 1000;
-    x.hits = cc.hits;
-    x.late = cc.late;
-    x.misses = cc.misses;
+#define WASTE_COPY_COUNTER(member, ...) x.member = cc.member;
+    WASTE_CLIENT_COUNTERS(WASTE_COPY_COUNTER)
+#undef WASTE_COPY_COUNTER
     x.pins = cc.pins;
     x.tokens = lc.tokens;
     s.clients.push_back(std::move(x));

@@ -1,4 +1,4 @@
-// Fuzz target: waste serve's HTTP server (serve/http_server.h), the real
+// Fuzz target: waste serve's HTTP server (http/server.h), the real
 // server on a real loopback socket, with small limits and short timeouts.
 // The input is the bytes of one connection, sent in pieces cut at each 0xff
 // byte (so that a request arrives across reads), followed by a request
@@ -21,15 +21,15 @@
 #include <string>
 #include <string_view>
 
-#include "serve/http_server.h"
+#include "http/server.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-using waste::serve::HttpOptions;
-using waste::serve::HttpServer;
-using waste::serve::Request;
-using waste::serve::Responder;
+using waste::http::HttpOptions;
+using waste::http::HttpServer;
+using waste::http::Request;
+using waste::http::Responder;
 
 void Check(bool ok) {
   if (!ok) std::abort();

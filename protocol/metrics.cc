@@ -73,18 +73,7 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
       .Sample(s.slots_free(), {{"state", "free"}});
   b.Family("waste_cache_slots_pinned", "gauge", "Slots some client has pinned (among the ready)")
       .Sample(s.slots_pinned);
-  b.Family("waste_demand_hits_total", "counter", "Demand hints for records already ready")
-      .Sample(D(s.hits));
-  b.Family("waste_demand_late_total", "counter",
-           "Demand hints for records asked for earlier whose read was still queued or under way")
-      .Sample(D(s.late));
-  b.Family("waste_demand_misses_total", "counter",
-           "Demand hints for records nobody had asked for (the demand started the read)")
-      .Sample(D(s.misses));
-  b.Family("waste_reads_total", "counter", "Records read from disk").Sample(D(s.reads));
-  b.Family("waste_read_bytes_total", "counter", "Bytes read from disk").Sample(D(s.bytes_read));
-  b.Family("waste_read_errors_total", "counter", "Record reads that failed")
-      .Sample(D(s.read_errors));
+  for (const auto& c : kStatusCounters) b.Family(c.metric, c.kind, c.help).Sample(D(s.*c.value));
   b.Family("waste_read_busy_seconds_total", "counter",
            "Seconds with at least one read in flight (read bytes / this = read throughput)")
       .Sample(s.read_busy_seconds);
@@ -95,34 +84,12 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
   for (size_t k = 0; k < s.in_flight.size() && k < 3; ++k)
     flying.Sample(s.in_flight[k], {{"priority", PriorityName(k)}});
   b.Family("waste_io_depth", "gauge", "Reads wasted keeps in flight at most").Sample(s.io_depth);
-  b.Family("waste_lookahead_reads_total", "counter", "Reads started for lookahead hints")
-      .Sample(D(s.lookahead_reads));
-  b.Family("waste_lookahead_used_total", "counter",
-           "Lookahead reads whose record was demanded before it was evicted")
-      .Sample(D(s.lookahead_used));
-  b.Family("waste_lookahead_unused_bytes_total", "counter",
-           "Bytes read for lookahead and evicted unused")
-      .Sample(D(s.lookahead_unused_bytes));
-  b.Family("waste_lookahead_dropped_total", "counter",
-           "Lookahead reads dropped before they started (their layer had passed)")
-      .Sample(D(s.lookahead_dropped));
-  b.Family("waste_demand_lookahead_hinted_total", "counter",
-           "Demand hints for records a lookahead hint named first (recall's numerator)")
-      .Sample(D(s.demand_hinted));
-  b.Family("waste_warm_reads_total", "counter", "Reads started for warm-up")
-      .Sample(D(s.warm_reads));
 
-  auto& lh = b.Family("waste_layer_demand_hits_total", "counter",
-                      "Demand hints for records already ready, by layer");
-  for (const LayerStatusInfo& l : s.layers) lh.Sample(D(l.hits), {{"layer", std::to_string(l.layer)}});
-  auto& ll = b.Family("waste_layer_demand_late_total", "counter",
-                      "Demand hints for records asked for earlier and not ready yet, by layer");
-  for (const LayerStatusInfo& l : s.layers)
-    ll.Sample(D(l.late), {{"layer", std::to_string(l.layer)}});
-  auto& lm = b.Family("waste_layer_demand_misses_total", "counter",
-                      "Demand hints for records nobody had asked for, by layer");
-  for (const LayerStatusInfo& l : s.layers)
-    lm.Sample(D(l.misses), {{"layer", std::to_string(l.layer)}});
+  for (const auto& c : kLayerCounters) {
+    auto& f = b.Family(c.metric, c.kind, c.help);
+    for (const LayerStatusInfo& l : s.layers)
+      f.Sample(D(l.*c.value), {{"layer", std::to_string(l.layer)}});
+  }
   auto& lr = b.Family("waste_layer_slots_ready", "gauge", "Slots holding a ready record, by layer");
   for (const LayerStatusInfo& l : s.layers)
     lr.Sample(l.slots_ready, {{"layer", std::to_string(l.layer)}});
@@ -133,13 +100,10 @@ std::vector<MetricFamily> StatusMetrics(const DaemonStatus& s) {
     return std::vector<std::pair<std::string, std::string>>{{"client", std::to_string(c.id)},
                                                             {"pid", std::to_string(c.pid)}};
   };
-  auto& ch = b.Family("waste_client_demand_hits_total", "counter", "Demand hits, by client");
-  for (const auto& c : s.clients) ch.Sample(D(c.hits), client_labels(c));
-  auto& cl = b.Family("waste_client_demand_late_total", "counter",
-                      "Demand hints whose read was asked for earlier and still under way, by client");
-  for (const auto& c : s.clients) cl.Sample(D(c.late), client_labels(c));
-  auto& cm = b.Family("waste_client_demand_misses_total", "counter", "Demand misses, by client");
-  for (const auto& c : s.clients) cm.Sample(D(c.misses), client_labels(c));
+  for (const auto& c : kClientCounters) {
+    auto& f = b.Family(c.metric, c.kind, c.help);
+    for (const ClientStatusInfo& x : s.clients) f.Sample(D(x.*c.value), client_labels(x));
+  }
   auto& ct = b.Family("waste_client_tokens_total", "counter", "Tokens run, by client");
   for (const auto& c : s.clients) ct.Sample(D(c.tokens), client_labels(c));
   auto& cp = b.Family("waste_client_pins", "gauge", "Slots pinned now, by client");

@@ -1,8 +1,26 @@
 #include "protocol/status.h"
 
+#include <iterator>
 #include <utility>
 
 namespace waste {
+namespace {
+
+// `x`'s counters of `table`, as a protocol list in the table's order.
+template <typename T, size_t N>
+void CountersToProto(const T& x, const CounterOf<T> (&table)[N],
+                     capnp::List<uint64_t>::Builder out) {
+  for (size_t k = 0; k < N; ++k) out.set(static_cast<unsigned>(k), x.*table[k].value);
+}
+
+// The inverse. A daemon older than this client lacks the last counters
+// (they stay 0), a newer one sends more than it knows.
+template <typename T, size_t N>
+void CountersFromProto(capnp::List<uint64_t>::Reader in, const CounterOf<T> (&table)[N], T& x) {
+  for (size_t k = 0; k < N && k < in.size(); ++k) x.*table[k].value = in[static_cast<unsigned>(k)];
+}
+
+}  // namespace
 
 void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
   o.setVersion(s.version);
@@ -21,20 +39,9 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
   o.setSlotsLoading(s.slots_loading);
   o.setSlotsPinned(s.slots_pinned);
   o.setSlotsFailed(s.slots_failed);
-  o.setHits(s.hits);
-  o.setMisses(s.misses);
-  o.setLate(s.late);
-  o.setReads(s.reads);
-  o.setBytesRead(s.bytes_read);
-  o.setReadErrors(s.read_errors);
+  CountersToProto(s, kStatusCounters, o.initCounters(std::size(kStatusCounters)));
   o.setIoDepth(s.io_depth);
   o.setPolicy(s.policy);
-  o.setLookaheadReads(s.lookahead_reads);
-  o.setLookaheadUsed(s.lookahead_used);
-  o.setLookaheadUnusedBytes(s.lookahead_unused_bytes);
-  o.setLookaheadDropped(s.lookahead_dropped);
-  o.setDemandHinted(s.demand_hinted);
-  o.setWarmReads(s.warm_reads);
   o.setReadBusySeconds(s.read_busy_seconds);
   o.setExperts(s.experts);
   o.setRecordBytes(s.record_bytes);
@@ -51,9 +58,7 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
     x.setUid(c.uid);
     x.setCommand(c.command);
     x.setAttachedSeconds(c.attached_seconds);
-    x.setHits(c.hits);
-    x.setMisses(c.misses);
-    x.setLate(c.late);
+    CountersToProto(c, kClientCounters, x.initCounters(std::size(kClientCounters)));
     x.setPins(c.pins);
     x.setTokens(c.tokens);
     x.setCommandFromProc(c.command_from_proc);
@@ -63,9 +68,7 @@ void StatusToProto(const DaemonStatus& s, proto::Status::Builder o) {
     const LayerStatusInfo& l = s.layers[i];
     auto x = ls[static_cast<unsigned>(i)];
     x.setLayer(l.layer);
-    x.setHits(l.hits);
-    x.setMisses(l.misses);
-    x.setLate(l.late);
+    CountersToProto(l, kLayerCounters, x.initCounters(std::size(kLayerCounters)));
     x.setSlotsReady(l.slots_ready);
     x.setSlotsLoading(l.slots_loading);
     x.setResident(kj::arrayPtr(l.resident.data(), l.resident.size()));
@@ -97,12 +100,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   d.slots_loading = r.getSlotsLoading();
   d.slots_pinned = r.getSlotsPinned();
   d.slots_failed = r.getSlotsFailed();
-  d.hits = r.getHits();
-  d.late = r.getLate();
-  d.misses = r.getMisses();
-  d.reads = r.getReads();
-  d.bytes_read = r.getBytesRead();
-  d.read_errors = r.getReadErrors();
+  CountersFromProto(r.getCounters(), kStatusCounters, d);
   for (uint32_t q : r.getQueued()) d.queued.push_back(q);
   for (uint32_t q : r.getInFlight()) d.in_flight.push_back(q);
   for (const auto c : r.getClients()) {
@@ -112,9 +110,7 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
     info.uid = c.getUid();
     info.command = c.getCommand().cStr();
     info.attached_seconds = c.getAttachedSeconds();
-    info.hits = c.getHits();
-    info.late = c.getLate();
-    info.misses = c.getMisses();
+    CountersFromProto(c.getCounters(), kClientCounters, info);
     info.pins = c.getPins();
     info.tokens = c.getTokens();
     info.command_from_proc = c.getCommandFromProc();
@@ -122,21 +118,13 @@ DaemonStatus StatusFromProto(proto::Status::Reader r) {
   }
   d.io_depth = r.getIoDepth();
   d.policy = r.getPolicy().cStr();
-  d.lookahead_reads = r.getLookaheadReads();
-  d.lookahead_used = r.getLookaheadUsed();
-  d.lookahead_unused_bytes = r.getLookaheadUnusedBytes();
-  d.lookahead_dropped = r.getLookaheadDropped();
-  d.demand_hinted = r.getDemandHinted();
-  d.warm_reads = r.getWarmReads();
   d.read_busy_seconds = r.getReadBusySeconds();
   d.experts = r.getExperts();
   d.record_bytes = r.getRecordBytes();
   for (const auto l : r.getLayers()) {
     LayerStatusInfo info;
     info.layer = l.getLayer();
-    info.hits = l.getHits();
-    info.late = l.getLate();
-    info.misses = l.getMisses();
+    CountersFromProto(l.getCounters(), kLayerCounters, info);
     info.slots_ready = l.getSlotsReady();
     info.slots_loading = l.getSlotsLoading();
     const auto bits = l.getResident();

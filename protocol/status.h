@@ -3,13 +3,15 @@
 // client returns (DaemonClient::GetStatus), and wastectl's text, --json and
 // metrics views and wasted's metrics page all read. StatusToProto and
 // StatusFromProto are the two conversions, each written once; a status comes
-// back from a round trip equal to what went in.
+// back from a round trip equal to what went in. Its counters are declared in
+// protocol/counters.h, and every view of them reads kStatusCounters.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "protocol/counters.h"
 #include "wasted.capnp.h"
 
 namespace waste {
@@ -21,9 +23,7 @@ struct ClientStatusInfo {
   uint32_t uid = 0;
   std::string command;
   double attached_seconds = 0;
-  uint64_t hits = 0;    // its demand hints, as DaemonStatus counts them
-  uint64_t late = 0;
-  uint64_t misses = 0;
+  WASTE_CLIENT_COUNTERS(WASTE_COUNTER_FIELD)  // hits, late, misses
   uint32_t pins = 0;    // slots pinned right now
   uint64_t tokens = 0;  // tokens run, as the client reported them
   bool command_from_proc = false;  // the daemon read `command` from /proc; false: the client's word
@@ -43,7 +43,7 @@ struct ExpertUseInfo {
 // One layer with experts (proto::LayerStatus).
 struct LayerStatusInfo {
   uint32_t layer = 0;
-  uint64_t hits = 0, late = 0, misses = 0;  // its demand hints, as DaemonStatus counts them
+  WASTE_LAYER_COUNTERS(WASTE_COUNTER_FIELD)  // hits, late, misses
   uint32_t slots_ready = 0, slots_loading = 0;
   std::vector<uint8_t> resident;  // bit e (byte e / 8, bit e % 8): expert e is ready
   std::vector<ExpertUseInfo> hottest;  // most used first
@@ -76,26 +76,14 @@ struct DaemonStatus {
   uint32_t slots_loading = 0;
   uint32_t slots_pinned = 0;  // a subset of the ready ones
   uint32_t slots_failed = 0;
-  // Demand hints, each counted once: hits (the record was ready), late (asked
-  // for earlier, by a lookahead, a warm-up or another client, and still
-  // queued or being read), misses (nobody had asked: the demand started it).
-  uint64_t hits = 0;
-  uint64_t late = 0;
-  uint64_t misses = 0;
-  uint64_t reads = 0;  // records read from disk
-  uint64_t bytes_read = 0;
-  uint64_t read_errors = 0;
+  // hits, late, misses, reads, bytes_read, read_errors, lookahead_reads, ...:
+  // every counter of protocol/counters.h.
+  WASTE_STATUS_COUNTERS(WASTE_COUNTER_FIELD)
   std::vector<uint32_t> queued;     // waiting reads by priority: demand, lookahead, warm
   std::vector<uint32_t> in_flight;  // reads under way by priority
   std::vector<ClientStatusInfo> clients;
   uint32_t io_depth = 0;
-  std::string policy;  // eviction: lfru or lru
-  // Lookahead: reads started for it, records demanded before eviction, bytes
-  // evicted unused, reads dropped before they started; demand hints for
-  // records a lookahead named first (recall = demand_hinted / demands()).
-  uint64_t lookahead_reads = 0, lookahead_used = 0, lookahead_unused_bytes = 0;
-  uint64_t lookahead_dropped = 0, demand_hinted = 0;
-  uint64_t warm_reads = 0;
+  std::string policy;            // eviction: lfru or lru
   double read_busy_seconds = 0;  // with a read in flight: bytes_read / this = read throughput
   std::vector<LayerStatusInfo> layers;  // layers with experts, in order
   uint32_t experts = 0;                 // experts per layer
@@ -107,6 +95,32 @@ struct DaemonStatus {
   uint32_t slots_free() const { return slots > slots_used() ? slots - slots_used() : 0; }
   bool operator==(const DaemonStatus&) const = default;
 };
+
+// One counter of protocol/counters.h, as the views read it: a field of T
+// (DaemonStatus, LayerStatusInfo or ClientStatusInfo).
+template <typename T>
+struct CounterOf {
+  uint64_t T::*value;
+  const char* kind;    // "counter" or "gauge"
+  const char* metric;  // waste_..._total
+  const char* help;
+  const char* json;   // "hits", "lookahead.reads"
+  const char* label;  // the text view's line or column, "" for none
+};
+
+// Every counter of each list, in the declaration's order (the protocol's).
+#define WASTE_STATUS_ENTRY(member, ...) {&DaemonStatus::member, __VA_ARGS__},
+#define WASTE_LAYER_ENTRY(member, ...) {&LayerStatusInfo::member, __VA_ARGS__},
+#define WASTE_CLIENT_ENTRY(member, ...) {&ClientStatusInfo::member, __VA_ARGS__},
+inline constexpr CounterOf<DaemonStatus> kStatusCounters[] = {
+    WASTE_STATUS_COUNTERS(WASTE_STATUS_ENTRY)};
+inline constexpr CounterOf<LayerStatusInfo> kLayerCounters[] = {
+    WASTE_LAYER_COUNTERS(WASTE_LAYER_ENTRY)};
+inline constexpr CounterOf<ClientStatusInfo> kClientCounters[] = {
+    WASTE_CLIENT_COUNTERS(WASTE_CLIENT_ENTRY)};
+#undef WASTE_STATUS_ENTRY
+#undef WASTE_LAYER_ENTRY
+#undef WASTE_CLIENT_ENTRY
 
 // Writes `s` as the protocol's Status (the answer to status).
 void StatusToProto(const DaemonStatus& s, proto::Status::Builder out);

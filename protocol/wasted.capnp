@@ -20,7 +20,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("waste::proto");
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;  # 2: the status structs carry their counters as lists
 
 enum HintKind {
   demand @0;     # needed now
@@ -79,12 +79,10 @@ struct ClientStatus {
   uid @2 :UInt32;
   command @3 :Text;
   attachedSeconds @4 :Float64;
-  hits @5 :UInt64;     # demand hints for records already ready
-  misses @6 :UInt64;   # demand hints for records nobody had asked for (they start the read)
-  pins @7 :UInt32;     # slots pinned right now
-  tokens @8 :UInt64;   # tokens run, as the client reported them (Session.progress)
-  commandFromProc @9 :Bool;  # command read by the daemon from /proc; false: the client's own word
-  late @10 :UInt64;    # demand hints for records asked for earlier, still queued or being read
+  counters @5 :List(UInt64);  # protocol/counters.h's client counters (demand hits, late, misses), in its order
+  pins @6 :UInt32;     # slots pinned right now
+  tokens @7 :UInt64;   # tokens run, as the client reported them (Session.progress)
+  commandFromProc @8 :Bool;  # command read by the daemon from /proc; false: the client's own word
 }
 
 # One expert's popularity in its layer.
@@ -97,13 +95,11 @@ struct ExpertUse {
 # One layer with experts.
 struct LayerStatus {
   layer @0 :UInt32;
-  hits @1 :UInt64;           # demand hints in this layer for records already ready
-  misses @2 :UInt64;         # and for records nobody had asked for
-  slotsReady @3 :UInt32;     # slots holding a ready record of this layer
-  slotsLoading @4 :UInt32;   # slots being read for it
-  resident @5 :Data;         # bit e (byte e / 8, bit e % 8) set: expert e is ready
-  hottest @6 :List(ExpertUse);  # the most used experts, most used first (up to 8)
-  late @7 :UInt64;           # and for records asked for earlier, still queued or being read
+  counters @1 :List(UInt64);  # protocol/counters.h's layer counters (demand hits, late, misses), in its order
+  slotsReady @2 :UInt32;      # slots holding a ready record of this layer
+  slotsLoading @3 :UInt32;    # slots being read for it
+  resident @4 :Data;          # bit e (byte e / 8, bit e % 8) set: expert e is ready
+  hottest @5 :List(ExpertUse);  # the most used experts, most used first (up to 8)
 }
 
 struct Status {
@@ -123,30 +119,19 @@ struct Status {
   slotsLoading @13 :UInt32;
   slotsPinned @14 :UInt32;
   slotsFailed @15 :UInt32;
-  hits @16 :UInt64;
-  misses @17 :UInt64;
-  reads @18 :UInt64;       # records read from disk
-  bytesRead @19 :UInt64;
-  readErrors @20 :UInt64;
-  queued @21 :List(UInt32);    # waiting reads by priority: demand, lookahead, warm
-  inFlight @22 :List(UInt32);  # reads under way by priority
-  clients @23 :List(ClientStatus);
-  ioDepth @24 :UInt32;
-  policy @25 :Text;               # eviction: "lfru" or "lru"
-  lookaheadReads @26 :UInt64;     # reads started for lookahead hints
-  lookaheadUsed @27 :UInt64;      # of those, records demanded before they were evicted
-  lookaheadUnusedBytes @28 :UInt64;  # bytes read for lookahead and evicted unused
-  lookaheadDropped @29 :UInt64;   # lookahead reads dropped before they started (layer passed)
-  demandHinted @30 :UInt64;       # demand hints for records a lookahead had asked for first
-  warmReads @31 :UInt64;          # reads started for warm-up
-  readBusySeconds @32 :Float64;   # time with at least one read in flight
-  layers @33 :List(LayerStatus);  # every layer with experts, in order
-  experts @34 :UInt32;            # experts per layer
-  recordBytes @35 :UInt64;        # one expert record (one read)
-  # Demand hints, each counted once: hits (ready), late (asked for earlier,
-  # by a lookahead, a warm-up or another client, and still queued or being
-  # read) and misses (nobody had asked: the demand starts the read).
-  late @36 :UInt64;
+  # Every counter of protocol/counters.h (demand hits, late and misses,
+  # reads, lookahead and warm-up counts), in its order: a new counter is
+  # appended there and needs no change here.
+  counters @16 :List(UInt64);
+  queued @17 :List(UInt32);    # waiting reads by priority: demand, lookahead, warm
+  inFlight @18 :List(UInt32);  # reads under way by priority
+  clients @19 :List(ClientStatus);
+  ioDepth @20 :UInt32;
+  policy @21 :Text;               # eviction: "lfru" or "lru"
+  readBusySeconds @22 :Float64;   # time with at least one read in flight
+  layers @23 :List(LayerStatus);  # every layer with experts, in order
+  experts @24 :UInt32;            # experts per layer
+  recordBytes @25 :UInt64;        # one expert record (one read)
 }
 
 interface Daemon {

@@ -6,7 +6,7 @@
 # there are cores (WASTE_FUZZ_JOBS). A crash fails the run and leaves its
 # input in build-fuzz/crashes/<target>/: commit it under tests/fuzz/<target>/
 # with the fix, and every build replays it. WASTE_FUZZ_TARGETS picks some.
-# scripts/test.sh runs this briefly; docs/MEASUREMENTS.md has a long run.
+# scripts/test.sh runs this briefly; docs/log/2026-11-30-issues-6-to-9.md has a long run.
 # The record target reads a tiny container written by the normal build's
 # `waste synth` (build/bin/waste: run scripts/build.sh first).
 set -euo pipefail

@@ -38,7 +38,7 @@ struct ApiServer::Reply {
   bool chat = true;
   Sampling sampling;
   AnswerHead head;
-  std::shared_ptr<Responder> r;
+  std::shared_ptr<http::Responder> r;
   ReplyText text;
   std::string whole;                 // a whole answer's text so far
   std::vector<LoggedToken> logged;   // a whole answer's tokens, or a stream's not yet sent
@@ -50,14 +50,12 @@ struct ApiServer::Reply {
 };
 
 ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
-                     std::vector<int32_t> end_of_turn, Scheduler& scheduler,
-                     std::function<bool()> attached)
+                     std::vector<int32_t> end_of_turn, Scheduler& scheduler)
     : o_(std::move(o)),
       tok_(tok),
       chat_(chat),
       end_of_turn_(std::move(end_of_turn)),
-      scheduler_(scheduler),
-      attached_(std::move(attached)) {}
+      scheduler_(scheduler) {}
 
 ApiCounters ApiServer::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -69,13 +67,13 @@ void ApiServer::Count(const std::function<void(ApiCounters&)>& f) {
   f(counters_);
 }
 
-void ApiServer::Refuse(const std::shared_ptr<Responder>& r, int status, const std::string& json_body,
-                       const Headers& extra) {
+void ApiServer::Refuse(const std::shared_ptr<http::Responder>& r, int status,
+                       const std::string& json_body, const http::Headers& extra) {
   Count([](ApiCounters& c) { ++c.refused; });
   r->Send(status, "application/json", json_body, extra);
 }
 
-void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
+void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
   const std::string& path = req.path;
   const bool api = path.rfind("/v1/", 0) == 0 || path == "/metrics";
   if (api && !o_.api_key.empty()) {
@@ -96,12 +94,12 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
     r->Send(200, "text/html; charset=utf-8", kChatPage);
   } else if (route("GET", "/health")) {
     Count([](ApiCounters& c) { ++c.other; });
-    const bool ok = attached_();
+    const bool ok = scheduler_.attached();
     r->Send(ok ? 200 : 503, "application/json",
             json{{"status", ok ? "ok" : "the model is not attached"}}.dump());
   } else if (route("GET", "/metrics")) {
     Count([](ApiCounters& c) { ++c.other; });
-    HttpCounters hc;
+    http::HttpCounters hc;
     if (http_) hc = http_->counters();
     r->Send(200, "text/plain; version=0.0.4", Metrics(http_ ? &hc : nullptr));
   } else if (route("GET", "/v1/models")) {
@@ -175,7 +173,7 @@ void ApiServer::Handle(Request req, std::shared_ptr<Responder> r) {
 }
 
 void ApiServer::Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prompt,
-                         const std::shared_ptr<Responder>& r) {
+                         const std::shared_ptr<http::Responder>& r) {
   auto g = std::make_shared<Generation>();
   g->prompt.assign(prompt.begin(), prompt.end());
   g->max_tokens = static_cast<int>(*reply->sampling.max_tokens);
@@ -283,7 +281,7 @@ void ApiServer::Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prom
   }
 }
 
-std::string ApiServer::Metrics(const HttpCounters* http) const {
+std::string ApiServer::Metrics(const http::HttpCounters* http) const {
   const ApiCounters c = counters();
   const SchedulerStats s = scheduler_.stats();
   std::string out;

@@ -26,7 +26,7 @@
 
 #include "engine/format/chat.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "serve/http_server.h"
+#include "http/server.h"
 #include "serve/scheduler.h"
 
 namespace waste::serve {
@@ -53,25 +53,25 @@ class ApiServer {
  public:
   // `tok` and `chat` (null: the container has no chat.json; chat requests
   // are then refused) must outlive the server, `scheduler` too. `end_of_turn`:
-  // the ids that end a reply (EndOfTurnIds). `attached`: whether the model
-  // can run now (/health).
+  // the ids that end a reply (EndOfTurnIds). /health says whether the
+  // scheduler's model is attached.
   ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
-            std::vector<int32_t> end_of_turn, Scheduler& scheduler, std::function<bool()> attached);
+            std::vector<int32_t> end_of_turn, Scheduler& scheduler);
 
   // HttpServer's handler.
-  void Handle(Request req, std::shared_ptr<Responder> r);
+  void Handle(http::Request req, std::shared_ptr<http::Responder> r);
   ApiCounters counters() const;
   // GET /metrics's text (with the HTTP server's counters when given).
-  std::string Metrics(const HttpCounters* http) const;
+  std::string Metrics(const http::HttpCounters* http) const;
   // For HttpServer's counters in /metrics; null: none.
-  void set_http(const HttpServer* http) { http_ = http; }
+  void set_http(const http::HttpServer* http) { http_ = http; }
 
  private:
   struct Reply;
   void Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prompt,
-                const std::shared_ptr<Responder>& r);
-  void Refuse(const std::shared_ptr<Responder>& r, int status, const std::string& json_body,
-              const Headers& extra = {});
+                const std::shared_ptr<http::Responder>& r);
+  void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,
+              const http::Headers& extra = {});
   void Count(const std::function<void(ApiCounters&)>& f);
 
   const ApiOptions o_;
@@ -79,8 +79,7 @@ class ApiServer {
   const ChatFormat* chat_;
   const std::vector<int32_t> end_of_turn_;
   Scheduler& scheduler_;
-  const std::function<bool()> attached_;
-  const HttpServer* http_ = nullptr;
+  const http::HttpServer* http_ = nullptr;
   std::atomic<uint64_t> next_id_{0};
   mutable std::mutex mu_;  // guards counters_
   ApiCounters counters_;

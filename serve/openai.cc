@@ -115,6 +115,33 @@ std::optional<ApiError> ParseBody(std::string_view body, json* out) {
   return std::nullopt;
 }
 
+// What waste serve does not honour yet is refused by name, never ignored: a
+// client that asked for tools, JSON or biased logits and got plain text
+// would take it for what it asked. Their empty or default forms pass.
+std::optional<ApiError> RefuseUnhonoured(const json& b) {
+  const auto named = [](const json& v, std::initializer_list<const char*> ok) {
+    if (!v.is_string()) return false;
+    for (const char* o : ok)
+      if (v == o) return true;
+    return false;
+  };
+  for (const char* list : {"tools", "functions"})
+    if (const json* t = Field(b, list); t && !(t->is_array() && t->empty()))
+      return Unsupported(list, "tool calling");
+  if (const json* c = Field(b, "tool_choice"); c && !named(*c, {"none", "auto"}))
+    return Unsupported("tool_choice", "tool calling");
+  if (const json* c = Field(b, "function_call"); c && !named(*c, {"none", "auto"}))
+    return Unsupported("function_call", "tool calling");
+  if (const json* f = Field(b, "response_format")) {
+    const json* type = f->is_object() ? Field(*f, "type") : nullptr;
+    if (!type || !named(*type, {"text"}))
+      return Unsupported("response_format", "a response format other than text");
+  }
+  if (const json* bias = Field(b, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    return Unsupported("logit_bias", "logit_bias");
+  return std::nullopt;
+}
+
 // What both endpoints share; `chat` decides what "logprobs" means.
 std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model, Sampling* s) {
   if (const json* m = Field(b, "model")) {
@@ -124,6 +151,7 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
   int64_t n = 1;
   WASTE_API_TRY(ReadInt(b, "n", 1, 128, &n));
   if (n != 1) return Unsupported("n", "n = " + std::to_string(n) + " (only 1)");
+  WASTE_API_TRY(RefuseUnhonoured(b));
   for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
     double p = 0;
     WASTE_API_TRY(ReadNumber(b, penalty, -2, false, 2, &p));

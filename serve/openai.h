@@ -2,7 +2,7 @@
 // into plain structs, the objects and server-sent events of the answers, the
 // log-probabilities of a step and the text of a reply as its tokens arrive.
 // Pure functions over JSON and the tokenizer: no sockets, no HTTP (that is
-// http_server.h), no model (the caller runs it).
+// http/server.h), no model (the caller runs it).
 //
 //   POST /v1/chat/completions   ParseChatRequest -> ChatRequest
 //   POST /v1/completions        ParseCompletionRequest -> CompletionRequest

@@ -26,8 +26,8 @@ struct Scheduler::Running {
       : g(std::move(gen)), submitted(t), session(std::move(s)), sampler(g->sampling) {}
 };
 
-Scheduler::Scheduler(const SchedulerOptions& o, int vocab, StepFn step, SessionFn new_session)
-    : o_(o), vocab_(vocab), step_(std::move(step)), new_session_(std::move(new_session)) {
+Scheduler::Scheduler(const SchedulerOptions& o, int vocab, Stepper& model)
+    : o_(o), vocab_(vocab), model_(model), attached_(model.attached()) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -120,7 +120,15 @@ std::unique_ptr<Scheduler::Running> Scheduler::Admit(std::shared_ptr<Generation>
     if (g->on_end) g->on_end(refused);
     return nullptr;
   }
-  auto r = std::make_unique<Running>(g, 0, new_session_(o_.context));
+  // After wasted went away for good in a step, this attaches again first.
+  auto session = model_.NewSession(o_.context);
+  attached_ = model_.attached();
+  if (!session.ok()) {
+    refused.error = session.status().message();
+    if (g->on_end) g->on_end(refused);
+    return nullptr;
+  }
+  auto r = std::make_unique<Running>(g, 0, std::move(*session));
   r->end.prompt_tokens = static_cast<int>(g->prompt.size());
   prompt_tokens_ += g->prompt.size();
   // The longest kept state whose tokens begin the prompt.
@@ -170,7 +178,8 @@ void Scheduler::Step() {
     in_step.push_back(r.get());
     taken.push_back(n);
   }
-  const Status st = step_(items);
+  const Status st = model_.Step(items);
+  attached_ = model_.attached();
   ++steps_;
   for (size_t i = 0; i < in_step.size(); ++i) {
     Running& r = *in_step[i];

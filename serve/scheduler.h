@@ -1,9 +1,10 @@
 // The decode loop of `waste serve`: several conversations in one forward step.
 //
 // A Scheduler owns a thread that runs up to `parallel` generations together:
-// each step is one Model::ForwardBatch of every running generation's next
-// tokens (a decoding one's last sampled token; a prefilling one's next part
-// of its prompt, at most `chunk` prompt tokens a step in all), so each MoE
+// each step is one Stepper::Step (the Engine's Model::ForwardBatch, through
+// a restart of wasted) of every running generation's next tokens (a
+// decoding one's last sampled token; a prefilling one's next part of its
+// prompt, at most `chunk` prompt tokens a step in all), so each MoE
 // layer acquires the distinct experts of all of them once. A new request's
 // prompt joins the running batch between steps. Requests wait in a bounded
 // queue for a free place.
@@ -32,6 +33,7 @@
 #include "base/status.h"
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
+#include "runtime/stepper.h"
 
 namespace waste::serve {
 
@@ -83,13 +85,9 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // Runs one batch step (Model::ForwardBatch, or a wrapper that reattaches
-  // to a restarted daemon); a failed step must leave every session as it was.
-  using StepFn = std::function<Status(std::span<const Model::BatchItem>)>;
-  // A fresh session of the model, with room for `max_context` tokens.
-  using SessionFn = std::function<Session(int max_context)>;
-
-  Scheduler(const SchedulerOptions& o, int vocab, StepFn step, SessionFn new_session);
+  // Steps `model` (an Engine, which reattaches to a restarted daemon), which
+  // must outlive the scheduler; only the scheduler's thread calls it.
+  Scheduler(const SchedulerOptions& o, int vocab, Stepper& model);
   ~Scheduler();  // Stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -100,6 +98,8 @@ class Scheduler {
   // Ends every generation, queued or running (kCancelled), and joins the thread.
   void Stop();
   SchedulerStats stats() const;
+  // model.attached() after the last step, read from any thread (/health).
+  bool attached() const { return attached_; }
   const SchedulerOptions& options() const { return o_; }
 
  private:
@@ -121,8 +121,8 @@ class Scheduler {
 
   const SchedulerOptions o_;
   const int vocab_;
-  StepFn step_;
-  SessionFn new_session_;
+  Stepper& model_;
+  std::atomic<bool> attached_;
 
   mutable std::mutex mu_;  // guards queue_, stopping_
   std::condition_variable wake_;

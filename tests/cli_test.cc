@@ -17,17 +17,19 @@
 #include "engine/format/encoding.h"
 #include "engine/format/writer.h"
 #include "engine/synth/synth.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace {
 
 using nlohmann::json;
+using waste::testing::Bin;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
 // Runs one of the project's programs: "waste info DIR".
 Outcome Exec(const std::string& args) {
-  return Shell(std::string(WASTE_BIN_DIR) + "/" + args);
+  return Shell(Bin(args));
 }
 
 bool Has(const std::string& haystack, const std::string& needle) {
@@ -379,7 +381,7 @@ TEST_F(Cli, ChatSavesAndLoadsState) {
   Outcome r = Exec("waste chat " + *dir_ + " -n 4 < /dev/null");
   EXPECT_EQ(r.code, 0) << r.out;
   r = Shell("printf 'hello\\n/stats\\n/save " + state + "\\n/load " + state +
-            "\\n/reset\\n/quit\\n' | " + std::string(WASTE_BIN_DIR) + "/waste chat " + *dir_ +
+            "\\n/reset\\n/quit\\n' | " + Bin("waste") + " chat " + *dir_ +
             " -n 4");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(Has(r.out, "position")) << r.out;
@@ -412,7 +414,7 @@ TEST_F(Cli, ChatKeepsTypedMarkupAsText) {
   const int want = count("--markup ", before) + content +
                    count("--markup ", chat["user"][1].get<std::string>() + chat["open"].get<std::string>());
   const Outcome r = Shell("printf '" + typed + "\\n/stats\\n/quit\\n' | " +
-                          std::string(WASTE_BIN_DIR) + "/waste chat " + *dir_ + " -n 0");
+                          Bin("waste") + " chat " + *dir_ + " -n 0");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(Has(r.out, "position " + std::to_string(want) + " of")) << "want " << want << "\n" << r.out;
 }

@@ -26,6 +26,7 @@
 #include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace waste::convert {
@@ -702,7 +703,7 @@ TEST(BadInput, InterruptedConversionResumesFromTheLastLayer) {
 
 TEST(Cli, ConvertAndVerifyAsAUserRunsThem) {
   const std::string dir = waste::testing::ScratchDir();
-  const std::string waste = std::string(WASTE_BIN_DIR) + "/waste";
+  const std::string waste = testing::Bin("waste");
   const std::string src = kFixtures + "kimi-linear";
   auto r = waste::testing::Shell(waste + " convert " + src + " " + dir + "/out --expert-format vq2r");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -731,7 +732,7 @@ TEST(Cli, ConvertAndVerifyAsAUserRunsThem) {
 // `waste run` of text takes as many prompt tokens as tokenizers gives.
 TEST(Cli, ConvertAndRunWithDeepseeksReleasedTokenizer) {
   const std::string dir = waste::testing::ScratchDir();
-  const std::string waste = std::string(WASTE_BIN_DIR) + "/waste";
+  const std::string waste = testing::Bin("waste");
   const std::string src = CopyFixture("deepseek-v3", dir);
   const std::string released = std::string(WASTE_FIXTURES) + "/tokenizer/deepseek/";
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})

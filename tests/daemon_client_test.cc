@@ -28,6 +28,7 @@
 #include <kj/io.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/programs.h"
 #include "test_util.h"
 
 namespace waste {
@@ -178,72 +179,64 @@ class FakeDaemon final : public proto::Daemon::Server {
                             kj::str(state_.status_refusal));
       }
     }
-    auto s = context.getResults().initStatus();
-    s.setVersion("0.1.0-fake");
-    s.setPid(4242);
-    s.setUptimeSeconds(12.5);
-    s.setContainer("/models/fake");
-    s.setArch("kimi-linear");
-    s.setBudget(8ull << 30);
-    s.setTrunkBytes(3ull << 30);
-    s.setCacheBytes(4ull << 30);
-    s.setOverheadBytes(1ull << 30);
-    s.setTrunkWired(true);
-    s.setPageKind("2 MiB huge pages");
-    s.setSlots(100);
-    s.setSlotsReady(60);
-    s.setSlotsLoading(5);
-    s.setSlotsPinned(7);
-    s.setSlotsFailed(1);
-    s.setHits(900);
-    s.setLate(60);
-    s.setMisses(40);
-    s.setReads(150);
-    s.setBytesRead(150'000'000);
-    s.setReadErrors(2);
-    auto q = s.initQueued(3);
-    auto f = s.initInFlight(3);
-    for (unsigned i = 0; i < 3; ++i) {
-      q.set(i, 10 + i);
-      f.set(i, 20 + i);
-    }
-    auto c = s.initClients(1)[0];
-    c.setId(3);
-    c.setPid(777);
-    c.setUid(1000);
-    c.setCommand("waste run /models/fake hello");
-    c.setAttachedSeconds(4.0);
-    c.setHits(80);
-    c.setLate(5);
-    c.setMisses(15);
-    c.setPins(2);
-    c.setTokens(12);
-    s.setIoDepth(16);
-    s.setExperts(16);
-    s.setRecordBytes(3ull << 20);
-    s.setReadBusySeconds(0.5);
-    s.setLookaheadReads(40);
-    s.setLookaheadUsed(30);
-    s.setDemandHinted(500);
-    auto layers = s.initLayers(2);
-    layers[0].setLayer(1);
-    layers[0].setHits(450);
-    layers[0].setLate(30);
-    layers[0].setMisses(20);
-    layers[0].setSlotsReady(3);
-    const uint8_t resident[2] = {0x03, 0x02};  // experts 0, 1 and 9
-    layers[0].setResident(kj::arrayPtr(resident, 2));
-    auto hot = layers[0].initHottest(3);
-    const uint32_t hot_expert[3] = {9, 4, 0};
-    const uint64_t hot_uses[3] = {300, 120, 90};
-    for (unsigned i = 0; i < 3; ++i) {
-      hot[i].setExpert(hot_expert[i]);
-      hot[i].setUses(hot_uses[i]);
-      hot[i].setResident(hot_expert[i] != 4);
-    }
-    layers[1].setLayer(2);
-    layers[1].setHits(450);
-    layers[1].setMisses(50);
+    DaemonStatus s;
+    s.version = "0.1.0-fake";
+    s.pid = 4242;
+    s.uptime_seconds = 12.5;
+    s.container = "/models/fake";
+    s.arch = "kimi-linear";
+    s.budget = 8ull << 30;
+    s.trunk_bytes = 3ull << 30;
+    s.cache_bytes = 4ull << 30;
+    s.overhead_bytes = 1ull << 30;
+    s.trunk_wired = true;
+    s.page_kind = "2 MiB huge pages";
+    s.slots = 100;
+    s.slots_ready = 60;
+    s.slots_loading = 5;
+    s.slots_pinned = 7;
+    s.slots_failed = 1;
+    s.hits = 900;
+    s.late = 60;
+    s.misses = 40;
+    s.reads = 150;
+    s.bytes_read = 150'000'000;
+    s.read_errors = 2;
+    s.queued = {10, 11, 12};
+    s.in_flight = {20, 21, 22};
+    ClientStatusInfo c;
+    c.id = 3;
+    c.pid = 777;
+    c.uid = 1000;
+    c.command = "waste run /models/fake hello";
+    c.attached_seconds = 4.0;
+    c.hits = 80;
+    c.late = 5;
+    c.misses = 15;
+    c.pins = 2;
+    c.tokens = 12;
+    s.clients = {c};
+    s.io_depth = 16;
+    s.experts = 16;
+    s.record_bytes = 3ull << 20;
+    s.read_busy_seconds = 0.5;
+    s.lookahead_reads = 40;
+    s.lookahead_used = 30;
+    s.demand_hinted = 500;
+    LayerStatusInfo first;
+    first.layer = 1;
+    first.hits = 450;
+    first.late = 30;
+    first.misses = 20;
+    first.slots_ready = 3;
+    first.resident = {0x03, 0x02};  // experts 0, 1 and 9
+    first.hottest = {{9, 300, true}, {4, 120, false}, {0, 90, true}};
+    LayerStatusInfo second;
+    second.layer = 2;
+    second.hits = 450;
+    second.misses = 50;
+    s.layers = {first, second};
+    StatusToProto(s, context.getResults().initStatus());
     return kj::READY_NOW;
   }
 
@@ -680,7 +673,7 @@ struct Outcome {
 // Runs `wastectl ARGS`; stdout only, or stdout and stderr together.
 Outcome Wastectl(const std::string& args, bool with_stderr = false) {
   const std::string cmd =
-      std::string(WASTE_BIN_DIR) + "/wastectl " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+      testing::Bin("wastectl") + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = ::popen(cmd.c_str(), "r");
   Outcome r{-1, ""};
   if (!p) return r;

@@ -33,7 +33,7 @@ const std::string kFixtures = std::string(WASTE_FIXTURES) + "/demo/";
 // VQ3R's held-out perplexity over BF16R's, minus one, on the fixture's 4
 // windows, both as `waste convert` writes them by default (VQ3R with a Q4G
 // trunk; BF16R with a BF16 one): measured +0.85% (28.4256 against 28.1874)
-// on 2026-12-01 (docs/MEASUREMENTS.md, "The demo model"). A change of the VQ
+// on 2026-12-01 (docs/log/2026-12-01.md, "the demo model"). A change of the VQ
 // fitting, the trunk's quantization or the kernels that moves it past this
 // bound must say why.
 constexpr double kVq3rPerplexityMargin = 0.02;

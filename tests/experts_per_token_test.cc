@@ -14,6 +14,7 @@
 #include "engine/model/model.h"
 #include "engine/model/router.h"
 #include "engine/synth/synth.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -77,16 +78,11 @@ TEST(ExpertsPerToken, TheRouterKeepsTheBestOfItsRankingAndRenormalisesAsTheFamil
 class Cut : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    dir_ = testing::ScratchDir();
-    ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
-    auto ct = Container::Open(dir_);
-    ASSERT_TRUE(ct.ok());
-    ct_ = std::make_unique<Container>(std::move(*ct));
-    CacheOptions co;
-    co.slots = 1000;
-    auto c = ExpertCache::Create(*ct_, co);
-    ASSERT_TRUE(c.ok());
-    cache_ = std::move(*c);
+    testing::TinyEngineOptions o;
+    o.load = false;  // each case loads its own, with its experts per token
+    auto e = testing::TinyEngine::Create(GetParam(), testing::ScratchDir(), o);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine_ = std::move(*e);
   }
 
   Result<std::unique_ptr<Model>> Load(int n) {
@@ -96,7 +92,7 @@ class Cut : public ::testing::TestWithParam<const char*> {
     mo.on_route = [this](int, int, std::span<const int> e) {
       routed_ = std::max(routed_, static_cast<int>(e.size()));
     };
-    return Model::Load(*ct_, cache_.get(), mo);
+    return Model::Load(engine_->container(), engine_->cache(), mo);
   }
 
   // Every position's logits of a 12-token prompt, then 3 steps on fixed tokens.
@@ -104,7 +100,7 @@ class Cut : public ::testing::TestWithParam<const char*> {
     auto m = Load(n);
     EXPECT_TRUE(m.ok()) << m.status().message();
     if (!m.ok()) return {};
-    const int V = ct_->config().vocab;
+    const int V = engine_->container().config().vocab;
     std::vector<int> prompt;
     for (int i = 0; i < 12; ++i) prompt.push_back((3 + 37 * i) % V);
     Session s = (*m)->NewSession(32);
@@ -118,14 +114,12 @@ class Cut : public ::testing::TestWithParam<const char*> {
     return all;
   }
 
-  std::string dir_;
-  std::unique_ptr<Container> ct_;
-  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<testing::TinyEngine> engine_;
   int routed_ = 0;  // the most experts a token was routed to
 };
 
 TEST_P(Cut, TopKIsTheDefaultBitForBitAndFewerChangeTheLogits) {
-  const int k = ct_->config().top_k;
+  const int k = engine_->container().config().top_k;
   ASSERT_GE(k, 2);
   const std::vector<float> base = Logits(0);
   EXPECT_EQ(routed_, k);
@@ -147,7 +141,7 @@ TEST_P(Cut, TopKIsTheDefaultBitForBitAndFewerChangeTheLogits) {
 }
 
 TEST_P(Cut, OutsideOneToTopKIsRefusedByName) {
-  const int k = ct_->config().top_k;
+  const int k = engine_->container().config().top_k;
   for (int n : {-1, k + 1, 1000}) {
     auto m = Load(n);
     ASSERT_FALSE(m.ok()) << n;

@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/experts/cache.h"
 #include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
 #include "engine/synth/synth.h"
 #include "tests/sha256.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -55,7 +55,11 @@ TEST_P(Reference, LogitsMatchTheReference) {
   auto spec = SynthPreset(preset);
   ASSERT_TRUE(spec.ok());
   spec->seed = fx["seed"].get<uint64_t>();
-  ASSERT_TRUE(WriteSynthetic(*spec, dir, true, 2, nullptr).ok());
+  waste::testing::TinyEngineOptions o;
+  o.slots = 16;
+  o.model.isa = std::get<1>(GetParam());
+  auto engine = waste::testing::TinyEngine::Create(*spec, dir, o);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
   for (const auto& [name, sha] : fx["container"]["files_sha256"].items())
     ASSERT_EQ(waste::testing::Sha256Hex(waste::testing::FileBytes(dir + "/" + name)),
               sha.get<std::string>())
@@ -64,17 +68,7 @@ TEST_P(Reference, LogitsMatchTheReference) {
            "`python3 tools/reference/make_fixtures.py --waste build/bin/waste --out "
            "tests/fixtures/forward`";
 
-  auto ct = Container::Open(dir);
-  ASSERT_TRUE(ct.ok());
-  CacheOptions co;
-  co.slots = 16;
-  auto cache = ExpertCache::Create(*ct, co);
-  ASSERT_TRUE(cache.ok());
-  ModelOptions mo;
-  mo.isa = std::get<1>(GetParam());
-  auto model = Model::Load(*ct, cache->get(), mo);
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  Model& m = **model;
+  Model& m = (*engine)->model();
   const int V = m.config().vocab;
 
   // The rotary table and attention scale, which short prompts barely exercise.

@@ -26,19 +26,21 @@
 #include "engine/format/encoding.h"
 #include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
+#include "tests/support/detached_wasted.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace waste::convert {
 namespace {
 
 using nlohmann::json;
+using waste::testing::Bin;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/convert/";
 const std::string kCheckpoint = kFixtures + "gpt-oss";
 
-std::string Bin(const std::string& name) { return std::string(WASTE_BIN_DIR) + "/" + name; }
 
 json ReadJson(const std::string& path) {
   std::ifstream f(path);
@@ -192,13 +194,13 @@ TEST(GptOssConfig, RefusalsByName) {
 // The MXFP4 container through the programs a user runs: a detached wasted
 // and `waste eval` attached to it, on every instruction-set path.
 TEST(GptOssWasted, EveryIsaMatches) {
-  const std::string dir = waste::testing::ScratchDir(), socket = dir + "/wasted.sock";
+  const std::string dir = waste::testing::ScratchDir();
   const std::string c = dir + "/container";
   const Outcome conv = Shell(Bin("waste") + " convert " + kCheckpoint + " " + c +
                              " --expert-format mxfp4 --quiet");
   ASSERT_EQ(conv.code, 0) << conv.out;
-  const Outcome start = Shell(Bin("wasted") + " " + c + " --socket " + socket + " --state-dir " +
-                              dir + "/state --log-file " + dir + "/wasted.log --idle-exit 30");
+  waste::testing::DetachedWasted wasted;
+  const Outcome start = wasted.Start(c, dir);
   ASSERT_EQ(start.code, 0) << start.out;
   const json meta = ReadJson(kFixtures + "gpt-oss.json");
   const auto prompt = meta["prompt"].get<std::vector<int>>();
@@ -211,7 +213,7 @@ TEST(GptOssWasted, EveryIsaMatches) {
     const std::string file = dir + "/logits-" + kernels::IsaName(isa);
     const Outcome run = Shell(Bin("waste") + " eval " + c + " --ids " + ids +
                               " --threads 2 --isa " + kernels::IsaName(isa) + " --logits " + file +
-                              " --socket " + socket);
+                              " --socket " + wasted.socket());
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;
     const std::vector<float> got = waste::testing::FileFloats(file);
@@ -221,12 +223,12 @@ TEST(GptOssWasted, EveryIsaMatches) {
     std::printf("%s: worst max|diff| / max|logit| %.3g at position %d; argmax checked at %d\n",
                 what.c_str(), r.worst, r.worst_at, r.argmax_checked);
   }
-  const Outcome st = Shell(Bin("wastectl") + " status --json --socket " + socket);
+  const Outcome st = Shell(Bin("wastectl") + " status --json --socket " + wasted.socket());
   EXPECT_EQ(st.code, 0) << st.out;
   const json s = json::parse(st.out, nullptr, /*allow_exceptions=*/false);
   EXPECT_GT(s.value("reads", 0), 0) << st.out;
   EXPECT_EQ(s.value("read_errors", -1), 0) << st.out;
-  const Outcome stop = Shell(Bin("wastectl") + " stop --socket " + socket);
+  const Outcome stop = wasted.Stop();
   EXPECT_EQ(stop.code, 0) << stop.out;
 }
 

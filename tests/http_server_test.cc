@@ -1,6 +1,6 @@
-// serve/http_server.h against raw POSIX sockets, so that every byte of the
+// http/server.h against raw POSIX sockets, so that every byte of the
 // framing is checked, and against curl.
-#include "serve/http_server.h"
+#include "http/server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,7 +25,7 @@
 #include "tests/http_client.h"
 #include "tests/test_util.h"
 
-namespace waste::serve {
+namespace waste::http {
 namespace {
 
 using namespace std::chrono_literals;
@@ -731,4 +731,4 @@ TEST(HttpServer, CurlReadsTheStreamAndUploadsChunkedAndWithExpect) {
 }
 
 }  // namespace
-}  // namespace waste::serve
+}  // namespace waste::http

@@ -34,6 +34,7 @@
 #include "engine/format/container.h"
 #include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace waste::convert {
@@ -344,7 +345,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, K3Vq, ::testing::Values("vq3r", "vq4p"));
 // `waste convert` says what it skipped; `waste verify` finds nothing wrong.
 TEST(K3Cli, ConvertSaysTheVisionTowerIsSkippedAndVerifyPasses) {
   const std::string dir = waste::testing::ScratchDir();
-  const std::string waste = std::string(WASTE_BIN_DIR) + "/waste";
+  const std::string waste = testing::Bin("waste");
   auto r = waste::testing::Shell(waste + " convert " + kCheckpoint + " " + dir +
                                  "/out --expert-format mxfp4 --quiet");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -21,6 +21,8 @@
 #include "engine/experts/cache.h"
 #include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
+#include "tests/support/detached_wasted.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -28,14 +30,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using waste::testing::Bin;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
 const std::string kDir = std::string(WASTE_FIXTURES) + "/k3/";
 
-std::string Bin(const std::string& name) {
-  return std::string(WASTE_BIN_DIR) + "/" + name;
-}
 
 struct Fixture {
   json meta = json::parse(std::ifstream(kDir + "k3.json"));
@@ -179,11 +179,10 @@ TEST(KimiK3, LosslessConversionMatchesTheReferenceOnTheCheckpoint) {
 // the container, and waste eval attached to it on every path.
 TEST(KimiK3, ThroughWastedOnEveryIsa) {
   const Fixture fx;
-  const std::string dir = waste::testing::ScratchDir(), c = dir + "/container",
-                    socket = dir + "/wasted.sock";
+  const std::string dir = waste::testing::ScratchDir(), c = dir + "/container";
   fs::copy(kDir + "warp-vq3r", c, fs::copy_options::recursive);
-  const Outcome start = Shell(Bin("wasted") + " " + c + " --socket " + socket + " --state-dir " +
-                              dir + "/state --log-file " + dir + "/wasted.log --idle-exit 30");
+  waste::testing::DetachedWasted wasted;
+  const Outcome start = wasted.Start(c, dir);
   ASSERT_EQ(start.code, 0) << start.out;
   std::string ids;
   for (int id : fx.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
@@ -192,12 +191,12 @@ TEST(KimiK3, ThroughWastedOnEveryIsa) {
     const std::string file = dir + "/logits-" + kernels::IsaName(isa);
     const Outcome run =
         Shell(Bin("waste") + " eval " + c + " --ids " + ids + " --threads 2 --isa " +
-              kernels::IsaName(isa) + " --logits " + file + " --socket " + socket);
+              kernels::IsaName(isa) + " --logits " + file + " --socket " + wasted.socket());
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;  // attached
     ExpectBothOracles(waste::testing::FileFloats(file), fx, what);
   }
-  const Outcome stop = Shell(Bin("wastectl") + " stop --socket " + socket);
+  const Outcome stop = wasted.Stop();
   EXPECT_EQ(stop.code, 0) << stop.out;
 }
 

@@ -23,18 +23,19 @@
 #include <vector>
 
 #include "engine/kernels/cpu.h"
+#include "tests/support/detached_wasted.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace {
 
 using nlohmann::json;
+using waste::testing::Bin;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/convert/";
-
-std::string Bin(const std::string& name) { return std::string(WASTE_BIN_DIR) + "/" + name; }
 
 json ReadJson(const std::string& path) {
   std::ifstream f(path);
@@ -48,22 +49,18 @@ class LongWasted : public ::testing::TestWithParam<const char*> {
     socket_ = dir_ + "/wasted.sock";
   }
   void TearDown() override {
-    if (!started_) return;
-    const Outcome r = Shell(Bin("wastectl") + " stop --socket " + socket_);
+    if (!wasted_.running()) return;
+    const Outcome r = wasted_.Stop();
     EXPECT_EQ(r.code, 0) << r.out;
   }
-  // Detached: wasted returns once it listens. --idle-exit is the backstop
-  // should the stop in TearDown not happen.
+  // Detached, on socket_: wasted returns once it listens.
   void StartDaemon(const std::string& container) {
-    const Outcome r = Shell(Bin("wasted") + " " + container + " --socket " + socket_ +
-                            " --state-dir " + dir_ + "/state --log-file " + dir_ +
-                            "/wasted.log --idle-exit 30");
+    const Outcome r = wasted_.Start(container, dir_);
     ASSERT_EQ(r.code, 0) << r.out;
-    started_ = true;
   }
 
   std::string dir_, socket_;
-  bool started_ = false;
+  waste::testing::DetachedWasted wasted_;
 };
 
 TEST_P(LongWasted, EveryIsaMatches) {

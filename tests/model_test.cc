@@ -23,6 +23,7 @@
 #include "engine/experts/cache.h"
 #include "engine/model/session_io.h"
 #include "engine/synth/synth.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -267,7 +268,7 @@ TEST_P(Forward, LogitsAreFiniteAndNotFlat) {
 TEST_P(Forward, PlacementNeverChangesTheLogits) {
   const std::vector<float> base = Run({});
   // Caches too small for the lookahead's reads run without it: Acquire fails
-  // when every slot is loading (engine_setup turns it off below 64 slots).
+  // when every slot is loading (OpenEngine turns it off below 64 slots).
   const std::vector<std::pair<const char*, Placement>> variants = {
       {"one slot", {1, 4, 2, 32, 0}},
       {"three slots", {3, 4, 2, 32, 0}},
@@ -289,11 +290,12 @@ TEST_P(Forward, PlacementNeverChangesTheLogits) {
 // An approximate option (`p`) against the exact path on the same tokens
 // (the exact path's greedy continuation forced): the logit error relative
 // to the row's largest logit and the next-token KL divergence, printed for
-// docs/MEASUREMENTS.md. The worst position is usually one where a router's
-// choice flipped, so the bounds are on the mean KL and the argmax, about
-// four times what was measured (the int8 table, 2026-11-30: mean KL 0.0073
-// and 0.00024, argmax 15/16 and 16/16). Identical logits pass too: the
-// callers check when they must differ.
+// docs/log/2026-11-30-issues-6-to-9.md ("accuracy of the int8 table"). The
+// worst position is usually one where a router's choice flipped, so the
+// bounds are on the mean KL and the argmax, about four times what was
+// measured (the int8 table, 2026-11-30: mean KL 0.0073 and 0.00024, argmax
+// 15/16 and 16/16). Identical logits pass too: the callers check when they
+// must differ.
 void ExpectCloseToExact(const std::vector<float>& exact, const std::vector<float>& q, int V,
                         const char* preset, const char* what, double mean_kl_bound) {
   ASSERT_EQ(q.size(), exact.size());
@@ -1029,20 +1031,18 @@ INSTANTIATE_TEST_SUITE_P(Presets, Forward,
 
 TEST(ForwardSession, AStateFromAnotherModelIsRefused) {
   const std::string a = waste::testing::ScratchDir("a"), b = waste::testing::ScratchDir("b");
-  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), a, true, 1, nullptr).ok());
-  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-deepseek"), b, true, 1, nullptr).ok());
-  auto ca = Container::Open(a), cb = Container::Open(b);
-  ASSERT_TRUE(ca.ok() && cb.ok());
-  CacheOptions co;
-  co.slots = 64;
-  auto xa = ExpertCache::Create(*ca, co), xb = ExpertCache::Create(*cb, co);
-  auto ma = Model::Load(*ca, xa->get(), {}), mb = Model::Load(*cb, xb->get(), {});
-  ASSERT_TRUE(ma.ok() && mb.ok());
-  Session s = (*ma)->NewSession(16);
+  waste::testing::TinyEngineOptions o;
+  o.jobs = 1;
+  o.slots = 64;
+  auto ea = waste::testing::TinyEngine::Create("tiny-kimi", a, o);
+  auto eb = waste::testing::TinyEngine::Create("tiny-deepseek", b, o);
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  Model& ma = (*ea)->model();
+  Session s = ma.NewSession(16);
   const int t[2] = {5, 6};
-  ASSERT_TRUE((*ma)->Forward(s, t, nullptr).ok());
-  ASSERT_TRUE(SaveSession((*ma)->container(), s, a + "/state.bin").ok());
-  auto other = LoadSession(**mb, a + "/state.bin", 16);
+  ASSERT_TRUE(ma.Forward(s, t, nullptr).ok());
+  ASSERT_TRUE(SaveSession(ma.container(), s, a + "/state.bin").ok());
+  auto other = LoadSession((*eb)->model(), a + "/state.bin", 16);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("another model"), std::string::npos);
 }

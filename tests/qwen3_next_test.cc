@@ -20,6 +20,8 @@
 #include "engine/experts/cache.h"
 #include "engine/kernels/cpu.h"
 #include "engine/model/model.h"
+#include "tests/support/detached_wasted.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace waste::convert {
@@ -27,12 +29,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using waste::testing::Bin;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/convert/";
 
-std::string Bin(const std::string& name) { return std::string(WASTE_BIN_DIR) + "/" + name; }
 
 json ReadJson(const std::string& path) {
   std::ifstream f(path);
@@ -88,16 +90,15 @@ TEST(Qwen3Next, LosslessConversionMatchesTransformersAtEveryPosition) {
 // wasted, and waste eval attached to it on every path.
 TEST(Qwen3Next, ThroughWastedOnEveryIsa) {
   const Fixture fx;
-  const std::string dir = waste::testing::ScratchDir(), c = dir + "/container",
-                    socket = dir + "/wasted.sock";
+  const std::string dir = waste::testing::ScratchDir(), c = dir + "/container";
   const Outcome conv = Shell(Bin("waste") + " convert " + kFixtures + "qwen3-next " + c +
                              " --expert-format bf16 --quiet");
   ASSERT_EQ(conv.code, 0) << conv.out;
   const Outcome verify =
       Shell(Bin("waste") + " verify " + c + " --source " + kFixtures + "qwen3-next --quiet");
   ASSERT_EQ(verify.code, 0) << verify.out;
-  const Outcome start = Shell(Bin("wasted") + " " + c + " --socket " + socket + " --state-dir " +
-                              dir + "/state --log-file " + dir + "/wasted.log --idle-exit 30");
+  waste::testing::DetachedWasted wasted;
+  const Outcome start = wasted.Start(c, dir);
   ASSERT_EQ(start.code, 0) << start.out;
   std::string ids;
   for (int id : fx.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
@@ -106,14 +107,14 @@ TEST(Qwen3Next, ThroughWastedOnEveryIsa) {
     const std::string file = dir + "/logits-" + kernels::IsaName(isa);
     const Outcome run = Shell(Bin("waste") + " eval " + c + " --ids " + ids +
                               " --threads 2 --isa " + kernels::IsaName(isa) + " --logits " + file +
-                              " --socket " + socket);
+                              " --socket " + wasted.socket());
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;  // attached
     const std::vector<float> got = waste::testing::FileFloats(file);
     const double worst = waste::testing::ExpectLogitsNear(got, fx.want, fx.vocab(), 1e-4f, what);
     std::printf("%s: worst max|diff| / max|logit| %.3g\n", what.c_str(), worst);
   }
-  const Outcome stop = Shell(Bin("wastectl") + " stop --socket " + socket);
+  const Outcome stop = wasted.Stop();
   EXPECT_EQ(stop.code, 0) << stop.out;
 }
 

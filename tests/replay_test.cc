@@ -13,11 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/detached_wasted.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace {
 
 using nlohmann::json;
+using waste::testing::Bin;
 using waste::testing::Outcome;
 using waste::testing::Shell;
 
@@ -25,9 +28,6 @@ constexpr int kMoeLayers = 5, kTokens = 20, kTopK = 4;
 // Per layer the trace uses 8 experts: one every token, the rest in turns.
 constexpr int kWorkingSet = kMoeLayers * 8;
 
-std::string Bin(const std::string& name) {
-  return std::string(WASTE_BIN_DIR) + "/" + name;
-}
 
 bool Has(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
@@ -70,19 +70,18 @@ class Replay : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (!started_) return;
-    const Outcome r = Shell(Bin("wastectl") + " stop --socket " + socket_);
+    if (!wasted_.running()) return;
+    const Outcome r = wasted_.Stop();
     EXPECT_EQ(r.code, 0) << r.out;
   }
 
-  // Detached: wasted returns once it listens. --idle-exit is the backstop
-  // should the stop in TearDown not happen (a crash, a missing wastectl).
+  // Detached, on socket_: wasted returns once it listens.
   void StartDaemon(const std::string& budget) {
-    const Outcome r =
-        Shell(Bin("wasted") + " " + container_ + " --socket " + socket_ + " --state-dir " + dir_ +
-              "/state --log-file " + dir_ + "/wasted.log --idle-exit 20 --budget " + budget);
+    waste::testing::DetachedWastedOptions o;
+    o.idle_exit = 20;
+    o.flags = {"--budget", budget};
+    const Outcome r = wasted_.Start(container_, dir_, o);
     ASSERT_EQ(r.code, 0) << r.out;
-    started_ = true;
   }
 
   Outcome Run(const std::string& trace, const std::string& extra = "") {
@@ -109,7 +108,7 @@ class Replay : public ::testing::Test {
 
   static std::string container_;
   std::string dir_, socket_;
-  bool started_ = false;
+  waste::testing::DetachedWasted wasted_;
 };
 
 std::string Replay::container_;

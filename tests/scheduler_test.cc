@@ -2,7 +2,7 @@
 // alone or batched beside others (and equals Model::Forward's own greedy
 // run), a follow-up turn resumes from the kept state with the logits of a
 // full prefill, end tokens, cancelling, a full queue, a prompt too long,
-// and stopping with work in hand.
+// stopping with work in hand, and a model gone for good.
 #include "serve/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -12,8 +12,7 @@
 #include <future>
 #include <mutex>
 
-#include "engine/experts/cache.h"
-#include "engine/synth/synth.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste::serve {
@@ -51,23 +50,15 @@ std::shared_ptr<Generation> Greedy(std::vector<int> prompt, int max_tokens,
 
 class SchedulerTest : public ::testing::TestWithParam<const char*> {
  protected:
+  using StepFn = std::function<Status(std::span<const Model::BatchItem>)>;
+
   void SetUp() override {
-    dir_ = waste::testing::ScratchDir();
-    ASSERT_TRUE(WriteSynthetic(*SynthPreset(GetParam()), dir_, true, 2, nullptr).ok());
-    auto ct = Container::Open(dir_);
-    ASSERT_TRUE(ct.ok());
-    ct_ = std::make_unique<Container>(std::move(*ct));
-    CacheOptions co;
-    co.slots = 1000;
-    auto c = ExpertCache::Create(*ct_, co);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    cache_ = std::move(*c);
-    ModelOptions mo;
-    mo.threads = 2;
-    auto m = Model::Load(*ct_, cache_.get(), mo);
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    model_ = std::move(*m);
-    const int V = model_->config().vocab;
+    waste::testing::TinyEngineOptions o;
+    o.model.threads = 2;
+    auto e = waste::testing::TinyEngine::Create(GetParam(), waste::testing::ScratchDir(), o);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine_ = std::move(*e);
+    const int V = engine_->model().config().vocab;
     for (int q = 0; q < 3; ++q) {
       std::vector<int> p;
       for (int i = 0; i < 5 + 4 * q; ++i) p.push_back(static_cast<int>((3 + 37 * i + 101 * q) % V));
@@ -75,30 +66,40 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
     }
   }
 
-  std::unique_ptr<Scheduler> Make(SchedulerOptions o, Scheduler::StepFn step = nullptr) {
-    if (!step) step = [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); };
-    return std::make_unique<Scheduler>(o, model_->config().vocab, std::move(step),
-                                       [this](int n) { return model_->NewSession(n); });
+  // The model stepped directly, or through `step` (to hold or fail a step).
+  struct ModelStepper : Stepper {
+    Model* model = nullptr;
+    StepFn step;
+    Status Step(std::span<const Model::BatchItem> items) override {
+      return step ? step(items) : model->ForwardBatch(items);
+    }
+    Result<Session> NewSession(int max_context) override { return model->NewSession(max_context); }
+    bool attached() const override { return true; }
+  };
+
+  std::unique_ptr<Scheduler> Make(SchedulerOptions o, StepFn step = nullptr) {
+    auto& stepper = *steppers_.emplace_back(std::make_unique<ModelStepper>());
+    stepper.model = &engine_->model();
+    stepper.step = std::move(step);
+    return std::make_unique<Scheduler>(o, engine_->model().config().vocab, stepper);
   }
 
   // Model::Forward's own greedy reply to `prompt`.
   std::vector<int> ForwardGreedy(const std::vector<int>& prompt, int n) {
-    Session s = model_->NewSession(64);
-    std::vector<float> l(model_->config().vocab);
+    Session s = engine_->model().NewSession(64);
+    std::vector<float> l(engine_->model().config().vocab);
     std::vector<int> out, next = prompt;
     for (int i = 0; i < n; ++i) {
-      EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
+      EXPECT_TRUE(engine_->model().Forward(s, next, l.data()).ok());
       out.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
       next = {out.back()};
     }
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<Container> ct_;
-  std::unique_ptr<ExpertCache> cache_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<waste::testing::TinyEngine> engine_;
   std::vector<std::vector<int>> prompts_;
+  std::vector<std::unique_ptr<ModelStepper>> steppers_;  // outlive their schedulers
 };
 
 TEST_P(SchedulerTest, AGreedyReplyIsTheSameAloneOrBesideOthers) {
@@ -219,7 +220,7 @@ TEST_P(SchedulerTest, AFullQueueRefusesAndStopEndsEverything) {
       entered.set_value();
       released.wait();
     }
-    return model_->ForwardBatch(items);
+    return engine_->model().ForwardBatch(items);
   });
   auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
   ASSERT_TRUE(s->Submit(Greedy(prompts_[0], 1000, a)));
@@ -253,6 +254,30 @@ TEST_P(SchedulerTest, APromptWithNoRoomAndAFailingStepEndInErrors) {
   EXPECT_EQ(out->end.reason, EndReason::kError);
   EXPECT_EQ(out->end.error, "the daemon went away");
   EXPECT_TRUE(out->tokens.empty());
+}
+
+// A model gone for good (wasted went away and none came back): no session
+// can be had, the generation ends in that error, and attached() says so.
+TEST_P(SchedulerTest, NoSessionEndsTheGenerationInAnErrorAndAttachedSaysSo) {
+  struct Gone : Stepper {
+    bool gone = false;
+    Status Step(std::span<const Model::BatchItem>) override { return Status::Error("no step"); }
+    Result<Session> NewSession(int) override {
+      gone = true;
+      return Status::Error("wasted went away: not continuing");
+    }
+    bool attached() const override { return !gone; }
+  } model;
+  Scheduler s({}, engine_->model().config().vocab, model);
+  EXPECT_TRUE(s.attached());
+  auto out = std::make_shared<Outcome>();
+  ASSERT_TRUE(s.Submit(Greedy(prompts_[0], 4, out)));
+  out->done.get_future().wait();
+  EXPECT_EQ(out->end.reason, EndReason::kError);
+  EXPECT_EQ(out->end.error, "wasted went away: not continuing");
+  EXPECT_TRUE(out->tokens.empty());
+  EXPECT_FALSE(s.attached());
+  s.Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SchedulerTest, ::testing::Values("tiny-kimi", "tiny-deepseek"),

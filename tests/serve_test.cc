@@ -14,11 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/experts/cache.h"
-#include "engine/format/container.h"
-#include "engine/synth/synth.h"
 #include "engine/tokenizer/chat.h"
 #include "tests/http_client.h"
+#include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
 namespace waste::serve {
@@ -53,26 +51,16 @@ class ServeTest : public ::testing::Test {
   void TearDown() override { Stop(); }
 
   void Start(SchedulerOptions so, ApiOptions ao) {
-    dir_ = waste::testing::ScratchDir();
-    ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), dir_, true, 2, nullptr).ok());
-    auto ct = Container::Open(dir_);
-    ASSERT_TRUE(ct.ok()) << ct.status().message();
-    ct_ = std::make_unique<Container>(std::move(*ct));
-    ASSERT_TRUE(ct_->chat().has_value());
-    auto tok = Tokenizer::Load(dir_);
+    waste::testing::TinyEngineOptions o;
+    o.model.threads = 2;
+    auto e = waste::testing::TinyEngine::Create("tiny-kimi", waste::testing::ScratchDir(), o);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine_ = std::move(*e);
+    ASSERT_TRUE(engine_->container().chat().has_value());
+    auto tok = Tokenizer::Load(engine_->dir());
     ASSERT_TRUE(tok.ok()) << tok.status().message();
     tok_ = std::make_unique<Tokenizer>(std::move(*tok));
-    CacheOptions co;
-    co.slots = 1000;
-    auto c = ExpertCache::Create(*ct_, co);
-    ASSERT_TRUE(c.ok());
-    cache_ = std::move(*c);
-    ModelOptions mo;
-    mo.threads = 2;
-    auto m = Model::Load(*ct_, cache_.get(), mo);
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    model_ = std::move(*m);
-    auto end = EndOfTurnIds(*ct_, *tok_);
+    auto end = EndOfTurnIds(engine_->container(), *tok_);
     ASSERT_TRUE(end.ok()) << end.status().message();
     end_ = *end;
     Restart(so, ao);
@@ -82,17 +70,15 @@ class ServeTest : public ::testing::Test {
   void Restart(SchedulerOptions so, ApiOptions ao) {
     Stop();
     so.context = ao.context = 512;
-    scheduler_ = std::make_unique<Scheduler>(
-        so, model_->config().vocab,
-        [this](std::span<const Model::BatchItem> items) { return model_->ForwardBatch(items); },
-        [this](int n) { return model_->NewSession(n); });
+    scheduler_ = std::make_unique<Scheduler>(so, engine_->model().config().vocab, stepper_);
     if (ao.model_name.empty()) ao.model_name = "tiny";
-    api_ = std::make_unique<ApiServer>(ao, *tok_, &*ct_->chat(), end_, *scheduler_, [] { return true; });
-    HttpOptions ho;
+    api_ = std::make_unique<ApiServer>(ao, *tok_, &*engine_->container().chat(), end_, *scheduler_);
+    http::HttpOptions ho;
     ho.port = 0;
-    auto h = HttpServer::Start(ho, [this](Request r, std::shared_ptr<Responder> w) {
-      api_->Handle(std::move(r), std::move(w));
-    });
+    auto h =
+        http::HttpServer::Start(ho, [this](http::Request r, std::shared_ptr<http::Responder> w) {
+          api_->Handle(std::move(r), std::move(w));
+        });
     ASSERT_TRUE(h.ok()) << h.status().message();
     http_ = std::move(*h);
   }
@@ -118,11 +104,11 @@ class ServeTest : public ::testing::Test {
   // included; with past_end, on through it) or n tokens. Only while no
   // request runs: the Model is not shared between threads.
   std::vector<int> Greedy(const std::vector<int32_t>& prompt, int n, bool past_end = false) {
-    Session s = model_->NewSession(512);
-    std::vector<float> l(model_->config().vocab);
+    Session s = engine_->model().NewSession(512);
+    std::vector<float> l(engine_->model().config().vocab);
     std::vector<int> out, next(prompt.begin(), prompt.end());
     for (int i = 0; i < n; ++i) {
-      EXPECT_TRUE(model_->Forward(s, next, l.data()).ok());
+      EXPECT_TRUE(engine_->model().Forward(s, next, l.data()).ok());
       const int t = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
       if (!past_end && std::find(end_.begin(), end_.end(), t) != end_.end()) break;
       out.push_back(t);
@@ -134,7 +120,7 @@ class ServeTest : public ::testing::Test {
   std::vector<int32_t> Rendered(const json& messages) {
     std::vector<ChatMessage> m;
     for (const auto& x : messages) m.push_back({x["role"], x["content"]});
-    auto ids = RenderChat(*ct_->chat(), *tok_, m);
+    auto ids = RenderChat(*engine_->container().chat(), *tok_, m);
     EXPECT_TRUE(ids.ok());
     return *ids;
   }
@@ -155,15 +141,24 @@ class ServeTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
-  std::unique_ptr<Container> ct_;
+  std::unique_ptr<waste::testing::TinyEngine> engine_;
   std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<ExpertCache> cache_;
-  std::unique_ptr<Model> model_;
   std::vector<int32_t> end_;
+  // The model stepped directly, in place of an Engine.
+  struct ModelStepper : Stepper {
+    ServeTest* t;
+    explicit ModelStepper(ServeTest* test) : t(test) {}
+    Status Step(std::span<const Model::BatchItem> items) override {
+      return t->engine_->model().ForwardBatch(items);
+    }
+    Result<Session> NewSession(int max_context) override {
+      return t->engine_->model().NewSession(max_context);
+    }
+    bool attached() const override { return true; }
+  } stepper_{this};
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ApiServer> api_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::HttpServer> http_;
 };
 
 json Chat(const std::string& text, int max_tokens) {

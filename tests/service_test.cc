@@ -34,6 +34,9 @@
 #include <nlohmann/json.hpp>
 
 #include "link/daemon_client.h"
+#include "tests/support/child.h"
+#include "tests/support/detached_wasted.h"
+#include "tests/support/programs.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -41,6 +44,8 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+using waste::testing::Bin;
+using waste::testing::Connectable;
 using waste::testing::ReadText;
 using waste::testing::WriteText;
 using waste::testing::Outcome;
@@ -52,22 +57,6 @@ double Since(Clock::time_point t) {
 
 bool Has(const std::string& s, const std::string& needle) {
   return s.find(needle) != std::string::npos;
-}
-
-std::string Bin(const std::string& name) {
-  return std::string(WASTE_BIN_DIR) + "/" + name;
-}
-
-
-
-bool Connectable(const std::string& path) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  close(fd);
-  return ok;
 }
 
 // wasted in the foreground as a child, its stdout and stderr into a pipe,
@@ -442,10 +431,13 @@ TEST_F(Service, AsTheUnitRunsItUnprivilegedTheTrunkIsWired) {
   }
   socket_ = run + "/wasted.sock";
   const std::string log = run + "/wasted.log";
-  const Outcome r = Shell(
-      "setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs --bounding-set -all --inh-caps -all " + Bin("wasted") + " " + c +
-      " --socket " + socket_ + " --state-dir " + state + " --log-file " + log +
-      " --idle-exit 30");  // detached; exits on its own if the test fails early
+  waste::testing::DetachedWasted wasted;
+  waste::testing::DetachedWastedOptions o;
+  o.socket = socket_;
+  o.log_file = log;
+  o.launcher = "setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs "
+               "--bounding-set -all --inh-caps -all";
+  const Outcome r = wasted.Start(c, dir_, o);  // its state in dir_/state
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string eval = Bin("waste") + " eval " + c + " --ids 3,14,15,92 --threads 2 --logits ";
   Outcome through = Shell(eval + dir_ + "/served --socket " + socket_);
@@ -457,7 +449,7 @@ TEST_F(Service, AsTheUnitRunsItUnprivilegedTheTrunkIsWired) {
   EXPECT_EQ(s["trunk_wired"], true) << s.dump();
   EXPECT_GT(s["reads"].get<int>(), 0) << s.dump();
   EXPECT_EQ(s["read_errors"], 0) << s.dump();
-  EXPECT_EQ(Ctl("stop").code, 0);
+  EXPECT_EQ(wasted.Stop().code, 0);
   const std::string text = ReadText(log);
   EXPECT_TRUE(Has(text, "uid 65534")) << text;
   EXPECT_FALSE(Has(text, "NOT wired")) << text;

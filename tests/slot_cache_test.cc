@@ -134,7 +134,7 @@ TEST(SlotCache, LookaheadForAPassedLayerIsDroppedBeforeItIsRead) {
   const auto jobs = f.RunReads();
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].key, ExpertKey(3, 1));
-  EXPECT_EQ(f.cache->counters().dropped, 1u);
+  EXPECT_EQ(f.cache->counters().lookahead_dropped, 1u);
   EXPECT_EQ(f.State(2, 7), shm::SlotState::kEmpty);
 }
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clients/waste/commands.h"
-#include "clients/waste/engine_setup.h"
+#include "clients/waste/engine_flags.h"
 #include "engine/model/sampler.h"
 #include "engine/model/session_io.h"
 #include "engine/plan/plan.h"
@@ -357,7 +357,7 @@ int RunChat(const ChatOptions& o) {
     }
     fresh = false;
     const std::vector<int> ids(rendered->begin(), rendered->end());
-    if (Status st = ForwardThroughRestarts(*e, o.engine, s, ids, logits.data()); !st.ok()) {
+    if (Status st = ForwardThroughRestarts(*e, s, ids, logits.data()); !st.ok()) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
       continue;
     }
@@ -373,7 +373,7 @@ int RunChat(const ChatOptions& o) {
       const std::string_view end_text = tok.TokenBytes(next);
       const bool opens_next = end && !end_text.empty() && chat.user.prefix.rfind(end_text, 0) == 0;
       const Status st =
-          opens_next ? Status::Ok() : ForwardThroughRestarts(*e, o.engine, s, one, logits.data());
+          opens_next ? Status::Ok() : ForwardThroughRestarts(*e, s, one, logits.data());
       if (!st.ok()) std::fprintf(stderr, "\nwaste: %s\n", st.message().c_str());
       if (end || !st.ok()) break;
       if (!shown.Shown(next)) continue;

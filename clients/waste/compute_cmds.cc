@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -12,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clients/waste/commands.h"
-#include "clients/waste/engine_setup.h"
+#include "clients/waste/engine_flags.h"
 #include "engine/model/perplexity.h"
 #include "engine/model/sampler.h"
 #include "engine/model/stop.h"
@@ -47,6 +49,15 @@ Result<std::vector<int>> ParseIds(const std::string& text) {
   }
   if (ids.empty()) return Status::Error("no token ids given");
   return ids;
+}
+
+// The prompt: the argument, or a file's contents with "@FILE", or standard input with "-".
+Result<std::string> ReadPrompt(const std::string& arg) {
+  if (arg == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  if (!arg.empty() && arg[0] == '@') return ReadSmallFile(arg.substr(1), 64u << 20);
+  return arg;
 }
 
 // Prompt ids: --ids, or the prompt text through the tokenizer (markup
@@ -115,7 +126,7 @@ int RunGenerate(const RunOptions& given) {
   std::vector<float> logits(config.vocab);
   // Runs `ids` and keeps the logits they end with (in --logits too).
   const auto forward = [&](std::span<const int> ids) {
-    WASTE_RETURN_IF_ERROR(ForwardThroughRestarts(*e, o.engine, s, ids, logits.data()));
+    WASTE_RETURN_IF_ERROR(ForwardThroughRestarts(*e, s, ids, logits.data()));
     if (logits_out.is_open()) {
       logits_out.write(reinterpret_cast<const char*>(logits.data()),
                        static_cast<std::streamsize>(logits.size() * sizeof(float)));

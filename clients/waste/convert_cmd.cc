@@ -118,7 +118,7 @@ int RunVerify(const std::string& container, const std::string& source, bool quie
 void AddConvert(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ConvertArgs>();
   auto* cmd = app.add_subcommand(
-      "convert", "Convert a Hugging Face safetensors checkpoint (DeepSeek-V3 family, Kimi-Linear)");
+      "convert", "Convert a Hugging Face safetensors checkpoint of a family docs/MODELS.md lists");
   cmd->add_option("SRC", a->src, "Checkpoint directory (config.json, *.safetensors)")->required();
   cmd->add_option("OUT", a->out, "Container directory to write (new or empty)")->required();
   cmd->add_option("--jobs", a->jobs, "Threads encoding experts")

@@ -1,24 +1,21 @@
-// waste serve: the OpenAI-compatible HTTP server (serve/api_server.h), one
-// more client of wasted: it attaches like waste run, runs its requests in
-// batches (serve/scheduler.h) and holds their conversations itself.
+// waste serve: the OpenAI-compatible HTTP server (serve/server.h), one more
+// client of wasted: it opens the engine like waste run, and serve/ runs its
+// requests in batches and holds their conversations itself. Here: the flags,
+// the messages and the wait for SIGINT or SIGTERM.
 #include <csignal>
 
 #include <atomic>
 #include <cctype>
 #include <thread>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 
-#include "engine/plan/plan.h"
 #include "clients/waste/commands.h"
-#include "clients/waste/engine_setup.h"
-#include "engine/tokenizer/chat.h"
-#include "serve/api_server.h"
-#include "serve/http_server.h"
-#include "serve/scheduler.h"
+#include "clients/waste/engine_flags.h"
+#include "engine/plan/plan.h"
+#include "serve/server.h"
 
 namespace waste::cli {
 namespace {
@@ -90,73 +87,42 @@ int RunServe(const ServeOptions& o) {
     std::fprintf(stderr, "waste: %s\n", e.status().message().c_str());
     return 1;
   }
-  if (!e->tokenizer) {
-    std::fprintf(stderr, "waste: serve needs a container with a tokenizer\n");
-    return 1;
-  }
-  const Container& ct = *e->container;
-  auto end_ids = EndOfTurnIds(ct, *e->tokenizer);
-  if (!end_ids.ok()) {
-    std::fprintf(stderr, "waste: %s\n", end_ids.status().message().c_str());
-    return 1;
-  }
-  serve::SchedulerOptions so;
+  serve::ServerOptions so;
   so.parallel = o.parallel;
   so.queue = o.queue;
-  so.context = o.engine.context;
-  so.chunk = o.engine.chunk;
-  so.prefix_cache_bytes = *keep;
-  const ModelConfig& config = ct.config();
-  // The scheduler's thread is the only one that runs the model, or builds
-  // it again after wasted restarts; `attached` is what /health reads.
-  std::atomic<bool> attached{true};
-  Engine& engine = *e;
-  serve::Scheduler scheduler(
-      so, config.vocab,
-      [&](std::span<const Model::BatchItem> items) {
-        const Status st = StepThroughRestarts(engine, o.engine, items);
-        attached = engine.model != nullptr;
-        return st;
-      },
-      [&](int n) { return engine.model->NewSession(n); });
-  serve::ApiOptions ao;
-  ao.model_name = o.model_name.empty()
-                      ? std::filesystem::path(ct.dir()).lexically_normal().filename().string()
-                      : o.model_name;
-  if (ao.model_name.empty()) ao.model_name = "waste";
-  ao.api_key = key;
-  ao.context = o.engine.context;
-  serve::ApiServer api(ao, *e->tokenizer, ct.chat() ? &*ct.chat() : nullptr, *end_ids, scheduler,
-                       [&] { return attached.load(); });
-  serve::HttpOptions ho;
+  so.keep_bytes = *keep;
+  so.model_name = o.model_name;
+  so.api_key = key;
+  auto server = serve::Server::Open(*e, so);
+  if (!server.ok()) {
+    std::fprintf(stderr, "waste: %s\n", server.status().message().c_str());
+    return 1;
+  }
+  http::HttpOptions ho;
   ho.host = host;
   ho.port = port;
   ho.max_connections = static_cast<size_t>(o.max_connections);
-  auto http = serve::HttpServer::Start(ho, [&](serve::Request req, std::shared_ptr<serve::Responder> r) {
-    api.Handle(std::move(req), std::move(r));
-  });
-  if (!http.ok()) {
-    std::fprintf(stderr, "waste: --listen %s: %s\n", o.listen.c_str(), http.status().message().c_str());
+  if (Status st = (*server)->Listen(ho); !st.ok()) {
+    std::fprintf(stderr, "waste: --listen %s: %s\n", o.listen.c_str(), st.message().c_str());
     return 1;
   }
-  if (!(*http)->loopback() && key.empty()) {
+  const http::HttpServer& http = (*server)->http_server();
+  if (!http.loopback() && key.empty()) {
     std::fprintf(stderr,
                  "waste: --listen %s is not a loopback address: an API key is required there "
                  "(--api-key-file)\n",
                  o.listen.c_str());
     return 2;
   }
-  api.set_http(http->get());
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::printf("waste serve: %s on http://%s/ (experts %s; %d at once, context %d)\n",
-              ao.model_name.c_str(), (*http)->address().c_str(), e->where.c_str(), o.parallel,
-              o.engine.context);
+              (*server)->model_name().c_str(), http.address().c_str(), e->where.c_str(),
+              o.parallel, o.engine.context);
   std::fflush(stdout);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "waste serve: stopping\n");
-  (*http)->Stop();
-  scheduler.Stop();
+  (*server)->Stop();
   return 0;
 }
 

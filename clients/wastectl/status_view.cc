@@ -120,34 +120,37 @@ std::vector<std::string> Table(const std::vector<std::vector<std::string>>& rows
 }
 
 std::vector<std::vector<std::string>> ClientRows(const DaemonStatus& s, bool compact) {
-  std::vector<std::vector<std::string>> rows = {
-      {"id", "pid", "uid", "attached", "tokens", "hits", "late", "misses", "hit%", "pins", "command"}};
+  std::vector<std::string> head = {"id", "pid", "uid", "attached", "tokens"};
+  for (const auto& k : kClientCounters) head.push_back(k.label);
+  if (!compact) head.push_back("hit%");
+  head.insert(head.end(), {"pins", "command"});
+  std::vector<std::vector<std::string>> rows = {head};
   for (const ClientStatusInfo& c : s.clients) {
-    rows.push_back({U(c.id), U(c.pid), U(c.uid), Duration(c.attached_seconds), U(c.tokens),
-                    U(c.hits), U(c.late), U(c.misses), Percent(HitRate(c.hits, c.late, c.misses)),
-                    U(c.pins), compact ? ShortCommand(c.command) : c.command});
+    std::vector<std::string> row = {U(c.id), U(c.pid), U(c.uid), Duration(c.attached_seconds),
+                                    U(c.tokens)};
+    for (const auto& k : kClientCounters) row.push_back(U(c.*k.value));
+    if (!compact) row.push_back(Percent(HitRate(c.hits, c.late, c.misses)));
+    row.insert(row.end(), {U(c.pins), compact ? ShortCommand(c.command) : c.command});
+    rows.push_back(std::move(row));
   }
-  if (compact)
-    for (auto& row : rows) row.erase(row.begin() + 8);  // hit%
   return rows;
 }
 
 json ClientsJson(const DaemonStatus& s) {
   json clients = json::array();
   for (const ClientStatusInfo& c : s.clients) {
-    clients.push_back({{"id", c.id},
-                       {"pid", c.pid},
-                       {"uid", c.uid},
-                       {"attached_seconds", c.attached_seconds},
-                       {"tokens", c.tokens},
-                       {"hits", c.hits},
-                       {"late", c.late},
-                       {"misses", c.misses},
-                       {"hit_rate", Nullable(HitRate(c.hits, c.late, c.misses))},
-                       {"late_rate", Nullable(LateRate(c.hits, c.late, c.misses))},
-                       {"pins", c.pins},
-                       {"command", c.command},
-                       {"command_from_proc", c.command_from_proc}});
+    json j = {{"id", c.id},
+              {"pid", c.pid},
+              {"uid", c.uid},
+              {"attached_seconds", c.attached_seconds},
+              {"tokens", c.tokens},
+              {"hit_rate", Nullable(HitRate(c.hits, c.late, c.misses))},
+              {"late_rate", Nullable(LateRate(c.hits, c.late, c.misses))},
+              {"pins", c.pins},
+              {"command", c.command},
+              {"command_from_proc", c.command_from_proc}};
+    for (const auto& k : kClientCounters) j[k.json] = c.*k.value;
+    clients.push_back(std::move(j));
   }
   return clients;
 }
@@ -161,65 +164,60 @@ json StatusJson(const DaemonStatus& s, const std::string& socket) {
     json hottest = json::array();
     for (const ExpertUseInfo& h : l.hottest)
       hottest.push_back({{"expert", h.expert}, {"uses", h.uses}, {"resident", h.resident}});
-    layers.push_back({{"layer", l.layer},
-                      {"slots_ready", l.slots_ready},
-                      {"slots_loading", l.slots_loading},
-                      {"hits", l.hits},
-                      {"late", l.late},
-                      {"misses", l.misses},
-                      {"hit_rate", Nullable(HitRate(l.hits, l.late, l.misses))},
-                      {"late_rate", Nullable(LateRate(l.hits, l.late, l.misses))},
-                      {"resident", resident},
-                      {"hottest", hottest}});
+    json j = {{"layer", l.layer},
+              {"slots_ready", l.slots_ready},
+              {"slots_loading", l.slots_loading},
+              {"hit_rate", Nullable(HitRate(l.hits, l.late, l.misses))},
+              {"late_rate", Nullable(LateRate(l.hits, l.late, l.misses))},
+              {"resident", resident},
+              {"hottest", hottest}};
+    for (const auto& k : kLayerCounters) j[k.json] = l.*k.value;
+    layers.push_back(std::move(j));
   }
-  return {{"socket", socket},
-          {"version", s.version},
-          {"pid", s.pid},
-          {"uptime_seconds", s.uptime_seconds},
-          {"container", s.container},
-          {"arch", s.arch},
-          {"experts", s.experts},
-          {"record_bytes", s.record_bytes},
-          {"budget",
-           {{"total", s.budget},
-            {"trunk", s.trunk_bytes},
-            {"cache", s.cache_bytes},
-            {"overhead", s.overhead_bytes}}},
-          {"trunk_wired", s.trunk_wired},
-          {"page_kind", s.page_kind},
-          {"slots",
-           {{"total", s.slots},
-            {"used", s.slots_used()},
-            {"ready", s.slots_ready},
-            {"loading", s.slots_loading},
-            {"pinned", s.slots_pinned},
-            {"failed", s.slots_failed},
-            {"free", s.slots_free()}}},
-          {"hits", s.hits},
-          {"late", s.late},
-          {"misses", s.misses},
-          {"hit_rate", Nullable(HitRate(s.hits, s.late, s.misses))},
-          {"late_rate", Nullable(LateRate(s.hits, s.late, s.misses))},
-          {"reads", s.reads},
-          {"bytes_read", s.bytes_read},
-          {"read_errors", s.read_errors},
-          {"read_busy_seconds", s.read_busy_seconds},
-          {"read_bytes_per_second", Nullable(Throughput(s))},
-          {"queued", ByPriority(s.queued)},
-          {"in_flight", ByPriority(s.in_flight)},
-          {"io_depth", s.io_depth},
-          {"policy", s.policy},
-          {"lookahead",
-           {{"reads", s.lookahead_reads},
-            {"used", s.lookahead_used},
-            {"unused_bytes", s.lookahead_unused_bytes},
-            {"dropped", s.lookahead_dropped},
-            {"demand_hinted", s.demand_hinted},
-            {"precision", Nullable(Precision(s))},
-            {"recall", Nullable(Recall(s))}}},
-          {"warm_reads", s.warm_reads},
-          {"clients", ClientsJson(s)},
-          {"layers", layers}};
+  json j = {{"socket", socket},
+            {"version", s.version},
+            {"pid", s.pid},
+            {"uptime_seconds", s.uptime_seconds},
+            {"container", s.container},
+            {"arch", s.arch},
+            {"experts", s.experts},
+            {"record_bytes", s.record_bytes},
+            {"budget",
+             {{"total", s.budget},
+              {"trunk", s.trunk_bytes},
+              {"cache", s.cache_bytes},
+              {"overhead", s.overhead_bytes}}},
+            {"trunk_wired", s.trunk_wired},
+            {"page_kind", s.page_kind},
+            {"slots",
+             {{"total", s.slots},
+              {"used", s.slots_used()},
+              {"ready", s.slots_ready},
+              {"loading", s.slots_loading},
+              {"pinned", s.slots_pinned},
+              {"failed", s.slots_failed},
+              {"free", s.slots_free()}}},
+            {"hit_rate", Nullable(HitRate(s.hits, s.late, s.misses))},
+            {"late_rate", Nullable(LateRate(s.hits, s.late, s.misses))},
+            {"read_busy_seconds", s.read_busy_seconds},
+            {"read_bytes_per_second", Nullable(Throughput(s))},
+            {"queued", ByPriority(s.queued)},
+            {"in_flight", ByPriority(s.in_flight)},
+            {"io_depth", s.io_depth},
+            {"policy", s.policy},
+            {"lookahead", {{"precision", Nullable(Precision(s))}, {"recall", Nullable(Recall(s))}}},
+            {"clients", ClientsJson(s)},
+            {"layers", layers}};
+  // The counters under their keys, "group.key" inside the group's object.
+  for (const auto& c : kStatusCounters) {
+    const std::string key = c.json;
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos)
+      j[key] = s.*c.value;
+    else
+      j[key.substr(0, dot)][key.substr(dot + 1)] = s.*c.value;
+  }
+  return j;
 }
 
 std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t width) {
@@ -267,6 +265,9 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
                  U(s.lookahead_dropped) + " reads dropped as stale (layer passed)");
   }
   add("eviction", s.policy + "; " + U(s.warm_reads) + " warm-up reads");
+  // A counter no line above shows has a line of its own.
+  for (const auto& c : kStatusCounters)
+    if (*c.label) add(c.label, U(s.*c.value));
 
   lines.push_back("");
   if (s.clients.empty()) {
@@ -280,14 +281,19 @@ std::string StatusText(const DaemonStatus& s, const std::string& socket, size_t 
   lines.push_back("");
   lines.push_back(Fit("layers (ready: experts of the layer in the cache; hottest: expert:uses, * ready)",
                       width));
-  std::vector<std::vector<std::string>> rows = {
-      {"layer", "ready", "hits", "late", "misses", "hit%", "hottest"}};
+  std::vector<std::string> head = {"layer", "ready"};
+  for (const auto& k : kLayerCounters) head.push_back(k.label);
+  head.insert(head.end(), {"hit%", "hottest"});
+  std::vector<std::vector<std::string>> rows = {head};
   for (const LayerStatusInfo& l : s.layers) {
     std::string hot;
     for (const ExpertUseInfo& h : l.hottest)
       hot += (hot.empty() ? "" : " ") + U(h.expert) + (h.resident ? "*" : "") + ":" + U(h.uses);
-    rows.push_back({U(l.layer), U(ResidentCount(l, s.experts)) + "/" + U(s.experts), U(l.hits),
-                    U(l.late), U(l.misses), Percent(HitRate(l.hits, l.late, l.misses)), hot});
+    std::vector<std::string> row = {U(l.layer),
+                                    U(ResidentCount(l, s.experts)) + "/" + U(s.experts)};
+    for (const auto& k : kLayerCounters) row.push_back(U(l.*k.value));
+    row.insert(row.end(), {Percent(HitRate(l.hits, l.late, l.misses)), hot});
+    rows.push_back(std::move(row));
   }
   for (std::string& l : Table(rows, width)) {
     // The hottest list is cut at a whole entry, not in the middle of one.

@@ -307,7 +307,8 @@ Status ContainerWriter::WriteBank(int layer, const FillRecord& fill) {
   const std::string path = dir_ + "/" + name;
   // Records are whole pages, so the bank can bypass the page cache: on this
   // kind of machine buffered writeback runs at a fraction of the disk's
-  // speed (docs/MEASUREMENTS.md). tmpfs and some filesystems refuse O_DIRECT.
+  // speed (docs/log/2026-11-30-issues-3-to-5.md, "write speed of waste synth"). tmpfs and some
+  // filesystems refuse O_DIRECT.
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
   if (fd < 0 && errno == EINVAL) fd = OpenForWrite(path);
   if (fd < 0) return Status::Error(name + ": " + std::strerror(errno));

@@ -32,7 +32,7 @@ struct MatrixView {
 // group's largest |x|, held to the float product's tolerance; the default.
 // kInt8: 8 bits, a step of largest / 127 per 32 columns, as llama.cpp's
 // Q8_0 activations: a third of the integer arithmetic and not exact (its
-// perplexity and KL on the demo model: docs/MEASUREMENTS.md, "int8
+// perplexity and KL on the demo model: docs/log/2026-12-03-to-04.md, "int8
 // inputs"). Every other format and the scalar path ignore it.
 enum class Q4Input : uint8_t { kExact, kInt8 };
 

@@ -203,7 +203,7 @@ void RowsGrouped(const MatrixView& w, const float* x, float* y, int64_t row_begi
 //
 // Compared with the float product (which rounds every product and partial
 // sum), kExact rounds each input once and each group's sum once: the kernel
-// tests hold it to the same tolerance, and docs/MEASUREMENTS.md has the
+// tests hold it to the same tolerance, and commit b4055d0's message has the
 // logit differences. An input that is not finite or whose group is below
 // 2^-100 cannot be put in fixed point; that call takes the float path.
 using q4fixed::Digits;
@@ -354,8 +354,8 @@ void RowsQ4G128(const MatrixView& w, const FixedInput* f, float* const* y, int64
 // Up to 4 inputs a pass over the rows: a row's pass reads each input's
 // digits (3 x 128 bytes a group), and at 2304 columns 4 inputs' 28 KiB
 // still sit in L1 with the row; 8 spill to L2 and run slower than 4
-// (bench/matvec_bench.cc "blocks", docs/MEASUREMENTS.md). With one digit,
-// 8 inputs take the room of 4 with three.
+// (bench/matvec_bench.cc "blocks", docs/log/2026-12-02.md, "several inputs a pass"). With
+// one digit, 8 inputs take the room of 4 with three.
 template <int kDigits>
 void RowsQ4G128Many(const MatrixView& w, const FixedInput* f, float* const* y, size_t n,
                     int64_t row_begin, int64_t row_end) {

@@ -103,8 +103,8 @@ void VqApplySplit(const VqMatrixView& m, const float* lut, const uint8_t* planes
 // the groups added in order with fused multiply-adds. Every path computes
 // exactly that, so all give the same bits from the same table (the scalar
 // path is the SIMD paths' twin, not an approximation of them). It differs
-// from VqApply by the table's rounding: docs/MEASUREMENTS.md has the logit
-// error it causes.
+// from VqApply by the table's rounding: docs/log/2026-11-30-issues-6-to-9.md, "accuracy of
+// the int8 table", has the logit error it causes.
 
 // Which table the routed experts' products use: the exact float table
 // (VqApply) or its int8 copy (VqApplyQ).

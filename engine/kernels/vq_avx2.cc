@@ -100,7 +100,7 @@ void Finish(const Pass& p, int c, __m256 sum) {
 
 // 8-bit indices: 8 rows' table values are fetched with scalar loads and
 // packed into a register, not gathered: on an AMD Zen 1 that is 2.1-2.2x
-// the gather (vq_bench, docs/MEASUREMENTS.md, twenty-second session). The
+// the gather (vq_bench, docs/log/2026-12-05.md, "VQ on AVX2 without gathers"). The
 // values and the order of the adds are the gather's, so are the bits.
 template <int S, int N>
 void LookupPass(const Pass& p) {

@@ -1,8 +1,9 @@
 // Large private memory (the trunk, the expert cache) from mmap, on
 // transparent huge pages where the system allows them, and touched once up
 // front: on this kind of virtual machine a first touch of a 4 KiB page runs
-// at a fraction of memory speed (docs/MEASUREMENTS.md), so it is paid at load,
-// not in the middle of the first tokens.
+// at a fraction of memory speed (docs/log/2026-11-30-issues-6-to-9.md,
+// "first-token page faults"), so it is paid at load, not in the middle of
+// the first tokens.
 #pragma once
 
 #include <cstddef>

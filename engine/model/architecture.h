@@ -1,9 +1,10 @@
 // Which layers a model has: one entry per family saying which attention
 // kinds its layers take and what follows the attention, and the plan of
-// every layer that Model::Resolve builds from it and Model::ForwardChunk
-// runs. The forward pass reads the plan, never the family, so a new family
-// adds an entry here and a file for each layer kind it brings
-// (docs/MODELS.md, "Adding a family").
+// every layer that ForwardPass::Resolve (forward.h) builds from it and
+// ForwardPass::Chunk runs. The forward pass reads the plan, never the
+// family, so a new family adds an entry here and a file for each layer kind
+// it brings, with its entry in attention.cc's table (docs/MODELS.md,
+// "Adding a family").
 #pragma once
 
 #include <span>
@@ -18,13 +19,14 @@ namespace waste {
 // What follows a layer's attention.
 enum class FfnKind {
   kDense,  // a dense MLP in the trunk (mlp.cc)
-  kMoe,    // routed experts from the expert source (router.cc chooses them, MoeChunk applies them)
+  kMoe,    // routed experts from the expert source (router.cc chooses them, moe.cc applies them)
 };
 
 // What one layer runs, in this order: RMSNorm, attention, residual; RMSNorm,
 // feed-forward, residual.
 struct LayerPlan {
   // kKda: kda.cc; kMla: mla.cc; kGqa: gqa.cc; kGatedDeltaNet: gated_deltanet.cc
+  // (each kind's maker in attention.cc's table)
   LayerKind attention = LayerKind::kMla;
   FfnKind ffn = FfnKind::kDense;
   // kMoe: a dense MLP (mlp.cc) beside the routed experts, on every token.

@@ -1,5 +1,5 @@
 // Gated DeltaNet (Qwen3-Next's linear attention) with its short convolution:
-// resolving a layer's tensors and a chunk's steps (Model::GatedDeltaNet).
+// a layer's tensors, its session state and a chunk's steps (GatedDeltaNetLayer).
 // transformers' Qwen3NextGatedDeltaNet, token by token (the projections
 // over the whole chunk at once):
 //   q, k, v, z from in_proj_qkvz and b, a from in_proj_ba (grouped per key
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "engine/kernels/recurrence.h"
@@ -19,7 +20,18 @@
 #include "engine/model/norms.h"
 
 namespace waste {
+namespace {
 
+// The layout of in_proj_qkvz and in_proj_ba is TrunkSpec's.
+struct GatedDeltaNetWeights {
+  const kernels::MatrixView *qkvz = nullptr, *ba = nullptr, *out = nullptr;
+  const float* conv = nullptr;     // [gdn_conv_width][kernel]: q, k, then v channels
+  const float* a_log = nullptr;    // [value heads]
+  const float* dt_bias = nullptr;  // [value heads]
+  const float* norm = nullptr;     // [gdn_v_dim]: the gated output norm's weight
+};
+
+// `a`: the layer's "model.layers.L.linear_attn.".
 GatedDeltaNetWeights ResolveGatedDeltaNet(const Trunk& t, const std::string& a) {
   GatedDeltaNetWeights w;
   w.qkvz = &t.Matrix(a + "in_proj_qkvz.weight");
@@ -32,15 +44,39 @@ GatedDeltaNetWeights ResolveGatedDeltaNet(const Trunk& t, const std::string& a) 
   return w;
 }
 
-void Model::GatedDeltaNet(int L, std::span<Session* const> owner, std::span<const int> positions,
-                          const float* h, float* out) {
-  const GatedDeltaNetWeights& l = layers_[L]->gdn;
-  const int Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
+class GatedDeltaNetLayer : public AttentionLayer {
+ public:
+  GatedDeltaNetLayer(int L, const GatedDeltaNetWeights& w) : L_(L), w_(w) {}
+  void Run(LayerContext& ctx, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out) override;
+  // The recurrent state [value heads][k_dim][v_dim] and the conv ring
+  // [kernel-1][gdn_conv_width], oldest first, then their spares.
+  void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
+    const size_t state = static_cast<size_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
+    const size_t ring = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_width();
+    s.state[L_] = carve.Take(state);
+    s.ring[L_] = carve.Take(ring);
+    s.state_spare[L_] = carve.Take(state);
+    s.ring_spare[L_] = carve.Take(ring);
+  }
+  bool caches_positions() const override { return false; }
+
+ private:
+  const int L_;
+  const GatedDeltaNetWeights w_;
+};
+
+void GatedDeltaNetLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
+                             std::span<const int> positions, const float* h, float* out) {
+  const ModelConfig& c = ctx.c;
+  const GatedDeltaNetWeights& l = w_;
+  const int L = L_;
+  const int Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, Dk = c.gdn_k_dim, Dv = c.gdn_v_dim;
   const int r = Hv / Hk;  // value heads per key head
-  const int K = c_.gdn_key_width(), V = c_.gdn_value_width(), C = c_.gdn_conv_width();
-  const int W = c_.conv_kernel;
+  const int K = c.gdn_key_width(), V = c.gdn_value_width(), C = c.gdn_conv_width();
+  const int W = c.conv_kernel;
   const int group = 2 * Dk + 2 * r * Dv;  // one key head's rows of in_proj_qkvz
-  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+  const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   const size_t qkvz_len = static_cast<size_t>(2 * K + 2 * V), ba_len = 2 * static_cast<size_t>(Hv);
   std::vector<float> qkvz(T * qkvz_len), ba(T * ba_len), o(T * V);  // [T][...]
   // Two barriers for the chunk and one a token: both projections of every
@@ -49,7 +85,7 @@ void Model::GatedDeltaNet(int L, std::span<Session* const> owner, std::span<cons
   // the key heads (a key head's channels and value heads are its own); then
   // out_proj for every token.
   const std::vector<const float*> hs = RowPointers(h, T, hid);
-  MatVecsMany({{l.qkvz, hs, RowPointers(qkvz.data(), T, qkvz_len)},
+  ctx.MatVecsMany({{l.qkvz, hs, RowPointers(qkvz.data(), T, qkvz_len)},
                {l.ba, hs, RowPointers(ba.data(), T, ba_len)}});
   const size_t head_state = static_cast<size_t>(Dk) * Dv;
   const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
@@ -59,14 +95,14 @@ void Model::GatedDeltaNet(int L, std::span<Session* const> owner, std::span<cons
     // token starting them from the committed state, copied by the thread
     // that steps it.
     const bool first = positions[t] == s.position;
-    float* S = s.kda_spare[L].data();
-    float* ring = s.conv_spare[L].data();  // [W-1][C], oldest first
-    if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
-    const float* committed = s.kda_state[L].data();
+    float* S = s.state_spare[L].data();
+    float* ring = s.ring_spare[L].data();  // [W-1][C], oldest first
+    if (first) std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
+    const float* committed = s.state[L].data();
     const float* qkvz_t = qkvz.data() + t * qkvz_len;
     const float* ba_t = ba.data() + t * ba_len;
     float* o_t = o.data() + t * V;
-    pool_.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
+    ctx.pool.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
       std::vector<float> x(2 * static_cast<size_t>(Dk) + static_cast<size_t>(r) * Dv), u(Dv),
           normed(Dv);
       for (int64_t g = g0; g < g1; ++g) {
@@ -108,16 +144,23 @@ void Model::GatedDeltaNet(int L, std::span<Session* const> owner, std::span<cons
               std::exp(-std::exp(l.a_log[hv]) * Softplus(bg[r + j] + l.dt_bias[hv]));
           float* oh = o_t + hv * Dv;
           kernels::GatedDeltaStateStep(S + hv * head_state, Dk, Dv, decay, k, v, Sigmoid(bg[j]),
-                                       q, u.data(), oh, opt_.isa);
-          RmsNorm(oh, l.norm, Dv, c_.rms_eps, normed.data());
+                                       q, u.data(), oh, ctx.opt.isa);
+          RmsNorm(oh, l.norm, Dv, c.rms_eps, normed.data());
           const float* zh = z + static_cast<size_t>(j) * Dv;
           for (int i = 0; i < Dv; ++i) oh[i] = normed[i] * Silu(zh[i]);
         }
       }
     });
   }
-  MatVecMany(*l.out, RowPointers<const float>(o.data(), T, static_cast<size_t>(V)),
+  ctx.MatVecMany(*l.out, RowPointers<const float>(o.data(), T, static_cast<size_t>(V)),
              RowPointers(out, T, hid));
+}
+
+}  // namespace
+
+std::unique_ptr<AttentionLayer> MakeGatedDeltaNet(const LayerBuild& b) {
+  return std::make_unique<GatedDeltaNetLayer>(b.layer,
+                                              ResolveGatedDeltaNet(b.t, b.prefix + "linear_attn."));
 }
 
 }  // namespace waste

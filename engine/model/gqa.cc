@@ -1,10 +1,11 @@
-// Grouped-query attention with a K/V cache: resolving a GQA layer's tensors,
-// its rotation and softmax scale, and a chunk's attention (Model::Gqa).
+// Grouped-query attention with a K/V cache: a GQA layer's tensors, its
+// rotation and softmax scale, its session state and a chunk's attention
+// (GqaLayer).
 //
 // For the chunk: q, k, v projections of every token's h in one pass (plus
 // their biases); k's heads normed (qk_norm) and rotated, then written with v
 // to the cache row of the token's position. Then token after token
-// (Model::GqaHeads), per query head, on one thread: its q normed and rotated,
+// (GqaLayer::Heads), per query head, on one thread: its q normed and rotated,
 // scores against the keys of its K/V head at every position up to pos (the
 // latest `window` of them on a sliding layer), softmax (with the head's sink
 // logit in the denominator, GPT-OSS), and the weighted sum of the values;
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "engine/kernels/recurrence.h"
@@ -54,8 +56,17 @@ void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, 
   kernels::WeightedRowSum(score, keys + kv_width, n, static_cast<int64_t>(row), D, out, isa);
 }
 
-}  // namespace
+// The optional tensors are null when the config has none.
+struct GqaWeights {
+  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // attention_bias
+  const float *q_norm = nullptr, *k_norm = nullptr;                     // qk_norm: [head_dim]
+  const float* o_bias = nullptr;  // o_bias: [hidden]
+  const float* sinks = nullptr;   // sinks: [n_heads], a logit in each head's softmax
+  int window = 0;                 // the layer's attn_window (set by MakeGqa); 0: all
+};
 
+// `a`: the layer's attention prefix, "model.layers.L.self_attn.".
 GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& a) {
   GqaWeights w;
   w.q = &t.Matrix(a + "q_proj.weight");
@@ -75,6 +86,29 @@ GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& a
   if (c.sinks) w.sinks = t.Vector(a + "sinks");
   return w;
 }
+
+class GqaLayer : public AttentionLayer {
+ public:
+  GqaLayer(int L, const GqaWeights& w) : L_(L), w_(w) {}
+  void Run(LayerContext& ctx, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out) override;
+  // The K/V cache [max_context][2 (k, v)][kv_width] (k normed, rotated).
+  void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
+    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * 2 * c.kv_width());
+  }
+  bool caches_positions() const override { return true; }
+
+ private:
+  // One token's heads after its projections: q [n_heads][head_dim, or
+  // twice that with the output gate] (normed and rotated here), the
+  // session's K/V cache filled up to pos; o [n_heads * head_dim].
+  void Heads(LayerContext& ctx, Session& s, int pos, float* q, float* o);
+
+  const int L_;
+  const GqaWeights w_;
+};
+
+}  // namespace
 
 Rotary GqaRotary(const ModelConfig& c) {
   Rotary r = MakeRotary(c.rotary_dim, c.rope_theta, c.yarn);
@@ -98,68 +132,84 @@ float GqaSoftmaxScale(const ModelConfig& c) {
   return 1.f / std::sqrt(static_cast<float>(c.head_dim));
 }
 
-void Model::Gqa(int L, std::span<Session* const> owner, std::span<const int> positions,
-                const float* h, float* out) {
-  const GqaWeights& l = layers_[L]->gqa;
-  const int H = c_.n_heads, KV = c_.n_kv_heads, D = c_.head_dim;
-  const size_t kvw = static_cast<size_t>(c_.kv_width()), row = 2 * kvw;
-  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+void GqaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
+                   std::span<const int> positions, const float* h, float* out) {
+  const ModelConfig& c = ctx.c;
+  const GqaWeights& l = w_;
+  const int L = L_;
+  const int H = c.n_heads, KV = c.n_kv_heads, D = c.head_dim;
+  const size_t kvw = static_cast<size_t>(c.kv_width()), row = 2 * kvw;
+  const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   // With the output gate, q_proj's rows per head are its query, then its gate.
-  const size_t q_len = static_cast<size_t>(H) * (c_.attn_output_gate ? 2 * D : D);
-  const size_t o_len = static_cast<size_t>(c_.q_width());
+  const size_t q_len = static_cast<size_t>(H) * (c.attn_output_gate ? 2 * D : D);
+  const size_t o_len = static_cast<size_t>(c.q_width());
   std::vector<float> q(T * q_len), o(T * o_len);  // [T][...]
   // Each token's key and value go straight to its session's cache row.
   std::vector<float*> ks(T), vs(T);
   for (size_t t = 0; t < T; ++t) {
-    ks[t] = owner[t]->kv_cache[L].data() + static_cast<size_t>(positions[t]) * row;
+    ks[t] = owner[t]->cache[L].data() + static_cast<size_t>(positions[t]) * row;
     vs[t] = ks[t] + kvw;
   }
   // The chunk's projections, each matrix read once for all its tokens.
   const std::vector<const float*> hs = RowPointers(h, T, hid);
-  MatVecsMany({{l.q, hs, RowPointers(q.data(), T, q_len)}, {l.k, hs, ks}, {l.v, hs, vs}});
+  ctx.MatVecsMany({{l.q, hs, RowPointers(q.data(), T, q_len)}, {l.k, hs, ks}, {l.v, hs, vs}});
   // Every token's key and value in place first: token t reads positions up
   // to its own only, so later tokens' rows change nothing.
   for (size_t t = 0; t < T; ++t) {
-    AddBias(q.data() + t * q_len, l.q_bias, c_.q_width());  // no bias with the output gate
+    AddBias(q.data() + t * q_len, l.q_bias, c.q_width());  // no bias with the output gate
     AddBias(ks[t], l.k_bias, static_cast<int>(kvw));
     AddBias(vs[t], l.v_bias, static_cast<int>(kvw));
     // The keys, once for the query heads that share them.
     for (int g = 0; g < KV; ++g) {
       float* kg = ks[t] + static_cast<size_t>(g) * D;
-      if (l.k_norm) RmsNorm(kg, l.k_norm, D, c_.rms_eps, kg);
-      rotary_.Apply(kg, positions[t]);
+      if (l.k_norm) RmsNorm(kg, l.k_norm, D, c.rms_eps, kg);
+      ctx.rotary.Apply(kg, positions[t]);
     }
   }
   for (size_t t = 0; t < T; ++t)
-    GqaHeads(L, *owner[t], positions[t], q.data() + t * q_len, o.data() + t * o_len);
-  MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
-  for (size_t t = 0; t < T; ++t) AddBias(out + t * hid, l.o_bias, c_.hidden);
+    Heads(ctx, *owner[t], positions[t], q.data() + t * q_len, o.data() + t * o_len);
+  ctx.MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
+  for (size_t t = 0; t < T; ++t) AddBias(out + t * hid, l.o_bias, c.hidden);
 }
 
-void Model::GqaHeads(int L, Session& s, int pos, float* q, float* o) {
-  const GqaWeights& l = layers_[L]->gqa;
-  const int H = c_.n_heads, D = c_.head_dim, group = H / c_.n_kv_heads;
-  const size_t kvw = static_cast<size_t>(c_.kv_width()), row = 2 * kvw;
-  const int qstride = c_.attn_output_gate ? 2 * D : D;
+void GqaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, float* o) {
+  const ModelConfig& c = ctx.c;
+  const GqaWeights& l = w_;
+  const int L = L_;
+  const int H = c.n_heads, D = c.head_dim, group = H / c.n_kv_heads;
+  const size_t kvw = static_cast<size_t>(c.kv_width()), row = 2 * kvw;
+  const int qstride = c.attn_output_gate ? 2 * D : D;
   // The keys it sees: the window's latest positions, or all of them.
   const int first = l.window > 0 ? std::max(0, pos + 1 - l.window) : 0;
   const int n = pos + 1 - first;
-  const float* rows = s.kv_cache[L].data() + static_cast<size_t>(first) * row;
-  pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+  const float* rows = s.cache[L].data() + static_cast<size_t>(first) * row;
+  ctx.pool.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> score(n);
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* qh = q + hd * qstride;
-      if (l.q_norm) RmsNorm(qh, l.q_norm, D, c_.rms_eps, qh);
-      rotary_.Apply(qh, pos);
+      if (l.q_norm) RmsNorm(qh, l.q_norm, D, c.rms_eps, qh);
+      ctx.rotary.Apply(qh, pos);
       const float* keys = rows + static_cast<size_t>(hd / group) * D;  // its K/V head's
-      AttendHead(qh, keys, row, kvw, n, D, softmax_scale_, l.sinks ? &l.sinks[hd] : nullptr,
-                 score.data(), o + hd * D, opt_.isa);
-      if (c_.attn_output_gate) {
+      AttendHead(qh, keys, row, kvw, n, D, ctx.softmax_scale, l.sinks ? &l.sinks[hd] : nullptr,
+                 score.data(), o + hd * D, ctx.opt.isa);
+      if (c.attn_output_gate) {
         float* oh = o + hd * D;
         for (int i = 0; i < D; ++i) oh[i] *= Sigmoid(qh[D + i]);
       }
     }
   });
+}
+
+std::unique_ptr<AttentionLayer> MakeGqa(const LayerBuild& b) {
+  const ModelConfig& c = b.c;
+  const std::string a = b.prefix + "self_attn.";
+  GqaWeights w = ResolveGqa(b.t, c, a);
+  w.window = c.attn_window[static_cast<size_t>(b.layer)];
+  if (c.zero_centered_norms && c.qk_norm) {  // Qwen3-Next's q_norm and k_norm too
+    w.q_norm = b.norms.Get(a + "q_norm.weight", c.head_dim);
+    w.k_norm = b.norms.Get(a + "k_norm.weight", c.head_dim);
+  }
+  return std::make_unique<GqaLayer>(b.layer, w);
 }
 
 }  // namespace waste

@@ -1,8 +1,9 @@
-// Kimi Delta Attention with its short convolutions: resolving a KDA layer's tensors
-// and one token's step (Model::Kda).
+// Kimi Delta Attention with its short convolutions: a KDA layer's tensors,
+// its session state and a chunk's steps (KdaLayer).
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -11,7 +12,20 @@
 #include "engine/model/norms.h"
 
 namespace waste {
+namespace {
 
+struct KdaWeights {
+  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *b = nullptr;
+  // The output gate: g_a then g_b, or K3's full-rank g alone.
+  const kernels::MatrixView *f_a = nullptr, *f_b = nullptr, *g_a = nullptr, *g_b = nullptr;
+  const kernels::MatrixView *g = nullptr, *o = nullptr;
+  const float* conv[3] = {};       // q, k, v: [C][kernel]
+  const float* a_log = nullptr;    // [heads] (K3's padded to head_dim: the first heads read)
+  const float* dt_bias = nullptr;  // [C]
+  const float* o_norm = nullptr;   // [head_dim]
+};
+
+// `a`: the layer's attention prefix, "model.layers.L.self_attn.".
 KdaWeights ResolveKda(const Trunk& t, const ModelConfig& c, const std::string& a) {
   KdaWeights w;
   w.q = &t.Matrix(a + "q_proj.weight");
@@ -36,11 +50,35 @@ KdaWeights ResolveKda(const Trunk& t, const ModelConfig& c, const std::string& a
   return w;
 }
 
-void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
-                const float* h, float* out) {
-  const KdaWeights& l = layers_[L]->kda;
-  const int H = c_.kda_heads, D = c_.kda_head_dim, C = H * D, K = c_.conv_kernel;
-  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+class KdaLayer : public AttentionLayer {
+ public:
+  KdaLayer(int L, const KdaWeights& w) : L_(L), w_(w) {}
+  void Run(LayerContext& ctx, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out) override;
+  // The recurrent state [heads][head_dim (k)][head_dim (v)] and the conv
+  // ring [3 (q,k,v)][kernel-1][kda_width], oldest first, then their spares.
+  void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
+    const size_t state = static_cast<size_t>(c.kda_heads) * c.kda_head_dim * c.kda_head_dim;
+    const size_t ring = static_cast<size_t>(3) * (c.conv_kernel - 1) * c.kda_width();
+    s.state[L_] = carve.Take(state);
+    s.ring[L_] = carve.Take(ring);
+    s.state_spare[L_] = carve.Take(state);
+    s.ring_spare[L_] = carve.Take(ring);
+  }
+  bool caches_positions() const override { return false; }
+
+ private:
+  const int L_;
+  const KdaWeights w_;
+};
+
+void KdaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
+                   std::span<const int> positions, const float* h, float* out) {
+  const ModelConfig& c = ctx.c;
+  const KdaWeights& l = w_;
+  const int L = L_;
+  const int H = c.kda_heads, D = c.kda_head_dim, C = H * D, K = c.conv_kernel;
+  const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   // Per token: qkv [3C], f [D], fg [C], ga [D], gate [C], beta [H], o [C].
   std::vector<float> qkv(T * 3 * C), f(T * D), fg(T * C), ga(T * D), gate(T * C), beta(T * H),
       o(T * C);
@@ -58,7 +96,7 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
                             vs = at(qkv.data() + 2 * C, 3 * C), fs = at(f.data(), D),
                             betas = at(beta.data(), H), gates = at(gate.data(), C),
                             gas = at(ga.data(), D);
-  MatVecsMany({{l.q, hs, qs},
+  ctx.MatVecsMany({{l.q, hs, qs},
                {l.k, hs, ks},
                {l.v, hs, vs},
                {l.f_a, hs, fs},
@@ -71,10 +109,10 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
     // token starting them from the committed state: a head's state is
     // copied by the thread that steps it, while it is in that thread's cache.
     const bool first = positions[t] == s.position;
-    float* S = s.kda_spare[L].data();
-    float* ring = s.conv_spare[L].data();
-    if (first) std::copy(s.conv_ring[L].begin(), s.conv_ring[L].end(), s.conv_spare[L].begin());
-    const float* committed = s.kda_state[L].data();
+    float* S = s.state_spare[L].data();
+    float* ring = s.ring_spare[L].data();
+    if (first) std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
+    const float* committed = s.state[L].data();
     float* qkv_t = qkv.data() + t * 3 * C;
     const float* f_t = f.data() + t * D;
     const float* ga_t = ga.data() + t * D;
@@ -82,14 +120,15 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
     float* gate_t = gate.data() + t * C;
     const float* beta_t = beta.data() + t * H;
     float* o_t = o.data() + t * C;
-    pool_.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+    ctx.pool.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
       std::vector<float> u(D), decay(D), normed(D);
       for (int64_t hd = h0; hd < h1; ++hd) {
         if (first)
           std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
-        kernels::MatVec(*l.f_b, f_t, fg_t, hd * D, (hd + 1) * D, opt_.isa, opt_.q4_input);
+        kernels::MatVec(*l.f_b, f_t, fg_t, hd * D, (hd + 1) * D, ctx.opt.isa, ctx.opt.q4_input);
         if (l.g_b)
-          kernels::MatVec(*l.g_b, ga_t, gate_t, hd * D, (hd + 1) * D, opt_.isa, opt_.q4_input);
+          kernels::MatVec(*l.g_b, ga_t, gate_t, hd * D, (hd + 1) * D, ctx.opt.isa,
+                          ctx.opt.q4_input);
         // Short causal convolutions of the head's channels, then SiLU. The
         // ring holds the K-1 previous projections, oldest first; tap K-1
         // multiplies the current one.
@@ -113,20 +152,26 @@ void Model::Kda(int L, std::span<Session* const> owner, std::span<const int> pos
         L2Normalize(q, D);
         L2Normalize(k, D);
         for (int i = 0; i < D; ++i) q[i] *= scale;
-        const float a = std::exp(l.a_log[hd]), lb = c_.kda_lower_bound;
+        const float a = std::exp(l.a_log[hd]), lb = c.kda_lower_bound;
         for (int i = 0; i < D; ++i)
           decay[i] = std::exp(KdaLogDecay(a, fg_t[hd * D + i] + l.dt_bias[hd * D + i], lb));
         const float b = Sigmoid(beta_t[hd]);
         float* oh = o_t + hd * D;
         kernels::KdaStateStep(S + hd * D * D, D, decay.data(), k, v, b, q, u.data(), oh,
-                              opt_.isa);
+                              ctx.opt.isa);
         // Gated output norm, per head.
-        RmsNorm(oh, l.o_norm, D, c_.rms_eps, normed.data());
+        RmsNorm(oh, l.o_norm, D, c.rms_eps, normed.data());
         for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate_t[hd * D + j]);
       }
     });
   }
-  MatVecMany(*l.o, RowPointers<const float>(o.data(), T, C), at(out, hid));
+  ctx.MatVecMany(*l.o, RowPointers<const float>(o.data(), T, C), at(out, hid));
+}
+
+}  // namespace
+
+std::unique_ptr<AttentionLayer> MakeKda(const LayerBuild& b) {
+  return std::make_unique<KdaLayer>(b.layer, ResolveKda(b.t, b.c, b.prefix + "self_attn."));
 }
 
 }  // namespace waste

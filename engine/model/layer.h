@@ -1,14 +1,24 @@
-// Inside engine/model only: the resolved weights of one layer, as kernel
-// views, so that nothing is looked up by name at run time. Each layer kind's
-// file resolves its own tensors (names as in TrunkSpec, model_config.h) and
-// computes with them; Model::Resolve builds a Layer from its LayerPlan.
+// Inside engine/model only: what a layer is made of and what it is given.
+//
+// A layer's parts own their resolved weights, as kernel views, so that
+// nothing is looked up by name at run time: its attention (an
+// AttentionLayer, one class per LayerKind in its own file, made by the
+// table in attention.cc) and its feed-forward (an Mlp, mlp.cc, or a
+// MoeLayer, moe.h). Every part computes through a LayerContext, the
+// services they share: the thread pool, the products and the roofline's
+// counters, the model's rotation.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/kernels/matvec.h"
+#include "engine/kernels/thread_pool.h"
 #include "engine/model/architecture.h"
 #include "engine/model/model.h"
 #include "engine/model/rotary.h"
@@ -17,7 +27,7 @@
 namespace waste {
 
 // Pointers to n rows `step` floats apart from `base`: each token's input or
-// output of a product over a chunk (Model::MatVecMany and its kin).
+// output of a product over a chunk (LayerContext::MatVecMany and its kin).
 template <class Float>  // float or const float
 std::vector<Float*> RowPointers(Float* base, size_t n, size_t step) {
   std::vector<Float*> p(n);
@@ -25,100 +35,141 @@ std::vector<Float*> RowPointers(Float* base, size_t n, size_t step) {
   return p;
 }
 
-// Kimi Delta Attention and its short convolutions (kda.cc).
-struct KdaWeights {
-  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *b = nullptr;
-  // The output gate: g_a then g_b, or K3's full-rank g alone.
-  const kernels::MatrixView *f_a = nullptr, *f_b = nullptr, *g_a = nullptr, *g_b = nullptr;
-  const kernels::MatrixView *g = nullptr, *o = nullptr;
-  const float* conv[3] = {};       // q, k, v: [C][kernel]
-  const float* a_log = nullptr;    // [heads] (K3's padded to head_dim: the first heads read)
-  const float* dt_bias = nullptr;  // [C]
-  const float* o_norm = nullptr;   // [head_dim]
-};
-// `attn`: the layer's attention prefix, "model.layers.L.self_attn.".
-KdaWeights ResolveKda(const Trunk& t, const ModelConfig& c, const std::string& attn);
+// The services every layer computes with, one per model: the pool, the
+// products over it (each charged to the roofline's current part), the
+// counters, and the model's rotation and softmax scale.
+class LayerContext {
+ public:
+  LayerContext(const ModelConfig& c, const ModelOptions& opt);
 
-// Gated DeltaNet with its short convolution (gated_deltanet.cc; the layout of
-// in_proj_qkvz and in_proj_ba is TrunkSpec's).
-struct GatedDeltaNetWeights {
-  const kernels::MatrixView *qkvz = nullptr, *ba = nullptr, *out = nullptr;
-  const float* conv = nullptr;     // [gdn_conv_width][kernel]: q, k, then v channels
-  const float* a_log = nullptr;    // [value heads]
-  const float* dt_bias = nullptr;  // [value heads]
-  const float* norm = nullptr;     // [gdn_v_dim]: the gated output norm's weight
-};
-// `prefix`: the layer's "model.layers.L.linear_attn.".
-GatedDeltaNetWeights ResolveGatedDeltaNet(const Trunk& t, const std::string& prefix);
+  const ModelConfig& c;
+  const ModelOptions& opt;
+  kernels::ThreadPool pool;
+  Rotary rotary;               // MLA's rope dims, or GQA's rotary dims
+  float softmax_scale = 1.f;   // MLA's or GQA's
+  PhaseTimes times;
+  // The part the products charge to: set by the calling thread before each
+  // phase, read by the pool's threads inside it.
+  StepPart charge = StepPart::kAttentionProducts;
 
-// Multi-head latent attention (mla.cc).
-struct MlaWeights {
-  // The query: q_a, its norm and q_b when c.q_lora > 0, else q_proj.
-  const kernels::MatrixView *q_a = nullptr, *q_b = nullptr, *q_proj = nullptr;
-  const float* q_a_norm = nullptr;
-  const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
-  const float* kv_a_norm = nullptr;
-  const kernels::MatrixView* g = nullptr;  // mla_output_gate: the heads' output gate; else null
-  const kernels::MatrixView* o = nullptr;
+  void MatVec(const kernels::MatrixView& w, const float* x, float* y);
+  // Several products in one pass over the pool (one barrier): the bits of
+  // one MatVec each (kernels::MatVecs).
+  void MatVecs(std::initializer_list<kernels::MatVecJob> jobs);
+  // One matrix times several inputs, its bytes read about once for all of
+  // them: the bits of one MatVec each (kernels::MatVecMany).
+  void MatVecMany(const kernels::MatrixView& w, std::span<const float* const> xs,
+                  std::span<float* const> ys);
+  void MatVecsMany(std::initializer_list<kernels::MatVecManyJob> jobs);
+  // Adds to the roofline's part `p` (any thread).
+  void Charge(StepPart p, double seconds, uint64_t bytes);
+  StepParts parts() const;
+
+ private:
+  mutable std::mutex parts_mu_;
+  StepParts parts_;  // guarded by parts_mu_
 };
-MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& attn);
-// The rotation of the rope dims of q and k_pe: YaRN's as the config says, or
-// none with mla_use_nope. The same for every MLA layer.
+
+// Norm weights as the layers read them: with c.zero_centered_norms each
+// RMSNorm's 1 + w in float32, made once at load and kept here; else the
+// trunk's own vector.
+class NormWeights {
+ public:
+  NormWeights(const Trunk& t, const ModelConfig& c) : t_(t), c_(c) {}
+  // `name` is a trunk vector of n floats.
+  const float* Get(const std::string& name, int n);
+
+ private:
+  const Trunk& t_;
+  const ModelConfig& c_;
+  std::vector<std::unique_ptr<std::vector<float>>> shifted_;  // each copy stays where it is
+};
+
+// What a layer's parts are built from.
+struct LayerBuild {
+  const Trunk& t;
+  const ModelConfig& c;
+  NormWeights& norms;
+  int layer;           // L
+  LayerPlan plan;      // the layer's
+  std::string prefix;  // "model.layers.L."
+};
+
+// Session memory as a layer kind lays it out: each part starts on a 64-byte
+// line. Counting (no base) sizes the session; carving hands out the parts.
+class StateCarver {
+ public:
+  explicit StateCarver(float* base = nullptr) : next_(base) {}
+  // n floats of the session's memory (empty while counting).
+  std::span<float> Take(size_t n);
+  size_t floats() const { return total_; }  // all the parts so far, lines included
+
+ private:
+  float* next_;
+  size_t total_ = 0;
+};
+
+// A layer's attention, one class per LayerKind, owning its resolved weights
+// (its work buffers are Run's own, sized to the chunk). Made by
+// MakeAttention (attention.cc) from the layer's plan.
+class AttentionLayer {
+ public:
+  virtual ~AttentionLayer() = default;
+  // Attention for the chunk's tokens in order: h and out [T][hidden], token
+  // t of session owner[t] at positions[t], the session's first in the chunk
+  // when positions[t] == owner[t]->position (the recurrent kinds start the
+  // spare state from the committed one there: model.h, Session). Each kind
+  // takes the chunk at once, its projections over every token and its heads
+  // or recurrence token after token.
+  virtual void Run(LayerContext& ctx, std::span<Session* const> owner,
+                   std::span<const int> positions, const float* h, float* out) = 0;
+  // What the kind keeps in a session of `s.max_context` tokens: its views
+  // at its layer of `s`, taken from `carve` in order.
+  virtual void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const = 0;
+  // Whether it keeps a row per position, which bounds a session to its
+  // max_context tokens (a recurrent kind's state does not grow).
+  virtual bool caches_positions() const = 0;
+};
+
+// The attention kinds, each in its own file: its weights resolved at layer
+// b.layer ("self_attn." or "linear_attn." under b.prefix).
+std::unique_ptr<AttentionLayer> MakeKda(const LayerBuild& b);            // kda.cc
+std::unique_ptr<AttentionLayer> MakeGatedDeltaNet(const LayerBuild& b);  // gated_deltanet.cc
+std::unique_ptr<AttentionLayer> MakeMla(const LayerBuild& b);            // mla.cc
+std::unique_ptr<AttentionLayer> MakeGqa(const LayerBuild& b);            // gqa.cc
+// The kind's maker from the table (attention.cc); null for a kind without an entry.
+std::unique_ptr<AttentionLayer> MakeAttention(LayerKind kind, const LayerBuild& b);
+// The model's one rotation and softmax scale into ctx (attention.cc).
+void SetRotation(const ModelConfig& c, LayerContext& ctx);
+
+// The rotation of the rope dims of MLA's q and k_pe: YaRN's as the config
+// says, or none with mla_use_nope. The same for every MLA layer.
 Rotary MlaRotary(const ModelConfig& c);
 // (qk_nope + qk_rope)^-0.5, times the rotation's softmax factor.
 float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r);
-
-// Grouped-query attention (gqa.cc). The optional tensors are null when the
-// config has none.
-struct GqaWeights {
-  const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
-  const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // attention_bias
-  const float *q_norm = nullptr, *k_norm = nullptr;                     // qk_norm: [head_dim]
-  const float* o_bias = nullptr;  // o_bias: [hidden]
-  const float* sinks = nullptr;   // sinks: [n_heads], a logit in each head's softmax
-  int window = 0;                 // the layer's attn_window (set by Model::Resolve); 0: all
-};
-GqaWeights ResolveGqa(const Trunk& t, const ModelConfig& c, const std::string& attn);
-// The rotation of the first rotary_dim dims of every q and k head:
+// The rotation of the first rotary_dim dims of every GQA q and k head:
 // rotate-half, plain RoPE or YaRN as the config says, YaRN's attention
 // factor on cos and sin (HF's convention for these models).
 Rotary GqaRotary(const ModelConfig& c);
 // head_dim^-0.5.
 float GqaSoftmaxScale(const ModelConfig& c);
 
-// A dense MLP (mlp.cc): `prefix` + {gate,up,down}_proj.weight.
-struct MlpWeights {
-  const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
-};
-MlpWeights ResolveMlp(const Trunk& t, const std::string& prefix);
+// A dense MLP (mlp.cc), down(SiLU(gate(h)) * up(h)) (K3: SiTU): a dense
+// layer's feed-forward and a MoE layer's shared expert.
+class Mlp {
+ public:
+  // `prefix` + {gate,up,down}_proj.weight; `shared_gate`: Qwen3-Next's
+  // shared_expert_gate, by which the output is scaled (sigmoid(gate . h)),
+  // or null.
+  Mlp(const Trunk& t, const std::string& prefix,
+      const kernels::MatrixView* shared_gate = nullptr);
+  // On several tokens at once: outs[t] from hs[t], each the bits it has alone.
+  void Run(LayerContext& ctx, std::span<const float* const> hs,
+           std::span<float* const> outs) const;
 
-struct Model::Layer {
-  LayerPlan plan;
-  const float* in_norm = nullptr;
-  const float* post_norm = nullptr;
-  KdaWeights kda;  // plan.attention == kKda
-  MlaWeights mla;  // plan.attention == kMla
-  GqaWeights gqa;  // plan.attention == kGqa
-  GatedDeltaNetWeights gdn;  // plan.attention == kGatedDeltaNet
-  // The dense MLP (kDense) or the shared expert (kMoe with shared_expert);
-  // null otherwise (Model::DenseMlp).
-  const kernels::MatrixView *gate = nullptr, *up = nullptr, *down = nullptr;
-  // kMoe with shared_expert and c.shared_expert_gate: the shared expert's
-  // output is scaled by sigmoid(shared_gate . h) (Model::DenseMlp).
-  const kernels::MatrixView* shared_gate = nullptr;
-  // kMoe: the router's matrix, its correction bias (router.h; empty when
-  // the config has none) and the bias of its logits (null when none).
-  const kernels::MatrixView* router = nullptr;
-  std::span<const float> router_bias;
-  const float* router_logit_bias = nullptr;
-  // kMoe with a latent (c.latent > 0): the routed experts' down and up
-  // projections and, with latent_norm, the norm of their weighted sum.
-  const kernels::MatrixView *latent_down = nullptr, *latent_up = nullptr;
-  const float* latent_norm = nullptr;
-  // Attention Residuals (c.attn_res_block > 0): the norm weight and query of
-  // the mix before the attention [0] and before the feed-forward [1].
-  const float* res_norm[2] = {};
-  const float* res_proj[2] = {};
+ private:
+  const kernels::MatrixView *gate_, *up_, *down_;
+  const kernels::MatrixView* shared_gate_;
 };
 
 }  // namespace waste

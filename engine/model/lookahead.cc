@@ -1,25 +1,37 @@
 // The router lookahead: guessing a layer's experts ahead of its router, hinting
-// the guesses and scoring them against what the layer demanded.
+// the guesses and scoring them against what the layer demanded (Lookahead).
 
 #include <algorithm>
 #include <tuple>
 #include <vector>
 
-#include "engine/model/layer.h"
+#include "engine/model/moe.h"
 #include "engine/model/router.h"
 
 namespace waste {
 
-std::vector<int> Model::GuessExperts(int L, int T, const float* h, size_t cap) {
-  const Layer& l = *layers_[L];
-  const int E = c_.n_experts, hid = c_.hidden;
+Lookahead::Lookahead(const ModelConfig& c, const ModelOptions& opt, ExpertSource* experts,
+                     int first_moe)
+    : experts_(experts), first_moe_(first_moe), guess_config_(c) {
+  // The lookahead ranks experts as Route does, for more of them than top_k;
+  // with grouped top-k only the experts of the kept groups can be chosen.
+  int eligible = c.n_experts;
+  if (c.n_group > 1 && c.topk_group < c.n_group)
+    eligible = c.topk_group * (c.n_experts / c.n_group);
+  guess_config_.top_k = std::min({opt.lookahead, eligible, 64});  // Routing holds 64
+  guess_.resize(c.n_layers);
+}
+
+std::vector<int> Lookahead::GuessExperts(LayerContext& ctx, const MoeLayer& moe, int T,
+                                         const float* h, size_t cap) const {
+  const int E = ctx.c.n_experts, hid = ctx.c.hidden;
   // Own buffers: nothing the real path computes is touched.
   std::vector<float> logits(E);               // [n_experts]: one token's router logits
   std::vector<int> votes(E, 0), ranks(E, 0);  // [n_experts]: tokens naming it, sum of its ranks
   Routing r;
   for (int t = 0; t < T; ++t) {
-    RouterLogits(l, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(guess_config_, logits, l.router_bias, &r);
+    moe.RouterLogits(ctx, h + static_cast<size_t>(t) * hid, logits.data());
+    Route(guess_config_, logits, moe.router_bias(), &r);
     for (int j = 0; j < r.count; ++j) {
       ++votes[r.expert[j]];
       ranks[r.expert[j]] += j;
@@ -36,20 +48,36 @@ std::vector<int> Model::GuessExperts(int L, int T, const float* h, size_t cap) {
   return named;
 }
 
-void Model::HintGuess(int L) {
-  if (guess_[L].empty()) return;
-  experts_->Hint(L, guess_[L], HintKind::kLookahead);
-  lookahead_stats_.hinted += guess_[L].size();
+void Lookahead::Guess(LayerContext& ctx, const MoeLayer& moe, int L, int T, const float* h,
+                      size_t cap) {
+  guess_[L] = GuessExperts(ctx, moe, T, h, cap);
 }
 
-void Model::ScoreGuesses(int L, std::span<const int> wanted) {
+void Lookahead::GuessNextToken(LayerContext& ctx, const MoeLayer& moe, const float* h,
+                               size_t cap) {
+  next_token_guess_ = GuessExperts(ctx, moe, 1, h, cap);
+}
+
+void Lookahead::HintNextToken() {
+  if (next_token_guess_.empty()) return;
+  experts_->Hint(first_moe_, next_token_guess_, HintKind::kLookahead);
+  next_token_stats_.hinted += next_token_guess_.size();
+}
+
+void Lookahead::Hint(int L) {
+  if (guess_[L].empty()) return;
+  experts_->Hint(L, guess_[L], HintKind::kLookahead);
+  stats_.hinted += guess_[L].size();
+}
+
+void Lookahead::Score(int L, std::span<const int> wanted) {
   auto score = [&](std::vector<int>& guess, LookaheadStats& st) {
     if (guess.empty()) return;
     for (int e : guess) st.used += std::binary_search(wanted.begin(), wanted.end(), e);
     st.demanded += wanted.size();
     guess.clear();
   };
-  score(guess_[L], lookahead_stats_);
+  score(guess_[L], stats_);
   if (L == first_moe_) score(next_token_guess_, next_token_stats_);
 }
 

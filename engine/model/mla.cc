@@ -1,8 +1,9 @@
-// Multi-head latent attention, absorbed: resolving an MLA layer's tensors, its
-// rotation and softmax scale, and a chunk's attention (Model::Mla).
+// Multi-head latent attention, absorbed: an MLA layer's tensors, its rotation
+// and softmax scale, its session state and a chunk's attention (MlaLayer).
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "engine/kernels/recurrence.h"
@@ -22,18 +23,17 @@ int64_t ScalesPerRow(const kernels::MatrixView& w) {
   return w.group > 0 ? (w.cols + w.group - 1) / w.group : 0;
 }
 
-}  // namespace
+struct MlaWeights {
+  // The query: q_a, its norm and q_b when c.q_lora > 0, else q_proj.
+  const kernels::MatrixView *q_a = nullptr, *q_b = nullptr, *q_proj = nullptr;
+  const float* q_a_norm = nullptr;
+  const kernels::MatrixView *kv_a = nullptr, *kv_b = nullptr;
+  const float* kv_a_norm = nullptr;
+  const kernels::MatrixView* g = nullptr;  // mla_output_gate: the heads' output gate; else null
+  const kernels::MatrixView* o = nullptr;
+};
 
-Rotary MlaRotary(const ModelConfig& c) {
-  // DeepSeek-V3: YaRN on the rope dims; Kimi-Linear (mla_use_nope): none.
-  if (c.mla_nope || c.qk_rope == 0) return {};
-  return MakeRotary(c.qk_rope, c.rope_theta, c.yarn);
-}
-
-float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r) {
-  return 1.f / std::sqrt(static_cast<float>(c.qk_nope + c.qk_rope)) * r.softmax_factor;
-}
-
+// `a`: the layer's attention prefix, "model.layers.L.self_attn.".
 MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& a) {
   MlaWeights w;
   if (c.q_lora > 0) {
@@ -53,12 +53,47 @@ MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& a
   return w;
 }
 
-void Model::Mla(int L, std::span<Session* const> owner, std::span<const int> positions,
-                const float* h, float* out) {
-  const MlaWeights& l = layers_[L]->mla;
-  const int nh = c_.n_heads, nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
+class MlaLayer : public AttentionLayer {
+ public:
+  MlaLayer(int L, const MlaWeights& w) : L_(L), w_(w) {}
+  void Run(LayerContext& ctx, std::span<Session* const> owner, std::span<const int> positions,
+           const float* h, float* out) override;
+  // The latent cache [max_context][kv_lora + qk_rope] (k_pe rotated).
+  void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
+    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * (c.kv_lora + c.qk_rope));
+  }
+  bool caches_positions() const override { return true; }
+
+ private:
+  // One token's heads after its projections: q [n_heads][qk_nope + qk_rope]
+  // (rotated here), gate [n_heads * v_head] (K3's, else unused), the
+  // session's latent cache filled up to pos; o [n_heads * v_head].
+  void Heads(LayerContext& ctx, Session& s, int pos, float* q, const float* gate, float* o);
+
+  const int L_;
+  const MlaWeights w_;
+};
+
+}  // namespace
+
+Rotary MlaRotary(const ModelConfig& c) {
+  // DeepSeek-V3: YaRN on the rope dims; Kimi-Linear (mla_use_nope): none.
+  if (c.mla_nope || c.qk_rope == 0) return {};
+  return MakeRotary(c.qk_rope, c.rope_theta, c.yarn);
+}
+
+float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r) {
+  return 1.f / std::sqrt(static_cast<float>(c.qk_nope + c.qk_rope)) * r.softmax_factor;
+}
+
+void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
+                   std::span<const int> positions, const float* h, float* out) {
+  const ModelConfig& c = ctx.c;
+  const MlaWeights& l = w_;
+  const int L = L_;
+  const int nh = c.n_heads, nope = c.qk_nope, rope = c.qk_rope, vd = c.v_head, lat = c.kv_lora;
   const int qd = nope + rope, row = lat + rope;
-  const size_t T = positions.size(), hid = static_cast<size_t>(c_.hidden);
+  const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   const size_t q_len = static_cast<size_t>(nh) * qd, gate_len = l.g ? static_cast<size_t>(nh) * vd : 0;
   // [T][...]: each token's query, latent key row and (K3) output gate.
   std::vector<float> q(T * q_len), ckv(T * row), gate(T * gate_len);
@@ -70,39 +105,42 @@ void Model::Mla(int L, std::span<Session* const> owner, std::span<const int> pos
   // query's first projection, kv_a and K3's output gate read the same h.
   const auto project = [&](const kernels::MatrixView* first, std::span<float* const> firsts) {
     if (l.g)
-      MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}, {l.g, hs, gates}});
+      ctx.MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}, {l.g, hs, gates}});
     else
-      MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}});
+      ctx.MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}});
   };
   if (l.q_a) {
-    const size_t ql = static_cast<size_t>(c_.q_lora);
+    const size_t ql = static_cast<size_t>(c.q_lora);
     std::vector<float> qa(T * ql), qn(T * ql);
     project(l.q_a, RowPointers(qa.data(), T, ql));
     for (size_t t = 0; t < T; ++t)
-      RmsNorm(qa.data() + t * ql, l.q_a_norm, c_.q_lora, kLatentNormEps, qn.data() + t * ql);
-    MatVecMany(*l.q_b, RowPointers<const float>(qn.data(), T, ql), qs);
+      RmsNorm(qa.data() + t * ql, l.q_a_norm, c.q_lora, kLatentNormEps, qn.data() + t * ql);
+    ctx.MatVecMany(*l.q_b, RowPointers<const float>(qn.data(), T, ql), qs);
   } else {
     project(l.q_proj, qs);
   }
   // Every token's latent row into its session's cache first: token t reads
   // rows [0, positions[t]] only, so later tokens' rows change nothing.
   for (size_t t = 0; t < T; ++t) {
-    float* cache = owner[t]->latent_kv[L].data() + static_cast<size_t>(positions[t]) * row;
+    float* cache = owner[t]->cache[L].data() + static_cast<size_t>(positions[t]) * row;
     RmsNorm(ckvs[t], l.kv_a_norm, lat, kLatentNormEps, cache);
     std::copy(ckvs[t] + lat, ckvs[t] + row, cache + lat);
-    rotary_.Apply(cache + lat, positions[t]);
+    ctx.rotary.Apply(cache + lat, positions[t]);
   }
   const size_t o_len = static_cast<size_t>(nh) * vd;
   std::vector<float> o(T * o_len);  // [T][n_heads * v_head]
   for (size_t t = 0; t < T; ++t)
-    MlaHeads(L, *owner[t], positions[t], qs[t], gates[t], o.data() + t * o_len);
-  MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
+    Heads(ctx, *owner[t], positions[t], qs[t], gates[t], o.data() + t * o_len);
+  ctx.MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
 }
 
-void Model::MlaHeads(int L, Session& s, int pos, float* q, const float* gate, float* o) {
-  const MlaWeights& l = layers_[L]->mla;
-  const int nope = c_.qk_nope, rope = c_.qk_rope, vd = c_.v_head, lat = c_.kv_lora;
-  const int nh = c_.n_heads, qd = nope + rope, row = lat + rope;
+void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const float* gate,
+                     float* o) {
+  const ModelConfig& c = ctx.c;
+  const MlaWeights& l = w_;
+  const int L = L_;
+  const int nope = c.qk_nope, rope = c.qk_rope, vd = c.v_head, lat = c.kv_lora;
+  const int nh = c.n_heads, qd = nope + rope, row = lat + rope;
   std::vector<float> olat(static_cast<size_t>(nh) * lat);
   const int n = pos + 1;
   // The cache's rows [n][kv_lora + rope] as an F32 matrix: a position's
@@ -112,26 +150,26 @@ void Model::MlaHeads(int L, Session& s, int pos, float* q, const float* gate, fl
   keys.fmt = format::Fmt::kF32;
   keys.rows = n;
   keys.cols = row;
-  keys.payload = reinterpret_cast<const uint8_t*>(s.latent_kv[L].data());
-  pool_.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
+  keys.payload = reinterpret_cast<const uint8_t*>(s.cache[L].data());
+  ctx.pool.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> qlat(row), score(n);  // qlat: [kv_lora] latent query, then [rope]
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* qh = q + hd * qd;
-      rotary_.Apply(qh + nope, pos);
+      ctx.rotary.Apply(qh + nope, pos);
       // The query in latent space: q_nope through the key rows of kv_b_proj.
-      kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), opt_.isa);
+      kernels::WeightedRows(*l.kv_b, hd * (nope + vd), qh, nope, qlat.data(), ctx.opt.isa);
       std::copy(qh + nope, qh + qd, qlat.begin() + lat);
-      kernels::MatVec(keys, qlat.data(), score.data(), 0, n, opt_.isa, opt_.q4_input);
+      kernels::MatVec(keys, qlat.data(), score.data(), 0, n, ctx.opt.isa, ctx.opt.q4_input);
       float mx = -INFINITY;
       for (int t = 0; t < n; ++t) {
-        score[t] *= softmax_scale_;
+        score[t] *= ctx.softmax_scale;
         mx = std::max(mx, score[t]);
       }
       float sum = 0.f;
       for (int t = 0; t < n; ++t) sum += score[t] = std::exp(score[t] - mx);
       for (int t = 0; t < n; ++t) score[t] /= sum;
       float* ol = olat.data() + hd * lat;
-      kernels::WeightedRowSum(score.data(), s.latent_kv[L].data(), n, row, lat, ol, opt_.isa);
+      kernels::WeightedRowSum(score.data(), s.cache[L].data(), n, row, lat, ol, ctx.opt.isa);
       // Values: the value rows of kv_b_proj applied to the attended latent.
       kernels::MatrixView vrows = *l.kv_b;
       const int64_t first = hd * (nope + vd) + nope;
@@ -139,11 +177,15 @@ void Model::MlaHeads(int L, Session& s, int pos, float* q, const float* gate, fl
       vrows.rows = vd;
       vrows.payload = l.kv_b->payload + first * row_bytes;
       if (l.kv_b->scales) vrows.scales = l.kv_b->scales + first * ScalesPerRow(*l.kv_b);
-      kernels::MatVec(vrows, ol, o + hd * vd, 0, vd, opt_.isa, opt_.q4_input);
+      kernels::MatVec(vrows, ol, o + hd * vd, 0, vd, ctx.opt.isa, ctx.opt.q4_input);
       if (l.g)
         for (int j = 0; j < vd; ++j) o[hd * vd + j] *= Sigmoid(gate[hd * vd + j]);
     }
   });
+}
+
+std::unique_ptr<AttentionLayer> MakeMla(const LayerBuild& b) {
+  return std::make_unique<MlaLayer>(b.layer, ResolveMla(b.t, b.c, b.prefix + "self_attn."));
 }
 
 }  // namespace waste

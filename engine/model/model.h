@@ -1,7 +1,10 @@
-// The forward pass of Kimi-Linear, the DeepSeek-V3 family, Qwen3-MoE and GLM-4.5.
+// The engine's public face: a Model runs tokens of a Session through the
+// forward pass of Kimi-Linear, the DeepSeek-V3 family, Qwen3-MoE, GLM-4.5,
+// GPT-OSS, Qwen3-Next and Kimi K3.
 //
 // Which layers a model has is architecture.h's plan, built once at load;
-// each layer kind has a file of its own (docs/MODELS.md names them).
+// each layer kind has a file of its own (docs/MODELS.md names them), all
+// behind forward.h: none of them shows here.
 //
 // A Model holds the weights (the resident trunk and an expert source) and
 // computes; a Session holds one conversation's state. Tokens go through in
@@ -15,9 +18,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,45 +28,42 @@
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/vq.h"
-#include "engine/kernels/thread_pool.h"
 #include "engine/memory/region.h"
-#include "engine/model/rotary.h"
 #include "engine/model/trunk.h"
 
 namespace waste {
 
-struct Routing;  // engine/model/router.h
+class ForwardPass;  // engine/model/forward.h
 
 // One conversation's state: what the model remembers between tokens.
 struct Session {
   int position = 0;     // tokens seen
-  int max_context = 0;  // capacity of the latent KV cache
-  // Per layer, views into `memory`; empty where the layer kind does not use it.
-  // The recurrent state and conv ring of a KDA or Gated DeltaNet layer.
-  // KDA: [heads][head_dim (k)][head_dim (v)] and [3 (q,k,v)][kernel-1][kda_width];
-  // Gated DeltaNet: [value heads][k_dim][v_dim] and [kernel-1][gdn_conv_width];
-  // the rings oldest first.
-  std::vector<std::span<float>> kda_state;
-  std::vector<std::span<float>> conv_ring;
-  std::vector<std::span<float>> latent_kv;  // [max_context][kv_lora + qk_rope] (k_pe rotated)
-  std::vector<std::span<float>> kv_cache;   // GQA: [max_context][2 (k, v)][kv_width] (k normed, rotated)
-  // The same shapes as kda_state and conv_ring: where a chunk computes the
-  // new recurrent state, begun from a copy of the old at the chunk's first
+  int max_context = 0;  // capacity of the per-position caches
+  // Per layer, views into `memory`, as the layer's attention kind lays them
+  // out (each kind's file says its shapes); empty where the kind keeps none.
+  // A recurrent kind's state, and the ring of its short convolutions' last
+  // inputs, oldest first.
+  std::vector<std::span<float>> state;
+  std::vector<std::span<float>> ring;
+  // A caching kind's rows, one per position: [max_context][row floats].
+  std::vector<std::span<float>> cache;
+  // The same shapes as state and ring: where a chunk computes the new
+  // recurrent state, begun from a copy of the old at the chunk's first
   // token, and swapped in (the spans exchanged) only when the chunk is done.
-  // So a Forward that fails leaves every committed state as it was (latent
-  // KV rows past `position` may have been written; they are overwritten).
-  std::vector<std::span<float>> kda_spare, conv_spare;
+  // So a Forward that fails leaves every committed state as it was (cache
+  // rows past `position` may have been written; they are overwritten).
+  std::vector<std::span<float>> state_spare, ring_spare;
   // Owns all of the above: zeroed, faulted in as it is first written (the
-  // latent KV one position at a time), on huge pages where allowed. Moving a
+  // caches one position at a time), on huge pages where allowed. Moving a
   // Session keeps the views valid.
   Region memory;
 
   uint64_t state_bytes() const;
 };
 
-// A session's committed state copied out (recurrent states, conv rings, the
-// latent KV rows below `position`), for resuming a conversation later: the
-// prefix cache of `waste serve`.
+// A session's committed state copied out (recurrent states, rings, the cache
+// rows below `position`), for resuming a conversation later: the prefix
+// cache of `waste serve`.
 struct SessionSnapshot {
   int position = 0;
   std::vector<float> floats;  // every layer's committed state, layer after layer
@@ -83,9 +81,10 @@ struct PhaseTimes {
   double lookahead = 0;  // the lookahead's router matvecs and ranking
 };
 
-// The roofline's parts of a forward pass (docs/MEASUREMENTS.md, "roofline"):
+// The roofline's parts of a forward pass (docs/log/2026-12-02.md and 2026-12-05.md, "roofline"):
 // finer than PhaseTimes, each with the weight bytes it read. A part that
-// names products is the time of its trunk products alone (Model::MatVecs);
+// names products is the time of its trunk products alone (the layers'
+// LayerContext::MatVecs and its kin, engine/model/layer.h);
 // the tables, the routed experts and the head are timed where they run.
 // Seconds are the calling thread's wall time, except the parts run on the
 // pool's threads side by side inside PhaseTimes::experts (kRoutedExperts,
@@ -135,12 +134,13 @@ struct ModelOptions {
   // The routed experts' lookup table: kF32 is exact (the reference fixtures
   // hold to 1e-4 of the largest logit); kI8 is its int8 copy, several times
   // faster with AVX-512 and off by the table's rounding (engine/kernels/vq.h;
-  // its logit error and KL are in docs/MEASUREMENTS.md, "int8 lookup table").
+  // its logit error and KL are in docs/log/2026-11-30-issues-6-to-9.md,
+  // "accuracy of the int8 table").
   kernels::VqTable expert_table = kernels::VqTable::kF32;
   // How AVX-512's Q4G products (a 4-bit trunk, Q4GR experts, a 4-bit head)
   // put their inputs in fixed point: kExact by default; kInt8 is faster and
   // not exact (kernels/matvec.h; its perplexity and KL in
-  // docs/MEASUREMENTS.md, "int8 inputs").
+  // docs/log/2026-12-03-to-04.md, "int8 inputs").
   kernels::Q4Input q4_input = kernels::Q4Input::kExact;
   int chunk = 32;     // prefill tokens per chunk
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
@@ -153,12 +153,12 @@ struct ModelOptions {
   // depend on it. 6, measured on kl48b at 2 GiB against 0, 4, 8 and 16: 6
   // and 8 cut the expert I/O wait by a third, and 6 reads 11% more bytes
   // than off where 8 reads 55% more; 16 reads 3.3 times the bytes and waits
-  // 2.8 times as long (MEASUREMENTS.md, "router lookahead").
+  // 2.8 times as long (docs/log/2026-11-30-issues-3-to-5.md, "router lookahead").
   int lookahead = 6;
   // Also guess the next token's first MoE layer from this token's final
   // hidden state. Off: on kl48b it was right 32% of the time, no better than
   // the previous token's own experts (32%, already cached), and 8% on the
-  // records that token had not used (chance: 3%). See MEASUREMENTS.md.
+  // records that token had not used (chance: 3%). See docs/log/2026-11-30-issues-3-to-5.md.
   bool lookahead_next_token = false;
   // Route this many experts per token instead of the trained top_k: the
   // first N of the router's own ranking, weighted as the family's router
@@ -166,7 +166,7 @@ struct ModelOptions {
   // softmax over the N for GPT-OSS's). 1..top_k, anything else refused at
   // load; 0: top_k, the default path, bit for bit. Fewer expert reads and
   // products per token, at a cost in quality the model does not announce
-  // (docs/MEASUREMENTS.md, "experts per token"). The lookahead's count is
+  // (docs/log/2026-12-02.md, "fewer experts per token"). The lookahead's count is
   // its own (above).
   int experts_per_token = 0;
   // Called with every token's routed experts at every MoE layer (for traces).
@@ -185,12 +185,12 @@ class Model {
                                              const ModelOptions& opt, std::unique_ptr<Trunk> trunk);
   ~Model();
 
-  const ModelConfig& config() const { return c_; }
-  const Container& container() const { return ct_; }
-  int threads() const { return pool_.size(); }
+  const ModelConfig& config() const;
+  const Container& container() const;
+  int threads() const;
   // Experts guessed per token by the lookahead: options.lookahead, but no
   // more than the router can choose from; 0 when off.
-  int lookahead() const { return guess_config_.top_k; }
+  int lookahead() const;
 
   // A fresh conversation of up to `max_context` tokens. Its memory is
   // reserved, not touched: pages are faulted in as the state is used. Throws
@@ -222,174 +222,24 @@ class Model {
   // leaves every session as it was. The sessions must be distinct.
   Status ForwardBatch(std::span<const BatchItem> items);
 
-  const PhaseTimes& times() const { return times_; }
+  const PhaseTimes& times() const;
   StepParts step_parts() const;
-  PoolJobs pool_jobs() const { return {attention_jobs_, pool_.jobs()}; }
+  PoolJobs pool_jobs() const;
   // Since load: the next-layer lookahead's counts, and the next-token guess's
   // (non-zero only with options.lookahead_next_token).
-  const LookaheadStats& lookahead_stats() const { return lookahead_stats_; }
-  const LookaheadStats& next_token_stats() const { return next_token_stats_; }
+  const LookaheadStats& lookahead_stats() const;
+  const LookaheadStats& next_token_stats() const;
   // Attention constants, for tests against a reference.
-  std::span<const float> rope_inv_freq() const { return rotary_.inv_freq; }
-  float softmax_scale() const { return softmax_scale_; }
+  std::span<const float> rope_inv_freq() const;
+  float softmax_scale() const;
 
  private:
-  struct Layer;  // layer.h
-  Model(const Container& ct, ExpertSource* experts, const ModelOptions& opt);
-  // Builds every layer from its plan (architecture.h).
-  Status Resolve();
-  // One chunk of every item's tokens. `all`: every token's logits, [tokens][vocab]
-  // at each item's `logits`, instead of the last one's.
-  Status ForwardChunk(std::span<const BatchItem> items, bool all);
+  explicit Model(std::unique_ptr<ForwardPass> pass);
   // Refuses an empty run and ids outside the vocabulary.
   Status CheckTokens(std::span<const int> tokens) const;
-  // Attention at layer L for the chunk's tokens in order, as the layer's
-  // kind computes it: h and out [T][hidden], token t of session owner[t] at
-  // positions[t], the session's first in the chunk when positions[t] ==
-  // owner[t]->position (the recurrent kinds start the spare state from the
-  // committed one there). Each kind takes the chunk at once, its
-  // projections over every token and its heads or recurrence token after
-  // token: Kda (kda.cc), Mla (mla.cc), Gqa (gqa.cc), GatedDeltaNet
-  // (gated_deltanet.cc).
-  void Attention(int L, std::span<Session* const> owner, std::span<const int> positions,
-                 const float* h, float* out);
-  void Kda(int L, std::span<Session* const> owner, std::span<const int> positions,
-           const float* h, float* out);
-  void GatedDeltaNet(int L, std::span<Session* const> owner, std::span<const int> positions,
-                     const float* h, float* out);
-  void Mla(int L, std::span<Session* const> owner, std::span<const int> positions,
-           const float* h, float* out);
-  // One token's MLA heads after its projections: q [n_heads][qk_nope +
-  // qk_rope] (rotated here), gate [n_heads * v_head] (K3's, else unused),
-  // the session's latent cache filled up to pos; o [n_heads * v_head].
-  void MlaHeads(int L, Session& s, int pos, float* q, const float* gate, float* o);
-  void Gqa(int L, std::span<Session* const> owner, std::span<const int> positions,
-           const float* h, float* out);
-  // One token's GQA heads after its projections: q [n_heads][head_dim, or
-  // twice that with the output gate] (normed and rotated here), the
-  // session's K/V cache filled up to pos; o [n_heads * head_dim].
-  void GqaHeads(int L, Session& s, int pos, float* q, float* o);
-  // MoE (moe.cc) on T tokens at `positions` ([T], for on_route). `ahead`: a
-  // layer whose guessed experts (guess_[ahead]) are hinted once this layer's
-  // own first demand hints are out; -1 for none.
-  Status MoeChunk(int L, std::span<const int> positions, const float* h, float* out, int ahead);
-  struct MoeUsers;
-  struct MoeTables;
-  // MoeChunk's steps: the router on each of the T inputs ([T][hidden]); the
-  // tables' kinds and sizes (their buffers grown to T tokens); the gate and
-  // up tables of every token's experts' input ([T][expert width]); the routed and shared experts on the pool's
-  // threads, `hinted` of users.wanted already hinted, into moe_.per_slot and
-  // moe_.shared_out (the time blocked in Acquire, averaged over the threads,
-  // in *wait_seconds); and out = the weighted sum of those, in routing order.
-  void RouteChunk(int L, std::span<const int> positions, const float* h, std::span<Routing> route);
-  MoeTables PlanMoeTables(int L, int T);
-  void BuildGateUpTables(int T, const float* h, const MoeTables& tables);
-  // `xin` is what the routed experts read ([T][expert width]: h, or K3's
-  // latent); the shared experts read h.
-  Status RunExperts(int L, int T, const float* h, const float* xin, const MoeTables& tables,
-                    const MoeUsers& users, size_t hinted, double* wait_seconds);
-  void SumExperts(int L, int T, std::span<const Routing> route, float* out);
-  // The lookahead (lookahead.cc). Layer L's router on T hidden states
-  // ([T][hidden]): the union of each one's best guess_config_.top_k
-  // experts, most voted first, at most `cap`.
-  std::vector<int> GuessExperts(int L, int T, const float* h, size_t cap);
-  void HintGuess(int L);
-  // Counts what layer L demands (`wanted`, distinct) against what was guessed for it.
-  void ScoreGuesses(int L, std::span<const int> wanted);
-  // Layer l's router logits on one input: its matrix, plus its bias when it has one.
-  void RouterLogits(const Layer& l, const float* h, float* logits);
-  // One BF16R, MXFP4 or Q4GR expert record applied to the tokens (t, slot j)
-  // routed to it: h is the chunk's [T][expert width] input, per_slot its
-  // [T][top_k][expert width] output.
-  void ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
-                         const float* h, float* per_slot);
-  // Adds the record's biases of matrix m (gate, up, down) to y[rows of m],
-  // when the config gives the experts biases.
-  void AddExpertBias(const uint8_t* rec, int m, float* y) const;
-  // The experts' activation as the config says, into g ([moe_inter]): the
-  // biases of gate and up added first (u is changed too), then SiLU(g) * u
-  // or GPT-OSS's clamped SwiGLU (ModelConfig::swiglu_limit).
-  void ExpertActivation(const uint8_t* rec, float* g, float* u) const;
-  // The same for a VQ record, on this thread, through the chunk's tables;
-  // returns the seconds spent building down's tables.
-  struct ExpertScratch;
-  double ApplyVqExpert(const MoeTables& tables, const uint8_t* rec,
-                     std::span<const std::pair<int, int>> who, ExpertScratch& x);
-  // Layer L's dense MLP, or its shared expert, on several tokens at once
-  // (mlp.cc): outs[t] from hs[t], each the bits it has alone.
-  void DenseMlp(int L, std::span<const float* const> hs, std::span<float* const> outs);
-  void MatVec(const kernels::MatrixView& w, const float* x, float* y);
-  // Several products in one pass over the pool (one barrier): the bits of
-  // one MatVec each (kernels::MatVecs).
-  void MatVecs(std::initializer_list<kernels::MatVecJob> jobs);
-  // One matrix times several inputs, its bytes read about once for all of
-  // them: the bits of one MatVec each (kernels::MatVecMany).
-  void MatVecMany(const kernels::MatrixView& w, std::span<const float* const> xs,
-                  std::span<float* const> ys);
-  void MatVecsMany(std::initializer_list<kernels::MatVecManyJob> jobs);
-  // Adds to the roofline's part `p` (any thread).
-  void Charge(StepPart p, double seconds, uint64_t bytes);
 
-  const Container& ct_;
-  const ModelConfig& c_;
-  ExpertSource* experts_;
-  ModelOptions opt_;
-  kernels::ThreadPool pool_;
-  std::unique_ptr<Trunk> trunk_;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  const kernels::MatrixView* lm_head_ = nullptr;
-  const float* final_norm_ = nullptr;
-  // Attention Residuals' output aggregation (K3), before the final norm.
-  const float* out_res_norm_ = nullptr;
-  const float* out_res_proj_ = nullptr;
-  // With c_.zero_centered_norms, each RMSNorm's 1 + w in float32. `name` is
-  // a trunk vector of n floats; returns it, or its shifted copy, kept in
-  // shifted_norms_.
-  const float* NormWeights(const std::string& name, int n);
-  std::vector<std::vector<float>> shifted_norms_;
-  Rotary rotary_;              // MLA's rope dims, or GQA's rotary dims
-  float softmax_scale_ = 1.f;  // MLA's or GQA's
-  int first_moe_ = -1;         // the first MoE layer; -1: none
-  PhaseTimes times_;
-  // The part MatVecs charges its products to: set by the calling thread
-  // before each phase, read by the pool's threads inside it.
-  StepPart charge_ = StepPart::kAttentionProducts;
-  mutable std::mutex parts_mu_;
-  StepParts parts_;  // guarded by parts_mu_
-  uint64_t attention_jobs_ = 0;  // see pool_jobs()
-  // Lookahead.
-  ModelConfig guess_config_;             // c_ with top_k = the experts guessed per token
-  ModelConfig route_config_;             // c_ with top_k = the experts routed per token
-  std::vector<std::vector<int>> guess_;  // [n_layers]: experts hinted for it, not yet demanded
-  std::vector<int> next_token_guess_;    // for the first MoE layer of the next chunk
-  LookaheadStats lookahead_stats_, next_token_stats_;
-  // MoeChunk's work buffers, kept from call to call. Allocated per layer
-  // and chunk they came back as fresh pages every time (43k page faults for
-  // one token at the 48B shapes, and a fresh page is slow on this VM); now
-  // they grow to the largest chunk seen and stay.
-  // One thread's buffers for one expert at a time (MoeChunk).
-  struct ExpertScratch {
-    std::vector<float> g, u;            // [moe_inter]: gate and up outputs, then SiLU(g) * u
-    std::vector<float> lut_down;        // [lut floats] of down's input
-    std::vector<uint8_t> derived_down;  // [derived table bytes] of down's input
-  };
-  struct MoeScratch {
-    std::vector<uint8_t> derived_gu;  // [T][2][derived table bytes] (split or int8 table)
-    std::vector<float> luts;          // [T][2][lut floats]: float tables, when the product reads them
-    std::vector<float> latent_in;     // [T][latent]: K3's routed experts' input
-    std::vector<float> per_slot;      // [T][top_k][expert width]: each routed expert's output
-    std::vector<float> shared_out;    // [T][hidden]: each token's shared-expert output
-    // Scratch lent to the pool's threads, each to one chunk of a
-    // ParallelFor at a time: at most one of each per thread is ever made.
-    std::mutex tables_mu;
-    std::vector<ExpertScratch> spare_experts;  // guarded by tables_mu
-
-    // A spare ExpertScratch (or a new one), each buffer at least the size
-    // given; give it back when done.
-    ExpertScratch TakeExpertScratch(size_t inter, size_t lut_floats, size_t derived_bytes);
-    void GiveBackExpertScratch(ExpertScratch x);
-  };
-  MoeScratch moe_;
+  // The layers and what they share (forward.h): no layer kind shows here.
+  std::unique_ptr<ForwardPass> pass_;
 };
 
 }  // namespace waste

@@ -1,22 +1,22 @@
-// A MoE layer over a chunk of tokens (Model::MoeChunk and its steps): route
-// every token, hint the chunk's distinct experts a window at a time, build
-// the gate and up lookup tables once per token, let every pool thread take
-// work from one list (records, shared experts), and sum the weighted outputs
-// in routing order.
+// A MoE layer over a chunk of tokens (MoeLayer and its steps): route every
+// token, hint the chunk's distinct experts a window at a time, build the
+// gate and up lookup tables once per token, let every pool thread take work
+// from one list (records, shared experts), and sum the weighted outputs in
+// routing order.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/format/encoding.h"
 #include "engine/kernels/mxfp4.h"
 #include "engine/kernels/vq.h"
-#include "engine/model/layer.h"
-#include "engine/model/model.h"
+#include "engine/model/moe.h"
 #include "engine/model/norms.h"
 #include "engine/model/router.h"
 
@@ -33,20 +33,20 @@ double Since(Clock::time_point t) {
 
 // The chunk's distinct experts, in ascending id, each with the (token, slot)
 // pairs it serves.
-struct Model::MoeUsers {
+struct MoeLayer::Users {
   std::map<int, std::vector<std::pair<int, int>>> of;
   std::vector<int> wanted;  // the keys of `of`, ascending
 };
 
 // How the chunk's routed products read their input. gate and up read every
 // token's input through the layer's own codebooks, which all its experts
-// share: their lookup tables are built once per token (moe_.luts and
-// moe_.derived_gu). A table is either built straight into byte planes (the
+// share: their lookup tables are built once per token (MoeScratch::luts
+// and derived_gu). A table is either built straight into byte planes (the
 // exact kernel without gathers, where it covers the format), or quantized
 // a scale group at a time (the int8 table, when asked for); neither writes
 // a whole float table. Otherwise it is kept in floats (the gathers).
-struct Model::MoeTables {
-  MoeTables(const ExpertQuant& quant, const RecordLayout& layout, kernels::Isa kernels_isa)
+struct MoeLayer::Tables {
+  Tables(const ExpertQuant& quant, const RecordLayout& layout, kernels::Isa kernels_isa)
       : q(quant), lay(layout), isa(kernels_isa) {}
   const ExpertQuant& q;
   const RecordLayout& lay;
@@ -92,8 +92,28 @@ struct Model::MoeTables {
   }
 };
 
-Model::ExpertScratch Model::MoeScratch::TakeExpertScratch(size_t inter, size_t lut_floats,
-                                                          size_t derived_bytes) {
+MoeLayer::MoeLayer(const LayerBuild& b, MoeCommon& common)
+    : L_(b.layer), c_(b.c), common_(common) {
+  const Trunk& t = b.t;
+  const std::string m = b.prefix + "block_sparse_moe.";
+  router_ = &t.Matrix(m + "gate.weight");
+  if (c_.router_bias)
+    router_bias_ = {t.Vector(m + "gate.e_score_correction_bias"),
+                    static_cast<size_t>(c_.n_experts)};
+  if (c_.router_logit_bias) router_logit_bias_ = t.Vector(m + "gate.bias");
+  if (c_.latent > 0) {
+    latent_down_ = &t.Matrix(m + "routed_expert_down_proj.weight");
+    latent_up_ = &t.Matrix(m + "routed_expert_up_proj.weight");
+    if (c_.latent_norm) latent_norm_ = t.Vector(m + "routed_expert_norm.weight");
+  }
+  if (b.plan.shared_expert && c_.shared_expert_gate)
+    shared_expert_ = std::make_unique<Mlp>(t, m + "shared_expert.",
+                                           &t.Matrix(m + "shared_expert_gate.weight"));
+  else if (b.plan.shared_expert)
+    shared_expert_ = std::make_unique<Mlp>(t, m + "shared_experts.");
+}
+
+ExpertScratch MoeScratch::TakeExpertScratch(size_t inter, size_t lut_floats, size_t derived_bytes) {
   ExpertScratch x;
   {
     std::lock_guard<std::mutex> lock(tables_mu);
@@ -110,15 +130,16 @@ Model::ExpertScratch Model::MoeScratch::TakeExpertScratch(size_t inter, size_t l
   return x;
 }
 
-void Model::MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
+void MoeScratch::GiveBackExpertScratch(ExpertScratch x) {
   std::lock_guard<std::mutex> lock(tables_mu);
   spare_experts.push_back(std::move(x));
 }
 
-void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int, int>> who,
-                              const float* h, float* per_slot) {
-  const RecordLayout& lay = ct_.record_layout();
-  const ExpertQuant& q = ct_.manifest().quant;
+void MoeLayer::ApplyDirectExpert(LayerContext& ctx, const uint8_t* rec,
+                                 std::span<const std::pair<int, int>> who, const float* h,
+                                 float* per_slot) {
+  const RecordLayout& lay = common_.ct.record_layout();
+  const ExpertQuant& q = common_.ct.manifest().quant;
   const int hid = c_.expert_width(), inter = c_.moe_inter, k = c_.top_k;
   const bool mxfp4 = q.fmt == format::Fmt::kMXFP4;
   // BF16R: the record's matrices, row-major bfloat16; Q4GR: the trunk's Q4G,
@@ -149,15 +170,15 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
   const size_t n = who.size();
   std::vector<float> g(n * inter), u(n * inter);  // [n][moe_inter]
   const auto rows = [&](int m, int64_t count, const float* const* xs, float* const* ys) {
-    pool_.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
+    ctx.pool.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
       if (!mxfp4) {
-        kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32, opt_.isa,
-                              opt_.q4_input);
+        kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32,
+                              ctx.opt.isa, ctx.opt.q4_input);
         return;
       }
       for (int64_t lo = a; lo < b; lo += 32)
         for (size_t i = 0; i < n; ++i)
-          kernels::Mxfp4MatVec(fp4[m], xs[i], ys[i], lo, std::min(b, lo + 32), opt_.isa);
+          kernels::Mxfp4MatVec(fp4[m], xs[i], ys[i], lo, std::min(b, lo + 32), ctx.opt.isa);
     });
   };
   std::vector<const float*> xs(n);
@@ -176,8 +197,8 @@ void Model::ApplyDirectExpert(const uint8_t* rec, std::span<const std::pair<int,
   for (size_t i = 0; i < n; ++i) AddExpertBias(rec, 2, dsts[i]);
 }
 
-void Model::AddExpertBias(const uint8_t* rec, int m, float* y) const {
-  const RecordLayout& lay = ct_.record_layout();
+void MoeLayer::AddExpertBias(const uint8_t* rec, int m, float* y) const {
+  const RecordLayout& lay = common_.ct.record_layout();
   if (lay.bias_off == 0) return;
   int64_t at = 0;
   for (int i = 0; i < m; ++i) at += lay.rows[i];
@@ -189,7 +210,7 @@ void Model::AddExpertBias(const uint8_t* rec, int m, float* y) const {
   }
 }
 
-void Model::ExpertActivation(const uint8_t* rec, float* g, float* u) const {
+void MoeLayer::ExpertActivation(const uint8_t* rec, float* g, float* u) const {
   AddExpertBias(rec, 0, g);
   AddExpertBias(rec, 1, u);
   const int n = c_.moe_inter;
@@ -209,13 +230,14 @@ void Model::ExpertActivation(const uint8_t* rec, float* g, float* u) const {
   for (int i = 0; i < n; ++i) g[i] = Silu(g[i]) * u[i];
 }
 
-Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, float* out,
-                       int ahead) {
+Status MoeLayer::Run(LayerContext& ctx, Lookahead& lookahead, std::span<const int> positions,
+                     const float* h, float* out, int ahead) {
+  const int L = L_;
   const int T = static_cast<int>(positions.size());
   std::vector<Routing> route(T);
-  charge_ = StepPart::kRouter;
-  RouteChunk(L, positions, h, route);
-  MoeUsers users;
+  ctx.charge = StepPart::kRouter;
+  RouteChunk(ctx, positions, h, route);
+  Users users;
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < route[t].count; ++j) users.of[route[t].expert[j]].push_back({t, j});
   for (const auto& [e, _] : users.of) users.wanted.push_back(e);
@@ -223,69 +245,70 @@ Status Model::MoeChunk(int L, std::span<const int> positions, const float* h, fl
   // a chunk can want more experts than the cache holds, and hinting them all
   // would evict records read for this very chunk before they are used.
   const size_t window =
-      std::min(static_cast<size_t>(std::max(1, opt_.prefetch)), users.wanted.size());
-  experts_->Hint(L, std::span<const int>(users.wanted).first(window), HintKind::kDemand);
+      std::min(static_cast<size_t>(std::max(1, ctx.opt.prefetch)), users.wanted.size());
+  common_.experts->Hint(L, std::span<const int>(users.wanted).first(window), HintKind::kDemand);
   // The next MoE layer's guess goes out after this layer's first demands, so
   // that idle readers start on what is needed now.
-  ScoreGuesses(L, users.wanted);
-  if (ahead >= 0) HintGuess(ahead);
+  lookahead.Score(L, users.wanted);
+  if (ahead >= 0) lookahead.Hint(ahead);
 
   const auto te = Clock::now();
   // K3's latent MoE: the routed experts read the latent down-projection of h.
   const float* xin = h;
-  charge_ = StepPart::kLatentProducts;  // also SumExperts' up-projection
-  if (layers_[L]->latent_down) {
+  ctx.charge = StepPart::kLatentProducts;  // also SumExperts' up-projection
+  if (latent_down_) {
     const size_t lat = static_cast<size_t>(c_.latent);
-    moe_.latent_in.resize(std::max(moe_.latent_in.size(), T * lat));
+    common_.scratch.latent_in.resize(std::max(common_.scratch.latent_in.size(), T * lat));
     for (int t = 0; t < T; ++t)
-      MatVec(*layers_[L]->latent_down, h + static_cast<size_t>(t) * c_.hidden,
-             moe_.latent_in.data() + t * lat);
-    xin = moe_.latent_in.data();
+      ctx.MatVec(*latent_down_, h + static_cast<size_t>(t) * c_.hidden,
+             common_.scratch.latent_in.data() + t * lat);
+    xin = common_.scratch.latent_in.data();
   }
   const auto tt = Clock::now();
-  const MoeTables tables = PlanMoeTables(L, T);
-  BuildGateUpTables(T, xin, tables);
-  Charge(StepPart::kGateUpTables, Since(tt), 0);
+  const Tables tables = PlanTables(ctx, T);
+  BuildGateUpTables(ctx, T, xin, tables);
+  ctx.Charge(StepPart::kGateUpTables, Since(tt), 0);
   double wait = 0;
-  charge_ = StepPart::kSharedExperts;
-  const Status run = RunExperts(L, T, h, xin, tables, users, window, &wait);
-  charge_ = StepPart::kLatentProducts;
+  ctx.charge = StepPart::kSharedExperts;
+  const Status run = RunExperts(ctx, T, h, xin, tables, users, window, &wait);
+  ctx.charge = StepPart::kLatentProducts;
   WASTE_RETURN_IF_ERROR(run);
-  times_.expert_wait += wait;
-  times_.experts += Since(te) - wait;
-  SumExperts(L, T, route, out);
+  ctx.times.expert_wait += wait;
+  ctx.times.experts += Since(te) - wait;
+  SumExperts(ctx, T, route, out);
   return Status::Ok();
 }
 
-void Model::RouteChunk(int L, std::span<const int> positions, const float* h,
-                       std::span<Routing> route) {
-  const Layer& l = *layers_[L];
+void MoeLayer::RouteChunk(LayerContext& ctx, std::span<const int> positions, const float* h,
+                          std::span<Routing> route) {
+  const int L = L_;
   const int T = static_cast<int>(positions.size());
   const int E = c_.n_experts, hid = c_.hidden;
   std::vector<float> logits(E);
   for (int t = 0; t < T; ++t) {
-    RouterLogits(l, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(route_config_, logits, l.router_bias, &route[t]);
-    if (opt_.on_route)
-      opt_.on_route(positions[t], L, {route[t].expert, static_cast<size_t>(route[t].count)});
+    RouterLogits(ctx, h + static_cast<size_t>(t) * hid, logits.data());
+    Route(common_.route, logits, router_bias_, &route[t]);
+    if (ctx.opt.on_route)
+      ctx.opt.on_route(positions[t], L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }
 }
 
-void Model::RouterLogits(const Layer& l, const float* h, float* logits) {
-  MatVec(*l.router, h, logits);
-  if (l.router_logit_bias)
-    for (int e = 0; e < c_.n_experts; ++e) logits[e] += l.router_logit_bias[e];
+void MoeLayer::RouterLogits(LayerContext& ctx, const float* h, float* logits) const {
+  ctx.MatVec(*router_, h, logits);
+  if (router_logit_bias_)
+    for (int e = 0; e < c_.n_experts; ++e) logits[e] += router_logit_bias_[e];
 }
 
-Model::MoeTables Model::PlanMoeTables(int L, int T) {
+MoeLayer::Tables MoeLayer::PlanTables(LayerContext& ctx, int T) {
+  const int L = L_;
   const int hid = c_.expert_width(), inter = c_.moe_inter;
-  MoeTables tb(ct_.manifest().quant, ct_.record_layout(), opt_.isa);
+  Tables tb(common_.ct.manifest().quant, common_.ct.record_layout(), ctx.opt.isa);
   const ExpertQuant& q = tb.q;
-  const int base = ct_.manifest().Bank(L)->codebook_base;
+  const int base = common_.ct.manifest().Bank(L)->codebook_base;
   tb.books.resize(static_cast<size_t>(3 * q.stages));
-  for (int i = 0; i < 3 * q.stages; ++i) tb.books[i] = ct_.Codebook(base + i).data();
-  tb.int8 = opt_.expert_table == kernels::VqTable::kI8;
-  tb.split = !tb.int8 && kernels::VqSplitCovers(q.index_bits, q.index_block, opt_.isa);
+  for (int i = 0; i < 3 * q.stages; ++i) tb.books[i] = common_.ct.Codebook(base + i).data();
+  tb.int8 = ctx.opt.expert_table == kernels::VqTable::kI8;
+  tb.split = !tb.int8 && kernels::VqSplitCovers(q.index_bits, q.index_block, ctx.opt.isa);
   tb.keep_float = !tb.int8 && !tb.split;
   // The split planes and the int8 table are built without a float table.
   tb.lut_gu = tb.keep_float ? kernels::VqLutFloats(hid, q.stages, q.entries) : 0;
@@ -298,60 +321,64 @@ Model::MoeTables Model::PlanMoeTables(int L, int T) {
                                      : 0;
   // The buffers only grow (resize keeps what was there; every byte read
   // below is first written for this chunk).
-  std::vector<uint8_t>& derived_gu = moe_.derived_gu;
+  std::vector<uint8_t>& derived_gu = common_.scratch.derived_gu;
   derived_gu.resize(std::max(derived_gu.size(), static_cast<size_t>(T) * 2 * tb.derived_gu_bytes));
-  std::vector<float>& luts = moe_.luts;
+  std::vector<float>& luts = common_.scratch.luts;
   luts.resize(std::max(luts.size(), static_cast<size_t>(T) * 2 * tb.lut_gu));
   return tb;
 }
 
-void Model::BuildGateUpTables(int T, const float* h, const MoeTables& tb) {
+void MoeLayer::BuildGateUpTables(LayerContext& ctx, int T, const float* h, const Tables& tb) {
   const int hid = c_.expert_width();
   const ExpertQuant& q = tb.q;
+  MoeScratch& s = common_.scratch;
   // Every token's gate and up tables are independent, so the pool builds
   // them (each wholly one thread's: the split cannot change a bit).
-  pool_.ParallelFor(q.direct() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
+  ctx.pool.ParallelFor(q.direct() ? 0 : 2 * T, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / 2;
-      tb.Build(static_cast<int>(i % 2), h + t * hid, hid, moe_.luts.data() + i * tb.lut_gu,
-               moe_.derived_gu.data() + i * tb.derived_gu_bytes);
+      tb.Build(static_cast<int>(i % 2), h + t * hid, hid, s.luts.data() + i * tb.lut_gu,
+               s.derived_gu.data() + i * tb.derived_gu_bytes);
     }
   });
 }
 
-double Model::ApplyVqExpert(const MoeTables& tb, const uint8_t* rec,
-                            std::span<const std::pair<int, int>> who, ExpertScratch& x) {
+double MoeLayer::ApplyVqExpert(const Tables& tb, const uint8_t* rec,
+                               std::span<const std::pair<int, int>> who, ExpertScratch& x) {
   const int k = c_.top_k, hid = c_.expert_width(), inter = c_.moe_inter;
   const kernels::VqMatrixView vg = tb.View(rec, 0), vu = tb.View(rec, 1), vd = tb.View(rec, 2);
+  const MoeScratch& s = common_.scratch;
   double down_tables = 0;
   for (const auto& [t, j] : who) {
-    const float* lg = tb.keep_float ? moe_.luts.data() + (2 * t) * tb.lut_gu : nullptr;
-    const float* lu = tb.keep_float ? moe_.luts.data() + (2 * t + 1) * tb.lut_gu : nullptr;
-    const uint8_t* qg = moe_.derived_gu.data() + (2 * t) * tb.derived_gu_bytes;
-    const uint8_t* qu = moe_.derived_gu.data() + (2 * t + 1) * tb.derived_gu_bytes;
+    const float* lg = tb.keep_float ? s.luts.data() + (2 * t) * tb.lut_gu : nullptr;
+    const float* lu = tb.keep_float ? s.luts.data() + (2 * t + 1) * tb.lut_gu : nullptr;
+    const uint8_t* qg = s.derived_gu.data() + (2 * t) * tb.derived_gu_bytes;
+    const uint8_t* qu = s.derived_gu.data() + (2 * t + 1) * tb.derived_gu_bytes;
     tb.Apply(vg, lg, qg, x.g.data(), 0, inter);
     tb.Apply(vu, lu, qu, x.u.data(), 0, inter);
     ExpertActivation(rec, x.g.data(), x.u.data());
     const auto tt = Clock::now();
     tb.Build(2, x.g.data(), inter, x.lut_down.data(), x.derived_down.data());
     down_tables += Since(tt);
-    float* dst = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
+    float* dst = common_.scratch.per_slot.data() + (static_cast<size_t>(t) * k + j) * hid;
     tb.Apply(vd, x.lut_down.data(), x.derived_down.data(), dst, 0, hid);
     AddExpertBias(rec, 2, dst);
   }
   return down_tables;
 }
 
-Status Model::RunExperts(int L, int T, const float* h, const float* xin, const MoeTables& tb,
-                         const MoeUsers& users, size_t hinted, double* wait_seconds) {
+Status MoeLayer::RunExperts(LayerContext& ctx, int T, const float* h, const float* xin,
+                            const Tables& tb, const Users& users, size_t hinted,
+                            double* wait_seconds) {
+  const int L = L_;
   const int k = c_.top_k, hid = c_.hidden, inter = c_.moe_inter, ew = c_.expert_width();
   // [t][j][expert width]: slot j of token t is written whole by its expert
   // before it is read, and slots past a token's route count are never read.
-  std::vector<float>& per_slot = moe_.per_slot;
+  std::vector<float>& per_slot = common_.scratch.per_slot;
   per_slot.resize(std::max(per_slot.size(), static_cast<size_t>(T) * k * ew));
   // [T][hidden]: each token's shared-expert output, when the layer has one.
-  const int shared_tokens = layers_[L]->gate ? T : 0;
-  std::vector<float>& shared_out = moe_.shared_out;
+  const int shared_tokens = shared_expert_ ? T : 0;
+  std::vector<float>& shared_out = common_.scratch.shared_out;
   shared_out.resize(std::max(shared_out.size(), static_cast<size_t>(shared_tokens) * hid));
 
   // The work list every thread of the pool takes from, one piece at a time:
@@ -381,7 +408,7 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
     const int e = work.pending[i];
     work.pending.erase(work.pending.begin() + static_cast<std::ptrdiff_t>(i));
     if (work.next_hint < users.wanted.size())
-      experts_->Hint(L, std::span<const int>(&users.wanted[work.next_hint++], 1),
+      common_.experts->Hint(L, std::span<const int>(&users.wanted[work.next_hint++], 1),
                      HintKind::kDemand);
     return e;
   };
@@ -393,8 +420,8 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
     std::lock_guard<std::mutex> lock(work.mu);
     if (!work.error.ok()) return {};
     for (size_t i = 0; i < work.pending.size(); ++i) {
-      if (!experts_->Ready(L, work.pending[i])) continue;
-      auto r = experts_->TryAcquire(L, work.pending[i]);
+      if (!common_.experts->Ready(L, work.pending[i])) continue;
+      auto r = common_.experts->TryAcquire(L, work.pending[i]);
       if (!r.ok()) {
         work.error = r.status();
         return {};
@@ -416,30 +443,30 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
   // per-slot outputs, summed in routing order by SumExperts, and a row's
   // arithmetic does not depend on the thread or range that computes it, so
   // neither order nor thread changes a bit.
-  const uint64_t record_bytes = ct_.record_layout().payload_end;
+  const uint64_t record_bytes = common_.ct.record_layout().payload_end;
   const auto worker = [&](ExpertScratch& x) {
     double routed = 0, down_tables = 0;  // this thread's, for the roofline
     uint64_t routed_bytes = 0;
     struct ChargeAtEnd {  // even when the worker returns early
-      Model& m;
+      LayerContext& m;
       double &routed, &down_tables;
       uint64_t& routed_bytes;
       ~ChargeAtEnd() {
         m.Charge(StepPart::kRoutedExperts, routed, routed_bytes);
         m.Charge(StepPart::kDownTables, down_tables, 0);
       }
-    } charge_at_end{*this, routed, down_tables, routed_bytes};
+    } charge_at_end{ctx, routed, down_tables, routed_bytes};
     for (Task task = next(); task.kind != Task::kDone; task = next()) {
-      if (task.kind == Task::kShared) {  // DenseMlp's ParallelFors run on this thread
+      if (task.kind == Task::kShared) {  // the Mlp's ParallelFors run on this thread
         const size_t n = static_cast<size_t>(std::min(kSharedBatch, shared_tokens - task.id));
         const size_t first = static_cast<size_t>(task.id) * hid;
-        DenseMlp(L, RowPointers(h + first, n, static_cast<size_t>(hid)),
-                 RowPointers(shared_out.data() + first, n, static_cast<size_t>(hid)));
+        shared_expert_->Run(ctx, RowPointers(h + first, n, static_cast<size_t>(hid)),
+                            RowPointers(shared_out.data() + first, n, static_cast<size_t>(hid)));
         continue;
       }
       if (task.kind == Task::kAcquire) {
         const auto tw = Clock::now();
-        auto rec = experts_->Acquire(L, task.id);  // sleeps until the record is in
+        auto rec = common_.experts->Acquire(L, task.id);  // sleeps until the record is in
         std::lock_guard<std::mutex> lock(work.mu);
         work.wait += Since(tw);
         if (!rec.ok()) {
@@ -451,26 +478,27 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
       const std::vector<std::pair<int, int>>& who = users.of.at(task.id);
       const auto ta = Clock::now();
       if (tb.q.direct()) {
-        ApplyDirectExpert(task.rec, who, xin,
+        ApplyDirectExpert(ctx, task.rec, who, xin,
                           per_slot.data());  // its ParallelFor runs on this thread
       } else {
         down_tables += ApplyVqExpert(tb, task.rec, who, x);
       }
       routed += Since(ta);
       routed_bytes += record_bytes * who.size();
-      experts_->Release(L, task.id);
+      common_.experts->Release(L, task.id);
     }
   };
   // A thread holds one pin at a time, so no more threads than the source
   // can pin at once (a one-slot cache computes on one thread).
-  const int workers = static_cast<int>(std::min<uint64_t>(pool_.size(), experts_->PinLimit()));
-  pool_.ParallelFor(workers, 1, [&](int64_t, int64_t) {
-    ExpertScratch x = moe_.TakeExpertScratch(inter, tb.lut_d, tb.derived_down_bytes);
+  const int workers =
+      static_cast<int>(std::min<uint64_t>(ctx.pool.size(), common_.experts->PinLimit()));
+  ctx.pool.ParallelFor(workers, 1, [&](int64_t, int64_t) {
+    ExpertScratch x = common_.scratch.TakeExpertScratch(inter, tb.lut_d, tb.derived_down_bytes);
     struct GiveBack {  // even if a kernel throws
       MoeScratch& m;
       ExpertScratch& x;
       ~GiveBack() { m.GiveBackExpertScratch(std::move(x)); }
-    } give_back{moe_, x};
+    } give_back{common_.scratch, x};
     worker(x);
   });
   // Waiting is the threads' blocked time averaged over them, so that it and
@@ -479,28 +507,27 @@ Status Model::RunExperts(int L, int T, const float* h, const float* xin, const M
   return work.error;
 }
 
-void Model::SumExperts(int L, int T, std::span<const Routing> route, float* out) {
-  const Layer& l = *layers_[L];
+void MoeLayer::SumExperts(LayerContext& ctx, int T, std::span<const Routing> route, float* out) {
   const int k = c_.top_k, hid = c_.hidden, ew = c_.expert_width();
-  const bool shared = l.gate != nullptr;
+  const bool shared = shared_expert_ != nullptr;
   // [expert width]: with a latent, the weighted sum before its norm and up-projection.
-  std::vector<float> lat(l.latent_up ? ew : 0), normed(l.latent_norm ? ew : 0);
+  std::vector<float> lat(latent_up_ ? ew : 0), normed(latent_norm_ ? ew : 0);
   // Per token, in routing order: the weighted experts, then the shared expert.
   for (int t = 0; t < T; ++t) {
     float* o = out + static_cast<size_t>(t) * hid;
-    float* sum = l.latent_up ? lat.data() : o;
+    float* sum = latent_up_ ? lat.data() : o;
     std::fill(sum, sum + ew, 0.f);
     for (int j = 0; j < route[t].count; ++j) {
       const float w = route[t].weight[j];
-      const float* src = moe_.per_slot.data() + (static_cast<size_t>(t) * k + j) * ew;
+      const float* src = common_.scratch.per_slot.data() + (static_cast<size_t>(t) * k + j) * ew;
       for (int i = 0; i < ew; ++i) sum[i] += w * src[i];
     }
-    if (l.latent_up) {  // K3: RMSNorm (latent_moe_use_norm), then back to the hidden width
-      if (l.latent_norm) RmsNorm(lat.data(), l.latent_norm, ew, c_.rms_eps, normed.data());
-      MatVec(*l.latent_up, l.latent_norm ? normed.data() : lat.data(), o);
+    if (latent_up_) {  // K3: RMSNorm (latent_moe_use_norm), then back to the hidden width
+      if (latent_norm_) RmsNorm(lat.data(), latent_norm_, ew, c_.rms_eps, normed.data());
+      ctx.MatVec(*latent_up_, latent_norm_ ? normed.data() : lat.data(), o);
     }
     if (shared) {
-      const float* s = moe_.shared_out.data() + static_cast<size_t>(t) * hid;
+      const float* s = common_.scratch.shared_out.data() + static_cast<size_t>(t) * hid;
       for (int i = 0; i < hid; ++i) o[i] += s[i];
     }
   }

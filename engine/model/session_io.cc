@@ -15,18 +15,11 @@ uint64_t Fnv(uint64_t h, std::string_view s) {
   return h;
 }
 
-// The floats per position of layer L's caches: MLA's latent row and GQA's
-// K/V row (a session holds at most one of them per layer).
-size_t RowFloats(const ModelConfig& c, const Session& s, int L) {
-  if (!s.latent_kv[L].empty()) return static_cast<size_t>(c.kv_lora + c.qk_rope);
-  if (!s.kv_cache[L].empty()) return static_cast<size_t>(2) * c.kv_width();
-  return 0;
-}
-
-// Layer L's per-position cache (whichever it has; empty when none).
-template <typename S>
-auto Cache(S& s, int L) {
-  return s.latent_kv[L].empty() ? s.kv_cache[L] : s.latent_kv[L];
+// The floats per position of layer L's cache (0 when it has none): it
+// holds max_context rows.
+size_t RowFloats(const Session& s, int L) {
+  if (s.max_context == 0) return 0;
+  return s.cache[L].size() / static_cast<size_t>(s.max_context);
 }
 
 struct Header {
@@ -64,10 +57,10 @@ Status SaveSession(const Container& ct, const Session& s, const std::string& pat
   f.write(reinterpret_cast<const char*>(&h), sizeof h);
   const ModelConfig& c = ct.config();
   for (int L = 0; L < c.n_layers; ++L) {
-    f.write(reinterpret_cast<const char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4);
-    f.write(reinterpret_cast<const char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4);
-    const size_t used = static_cast<size_t>(s.position) * RowFloats(c, s, L);
-    f.write(reinterpret_cast<const char*>(Cache(s, L).data()), used * 4);
+    f.write(reinterpret_cast<const char*>(s.state[L].data()), s.state[L].size() * 4);
+    f.write(reinterpret_cast<const char*>(s.ring[L].data()), s.ring[L].size() * 4);
+    const size_t used = static_cast<size_t>(s.position) * RowFloats(s, L);
+    f.write(reinterpret_cast<const char*>(s.cache[L].data()), used * 4);
   }
   f.close();
   if (!f) return Status::Error(path + ": write failed");
@@ -100,8 +93,8 @@ Result<Session> LoadSession(const Model& m, const std::string& path, int max_con
   const Session probe = m.NewSession(1);
   uint64_t want = sizeof h;
   for (int L = 0; L < c.n_layers; ++L) {
-    want += (probe.kda_state[L].size() + probe.conv_ring[L].size()) * 4;
-    want += static_cast<uint64_t>(h.position) * RowFloats(c, probe, L) * 4;
+    want += (probe.state[L].size() + probe.ring[L].size()) * 4;
+    want += static_cast<uint64_t>(h.position) * RowFloats(probe, L) * 4;
   }
   std::error_code ec;
   const uint64_t have = std::filesystem::file_size(path, ec);
@@ -112,10 +105,10 @@ Result<Session> LoadSession(const Model& m, const std::string& path, int max_con
   Session s = m.NewSession(static_cast<int>(h.max_context));
   s.position = static_cast<int>(h.position);
   for (int L = 0; L < c.n_layers; ++L) {
-    const size_t used = static_cast<size_t>(s.position) * RowFloats(c, s, L);
-    if (!f.read(reinterpret_cast<char*>(s.kda_state[L].data()), s.kda_state[L].size() * 4) ||
-        !f.read(reinterpret_cast<char*>(s.conv_ring[L].data()), s.conv_ring[L].size() * 4) ||
-        !f.read(reinterpret_cast<char*>(Cache(s, L).data()), used * 4))
+    const size_t used = static_cast<size_t>(s.position) * RowFloats(s, L);
+    if (!f.read(reinterpret_cast<char*>(s.state[L].data()), s.state[L].size() * 4) ||
+        !f.read(reinterpret_cast<char*>(s.ring[L].data()), s.ring[L].size() * 4) ||
+        !f.read(reinterpret_cast<char*>(s.cache[L].data()), used * 4))
       return Status::Error(path + ": truncated at layer " + std::to_string(L));
   }
   if (f.peek() != std::char_traits<char>::eof()) return Status::Error(path + ": trailing bytes");

@@ -1,5 +1,6 @@
 // Saving and restoring a Session: recurrent states, convolution rings, the
-// latent KV up to the current position, and the position. The file carries
+// cache rows (MLA's latent KV, GQA's K/V) up to the current position, and
+// the position. The file carries
 // a fingerprint of the model's shape; a state saved from another model is
 // refused, as is any file that does not add up.
 //

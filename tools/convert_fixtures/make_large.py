@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a synthetic DeepSeek-V3-shaped checkpoint of a few GB for timing
-`waste convert` (not committed; docs/MEASUREMENTS.md says how it was used).
+`waste convert` (not committed; docs/log/2026-11-30-issues-6-to-9.md says how it was used).
 
     python3 tools/convert_fixtures/make_large.py OUT [--dtype bf16|fp8] [--layers 8]
 

@@ -2,9 +2,9 @@
 # Offline simulation of eviction policies on a routing trace (one JSON line per
 # token, "layers": the experts of each MoE layer), one use per acquire, no I/O.
 # Not part of the product; the daemon is measured with `waste replay`.
-#   policy_sim.py [TRACE [EXPERTS]]          the decay table of docs/MEASUREMENTS.md
-#       ("The policy fixed"): per-slot LFRU by how often uses halve, LRU, WARP-style
-#       best-of-16 sampling; caches of 3, 6, 12, 24 and 48% of the trace's records
+#   policy_sim.py [TRACE [EXPERTS]]          the decay table of docs/log/
+#       2026-11-30-issues-3-to-5.md ("The policy fixed"): per-slot LFRU by how often uses halve,
+#       LRU, WARP-style best-of-16 sampling; caches of 3, 6, 12, 24 and 48% of the trace's records
 #   policy_sim.py --floor [TRACE [EXPERTS]]  the floor-region candidates of issue 18
 #       (per-record uses, frequency-aware admission, SLRU, scan resistance) at 1.5-48%
 # Records are MoE layers x EXPERTS (by default one more than the largest expert id

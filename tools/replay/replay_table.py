@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-# The replay table of docs/MEASUREMENTS.md for any container and trace: for
-# each cache size (a share of the container's expert records) and policy, a
-# fresh wasted (empty state directory) with exactly that many slots, then
-# `waste replay --json`; prints the cache's hit rate and reads per token.
-# Sizes below wasted's floor (its fewest slots) are left out and said so.
+# The replay table of docs/log/2026-12-01.md ("the floor region") for any
+# container and trace: for each cache size (a share of the container's expert
+# records) and policy, a fresh wasted (empty state directory) with exactly
+# that many slots, then `waste replay --json`; prints the cache's hit rate
+# and reads per token. Sizes below wasted's floor (its fewest slots) are left out and said so.
 #   replay_table.py --bin build/bin --container C --trace T [--shares 1.5,3,6,12,24,48] [--policies lfru,lru]
 import argparse, json, subprocess, tempfile
 

@@ -91,7 +91,7 @@
 
 #include "base/status.h"
 
-namespace waste::serve {
+namespace waste::http {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
@@ -254,4 +254,4 @@ class HttpServer {
   std::atomic<uint64_t> accepted_{0}, refused_{0}, requests_{0}, errors_{0}, open_count_{0};
 };
 
-}  // namespace waste::serve
+}  // namespace waste::http

@@ -1,67 +1,13 @@
-#include "clients/waste/engine_setup.h"
+#include "runtime/engine.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <iterator>
-#include <sstream>
 
 #include "engine/plan/plan.h"
 #include "link/spawn.h"
 
-namespace waste::cli {
-
-void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
-  cmd->add_option("--budget", o->budget,
-                  "Memory for trunk, state and expert cache (default: this machine's)");
-  cmd->add_option("--threads", o->threads, "Compute threads (default: every usable CPU)")
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--ctx", o->context, "Context length")
-      ->check(CLI::Range(1, 1 << 22))
-      ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Prefill tokens per chunk")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  cmd->add_option("--readers", o->readers, "Expert reads in flight")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  cmd->add_option("--lookahead", o->lookahead,
-                  "Experts per token hinted for the next MoE layer by running its router "
-                  "early (0: off)")
-      ->check(CLI::Range(0, 64))
-      ->capture_default_str();
-  cmd->add_option("--experts-per-token", o->experts_per_token,
-                  "Route this many experts per token instead of the model's top_k (1 to "
-                  "top_k; fewer is faster and less exact: docs/MEASUREMENTS.md)");
-  cmd->add_flag("--verify", o->verify, "Check the crc32 of every expert record read");
-  cmd->add_option("--isa", o->isa,
-                  "Kernel instruction set: scalar, avx2, avx512, amx (AVX-512 with AMX-INT8 "
-                  "tiles for the 4-bit products; default: the best)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
-  cmd->add_option("--expert-table", o->expert_table,
-                  "Routed experts' lookup table: f32 (exact) or i8 (an int8 copy, faster, "
-                  "not exact: docs/MEASUREMENTS.md)")
-      ->check(CLI::IsMember({"f32", "i8"}))
-      ->capture_default_str();
-  cmd->add_option("--q4-input", o->q4_input,
-                  "Inputs of the 4-bit products (Q4G trunk, Q4GR experts) on AVX2 and AVX-512: "
-                  "exact or i8 (8 bits per 32 columns, faster, not exact: "
-                  "docs/MEASUREMENTS.md; the scalar path is exact either way)")
-      ->check(CLI::IsMember({"exact", "i8"}))
-      ->capture_default_str();
-  o->socket = ClientDaemonSocket();
-  cmd->add_option("--socket", o->socket, "wasted's socket")->capture_default_str();
-  cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
-  cmd->add_flag("--spawn", o->spawn,
-                "Start a wasted when none is listening (it exits after 5 idle minutes)");
-}
-
-void AddReattachFlag(CLI::App* cmd, EngineOptions* o) {
-  cmd->add_option("--reattach-wait", o->reattach_wait,
-                  "Seconds to wait for wasted to come back when it goes away in the middle "
-                  "(0: stop at once)")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
-}
+namespace waste {
 
 namespace {
 
@@ -105,6 +51,7 @@ Result<std::unique_ptr<Model>> LoadModel(const Container& c, const Engine& e,
 
 Result<Engine> OpenEngine(const EngineOptions& o) {
   Engine e;
+  e.options = o;
   auto ct = Container::Open(o.container);
   if (!ct.ok()) return ct.status().Prefixed(o.container);
   e.container = std::make_unique<Container>(std::move(*ct));
@@ -175,11 +122,17 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     mo.isa = kernels::Isa::kAvx512;
   else if (o.isa == "amx")
     mo.isa = kernels::Isa::kAmx;
+  else if (!o.isa.empty())  // the flags check the names; a caller of the library may not
+    return Status::Error("--isa " + o.isa + ": not one of scalar, avx2, avx512, amx");
   if (!o.isa.empty()) {
     const auto avail = kernels::AvailableIsas();
     if (std::find(avail.begin(), avail.end(), mo.isa) == avail.end())
       return Status::Error("--isa " + o.isa + " is not supported by this CPU");
   }
+  if (o.expert_table != "f32" && o.expert_table != "i8")
+    return Status::Error("--expert-table " + o.expert_table + ": not f32 or i8");
+  if (o.q4_input != "exact" && o.q4_input != "i8")
+    return Status::Error("--q4-input " + o.q4_input + ": not exact or i8");
   mo.expert_table = o.expert_table == "i8" ? kernels::VqTable::kI8 : kernels::VqTable::kF32;
   mo.q4_input = o.q4_input == "i8" ? kernels::Q4Input::kInt8 : kernels::Q4Input::kExact;
   e.model_options = mo;
@@ -206,7 +159,8 @@ void Detach(Engine& e, const Status& why) {
   e.daemon.reset();
 }
 
-Status Reattach(Engine& e, const EngineOptions& o) {
+Status Reattach(Engine& e) {
+  const EngineOptions& o = e.options;
   std::fprintf(stderr, "\nwaste: %s; waiting up to %g s for wasted to serve %s at %s again\n",
                e.lost.c_str(), o.reattach_wait, e.container->dir().c_str(), o.socket.c_str());
   auto link = ReattachDaemon(o.socket, *e.container, o.reattach_wait, e.lost);
@@ -226,23 +180,18 @@ Status Reattach(Engine& e, const EngineOptions& o) {
   return Status::Ok();
 }
 
-}  // namespace
-
-namespace {
-
 // `run` on e.model, outliving wasted (ForwardThroughRestarts says how); `run`
 // must leave what it has not done undone, so that calling it again goes on.
-Status RunThroughRestarts(Engine& e, const EngineOptions& o,
-                          const std::function<Status(Model&)>& run) {
+Status RunThroughRestarts(Engine& e, const std::function<Status(Model&)>& run) {
   if (e.model && !e.daemon) return run(*e.model);
-  if (e.model && o.reattach_wait <= 0) {
+  if (e.model && e.options.reattach_wait <= 0) {
     // Not waiting: a daemon already gone fails the call before it starts
     // (a forward pass whose records are all in the old mappings would not see it).
     WASTE_RETURN_IF_ERROR(e.daemon->Health());
     return run(*e.model);
   }
   for (;;) {
-    if (!e.model) WASTE_RETURN_IF_ERROR(Reattach(e, o));
+    if (!e.model) WASTE_RETURN_IF_ERROR(Reattach(e));
     Status health = e.daemon->Health();
     if (health.ok()) {
       const Status st = run(*e.model);
@@ -256,9 +205,8 @@ Status RunThroughRestarts(Engine& e, const EngineOptions& o,
 
 }  // namespace
 
-Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
-                              std::span<const int> tokens, float* logits) {
-  return RunThroughRestarts(e, o, [&](Model& m) {
+Status ForwardThroughRestarts(Engine& e, Session& s, std::span<const int> tokens, float* logits) {
+  return RunThroughRestarts(e, [&](Model& m) {
     const int before = s.position;
     const Status st = m.Forward(s, tokens, logits);
     tokens = tokens.subspan(static_cast<size_t>(s.position - before));  // the chunks not run
@@ -266,17 +214,17 @@ Status ForwardThroughRestarts(Engine& e, const EngineOptions& o, Session& s,
   });
 }
 
-Status StepThroughRestarts(Engine& e, const EngineOptions& o,
-                           std::span<const Model::BatchItem> items) {
-  return RunThroughRestarts(e, o, [&](Model& m) { return m.ForwardBatch(items); });
+Status StepThroughRestarts(Engine& e, std::span<const Model::BatchItem> items) {
+  return RunThroughRestarts(e, [&](Model& m) { return m.ForwardBatch(items); });
 }
 
-Result<std::string> ReadPrompt(const std::string& arg) {
-  if (arg == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  }
-  if (!arg.empty() && arg[0] == '@') return ReadSmallFile(arg.substr(1), 64u << 20);
-  return arg;
+Status Engine::Step(std::span<const Model::BatchItem> items) {
+  return StepThroughRestarts(*this, items);
 }
 
-}  // namespace waste::cli
+Result<Session> Engine::NewSession(int max_context) {
+  if (!model) WASTE_RETURN_IF_ERROR(Reattach(*this));
+  return model->NewSession(max_context);
+}
+
+}  // namespace waste

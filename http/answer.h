@@ -1,6 +1,7 @@
-// What the server (http_server.cc) and the Responder (http_answer.cc) share,
-// private to waste_http: the text of answers (status lines, which headers
-// may be sent, the error body) and the mailbox a Responder posts through.
+// What the servers (server.cc, page_server.cc) and the Responder (answer.cc)
+// share, private to waste_http: the text of answers (status lines, which
+// headers may be sent, the error body) and the mailbox a Responder posts
+// through.
 #pragma once
 
 #include <uv.h>
@@ -11,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace waste::serve {
+namespace waste::http {
 
 class Responder;
 
@@ -26,9 +27,9 @@ bool SafeName(std::string_view s);
 // Transfer-Encoding, Connection.
 bool Reserved(std::string_view name);
 
-// "HTTP/1.1 404 Not Found\r\n"; a status http-parser has no reason for
-// gets an empty one.
-std::string StatusLine(int status);
+// "HTTP/1.1 404 Not Found\r\n" (`version` "HTTP/1.0": "HTTP/1.0 404 ...");
+// a status http-parser has no reason for gets an empty one.
+std::string StatusLine(int status, std::string_view version = "HTTP/1.1");
 // OpenAI's error shape: {"error":{"message":...,"type":...,"param":null,
 // "code":null}}, the type "server_error" for 5xx, else "invalid_request_error".
 std::string ErrorBody(int status, std::string_view message);
@@ -47,4 +48,4 @@ struct Mailbox {
 };
 
 }  // namespace detail
-}  // namespace waste::serve
+}  // namespace waste::http

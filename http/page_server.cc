@@ -1,4 +1,4 @@
-#include "daemon/metrics_http.h"
+#include "http/page_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,15 +13,17 @@
 
 #include <spdlog/spdlog.h>
 
-namespace waste::daemon {
+#include "http/answer.h"
+#include "http/listen.h"
+
+namespace waste::http {
 
 namespace {
 
 constexpr size_t kMaxRequest = 8192;
 
-std::string Response(int code, const char* reason, const std::string& type,
-                     const std::string& body) {
-  return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
+std::string Response(int code, const std::string& type, const std::string& body) {
+  return detail::StatusLine(code, "HTTP/1.0") + "Content-Type: " + type +
          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
          body;
 }
@@ -68,100 +70,86 @@ Result<uid_t> LoopbackPeerUid(int fd) {
   return Status::Error("the peer's socket " + local + " is not in " + table);
 }
 
-struct MetricsHttp::Connection {
+struct PageServer::Connection {
   uv_tcp_t tcp{};
   uv_timer_t timer{};  // closes the connection at the timeout
   uv_write_t write{};
-  MetricsHttp* server = nullptr;
-  uint64_t key = 0;    // in server->open_
-  int handles = 0;     // open libuv handles; deleted when the last closes
+  PageServer* server = nullptr;
+  uint64_t key = 0;  // in server->open_
+  int handles = 0;   // open libuv handles; deleted when the last closes
   std::string request, response;
   std::string forbidden;  // why the peer may not read the page; empty: it may
   bool answered = false;
 };
 
-Result<std::unique_ptr<MetricsHttp>> MetricsHttp::Bind(const std::string& address) {
-  const std::string what = "--metrics-listen " + address + ": ";
+Result<std::unique_ptr<PageServer>> PageServer::Bind(const std::string& address,
+                                                     PageOptions options) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon + 1 >= address.size())
-    return Status::Error(what + "expected HOST:PORT, e.g. 127.0.0.1:9464");
-  std::string host = address.substr(0, colon);
+    return Status::Error("expected HOST:PORT, e.g. 127.0.0.1:9464");
+  const std::string host = address.substr(0, colon);
   const std::string port_text = address.substr(colon + 1);
   if (port_text.find_first_not_of("0123456789") != std::string::npos || port_text.size() > 5 ||
       std::stoul(port_text) > 65535)
-    return Status::Error(what + "the port is not a number from 0 to 65535");
-  const uint16_t port = static_cast<uint16_t>(std::stoul(port_text));
-  if (host == "localhost") host = "127.0.0.1";
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  bool loopback = false;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(port);
-    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a->sin6_addr) != 1)
-      return Status::Error(what + "not an IPv6 address");
-    loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
-    len = sizeof *a;
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    if (inet_pton(AF_INET, host.c_str(), &a->sin_addr) != 1)
-      return Status::Error(what + "not an IPv4 address, [IPv6] address or localhost");
-    loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
-    len = sizeof *a;
-  }
-  if (!loopback)
-    return Status::Error(what + "metrics are served on loopback only (127.0.0.0/8, [::1], "
-                                "localhost): a peer's uid is known only from its loopback socket");
-  std::unique_ptr<MetricsHttp> m(new MetricsHttp());
-  m->fd_ = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (m->fd_ < 0) return Status::Error(what + "socket: " + std::strerror(errno));
+    return Status::Error("the port is not a number from 0 to 65535");
+  // An IPv6 address only in brackets, which keep its colons from the port's.
+  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  const char* not_an_address =
+      bracketed ? "not an IPv6 address" : "not an IPv4 address, [IPv6] address or localhost";
+  if (!bracketed && host.find(':') != std::string::npos) return Status::Error(not_an_address);
+  const Result<Endpoint> e = ResolveEndpoint(host, static_cast<uint16_t>(std::stoul(port_text)));
+  if (!e.ok() || bracketed != (e->addr.ss_family == AF_INET6)) return Status::Error(not_an_address);
+  if (!e->loopback)
+    return Status::Error(options.name +
+                         " are served on loopback only (127.0.0.0/8, [::1], "
+                         "localhost): a peer's uid is known only from its loopback socket");
+  std::unique_ptr<PageServer> m(new PageServer(std::move(options)));
+  m->fd_ = socket(e->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (m->fd_ < 0) return Status::Error(std::string("socket: ") + std::strerror(errno));
   const int one = 1;
   setsockopt(m->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(m->fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0)
-    return Status::Error(what + "bind: " + std::strerror(errno));
-  if (listen(m->fd_, 128) != 0) return Status::Error(what + "listen: " + std::strerror(errno));
+  if (bind(m->fd_, reinterpret_cast<const sockaddr*>(&e->addr), e->len) != 0)
+    return Status::Error(std::string("bind: ") + std::strerror(errno));
+  if (listen(m->fd_, 128) != 0)
+    return Status::Error(std::string("listen: ") + std::strerror(errno));
   sockaddr_storage got{};
   socklen_t got_len = sizeof got;
   getsockname(m->fd_, reinterpret_cast<sockaddr*>(&got), &got_len);
-  const uint16_t bound = ntohs(got.ss_family == AF_INET6
-                                   ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
-                                   : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
-  m->address_ = host + ":" + std::to_string(bound);
+  m->address_ = e->host + ":" + std::to_string(PortOf(got));
   return m;
 }
 
-MetricsHttp::~MetricsHttp() {
+PageServer::~PageServer() {
   if (fd_ >= 0) close(fd_);
 }
 
-Status MetricsHttp::Start(uv_loop_t* loop, std::function<std::string()> page,
-                          std::function<bool(uid_t)> allowed, double timeout_seconds) {
+Status PageServer::Start(uv_loop_t* loop, std::function<std::string()> page,
+                         std::function<std::string(uid_t)> refusal, double timeout_seconds) {
   page_ = std::move(page);
-  allowed_ = std::move(allowed);
+  refusal_ = std::move(refusal);
   timeout_ms_ = static_cast<uint64_t>(timeout_seconds * 1000 + 0.5);
   uv_tcp_init(loop, &server_);
   server_.data = this;
   started_ = true;
   if (int rc = uv_tcp_open(&server_, fd_); rc != 0)
-    return Status::Error("metrics listener: " + std::string(uv_strerror(rc)));
+    return Status::Error(options_.name + " listener: " + std::string(uv_strerror(rc)));
   fd_ = -1;  // libuv's now
-  const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&server_), 128, [](uv_stream_t* s, int status) {
-    if (status == 0) static_cast<MetricsHttp*>(s->data)->Accept();
-  });
-  if (rc != 0) return Status::Error("metrics listener: " + std::string(uv_strerror(rc)));
-  spdlog::info("metrics on http://{}/metrics", address_);
+  const int rc =
+      uv_listen(reinterpret_cast<uv_stream_t*>(&server_), 128, [](uv_stream_t* s, int status) {
+        if (status == 0) static_cast<PageServer*>(s->data)->Accept();
+      });
+  if (rc != 0) return Status::Error(options_.name + " listener: " + std::string(uv_strerror(rc)));
+  spdlog::info("{} on http://{}{}", options_.name, address_, options_.path);
   return Status::Ok();
 }
 
-void MetricsHttp::Accept() {
+void PageServer::Accept() {
   if (open_.size() >= kMaxConnections) {
     if (!full_logged_)
-      spdlog::warn("metrics: {} connections open, the most served at once: each new one closes "
-                   "the oldest",
-                   open_.size());
+      spdlog::warn(
+          "{}: {} connections open, the most served at once: each new one closes "
+          "the oldest",
+          options_.name, open_.size());
     full_logged_ = true;
     Drop(open_.begin()->second);
   }
@@ -174,7 +162,8 @@ void MetricsHttp::Accept() {
   c->tcp.data = c;
   c->timer.data = c;
   open_.emplace(c->key, c);
-  if (uv_accept(reinterpret_cast<uv_stream_t*>(&server_), reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
+  if (uv_accept(reinterpret_cast<uv_stream_t*>(&server_),
+                reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
     Drop(c);
     return;
   }
@@ -182,7 +171,7 @@ void MetricsHttp::Accept() {
       &c->timer,
       [](uv_timer_t* t) {
         auto* conn = static_cast<Connection*>(t->data);
-        spdlog::debug("metrics: a connection still open after {} ms closed",
+        spdlog::debug("{}: a connection still open after {} ms closed", conn->server->options_.name,
                       conn->server->timeout_ms_);
         conn->server->Drop(conn);
       },
@@ -191,10 +180,8 @@ void MetricsHttp::Accept() {
   uv_fileno(reinterpret_cast<uv_handle_t*>(&c->tcp), &fd);
   if (auto uid = LoopbackPeerUid(fd); !uid.ok()) {
     c->forbidden = uid.status().message();
-  } else if (!allowed_(*uid)) {
-    c->forbidden = "uid " + std::to_string(*uid) +
-                   " may not read this wasted's metrics (root, its own uid and the uids or group "
-                   "allowed to attach may)";
+  } else {
+    c->forbidden = refusal_(*uid);
   }
   uv_read_start(
       reinterpret_cast<uv_stream_t*>(&c->tcp),
@@ -216,7 +203,7 @@ void MetricsHttp::Accept() {
       });
 }
 
-void MetricsHttp::Answer(Connection* c) {
+void PageServer::Answer(Connection* c) {
   c->answered = true;
   uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
   const std::string line = c->request.substr(0, c->request.find_first_of("\r\n"));
@@ -224,29 +211,32 @@ void MetricsHttp::Answer(Connection* c) {
   const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
   const std::string method = line.substr(0, sp1);
   const std::string path =
-      sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 == std::string::npos ? sp2 : sp2 - sp1 - 1);
+      sp1 == std::string::npos
+          ? ""
+          : line.substr(sp1 + 1, sp2 == std::string::npos ? sp2 : sp2 - sp1 - 1);
   if (!c->forbidden.empty()) {
-    c->response = Response(403, "Forbidden", "text/plain", c->forbidden + "\n");
+    c->response = Response(403, "text/plain", c->forbidden + "\n");
   } else if (c->request.size() > kMaxRequest) {
-    c->response = Response(431, "Request Header Fields Too Large", "text/plain", "request too long\n");
+    c->response = Response(431, "text/plain", "request too long\n");
   } else if (method != "GET") {
-    c->response = Response(405, "Method Not Allowed", "text/plain", "only GET is served\n");
-  } else if (path != "/metrics" && path != "/") {
-    c->response = Response(404, "Not Found", "text/plain", "the metrics are at /metrics\n");
+    c->response = Response(405, "text/plain", "only GET is served\n");
+  } else if (path != options_.path && path != "/") {
+    c->response =
+        Response(404, "text/plain", "the " + options_.name + " are at " + options_.path + "\n");
   } else {
-    c->response = Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", page_());
+    c->response = Response(200, options_.content_type, page_());
   }
   c->write.data = c;
   uv_buf_t buf = uv_buf_init(c->response.data(), static_cast<unsigned>(c->response.size()));
-  const int rc = uv_write(&c->write, reinterpret_cast<uv_stream_t*>(&c->tcp), &buf, 1,
-                          [](uv_write_t* w, int) {
-                            auto* conn = static_cast<Connection*>(w->data);
-                            conn->server->Drop(conn);
-                          });
+  const int rc =
+      uv_write(&c->write, reinterpret_cast<uv_stream_t*>(&c->tcp), &buf, 1, [](uv_write_t* w, int) {
+        auto* conn = static_cast<Connection*>(w->data);
+        conn->server->Drop(conn);
+      });
   if (rc != 0) Drop(c);
 }
 
-void MetricsHttp::Drop(Connection* c) {
+void PageServer::Drop(Connection* c) {
   if (!open_.erase(c->key)) return;  // already closing
   if (open_.size() < kMaxConnections) full_logged_ = false;
   const auto closed = [](uv_handle_t* h) {
@@ -257,11 +247,11 @@ void MetricsHttp::Drop(Connection* c) {
   uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), closed);
 }
 
-void MetricsHttp::Close() {
+void PageServer::Close() {
   if (closed_) return;
   closed_ = true;
   while (!open_.empty()) Drop(open_.begin()->second);
   if (started_) uv_close(reinterpret_cast<uv_handle_t*>(&server_), nullptr);
 }
 
-}  // namespace waste::daemon
+}  // namespace waste::http

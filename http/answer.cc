@@ -1,4 +1,4 @@
-#include "serve/http_answer.h"
+#include "http/answer.h"
 
 #include <http_parser.h>
 
@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "serve/http_server.h"
+#include "http/server.h"
 
-namespace waste::serve {
+namespace waste::http {
 
 namespace detail {
 
@@ -55,9 +55,9 @@ bool Reserved(std::string_view name) {
          EqualNoCase(name, "connection");
 }
 
-std::string StatusLine(int status) {
+std::string StatusLine(int status, std::string_view version) {
   const char* reason = http_status_str(static_cast<http_status>(status));
-  return "HTTP/1.1 " + std::to_string(status) + " " +
+  return std::string(version) + " " + std::to_string(status) + " " +
          (std::strcmp(reason, "<unknown>") == 0 ? "" : reason) + "\r\n";
 }
 
@@ -202,4 +202,4 @@ void Responder::Cancel() {
   if (callback) callback();
 }
 
-}  // namespace waste::serve
+}  // namespace waste::http

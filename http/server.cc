@@ -1,4 +1,4 @@
-#include "serve/http_server.h"
+#include "http/server.h"
 
 #include <http_parser.h>
 #include <netinet/in.h>
@@ -9,9 +9,10 @@
 #include <algorithm>
 #include <exception>
 
-#include "serve/http_answer.h"
+#include "http/answer.h"
+#include "http/listen.h"
 
-namespace waste::serve {
+namespace waste::http {
 
 using detail::EqualNoCase;
 using detail::ErrorBody;
@@ -265,21 +266,11 @@ Status HttpServer::Open() {
 }
 
 Status HttpServer::Bind() {
-  std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  sockaddr_storage ss{};
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (uv_ip4_addr(host.c_str(), options_.port, v4) == 0) {
-    loopback_ = (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
-  } else if (uv_ip6_addr(host.c_str(), options_.port, v6) == 0) {
-    loopback_ = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
-  } else {
-    return Status::Error("not an IPv4 or IPv6 address, nor localhost");
-  }
-  const sockaddr* addr = reinterpret_cast<const sockaddr*>(&ss);
-  if (int rc = uv_tcp_bind(&listener_, addr, 0); rc != 0) return Status::Error(uv_strerror(rc));
+  const Result<Endpoint> e = ResolveEndpoint(options_.host, options_.port);
+  if (!e.ok()) return e.status();
+  loopback_ = e->loopback;
+  if (int rc = uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&e->addr), 0); rc != 0)
+    return Status::Error(uv_strerror(rc));
   const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), SOMAXCONN,
                            [](uv_stream_t* l, int status) {
                              if (status == 0) static_cast<HttpServer*>(l->data)->Accept();
@@ -288,9 +279,8 @@ Status HttpServer::Bind() {
   sockaddr_storage got{};
   int len = sizeof got;
   uv_tcp_getsockname(&listener_, reinterpret_cast<sockaddr*>(&got), &len);
-  port_ = ntohs(got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
-                                          : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
-  address_ = (ss.ss_family == AF_INET6 ? "[" + host + "]" : host) + ":" + std::to_string(port_);
+  port_ = PortOf(got);
+  address_ = e->host + ":" + std::to_string(port_);
   return Status::Ok();
 }
 
@@ -585,4 +575,4 @@ void HttpServer::Arm(Connection* c, std::chrono::milliseconds after, void (*fire
   uv_timer_start(&c->timer, fire, static_cast<uint64_t>(after.count()), 0);
 }
 
-}  // namespace waste::serve
+}  // namespace waste::http
