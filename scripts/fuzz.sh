@@ -9,12 +9,8 @@
 # scripts/test.sh runs this briefly; docs/log/2026-11-30-issues-6-to-9.md has a long run.
 # The record target reads a tiny container written by the normal build's
 # `waste synth` (build/bin/waste: run scripts/build.sh first).
-# `fuzz.sh --build-only` builds the targets and runs none (scripts/test.sh
-# builds them beside other work, then runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=0
-if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 seconds=${1:-10}
 build=${WASTE_FUZZ_BUILD_DIR:-build-fuzz}
 # http is left out of the default list: in CI's 15-second run (two targets
@@ -33,7 +29,6 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithD
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DWASTE_BUILD_TESTS=OFF -DWASTE_FUZZ=ON -DWASTE_SANITIZE=address,undefined >/dev/null
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]/%/_fuzz}"
-[ "$build_only" = 1 ] && exit 0
 waste=${WASTE_BUILD_DIR:-build}/bin/waste
 [ -x "$waste" ] || { echo "fuzz: $waste is missing: run scripts/build.sh first" >&2; exit 1; }
 "$waste" synth -q --force --preset tiny-kimi "$build/tiny-kimi"

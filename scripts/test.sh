@@ -98,51 +98,22 @@ o1=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITH
 WASTE_BUILD_DIR=$build-asan scripts/build.sh -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON \
   "${o1[@]}" -DWASTE_TEST_CXX_FLAGS=-O0 -DWASTE_PROGRAM_CXX_FLAGS=-O0 -DWASTE_SANITIZE=address,undefined
 stage "asan+ubsan build"
-
-# A test run leaves a third to a half of the two cores idle (it waits on
-# processes, sockets and disks), so the next stage's build runs beside it at
-# the lowest priority, which the tests barely feel: the ThreadSanitizer build
-# beside the ASan+UBSan tests, the fuzz build beside the ThreadSanitizer
-# tests. Each build's output goes to its log, shown when it fails.
-# background LOG CMD...: CMD (a function too) at nice 19, its output in
-# LOG; its pid in $!.
-background() {
-  local log=$1; shift
-  ( renice -n 19 "$BASHPID" >/dev/null; "$@" ) >"$log" 2>&1 &
-}
-# finish PID LOG WHAT: waits for a background build; fails with its log.
-finish() {
-  if ! wait "$1"; then
-    tail -n 80 "$2"
-    echo "test.sh: $3 failed (its log: $2)" >&2
-    exit 1
-  fi
-}
+ctest --test-dir "$build-asan" --output-on-failure --timeout 900 -j "$jobs"
+uid_tests_closed "$build-asan" 7
+stage "asan+ubsan tests"
 
 # The suites labelled concurrency in tests/CMakeLists.txt (shm, the slot
 # cache, the shared source, the daemon, the thread pool, the expert cache),
 # and only what they need built (the target concurrency_tests).
 # -O1: ThreadSanitizer's checks cost more than the optimizer saves, and it
 # builds faster.
-tsan_build() {
-  cmake -S . -B "$build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${o1[@]}" \
-    -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON -DWASTE_SANITIZE=thread >/dev/null
-  cmake --build "$build-tsan" --parallel "$jobs" --target concurrency_tests
-}
-mkdir -p "$build-tsan"
-background "$build-tsan.log" tsan_build
-tsan_pid=$!
-ctest --test-dir "$build-asan" --output-on-failure --timeout 900 -j "$jobs"
-uid_tests_closed "$build-asan" 7
-stage "asan+ubsan tests (the tsan build beside them)"
-finish "$tsan_pid" "$build-tsan.log" "the tsan build"
-stage "tsan build (what was left of it)"
-
-background "${WASTE_FUZZ_BUILD_DIR:-build-fuzz}.log" scripts/fuzz.sh --build-only
-fuzz_pid=$!
+cmake -S . -B "$build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${o1[@]}" \
+  -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON -DWASTE_SANITIZE=thread >/dev/null
+cmake --build "$build-tsan" --parallel "$jobs" --target concurrency_tests
+stage "tsan build"
 ctest --test-dir "$build-tsan" --output-on-failure --timeout 900 -j "$jobs" -L concurrency
 uid_tests_closed "$build-tsan" 3 -L concurrency
-stage "tsan tests (the fuzz build beside them)"
-finish "$fuzz_pid" "${WASTE_FUZZ_BUILD_DIR:-build-fuzz}.log" "the fuzz build"
+stage "tsan tests"
+
 scripts/fuzz.sh "${WASTE_FUZZ_SECONDS:-15}"
-stage "fuzz (the rest of its build, and the run)"
+stage "fuzz (build and run)"
