@@ -148,7 +148,11 @@ Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
     if (r != "system" && r != "user" && r != "assistant")
       return Status::Error("messages[" + std::to_string(i) + "]: the role \"" + r.substr(0, 40) +
                            "\" is not supported (system, user or assistant)");
+    if (!messages[i].tool_calls.empty())
+      return Status::Error("messages[" + std::to_string(i) +
+                           "]: tool calls are not rendered for this chat format");
   }
+  if (!options.tools.empty()) return Status::Error("tools are not rendered for this chat format");
   std::string bos = chat.bos;
   if (const size_t at = bos.find("{date}"); at != std::string::npos)
     bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/status.h"
 #include "engine/format/chat.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -20,9 +22,31 @@ namespace waste {
 
 class Container;
 
+// A call of a tool, as an assistant message carries it (a past call, to be
+// rendered) or as a reply's parser finds it (serve/reply.h).
+struct ChatToolCall {
+  std::string id{};       // the API's call id ("call_..."/"toolu_..."); may be empty
+  std::string name;       // the function's name
+  std::string arguments;  // a JSON object's text
+};
+
+// A tool offered to the model: OpenAI's {"type":"function","function":{name,
+// description, parameters}}, Anthropic's {name, description, input_schema}.
+struct ChatTool {
+  std::string name;
+  std::string description{};
+  // JSON Schema of the arguments, its keys in the client's order (the
+  // templates print it with Python's json.dumps, which keeps that order).
+  nlohmann::ordered_json parameters = nlohmann::ordered_json::object();
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  std::string reasoning{};                 // an assistant's thinking, where the format renders it
+  std::vector<ChatToolCall> tool_calls{};  // an assistant's calls, in order
+  std::string tool_call_id{};              // a tool result's: the call it answers
+  std::string name{};                      // a tool result's: the function that was called
 };
 
 struct ChatRenderOptions {
@@ -36,6 +60,10 @@ struct ChatRenderOptions {
   // The current date, YYYY-MM-DD, for "{date}" in chat.bos (harmony's system
   // message); empty: today's, in UTC.
   std::string date{};
+  // The tools offered (OpenAI's `tools`, Anthropic's), rendered where and as
+  // the family's released template renders them. A format that does not
+  // render tools refuses a non-empty list by name.
+  std::span<const ChatTool> tools{};
 };
 
 // One piece of a rendered conversation: markup (the format's own text, its
