@@ -333,6 +333,18 @@ TEST(ChatJson, RoundTripsAndRefusesBadFields) {
   j = ChatFormat::Harmony().ToJson();
   j["reply_after"] = 3;
   EXPECT_EQ(refused(j), "chat.json: reply_after is not a string");
+  j = good;
+  j["family"] = "llama-3";
+  EXPECT_EQ(refused(j), "chat.json: \"family\" \"llama-3\" is not one this waste knows");
+  j = good;
+  j["family"] = 7;
+  EXPECT_EQ(refused(j), "chat.json: family is not a string");
+  j = good;
+  j.erase("family");  // written before the key: read, the family unknown
+  auto unnamed = ParseChat(j.dump());
+  ASSERT_TRUE(unnamed.ok()) << unnamed.status().message();
+  EXPECT_EQ(unnamed->family, "");
+  EXPECT_EQ(back->family, kFamilyDeepseekV3);
   // No end of its own (an older chat.json whose assistant had no suffix):
   // accepted, and it writes itself back the same.
   j = good;

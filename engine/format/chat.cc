@@ -28,25 +28,27 @@ Status ReadRole(const json& doc, const char* key, ChatRole* out) {
 
 json ChatFormat::ToJson() const {
   json j = {{"version", kVersion},
-          {"bos", bos},
-          {"system", {system.prefix, system.suffix}},
-          {"user", {user.prefix, user.suffix}},
-          {"assistant", {assistant.prefix, assistant.suffix}},
-          {"open", open},
-          {"default_system", default_system},
-          {"system_first", system_first},
-          {"end_of_turn", end_of_turn}};
+            {"bos", bos},
+            {"system", {system.prefix, system.suffix}},
+            {"user", {user.prefix, user.suffix}},
+            {"assistant", {assistant.prefix, assistant.suffix}},
+            {"open", open},
+            {"default_system", default_system},
+            {"system_first", system_first},
+            {"end_of_turn", end_of_turn}};
   // The later keys only when set: the chat.json of the older families is as before.
   if (leading_system_only) j["leading_system_only"] = true;
   if (last_reply) j["last_reply"] = {last_reply->prefix, last_reply->suffix};
   if (assistant_text_stripped) j["assistant_text_stripped"] = true;
   if (!reply_after.empty()) j["reply_after"] = reply_after;
   if (xtml) j["xtml"] = true;
+  if (!family.empty()) j["family"] = family;
   return j;
 }
 
 ChatFormat ChatFormat::Kimi() {
   ChatFormat f;
+  f.family = kFamilyKimiK2;
   f.system = {"<|im_system|>system<|im_middle|>", "<|im_end|>"};
   f.user = {"<|im_user|>user<|im_middle|>", "<|im_end|>"};
   f.assistant = {"<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"};
@@ -72,11 +74,13 @@ ChatFormat ChatFormat::Deepseek(bool system_first) {
   f.open = f.assistant.prefix;
   f.system_first = system_first;
   f.end_of_turn = {eos};
+  f.family = system_first ? kFamilyDeepseekV3 : kFamilyDemo;
   return f;
 }
 
 ChatFormat ChatFormat::DeepseekV31() {
   ChatFormat f = Deepseek(true);
+  f.family = kFamilyDeepseekV31;
   f.assistant.prefix += "</think>";
   f.open = f.assistant.prefix;
   return f;
@@ -84,6 +88,7 @@ ChatFormat ChatFormat::DeepseekV31() {
 
 ChatFormat ChatFormat::Qwen3(bool hybrid) {
   ChatFormat f;
+  f.family = kFamilyQwen3;
   f.system = {"<|im_start|>system\n", "<|im_end|>\n"};
   f.user = {"<|im_start|>user\n", "<|im_end|>\n"};
   f.assistant = {"<|im_start|>assistant\n", "<|im_end|>\n"};
@@ -98,6 +103,7 @@ ChatFormat ChatFormat::Qwen3(bool hybrid) {
 
 ChatFormat ChatFormat::Glm45() {
   ChatFormat f;
+  f.family = kFamilyGlm45;
   f.bos = "[gMASK]<sop>";
   f.system = {"<|system|>\n", ""};
   f.user = {"<|user|>\n", "/nothink"};
@@ -110,6 +116,7 @@ ChatFormat ChatFormat::Glm45() {
 
 ChatFormat ChatFormat::Harmony() {
   ChatFormat f;
+  f.family = kFamilyHarmony;
   f.bos =
       "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
       "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: medium\n\n"
@@ -133,6 +140,7 @@ ChatFormat ChatFormat::Xtml(bool thinking) {
     return open + "message role=\"" + role + "\"" + sep;
   };
   ChatFormat f;
+  f.family = kFamilyXtml;
   f.system = {message("system"), end};
   f.user = {message("user"), end};
   const std::string response = open + "response" + sep;
@@ -200,6 +208,16 @@ Result<ChatFormat> ParseChat(std::string_view text) {
   }
   if (doc->contains("reply_after"))
     WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "reply_after", &f.reply_after));
+  if (doc->contains("family")) {
+    WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "family", &f.family));
+    bool known = false;
+    for (const char* name : {kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyDemo,
+                             kFamilyQwen3, kFamilyGlm45, kFamilyHarmony, kFamilyXtml})
+      known = known || f.family == name;
+    if (!known)
+      return Status::Error("chat.json: \"family\" \"" + f.family.substr(0, 40) +
+                           "\" is not one this waste knows");
+  }
   return f;
 }
 

@@ -76,6 +76,12 @@ struct ChatRole {
 struct ChatFormat {
   static constexpr int kVersion = 2;  // chat.json's "version"
 
+  // Which family's template this is, for what the markup above does not
+  // hold (tools, tool calls, thinking): one of the kFamily* names below, or
+  // empty (a chat.json written before the key, or a hand-written one; what
+  // needs the family is then refused by name).
+  std::string family;
+
   // Before everything (DeepSeek's templates' bos_token, GLM's [gMASK]<sop>,
   // harmony's system message); may be empty. "{date}" in it is the current
   // date (ChatRenderOptions::date): harmony's "Current date: ".
@@ -135,6 +141,16 @@ struct ChatFormat {
   static ChatFormat Xtml(bool thinking);
 };
 
+// ChatFormat::family's names, one per released template family.
+inline constexpr const char* kFamilyKimiK2 = "kimi-k2";
+inline constexpr const char* kFamilyDeepseekV3 = "deepseek-v3";
+inline constexpr const char* kFamilyDeepseekV31 = "deepseek-v3.1";
+inline constexpr const char* kFamilyDemo = "demo";    // the demo model's DeepSeek-like template
+inline constexpr const char* kFamilyQwen3 = "qwen3";  // hybrid and Instruct-2507 alike
+inline constexpr const char* kFamilyGlm45 = "glm-4.5";
+inline constexpr const char* kFamilyHarmony = "harmony";
+inline constexpr const char* kFamilyXtml = "k3-xtml";
+
 // XTML's reserved tokens (K3's tokenizer_config.json names them).
 inline constexpr const char* kXtmlOpen = "<|open|>";
 inline constexpr const char* kXtmlClose = "<|close|>";
@@ -146,10 +162,10 @@ inline constexpr const char* kXtmlEndOfMessage = "<|end_of_msg|>";
 // "default_system" strings, "system_first" a bool and "end_of_turn" a list
 // of at most 16 non-empty strings; optionally "leading_system_only",
 // "assistant_text_stripped" and "xtml" bools, "last_reply" [prefix, suffix] and
-// "reply_after" a string (absent: off). Errors name the key. An older converter's
-// chat.json (no "version") is read as it rendered then: its roles' markup
-// and "open", no bos, no default system turn, the reply ending at the
-// assistant's suffix (converting again gives the released layout).
+// "reply_after" and "family" strings (absent: off, empty). Errors name the key. An older
+// converter's chat.json (no "version") is read as it rendered then: its roles' markup and "open",
+// no bos, no default system turn, the reply ending at the assistant's suffix (converting again
+// gives the released layout).
 Result<ChatFormat> ParseChat(std::string_view text);
 
 }  // namespace waste
