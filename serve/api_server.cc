@@ -6,6 +6,7 @@
 #include <random>
 
 #include "serve/openai.h"
+#include "serve/openai_answer.h"
 
 namespace waste::serve {
 namespace {
@@ -31,23 +32,6 @@ bool SameKey(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
-
-// One request's answer, shared by the scheduler's callbacks (its thread)
-// and the handler that made it (the loop thread, before submitting).
-struct ApiServer::Reply {
-  bool chat = true;
-  Sampling sampling;
-  AnswerHead head;
-  std::shared_ptr<http::Responder> r;
-  ReplyText text;
-  std::string whole;                 // a whole answer's text so far
-  std::vector<LoggedToken> logged;   // a whole answer's tokens, or a stream's not yet sent
-  int64_t code_points_sent = 0;      // a streamed completion's text_offset
-  double submitted = 0;
-  Reply(const Tokenizer& tok, std::vector<int32_t> end, std::vector<std::string> stops,
-        std::string_view reply_after, std::string_view opening)
-      : text(tok, std::move(end), std::move(stops), reply_after, opening) {}
-};
 
 ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
                      std::vector<int32_t> end_of_turn, Scheduler& scheduler)
@@ -143,23 +127,22 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     // Without max_tokens the reply may fill the context; it needs room for one token.
     const int64_t max_tokens = sampling.max_tokens.value_or(std::max<int64_t>(room, 1));
     if (max_tokens > room) {
-      const ApiError e = ContextExceeded(static_cast<int64_t>(prompt.size()), max_tokens, o_.context);
+      const ApiError e =
+          ContextExceeded(static_cast<int64_t>(prompt.size()), max_tokens, o_.context);
       return Refuse(r, e.status, e.ToJson().dump());
     }
-    // A chat's reply is its final channel where the format has channels
-    // (harmony's final, K3's response); a completion's is the raw text.
-    const bool channels = chat && chat_;
-    auto reply = std::make_shared<Reply>(
-        tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop,
-        channels ? chat_->reply_after : std::string(), channels ? chat_->open : std::string());
-    reply->chat = chat;
-    reply->sampling = sampling;
-    reply->sampling.max_tokens = max_tokens;
-    reply->head = {(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" +
-                       std::to_string(next_id_++),
-                   UnixNow(), o_.model_name};
-    reply->r = r;
-    Generate(std::move(reply), std::move(prompt), r);
+    OpenAiAnswerParts parts;
+    parts.tok = &tok_;
+    parts.head = {(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" +
+                      std::to_string(next_id_++),
+                  UnixNow(), o_.model_name};
+    parts.sampling = sampling;
+    parts.sampling.max_tokens = max_tokens;
+    if (!sampling.ignore_eos) parts.end_of_turn = end_of_turn_;
+    parts.r = r;
+    Generate(
+        chat ? MakeChatAnswer(std::move(parts), *chat_) : MakeCompletionAnswer(std::move(parts)),
+        std::move(prompt), sampling, max_tokens, r);
   } else if (known("/") || known("/health") || known("/metrics") || known("/v1/models") ||
              known("/v1/chat/completions") || known("/v1/completions")) {
     ApiError e = BadRequest("method " + req.method + " is not allowed on " + path);
@@ -172,45 +155,21 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
   }
 }
 
-void ApiServer::Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prompt,
+void ApiServer::Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
+                         const Sampling& sampling, int64_t max_tokens,
                          const std::shared_ptr<http::Responder>& r) {
+  // Shared by the scheduler's callbacks (its thread) and this handler (the
+  // loop thread, before submitting).
+  std::shared_ptr<Answer> a = std::move(answer);
   auto g = std::make_shared<Generation>();
   g->prompt.assign(prompt.begin(), prompt.end());
-  g->max_tokens = static_cast<int>(*reply->sampling.max_tokens);
-  g->sampling = reply->sampling.SamplerFor(std::random_device{}());
-  if (!reply->sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
-  const int top_n = reply->sampling.logprobs || !reply->chat
-                        ? static_cast<int>(reply->sampling.top_logprobs)
-                        : 0;
-  const bool want_logprobs = reply->chat ? reply->sampling.logprobs : reply->sampling.top_logprobs > 0;
-  // The logprobs of the tokens in `logged`, in the route's shape; null without logprobs.
-  auto logprobs_of = [this, want_logprobs](Reply& rep, int64_t offset) -> json {
-    if (!want_logprobs) return nullptr;
-    return rep.chat ? ChatLogprobs(tok_, rep.logged) : CompletionLogprobs(tok_, rep.logged, offset);
-  };
-  auto send_piece = [logprobs_of](Reply& rep, const std::string& piece) {
-    if (piece.empty() && rep.logged.empty()) return;
-    const json lp = logprobs_of(rep, rep.code_points_sent);
-    rep.r->Write(SseEvent(rep.chat ? ChatContentChunk(rep.head, piece, lp)
-                                   : TextChunk(rep.head, piece, lp, std::nullopt)));
-    rep.logged.clear();
-    for (unsigned char ch : piece) rep.code_points_sent += (ch & 0xC0) != 0x80;
-  };
-  std::weak_ptr<Reply> weak = reply;
-  g->on_token = [reply, top_n, want_logprobs, send_piece](int id, std::span<const float> logits) {
-    Reply& rep = *reply;
-    const std::string piece = rep.text.Feed(id);
-    if (want_logprobs) rep.logged.push_back({id, LogprobsOf(logits, id, top_n)});
-    if (rep.sampling.stream) {
-      if (!piece.empty()) send_piece(rep, piece);
-    } else {
-      rep.whole += piece;
-    }
-    return !rep.text.done() && !rep.r->cancelled();
-  };
-  const uint64_t prompt_tokens = prompt.size();
-  g->on_end = [this, reply, send_piece, logprobs_of, prompt_tokens](const GenerationEnd& end) {
-    Reply& rep = *reply;
+  g->max_tokens = static_cast<int>(max_tokens);
+  g->sampling = sampling.SamplerFor(std::random_device{}());
+  if (!sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
+  g->on_token = [a](int id, std::span<const float> logits) { return a->OnToken(id, logits); };
+  const double submitted = Now();
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  g->on_end = [this, a, r, submitted, prompt_tokens](const GenerationEnd& end) {
     const double now = Now();
     Count([&](ApiCounters& c) {
       if (end.reason == EndReason::kError) ++c.failed;
@@ -218,66 +177,28 @@ void ApiServer::Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prom
       if (end.completion_tokens > 0) {
         c.first_token_seconds += end.first_token_seconds;
         ++c.first_tokens;
-        c.decode_seconds += std::max(0.0, now - rep.submitted - end.first_token_seconds);
+        c.decode_seconds += std::max(0.0, now - submitted - end.first_token_seconds);
         c.decode_tokens += static_cast<uint64_t>(end.completion_tokens - 1);
       }
     });
-    if (end.reason == EndReason::kCancelled && rep.r->cancelled()) return;  // nobody to tell
+    if (end.reason == EndReason::kCancelled && r->cancelled()) return;  // nobody to tell
     if (end.reason == EndReason::kError || end.reason == EndReason::kCancelled) {
-      const std::string message = end.reason == EndReason::kError
-                                      ? end.error
-                                      : std::string("the server is stopping");
-      ApiError e = BadRequest(message);
+      ApiError e = BadRequest(
+          end.reason == EndReason::kError ? end.error : std::string("the server is stopping"));
       e.status = end.reason == EndReason::kError ? 500 : 503;
       e.type = "server_error";
-      if (rep.sampling.stream) {
-        rep.r->Write(SseEvent(e.ToJson()));
-        rep.r->Write(kSseDone);
-        rep.r->End();
-      } else {
-        rep.r->Send(e.status, "application/json", e.ToJson().dump());
-      }
-      return;
+      return a->OnError(e);
     }
-    const std::string rest = rep.text.Flush();
-    const Finish finish = end.reason == EndReason::kLength && !rep.text.done() ? Finish::kLength
-                                                                                : Finish::kStop;
-    const Usage usage{static_cast<int64_t>(prompt_tokens), end.completion_tokens};
-    if (rep.sampling.stream) {
-      if (!rest.empty() || !rep.logged.empty()) send_piece(rep, rest);
-      const char* object = rep.chat ? "chat.completion.chunk" : "text_completion";
-      rep.r->Write(SseEvent(rep.chat ? ChatFinishChunk(rep.head, finish)
-                                     : TextChunk(rep.head, "", nullptr, finish)));
-      if (rep.sampling.include_usage) rep.r->Write(SseEvent(UsageChunk(rep.head, object, usage)));
-      rep.r->Write(kSseDone);
-      rep.r->End();
-    } else {
-      rep.whole += rest;
-      const json lp = logprobs_of(rep, 0);
-      const json body = rep.chat ? ChatCompletion(rep.head, rep.whole, lp, finish, usage)
-                                 : TextCompletion(rep.head, rep.whole, lp, finish, usage);
-      rep.r->Send(200, "application/json", body.dump(-1, ' ', false, json::error_handler_t::replace));
-    }
+    a->OnEnd(end.reason == EndReason::kLength, Usage{prompt_tokens, end.completion_tokens});
   };
   std::weak_ptr<Generation> weak_g = g;
   r->OnCancel([weak_g] {
     if (auto gen = weak_g.lock()) gen->cancelled = true;
   });
-  reply->submitted = Now();
-  if (reply->sampling.stream) {
-    r->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-    if (reply->chat) r->Write(SseEvent(ChatRoleChunk(reply->head)));
-  }
+  a->Start();
   if (!scheduler_.Submit(g)) {
-    const ApiError e = Busy();
-    if (reply->sampling.stream) {
-      r->Write(SseEvent(e.ToJson()));
-      r->Write(kSseDone);
-      r->End();
-      Count([](ApiCounters& c) { ++c.refused; });
-    } else {
-      Refuse(r, e.status, e.ToJson().dump(), {{"Retry-After", "1"}});
-    }
+    Count([](ApiCounters& c) { ++c.refused; });
+    a->OnError(Busy());
   }
 }
 
@@ -297,14 +218,14 @@ std::string ApiServer::Metrics(const http::HttpCounters* http) const {
     std::snprintf(buf, sizeof buf, "%s%s %.17g\n", name, labels, v);
     out += buf;
   };
-  line("waste_serve_requests_total", "counter", "Requests by route.", c.chat,
-       "{route=\"chat\"}");
+  line("waste_serve_requests_total", "counter", "Requests by route.", c.chat, "{route=\"chat\"}");
   more("waste_serve_requests_total", "{route=\"completions\"}", c.completions);
   more("waste_serve_requests_total", "{route=\"other\"}", c.other);
   line("waste_serve_refused_total", "counter", "Requests answered with an error before generating.",
        c.refused);
   line("waste_serve_failed_total", "counter", "Generations that ended in an error.", c.failed);
-  line("waste_serve_cancelled_total", "counter", "Generations whose client went away.", c.cancelled);
+  line("waste_serve_cancelled_total", "counter", "Generations whose client went away.",
+       c.cancelled);
   line("waste_serve_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
        s.prompt_tokens);
   line("waste_serve_reused_tokens_total", "counter",

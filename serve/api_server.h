@@ -11,7 +11,8 @@
 //   POST /v1/completions       text continued, whole or streamed
 // With an API key, /v1/* and /metrics need "Authorization: Bearer KEY"
 // (401 otherwise). Errors are OpenAI's error objects (serve/openai.h).
-// A request's generation runs on the scheduler's thread; its reply text is
+// A request's generation runs on the scheduler's thread, driving the
+// route's Answer (serve/answer.h); its reply text is
 // cut at end-of-turn tokens and stop strings, never showing markup; a
 // client that goes away cancels its generation (Generation::cancelled).
 #pragma once
@@ -27,6 +28,7 @@
 #include "engine/format/chat.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "http/server.h"
+#include "serve/answer.h"
 #include "serve/scheduler.h"
 
 namespace waste::serve {
@@ -40,10 +42,10 @@ struct ApiOptions {
 // What the server counts, for /metrics.
 struct ApiCounters {
   uint64_t chat = 0, completions = 0, other = 0;  // requests by route
-  uint64_t refused = 0;     // answered 4xx or 503 before generating
-  uint64_t failed = 0;      // generations that ended in an error
-  uint64_t cancelled = 0;   // generations whose client went away
-  double first_token_seconds = 0;  // summed over generations with a token
+  uint64_t refused = 0;                           // answered 4xx or 503 before generating
+  uint64_t failed = 0;                            // generations that ended in an error
+  uint64_t cancelled = 0;                         // generations whose client went away
+  double first_token_seconds = 0;                 // summed over generations with a token
   uint64_t first_tokens = 0;
   double decode_seconds = 0;   // after each first token, summed
   uint64_t decode_tokens = 0;  // tokens after each first one
@@ -67,8 +69,9 @@ class ApiServer {
   void set_http(const http::HttpServer* http) { http_ = http; }
 
  private:
-  struct Reply;
-  void Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prompt,
+  // Submits `prompt`'s generation, its tokens and end driving `answer`.
+  void Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
+                const Sampling& sampling, int64_t max_tokens,
                 const std::shared_ptr<http::Responder>& r);
   void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,
               const http::Headers& extra = {});

@@ -130,8 +130,8 @@ StepLogprobs LogprobsOf(std::span<const float> logits, int32_t chosen, int top_n
 // that ends inside a UTF-8 character, wait for the next token. With
 // `reply_after` (chat.json's: harmony's final channel, K3's response) only
 // the tokens after that markup are the reply's, or every one when `opening`
-// (chat.json's open) ends with it (ReplyFilter). `tok` must outlive it. A caller that handles the end-of-turn ids itself (and never
-// feeds them) calls Flush at the end either way.
+// (chat.json's open) ends with it (ReplyFilter). `tok` must outlive it. A caller that handles the
+// end-of-turn ids itself (and never feeds them) calls Flush at the end either way.
 class ReplyText {
  public:
   ReplyText(const Tokenizer& tok, std::vector<int32_t> end_of_turn, std::vector<std::string> stops,

@@ -31,7 +31,9 @@ Scheduler::Scheduler(const SchedulerOptions& o, int vocab, Stepper& model)
   thread_ = std::thread([this] { Loop(); });
 }
 
-Scheduler::~Scheduler() { Stop(); }
+Scheduler::~Scheduler() {
+  Stop();
+}
 
 bool Scheduler::Submit(std::shared_ptr<Generation> g) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -111,11 +113,13 @@ std::unique_ptr<Scheduler::Running> Scheduler::Admit(std::shared_ptr<Generation>
   GenerationEnd refused;
   refused.prompt_tokens = static_cast<int>(g->prompt.size());
   refused.reason = EndReason::kError;
-  if (g->prompt.empty()) refused.error = "the prompt has no tokens";
+  if (g->prompt.empty())
+    refused.error = "the prompt has no tokens";
   else if (static_cast<int>(g->prompt.size()) >= o_.context)
     refused.error = "the prompt's " + std::to_string(g->prompt.size()) +
                     " tokens leave no room in a context of " + std::to_string(o_.context);
-  else if (g->cancelled) refused.reason = EndReason::kCancelled;
+  else if (g->cancelled)
+    refused.reason = EndReason::kCancelled;
   if (!refused.error.empty() || refused.reason == EndReason::kCancelled) {
     if (g->on_end) g->on_end(refused);
     return nullptr;
@@ -154,7 +158,8 @@ void Scheduler::Step() {
   // Cancelled ones end first; a prompt resumed whole samples at once.
   for (auto& r : running_) {
     if (!r->g) continue;
-    if (r->g->cancelled) End(*r, EndReason::kCancelled);
+    if (r->g->cancelled)
+      End(*r, EndReason::kCancelled);
     else if (r->prefilling && r->pending.empty()) {
       r->prefilling = false;
       if (!Emit(*r)) End(*r, r->end.reason);
@@ -187,7 +192,8 @@ void Scheduler::Step() {
       End(r, EndReason::kError, st.message());
       continue;
     }
-    r.history.insert(r.history.end(), r.pending.begin(), r.pending.begin() + static_cast<long>(taken[i]));
+    r.history.insert(r.history.end(), r.pending.begin(),
+                     r.pending.begin() + static_cast<long>(taken[i]));
     r.pending.erase(r.pending.begin(), r.pending.begin() + static_cast<long>(taken[i]));
     if (!r.pending.empty()) continue;
     if (r.prefilling) {
@@ -241,7 +247,8 @@ void Scheduler::End(Running& r, EndReason why, std::string error) {
   r.g.reset();
 }
 
-void Scheduler::Keep(const std::vector<int>& tokens, const Session& s, std::span<const float> logits) {
+void Scheduler::Keep(const std::vector<int>& tokens, const Session& s,
+                     std::span<const float> logits) {
   if (o_.prefix_cache_bytes == 0) return;
   for (auto it = kept_.begin(); it != kept_.end(); ++it)
     if (it->tokens == tokens) {
@@ -249,7 +256,9 @@ void Scheduler::Keep(const std::vector<int>& tokens, const Session& s, std::span
       return;
     }
   Kept k{tokens, TakeSnapshot(s), {logits.begin(), logits.end()}};
-  auto size = [](const Kept& e) { return e.state.bytes() + (e.logits.size() + e.tokens.size()) * 4; };
+  auto size = [](const Kept& e) {
+    return e.state.bytes() + (e.logits.size() + e.tokens.size()) * 4;
+  };
   if (size(k) > o_.prefix_cache_bytes) return;
   kept_bytes_ += size(k);
   kept_.push_front(std::move(k));

@@ -48,8 +48,8 @@ struct GenerationEnd {
   EndReason reason = EndReason::kStop;
   std::string error;
   int prompt_tokens = 0;
-  int completion_tokens = 0;   // tokens passed to on_token
-  int reused_tokens = 0;       // prompt tokens taken from a kept state, not run again
+  int completion_tokens = 0;       // tokens passed to on_token
+  int reused_tokens = 0;           // prompt tokens taken from a kept state, not run again
   double first_token_seconds = 0;  // from Submit to the first on_token; 0 if none
 };
 
@@ -70,10 +70,10 @@ struct Generation {
 };
 
 struct SchedulerOptions {
-  int parallel = 4;   // generations in one step
-  int queue = 16;     // waiting for a place, past those free; Submit refuses more
-  int context = 4096; // tokens a conversation may hold, prompt and reply
-  int chunk = 32;     // prompt tokens run in one step, over all generations
+  int parallel = 4;    // generations in one step
+  int queue = 16;      // waiting for a place, past those free; Submit refuses more
+  int context = 4096;  // tokens a conversation may hold, prompt and reply
+  int chunk = 32;      // prompt tokens run in one step, over all generations
   uint64_t prefix_cache_bytes = 1ull << 30;  // kept states, snapshots and logits
 };
 

@@ -34,7 +34,9 @@ Result<std::unique_ptr<Server>> Server::Open(Engine& engine, const ServerOptions
   return s;
 }
 
-Server::~Server() { Stop(); }
+Server::~Server() {
+  Stop();
+}
 
 Status Server::Listen(const http::HttpOptions& o) {
   auto started =

@@ -16,8 +16,8 @@
 namespace waste::serve {
 
 struct ServerOptions {
-  int parallel = 4;  // SchedulerOptions::parallel
-  int queue = 16;    // SchedulerOptions::queue
+  int parallel = 4;                  // SchedulerOptions::parallel
+  int queue = 16;                    // SchedulerOptions::queue
   uint64_t keep_bytes = 1ull << 30;  // SchedulerOptions::prefix_cache_bytes
   std::string model_name;  // empty: the container directory's name ("waste" when it has none)
   std::string api_key;     // empty: none needed
