@@ -326,6 +326,9 @@ std::string ApiServer::Metrics(const http::HttpCounters* http) const {
     line("waste_serve_http_connections_total", "counter", "Connections served.", http->accepted);
     line("waste_serve_http_refused_connections_total", "counter",
          "Connections refused past the connection cap.", http->refused);
+    line("waste_serve_http_displaced_connections_total", "counter",
+         "Idle connections closed to make room for a new one at the connection cap.",
+         http->displaced);
     line("waste_serve_http_errors_total", "counter",
          "Requests the HTTP layer answered 400, 408, 413 or 431.", http->errors);
     line("waste_serve_http_open_connections", "gauge", "Connections open now.", http->open);
