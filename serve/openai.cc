@@ -105,6 +105,12 @@ std::optional<ApiError> ReadNumber(const json& obj, const char* key, double lo, 
   } while (0)
 
 std::optional<ApiError> ParseBody(std::string_view body, json* out) {
+  // JSON is UTF-8 (RFC 8259); said here by offset, as the parser's message
+  // would quote the bytes themselves.
+  if (const size_t valid = tokenizer::ValidUtf8Prefix(body); valid < body.size())
+    return BadRequest("The body of your request is not valid UTF-8: the bytes at offset " +
+                          std::to_string(valid) + " are not a UTF-8 character.",
+                      "", "invalid_utf8");
   auto doc = ParseJson(body, "body");
   if (!doc.ok())
     return BadRequest("We could not parse the JSON body of your request: " + doc.status().message(),
@@ -241,10 +247,12 @@ std::optional<ApiError> ParseContent(const json& c, const std::string& where, st
 // ------------------------------------------------------------------ errors
 
 json ApiError::ToJson() const {
+  // A message may quote the request (a route, a field cut short): invalid
+  // UTF-8 there would make dump() throw, so it is replaced.
   return {{"error",
-           {{"message", message},
+           {{"message", tokenizer::ReplaceInvalidUtf8(message)},
             {"type", type},
-            {"param", param.empty() ? json() : json(param)},
+            {"param", param.empty() ? json() : json(tokenizer::ReplaceInvalidUtf8(param))},
             {"code", code.empty() ? json() : json(code)}}}};
 }
 

@@ -8,7 +8,8 @@
 //   POST /v1/completions        ParseCompletionRequest -> CompletionRequest
 //   GET  /v1/models             ModelList
 //
-// Requests are untrusted: unknown fields are ignored, a known field of the
+// Requests are untrusted: a body that is not UTF-8 is refused saying so
+// (400, code invalid_utf8), unknown fields are ignored, a known field of the
 // wrong type or outside its range is refused with OpenAI's error object
 // (ApiError: status 400, type invalid_request_error, param naming the
 // field). What waste does not do is refused by name, never ignored: n other
@@ -49,7 +50,8 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // the request's field; empty: null
   std::string code;   // empty: null
-  // {"error": {"message", "type", "param", "code"}}
+  // {"error": {"message", "type", "param", "code"}}, invalid UTF-8 in the
+  // message or param (quoted from a request) as U+FFFD, so it always dumps.
   nlohmann::json ToJson() const;
 };
 

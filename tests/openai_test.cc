@@ -210,6 +210,33 @@ TEST(Request, BodiesThatAreNotRequests) {
   EXPECT_EQ(e->code, "missing_required_parameter");
 }
 
+// Invalid UTF-8 is a 400 that says so (by offset, never quoting the bytes),
+// on both routes; an error message that quotes a request cut inside a
+// character still dumps (nlohmann's dump throws on invalid UTF-8: a 500).
+TEST(Request, BodiesThatAreNotUtf8) {
+  const std::string chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xE9\"}]}";
+  const std::string completion = "{\"prompt\": \"\xFF\xFE\"}";
+  ChatRequest c;
+  CompletionRequest p;
+  for (const auto& e : {ParseChatRequest(chat, &c), ParseCompletionRequest(completion, &p)}) {
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->code, "invalid_utf8");
+    EXPECT_NE(e->message.find("not valid UTF-8"), std::string::npos) << e->message;
+    EXPECT_NO_THROW(e->ToJson().dump());
+  }
+  EXPECT_NE(ParseChatRequest(chat, &c)->message.find("offset 46"), std::string::npos);
+  EXPECT_NE(ParseCompletionRequest(completion, &p)->message.find("offset 12"), std::string::npos);
+  std::string role = "a";
+  for (int i = 0; i < 30; ++i) role += "\xC3\xA9";  // é: cut inside one at 40 bytes
+  auto e = Chat({{"messages", {{{"role", role}, {"content", "x"}}}}});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "messages[0].role");
+  std::string dumped;
+  EXPECT_NO_THROW(dumped = e->ToJson().dump());
+  EXPECT_NE(dumped.find("\xEF\xBF\xBD"), std::string::npos) << dumped;  // U+FFFD
+}
+
 TEST(Request, Completions) {
   CompletionRequest r;
   const auto parse = [&](json b) {

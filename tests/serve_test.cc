@@ -312,6 +312,33 @@ TEST_F(ServeTest, BadRequestsGetOpenAIsErrorsAndTheServerGoesOn) {
   EXPECT_GE(api_->counters().refused, 7u);
 }
 
+// Invalid UTF-8 anywhere in a request is a 400 (404 for a path) that says
+// so, never a 500 from an error message that quotes the bytes.
+TEST_F(ServeTest, InvalidUtf8IsRefusedNamingItOnEveryRoute) {
+  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+    const bool chat = path == std::string("/v1/chat/completions");
+    const json body =
+        chat ? Chat("x", 2) : json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 2}};
+    const std::string bad = body.dump().insert(body.dump().find("\"x\"") + 2, "\xC3(\xFF");
+    const Answer a = Call(Post(path, bad));
+    EXPECT_EQ(a.status, 400) << path << "\n" << a.head << a.body;
+    const json j = json::parse(a.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << a.body;
+    EXPECT_EQ(j["error"]["code"], "invalid_utf8") << a.body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("not valid UTF-8"), std::string::npos);
+    // An unknown model, quoted in the message cut at 200 bytes: inside an é.
+    json unknown = body;
+    unknown["model"] = std::string(199, 'm') + "\xC3\xA9";
+    const Answer m = Call(Post(path, unknown.dump()));
+    EXPECT_EQ(m.status, 404) << path << "\n" << m.head << m.body;
+    EXPECT_FALSE(json::parse(m.body, nullptr, false).is_discarded()) << m.body;
+  }
+  const Answer route = Call("GET /v1/\xFF\xFE HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(route.status, 404) << route.head << route.body;
+  EXPECT_FALSE(json::parse(route.body, nullptr, false).is_discarded()) << route.body;
+  EXPECT_EQ(Call(Post("/v1/chat/completions", Chat("still here", 2).dump())).status, 200);
+}
+
 TEST_F(ServeTest, AnApiKeyIsNeededForTheApiButNotForHealth) {
   ApiOptions ao;
   ao.api_key = "secret-key-123";
