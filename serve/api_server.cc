@@ -139,6 +139,8 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       const ApiError e = UnknownModel(model);
       return Refuse(r, e.status, e.ToJson().dump());
     }
+    if (auto e = CheckLogitBias(sampling, scheduler_.vocab()))
+      return Refuse(r, e->status, e->ToJson().dump());
     const int64_t room = o_.context - static_cast<int64_t>(prompt.size());
     // Without max_tokens the reply may fill the context; it needs room for one token.
     const int64_t max_tokens = sampling.max_tokens.value_or(std::max<int64_t>(room, 1));
