@@ -14,13 +14,20 @@ void Check(const waste::serve::Sampling& s) {
   const bool ok = (!s.max_tokens || *s.max_tokens >= 1) && s.temperature >= 0 &&
                   s.temperature <= 2 && s.top_p > 0 && s.top_p <= 1 && s.top_k >= 0 &&
                   s.stop.size() <= 4 && s.top_logprobs >= 0 && s.top_logprobs <= 20 &&
-                  (!s.include_usage || s.stream);
+                  (!s.include_usage || s.stream) && s.presence_penalty >= -2 &&
+                  s.presence_penalty <= 2 && s.frequency_penalty >= -2 &&
+                  s.frequency_penalty <= 2 && s.logit_bias.size() <= 300;
   if (!ok) std::abort();
+  for (size_t i = 0; i < s.logit_bias.size(); ++i) {
+    const auto [id, bias] = s.logit_bias[i];
+    if (id < 0 || !(bias >= -100 && bias <= 100) || (i > 0 && s.logit_bias[i - 1].first >= id))
+      std::abort();
+  }
 }
 
 void Check(const waste::serve::ApiError& e) {
   if (e.status < 400 || e.status > 599) std::abort();
-  (void)waste::serve::SseEvent(e.ToJson());
+  (void)e.ToJson().dump();  // strict: throws on invalid UTF-8
 }
 
 }  // namespace

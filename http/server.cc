@@ -49,6 +49,16 @@ std::string PeerText(uv_tcp_t* tcp) {
   return std::string(name) + ":" + std::to_string(ntohs(a->sin_port));
 }
 
+// True when the peer has sent bytes not yet read: libuv runs timers before
+// it polls, so after a stall of the loop a connection can look idle with
+// its request already waiting.
+bool BytesWaiting(uv_tcp_t* tcp) {
+  uv_os_fd_t fd = -1;
+  char byte;
+  return uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) == 0 &&
+         recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 }  // namespace
 
 namespace detail {
@@ -66,8 +76,9 @@ struct Connection {
   uv_timer_t timer{};
   uv_shutdown_t shutdown{};
   int handles = 0;
-  size_t index = 0;      // in server->open_
-  bool refused = false;  // past max_connections: answered 503
+  size_t index = 0;         // in server->open_
+  bool refused = false;     // past max_connections: answered 503
+  uint64_t idle_since = 0;  // HttpServer::idle_clock_ when it last became idle
   State state = State::kReading;
   bool reading = true;  // uv_read_start is in effect
   std::string peer;     // Request::peer
@@ -301,7 +312,12 @@ void HttpServer::Stop() {
 }
 
 HttpCounters HttpServer::counters() const {
-  return {accepted_.load(), refused_.load(), requests_.load(), errors_.load(), open_count_.load()};
+  return {.accepted = accepted_.load(),
+          .refused = refused_.load(),
+          .displaced = displaced_.load(),
+          .requests = requests_.load(),
+          .errors = errors_.load(),
+          .open = open_count_.load()};
 }
 
 // --- the loop thread ---
@@ -360,6 +376,7 @@ void HttpServer::Flush(Responder& r) {
 
 void HttpServer::AnswerDone(Connection* c) {
   c->state = Connection::State::kReading;
+  c->idle_since = ++idle_clock_;
   ArmIdle(c);
   if (!c->reading) StartReading(c);
   if (!c->pending.empty()) {
@@ -382,7 +399,15 @@ void HttpServer::Accept() {
     Close(c);
     return;
   }
-  if (open_.size() - 1 - refusing_ >= options_.max_connections) {
+  bool full = open_.size() - 1 - refusing_ >= options_.max_connections;
+  if (full) {
+    if (Connection* idle = LongestIdle(c)) {  // gives its place to the new one
+      displaced_++;
+      Close(idle);
+      full = false;
+    }
+  }
+  if (full) {
     refused_++;
     c->refused = true;
     refusing_++;
@@ -403,6 +428,7 @@ void HttpServer::Accept() {
   accepted_++;
   open_count_ = open_.size() - refusing_;
   uv_tcp_nodelay(&c->tcp, 1);
+  c->idle_since = ++idle_clock_;
   c->peer = PeerText(&c->tcp);
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
@@ -557,18 +583,25 @@ void HttpServer::Close(Connection* c) {
 void HttpServer::ArmIdle(Connection* c) {
   Arm(c, options_.idle_timeout, [](uv_timer_t* t) {
     auto* conn = static_cast<Connection*>(t->data);
-    // libuv runs timers before it polls: after a stall of this thread the
-    // timer can fire with the peer's request already waiting unread. Then
-    // the peer was not idle; the read about to come re-arms the timer.
-    uv_os_fd_t fd = -1;
-    char byte;
-    if (uv_fileno(reinterpret_cast<uv_handle_t*>(&conn->tcp), &fd) == 0 &&
-        recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+    // A request waiting unread: the peer was not idle; the read about to
+    // come re-arms the timer.
+    if (BytesWaiting(&conn->tcp)) {
       conn->server->ArmIdle(conn);
       return;
     }
     conn->server->Close(conn);
   });
+}
+
+HttpServer::Connection* HttpServer::LongestIdle(const Connection* newcomer) const {
+  // A linear pass: it runs only for a connection at the cap, over at most
+  // max_connections plus those being refused.
+  Connection* idle = nullptr;
+  for (Connection* c : open_)
+    if (c != newcomer && !c->refused && c->state == Connection::State::kReading && !c->begun &&
+        (idle == nullptr || c->idle_since < idle->idle_since) && !BytesWaiting(&c->tcp))
+      idle = c;
+  return idle;
 }
 
 void HttpServer::Arm(Connection* c, std::chrono::milliseconds after, void (*fire)(uv_timer_t*)) {

@@ -53,9 +53,13 @@
 //   answered "100 Continue" once its headers pass the limits (other
 //   expectations are ignored). Protocol upgrades and CONNECT are refused
 //   (400). Limits, each an option below:
-//   * max_connections open at once: a connection past it is answered 503
-//     (Retry-After: 1) and closed, at once, without reading its request
-//     (past as many again being refused, closed without the 503);
+//   * max_connections open at once: a new connection past it takes the
+//     place of the longest idle one (no request begun, no byte waiting to
+//     be read), which is closed silently as idle_timeout would close it, so
+//     idle keep-alive connections never shut a new client out; when every
+//     connection is busy, the new one is answered 503 (Retry-After: 1) and
+//     closed, at once, without reading its request (past as many again
+//     being refused, closed without the 503);
 //   * max_header_bytes (the request target and headers): 431 and close;
 //   * max_body_bytes: 413 and close, before reading the body when its
 //     Content-Length says so, else when the chunks pass it;
@@ -126,11 +130,12 @@ struct HttpOptions {
 
 // Totals since Start, read from any thread (for /metrics).
 struct HttpCounters {
-  uint64_t accepted = 0;  // connections served (within max_connections)
-  uint64_t refused = 0;   // connections answered 503 for max_connections
-  uint64_t requests = 0;  // requests handed to the handler
-  uint64_t errors = 0;    // requests answered 400, 408, 413 or 431 by the server
-  uint64_t open = 0;      // connections open now
+  uint64_t accepted = 0;   // connections served (within max_connections)
+  uint64_t refused = 0;    // connections answered 503 for max_connections
+  uint64_t displaced = 0;  // idle connections closed to make room at max_connections
+  uint64_t requests = 0;   // requests handed to the handler
+  uint64_t errors = 0;     // requests answered 400, 408, 413 or 431 by the server
+  uint64_t open = 0;       // connections open now
 };
 
 class HttpServer;
@@ -232,6 +237,9 @@ class HttpServer {
   void Close(Connection* c);
   void Arm(Connection* c, std::chrono::milliseconds after, void (*fire)(uv_timer_t*));
   void ArmIdle(Connection* c);  // idle_timeout, then closed
+  // The connection idle longest (see max_connections) other than
+  // `newcomer`, or null when every one is busy.
+  Connection* LongestIdle(const Connection* newcomer) const;
   void StopOnLoop();
 
   const HttpOptions options_;
@@ -249,9 +257,11 @@ class HttpServer {
   // Loop thread only.
   std::vector<Connection*> open_;  // each knows its index in it
   size_t refusing_ = 0;            // connections being answered 503
+  uint64_t idle_clock_ = 0;        // ticks each time a connection becomes idle
   char scratch_[64 << 10];         // each read, parsed or copied at once
 
-  std::atomic<uint64_t> accepted_{0}, refused_{0}, requests_{0}, errors_{0}, open_count_{0};
+  std::atomic<uint64_t> accepted_{0}, refused_{0}, displaced_{0}, requests_{0}, errors_{0},
+      open_count_{0};
 };
 
 }  // namespace waste::http

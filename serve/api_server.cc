@@ -123,6 +123,8 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       const ApiError e = UnknownModel(model);
       return Refuse(r, e.status, e.ToJson().dump());
     }
+    if (auto e = CheckLogitBias(sampling, scheduler_.vocab()))
+      return Refuse(r, e->status, e->ToJson().dump());
     const int64_t room = o_.context - static_cast<int64_t>(prompt.size());
     // Without max_tokens the reply may fill the context; it needs room for one token.
     const int64_t max_tokens = sampling.max_tokens.value_or(std::max<int64_t>(room, 1));
@@ -247,6 +249,9 @@ std::string ApiServer::Metrics(const http::HttpCounters* http) const {
     line("waste_serve_http_connections_total", "counter", "Connections served.", http->accepted);
     line("waste_serve_http_refused_connections_total", "counter",
          "Connections refused past the connection cap.", http->refused);
+    line("waste_serve_http_displaced_connections_total", "counter",
+         "Idle connections closed to make room for a new one at the connection cap.",
+         http->displaced);
     line("waste_serve_http_errors_total", "counter",
          "Requests the HTTP layer answered 400, 408, 413 or 431.", http->errors);
     line("waste_serve_http_open_connections", "gauge", "Connections open now.", http->open);

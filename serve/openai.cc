@@ -105,6 +105,12 @@ std::optional<ApiError> ReadNumber(const json& obj, const char* key, double lo, 
   } while (0)
 
 std::optional<ApiError> ParseBody(std::string_view body, json* out) {
+  // JSON is UTF-8 (RFC 8259); said here by offset, as the parser's message
+  // would quote the bytes themselves.
+  if (const size_t valid = tokenizer::ValidUtf8Prefix(body); valid < body.size())
+    return BadRequest("The body of your request is not valid UTF-8: the bytes at offset " +
+                          std::to_string(valid) + " are not a UTF-8 character.",
+                      "", "invalid_utf8");
   auto doc = ParseJson(body, "body");
   if (!doc.ok())
     return BadRequest("We could not parse the JSON body of your request: " + doc.status().message(),
@@ -116,8 +122,8 @@ std::optional<ApiError> ParseBody(std::string_view body, json* out) {
 }
 
 // What waste serve does not honour yet is refused by name, never ignored: a
-// client that asked for tools, JSON or biased logits and got plain text
-// would take it for what it asked. Their empty or default forms pass.
+// client that asked for tools or JSON and got plain text would take it for
+// what it asked. Their empty or default forms pass.
 std::optional<ApiError> RefuseUnhonoured(const json& b) {
   const auto named = [](const json& v, std::initializer_list<const char*> ok) {
     if (!v.is_string()) return false;
@@ -137,8 +143,36 @@ std::optional<ApiError> RefuseUnhonoured(const json& b) {
     if (!type || !named(*type, {"text"}))
       return Unsupported("response_format", "a response format other than text");
   }
-  if (const json* bias = Field(b, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    return Unsupported("logit_bias", "logit_bias");
+  return std::nullopt;
+}
+
+// OpenAI's limits: at most 300 entries, each a token id as a string (here
+// in canonical decimal, so that two keys never name one id) and a number in
+// [-100, 100].
+std::optional<ApiError> ReadLogitBias(const json& b, Sampling* s) {
+  const json* bias = Field(b, "logit_bias");
+  if (!bias) return std::nullopt;
+  if (!bias->is_object()) return WrongType("logit_bias", "an object", *bias);
+  constexpr size_t kMaxEntries = 300;
+  if (bias->size() > kMaxEntries)
+    return OutOfRange("logit_bias", "of at most " + std::to_string(kMaxEntries) + " entries",
+                      json(bias->size()));
+  for (const auto& [key, value] : bias->items()) {
+    const bool digits =
+        !key.empty() && key.size() <= 10 && (key == "0" || key[0] != '0') &&
+        std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!digits || std::stoll(key) > kMaxInt)
+      return BadRequest("Invalid key in 'logit_bias': '" + key.substr(0, 40) +
+                            "' is not a token id (a non-negative integer as a string).",
+                        "logit_bias", "invalid_value");
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      return BadRequest("Invalid value in 'logit_bias' for key '" + key +
+                            "': expected a number in [-100, 100], but got " +
+                            value.dump().substr(0, 40) + " instead.",
+                        "logit_bias", "invalid_value");
+    s->logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
+  }
+  std::sort(s->logit_bias.begin(), s->logit_bias.end());
   return std::nullopt;
 }
 
@@ -152,11 +186,9 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
   WASTE_API_TRY(ReadInt(b, "n", 1, 128, &n));
   if (n != 1) return Unsupported("n", "n = " + std::to_string(n) + " (only 1)");
   WASTE_API_TRY(RefuseUnhonoured(b));
-  for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
-    double p = 0;
-    WASTE_API_TRY(ReadNumber(b, penalty, -2, false, 2, &p));
-    if (p != 0) return Unsupported(penalty, "a value other than 0");
-  }
+  WASTE_API_TRY(ReadNumber(b, "presence_penalty", -2, false, 2, &s->presence_penalty));
+  WASTE_API_TRY(ReadNumber(b, "frequency_penalty", -2, false, 2, &s->frequency_penalty));
+  WASTE_API_TRY(ReadLogitBias(b, s));
   int64_t max = 0;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!Field(b, key)) continue;
@@ -241,10 +273,12 @@ std::optional<ApiError> ParseContent(const json& c, const std::string& where, st
 // ------------------------------------------------------------------ errors
 
 json ApiError::ToJson() const {
+  // A message may quote the request (a route, a field cut short): invalid
+  // UTF-8 there would make dump() throw, so it is replaced.
   return {{"error",
-           {{"message", message},
+           {{"message", tokenizer::ReplaceInvalidUtf8(message)},
             {"type", type},
-            {"param", param.empty() ? json() : json(param)},
+            {"param", param.empty() ? json() : json(tokenizer::ReplaceInvalidUtf8(param))},
             {"code", code.empty() ? json() : json(code)}}}};
 }
 
@@ -296,6 +330,9 @@ SamplerOptions Sampling::SamplerFor(uint64_t fallback_seed) const {
   o.top_k = static_cast<int>(top_k);
   o.top_p = static_cast<float>(top_p);
   o.seed = seed.value_or(fallback_seed);
+  o.logit_bias = logit_bias;
+  o.presence_penalty = static_cast<float>(presence_penalty);
+  o.frequency_penalty = static_cast<float>(frequency_penalty);
   return o;
 }
 
@@ -364,6 +401,16 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
     if (!suffix->get_ref<const std::string&>().empty()) return Unsupported("suffix", "a suffix");
   }
   return ParseCommon(b, false, &out->model, &out->sampling);
+}
+
+std::optional<ApiError> CheckLogitBias(const Sampling& s, int64_t vocab) {
+  for (const auto& [id, bias] : s.logit_bias)
+    if (id >= vocab)
+      return BadRequest("Invalid key in 'logit_bias': '" + std::to_string(id) +
+                            "' is not a token id of this model (its ids are 0 to " +
+                            std::to_string(vocab - 1) + ").",
+                        "logit_bias", "invalid_value");
+  return std::nullopt;
 }
 
 std::vector<int32_t> CompletionPrompt(const ChatFormat* chat, const Tokenizer& tok,

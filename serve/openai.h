@@ -8,20 +8,24 @@
 //   POST /v1/completions        ParseCompletionRequest -> CompletionRequest
 //   GET  /v1/models             ModelList
 //
-// Requests are untrusted: unknown fields are ignored, a known field of the
+// Requests are untrusted: a body that is not UTF-8 is refused saying so
+// (400, code invalid_utf8), unknown fields are ignored, a known field of the
 // wrong type or outside its range is refused with OpenAI's error object
 // (ApiError: status 400, type invalid_request_error, param naming the
 // field). What waste does not do is refused by name, never ignored: n other
-// than 1, presence or frequency penalties other than 0, a prompt of token
-// ids, roles other than system (or developer), user and assistant.
+// than 1, a prompt of token ids, roles other than system (or developer),
+// user and assistant.
 //
 // Sampling follows OpenAI's meaning (engine/model/sampler.h computes it):
-// temperature scales the logits (0: greedy), then top_k keeps the k most
-// likely, then top_p keeps the smallest set reaching that probability; the
-// same seed gives the same tokens. Log-probabilities are of the model's own
-// distribution: log-softmax of the raw logits, before temperature, top_k and
-// top_p (as vLLM reports by default), so they do not depend on how the token
-// was drawn.
+// logit_bias (token id as a string -> [-100, 100], at most 300) is added to
+// the logits, and presence_penalty and frequency_penalty ([-2, 2]) are taken
+// off the tokens of this reply so far (count * frequency + (count > 0) *
+// presence); then temperature scales them (0: greedy, still after bias and
+// penalties), top_k keeps the k most likely, top_p the smallest set reaching
+// that probability; the same seed gives the same tokens. Log-probabilities
+// are of the model's own distribution: log-softmax of the raw logits, before
+// bias, penalties, temperature, top_k and top_p (as vLLM reports by
+// default), so they do not depend on how the token was drawn.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +53,8 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // the request's field; empty: null
   std::string code;   // empty: null
-  // {"error": {"message", "type", "param", "code"}}
+  // {"error": {"message", "type", "param", "code"}}, invalid UTF-8 in the
+  // message or param (quoted from a request) as U+FFFD, so it always dumps.
   nlohmann::json ToJson() const;
 };
 
@@ -81,6 +86,9 @@ struct Sampling {
   // do not end the reply, which runs to max_tokens or a stop string. For
   // benchmarks on random-weight models, whose replies may end at once.
   bool ignore_eos = false;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // by id; CheckLogitBias checks the ids
+  double presence_penalty = 0;                        // [-2, 2]
+  double frequency_penalty = 0;                       // [-2, 2]
 
   // The sampler's options: `fallback_seed` when the request gave none.
   SamplerOptions SamplerFor(uint64_t fallback_seed) const;
@@ -101,6 +109,9 @@ struct CompletionRequest {
 // Parses and checks a body. The error, if any, is the answer to send.
 std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out);
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out);
+// logit_bias's ids against the model's vocabulary (the parse cannot know
+// it): one outside [0, vocab) is refused naming its key.
+std::optional<ApiError> CheckLogitBias(const Sampling& s, int64_t vocab);
 
 // A completion's prompt as ids: the chat format's bos (the template's, when
 // the container has chat.json) then the prompt as plain text, special-token

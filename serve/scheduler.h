@@ -101,6 +101,7 @@ class Scheduler {
   // model.attached() after the last step, read from any thread (/health).
   bool attached() const { return attached_; }
   const SchedulerOptions& options() const { return o_; }
+  int vocab() const { return vocab_; }  // the logits' length
 
  private:
   struct Running;

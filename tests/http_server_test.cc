@@ -466,20 +466,25 @@ TEST(HttpServer, AHandlerThatThrowsIsAnswered500) {
                 std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
-TEST(HttpServer, ConnectionsPastTheCapAre503AndClosed) {
+TEST(HttpServer, ConnectionsPastTheCapWhenEveryOneIsBusyAre503AndClosed) {
   HttpOptions o = TestOptions();
   o.max_connections = 2;
-  auto s = StartOrDie(o, [](Request, std::shared_ptr<Responder> responder) {
-    responder->Send(200, "text/plain", "ok");
+  Inbox inbox;  // the requests to /hold, never answered: their connections stay busy
+  auto s = StartOrDie(o, [&](Request r, std::shared_ptr<Responder> responder) {
+    if (r.path == "/hold")
+      inbox.Put(std::move(r), responder);
+    else
+      responder->Send(200, "text/plain", "ok");
   });
   const std::string ok =
       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
   auto a = std::make_unique<Client>(s->port());
   Client b(s->port());
-  for (Client* c : {a.get(), &b}) {
-    c->Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-    EXPECT_EQ(c->ReadAnswer(), ok);
-  }
+  a->Send("GET /hold HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_TRUE(inbox.Wait(0));
+  b.Send("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nab");  // begun: busy too
+  ASSERT_TRUE(WaitFor([&] { return s->counters().open == 2; }));
+  std::this_thread::sleep_for(50ms);  // b's bytes read by the loop
   {
     Client over(s->port());
     const std::string body =
@@ -499,12 +504,67 @@ TEST(HttpServer, ConnectionsPastTheCapAre503AndClosed) {
     EXPECT_TRUE(flood.eof());
   }
   EXPECT_EQ(s->counters().refused, 3u);
+  EXPECT_EQ(s->counters().displaced, 0u);
   a.reset();
   ASSERT_TRUE(WaitFor([&] { return s->counters().open == 1; }));
   Client c(s->port());
   c.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
   EXPECT_EQ(c.ReadAnswer(), ok);
+  b.Send("cde");
+  EXPECT_EQ(b.ReadAnswer(), ok);
   EXPECT_EQ(s->counters().accepted, 3u);
+}
+
+// Idle keep-alive connections up to the cap do not shut a new client out:
+// the one idle longest is closed to make room, the busy ones are left be.
+TEST(HttpServer, ANewConnectionAtTheCapTakesTheLongestIdleOnesPlace) {
+  HttpOptions o = TestOptions();
+  o.max_connections = 3;
+  Inbox inbox;
+  auto s = StartOrDie(o, [&](Request r, std::shared_ptr<Responder> responder) {
+    if (r.path == "/hold")
+      inbox.Put(std::move(r), responder);
+    else
+      responder->Send(200, "text/plain", "ok");
+  });
+  const std::string ok =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
+  Client busy(s->port());
+  busy.Send("GET /hold HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_TRUE(inbox.Wait(0));
+  // Two idle keep-alive connections: `older` served first, so idle longer.
+  Client older(s->port()), newer(s->port());
+  for (Client* c : {&older, &newer}) {
+    c->Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    EXPECT_EQ(c->ReadAnswer(), ok);
+  }
+  Client fresh(s->port());
+  fresh.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(fresh.ReadAnswer(), ok);
+  EXPECT_EQ(older.ReadToEof(), "");  // closed without a word, as an idle timeout closes it
+  EXPECT_TRUE(older.eof());
+  newer.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(newer.ReadAnswer(), ok);
+  auto held = inbox.Wait(0);
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(held->cancelled());
+  EXPECT_TRUE(held->Send(200, "text/plain", "ok"));
+  EXPECT_EQ(busy.ReadAnswer(), ok);
+  // Now `fresh` is the longest idle: answered before `newer` was again, and `busy`.
+  Client last(s->port());
+  last.Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(last.ReadAnswer(), ok);
+  EXPECT_EQ(fresh.ReadToEof(), "");
+  EXPECT_TRUE(fresh.eof());
+  for (Client* c : {&newer, &busy}) {
+    c->Send("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    EXPECT_EQ(c->ReadAnswer(), ok);
+  }
+  const HttpCounters n = s->counters();
+  EXPECT_EQ(n.displaced, 2u);
+  EXPECT_EQ(n.refused, 0u);
+  EXPECT_EQ(n.accepted, 5u);
+  EXPECT_EQ(n.open, 3u);
 }
 
 TEST(HttpServer, SlowAndIdleClientsTimeOut) {

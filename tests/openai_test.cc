@@ -63,8 +63,9 @@ TEST(Request, DefaultsAndEveryField) {
                           {"stream_options", {{"include_usage", true}}},
                           {"ignore_eos", true},
                           {"n", 1},
-                          {"presence_penalty", 0},
-                          {"frequency_penalty", 0.0},
+                          {"presence_penalty", -0.5},
+                          {"frequency_penalty", 1.25},
+                          {"logit_bias", {{"17", -100}, {"5", 2.5}}},
                           {"unknown_field", {1, 2}},
                           {"user", "someone"}}),
                     &r));
@@ -84,6 +85,10 @@ TEST(Request, DefaultsAndEveryField) {
   EXPECT_EQ(so.top_k, 40);
   EXPECT_EQ(so.top_p, 0.5f);
   EXPECT_EQ(so.seed, ~uint64_t{0});
+  EXPECT_EQ(so.presence_penalty, -0.5f);
+  EXPECT_EQ(so.frequency_penalty, 1.25f);
+  const std::vector<std::pair<int32_t, float>> bias = {{5, 2.5f}, {17, -100.f}};  // by id
+  EXPECT_EQ(so.logit_bias, bias);
   EXPECT_EQ(Sampling{}.SamplerFor(99).seed, 99u);
   // max_completion_tokens wins over max_tokens.
   ASSERT_FALSE(Chat(Base({{"max_tokens", 7}, {"max_completion_tokens", 9}}), &r));
@@ -137,9 +142,23 @@ TEST(Request, EachParameterTypeAndRange) {
       {{{"n", 1}}, ""},
       {{{"n", 2}}, "n"},
       {{{"n", "1"}}, "n"},
-      {{{"presence_penalty", 0.5}}, "presence_penalty"},
-      {{{"frequency_penalty", -1}}, "frequency_penalty"},
+      {{{"presence_penalty", 0.5}}, ""},
+      {{{"presence_penalty", 2}}, ""},
+      {{{"presence_penalty", -2.01}}, "presence_penalty"},
+      {{{"presence_penalty", "1"}}, "presence_penalty"},
+      {{{"frequency_penalty", -1}}, ""},
       {{{"frequency_penalty", 3}}, "frequency_penalty"},
+      {{{"logit_bias", json::object()}}, ""},
+      {{{"logit_bias", {{"50256", -100}}}}, ""},
+      {{{"logit_bias", {{"0", 100}, {"2147483647", 1.5}}}}, ""},
+      {{{"logit_bias", {{"50256", -100.5}}}}, "logit_bias"},
+      {{{"logit_bias", {{"50256", "1"}}}}, "logit_bias"},
+      {{{"logit_bias", {{"-1", 1}}}}, "logit_bias"},
+      {{{"logit_bias", {{"01", 1}}}}, "logit_bias"},
+      {{{"logit_bias", {{"1.0", 1}}}}, "logit_bias"},
+      {{{"logit_bias", {{"", 1}}}}, "logit_bias"},
+      {{{"logit_bias", {{"2147483648", 1}}}}, "logit_bias"},
+      {{{"logit_bias", json::array({1})}}, "logit_bias"},
       // Not honoured yet, so refused by name; their empty or default forms pass.
       {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}}, "tools"},
       {{{"tools", json::array()}}, ""},
@@ -154,11 +173,46 @@ TEST(Request, EachParameterTypeAndRange) {
       {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
        "response_format"},
       {{{"response_format", "json"}}, "response_format"},
-      {{{"logit_bias", json::object()}}, ""},
-      {{{"logit_bias", {{"50256", -100}}}}, "logit_bias"},
       {{{"model", 5}}, "model"},
   };
   for (const Case& c : cases) EXPECT_EQ(ParamOf(c.kv), c.param) << c.kv.dump();
+}
+
+// logit_bias's refusals name the key; the ids are checked against the
+// model's vocabulary once it is known; at most 300 entries.
+TEST(Request, LogitBias) {
+  auto e = Chat(Base({{"logit_bias", {{"12abc", 1}}}}));
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("'12abc'"), std::string::npos) << e->message;
+  e = Chat(Base({{"logit_bias", {{"42", 101}}}}));
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("'42'"), std::string::npos) << e->message;
+  EXPECT_NE(e->message.find("[-100, 100]"), std::string::npos) << e->message;
+  json many = json::object();
+  for (int i = 0; i < 300; ++i) many[std::to_string(i)] = 1;
+  EXPECT_FALSE(Chat(Base({{"logit_bias", many}})));
+  many["300"] = 1;
+  e = Chat(Base({{"logit_bias", many}}));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "logit_bias");
+  ChatRequest r;
+  ASSERT_FALSE(Chat(Base({{"logit_bias", {{"99", 1}, {"100", -1}}}}), &r));
+  EXPECT_FALSE(CheckLogitBias(r.sampling, 101));
+  e = CheckLogitBias(r.sampling, 100);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->param, "logit_bias");
+  EXPECT_NE(e->message.find("'100'"), std::string::npos) << e->message;
+  EXPECT_NE(e->message.find("0 to 99"), std::string::npos) << e->message;
+  // The completions route reads them too.
+  CompletionRequest c;
+  ASSERT_FALSE(ParseCompletionRequest(
+      json({{"prompt", "x"}, {"logit_bias", {{"7", 5}}}, {"frequency_penalty", 0.5}}).dump(), &c));
+  EXPECT_EQ(c.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, 5.f}}));
+  EXPECT_EQ(c.sampling.frequency_penalty, 0.5);
+  EXPECT_EQ(
+      ParseCompletionRequest(json({{"prompt", "x"}, {"presence_penalty", 9}}).dump(), &c)->param,
+      "presence_penalty");
 }
 
 TEST(Request, Messages) {
@@ -208,6 +262,33 @@ TEST(Request, BodiesThatAreNotRequests) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "messages");
   EXPECT_EQ(e->code, "missing_required_parameter");
+}
+
+// Invalid UTF-8 is a 400 that says so (by offset, never quoting the bytes),
+// on both routes; an error message that quotes a request cut inside a
+// character still dumps (nlohmann's dump throws on invalid UTF-8: a 500).
+TEST(Request, BodiesThatAreNotUtf8) {
+  const std::string chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xE9\"}]}";
+  const std::string completion = "{\"prompt\": \"\xFF\xFE\"}";
+  ChatRequest c;
+  CompletionRequest p;
+  for (const auto& e : {ParseChatRequest(chat, &c), ParseCompletionRequest(completion, &p)}) {
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->code, "invalid_utf8");
+    EXPECT_NE(e->message.find("not valid UTF-8"), std::string::npos) << e->message;
+    EXPECT_NO_THROW(e->ToJson().dump());
+  }
+  EXPECT_NE(ParseChatRequest(chat, &c)->message.find("offset 46"), std::string::npos);
+  EXPECT_NE(ParseCompletionRequest(completion, &p)->message.find("offset 12"), std::string::npos);
+  std::string role = "a";
+  for (int i = 0; i < 30; ++i) role += "\xC3\xA9";  // é: cut inside one at 40 bytes
+  auto e = Chat({{"messages", {{{"role", role}, {"content", "x"}}}}});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "messages[0].role");
+  std::string dumped;
+  EXPECT_NO_THROW(dumped = e->ToJson().dump());
+  EXPECT_NE(dumped.find("\xEF\xBF\xBD"), std::string::npos) << dumped;  // U+FFFD
 }
 
 TEST(Request, Completions) {

@@ -1,8 +1,11 @@
-// Sampling and stop strings.
+// Sampling (greedy, temperature, top-k, top-p, seeds; logit_bias and the
+// presence and frequency penalties against OpenAI's definition written out)
+// and stop strings.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "engine/model/sampler.h"
@@ -58,6 +61,88 @@ TEST(Sampler, FollowsTheDistribution) {
   const int n = 20000;
   for (int i = 0; i < n; ++i) ones += s.Sample(l);
   EXPECT_NEAR(static_cast<double>(ones) / n, 0.75, 0.015);
+}
+
+// OpenAI's definition written out over the whole vocabulary: the logits
+// with the bias added and, for each token chosen count[j] times so far,
+// count[j] * frequency + (count[j] > 0) * presence taken off.
+std::vector<float> Reference(std::vector<float> l, const std::map<int, float>& bias,
+                             const std::vector<int>& count, float frequency, float presence) {
+  for (size_t j = 0; j < l.size(); ++j) {
+    if (bias.count(static_cast<int>(j))) l[j] += bias.at(static_cast<int>(j));
+    if (count[j] > 0) l[j] -= static_cast<float>(count[j]) * frequency + presence;
+  }
+  return l;
+}
+
+TEST(Sampler, BiasAndPenaltiesFollowOpenAIsDefinition) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> logit(0.f, 3.f);
+  const std::map<int, float> bias = {{3, 2.5f}, {7, -1.f}, {20, 0.75f}};
+  for (const float temperature : {0.f, 0.8f}) {
+    SamplerOptions plain;
+    plain.temperature = temperature;
+    plain.top_k = 12;
+    plain.top_p = 0.9f;
+    plain.seed = 11;
+    SamplerOptions o = plain;
+    o.logit_bias.assign(bias.begin(), bias.end());
+    o.frequency_penalty = 0.7f;
+    o.presence_penalty = 0.4f;
+    // The same draws from the same seed: the adjusted sampler must choose
+    // what a plain one chooses from the reference's logits.
+    Sampler adjusted(o), reference(plain), unadjusted(plain);
+    std::vector<int> count(24, 0);
+    int differs = 0;
+    for (int step = 0; step < 300; ++step) {
+      std::vector<float> l(24);
+      for (float& x : l) x = logit(rng);
+      const std::vector<float> before = l;
+      const int got = adjusted.Sample(l);
+      ASSERT_EQ(got, reference.Sample(Reference(l, bias, count, 0.7f, 0.4f)))
+          << "temperature " << temperature << " step " << step;
+      ASSERT_EQ(l, before);  // the caller's logits are left as they were
+      differs += got != unadjusted.Sample(l);
+      ++count[got];
+    }
+    EXPECT_GT(differs, 30) << temperature;  // the adjustments changed the choices
+  }
+}
+
+TEST(Sampler, PenaltiesWorkedByHand) {
+  const std::vector<float> l = {2.f, 1.5f, 0.f};
+  const auto greedy = [&](float frequency, float presence) {
+    SamplerOptions o;
+    o.frequency_penalty = frequency;
+    o.presence_penalty = presence;
+    Sampler s(o);
+    std::vector<int> out;
+    for (int i = 0; i < 6; ++i) out.push_back(s.Sample(l));
+    return out;
+  };
+  // 2 | 1 1.5 | 1 .5 | 0 .5 | 0 -.5 0 (a tie: the lower id) | -1 -.5 0
+  EXPECT_EQ(greedy(1.f, 0.f), (std::vector<int>{0, 1, 0, 1, 0, 2}));
+  // Presence counts once: 2 | 1.4 1.5 | 1.4 .9, and so on.
+  EXPECT_EQ(greedy(0.f, 0.6f), (std::vector<int>{0, 1, 0, 0, 0, 0}));
+  // Negative penalties favour repeats.
+  EXPECT_EQ(greedy(-1.f, -2.f), (std::vector<int>(6, 0)));
+  EXPECT_EQ(greedy(0.f, 0.f), (std::vector<int>(6, 0)));
+}
+
+TEST(Sampler, ABiasOfAHundredDecides) {
+  SamplerOptions o;
+  o.logit_bias = {{3, 100.f}, {99, 100.f}};  // 99 is past the logits: skipped
+  Sampler up(o);
+  o.temperature = 1.f;
+  Sampler sampled(o);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(up.Sample(kLogits), 3);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(sampled.Sample(kLogits), 3);
+  o.logit_bias = {{1, -100.f}, {4, -100.f}};
+  Sampler down(o);
+  for (int i = 0; i < 200; ++i) {
+    const int t = down.Sample(kLogits);
+    EXPECT_TRUE(t != 1 && t != 4) << t;
+  }
 }
 
 TEST(StopMatcher, StopsAcrossPieces) {

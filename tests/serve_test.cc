@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "engine/tokenizer/chat.h"
+#include "engine/tokenizer/utf8.h"
+#include "serve/openai.h"
 #include "tests/http_client.h"
 #include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
@@ -112,6 +115,33 @@ class ServeTest : public ::testing::Test {
       const int t = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
       if (!past_end && std::find(end_.begin(), end_.end(), t) != end_.end()) break;
       out.push_back(t);
+      next = {t};
+    }
+    return out;
+  }
+
+  // Greedy as OpenAI defines logit_bias and the penalties, written out over
+  // the model's own logits: each chosen token with its log-probability in
+  // the model's own distribution (before the adjustments).
+  std::vector<std::pair<int, double>> GreedyAdjusted(const std::vector<int32_t>& prompt, int n,
+                                                     const std::map<int, float>& bias,
+                                                     float frequency, float presence) {
+    Session s = engine_->model().NewSession(512);
+    std::vector<float> l(engine_->model().config().vocab);
+    std::vector<int> count(l.size(), 0);
+    std::vector<std::pair<int, double>> out;
+    std::vector<int> next(prompt.begin(), prompt.end());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(engine_->model().Forward(s, next, l.data()).ok());
+      std::vector<float> a = l;
+      for (size_t j = 0; j < a.size(); ++j) {
+        if (bias.count(static_cast<int>(j))) a[j] += bias.at(static_cast<int>(j));
+        if (count[j] > 0) a[j] -= static_cast<float>(count[j]) * frequency + presence;
+      }
+      const int t = static_cast<int>(std::max_element(a.begin(), a.end()) - a.begin());
+      if (std::find(end_.begin(), end_.end(), t) != end_.end()) break;
+      out.emplace_back(t, LogprobsOf(l, t, 0).chosen.logprob);
+      ++count[t];
       next = {t};
     }
     return out;
@@ -310,6 +340,96 @@ TEST_F(ServeTest, BadRequestsGetOpenAIsErrorsAndTheServerGoesOn) {
   const Answer models = Call("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tiny");
   EXPECT_GE(api_->counters().refused, 7u);
+}
+
+// logit_bias and the penalties steer a greedy reply on both routes exactly
+// as OpenAI's definition over the model's own logits says; the logprobs
+// stay the model's own; an id past the vocabulary is refused by name.
+TEST_F(ServeTest, LogitBiasAndPenaltiesSteerTheReplyAndLogprobsStayTheModels) {
+  const int n = 12;
+  json chat = Chat("repeat after me", n);
+  const std::vector<int32_t> prompt = Rendered(chat["messages"]);
+  const std::vector<int> plain = Greedy(prompt, n);
+  ASSERT_GE(plain.size(), 3u);
+  // Bias the plain reply's second token down and a token it never chose up a little.
+  const std::map<int, float> bias = {{plain[1], -5.f}, {(plain[0] + 7) % 100, 3.f}};
+  const auto want = GreedyAdjusted(prompt, n, bias, 1.5f, 0.5f);
+  std::vector<int> want_ids;
+  for (const auto& [id, lp] : want) want_ids.push_back(id);
+  ASSERT_NE(want_ids, plain);  // the adjustments change this reply
+  json biased = json::object();
+  for (const auto& [id, b] : bias) biased[std::to_string(id)] = b;
+  chat["logit_bias"] = biased;
+  chat["frequency_penalty"] = 1.5;
+  chat["presence_penalty"] = 0.5;
+  const Answer a = Call(Post("/v1/chat/completions", chat.dump()));
+  ASSERT_EQ(a.status, 200) << a.head << a.body;
+  const json lp = json::parse(a.body)["choices"][0]["logprobs"];
+  EXPECT_EQ(TokenBytes(lp), TokenBytes(want_ids));
+  ASSERT_EQ(lp["content"].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(lp["content"][i]["logprob"].get<double>(), want[i].second, 1e-4) << i;
+  // Completions: a bias of +100 decides every token; the penalty cannot move it.
+  const std::string text = "once upon a time";
+  const std::vector<int32_t> cprompt = CompletionPrompt(&*engine_->container().chat(), *tok_, text);
+  const std::map<int, float> forced = {{plain[0], 100.f}};
+  const auto repeated = GreedyAdjusted(cprompt, 6, forced, 2.f, 0.f);
+  ASSERT_EQ(repeated.size(), 6u);
+  for (const auto& [id, lp6] : repeated) EXPECT_EQ(id, plain[0]);
+  const json completion = {{"model", "tiny"},
+                           {"prompt", text},
+                           {"max_tokens", 6},
+                           {"temperature", 0},
+                           {"logprobs", 1},
+                           {"frequency_penalty", 2},
+                           {"logit_bias", {{std::to_string(plain[0]), 100}}}};
+  const Answer c = Call(Post("/v1/completions", completion.dump()));
+  ASSERT_EQ(c.status, 200) << c.head << c.body;
+  const json clp = json::parse(c.body)["choices"][0]["logprobs"];
+  ASSERT_EQ(clp["token_logprobs"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(clp["tokens"][i], tokenizer::ReplaceInvalidUtf8(tok_->TokenBytes(plain[0])));
+    EXPECT_NEAR(clp["token_logprobs"][i].get<double>(), repeated[i].second, 1e-4) << i;
+  }
+  // An id past the vocabulary, on either route.
+  const std::string past = std::to_string(engine_->model().config().vocab);
+  for (json req : {Chat("x", 2), completion}) {
+    req["logit_bias"] = {{past, 1}};
+    const bool is_chat = req.contains("messages");
+    const Answer e = Call(Post(is_chat ? "/v1/chat/completions" : "/v1/completions", req.dump()));
+    EXPECT_EQ(e.status, 400) << e.body;
+    const json j = json::parse(e.body);
+    EXPECT_EQ(j["error"]["param"], "logit_bias") << e.body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("'" + past + "'"), std::string::npos)
+        << e.body;
+  }
+}
+
+// Invalid UTF-8 anywhere in a request is a 400 (404 for a path) that says
+// so, never a 500 from an error message that quotes the bytes.
+TEST_F(ServeTest, InvalidUtf8IsRefusedNamingItOnEveryRoute) {
+  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+    const bool chat = path == std::string("/v1/chat/completions");
+    const json body =
+        chat ? Chat("x", 2) : json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 2}};
+    const std::string bad = body.dump().insert(body.dump().find("\"x\"") + 2, "\xC3(\xFF");
+    const Answer a = Call(Post(path, bad));
+    EXPECT_EQ(a.status, 400) << path << "\n" << a.head << a.body;
+    const json j = json::parse(a.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << a.body;
+    EXPECT_EQ(j["error"]["code"], "invalid_utf8") << a.body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("not valid UTF-8"), std::string::npos);
+    // An unknown model, quoted in the message cut at 200 bytes: inside an é.
+    json unknown = body;
+    unknown["model"] = std::string(199, 'm') + "\xC3\xA9";
+    const Answer m = Call(Post(path, unknown.dump()));
+    EXPECT_EQ(m.status, 404) << path << "\n" << m.head << m.body;
+    EXPECT_FALSE(json::parse(m.body, nullptr, false).is_discarded()) << m.body;
+  }
+  const Answer route = Call("GET /v1/\xFF\xFE HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(route.status, 404) << route.head << route.body;
+  EXPECT_FALSE(json::parse(route.body, nullptr, false).is_discarded()) << route.body;
+  EXPECT_EQ(Call(Post("/v1/chat/completions", Chat("still here", 2).dump())).status, 200);
 }
 
 TEST_F(ServeTest, AnApiKeyIsNeededForTheApiButNotForHealth) {

@@ -451,6 +451,8 @@ TEST(TokenizerUtf8, ReplacesMaximalSubparts) {
     EXPECT_EQ(tk::ReplaceInvalidUtf8(in), want) << Printable(in);
     EXPECT_EQ(tk::IsValidUtf8(in), in == want) << Printable(in);
   }
+  EXPECT_EQ(tk::ValidUtf8Prefix("a\xF0\x28\x8C\xBC"), 1u);
+  EXPECT_EQ(tk::ValidUtf8Prefix("abcdefghij\xC3\xA9\xE2\x82"), 12u);
   // Random bytes: the repair is valid, a no-op on valid input, and agrees
   // with the check.
   std::mt19937 rng(3);
@@ -460,6 +462,12 @@ TEST(TokenizerUtf8, ReplacesMaximalSubparts) {
     const std::string r = tk::ReplaceInvalidUtf8(s);
     ASSERT_TRUE(tk::IsValidUtf8(r));
     ASSERT_EQ(tk::IsValidUtf8(s), r == s);
+    // The valid prefix is what the repair keeps before its first U+FFFD.
+    const size_t p = tk::ValidUtf8Prefix(s);
+    ASSERT_EQ(r.substr(0, p), s.substr(0, p));
+    if (p < s.size()) {
+      ASSERT_EQ(r.substr(p, 3), R) << Printable(s);
+    }
     ASSERT_EQ(tk::ReplaceInvalidUtf8(r), r);
   }
 }

@@ -152,7 +152,9 @@ void AddServe(CLI::App& app, int* exit_code) {
                   "A file whose first line is the key clients send as 'Authorization: Bearer KEY'");
   cmd->add_option("--model-name", o->model_name,
                   "The model's name in the API (default: the container directory's name)");
-  cmd->add_option("--max-connections", o->max_connections, "Connections open at once")
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Connections open at once; a new one closes the longest idle, or is answered 503 "
+                  "when none is idle")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   AddEngineFlags(cmd, &o->engine);

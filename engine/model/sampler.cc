@@ -18,6 +18,26 @@ double Sampler::Uniform() {  // splitmix64
 }
 
 int Sampler::Sample(std::span<const float> logits) {
+  const bool penalized = opt_.presence_penalty != 0.f || opt_.frequency_penalty != 0.f;
+  std::span<const float> l = logits;
+  if (!opt_.logit_bias.empty() || !counts_.empty()) {
+    adjusted_.assign(logits.begin(), logits.end());
+    const auto in_range = [&](int32_t id) {
+      return id >= 0 && static_cast<size_t>(id) < logits.size();
+    };
+    for (const auto& [id, bias] : opt_.logit_bias)
+      if (in_range(id)) adjusted_[id] += bias;
+    for (const auto& [id, count] : counts_)
+      if (in_range(id))
+        adjusted_[id] -= static_cast<float>(count) * opt_.frequency_penalty + opt_.presence_penalty;
+    l = adjusted_;
+  }
+  const int token = Choose(l);
+  if (penalized) ++counts_[token];
+  return token;
+}
+
+int Sampler::Choose(std::span<const float> logits) {
   const int n = static_cast<int>(logits.size());
   if (opt_.temperature <= 0.f) {
     return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());

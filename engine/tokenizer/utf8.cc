@@ -43,6 +43,10 @@ int SequenceAt(std::string_view s, size_t i) {
 }  // namespace
 
 bool IsValidUtf8(std::string_view s) {
+  return ValidUtf8Prefix(s) == s.size();
+}
+
+size_t ValidUtf8Prefix(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     // ASCII eight bytes at a time.
@@ -54,10 +58,10 @@ bool IsValidUtf8(std::string_view s) {
     }
     if (i >= s.size()) break;
     const int n = SequenceAt(s, i);
-    if (n < 0) return false;
+    if (n < 0) return i;
     i += static_cast<size_t>(n);
   }
-  return true;
+  return s.size();
 }
 
 std::string ReplaceInvalidUtf8(std::string_view s) {

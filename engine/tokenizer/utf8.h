@@ -12,6 +12,9 @@ namespace waste::tokenizer {
 // True when `s` is well-formed UTF-8 (Unicode Table 3-7: no overlongs, no
 // surrogates, nothing above U+10FFFF).
 bool IsValidUtf8(std::string_view s);
+// The length of the longest well-formed prefix of `s`: where the first
+// ill-formed sequence starts, s.size() when there is none.
+size_t ValidUtf8Prefix(std::string_view s);
 
 // `s` with each maximal subpart of an ill-formed sequence replaced by U+FFFD
 // (EF BF BD): a lead byte and the continuation bytes that could still belong

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import openai
@@ -120,6 +121,32 @@ def run_checks(waste, container, port):
           a.choices[0].message.content == b.choices[0].message.content,
           f"{a.choices[0].message.content!r} vs {b.choices[0].message.content!r}")
 
+    # logit_bias: +100 on one token (" the", as the model's tokenizer has it)
+    # makes every greedy token that one, on both routes.
+    the = int(subprocess.run([waste, "tokenize", container, " the"], capture_output=True, text=True,
+                             check=True).stdout.split()[-1])
+    forced = client.chat.completions.create(model=model, messages=messages, max_tokens=6,
+                                            temperature=0, logprobs=True,
+                                            logit_bias={str(the): 100})
+    tokens = [bytes(t.bytes) for t in forced.choices[0].logprobs.content]
+    check("chat: a logit_bias of +100 repeats that token",
+          forced.usage.completion_tokens == 6 and tokens == [b" the"] * 6 and
+          forced.choices[0].message.content == " the" * 6, repr(forced.choices[0]))
+    cforced = client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=6,
+                                        temperature=0, logit_bias={str(the): 100})
+    check("completions: a logit_bias of +100 repeats that token",
+          cforced.choices[0].text == " the" * 6, repr(cforced.choices[0].text))
+    # A large penalty moves a greedy reply off the tokens it has used (48
+    # tokens: both test models repeat one within them, not within 24).
+    def reply(**kw):
+        return client.chat.completions.create(model=model, messages=messages, max_tokens=48,
+                                              temperature=0, **kw).choices[0].message.content
+    plain = reply()
+    for name in ["frequency", "presence"]:
+        pen = reply(**{f"{name}_penalty": 2.0})
+        check(f"chat: a large {name} penalty changes the greedy reply", pen != plain,
+              f"{pen!r}")
+
     lp = client.chat.completions.create(model=model, messages=messages, max_tokens=5,
                                         temperature=0, logprobs=True, top_logprobs=2)
     content = lp.choices[0].logprobs.content
@@ -136,6 +163,11 @@ def run_checks(waste, container, port):
         model=model, prompt="The :mod:`os` module", max_tokens=12, temperature=0, stream=True)
         if c.choices)
     check("completions: streamed equals whole", cstream == ctext, f"{cstream!r} vs {ctext!r}")
+    cplain, cpen = (client.completions.create(model=model, prompt="The :mod:`os` module",
+                                              max_tokens=48, temperature=0, **kw).choices[0].text
+                    for kw in [{}, {"frequency_penalty": 2.0}])
+    check("completions: a large frequency penalty changes the greedy reply", cpen != cplain,
+          f"{cpen!r}")
     clp = client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=4,
                                     temperature=0, logprobs=3)
     check("completions: logprobs", len(clp.choices[0].logprobs.tokens) ==
@@ -166,9 +198,26 @@ def run_checks(waste, container, port):
                            ("max_tokens -1", openai.BadRequestError, {"max_tokens": -1}),
                            ("n 2", openai.BadRequestError, {"n": 2}),
                            ("max_tokens past the context", openai.BadRequestError, {"max_tokens": 5000}),
-                           ("an unknown model", openai.NotFoundError, {"model": "no-such-model"})]:
+                           ("an unknown model", openai.NotFoundError, {"model": "no-such-model"}),
+                           ("presence_penalty 3", openai.BadRequestError, {"presence_penalty": 3}),
+                           ("logit_bias past the vocabulary", openai.BadRequestError,
+                            {"logit_bias": {"999999999": 1}}),
+                           ("logit_bias 101", openai.BadRequestError, {"logit_bias": {"5": 101}})]:
         ok, detail = raises(kind, **kw)
         check(f"errors: {name} raises {kind.__name__}", ok, detail)
+
+    # A body that is not UTF-8: a 400 that says so, on both routes.
+    for path, body in [("chat/completions", b'{"messages": [{"role": "user", "content": "caf\xe9"}]}'),
+                       ("completions", b'{"prompt": "\xff\xfe"}')]:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/{path}", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            check(f"{path}: invalid UTF-8 is a 400 naming it", False, "no error")
+        except urllib.error.HTTPError as e:
+            err = json.loads(e.read())["error"]
+            check(f"{path}: invalid UTF-8 is a 400 naming it",
+                  e.code == 400 and "UTF-8" in err["message"], f"{e.code} {err}")
 
     # curl: the exact framing of the stream.
     body = json.dumps({"model": model, "messages": messages, "max_tokens": 4, "temperature": 0,
