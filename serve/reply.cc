@@ -379,7 +379,7 @@ void ReplyParser::Marker(const Rule& r) {
           mode_ = WordAfter(header_, "<|channel|>") == "analysis" ? Mode::kReasoning : Mode::kText;
         }
       } else {  // XTML: the element's name
-        const std::string name = WordAfter(" " + header_, " ");
+        const std::string name = header_.substr(0, header_.find_first_of(" \t\n"));
         mode_ = name == "think"      ? Mode::kReasoning
                 : name == "response" ? Mode::kText
                                      : Mode::kHidden;
