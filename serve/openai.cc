@@ -501,7 +501,15 @@ std::string ReplyText::Flush() {
 // --------------------------------------------------------------- answers
 
 const char* FinishName(Finish f) {
-  return f == Finish::kStop ? "stop" : "length";
+  switch (f) {
+    case Finish::kStop:
+      return "stop";
+    case Finish::kLength:
+      return "length";
+    case Finish::kToolCalls:
+      return "tool_calls";
+  }
+  return "stop";
 }
 
 json Usage::ToJson() const {
@@ -566,11 +574,23 @@ json CompletionLogprobs(const Tokenizer& tok, std::span<const LoggedToken> token
       {"tokens", texts}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json ChatCompletion(const AnswerHead& h, const std::string& text, const json& logprobs,
+json ChatCompletion(const AnswerHead& h, const ChatReply& reply, const json& logprobs,
                     Finish finish, const Usage& usage) {
+  json message = {{"role", "assistant"}};
+  message["content"] =
+      reply.content.empty() && !reply.tool_calls.empty() ? json() : json(reply.content);
+  if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+  if (!reply.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ChatToolCall& c : reply.tool_calls)
+      calls.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    message["tool_calls"] = std::move(calls);
+  }
   json j = Head(h, "chat.completion");
   j["choices"] = json::array({{{"index", 0},
-                               {"message", {{"role", "assistant"}, {"content", text}}},
+                               {"message", std::move(message)},
                                {"logprobs", logprobs},
                                {"finish_reason", FinishName(finish)}}});
   j["usage"] = usage.ToJson();
@@ -605,6 +625,25 @@ json ChatRoleChunk(const AnswerHead& h) {
 
 json ChatContentChunk(const AnswerHead& h, const std::string& text, const json& logprobs) {
   return ChatChunk(h, {{"content", text}}, logprobs, nullptr);
+}
+
+json ChatReasoningChunk(const AnswerHead& h, const std::string& text, const json& logprobs) {
+  return ChatChunk(h, {{"reasoning_content", text}}, logprobs, nullptr);
+}
+
+json ChatToolCallChunk(const AnswerHead& h, int index, const std::string& id,
+                       const std::string& name, const json& logprobs) {
+  const json call = {{"index", index},
+                     {"id", id},
+                     {"type", "function"},
+                     {"function", {{"name", name}, {"arguments", ""}}}};
+  return ChatChunk(h, {{"tool_calls", json::array({call})}}, logprobs, nullptr);
+}
+
+json ChatToolArgsChunk(const AnswerHead& h, int index, const std::string& arguments,
+                       const json& logprobs) {
+  const json call = {{"index", index}, {"function", {{"arguments", arguments}}}};
+  return ChatChunk(h, {{"tool_calls", json::array({call})}}, logprobs, nullptr);
 }
 
 json ChatFinishChunk(const AnswerHead& h, Finish finish) {

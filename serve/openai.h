@@ -169,8 +169,8 @@ size_t CompleteUtf8Prefix(std::string_view s);
 
 // --------------------------------------------------------------- answers
 
-enum class Finish { kStop, kLength };
-const char* FinishName(Finish f);  // "stop", "length"
+enum class Finish { kStop, kLength, kToolCalls };
+const char* FinishName(Finish f);  // "stop", "length", "tool_calls"
 
 struct Usage {
   int64_t prompt_tokens = 0;
@@ -198,18 +198,39 @@ nlohmann::json ChatLogprobs(const Tokenizer& tok, std::span<const LoggedToken> t
 nlohmann::json CompletionLogprobs(const Tokenizer& tok, std::span<const LoggedToken> tokens,
                                   int64_t offset0);
 
+// A chat reply as its whole answer shows it (serve/reply.h's events gathered).
+struct ChatReply {
+  std::string content{};
+  std::string reasoning{};                 // the model's thinking; empty: none
+  std::vector<ChatToolCall> tool_calls{};  // id, name, arguments (a JSON object's text)
+};
+
 // Whole answers. `logprobs`: null, or ChatLogprobs / CompletionLogprobs.
-nlohmann::json ChatCompletion(const AnswerHead& h, const std::string& text,
+// Chat: message {role, content, reasoning_content (only when there was
+// reasoning), tool_calls [{id, type "function", function {name, arguments}}]
+// (only when there were calls)}; content null when there were calls and no
+// text, as DeepSeek's API and vLLM answer.
+nlohmann::json ChatCompletion(const AnswerHead& h, const ChatReply& reply,
                               const nlohmann::json& logprobs, Finish finish, const Usage& usage);
 nlohmann::json TextCompletion(const AnswerHead& h, const std::string& text,
                               const nlohmann::json& logprobs, Finish finish, const Usage& usage);
 
 // Streamed chat: ChatRoleChunk first (delta role assistant, content ""),
-// then ChatContentChunk for each piece of text, ChatFinishChunk (empty delta,
-// finish_reason), UsageChunk when include_usage (choices empty), then kSseDone.
+// then ChatContentChunk for each piece of text, ChatReasoningChunk for each
+// piece of thinking (delta reasoning_content), per call ChatToolCallChunk once
+// (delta tool_calls [{index, id, type "function", function {name, arguments
+// ""}}]) then ChatToolArgsChunk per piece of its arguments ([{index, function
+// {arguments}}]); ChatFinishChunk (empty delta, finish_reason), UsageChunk
+// when include_usage (choices empty), then kSseDone.
 nlohmann::json ChatRoleChunk(const AnswerHead& h);
 nlohmann::json ChatContentChunk(const AnswerHead& h, const std::string& text,
                                 const nlohmann::json& logprobs);
+nlohmann::json ChatReasoningChunk(const AnswerHead& h, const std::string& text,
+                                  const nlohmann::json& logprobs);
+nlohmann::json ChatToolCallChunk(const AnswerHead& h, int index, const std::string& id,
+                                 const std::string& name, const nlohmann::json& logprobs);
+nlohmann::json ChatToolArgsChunk(const AnswerHead& h, int index, const std::string& arguments,
+                                 const nlohmann::json& logprobs);
 nlohmann::json ChatFinishChunk(const AnswerHead& h, Finish finish);
 // Streamed completions: TextChunk for each piece, the last with its finish.
 nlohmann::json TextChunk(const AnswerHead& h, const std::string& text,

@@ -83,32 +83,73 @@ class ChatAnswer final : public OpenAiAnswer {
 
   void OnEnd(bool length, const Usage& usage) override {
     Take(reply_.Flush());
-    const Finish finish = length && !reply_.done() ? Finish::kLength : Finish::kStop;
+    const Finish finish = calls_ > 0                 ? Finish::kToolCalls
+                          : length && !reply_.done() ? Finish::kLength
+                                                     : Finish::kStop;
     if (streaming()) {
-      if (!logged_.empty()) SendContent("");
+      if (!logged_.empty()) Send(ChatContentChunk(p_.head, "", LoggedJson(0)));
       EndStream(ChatFinishChunk(p_.head, finish), usage);
     } else {
-      SendWhole(ChatCompletion(p_.head, text_, LoggedJson(0), finish, usage));
+      SendWhole(ChatCompletion(p_.head, whole_, LoggedJson(0), finish, usage));
     }
   }
 
  private:
+  using Kind = ReplyEvent::Kind;
+
+  // A stream sends each event as it comes, with the logprobs of the tokens
+  // since the last chunk; a whole answer gathers them.
   void Take(const std::vector<ReplyEvent>& events) {
     for (const ReplyEvent& e : events) {
-      if (e.kind != ReplyEvent::Kind::kText) continue;  // the parser makes no others yet
-      if (streaming())
-        SendContent(e.text);
-      else
-        text_ += e.text;
+      if (e.kind == Kind::kToolCallStart) ++calls_;
+      if (!streaming()) {
+        Gather(e);
+        continue;
+      }
+      switch (e.kind) {
+        case Kind::kText:
+          Send(ChatContentChunk(p_.head, e.text, LoggedJson(0)));
+          break;
+        case Kind::kReasoning:
+          Send(ChatReasoningChunk(p_.head, e.text, LoggedJson(0)));
+          break;
+        case Kind::kToolCallStart:
+          Send(ChatToolCallChunk(p_.head, e.tool_index, e.id, e.name, LoggedJson(0)));
+          break;
+        case Kind::kToolCallArgs:
+          Send(ChatToolArgsChunk(p_.head, e.tool_index, e.text, LoggedJson(0)));
+          break;
+        case Kind::kToolCallEnd:
+          break;
+      }
     }
   }
-  void SendContent(const std::string& piece) {
-    p_.r->Write(SseEvent(ChatContentChunk(p_.head, piece, LoggedJson(0))));
+  void Gather(const ReplyEvent& e) {
+    switch (e.kind) {
+      case Kind::kText:
+        whole_.content += e.text;
+        break;
+      case Kind::kReasoning:
+        whole_.reasoning += e.text;
+        break;
+      case Kind::kToolCallStart:
+        whole_.tool_calls.push_back({e.id, e.name, ""});
+        break;
+      case Kind::kToolCallArgs:
+        whole_.tool_calls.back().arguments += e.text;
+        break;
+      case Kind::kToolCallEnd:
+        break;
+    }
+  }
+  void Send(const json& chunk) {
+    p_.r->Write(SseEvent(chunk));
     logged_.clear();
   }
 
   ReplyParser reply_;
-  std::string text_;  // a whole answer's content
+  ChatReply whole_;  // a whole answer's message
+  int calls_ = 0;
 };
 
 class CompletionAnswer final : public OpenAiAnswer {

@@ -8,14 +8,55 @@
 // family's thinking and tool-call delimiters are consumed here. Stop strings
 // end the text (and nothing after them is shown); UTF-8 is held back to whole
 // characters, as ReplyText does (serve/openai.h).
+//
+// The family's syntax (ChatFormat::family), read on the reply's bytes (the
+// texts of its markup's special tokens included, other specials dropped), so
+// that a marker is found whether the tokenizer has it as one special token or
+// as plain text; bytes that may be the start of a marker wait for the next
+// token, as stop strings do:
+//
+//   qwen3, glm-4.5       <think>..</think> reasoning; <tool_call>..</tool_call> a call:
+//                        qwen3's a JSON object {"name", "arguments"}, GLM's
+//                        NAME <arg_key>K</arg_key><arg_value>V</arg_value>..., each V
+//                        the JSON value it parses as, else a string (vLLM's glm45)
+//   deepseek-v3, -v3.1   <think>..</think> (R1-style and V3.1's thinking); calls in
+//                        <｜tool▁calls▁begin｜>..<｜tool▁calls▁end｜>, each
+//                        <｜tool▁call▁begin｜>..<｜tool▁call▁end｜>: V3's
+//                        function<｜tool▁sep｜>NAME\n```json\nARGS\n```, V3.1's
+//                        NAME<｜tool▁sep｜>ARGS
+//   kimi-k2              <think>..</think>; <|tool_calls_section_begin|>, each call
+//                        <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>
+//                        ARGS<|tool_call_end|>, <|tool_calls_section_end|>
+//   harmony              messages: a header up to <|message|>, a body up to <|end|>,
+//                        <|return|> or <|call|>; the analysis channel is reasoning, the
+//                        final and commentary channels text, a header with
+//                        to=functions.NAME a call whose body is ARGS
+//   k3-xtml              the think element is reasoning, the response element text, the
+//                        rest (the message's own tags) hidden; its tool-call syntax is
+//                        not in the repository's fixtures, so it has none here
+//   other (demo, none)   every token but the specials is text
+//
+// Newlines that join a segment to markup are the markup's (as the templates
+// strip them when they render a past reply): the leading ones of reasoning
+// and of text after a marker, the trailing ones before a marker.
+//
+// A call is held back until its end marker, then checked: a name of
+// [A-Za-z0-9_.:-] (at most 128), arguments a JSON object. A good one gives
+// kToolCallStart, one kToolCallArgs (the arguments' JSON text) and
+// kToolCallEnd together; a malformed one (bad JSON, no name, or still open
+// when the reply ends) is shown as text, markup and all, as vLLM's and
+// llama.cpp's servers return it. Stop strings are looked for in the text and
+// in the reasoning (each apart), not in calls.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/format/chat.h"
+#include "engine/model/stop.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/openai.h"
 
@@ -40,7 +81,20 @@ struct ReplyEvent {
 struct ReplyOptions {
   std::vector<int32_t> end_of_turn;  // ids that end the reply (EndOfTurnIds); none: never
   std::vector<std::string> stops;    // the request's stop strings
+  // The generation prompt left a think block open, so the reply's first
+  // tokens are reasoning (DeepSeek-R1's and V3.1's <think>, Qwen3-Thinking's,
+  // K3's think element). None: as the format's own generation prompt
+  // (chat.open) leaves it, ThinkingOpen.
+  std::optional<bool> thinking_open{};
 };
+
+// Whether `open` (a generation prompt of `chat`'s family) ends inside a think
+// block: its last <think> after its last </think> (K3: it ends with the
+// think element's open tag).
+bool ThinkingOpen(const ChatFormat& chat, std::string_view open);
+
+// "call_" and 24 random letters and digits.
+std::string NewToolCallId();
 
 // Feed every generated token in order, then Flush once at the end.
 // `tok` and `chat` must outlive it.
@@ -50,10 +104,62 @@ class ReplyParser {
   std::vector<ReplyEvent> Feed(int32_t id);
   std::vector<ReplyEvent> Flush();
   // An end-of-turn id or a stop string ended the reply.
-  bool done() const { return text_.done(); }
+  bool done() const { return done_; }
+
+  // Where the reply is: what its bytes go to until the next marker.
+  enum class Mode {
+    kText,
+    kReasoning,
+    kSection,  // between the calls of a tool-calls section (dropped)
+    kCall,     // a call's markup, held until its end
+    kHeader,   // harmony's message header, XTML's open tag: read at its end
+    kHidden,   // shown nowhere (between harmony's messages, XTML's other elements)
+  };
+  enum class Act { kNone, kCallBegin, kCallEnd, kHeaderEnd };
+  struct Rule {
+    std::string marker;
+    Mode next;
+    Act act = Act::kNone;
+  };
 
  private:
-  ReplyText text_;
+  void Bytes(std::string_view b);
+  void Scan();
+  void ToSink(std::string_view s);
+  void Marker(const Rule& r);
+  void Show(ReplyEvent::Kind kind, std::string_view s);
+  void Emit(ReplyEvent::Kind kind, std::string_view piece);
+  void Append(ReplyEvent::Kind kind, std::string text);
+  void EndSegment();
+  void EndCall(std::string_view end);
+  void Finish();
+  std::vector<ReplyEvent> Take();
+
+  const Tokenizer& tok_;
+  const ChatFormat& chat_;
+  std::vector<int32_t> end_;
+  std::vector<std::vector<Rule>> rules_;  // by Mode
+  std::vector<int32_t> markup_ids_;       // specials whose text the syntax reads
+  bool strip_markup_newlines_ = false;
+
+  Mode mode_ = Mode::kText;
+  std::string partial_;    // bytes of an unfinished UTF-8 character
+  std::string scan_;       // bytes not yet past the markers' reach
+  std::string header_;     // the header being read
+  std::string call_;       // the call being read, its opening marker first
+  std::string call_name_;  // harmony: the recipient's name from the header
+  size_t call_begin_ = 0;  // call_'s bytes before its body
+  int calls_ = 0;
+
+  // The segment of text or reasoning being shown.
+  ReplyEvent::Kind shown_kind_ = ReplyEvent::Kind::kText;
+  bool segment_start_ = true;  // no byte of it shown yet
+  bool after_markup_ = false;  // it follows a marker (its leading newlines are the markup's)
+  std::string newlines_;       // trailing newlines held
+  StopMatcher stop_text_, stop_reasoning_;
+
+  std::vector<ReplyEvent> out_;
+  bool done_ = false;
 };
 
 }  // namespace waste::serve

@@ -525,7 +525,7 @@ TEST_F(Reply, WholeAnswersAndLogprobs) {
   EXPECT_EQ(chat_lp["content"][0]["top_logprobs"][0]["bytes"], json{1});
   EXPECT_EQ(chat_lp["content"][1]["token"], "\xEF\xBF\xBD");  // half a character
   EXPECT_EQ(chat_lp["content"][1]["bytes"], json{0xC3});
-  const json c = ChatCompletion(h, "hel\xC3\xA9", chat_lp, Finish::kLength, {3, 2});
+  const json c = ChatCompletion(h, {.content = "hel\xC3\xA9"}, chat_lp, Finish::kLength, {3, 2});
   EXPECT_EQ(c["object"], "chat.completion");
   EXPECT_EQ(c["choices"][0]["message"], (json{{"role", "assistant"}, {"content", "hel\xC3\xA9"}}));
   EXPECT_EQ(c["choices"][0]["finish_reason"], "length");

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The chat page of waste serve in headless Chromium (Debian's), driven
 over the DevTools protocol: type a message, send it, read the streamed
-answer back; then a second turn, which the server resumes from the state it
-kept (its /metrics count reused tokens). scripts/openai_check.sh runs it.
+answer back with its speed; then a second turn, which the server resumes
+from the state it kept (its /metrics count reused tokens); then thinking and
+tool-call chunks shown apart. scripts/openai_check.sh runs it.
 
     chat_page_test.py WASTE CONTAINER
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,6 +119,11 @@ def main():
         check("a first reply is streamed into the page", done and len(turns) == 2 and
               turns[0] == ["turn user", "What does the os module do?"] and
               turns[1][0] == "turn assistant" and len(turns[1][1]) > 0, str(turns))
+        speed = page.eval("document.querySelector('.turn.assistant .speed').textContent")
+        check("the reply's speed is shown",
+              bool(re.fullmatch(r"\d+ tokens, [\d.]+ tok/s", speed or "")), str(speed))
+        check("no thinking shown when there was none",
+              page.eval("document.querySelector('.turn.assistant .thinking').hidden") is True)
         reused_before = metric(port, "waste_serve_reused_tokens_total")
         done, turns = say("And the sys module?", 2)
         check("a second reply follows it", done and len(turns) == 4 and
@@ -124,6 +131,30 @@ def main():
         reused = metric(port, "waste_serve_reused_tokens_total")
         check("the second turn resumed from the kept state", reused is not None and
               reused > (reused_before or 0), f"{reused_before} -> {reused}")
+        # Thinking and tool calls, as the server streams them (serve/openai.h's
+        # chunks; the demo model writes neither): the thinking folded apart,
+        # each call's name and arguments joined as they arrive.
+        shown = page.eval("""(() => {
+            const t = addReply();
+            for (const d of [{reasoning_content: "Two "}, {reasoning_content: "cities."},
+                             {content: "Checking."},
+                             {tool_calls: [{index: 0, id: "call_a", type: "function",
+                                            function: {name: "get_weather", arguments: ""}}]},
+                             {tool_calls: [{index: 0, function: {arguments: '{"city": '}}]},
+                             {tool_calls: [{index: 1, id: "call_b", type: "function",
+                                            function: {name: "get_time", arguments: ""}}]},
+                             {tool_calls: [{index: 0, function: {arguments: '"Paris"}'}}]},
+                             {tool_calls: [{index: 1, function: {arguments: "{}"}}]}])
+              applyDelta(t, d);
+            const r = [t.thinking.tagName, t.thinking.hidden, t.thinking.open,
+                       t.thought.textContent, t.text.textContent,
+                       [...t.calls.children].map(c => c.textContent)];
+            t.div.remove();
+            return r;
+        })()""")
+        check("thinking folded apart, tool calls as they stream", shown == [
+            "DETAILS", False, False, "Two cities.", "Checking.",
+            ['get_weather({"city": "Paris"})', "get_time({})"]], str(shown))
     finally:
         chrome.terminate()
         chrome.wait(30)

@@ -1,0 +1,508 @@
+// A chat reply's tokens as events (serve/reply.h ReplyParser) for every
+// family's syntax, and OpenAI's chat answer written from them
+// (serve/openai.h: reasoning_content, tool_calls, finish_reason). Each reply
+// is written as the family's model writes it (the markup its released
+// template renders for a past reply, tests/fixtures/chat/*.jinja), encoded
+// with the family's fixture tokenizer (its markup specials as their ids),
+// then fed token by token, and again one byte a token (every marker and
+// UTF-8 character split across tokens): the same events either way, the
+// text, reasoning and calls as the model meant them, no markup shown.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/convert/tokenizer_import.h"
+#include "engine/format/chat.h"
+#include "serve/openai.h"
+#include "serve/reply.h"
+#include "tests/test_util.h"
+
+namespace waste::serve {
+namespace {
+
+using nlohmann::json;
+using testing::ReadText;
+using testing::WriteText;
+namespace fs = std::filesystem;
+using Kind = ReplyEvent::Kind;
+
+const std::string kFixtures = std::string(WASTE_FIXTURES);
+
+// A fixture tokenizer.json imported as waste convert imports it.
+Tokenizer ImportTokenizer(const std::string& dir) {
+  const std::string src = testing::ScratchDir("-src"), out = testing::ScratchDir("-tok");
+  fs::copy_file(dir + "/tokenizer.json", src + "/tokenizer.json");
+  fs::copy_file(dir + "/tokenizer_config.json", src + "/tokenizer_config.json");
+  convert::SourceModel model;
+  model.shape.vocab = 1 << 20;
+  auto t = convert::ImportTokenizer(src, model);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) std::abort();
+  WriteText(out + "/tokenizer.model", t->tokenizer_model);
+  if (!t->merges_txt.empty()) WriteText(out + "/merges.txt", t->merges_txt);
+  if (!t->pretokenizer_json.empty()) WriteText(out + "/pretokenizer.json", t->pretokenizer_json);
+  if (!t->normalizer_json.empty()) WriteText(out + "/normalizer.json", t->normalizer_json);
+  WriteText(out + "/specials.json", t->specials_json);
+  auto tok = Tokenizer::Load(out);
+  EXPECT_TRUE(tok.ok()) << tok.status().message();
+  if (!tok.ok()) std::abort();
+  return *tok;
+}
+
+// The Kimi fixture vocabulary with `specials` (a specials.json's entries).
+Tokenizer KimiTokenizer(const json& specials) {
+  const std::string dir = testing::ScratchDir("-kimi");
+  fs::copy_file(kFixtures + "/tokenizer/tokenizer.model", dir + "/tokenizer.model");
+  WriteText(dir + "/specials.json", specials.dump());
+  auto t = Tokenizer::Load(dir);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) std::abort();
+  return *t;
+}
+
+// Each family's tokenizer, loaded once (DeepSeek's takes seconds).
+const Tokenizer& Tok(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
+  auto& slot = cache[name];
+  if (!slot) {
+    if (name == "kimi")  // Kimi's tool-call markers are not among its specials: plain text here
+      slot = std::make_unique<Tokenizer>(
+          KimiTokenizer(json::parse(ReadText(kFixtures + "/tokenizer/specials.json"))));
+    else if (name == "k3")
+      slot = std::make_unique<Tokenizer>(
+          KimiTokenizer(json::parse(ReadText(kFixtures + "/chat/xtml.json"))["specials"]));
+    else
+      slot = std::make_unique<Tokenizer>(ImportTokenizer(kFixtures + "/tokenizer/" + name));
+  }
+  return *slot;
+}
+
+struct Case {
+  const Tokenizer* tok;
+  ChatFormat chat;
+  ReplyOptions options;
+};
+
+Case Make(const std::string& tok, ChatFormat chat, std::optional<bool> thinking_open = {},
+          std::vector<std::string> stops = {}) {
+  const Tokenizer& t = Tok(tok);
+  ReplyOptions o;
+  for (const std::string& e : chat.end_of_turn) o.end_of_turn.push_back(*t.SpecialId(e));
+  o.stops = std::move(stops);
+  o.thinking_open = thinking_open;
+  return {&t, std::move(chat), std::move(o)};
+}
+
+// The events of `ids` fed one at a time, then Flush; consecutive pieces of
+// the same kind joined (where tokens fall must not change them).
+struct Run {
+  std::vector<ReplyEvent> events;
+  bool done = false;
+};
+Run Feed(const Case& c, const std::vector<int32_t>& ids) {
+  ReplyParser p(*c.tok, c.chat, c.options);
+  Run r;
+  const auto take = [&](std::vector<ReplyEvent> es) {
+    for (ReplyEvent& e : es) {
+      const bool piece = e.kind == Kind::kText || e.kind == Kind::kReasoning;
+      EXPECT_TRUE(!piece || !e.text.empty());
+      if (piece && !r.events.empty() && r.events.back().kind == e.kind)
+        r.events.back().text += e.text;
+      else
+        r.events.push_back(std::move(e));
+    }
+  };
+  for (int32_t id : ids) take(p.Feed(id));
+  take(p.Flush());
+  r.done = p.done();
+  return r;
+}
+
+// The reply's markup with its specials as ids and the rest as content
+// (EncodeMarkup), or with every content byte a token of its own.
+std::vector<int32_t> Tokens(const Tokenizer& tok, const std::string& reply, bool bytewise) {
+  const std::vector<int32_t> ids = tok.EncodeMarkup(reply);
+  if (!bytewise) return ids;
+  std::map<unsigned char, int32_t> byte_id;
+  for (int32_t id = 0; id < tok.n_ranks(); ++id)
+    if (tok.TokenBytes(id).size() == 1)
+      byte_id[static_cast<unsigned char>(tok.TokenBytes(id)[0])] = id;
+  std::vector<int32_t> out;
+  for (int32_t id : ids) {
+    if (tok.IsSpecial(id)) {
+      out.push_back(id);
+      continue;
+    }
+    for (const char b : tok.TokenBytes(id))
+      out.push_back(byte_id.at(static_cast<unsigned char>(b)));
+  }
+  return out;
+}
+
+// What a reply showed: its text, reasoning and calls (name, arguments).
+struct Shown {
+  std::string text, reasoning;
+  std::vector<std::pair<std::string, json>> calls;
+  bool done = false;
+};
+
+Shown Gather(const Run& r) {
+  Shown s;
+  s.done = r.done;
+  int open = -1;
+  static const std::regex kId("call_[A-Za-z0-9]{24}");
+  std::string args;
+  for (const ReplyEvent& e : r.events) {
+    switch (e.kind) {
+      case Kind::kText:
+        EXPECT_EQ(open, -1) << "text inside a call";
+        s.text += e.text;
+        break;
+      case Kind::kReasoning:
+        EXPECT_EQ(open, -1) << "reasoning inside a call";
+        s.reasoning += e.text;
+        break;
+      case Kind::kToolCallStart:
+        EXPECT_EQ(open, -1);
+        EXPECT_EQ(e.tool_index, static_cast<int>(s.calls.size()));
+        EXPECT_TRUE(std::regex_match(e.id, kId)) << e.id;
+        open = e.tool_index;
+        s.calls.push_back({e.name, nullptr});
+        args.clear();
+        break;
+      case Kind::kToolCallArgs:
+        EXPECT_EQ(e.tool_index, open);
+        args += e.text;
+        break;
+      case Kind::kToolCallEnd: {
+        EXPECT_EQ(e.tool_index, open);
+        const json a = json::parse(args, nullptr, false);
+        EXPECT_FALSE(a.is_discarded()) << args;
+        EXPECT_TRUE(a.is_object()) << args;
+        s.calls.back().second = a;
+        open = -1;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(open, -1) << "a call never ended";
+  return s;
+}
+
+// Fed as the tokenizer encodes it and one byte a token: the same events
+// (their ids aside), and what they show.
+Shown Parse(const Case& c, const std::string& reply) {
+  const std::vector<int32_t> ids = Tokens(*c.tok, reply, false),
+                             split = Tokens(*c.tok, reply, true);
+  EXPECT_GT(split.size(), ids.size());
+  Run whole = Feed(c, ids);
+  Run bytes = Feed(c, split);
+  EXPECT_EQ(whole.events.size(), bytes.events.size()) << reply;
+  for (size_t i = 0; i < std::min(whole.events.size(), bytes.events.size()); ++i) {
+    ReplyEvent a = whole.events[i], b = bytes.events[i];
+    if (!a.id.empty()) {
+      EXPECT_NE(a.id, b.id);  // fresh for every call
+    }
+    a.id = b.id = "";
+    EXPECT_EQ(a, b) << "event " << i << " of " << reply;
+  }
+  EXPECT_EQ(whole.done, bytes.done);
+  return Gather(whole);
+}
+
+using Calls = std::vector<std::pair<std::string, json>>;
+
+TEST(Reply, Qwen3ThinkingThenTwoCalls) {
+  // Thinking on: the generation prompt opens bare and the model writes its think block.
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true), false);
+  const Shown s = Parse(c,
+                        "<think>\nThe user wants Paris and Lyon.\n</think>\n\nLet me check both.\n"
+                        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                        "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", "
+                        "\"arguments\": {\"city\": \"Lyon\", \"unit\": \"°C\"}}\n</tool_call>"
+                        "<|im_end|>");
+  EXPECT_EQ(s.reasoning, "The user wants Paris and Lyon.");
+  EXPECT_EQ(s.text, "Let me check both.");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather", {{"city", "Paris"}}},
+                            {"get_weather", {{"city", "Lyon"}, {"unit", "°C"}}}}));
+  EXPECT_TRUE(s.done);
+}
+
+TEST(Reply, Qwen3ThinkingOffIsAllText) {
+  // The prompt's empty think block closed it: "<think>" is not in the reply,
+  // and text that only looks like the start of a marker stays text.
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true));
+  EXPECT_FALSE(ThinkingOpen(c.chat, c.chat.open));
+  const Shown s = Parse(c, "Use a <thinking> tag, or <tool_ for short.\n<|im_end|>ignored");
+  EXPECT_EQ(s.text, "Use a <thinking> tag, or <tool_ for short.\n");
+  EXPECT_EQ(s.reasoning, "");
+  EXPECT_TRUE(s.calls.empty());
+}
+
+TEST(Reply, ThinkingOpenByThePrompt) {
+  // Qwen3-Thinking's and DeepSeek-R1's prompts end inside the think block.
+  const ChatFormat qwen = ChatFormat::Qwen3(false);
+  EXPECT_TRUE(ThinkingOpen(qwen, "<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(ThinkingOpen(qwen, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(ThinkingOpen(ChatFormat::Harmony(), "<think>"));
+  EXPECT_TRUE(ThinkingOpen(ChatFormat::Xtml(true), ChatFormat::Xtml(true).open));
+  EXPECT_FALSE(ThinkingOpen(ChatFormat::Xtml(false), ChatFormat::Xtml(false).open));
+  const Shown s = Parse(Make("qwen3", qwen, true), "Two and two.\n</think>\n\n4<|im_end|>");
+  EXPECT_EQ(s.reasoning, "Two and two.");
+  EXPECT_EQ(s.text, "4");
+  // DeepSeek-R1: the reply starts inside thinking.
+  const Case r1 = Make("deepseek", ChatFormat::Deepseek(true), true);
+  const Shown d = Parse(r1,
+                        "Paris is France's capital.\n</think>\n\nParis.<\xEF\xBD\x9C"
+                        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>");
+  EXPECT_EQ(d.reasoning, "Paris is France's capital.");
+  EXPECT_EQ(d.text, "Paris.");
+  EXPECT_TRUE(d.done);
+}
+
+const std::string kDsEos =
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>",
+                  kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>",
+                  kDsSep = "<｜tool▁sep｜>";
+
+TEST(Reply, DeepseekV3Calls) {
+  const Case c = Make("deepseek", ChatFormat::Deepseek(true));
+  const Shown s =
+      Parse(c, "Checking.\n\n" + kDsCallsBegin + kDsCallBegin + "function" + kDsSep +
+                   "get_weather\n```json\n{\"city\": \"Paris\", \"days\": [1, 2]}\n```" +
+                   kDsCallEnd + "\n" + kDsCallBegin + "function" + kDsSep +
+                   "get_time\n```json\n{}\n```" + kDsCallEnd + kDsCallsEnd + kDsEos);
+  EXPECT_EQ(s.text, "Checking.");
+  EXPECT_EQ(s.reasoning, "");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather", {{"city", "Paris"}, {"days", {1, 2}}}},
+                            {"get_time", json::object()}}));
+  EXPECT_TRUE(s.done);
+}
+
+TEST(Reply, DeepseekV31ThinkingThenACall) {
+  // Thinking on: the prompt ends with <think>, the model closes it.
+  const Case c = Make("deepseek", ChatFormat::DeepseekV31(), true);
+  EXPECT_FALSE(ThinkingOpen(c.chat, c.chat.open));  // the template's default: off
+  EXPECT_TRUE(ThinkingOpen(c.chat, "<｜Assistant｜><think>"));
+  const Shown s =
+      Parse(c, "I should call the tool.</think>" + kDsCallsBegin + kDsCallBegin + "get_weather" +
+                   kDsSep + "{\"city\": \"北京\"}" + kDsCallEnd + kDsCallsEnd + kDsEos);
+  EXPECT_EQ(s.reasoning, "I should call the tool.");
+  EXPECT_EQ(s.text, "");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather", {{"city", "北京"}}}}));
+}
+
+TEST(Reply, KimiK2CallsInPlainText) {
+  // The fixture vocabulary lacks Kimi's tool-call specials: the markers arrive as text.
+  const Case c = Make("kimi", ChatFormat::Kimi());
+  const Shown s =
+      Parse(c,
+            "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+            "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+            "<|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>"
+            "{\"tz\": \"CET\"}<|tool_call_end|><|tool_calls_section_end|><|im_end|>");
+  EXPECT_EQ(s.text, "Sure.");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather", {{"city", "Paris"}}}, {"get_time", {{"tz", "CET"}}}}));
+  EXPECT_TRUE(s.done);
+}
+
+TEST(Reply, Glm45ThinkingAndArguments) {
+  // Thinking on: the reply opens bare after <|assistant|>.
+  ChatFormat glm = ChatFormat::Glm45();
+  const Case c = Make("glm45", glm, false);
+  const Shown s =
+      Parse(c,
+            "\n<think>Need the weather.</think>\nI'll look it up.\n<tool_call>get_weather\n"
+            "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+            "<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"hourly\": "
+            "true}</arg_value>\n<arg_key>note</arg_key>\n<arg_value>not {json</arg_value>\n"
+            "</tool_call><|observation|>");
+  EXPECT_EQ(s.reasoning, "Need the weather.");
+  EXPECT_EQ(s.text, "I'll look it up.");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather",
+                             {{"city", "Paris"},
+                              {"days", 3},
+                              {"opts", {{"hourly", true}}},
+                              {"note", "not {json"}}}}));
+  // Thinking off (the prompt's empty block): GLM's "\n" before its text is the markup's.
+  const Shown off = Parse(Make("glm45", glm), "\nHello.<|user|>");
+  EXPECT_EQ(off.text, "Hello.");
+}
+
+TEST(Reply, HarmonyChannels) {
+  const Case c = Make("gpt-oss", ChatFormat::Harmony());
+  const Shown s = Parse(c,
+                        "<|channel|>analysis<|message|>The user asks for a capital. Easy.<|end|>"
+                        "<|start|>assistant<|channel|>final<|message|>Paris, of course.<|return|>");
+  EXPECT_EQ(s.reasoning, "The user asks for a capital. Easy.");
+  EXPECT_EQ(s.text, "Paris, of course.");
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_TRUE(s.done);
+}
+
+TEST(Reply, HarmonyCallEndsTheReply) {
+  const Case c = Make("gpt-oss", ChatFormat::Harmony());
+  // As the model writes it, the recipient after the channel ...
+  const Shown s = Parse(c,
+                        "<|channel|>analysis<|message|>Need the weather tool.<|end|>"
+                        "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+                        "<|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+  EXPECT_EQ(s.reasoning, "Need the weather tool.");
+  EXPECT_EQ(s.text, "");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather", {{"city", "Paris"}}}}));
+  EXPECT_TRUE(s.done);
+  // ... and as the template renders a past call, the recipient before it.
+  const Shown t = Parse(c,
+                        "<|channel|>analysis<|message|>Weather.<|end|><|start|>assistant "
+                        "to=functions.get_weather<|channel|>commentary json<|message|>"
+                        "{\"city\": \"Oslo\"}<|call|>");
+  EXPECT_EQ(t.calls, (Calls{{"get_weather", {{"city", "Oslo"}}}}));
+}
+
+TEST(Reply, K3ThinkAndResponseElements) {
+  const std::string close = "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
+  const Shown on = Parse(Make("k3", ChatFormat::Xtml(true)),
+                         "Rayleigh, short waves<|close|>think<|sep|><|open|>response<|sep|>Blue "
+                         "light scatters." +
+                             close);
+  EXPECT_EQ(on.reasoning, "Rayleigh, short waves");
+  EXPECT_EQ(on.text, "Blue light scatters.");
+  EXPECT_TRUE(on.done);
+  const Shown off = Parse(Make("k3", ChatFormat::Xtml(false)), "The sky scatters blue." + close);
+  EXPECT_EQ(off.reasoning, "");
+  EXPECT_EQ(off.text, "The sky scatters blue.");
+}
+
+TEST(Reply, MalformedCallsAreText) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true));
+  // Bad JSON: the call's markup is the text, as vLLM's and llama.cpp's servers return it.
+  const std::string bad = "<tool_call>\n{\"name\": \"f\", \"arguments\": {city: 1}}\n</tool_call>";
+  Shown s = Parse(c, "Trying." + bad + "<|im_end|>");
+  EXPECT_EQ(s.text, "Trying." + bad);
+  EXPECT_TRUE(s.calls.empty());
+  // No name.
+  s = Parse(c, "<tool_call>\n{\"arguments\": {}}\n</tool_call><|im_end|>");
+  EXPECT_EQ(s.text, "<tool_call>\n{\"arguments\": {}}\n</tool_call>");
+  // Still open when the reply ends (max_tokens): text too.
+  s = Parse(c, "Sure <tool_call>\n{\"name\": \"f\", \"argu");
+  EXPECT_EQ(s.text, "Sure <tool_call>\n{\"name\": \"f\", \"argu");
+  EXPECT_FALSE(s.done);
+  // A good call after a bad one still counts from 0.
+  s = Parse(c, bad + "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>");
+  EXPECT_EQ(s.calls, (Calls{{"g", json::object()}}));
+  // DeepSeek-V3 without its fences.
+  s = Parse(Make("deepseek", ChatFormat::Deepseek(true)),
+            kDsCallsBegin + kDsCallBegin + "function" + kDsSep + "f\n{}" + kDsCallEnd);
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.text, kDsCallBegin + "function" + kDsSep + "f\n{}" + kDsCallEnd);
+}
+
+TEST(Reply, StopStringsInReasoningAndText) {
+  // A stop string in the thinking ends the reply there.
+  Shown s = Parse(Make("qwen3", ChatFormat::Qwen3(true), false, {"STOP"}),
+                  "<think>\nabc ST"
+                  "OP def</think>answer<|im_end|>");
+  EXPECT_EQ(s.reasoning, "abc ");
+  EXPECT_EQ(s.text, "");
+  EXPECT_TRUE(s.done);
+  // A stop string's start held in the reasoning is shown when the block ends.
+  s = Parse(Make("qwen3", ChatFormat::Qwen3(true), false, {"STOP"}),
+            "<think>\nabc ST</think>Then STOP here<|im_end|>");
+  EXPECT_EQ(s.reasoning, "abc ST");
+  EXPECT_EQ(s.text, "Then ");
+  EXPECT_TRUE(s.done);
+  // Not in calls: a call's arguments are whole.
+  s = Parse(Make("qwen3", ChatFormat::Qwen3(true), false, {"Paris"}),
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"c\": \"Paris\"}}\n</tool_call>");
+  EXPECT_EQ(s.calls, (Calls{{"f", {{"c", "Paris"}}}}));
+}
+
+TEST(Reply, PlainFamiliesShowEveryTokenButSpecials) {
+  // The demo model's format has no syntax: text as it comes, newlines kept,
+  // a special (DeepSeek's tokenizer has <think> as one) dropped.
+  ChatFormat demo = ChatFormat::Deepseek(false);
+  const Shown s = Parse(Make("deepseek", demo), "\nA <think> is dropped, <b> kept.\n" + kDsEos);
+  EXPECT_EQ(s.text, "\nA  is dropped, <b> kept.\n");
+  EXPECT_TRUE(s.done);
+}
+
+TEST(Reply, UnfinishedUtf8AtTheEndIsReplaced) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true));
+  const Tokenizer& tok = *c.tok;
+  std::vector<int32_t> ids = Tokens(tok, "Hi ", false);
+  std::vector<int32_t> euro = Tokens(tok, "€", true);
+  ASSERT_EQ(euro.size(), 3u);
+  for (int32_t id : euro) ASSERT_EQ(tok.TokenBytes(id).size(), 1u);
+  ids.push_back(euro[0]);
+  ids.push_back(euro[1]);
+  const Shown s = Gather(Feed(c, ids));
+  EXPECT_EQ(s.text, "Hi \xEF\xBF\xBD");
+}
+
+TEST(Reply, ToolCallIdsAreFresh) {
+  const std::string a = NewToolCallId(), b = NewToolCallId();
+  EXPECT_TRUE(std::regex_match(a, std::regex("call_[A-Za-z0-9]{24}"))) << a;
+  EXPECT_NE(a, b);
+}
+
+// ------------------------------------------------------------- answers
+
+const AnswerHead kHead{"chatcmpl-1", 1700000000, "m"};
+
+TEST(ChatAnswerJson, WholeWithReasoningAndCalls) {
+  ChatReply r;
+  r.reasoning = "Think.";
+  r.tool_calls = {{"call_a", "get_weather", "{\"city\":\"Paris\"}"}, {"call_b", "get_time", "{}"}};
+  const json j = ChatCompletion(kHead, r, nullptr, Finish::kToolCalls, {5, 7});
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const json& m = choice["message"];
+  EXPECT_EQ(m["role"], "assistant");
+  EXPECT_TRUE(m["content"].is_null());  // calls and no text
+  EXPECT_EQ(m["reasoning_content"], "Think.");
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][0], json::parse(R"({"id": "call_a", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}})"));
+  EXPECT_EQ(m["tool_calls"][1]["function"]["arguments"], "{}");
+  EXPECT_EQ(j["usage"]["total_tokens"], 12);
+}
+
+TEST(ChatAnswerJson, WholeTextOnlyHasNoReasoningOrCalls) {
+  const json m = ChatCompletion(kHead, {.content = "Hi"}, nullptr, Finish::kStop,
+                                {1, 1})["choices"][0]["message"];
+  EXPECT_EQ(m, json::parse(R"({"role": "assistant", "content": "Hi"})"));
+  // No text and no calls: content "" (not null).
+  EXPECT_EQ(ChatCompletion(kHead, {}, nullptr, Finish::kLength,
+                           {1, 1})["choices"][0]["message"]["content"],
+            "");
+  ChatReply both{.content = "Calling.", .tool_calls = {{"call_x", "f", "{}"}}};
+  EXPECT_EQ(ChatCompletion(kHead, both, nullptr, Finish::kToolCalls,
+                           {1, 1})["choices"][0]["message"]["content"],
+            "Calling.");
+}
+
+TEST(ChatAnswerJson, StreamedChunks) {
+  const json r = ChatReasoningChunk(kHead, "hm", nullptr);
+  EXPECT_EQ(r["object"], "chat.completion.chunk");
+  EXPECT_EQ(r["choices"][0]["delta"], json({{"reasoning_content", "hm"}}));
+  EXPECT_TRUE(r["choices"][0]["finish_reason"].is_null());
+  const json start = ChatToolCallChunk(kHead, 1, "call_a", "get_weather", nullptr);
+  EXPECT_EQ(start["choices"][0]["delta"], json::parse(R"({"tool_calls": [{"index": 1,
+      "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]})"));
+  const json args = ChatToolArgsChunk(kHead, 1, "{\"c", nullptr);
+  EXPECT_EQ(args["choices"][0]["delta"],
+            json::parse(R"({"tool_calls": [{"index": 1, "function": {"arguments": "{\"c"}}]})"));
+  EXPECT_EQ(ChatFinishChunk(kHead, Finish::kToolCalls)["choices"][0]["finish_reason"],
+            "tool_calls");
+  EXPECT_STREQ(FinishName(Finish::kToolCalls), "tool_calls");
+}
+
+}  // namespace
+}  // namespace waste::serve
