@@ -14,8 +14,9 @@ class OpenAiAnswer : public Answer {
   explicit OpenAiAnswer(OpenAiAnswerParts p, bool chat)
       : p_(std::move(p)),
         chat_(chat),
-        // Chat: logprobs true (with top_logprobs); completions: "logprobs": n.
-        want_logprobs_(chat ? p_.sampling.logprobs : p_.sampling.top_logprobs > 0),
+        // Chat: logprobs true (with top_logprobs); completions: "logprobs": n,
+        // 0 included (the chosen tokens' alone, as OpenAI and vLLM answer).
+        want_logprobs_(p_.sampling.logprobs),
         top_n_(want_logprobs_ ? static_cast<int>(p_.sampling.top_logprobs) : 0) {}
 
   bool streaming() const override { return p_.sampling.stream; }

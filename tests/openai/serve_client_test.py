@@ -173,6 +173,13 @@ def run_checks(waste, container, port):
     check("completions: logprobs", len(clp.choices[0].logprobs.tokens) ==
           clp.usage.completion_tokens and all(len(t) == 3 for t in clp.choices[0].logprobs.top_logprobs),
           str(clp.choices[0].logprobs))
+    clp0 = client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=4,
+                                     temperature=0, logprobs=0)
+    check("completions: logprobs=0 gives the chosen tokens' alone",
+          clp0.choices[0].logprobs is not None and
+          len(clp0.choices[0].logprobs.token_logprobs) == clp0.usage.completion_tokens and
+          all(len(t) == 0 for t in clp0.choices[0].logprobs.top_logprobs),
+          str(clp0.choices[0].logprobs))
 
     # Several at once: each greedy answer as it is alone.
     prompts = ["What is a list?", "Explain the sys module.", "What is a dict?", "How do I read a file?"]
