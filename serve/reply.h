@@ -51,6 +51,8 @@ class ReplyParser {
   std::vector<ReplyEvent> Flush();
   // An end-of-turn id or a stop string ended the reply.
   bool done() const { return text_.done(); }
+  // The stop string that ended the reply (Anthropic's stop_sequence); empty when none did.
+  const std::string& stop_sequence() const { return text_.stop_sequence(); }
 
  private:
   ReplyText text_;
