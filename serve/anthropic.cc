@@ -242,15 +242,20 @@ std::optional<ApiError> ParseMessagesRequest(std::string_view body, bool count_t
   WASTE_FIELD_TRY(ParseBody(body, &b));
   *out = {};
   if (count_tokens)
-    WASTE_FIELD_TRY(
-        OnlyKnown(b, "", {"model", "messages", "system", "tools", "tool_choice", "thinking"}));
-  else
     WASTE_FIELD_TRY(OnlyKnown(
         b, "",
-        {"model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences",
-         "temperature", "top_p", "top_k", "stream", "thinking", "metadata", "service_tier"}));
+        {"model", "messages", "system", "tools", "tool_choice", "thinking", "cache_control"}));
+  else
+    WASTE_FIELD_TRY(OnlyKnown(b, "",
+                              {"model", "max_tokens", "messages", "system", "tools", "tool_choice",
+                               "stop_sequences", "temperature", "top_p", "top_k", "stream",
+                               "thinking", "metadata", "service_tier", "cache_control"}));
   if (!Field(b, "model")) return Missing("model");
   WASTE_FIELD_TRY(ReadString(b, "model", "model", &out->model));
+  // cache_control here and on blocks: a hint only (waste keeps the states of
+  // conversations by itself, serve/scheduler.h).
+  if (const ojson* cc = Field(b, "cache_control"); cc && !cc->is_object())
+    return WrongType("cache_control", "an object", *cc);
   Sampling& s = out->sampling;
   if (!count_tokens) {
     if (!Field(b, "max_tokens")) return Missing("max_tokens");

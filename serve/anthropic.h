@@ -13,6 +13,8 @@
 // it), in the blocks' order; an assistant's text blocks its content, its
 // thinking blocks its reasoning, its tool_use blocks its tool_calls
 // (arguments: the input's JSON text, keys in the client's order).
+// cache_control is accepted anywhere Anthropic takes it, a hint only (waste
+// keeps conversation states by itself); metadata is informational.
 // Refused by name: image, document and every other block type, roles other
 // than user and assistant, fields Anthropic does not define (as Anthropic
 // refuses them), and what waste does not honour yet (a forced tool choice,
