@@ -3,7 +3,8 @@
 # on the trained demo model and a synthetic one: tests/openai/serve_client_test.py;
 # its Anthropic Messages API against the real `anthropic` client and its
 # Responses API against openai's, on the demo model:
-# tests/openai/anthropic_client_test.py; then its chat page in headless Chromium, typed into and read back over the
+# tests/openai/anthropic_client_test.py (and the committed fixtures of both
+# APIs' answers still as those clients check them); then its chat page in headless Chromium, typed into and read back over the
 # DevTools protocol: tests/openai/chat_page_test.py.
 # scripts/test.sh runs it after the plain suite; it needs the plain build.
 # The client lives in a venv of its own under the build directory: the
@@ -23,6 +24,8 @@ for model in demo tiny; do
   echo "openai_check: $model"
   "$venv/bin/python" tests/openai/serve_client_test.py "$build/bin/waste" "$work/$model"
 done
+echo "openai_check: the Messages and Responses fixtures, as the pinned clients check them"
+"$venv/bin/python" tools/agent_apis/make_fixtures.py --check
 echo "openai_check: the anthropic client, and openai's responses, on demo"
 "$venv/bin/python" tests/openai/anthropic_client_test.py "$build/bin/waste" "$work/demo"
 echo "openai_check: the chat page in headless Chromium"

@@ -289,9 +289,8 @@ std::string ResponseWriter::CloseItem(const char* status) {
   std::string out;
   if (item["type"] == "function_call") {
     json done = at;
-    done.update({{"type", "response.function_call_arguments.done"},
-                 {"name", item["name"]},
-                 {"arguments", item["arguments"]}});
+    done.update(
+        {{"type", "response.function_call_arguments.done"}, {"arguments", item["arguments"]}});
     out += Event(std::move(done));
   } else {
     const json& part = item["content"][0];
@@ -301,6 +300,8 @@ std::string ResponseWriter::CloseItem(const char* status) {
         {{"type", message ? "response.output_text.done" : "response.reasoning_text.done"},
          {"content_index", 0},
          {"text", part["text"]}});
+    // Text's events carry its logprobs (none: waste takes no top_logprobs here).
+    if (message) text_done["logprobs"] = json::array();
     json part_done = at;
     part_done.update(
         {{"type", "response.content_part.done"}, {"content_index", 0}, {"part", part}});
@@ -333,12 +334,13 @@ std::string ResponseWriter::Take(const ReplyEvent& e) {
       json& item = response_["output"][static_cast<size_t>(open_)];
       json& part = item["content"][0];
       part["text"] = part["text"].get<std::string>() + e.text;
-      return out +
-             Event({{"type", text ? "response.output_text.delta" : "response.reasoning_text.delta"},
+      json delta = {{"type", text ? "response.output_text.delta" : "response.reasoning_text.delta"},
                     {"item_id", item["id"]},
                     {"output_index", open_},
                     {"content_index", 0},
-                    {"delta", e.text}});
+                    {"delta", e.text}};
+      if (text) delta["logprobs"] = json::array();
+      return out + Event(std::move(delta));
     }
     case Kind::kToolCallStart:
       return OpenItem({{"type", "function_call"},

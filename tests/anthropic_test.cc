@@ -4,12 +4,15 @@
 // Anthropic's error shapes and statuses; the message and its stream written
 // from synthetic reply events (text, thinking, tool calls): the stream's
 // events in Anthropic's order, and the stream folded back (as the anthropic
-// client folds it) equal to the whole message.
+// client folds it) equal to the whole message, and both equal to what the
+// anthropic client's own types checked (tests/fixtures/agent_apis/).
 #include "serve/anthropic.h"
 
 #include <gtest/gtest.h>
 
 #include <utility>
+
+#include "tests/test_util.h"
 
 namespace waste::serve {
 namespace {
@@ -408,6 +411,28 @@ TEST(MessageWriter, AStopSequenceIsNamedAndAnEmptyReplyHasNoBlocks) {
   EXPECT_EQ(empty.message()["content"], json::array());
   EXPECT_EQ(empty.message()["stop_reason"], "max_tokens");
   EXPECT_EQ(Events(none).size(), 4u);  // message_start, ping, message_delta, message_stop
+}
+
+// tests/fixtures/agent_apis/anthropic.json: the same reply's events and
+// message, each checked by the anthropic client's own types and the stream
+// folded by its accumulator (tools/agent_apis/make_fixtures.py).
+TEST(MessageWriter, TheStreamAndMessageTheAnthropicClientChecked) {
+  const json fixture = json::parse(
+      waste::testing::ReadText(std::string(WASTE_FIXTURES) + "/agent_apis/anthropic.json"));
+  MessageWriter w("msg_fixture", "demo", 12);
+  std::string sse = w.Start();
+  for (const ReplyEvent& e :
+       {Ev(Kind::kReasoning, "Let me "), Ev(Kind::kReasoning, "think."), Ev(Kind::kText, "Sure"),
+        Ev(Kind::kText, ", calling."), Ev(Kind::kToolCallStart, "", 0, "weather", "call_abc"),
+        Ev(Kind::kToolCallArgs, "{\"city\": "), Ev(Kind::kToolCallArgs, "\"Paris\"}"),
+        Ev(Kind::kToolCallEnd, "", 0), Ev(Kind::kToolCallStart, "", 1, "time", "call_def"),
+        Ev(Kind::kToolCallArgs, "{}"), Ev(Kind::kToolCallEnd, "", 1)})
+    sse += w.Take(e);
+  sse += w.Finish(StopReasonOf(w.called_tool(), "", false), "", 9);
+  json events = json::array();
+  for (const auto& [name, data] : Events(sse)) events.push_back({name, data});
+  EXPECT_EQ(events, fixture["events"]);
+  EXPECT_EQ(w.message(), fixture["whole"]);
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 // and their outputs, reasoning), every refusal naming its field; the
 // response and its stream written from synthetic reply events (text,
 // reasoning, function calls): each event's type, sequence numbers in order,
-// and the stream's items equal to the whole response's.
+// and the stream's items equal to the whole response's, and both equal to
+// what the openai client's own types checked (tests/fixtures/agent_apis/).
 #include "serve/responses.h"
 
 #include <gtest/gtest.h>
 
 #include <utility>
+
+#include "tests/test_util.h"
 
 namespace waste::serve {
 namespace {
@@ -309,6 +312,32 @@ TEST(ResponseWriter, RunningOutOfTokensIsIncompleteAndErrorsAreEvents) {
                          {"message", Busy().message},
                          {"param", nullptr},
                          {"sequence_number", 2}}));
+}
+
+// tests/fixtures/agent_apis/responses.json: the same reply's events and
+// response, each checked by the openai client's own types and the stream
+// folded by its accumulator (tools/agent_apis/make_fixtures.py).
+TEST(ResponseWriter, TheStreamAndResponseTheOpenAIClientChecked) {
+  const json fixture = json::parse(
+      waste::testing::ReadText(std::string(WASTE_FIXTURES) + "/agent_apis/responses.json"));
+  const json echo = {{"instructions", nullptr},      {"tools", json::array()},
+                     {"tool_choice", "auto"},        {"parallel_tool_calls", true},
+                     {"temperature", 1.0},           {"top_p", 1.0},
+                     {"max_output_tokens", nullptr}, {"metadata", json::object()}};
+  ResponseWriter w("resp_fixture", "demo", 1700000000, echo);
+  std::string sse = w.Start();
+  for (const ReplyEvent& e :
+       {Ev(Kind::kReasoning, "Hmm"), Ev(Kind::kReasoning, "."), Ev(Kind::kText, "It is "),
+        Ev(Kind::kText, "sunny."), Ev(Kind::kToolCallStart, "", "weather", "call_x"),
+        Ev(Kind::kToolCallArgs, "{\"city\""), Ev(Kind::kToolCallArgs, ":\"Paris\"}"),
+        Ev(Kind::kToolCallEnd)})
+    sse += w.Take(e);
+  sse += w.Finish(false, Usage{5, 7});
+  json events = json::array();
+  for (const json& e : Events(sse)) events.push_back({e["type"], e});
+  ASSERT_EQ(events.size(), fixture["events"].size());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i], fixture["events"][i]) << i;
+  EXPECT_EQ(w.response(), fixture["whole"]);
 }
 
 }  // namespace
