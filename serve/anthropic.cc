@@ -1,5 +1,6 @@
 #include "serve/anthropic.h"
 
+#include "engine/tokenizer/utf8.h"
 #include "serve/json_fields.h"
 
 namespace waste::serve {
@@ -42,7 +43,7 @@ std::optional<ApiError> TextOf(const ojson& c, const std::string& w, std::string
     const std::string bw = At(w, i);
     std::string type;
     WASTE_FIELD_TRY(BlockType(c[i], bw, &type));
-    if (type != "text") return Unsupported(bw + ".type", "a '" + type.substr(0, 40) + "' block");
+    if (type != "text") return Unsupported(bw + ".type", "a '" + Clip(type, 40) + "' block");
     WASTE_FIELD_TRY(OnlyKnown(c[i], bw, {"type", "text", "cache_control"}));
     std::string text;
     WASTE_FIELD_TRY(NeedString(c[i], "text", bw, &text));
@@ -59,7 +60,7 @@ std::optional<ApiError> ParseMessage(const ojson& m, const std::string& w,
   std::string role;
   WASTE_FIELD_TRY(NeedString(m, "role", w, &role));
   if (role != "user" && role != "assistant")
-    return Unsupported(w + ".role", "the role '" + role.substr(0, 40) + "' (user or assistant)");
+    return Unsupported(w + ".role", "the role '" + Clip(role, 40) + "' (user or assistant)");
   const ojson* content = Field(m, "content");
   if (!content) return Missing(w + ".content");
   if (content->is_string()) {
@@ -116,7 +117,7 @@ std::optional<ApiError> ParseMessage(const ojson& m, const std::string& w,
     } else if (type == "tool_use" || type == "thinking" || type == "tool_result") {
       return Unsupported(bw + ".type", "a '" + type + "' block in a " + role + " message");
     } else {
-      return Unsupported(bw + ".type", "a '" + type.substr(0, 40) + "' block");
+      return Unsupported(bw + ".type", "a '" + Clip(type, 40) + "' block");
     }
   }
   if (role == "assistant" || pending) out->push_back(std::move(msg));
@@ -132,7 +133,7 @@ std::optional<ApiError> ParseTools(const ojson& t, std::vector<ChatTool>* out) {
     std::string type = "custom";
     WASTE_FIELD_TRY(ReadString(tool, "type", w + ".type", &type));
     if (type != "custom")
-      return Unsupported(w + ".type", "the server tool '" + type.substr(0, 40) + "'");
+      return Unsupported(w + ".type", "the server tool '" + Clip(type, 40) + "'");
     WASTE_FIELD_TRY(
         OnlyKnown(tool, w, {"type", "name", "description", "input_schema", "cache_control"}));
     ChatTool c;
@@ -169,7 +170,7 @@ std::optional<ApiError> ParseToolChoice(const ojson& c, const std::vector<ChatTo
     bool offered = false;
     for (const ChatTool& t : tools) offered = offered || t.name == out->name;
     if (!offered)
-      return BadRequest("'tool_choice.name': the tool '" + out->name.substr(0, 60) +
+      return BadRequest("'tool_choice.name': the tool '" + Clip(out->name, 60) +
                             "' is not among the request's tools.",
                         "tool_choice.name", "invalid_value");
   }
@@ -227,7 +228,8 @@ json AnthropicError(const ApiError& e) {
                      : e.status == 503 ? "overloaded_error"
                      : e.status >= 500 ? "api_error"
                                        : "invalid_request_error";
-  return {{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
+  return {{"type", "error"},
+          {"error", {{"type", type}, {"message", tokenizer::ReplaceInvalidUtf8(e.message)}}}};
 }
 
 int AnthropicStatus(const ApiError& e) {

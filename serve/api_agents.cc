@@ -31,8 +31,11 @@ std::optional<ApiError> ApiServer::Admit(const std::string& model,
   ChatRenderOptions options;
   options.tools = tools;
   auto ids = RenderChat(*chat_, tok_, messages, options);
-  // The renderer names what it refused (a role, tools, tool calls).
-  if (!ids.ok()) return BadRequest(ids.status().message(), tools.empty() ? "messages" : "tools");
+  // The renderer names what it refused: a message ("messages[i]: ...") or the tools.
+  if (!ids.ok()) {
+    const std::string& why = ids.status().message();
+    return BadRequest(why, tools.empty() || why.rfind("messages[", 0) == 0 ? "messages" : "tools");
+  }
   *prompt = std::move(*ids);
   const int64_t room = o_.context - static_cast<int64_t>(prompt->size());
   // Without a limit the reply may fill the context; it needs room for one token.

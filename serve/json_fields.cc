@@ -27,6 +27,11 @@ const char* TypeName(const ojson& v) {
   }
 }
 
+std::string Clip(std::string_view s, size_t n) {
+  const std::string_view head = s.substr(0, n);
+  return std::string(head.substr(0, CompleteUtf8Prefix(head)));
+}
+
 ApiError WrongType(const std::string& param, const char* expected, const ojson& got) {
   return BadRequest("Invalid type for '" + param + "': expected " + expected + ", but got " +
                         TypeName(got) + " instead.",
@@ -35,7 +40,7 @@ ApiError WrongType(const std::string& param, const char* expected, const ojson& 
 
 ApiError OutOfRange(const std::string& param, const std::string& range, const ojson& got) {
   return BadRequest("Invalid '" + param + "': expected a value " + range + ", but got " +
-                        got.dump(-1, ' ', false, ojson::error_handler_t::replace).substr(0, 40) +
+                        Clip(got.dump(-1, ' ', false, ojson::error_handler_t::replace), 40) +
                         " instead.",
                     param, "invalid_value");
 }
@@ -71,7 +76,7 @@ std::optional<ApiError> OnlyKnown(const ojson& obj, const std::string& where,
     bool ok = false;
     for (const std::string_view k : known) ok = ok || key == k;
     if (!ok) {
-      const std::string param = where.empty() ? key.substr(0, 60) : where + "." + key.substr(0, 60);
+      const std::string param = where.empty() ? Clip(key, 60) : where + "." + Clip(key, 60);
       return BadRequest("Unknown parameter: '" + param + "'.", param, "unknown_parameter");
     }
   }

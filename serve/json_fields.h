@@ -26,6 +26,10 @@ using ojson = nlohmann::ordered_json;
   } while (0)
 
 const char* TypeName(const ojson& v);
+// At most the first `n` bytes of `s`, cut on a whole UTF-8 character: what
+// an error message quotes of the client's text (a character cut in two
+// would make the answer's JSON invalid).
+std::string Clip(std::string_view s, size_t n);
 ApiError WrongType(const std::string& param, const char* expected, const ojson& got);
 ApiError OutOfRange(const std::string& param, const std::string& range, const ojson& got);
 ApiError Missing(const std::string& param);

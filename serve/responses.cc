@@ -36,7 +36,7 @@ std::optional<ApiError> TextOf(const ojson& c, const std::string& w,
     WASTE_FIELD_TRY(NeedString(part, "type", pw, &type));
     bool ok = false;
     for (const std::string_view a : allowed) ok = ok || type == a;
-    if (!ok) return Unsupported(pw + ".type", "a '" + type.substr(0, 40) + "' part");
+    if (!ok) return Unsupported(pw + ".type", "a '" + Clip(type, 40) + "' part");
     WASTE_FIELD_TRY(OnlyKnown(part, pw, {"type", "text", "annotations", "logprobs"}));
     if (const ojson* a = Field(part, "annotations"); a && !(a->is_array() && a->empty()))
       return Unsupported(pw + ".annotations", "annotations");
@@ -70,7 +70,7 @@ std::optional<ApiError> ParseItem(const ojson& item, const std::string& w, Conve
     WASTE_FIELD_TRY(NeedString(item, "role", w, &role));
     if (role == "developer") role = "system";  // OpenAI's newer name for it
     if (role != "user" && role != "assistant" && role != "system")
-      return Unsupported(w + ".role", "the role '" + role.substr(0, 40) + "'");
+      return Unsupported(w + ".role", "the role '" + Clip(role, 40) + "'");
     const ojson* content = Field(item, "content");
     if (!content) return Missing(w + ".content");
     std::string text;
@@ -107,7 +107,7 @@ std::optional<ApiError> ParseItem(const ojson& item, const std::string& w, Conve
       c->reasoning += text;
     }
   } else {
-    return Unsupported(w + ".type", "a '" + type.substr(0, 40) + "' item");
+    return Unsupported(w + ".type", "a '" + Clip(type, 40) + "' item");
   }
   return std::nullopt;
 }
@@ -121,7 +121,7 @@ std::optional<ApiError> ParseTools(const ojson& t, std::vector<ChatTool>* out) {
     std::string type;
     WASTE_FIELD_TRY(NeedString(tool, "type", w, &type));
     if (type != "function")
-      return Unsupported(w + ".type", "the tool type '" + type.substr(0, 40) + "'");
+      return Unsupported(w + ".type", "the tool type '" + Clip(type, 40) + "'");
     WASTE_FIELD_TRY(OnlyKnown(tool, w, {"type", "name", "description", "parameters", "strict"}));
     ChatTool c;
     WASTE_FIELD_TRY(NeedString(tool, "name", w, &c.name));

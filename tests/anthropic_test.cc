@@ -252,6 +252,23 @@ TEST(MessagesRequest, BodiesThatAreNotJsonObjectsAreRefused) {
   ASSERT_TRUE(ParseMessagesRequest("{\"messages\": " + deep + "}", false, &r));
 }
 
+TEST(MessagesRequest, QuotedClientTextIsCutOnWholeCharacters) {
+  std::string e_acute;  // 50 two-byte characters: any cut at an odd byte splits one
+  for (int i = 0; i < 50; ++i) e_acute += "\xc3\xa9";
+  ojson type = Base();
+  type["messages"][0]["content"] = ojson::array({{{"type", "x" + e_acute}}});
+  ojson key = Base();
+  key["x" + e_acute] = 1;
+  for (const ojson& body : {type, key}) {
+    const auto e = Parse(body);
+    ASSERT_TRUE(e);
+    // Strict dumps: they throw on a character cut in two.
+    EXPECT_NO_THROW((void)json(e->message).dump()) << e->message;
+    EXPECT_NO_THROW((void)json(e->param).dump()) << e->param;
+    EXPECT_NO_THROW((void)AnthropicError(*e).dump());
+  }
+}
+
 TEST(AnthropicErrors, TheTypeFollowsTheStatus) {
   const std::pair<int, const char*> cases[] = {
       {400, "invalid_request_error"}, {401, "authentication_error"}, {404, "not_found_error"},
