@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # waste serve against the real `openai` Python client from PyPI (and curl),
 # on the trained demo model and a synthetic one: tests/openai/serve_client_test.py;
-# then its chat page in headless Chromium, typed into and read back over the
+# its Anthropic Messages API against the real `anthropic` client and its
+# Responses API against openai's, on the demo model:
+# tests/openai/anthropic_client_test.py (and the committed fixtures of both
+# APIs' answers still as those clients check them); then its chat page in headless Chromium, typed into and read back over the
 # DevTools protocol: tests/openai/chat_page_test.py.
 # scripts/test.sh runs it after the plain suite; it needs the plain build.
 # The client lives in a venv of its own under the build directory: the
@@ -11,7 +14,8 @@ cd "$(dirname "$0")/.."
 build=${WASTE_BUILD_DIR:-build}
 venv=$build/openai-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check openai==3.57.0 websocket-client==1.9.2
+"$venv/bin/pip" install -q --disable-pip-version-check openai==3.57.0 anthropic==2.17.0 \
+  websocket-client==1.9.2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/waste" convert models/demo-moe "$work/demo" --expert-format bf16 >/dev/null
@@ -20,5 +24,9 @@ for model in demo tiny; do
   echo "openai_check: $model"
   "$venv/bin/python" tests/openai/serve_client_test.py "$build/bin/waste" "$work/$model"
 done
+echo "openai_check: the Messages and Responses fixtures, as the pinned clients check them"
+"$venv/bin/python" tools/agent_apis/make_fixtures.py --check
+echo "openai_check: the anthropic client, and openai's responses, on demo"
+"$venv/bin/python" tests/openai/anthropic_client_test.py "$build/bin/waste" "$work/demo"
 echo "openai_check: the chat page in headless Chromium"
 "$venv/bin/python" tests/openai/chat_page_test.py "$build/bin/waste" "$work/demo"

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "serve/anthropic.h"
 #include "serve/openai.h"
 #include "serve/openai_answer.h"
 
@@ -60,15 +61,23 @@ void ApiServer::Refuse(const std::shared_ptr<http::Responder>& r, int status,
 void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
   const std::string& path = req.path;
   const bool api = path.rfind("/v1/", 0) == 0 || path == "/metrics";
+  // Anthropic's routes answer in Anthropic's error shape.
+  const bool anthropic = path.rfind("/v1/messages", 0) == 0;
+  const auto shaped = [&](const ApiError& e) {
+    return anthropic ? AnthropicError(e).dump() : e.ToJson().dump();
+  };
   if (api && !o_.api_key.empty()) {
     const auto auth = req.Header("Authorization");
+    const auto x_api_key = req.Header("x-api-key");  // Anthropic's
     const std::string_view bearer = "Bearer ";
-    if (!auth || auth->substr(0, bearer.size()) != bearer ||
-        !SameKey(auth->substr(bearer.size()), o_.api_key)) {
-      ApiError e = BadRequest("Incorrect API key provided: pass it as 'Authorization: Bearer KEY'.",
-                              "", "invalid_api_key");
+    const bool bearer_ok = auth && auth->substr(0, bearer.size()) == bearer &&
+                           SameKey(auth->substr(bearer.size()), o_.api_key);
+    if (!bearer_ok && !(x_api_key && SameKey(*x_api_key, o_.api_key))) {
+      ApiError e = BadRequest(
+          "Incorrect API key provided: pass it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.",
+          "", "invalid_api_key");
       e.status = 401;
-      return Refuse(r, 401, e.ToJson().dump(), {{"WWW-Authenticate", "Bearer"}});
+      return Refuse(r, 401, shaped(e), {{"WWW-Authenticate", "Bearer"}});
     }
   }
   auto route = [&](const char* method, const char* p) { return path == p && req.method == method; };
@@ -145,15 +154,22 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     Generate(
         chat ? MakeChatAnswer(std::move(parts), *chat_) : MakeCompletionAnswer(std::move(parts)),
         std::move(prompt), sampling, max_tokens, r);
+  } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
+    Count([](ApiCounters& c) { ++c.messages; });
+    Messages(req, r, path == "/v1/messages/count_tokens");
+  } else if (route("POST", "/v1/responses")) {
+    Count([](ApiCounters& c) { ++c.responses; });
+    Responses(req, r);
   } else if (known("/") || known("/health") || known("/metrics") || known("/v1/models") ||
-             known("/v1/chat/completions") || known("/v1/completions")) {
+             known("/v1/chat/completions") || known("/v1/completions") || known("/v1/messages") ||
+             known("/v1/messages/count_tokens") || known("/v1/responses")) {
     ApiError e = BadRequest("method " + req.method + " is not allowed on " + path);
     e.status = 405;
-    Refuse(r, 405, e.ToJson().dump());
+    Refuse(r, 405, shaped(e));
   } else {
     ApiError e = BadRequest("no route " + req.method + " " + path);
     e.status = 404;
-    Refuse(r, 404, e.ToJson().dump());
+    Refuse(r, 404, shaped(e));
   }
 }
 
@@ -222,6 +238,8 @@ std::string ApiServer::Metrics(const http::HttpCounters* http) const {
   };
   line("waste_serve_requests_total", "counter", "Requests by route.", c.chat, "{route=\"chat\"}");
   more("waste_serve_requests_total", "{route=\"completions\"}", c.completions);
+  more("waste_serve_requests_total", "{route=\"messages\"}", c.messages);
+  more("waste_serve_requests_total", "{route=\"responses\"}", c.responses);
   more("waste_serve_requests_total", "{route=\"other\"}", c.other);
   line("waste_serve_refused_total", "counter", "Requests answered with an error before generating.",
        c.refused);

@@ -9,8 +9,12 @@
 //   POST /v1/chat/completions  a conversation, rendered as the model was trained
 //                              (RenderChat), its reply whole or streamed
 //   POST /v1/completions       text continued, whole or streamed
-// With an API key, /v1/* and /metrics need "Authorization: Bearer KEY"
-// (401 otherwise). Errors are OpenAI's error objects (serve/openai.h).
+//   POST /v1/messages          Anthropic's Messages API (serve/anthropic.h), whole or
+//                              streamed; /v1/messages/count_tokens its prompt's length
+//   POST /v1/responses         OpenAI's Responses API, stateless (serve/responses.h)
+// With an API key, /v1/* and /metrics need "Authorization: Bearer KEY" or
+// "x-api-key: KEY" (401 otherwise). Errors are OpenAI's error objects
+// (serve/openai.h), Anthropic's on /v1/messages*.
 // A request's generation runs on the scheduler's thread, driving the
 // route's Answer (serve/answer.h); its reply text is
 // cut at end-of-turn tokens and stop strings, never showing markup; a
@@ -22,10 +26,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/format/chat.h"
+#include "engine/tokenizer/chat.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "http/server.h"
 #include "serve/answer.h"
@@ -41,11 +47,11 @@ struct ApiOptions {
 
 // What the server counts, for /metrics.
 struct ApiCounters {
-  uint64_t chat = 0, completions = 0, other = 0;  // requests by route
-  uint64_t refused = 0;                           // answered 4xx or 503 before generating
-  uint64_t failed = 0;                            // generations that ended in an error
-  uint64_t cancelled = 0;                         // generations whose client went away
-  double first_token_seconds = 0;                 // summed over generations with a token
+  uint64_t chat = 0, completions = 0, messages = 0, responses = 0, other = 0;  // by route
+  uint64_t refused = 0;            // answered 4xx or 503 before generating
+  uint64_t failed = 0;             // generations that ended in an error
+  uint64_t cancelled = 0;          // generations whose client went away
+  double first_token_seconds = 0;  // summed over generations with a token
   uint64_t first_tokens = 0;
   double decode_seconds = 0;   // after each first token, summed
   uint64_t decode_tokens = 0;  // tokens after each first one
@@ -73,6 +79,19 @@ class ApiServer {
   void Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
                 const Sampling& sampling, int64_t max_tokens,
                 const std::shared_ptr<http::Responder>& r);
+  // /v1/messages and /v1/messages/count_tokens (`count_tokens`), /v1/responses
+  // (serve/api_agents.cc).
+  void Messages(const http::Request& req, const std::shared_ptr<http::Responder>& r,
+                bool count_tokens);
+  void Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r);
+  // `messages` rendered with `tools` into `prompt`, after checking the model
+  // (`model` empty or the one served) and that the prompt and `*max_tokens`
+  // (none: to the context) fit the context; `*max_tokens` then set.
+  std::optional<ApiError> Admit(const std::string& model, std::span<const ChatMessage> messages,
+                                std::span<const ChatTool> tools, std::optional<int64_t>* max_tokens,
+                                std::vector<int32_t>* prompt) const;
+  // A fresh id: `prefix` then the time and a count.
+  std::string NewId(const char* prefix);
   void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,
               const http::Headers& extra = {});
   void Count(const std::function<void(ApiCounters&)>& f);

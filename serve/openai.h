@@ -153,6 +153,8 @@ class ReplyText {
   // completed a character become U+FFFD).
   std::string Flush();
   bool done() const { return done_; }  // an end-of-turn id or a stop string ended the reply
+  // The stop string that ended the reply; empty when none did.
+  const std::string& stop_sequence() const { return stop_.matched(); }
 
  private:
   const Tokenizer& tok_;

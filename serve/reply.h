@@ -105,6 +105,10 @@ class ReplyParser {
   std::vector<ReplyEvent> Flush();
   // An end-of-turn id or a stop string ended the reply.
   bool done() const { return done_; }
+  // The stop string that ended the reply (Anthropic's stop_sequence); empty when none did.
+  const std::string& stop_sequence() const {
+    return stop_text_.stopped() ? stop_text_.matched() : stop_reasoning_.matched();
+  }
 
   // Where the reply is: what its bytes go to until the next marker.
   enum class Mode {

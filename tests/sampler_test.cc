@@ -151,6 +151,7 @@ TEST(StopMatcher, StopsAcrossPieces) {
   for (const char* piece : {"Hello", " world", "<|e", "nd", "|>", "never"}) out += m.Feed(piece);
   EXPECT_TRUE(m.stopped());
   EXPECT_EQ(out, "Hello world");
+  EXPECT_EQ(m.matched(), "<|end|>");
   EXPECT_EQ(m.Flush(), "");
 }
 
@@ -165,8 +166,10 @@ TEST(StopMatcher, ReleasesWhatTurnsOutNotToBeAStop) {
 
 TEST(StopMatcher, EarliestStopWins) {
   StopMatcher m({"cd", "b"});
+  EXPECT_EQ(m.matched(), "");
   EXPECT_EQ(m.Feed("abcd"), "a");
   EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "b");
 }
 
 }  // namespace

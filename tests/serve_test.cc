@@ -4,7 +4,9 @@
 // beside others; the streamed answer's server-sent events byte for byte;
 // errors in OpenAI's shape while the server goes on; the API key; a client
 // that leaves cancels its generation; a full queue answers 503 with
-// Retry-After; a follow-up turn resumes from the kept state.
+// Retry-After; a follow-up turn resumes from the kept state; Anthropic's
+// Messages and OpenAI's Responses answer the chat reply, whole and streamed,
+// with Anthropic's errors and x-api-key.
 #include "serve/api_server.h"
 
 #include <gtest/gtest.h>
@@ -223,7 +225,8 @@ TEST_F(ServeTest, AGreedyChatReplyIsTheModelsOwnAloneOrBesideOthers) {
   std::vector<Answer> answers(texts.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < texts.size(); ++i)
-    threads.emplace_back([&, i] { answers[i] = Call(Post("/v1/chat/completions", Chat(texts[i], 6).dump())); });
+    threads.emplace_back(
+        [&, i] { answers[i] = Call(Post("/v1/chat/completions", Chat(texts[i], 6).dump())); });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < texts.size(); ++i) check(i, answers[i]);
 }
@@ -245,7 +248,8 @@ TEST_F(ServeTest, IgnoreEosRunsTheReplyThroughItsEndOfTurn) {
     const Answer a = Call(Post("/v1/chat/completions", r.dump()));
     ASSERT_EQ(a.status, 200) << a.head << a.body;
     const json j = json::parse(a.body);
-    EXPECT_EQ(j["usage"]["completion_tokens"], ignore ? n : first) << ignore;  // the end not counted
+    EXPECT_EQ(j["usage"]["completion_tokens"], ignore ? n : first)
+        << ignore;  // the end not counted
     EXPECT_EQ(j["choices"][0]["finish_reason"], ignore ? "length" : "stop") << ignore;
     EXPECT_EQ(TokenBytes(j["choices"][0]["logprobs"]), TokenBytes(ignore ? full : cut)) << ignore;
   }
@@ -438,9 +442,13 @@ TEST_F(ServeTest, AnApiKeyIsNeededForTheApiButNotForHealth) {
   Restart({}, ao);
   const std::string body = Chat("x", 2).dump();
   EXPECT_EQ(Call(Post("/v1/chat/completions", body)).status, 401);
-  EXPECT_EQ(Call(Post("/v1/chat/completions", body, "Authorization: Bearer wrong-key-1234\r\n")).status, 401);
+  EXPECT_EQ(
+      Call(Post("/v1/chat/completions", body, "Authorization: Bearer wrong-key-1234\r\n")).status,
+      401);
   EXPECT_EQ(Call("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").status, 401);
-  EXPECT_EQ(Call(Post("/v1/chat/completions", body, "Authorization: Bearer secret-key-123\r\n")).status, 200);
+  EXPECT_EQ(
+      Call(Post("/v1/chat/completions", body, "Authorization: Bearer secret-key-123\r\n")).status,
+      200);
   EXPECT_EQ(Call("GET /health HTTP/1.1\r\nHost: x\r\n\r\n").status, 200);
 }
 
@@ -481,7 +489,8 @@ TEST_F(ServeTest, AFollowUpTurnResumesFromTheKeptStateAndRepliesAsAFreshOne) {
   ASSERT_EQ(a.status, 200);
   json follow = first;
   follow["messages"].push_back(
-      {{"role", "assistant"}, {"content", json::parse(a.body)["choices"][0]["message"]["content"]}});
+      {{"role", "assistant"},
+       {"content", json::parse(a.body)["choices"][0]["message"]["content"]}});
   follow["messages"].push_back({{"role", "user"}, {"content", "and then?"}});
   const Answer resumed = Call(Post("/v1/chat/completions", follow.dump()));
   ASSERT_EQ(resumed.status, 200);
@@ -509,6 +518,202 @@ TEST_F(ServeTest, TheChatPageAndHealthAreServed) {
   const Answer health = Call("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(health.status, 200);
   EXPECT_EQ(json::parse(health.body)["status"], "ok");
+}
+
+// A streamed answer's body, its chunked framing undone.
+std::string StreamBody(uint16_t port, const std::string& request) {
+  HttpClient c(port);
+  c.Send(request);
+  const std::string head = c.ReadUntil("\r\n\r\n", 120000ms);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Type: text/event-stream\r\n"), std::string::npos) << head;
+  bool framed = false;
+  const std::string body = waste::testing::Dechunk(c.ReadUntil("\r\n0\r\n\r\n", 120000ms), &framed);
+  EXPECT_TRUE(framed);
+  return body;
+}
+
+// "event: NAME\ndata: JSON\n\n" events, each name its object's type.
+std::vector<json> NamedEvents(const std::string& body) {
+  std::vector<json> out;
+  size_t at = 0;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) {
+      ADD_FAILURE() << body.substr(at);
+      break;
+    }
+    const std::string ev = body.substr(at, end - at);
+    at = end + 2;
+    const size_t nl = ev.find('\n');
+    EXPECT_EQ(ev.compare(0, 7, "event: "), 0) << ev;
+    EXPECT_EQ(ev.compare(nl + 1, 6, "data: "), 0) << ev;
+    out.push_back(json::parse(ev.substr(nl + 7)));
+    EXPECT_EQ(ev.substr(7, nl - 7), out.back()["type"]) << ev;
+  }
+  return out;
+}
+
+json Message(const std::string& text, int max_tokens) {
+  return {{"model", "tiny"},
+          {"max_tokens", max_tokens},
+          {"messages", json::array({{{"role", "user"}, {"content", text}}})},
+          {"temperature", 0}};
+}
+
+TEST_F(ServeTest, AnthropicsMessagesAreTheChatReplyWholeStreamedAndCounted) {
+  const json chat = Chat("tell me a story", 8);
+  const std::vector<int32_t> prompt = Rendered(chat["messages"]);
+  const Answer c = Call(Post("/v1/chat/completions", chat.dump()));
+  ASSERT_EQ(c.status, 200) << c.body;
+  const std::string text = json::parse(c.body)["choices"][0]["message"]["content"];
+  const int64_t used = json::parse(c.body)["usage"]["completion_tokens"];
+
+  const Answer m = Call(Post("/v1/messages", Message("tell me a story", 8).dump(),
+                             "anthropic-version: 2023-06-01\r\n"));
+  ASSERT_EQ(m.status, 200) << m.body;
+  const json whole = json::parse(m.body);
+  EXPECT_EQ(whole["type"], "message");
+  EXPECT_EQ(whole["role"], "assistant");
+  EXPECT_EQ(whole["model"], "tiny");
+  EXPECT_EQ(whole["id"].get<std::string>().rfind("msg_", 0), 0u);
+  const json want_content =
+      text.empty() ? json::array() : json::array({{{"type", "text"}, {"text", text}}});
+  EXPECT_EQ(whole["content"], want_content);
+  EXPECT_EQ(whole["stop_reason"], used == 8 ? "max_tokens" : "end_turn");
+  EXPECT_EQ(whole["stop_sequence"], nullptr);
+  EXPECT_EQ(whole["usage"], json({{"input_tokens", prompt.size()}, {"output_tokens", used}}));
+
+  json streamed = Message("tell me a story", 8);
+  streamed["stream"] = true;
+  const std::vector<json> events =
+      NamedEvents(StreamBody(http_->port(), Post("/v1/messages", streamed.dump())));
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.front()["type"], "message_start");
+  EXPECT_EQ(events.back()["type"], "message_stop");
+  std::string deltas;
+  for (const json& e : events)
+    if (e["type"] == "content_block_delta") deltas += e["delta"]["text"].get<std::string>();
+  EXPECT_EQ(deltas, text);
+  const json& last = events[events.size() - 2];
+  EXPECT_EQ(last["type"], "message_delta");
+  EXPECT_EQ(last["delta"]["stop_reason"], whole["stop_reason"]);
+  EXPECT_EQ(last["usage"]["output_tokens"], used);
+
+  json count = Message("tell me a story", 8);
+  count.erase("max_tokens");
+  count.erase("temperature");
+  const Answer n = Call(Post("/v1/messages/count_tokens", count.dump()));
+  ASSERT_EQ(n.status, 200) << n.body;
+  EXPECT_EQ(json::parse(n.body), json({{"input_tokens", prompt.size()}}));
+
+  // A stop sequence from the middle of the reply ends it there, named.
+  ASSERT_GE(text.size(), 4u) << "the reply is too short to cut: " << text;
+  json stopped = Message("tell me a story", 8);
+  const std::string stop = text.substr(text.size() / 2, 2);
+  stopped["stop_sequences"] = {stop};
+  const Answer s = Call(Post("/v1/messages", stopped.dump()));
+  ASSERT_EQ(s.status, 200) << s.body;
+  const json cut = json::parse(s.body);
+  EXPECT_EQ(cut["stop_reason"], "stop_sequence");
+  EXPECT_EQ(cut["stop_sequence"], stop);
+  const std::string before = text.substr(0, text.find(stop));
+  EXPECT_EQ(cut["content"],
+            before.empty() ? json::array() : json::array({{{"type", "text"}, {"text", before}}}));
+}
+
+TEST_F(ServeTest, OpenAIsResponsesAreTheChatReplyWholeAndStreamed) {
+  const json chat = Chat("what is new", 6);
+  const Answer c = Call(Post("/v1/chat/completions", chat.dump()));
+  ASSERT_EQ(c.status, 200) << c.body;
+  const std::string text = json::parse(c.body)["choices"][0]["message"]["content"];
+  const int64_t used = json::parse(c.body)["usage"]["completion_tokens"];
+  const json req = {{"model", "tiny"},
+                    {"input", "what is new"},
+                    {"max_output_tokens", 6},
+                    {"temperature", 0},
+                    {"store", false}};
+  const Answer r = Call(Post("/v1/responses", req.dump()));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json whole = json::parse(r.body);
+  EXPECT_EQ(whole["object"], "response");
+  EXPECT_EQ(whole["status"], used == 6 ? "incomplete" : "completed");
+  EXPECT_EQ(whole["usage"]["input_tokens"], Rendered(chat["messages"]).size());
+  EXPECT_EQ(whole["usage"]["output_tokens"], used);
+  ASSERT_EQ(whole["output"].size(), text.empty() ? 0u : 1u);
+  if (!text.empty()) {
+    EXPECT_EQ(whole["output"][0]["content"][0]["text"], text);
+  }
+
+  json streamed = req;
+  streamed["stream"] = true;
+  const std::vector<json> events =
+      NamedEvents(StreamBody(http_->port(), Post("/v1/responses", streamed.dump())));
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["type"], "response.created");
+  std::string deltas;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i]["sequence_number"], i);
+    if (events[i]["type"] == "response.output_text.delta")
+      deltas += events[i]["delta"].get<std::string>();
+  }
+  EXPECT_EQ(deltas, text);
+  EXPECT_EQ(events.back()["type"], used == 6 ? "response.incomplete" : "response.completed");
+  // The same items but for their ids (made from each response's own).
+  const auto without_ids = [](json items) {
+    for (json& item : items) item.erase("id");
+    return items;
+  };
+  EXPECT_EQ(without_ids(events.back()["response"]["output"]), without_ids(whole["output"]));
+}
+
+TEST_F(ServeTest, AnthropicsRoutesAnswerErrorsInAnthropicsShape) {
+  auto expect = [&](const std::string& request, int status, const std::string& type) {
+    const Answer a = Call(request);
+    EXPECT_EQ(a.status, status) << request << "\n" << a.head << a.body;
+    const json j = json::parse(a.body, nullptr, false);
+    EXPECT_EQ(j["type"], "error") << a.body;
+    EXPECT_EQ(j["error"]["type"], type) << a.body;
+    EXPECT_TRUE(j["error"]["message"].is_string()) << a.body;
+    return j["error"]["message"].is_string() ? j["error"]["message"].get<std::string>() : "";
+  };
+  expect(Post("/v1/messages", "{not json"), 400, "invalid_request_error");
+  json no_max = Message("x", 4);
+  no_max.erase("max_tokens");
+  EXPECT_NE(
+      expect(Post("/v1/messages", no_max.dump()), 400, "invalid_request_error").find("max_tokens"),
+      std::string::npos);
+  json image = Message("x", 4);
+  image["messages"][0]["content"] = json::array({{{"type", "image"}, {"source", json::object()}}});
+  EXPECT_NE(expect(Post("/v1/messages", image.dump()), 400, "invalid_request_error").find("image"),
+            std::string::npos);
+  // Tools reach the renderer, which names what it does not render yet.
+  json tools = Message("x", 4);
+  tools["tools"] = json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}});
+  EXPECT_NE(expect(Post("/v1/messages", tools.dump()), 400, "invalid_request_error").find("tools"),
+            std::string::npos);
+  json unknown = Message("x", 4);
+  unknown["model"] = "claude-9";
+  expect(Post("/v1/messages", unknown.dump()), 404, "not_found_error");
+  expect(Post("/v1/messages", Message("x", 600).dump()), 400, "invalid_request_error");
+  expect("GET /v1/messages HTTP/1.1\r\nHost: x\r\n\r\n", 405, "invalid_request_error");
+  // The Responses route keeps OpenAI's shape.
+  const Answer r = Call(Post("/v1/responses", json{{"input", "x"}, {"store", true}}.dump()));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "store") << r.body;
+
+  ApiOptions ao;
+  ao.api_key = "secret-key-123";
+  Restart({}, ao);
+  const std::string body = Message("x", 2).dump();
+  expect(Post("/v1/messages", body), 401, "authentication_error");
+  expect(Post("/v1/messages", body, "x-api-key: wrong-key-1234\r\n"), 401, "authentication_error");
+  EXPECT_EQ(Call(Post("/v1/messages", body, "x-api-key: secret-key-123\r\n")).status, 200);
+  EXPECT_EQ(Call(Post("/v1/messages", body, "Authorization: Bearer secret-key-123\r\n")).status,
+            200);
+  EXPECT_EQ(Call(Post("/v1/chat/completions", Chat("x", 2).dump(), "x-api-key: secret-key-123\r\n"))
+                .status,
+            200);
 }
 
 }  // namespace

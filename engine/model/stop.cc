@@ -13,7 +13,8 @@ std::string StopMatcher::Feed(std::string_view piece) {
   held_.append(piece);
   // The earliest complete stop string ends generation there.
   size_t cut = std::string::npos;
-  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  for (const std::string& s : stops_)
+    if (const size_t at = held_.find(s); at < cut) cut = at, matched_ = s;
   if (cut != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, cut);

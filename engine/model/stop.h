@@ -19,11 +19,15 @@ class StopMatcher {
   // The text still held back (at the end of generation without a stop).
   std::string Flush();
   bool stopped() const { return stopped_; }
+  // Once stopped: the stop string that was seen (the first listed of those
+  // ending at the earliest place); empty before.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace waste
