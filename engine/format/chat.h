@@ -124,17 +124,22 @@ struct ChatFormat {
   // Each family's markup, the one definition (waste convert and waste synth
   // write them). Deepseek(system_first): the released DeepSeek-V3 template
   // (true) or the demo model's (false).
-  // DeepseekV31: DeepSeek-V3.1's with thinking off; a reply that does not
+  // DeepseekV31: DeepSeek-V3.1's, thinking off (its template's default:
+  // the reply opened by </think>) or on (<think>); a reply that does not
   // follow a user turn, which its template opens with nothing, is opened
   // here as every other.
   static ChatFormat Kimi();
   static ChatFormat Deepseek(bool system_first);
-  static ChatFormat DeepseekV31();
-  // Qwen3's ChatML: hybrid (thinking off, the empty think block) or without
-  // think blocks (Instruct-2507). GLM-4.5's, thinking off. GPT-OSS's harmony.
-  static ChatFormat Qwen3(bool hybrid);
-  static ChatFormat Glm45();
-  static ChatFormat Harmony();
+  static ChatFormat DeepseekV31(bool thinking = false);
+  // Qwen3's ChatML: hybrid (thinking off: the empty think block opens the
+  // reply; on: the reply opens bare) or without think blocks
+  // (Instruct-2507). GLM-4.5's, thinking off (/nothink after each user
+  // text, the reply opened by an empty think element) or on. GPT-OSS's
+  // harmony with its reasoning effort (low, medium, high) in the system
+  // message.
+  static ChatFormat Qwen3(bool hybrid, bool thinking = false);
+  static ChatFormat Glm45(bool thinking = false);
+  static ChatFormat Harmony(std::string_view reasoning_effort = "medium");
   // Kimi K3's XTML, thinking off (the reply opens in the response channel)
   // or on (in the think channel, history replies with an empty think
   // element, as encoding_k3.py renders a reply without reasoning_content).
@@ -156,6 +161,16 @@ inline constexpr const char* kXtmlOpen = "<|open|>";
 inline constexpr const char* kXtmlClose = "<|close|>";
 inline constexpr const char* kXtmlSep = "<|sep|>";
 inline constexpr const char* kXtmlEndOfMessage = "<|end_of_msg|>";
+
+// `stored` (a container's chat.json) as a request switches it: `thinking`
+// on or off where the family's template has the switch (Qwen3's hybrid
+// enable_thinking, GLM-4.5's enable_thinking, DeepSeek-V3.1's thinking, K3's
+// think channel), `reasoning_effort` (low, medium, high) for harmony. None
+// and empty: `stored` as it is (its family's default). Off for a family that
+// never thinks is what it does; on for it, off for harmony (which always
+// reasons), an effort for another family are errors naming the field.
+Result<ChatFormat> WithThinking(const ChatFormat& stored, std::optional<bool> thinking,
+                                std::string_view reasoning_effort = {});
 
 // chat.json, untrusted: an object with "version" 2, "system", "user" and
 // "assistant" each [prefix, suffix] of strings, "open", "bos" and

@@ -158,6 +158,8 @@ def tool_conversations():
         ("two_calls_no_generation_prompt", [user, {**two, "content": ""}, res1, res2], False, True),
         ("next_turn_after_results", [user, one, res1, answer,
                                      {"role": "user", "content": "Thanks"}], True, True),
+        ("reasoning_then_call", [user, {**one, "reasoning_content": "\nThe user wants the "
+                                         "weather first; call get_weather.\n"}, res1], True, True),
         ("past_calls_no_tools_offered", [sys_, user, two, res1, res2, answer,
                                          {"role": "user", "content": "And Monday?"}], True, False),
     ]

@@ -1,0 +1,380 @@
+#include "engine/tokenizer/chat_tools.h"
+
+#include <optional>
+
+namespace waste::chat_tools {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+bool PySpaceAt(std::string_view s, size_t i, size_t* len) {
+  static const char* const kSpaces[] = {
+      "\t",           "\n",           "\x0B",         "\x0C",         "\r",
+      "\x1C",         "\x1D",         "\x1E",         "\x1F",         " ",
+      "\xC2\x85",     "\xC2\xA0",     "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81",
+      "\xE2\x80\x82", "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86",
+      "\xE2\x80\x87", "\xE2\x80\x88", "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8",
+      "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80"};
+  for (const char* sp : kSpaces) {
+    const std::string_view v(sp);
+    if (s.substr(i, v.size()) == v) {
+      *len = v.size();
+      return true;
+    }
+  }
+  return false;
+}
+
+// Python's str.strip("\n"), lstrip("\n").
+std::string_view StripNewlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+std::string_view LstripNewlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return s;
+}
+
+bool EndsWith(std::string_view s, std::string_view end) {
+  return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
+}
+
+std::string At(size_t i) {
+  return "messages[" + std::to_string(i) + "]";
+}
+
+// A tool as the API gives it to the template: OpenAI's {"type": "function",
+// "function": {name, description, parameters}} (no description when empty).
+ordered_json ToolJson(const ChatTool& t) {
+  ordered_json fn = ordered_json::object();
+  fn["name"] = t.name;
+  if (!t.description.empty()) fn["description"] = t.description;
+  fn["parameters"] = t.parameters;
+  ordered_json j = ordered_json::object();
+  j["type"] = "function";
+  j["function"] = std::move(fn);
+  return j;
+}
+
+// The pieces of a prompt, as ChatPieces makes them (none empty).
+class Pieces {
+ public:
+  void Markup(std::string_view s) { Add(s, true); }
+  void Content(std::string_view s) { Add(s, false); }
+  std::vector<ChatPiece> Take() { return std::move(pieces_); }
+
+ private:
+  void Add(std::string_view s, bool markup) {
+    if (!s.empty()) pieces_.push_back({std::string(s), markup});
+  }
+  std::vector<ChatPiece> pieces_;
+};
+
+bool Is(std::span<const ChatMessage> m, size_t i, const char* role) {
+  return i < m.size() && m[i].role == role;
+}
+
+// --------------------------------------------------------------- Qwen3
+
+constexpr std::string_view kQwenToolsHead =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+constexpr std::string_view kQwenToolsTail =
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+
+Result<std::vector<ChatPiece>> Qwen3(const ChatFormat& chat, std::span<const ChatMessage> msgs,
+                                     const ChatRenderOptions& o) {
+  if (!chat.last_reply)
+    return Status::Error(
+        "tools, tool calls, tool results and reasoning are rendered for "
+        "Qwen3's hybrid template only, not this one (Instruct-2507's)");
+  Pieces p;
+  const bool system0 = Is(msgs, 0, "system");
+  if (!o.tools.empty()) {
+    p.Markup(chat.system.prefix);
+    if (system0) p.Content(msgs[0].content), p.Markup("\n\n");
+    p.Markup(kQwenToolsHead);
+    for (const ChatTool& t : o.tools) p.Markup("\n"), p.Content(PyJsonDumps(ToolJson(t)));
+    p.Markup(kQwenToolsTail);
+    p.Markup(chat.system.suffix);
+  } else if (system0) {
+    p.Markup(chat.system.prefix), p.Content(msgs[0].content), p.Markup(chat.system.suffix);
+  }
+  // The last user query: the last user message that is not tool responses
+  // written as a user message; none: the last message.
+  size_t last_query = msgs.size() - 1;
+  for (size_t i = msgs.size(); i-- > 0;) {
+    const std::string& c = msgs[i].content;
+    if (msgs[i].role == "user" &&
+        !(c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))) {
+      last_query = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user" || (m.role == "system" && i > 0)) {
+      p.Markup(m.role == "user" ? chat.user.prefix : chat.system.prefix);
+      p.Content(m.content);
+      p.Markup(m.role == "user" ? chat.user.suffix : chat.system.suffix);
+    } else if (m.role == "assistant") {
+      p.Markup(chat.assistant.prefix);
+      if (i > last_query && (i + 1 == msgs.size() || !m.reasoning.empty())) {
+        p.Markup("<think>\n"), p.Content(StripNewlines(m.reasoning)), p.Markup("\n</think>\n\n");
+        p.Content(LstripNewlines(m.content));
+      } else {
+        p.Content(m.content);
+      }
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        if (k > 0 || !m.content.empty()) p.Markup("\n");
+        p.Markup("<tool_call>\n{\"name\": \""), p.Content(m.tool_calls[k].name);
+        p.Markup("\", \"arguments\": "), p.Content(m.tool_calls[k].arguments);
+        p.Markup("}\n</tool_call>");
+      }
+      p.Markup(chat.assistant.suffix);
+    } else if (m.role == "tool") {
+      if (!Is(msgs, i - 1, "tool")) p.Markup("<|im_start|>user");
+      p.Markup("\n<tool_response>\n"), p.Content(m.content), p.Markup("\n</tool_response>");
+      if (!Is(msgs, i + 1, "tool")) p.Markup("<|im_end|>\n");
+    }
+  }
+  if (o.add_generation_prompt) p.Markup(chat.open);
+  return p.Take();
+}
+
+// ------------------------------------------------------------- GLM-4.5
+
+constexpr std::string_view kGlmToolsHead =
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user "
+    "query.\n\nYou are provided with function signatures within <tools></tools> XML "
+    "tags:\n<tools>\n";
+constexpr std::string_view kGlmToolsTail =
+    "</tools>\n\nFor each function call, output the function name and arguments within the "
+    "following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+    "<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n"
+    "<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>";
+
+Result<std::vector<ChatPiece>> Glm45(const ChatFormat& chat, std::span<const ChatMessage> msgs,
+                                     const ChatRenderOptions& o) {
+  Pieces p;
+  p.Markup(chat.bos);
+  if (!o.tools.empty()) {
+    p.Markup(kGlmToolsHead);
+    for (const ChatTool& t : o.tools) p.Content(PyJsonDumps(ToolJson(t))), p.Markup("\n");
+    p.Markup(kGlmToolsTail);
+  }
+  std::optional<size_t> last_user;
+  for (size_t i = 0; i < msgs.size(); ++i)
+    if (msgs[i].role == "user") last_user = i;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user") {
+      p.Markup(chat.user.prefix), p.Content(m.content);
+      // The template appends /nothink (thinking off) unless the text ends with it.
+      if (!EndsWith(m.content, chat.user.suffix)) p.Markup(chat.user.suffix);
+    } else if (m.role == "system") {
+      p.Markup(chat.system.prefix), p.Content(m.content), p.Markup(chat.system.suffix);
+    } else if (m.role == "assistant") {
+      p.Markup("<|assistant|>");
+      if ((!last_user || i > *last_user) && !m.reasoning.empty())
+        p.Markup("\n<think>"), p.Content(PyStrip(m.reasoning)), p.Markup("</think>");
+      else
+        p.Markup("\n<think></think>");
+      if (const std::string text = PyStrip(m.content); !text.empty())
+        p.Markup("\n"), p.Content(text);
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        const ChatToolCall& call = m.tool_calls[k];
+        const std::string where = At(i) + ".tool_calls[" + std::to_string(k) + "]";
+        // The template walks the arguments' keys: they must be an object.
+        ordered_json args = ordered_json::object();
+        if (!call.arguments.empty()) {
+          args = ordered_json::parse(call.arguments, nullptr, false);
+          if (args.is_discarded() || !args.is_object())
+            return Status::Error(where +
+                                 ".function.arguments: not a JSON object, which GLM's template "
+                                 "writes key by key");
+        }
+        p.Markup("\n<tool_call>"), p.Content(call.name);
+        for (const auto& [key, value] : args.items()) {
+          p.Markup("\n<arg_key>"), p.Content(key), p.Markup("</arg_key>\n<arg_value>");
+          p.Content(value.is_string() ? value.get<std::string>() : PyJsonDumps(value));
+          p.Markup("</arg_value>");
+        }
+        p.Markup("\n</tool_call>");
+      }
+    } else if (m.role == "tool") {
+      if (!Is(msgs, i - 1, "tool")) p.Markup("<|observation|>");
+      p.Markup("\n<tool_response>\n"), p.Content(m.content), p.Markup("\n</tool_response>");
+    }
+  }
+  if (o.add_generation_prompt) p.Markup(chat.open);
+  return p.Take();
+}
+
+// -------------------------------------------------------- DeepSeek-V3.1
+
+Result<std::vector<ChatPiece>> DeepseekV31(const ChatFormat& chat,
+                                           std::span<const ChatMessage> msgs,
+                                           const ChatRenderOptions& o) {
+  if (!o.tools.empty())
+    return Status::Error(
+        "tools: DeepSeek-V3.1's chat template does not render tools (its "
+        "tool calls and results it does)");
+  const std::string& eos = chat.assistant.suffix;
+  Pieces p;
+  p.Markup(chat.bos);
+  bool first_system = true;
+  for (const ChatMessage& m : msgs)
+    if (m.role == "system") {
+      if (!first_system) p.Markup("\n\n");
+      p.Content(m.content);
+      first_system = false;
+    }
+  bool last_user = false, after_tool = false;
+  for (const ChatMessage& m : msgs) {
+    if (m.role == "user") {
+      p.Markup(chat.user.prefix), p.Content(m.content);
+      last_user = true, after_tool = false;
+    } else if (m.role == "assistant") {
+      // Its reply's opening only right after a user turn (chat.assistant's
+      // prefix: history replies always with </think>).
+      if (last_user) p.Markup(chat.assistant.prefix);
+      last_user = false;
+      p.Content(m.content);
+      if (!m.tool_calls.empty()) {
+        p.Markup("<｜tool▁calls▁begin｜>");
+        for (const ChatToolCall& call : m.tool_calls) {
+          p.Markup("<｜tool▁call▁begin｜>"), p.Content(call.name), p.Markup("<｜tool▁sep｜>");
+          p.Content(call.arguments), p.Markup("<｜tool▁call▁end｜>");
+        }
+        p.Markup("<｜tool▁calls▁end｜>");
+      }
+      p.Markup(eos);
+      after_tool = false;
+    } else if (m.role == "tool") {
+      p.Markup("<｜tool▁output▁begin｜>"), p.Content(m.content), p.Markup("<｜tool▁output▁end｜>");
+      last_user = false, after_tool = true;
+    }
+  }
+  // After tool results the template opens no reply: the model writes on.
+  if (o.add_generation_prompt && last_user && !after_tool) p.Markup(chat.open);
+  return p.Take();
+}
+
+// --------------------------------------------------------------- Kimi K2
+
+Result<std::vector<ChatPiece>> KimiK2(const ChatFormat& chat, std::span<const ChatMessage> msgs,
+                                      const ChatRenderOptions& o) {
+  for (size_t i = 0; i < msgs.size(); ++i)
+    if (!msgs[i].tool_calls.empty())
+      return Status::Error(At(i) +
+                           ".tool_calls: Kimi K2's chat template (Kimi-Linear's) drops an "
+                           "assistant's tool calls, so they are not rendered");
+  Pieces p;
+  if (!o.tools.empty()) {
+    ordered_json all = ordered_json::array();
+    for (const ChatTool& t : o.tools) all.push_back(ToolJson(t));
+    p.Markup("<|im_system|>tool_declare<|im_middle|>"), p.Content(PyJsonDumps(all));
+    p.Markup("<|im_end|>");
+  }
+  p.Markup(chat.bos);
+  if (!msgs.empty() && msgs[0].role != "system")
+    p.Markup(chat.system.prefix), p.Markup(chat.default_system), p.Markup(chat.system.suffix);
+  const ChatRole tool{"<|im_system|>tool<|im_middle|>", "<|im_end|>"};
+  for (const ChatMessage& m : msgs) {
+    const ChatRole& role = m.role == "system"      ? chat.system
+                           : m.role == "user"      ? chat.user
+                           : m.role == "assistant" ? chat.assistant
+                                                   : tool;
+    p.Markup(role.prefix), p.Content(m.content), p.Markup(role.suffix);
+  }
+  if (o.add_generation_prompt) p.Markup(chat.open);
+  return p.Take();
+}
+
+}  // namespace
+
+std::string PyStrip(std::string_view s) {
+  size_t begin = 0, len = 0;
+  while (begin < s.size() && PySpaceAt(s, begin, &len)) begin += len;
+  size_t end = s.size();
+  for (bool again = true; again && end > begin;) {
+    again = false;
+    for (size_t back = 1; back <= 3 && back <= end - begin; ++back)
+      if (PySpaceAt(s, end - back, &len) && len == back) {
+        end -= back;
+        again = true;
+        break;
+      }
+  }
+  return std::string(s.substr(begin, end - begin));
+}
+
+std::string PyJsonDumps(const ordered_json& v) {
+  if (v.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [key, value] : v.items()) {
+      if (!first) out += ", ";
+      out += ordered_json(key).dump(-1, ' ', false) + ": " + PyJsonDumps(value);
+      first = false;
+    }
+    return out + "}";
+  }
+  if (v.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + PyJsonDumps(v[i]);
+    return out + "]";
+  }
+  return v.dump(-1, ' ', false);
+}
+
+bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
+                 const ChatRenderOptions& options) {
+  if (!options.tools.empty()) return true;
+  const bool renders_reasoning =
+      chat.family == kFamilyQwen3 || chat.family == kFamilyGlm45 || chat.family == kFamilyXtml;
+  for (const ChatMessage& m : messages)
+    if (!m.tool_calls.empty() || m.role == "tool" || (renders_reasoning && !m.reasoning.empty()))
+      return true;
+  return false;
+}
+
+Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
+                                            std::span<const ChatMessage> messages,
+                                            const ChatRenderOptions& options) {
+  if (options.continuation)
+    return Status::Error(
+        "a continuation with tools, tool calls, tool results or reasoning is "
+        "not rendered");
+  if (chat.family == kFamilyQwen3) return Qwen3(chat, messages, options);
+  if (chat.family == kFamilyGlm45) return Glm45(chat, messages, options);
+  if (chat.family == kFamilyDeepseekV31) return DeepseekV31(chat, messages, options);
+  if (chat.family == kFamilyKimiK2) return KimiK2(chat, messages, options);
+  const std::string family = chat.family.empty() ? "unnamed" : chat.family;
+  if (!options.tools.empty())
+    return Status::Error("tools: this model's chat template (" + family +
+                         ") has no tool syntax waste renders");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].tool_calls.empty())
+      return Status::Error(At(i) + ".tool_calls: this model's chat template (" + family +
+                           ") has no tool-call syntax waste renders");
+    if (messages[i].role == "tool")
+      return Status::Error(At(i) +
+                           ": tool results are not rendered for this model's chat "
+                           "template (" +
+                           family + ")");
+    if (!messages[i].reasoning.empty())
+      return Status::Error(At(i) +
+                           ".reasoning_content: not rendered for this model's chat "
+                           "template (" +
+                           family + ")");
+  }
+  return Status::Error("nothing for the family to render");  // NeedsFamily was false
+}
+
+}  // namespace waste::chat_tools
