@@ -231,9 +231,9 @@ TEST_P(Family, AgentCasesAsTheTemplateRendersThem) {
   const json& fx = doc["families"][family];
   const std::vector<ChatTool> tools = FixtureTools();
   const Imported& f = Family_(family);
-  const size_t expected = family == "qwen3" || family == "glm45" ? 16
-                          : family == "deepseek-v3.1"            ? 14
-                          : family == "gpt-oss"                  ? 3
+  const size_t expected = family == "qwen3" || family == "glm45" ? 19
+                          : family == "deepseek-v3.1"            ? 17
+                          : family == "gpt-oss"                  ? 11
                           : family == "kimi"                     ? 2
                                                                  : 0;
   ASSERT_EQ(fx["agent_cases"].size(), expected);
@@ -351,7 +351,7 @@ TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
   EXPECT_EQ(refusal("kimi", called, {}),
             "messages[1].tool_calls: Kimi K2's chat template (Kimi-Linear's) drops an "
             "assistant's tool calls, so they are not rendered");
-  for (const char* family : {"demo", "deepseek", "gpt-oss"}) {
+  for (const char* family : {"demo", "deepseek"}) {
     const std::string name = Family_(family).chat.family;
     EXPECT_EQ(refusal(family, ask, {.date = "2026-01-15", .tools = tools}),
               "tools: this model's chat template (" + name + ") has no tool syntax waste renders");
@@ -359,6 +359,22 @@ TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
               "messages[1].tool_calls: this model's chat template (" + name +
                   ") has no tool-call syntax waste renders");
   }
+  // Harmony's template renders a message's first call only, and names a
+  // result by the call before it.
+  ChatMessage two = call;
+  two.tool_calls.push_back(call.tool_calls[0]);
+  EXPECT_EQ(refusal("gpt-oss", std::vector<ChatMessage>{ask[0], two}, {.date = "2026-01-15"}),
+            "messages[1].tool_calls: GPT-OSS's harmony template renders one call per assistant "
+            "message");
+  EXPECT_EQ(refusal("gpt-oss", std::vector<ChatMessage>{ask[0], {"tool", "sunny"}},
+                    {.date = "2026-01-15"}),
+            "messages[1]: a tool result with no assistant tool call before it, which GPT-OSS's "
+            "harmony template needs for its name");
+  std::vector<ChatTool> one_of = tools;
+  one_of[0].parameters["properties"]["units"] = {{"oneOf", {{{"type", "string"}}}}};
+  EXPECT_EQ(refusal("gpt-oss", ask, {.date = "2026-01-15", .tools = one_of}),
+            "tools[0].function.parameters.properties.units.oneOf: not rendered for GPT-OSS's "
+            "harmony template");
   EXPECT_EQ(refusal("qwen3", called, {.continuation = true}),
             "a continuation with tools, tool calls, tool results or reasoning is not rendered");
   // GLM's template writes the arguments key by key.

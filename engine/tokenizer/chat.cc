@@ -106,7 +106,9 @@ Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& stored,
   }
   auto switched = WithThinking(stored, options.thinking, options.reasoning_effort);
   if (!switched.ok()) return switched.status();
-  const ChatFormat& chat = *switched;
+  ChatFormat& chat = *switched;
+  if (const size_t at = chat.bos.find("{date}"); at != std::string::npos)
+    chat.bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);
   if (chat_tools::NeedsFamily(chat, messages, options))
     return chat_tools::FamilyPieces(chat, messages, options);
   std::vector<ChatPiece> pieces;
@@ -121,10 +123,7 @@ Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& stored,
     if (!s.empty()) pieces.push_back({std::string(s), false});
   };
   static const std::string kJoin = "\n\n";  // DeepSeek-V3's between system messages
-  std::string bos = chat.bos;
-  if (const size_t at = bos.find("{date}"); at != std::string::npos)
-    bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);
-  if (!options.continuation) markup(bos);
+  if (!options.continuation) markup(chat.bos);
   if (options.continuation)
     for (const std::string& end : chat.end_of_turn)
       if (chat.assistant.suffix.rfind(end, 0) == 0) {

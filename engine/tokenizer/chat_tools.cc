@@ -296,6 +296,236 @@ Result<std::vector<ChatPiece>> KimiK2(const ChatFormat& chat, std::span<const Ch
   return p.Take();
 }
 
+// ------------------------------------------------------------- harmony
+
+// Python's truth of a JSON value as the template tests it.
+bool Truthy(const ordered_json* v) {
+  if (!v || v->is_null()) return false;
+  if (v->is_boolean()) return v->get<bool>();
+  if (v->is_number()) return v->get<double>() != 0;
+  return !v->empty();  // string, array, object
+}
+
+const ordered_json* Field(const ordered_json& spec, const char* key) {
+  if (!spec.is_object()) return nullptr;
+  const auto it = spec.find(key);
+  return it == spec.end() ? nullptr : &*it;
+}
+
+bool IsType(const ordered_json& spec, const char* type) {
+  const ordered_json* t = Field(spec, "type");
+  return t && t->is_string() && t->get_ref<const std::string&>() == type;
+}
+
+size_t CodePoints(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// Jinja's str() of a value the template joins or concatenates: strings
+// bare, integers as Python prints them; anything else refused.
+Result<std::string> PyStr(const ordered_json& v, const std::string& where) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return v.dump();
+  return Status::Error(where + ": only strings and integers are rendered here");
+}
+
+bool Required(const ordered_json& spec, const std::string& name) {
+  const ordered_json* req = Field(spec, "required");
+  if (!req || !req->is_array()) return false;
+  for (const ordered_json& r : *req)
+    if (r.is_string() && r.get_ref<const std::string&>() == name) return true;
+  return false;
+}
+
+// The template's render_typescript_type: a parameter's JSON Schema as a
+// TypeScript-like type. What it renders with whitespace of its own making
+// (oneOf) is refused.
+Result<std::string> TsType(const ordered_json& spec, const std::string& where) {
+  const ordered_json* type = Field(spec, "type");
+  const auto nullable = [&] { return Truthy(Field(spec, "nullable")) ? " | null" : ""; };
+  if (IsType(spec, "array")) {
+    const ordered_json* items = Field(spec, "items");
+    if (!Truthy(items)) return "any[]" + std::string(nullable());
+    std::string out;
+    if (IsType(*items, "string")) {
+      out = "string[]";
+    } else if (IsType(*items, "number") || IsType(*items, "integer")) {
+      out = "number[]";
+    } else if (IsType(*items, "boolean")) {
+      out = "boolean[]";
+    } else {
+      auto inner = TsType(*items, where + ".items");
+      if (!inner.ok()) return inner;
+      out = *inner == "object | object" || CodePoints(*inner) > 50 ? "any[]" : *inner + "[]";
+    }
+    return out + nullable();
+  }
+  if (type && type->is_array() && !type->empty()) {
+    std::string out;
+    for (size_t i = 0; i < type->size(); ++i) {
+      auto one = PyStr((*type)[i], where + ".type");
+      if (!one.ok()) return one;
+      out += (i ? " | " : "") + *one;
+    }
+    return out;
+  }
+  if (Truthy(Field(spec, "oneOf")))
+    return Status::Error(where + ".oneOf: not rendered for GPT-OSS's harmony template");
+  if (IsType(spec, "string")) {
+    const ordered_json* values = Field(spec, "enum");
+    if (!Truthy(values)) return "string" + std::string(nullable());
+    if (!values->is_array()) return Status::Error(where + ".enum: not a list");
+    std::string out = "\"";
+    for (size_t i = 0; i < values->size(); ++i) {
+      auto one = PyStr((*values)[i], where + ".enum");
+      if (!one.ok()) return one;
+      out += (i ? "\" | \"" : "") + *one;
+    }
+    return out + "\"";
+  }
+  if (IsType(spec, "number") || IsType(spec, "integer")) return std::string("number");
+  if (IsType(spec, "boolean")) return std::string("boolean");
+  if (IsType(spec, "object")) {
+    const ordered_json* props = Field(spec, "properties");
+    if (!Truthy(props)) return std::string("object");
+    if (!props->is_object()) return Status::Error(where + ".properties: not an object");
+    std::string out = "{\n";
+    size_t i = 0;
+    for (const auto& [name, sub] : props->items()) {
+      auto inner = TsType(sub, where + ".properties." + name);
+      if (!inner.ok()) return inner;
+      // The template's own line break and indent before a nested type.
+      out += name + (Required(spec, name) ? "" : "?") + ": \n                " + *inner;
+      if (++i < props->size()) out += ", ";
+    }
+    return out + "}";
+  }
+  return std::string("any");
+}
+
+// The template's render_tool_namespace("functions", tools).
+Result<std::string> ToolNamespace(std::span<const ChatTool> tools) {
+  std::string out = "## functions\n\nnamespace functions {\n\n";
+  for (size_t t = 0; t < tools.size(); ++t) {
+    const ChatTool& tool = tools[t];
+    const std::string where = "tools[" + std::to_string(t) + "].function.parameters";
+    out += "// " + tool.description + "\n" + "type " + tool.name + " = ";
+    const ordered_json* props = Field(tool.parameters, "properties");
+    if (!Truthy(props)) {
+      out += "() => any;\n\n";
+      continue;
+    }
+    if (!props->is_object()) return Status::Error(where + ".properties: not an object");
+    out += "(_: {\n";
+    for (const auto& [name, spec] : props->items()) {
+      const std::string at = where + ".properties." + name;
+      if (const ordered_json* d = Field(spec, "description"); Truthy(d)) {
+        if (!d->is_string()) return Status::Error(at + ".description: not a string");
+        out += "// " + d->get<std::string>() + "\n";
+      }
+      auto type = TsType(spec, at);
+      if (!type.ok()) return type;
+      out += name + (Required(tool.parameters, name) ? "" : "?") + ": " + *type;
+      if (const ordered_json* d = Field(spec, "default")) {
+        if (!Truthy(Field(spec, "enum"))) {
+          out += ", // default: " + PyJsonDumps(*d);
+        } else if (d->is_string()) {
+          out += ", // default: " + d->get<std::string>();
+        } else {
+          return Status::Error(at +
+                               ".default: the template joins an enum's default as text; "
+                               "not a string");
+        }
+      }
+      out += ",\n";
+    }
+    out += "}) => any;\n\n";
+  }
+  return out + "} // namespace functions";
+}
+
+Result<std::vector<ChatPiece>> Harmony(const ChatFormat& chat, std::span<const ChatMessage> msgs,
+                                       const ChatRenderOptions& o) {
+  Pieces p;
+  std::string_view bos = chat.bos;
+  static constexpr std::string_view kEnd = "<|end|>";
+  if (!o.tools.empty() && EndsWith(bos, kEnd)) {
+    // The system message names the channel of calls when tools are offered.
+    bos.remove_suffix(kEnd.size());
+    p.Markup(bos);
+    p.Markup("\nCalls to these tools must go to the commentary channel: 'functions'.");
+    p.Markup(kEnd);
+  } else {
+    p.Markup(bos);
+  }
+  const bool developer = !msgs.empty() && msgs[0].role == "system";
+  if ((developer && !msgs[0].content.empty()) || !o.tools.empty()) {
+    p.Markup("<|start|>developer<|message|>");
+    if (developer && !msgs[0].content.empty())
+      p.Markup("# Instructions\n\n"), p.Content(msgs[0].content), p.Markup("\n\n");
+    if (!o.tools.empty()) {
+      auto ns = ToolNamespace(o.tools);
+      if (!ns.ok()) return ns.status();
+      p.Markup("# Tools\n\n"), p.Content(*ns);
+    }
+    p.Markup(kEnd);
+  }
+  std::optional<std::string> last_call;  // the function the next tool result answers
+  for (size_t i = developer ? 1 : 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user") {
+      p.Markup(chat.user.prefix), p.Content(m.content), p.Markup(chat.user.suffix);
+    } else if (m.role == "assistant" && !m.tool_calls.empty()) {
+      if (m.tool_calls.size() > 1)
+        return Status::Error(At(i) +
+                             ".tool_calls: GPT-OSS's harmony template renders one call "
+                             "per assistant message");
+      if (!m.content.empty() && !m.reasoning.empty())
+        return Status::Error(At(i) +
+                             ": GPT-OSS's harmony template takes content or "
+                             "reasoning_content beside a tool call, not both");
+      // The call's analysis is kept only until a later final reply.
+      bool final_later = false;
+      for (size_t k = i + 1; k < msgs.size(); ++k)
+        final_later = final_later || (msgs[k].role == "assistant" && msgs[k].tool_calls.empty());
+      const std::string& analysis = m.content.empty() ? m.reasoning : m.content;
+      if (!analysis.empty() && !final_later)
+        p.Markup("<|start|>assistant<|channel|>analysis<|message|>"), p.Content(analysis),
+            p.Markup(kEnd);
+      const ChatToolCall& call = m.tool_calls[0];
+      // The template prints arguments|tojson: of the parsed object, as a
+      // serving stack hands it over.
+      const auto args = ordered_json::parse(call.arguments, nullptr, false);
+      if (args.is_discarded())
+        return Status::Error(At(i) + ".tool_calls[0].function.arguments: not JSON");
+      p.Markup("<|start|>assistant to="), p.Content("functions." + call.name);
+      p.Markup("<|channel|>commentary json<|message|>"), p.Content(PyJsonDumps(args));
+      p.Markup("<|call|>");
+      last_call = call.name;
+    } else if (m.role == "assistant") {
+      const bool last = i + 1 == msgs.size() && !o.add_generation_prompt;
+      if (last && !m.reasoning.empty())
+        p.Markup("<|start|>assistant<|channel|>analysis<|message|>"), p.Content(m.reasoning),
+            p.Markup(kEnd);
+      const ChatRole& role = last && chat.last_reply ? *chat.last_reply : chat.assistant;
+      p.Markup(role.prefix), p.Content(m.content), p.Markup(role.suffix);
+      if (!last) last_call.reset();
+    } else if (m.role == "tool") {
+      if (!last_call)
+        return Status::Error(At(i) +
+                             ": a tool result with no assistant tool call before it, "
+                             "which GPT-OSS's harmony template needs for its name");
+      p.Markup("<|start|>"), p.Content("functions." + *last_call);
+      p.Markup(" to=assistant<|channel|>commentary<|message|>");
+      p.Content(PyJsonDumps(ordered_json(m.content))), p.Markup(kEnd);
+    }
+  }
+  if (o.add_generation_prompt) p.Markup(chat.open);
+  return p.Take();
+}
+
 }  // namespace
 
 std::string PyStrip(std::string_view s) {
@@ -336,8 +566,8 @@ std::string PyJsonDumps(const ordered_json& v) {
 bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
                  const ChatRenderOptions& options) {
   if (!options.tools.empty()) return true;
-  const bool renders_reasoning =
-      chat.family == kFamilyQwen3 || chat.family == kFamilyGlm45 || chat.family == kFamilyXtml;
+  const bool renders_reasoning = chat.family == kFamilyQwen3 || chat.family == kFamilyGlm45 ||
+                                 chat.family == kFamilyHarmony || chat.family == kFamilyXtml;
   for (const ChatMessage& m : messages)
     if (!m.tool_calls.empty() || m.role == "tool" || (renders_reasoning && !m.reasoning.empty()))
       return true;
@@ -355,6 +585,7 @@ Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
   if (chat.family == kFamilyGlm45) return Glm45(chat, messages, options);
   if (chat.family == kFamilyDeepseekV31) return DeepseekV31(chat, messages, options);
   if (chat.family == kFamilyKimiK2) return KimiK2(chat, messages, options);
+  if (chat.family == kFamilyHarmony) return Harmony(chat, messages, options);
   const std::string family = chat.family.empty() ? "unnamed" : chat.family;
   if (!options.tools.empty())
     return Status::Error("tools: this model's chat template (" + family +

@@ -23,9 +23,18 @@
 //                    json.dumps(tools)<|im_end|>; results
 //                    <|im_system|>tool<|im_middle|>..<|im_end|>; its template
 //                    drops an assistant's tool calls (refused)
+//   GPT-OSS harmony  tools in the developer message as the template's
+//                    TypeScript-like "namespace functions" (oneOf refused),
+//                    and a line in the system message; a call
+//                    <|start|>assistant to=functions.{name}<|channel|>commentary
+//                    json<|message|>{arguments, parsed, json.dumps}<|call|>, one
+//                    per message (more refused), after its analysis (the
+//                    text or reasoning) unless a final reply follows later; a
+//                    result <|start|>functions.{name} to=assistant<|channel|>
+//                    commentary<|message|>{json.dumps(text)}<|end|>
 //
-// Every other family (DeepSeek-V3, the demo model, Qwen3 Instruct-2507,
-// harmony, K3) refuses tools, tool calls and tool results by name.
+// Every other family (DeepSeek-V3, the demo model, Qwen3 Instruct-2507, K3)
+// refuses tools, tool calls and tool results by name.
 #pragma once
 
 #include <span>

@@ -114,7 +114,8 @@ TOOLS = [
             "when": {"type": "object", "description": "The day", "properties": {
                 "date": {"type": "string"}, "hourly": {"type": "boolean"}},
                 "required": ["date"]},
-            "units": {"type": "string", "enum": ["c", "f"]}},
+            "units": {"type": "string", "enum": ["c", "f"], "default": "c"},
+            "days": {"type": "integer", "description": "How many", "default": 1}},
             "required": ["city"]}}},
     {"type": "function", "function": {
         "name": "search_flights",
@@ -123,6 +124,8 @@ TOOLS = [
             "from": {"type": "string"}, "to": {"type": "string"},
             "passengers": {"type": "array", "items": {"type": "object", "properties": {
                 "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}}}},
+            "classes": {"type": "array", "items": {"type": "string"}},
+            "note": {"type": "string", "nullable": True},
             "max_price": {"type": "number"}},
             "required": ["from", "to"]}}},
 ]
@@ -158,6 +161,12 @@ def tool_conversations():
         ("two_calls_no_generation_prompt", [user, {**two, "content": ""}, res1, res2], False, True),
         ("next_turn_after_results", [user, one, res1, answer,
                                      {"role": "user", "content": "Thanks"}], True, True),
+        ("call_with_text", [user, {**one, "content": "Let me look."}, res1], True, True),
+        ("call_with_text_then_answer", [user, {**one, "content": "Let me look."}, res1, answer,
+                                        {"role": "user", "content": "Thanks"}], True, True),
+        ("two_calls_in_turn", [sys_, user, one, res1,
+                               {"role": "assistant", "content": "", "tool_calls": [CALL_FLIGHTS]},
+                               res2], True, True),
         ("reasoning_then_call", [user, {**one, "reasoning_content": "\nThe user wants the "
                                          "weather first; call get_weather.\n"}, res1], True, True),
         ("past_calls_no_tools_offered", [sys_, user, two, res1, res2, answer,
@@ -174,6 +183,9 @@ TOOL_CASES = {
     "glm45": {"tools": True, "calls": True},
     "deepseek-v3.1": {"tools": False, "calls": True},
     "kimi": {"tools": True, "calls": False},
+    # Harmony's template renders the first call of a message only (refused
+    # beyond it), an assistant's reasoning as its "thinking".
+    "gpt-oss": {"tools": True, "calls": True, "one_call": True},
 }
 # Thinking switched per request: the template's argument and the values rendered.
 THINKING = {"qwen3": "enable_thinking", "glm45": "enable_thinking", "deepseek-v3.1": "thinking"}
@@ -275,6 +287,8 @@ def agent_cases(name, render, plain, whole, specials, texts):
         has_calls = any(m.get("tool_calls") for m in msgs)
         if has_calls and not what["calls"]:
             continue
+        if what.get("one_call") and any(len(m.get("tool_calls", [])) > 1 for m in msgs):
+            continue
         if with_tools and not what["tools"]:
             if not has_calls:
                 continue
@@ -305,18 +319,30 @@ def agent_cases(name, render, plain, whole, specials, texts):
         if effort is not None:
             kw["reasoning_effort"] = effort
         rendered = msgs
-        if name == "glm45":
-            # GLM's template iterates arguments.items(): a serving stack
-            # (vLLM) hands it the parsed object; its values print as
-            # tojson(ensure_ascii=False), strings bare.
+        if name in ("glm45", "gpt-oss"):
+            # GLM's template iterates arguments.items() and harmony's prints
+            # arguments|tojson (a JSON string literal, were they a string): a
+            # serving stack (vLLM) hands them the parsed object. GLM prints
+            # its values as tojson(ensure_ascii=False), strings bare.
             rendered = [{**m, "tool_calls": [
                 {**c, "function": {**c["function"],
                                    "arguments": json.loads(c["function"]["arguments"])}}
                 for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in msgs]
+        if name == "gpt-oss":
+            # Harmony's template names an assistant's reasoning "thinking".
+            rendered = [{**{k: v for k, v in m.items() if k != "reasoning_content"},
+                         "thinking": m["reasoning_content"]} if "reasoning_content" in m else m
+                        for m in rendered]
         shown = None
         if name == "glm45":
             def shown(m):
                 return m["content"].strip() if m["role"] == "assistant" else m["content"]
+        if name == "gpt-oss":
+            def shown(m):
+                # Harmony prints a tool result as content|tojson: the quotes
+                # around the protected text are the template's own.
+                return json.dumps(m["content"], ensure_ascii=False)[1:-1] if m["role"] == "tool" \
+                    else m["content"]
         text, ids = protected_ids(render, plain, specials, rendered, gen, shown, **kw)
         assert not any(s in m["content"] for m in msgs for s in specials), cname
         naive = whole(rendered, gen, **kw)
