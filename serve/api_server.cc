@@ -112,6 +112,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     std::string model;
     Sampling sampling;
     std::vector<int32_t> prompt;
+    std::string opening;  // the markup that opened a chat's reply (thinking switched)
     if (chat) {
       ChatRequest q;
       if (auto e = ParseChatRequest(req.body, &q)) return Refuse(r, e->status, e->ToJson().dump());
@@ -121,10 +122,25 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
                                  "/v1/completions")
                           .ToJson()
                           .dump());
-      auto ids = RenderChat(*chat_, tok_, q.messages);
-      if (!ids.ok())
-        return Refuse(r, 400, BadRequest(ids.status().message(), "messages").ToJson().dump());
+      // Lifted once replies are parsed for tool calls (serve/reply.h).
+      if (auto e = RefuseToolCalling(q)) return Refuse(r, e->status, e->ToJson().dump());
+      auto format = WithThinking(*chat_, q.thinking, q.reasoning_effort);
+      auto ids = format.ok() ? RenderChat(*chat_, tok_, q.messages,
+                                          {.tools = q.tools,
+                                           .thinking = q.thinking,
+                                           .reasoning_effort = q.reasoning_effort})
+                             : Result<std::vector<int32_t>>(format.status());
+      if (!ids.ok()) {
+        // The error names the field it is about: tools, thinking, reasoning_effort, messages.
+        const std::string& why = ids.status().message();
+        const std::string param = why.starts_with("tools")              ? "tools"
+                                  : why.starts_with("thinking")         ? "chat_template_kwargs"
+                                  : why.starts_with("reasoning_effort") ? "reasoning_effort"
+                                                                        : "messages";
+        return Refuse(r, 400, BadRequest(why, param).ToJson().dump());
+      }
       prompt = std::move(*ids);
+      opening = format->open;
       model = q.model, sampling = q.sampling;
     } else {
       CompletionRequest q;
@@ -151,7 +167,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     const bool channels = chat && chat_;
     auto reply = std::make_shared<Reply>(
         tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop,
-        channels ? chat_->reply_after : std::string(), channels ? chat_->open : std::string());
+        channels ? chat_->reply_after : std::string(), channels ? opening : std::string());
     reply->chat = chat;
     reply->sampling = sampling;
     reply->sampling.max_tokens = max_tokens;
