@@ -351,14 +351,16 @@ TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
   EXPECT_EQ(refusal("kimi", called, {}),
             "messages[1].tool_calls: Kimi K2's chat template (Kimi-Linear's) drops an "
             "assistant's tool calls, so they are not rendered");
-  for (const char* family : {"demo", "deepseek"}) {
-    const std::string name = Family_(family).chat.family;
-    EXPECT_EQ(refusal(family, ask, {.date = "2026-01-15", .tools = tools}),
-              "tools: this model's chat template (" + name + ") has no tool syntax waste renders");
-    EXPECT_EQ(refusal(family, called, {.date = "2026-01-15"}),
-              "messages[1].tool_calls: this model's chat template (" + name +
-                  ") has no tool-call syntax waste renders");
-  }
+  const std::string deepseek_v3 =
+      "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a single "
+      "call left unclosed, calls beside text dropped)";
+  const std::string demo = "the demo model's template has no tool syntax";
+  EXPECT_EQ(refusal("deepseek", ask, {.tools = tools}), "tools: " + deepseek_v3);
+  EXPECT_EQ(refusal("deepseek", called, {}), "messages[1].tool_calls: " + deepseek_v3);
+  EXPECT_EQ(refusal("demo", ask, {.tools = tools}), "tools: " + demo);
+  EXPECT_EQ(refusal("demo", called, {}), "messages[1].tool_calls: " + demo);
+  EXPECT_EQ(refusal("demo", std::vector<ChatMessage>{ask[0], {"tool", "sunny"}}, {}),
+            "messages[1]: a tool result: " + demo);
   // Harmony's template renders a message's first call only, and names a
   // result by the call before it.
   ChatMessage two = call;

@@ -586,24 +586,24 @@ Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
   if (chat.family == kFamilyDeepseekV31) return DeepseekV31(chat, messages, options);
   if (chat.family == kFamilyKimiK2) return KimiK2(chat, messages, options);
   if (chat.family == kFamilyHarmony) return Harmony(chat, messages, options);
-  const std::string family = chat.family.empty() ? "unnamed" : chat.family;
-  if (!options.tools.empty())
-    return Status::Error("tools: this model's chat template (" + family +
-                         ") has no tool syntax waste renders");
+  // Why the rest do not render them, said with the refusal.
+  const std::string why =
+      chat.family == kFamilyDeepseekV3
+          ? "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a "
+            "single call left unclosed, calls beside text dropped)"
+      : chat.family == kFamilyXtml
+          ? "Kimi K3's tools, tool calls, tool results and past reasoning (encoding_k3.py "
+            "renders them) are not rendered yet"
+      : chat.family == kFamilyDemo
+          ? "the demo model's template has no tool syntax"
+          : "this model's chat template (" +
+                (chat.family.empty() ? std::string("unnamed") : chat.family) +
+                ") has no tool syntax waste renders";
+  if (!options.tools.empty()) return Status::Error("tools: " + why);
   for (size_t i = 0; i < messages.size(); ++i) {
-    if (!messages[i].tool_calls.empty())
-      return Status::Error(At(i) + ".tool_calls: this model's chat template (" + family +
-                           ") has no tool-call syntax waste renders");
-    if (messages[i].role == "tool")
-      return Status::Error(At(i) +
-                           ": tool results are not rendered for this model's chat "
-                           "template (" +
-                           family + ")");
-    if (!messages[i].reasoning.empty())
-      return Status::Error(At(i) +
-                           ".reasoning_content: not rendered for this model's chat "
-                           "template (" +
-                           family + ")");
+    if (!messages[i].tool_calls.empty()) return Status::Error(At(i) + ".tool_calls: " + why);
+    if (messages[i].role == "tool") return Status::Error(At(i) + ": a tool result: " + why);
+    if (!messages[i].reasoning.empty()) return Status::Error(At(i) + ".reasoning_content: " + why);
   }
   return Status::Error("nothing for the family to render");  // NeedsFamily was false
 }
