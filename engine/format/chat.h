@@ -49,10 +49,10 @@
 // prompt, and not when no user message precedes it; GLM does not append
 // /nothink to a text that already ends with it (here it does; chat_tools.h's
 // layout, used with tools, follows the template); harmony's model identity is the default
-// (the template's model_identity argument); K3's names, reasoning_content,
-// tools, response_format, thinking_effort and images (encoding_k3.py renders
-// them) are not rendered, and a message's content parts are joined into one
-// text where encoding_k3.py encodes each apart.
+// (the template's model_identity argument); K3's names, response_format,
+// tool_choice, thinking_effort and images (encoding_k3.py renders them) are
+// not rendered, and a message's content parts are joined into one text where
+// encoding_k3.py encodes each apart.
 //
 // Switched per request (WithThinking below): thinking on (Qwen3's and GLM's
 // template default) is the same layout with the reply opened bare and no
@@ -60,7 +60,7 @@
 // reasoning effort (low, medium, high) is its system message's. Tools, tool
 // calls, tool results and past reasoning are not markup here: each family's
 // layout of them is engine/tokenizer/chat_tools.h (Qwen3 hybrid, GLM-4.5,
-// DeepSeek-V3.1, Kimi K2, harmony; the others refuse them by name).
+// DeepSeek-V3.1, Kimi K2, harmony, K3; the others refuse them by name).
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
 #pragma once
 

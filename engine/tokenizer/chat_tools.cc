@@ -1,6 +1,8 @@
 #include "engine/tokenizer/chat_tools.h"
 
+#include <algorithm>
 #include <optional>
+#include <utility>
 
 namespace waste::chat_tools {
 
@@ -526,6 +528,145 @@ Result<std::vector<ChatPiece>> Harmony(const ChatFormat& chat, std::span<const C
   return p.Take();
 }
 
+// -------------------------------------------------------------- Kimi K3
+
+// XTML's elements as encoding_k3.py writes them, segment for segment: the
+// four tokens as markup, the tag name and each attribute's pieces (" key",
+// "=\"", the escaped value, "\"") as text of their own.
+class Xtml {
+ public:
+  explicit Xtml(Pieces* p) : p_(p) {}
+  void Open(std::string_view tag,
+            std::initializer_list<std::pair<std::string_view, std::string>> attrs = {}) {
+    p_->Markup(kXtmlOpen), p_->Content(tag);
+    for (const auto& [key, value] : attrs) {
+      p_->Content(" " + std::string(key)), p_->Content("=\"");
+      p_->Content(Escape(value)), p_->Content("\"");
+    }
+    p_->Markup(kXtmlSep);
+  }
+  void Close(std::string_view tag) {
+    p_->Markup(kXtmlClose), p_->Content(tag), p_->Markup(kXtmlSep);
+  }
+  // A message element with its text and the end of the message.
+  void Message(std::initializer_list<std::pair<std::string_view, std::string>> attrs,
+               std::string_view text) {
+    Open("message", attrs), p_->Content(text), Close("message"), p_->Markup(kXtmlEndOfMessage);
+  }
+
+ private:
+  // "&" first, then the quote: "<" and ">" are text in XTML.
+  static std::string Escape(std::string_view v) {
+    std::string out;
+    for (const char c : v) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+    return out;
+  }
+  Pieces* p_;
+};
+
+// An argument element's type: what the JSON value is.
+const char* XtmlType(const ordered_json& v) {
+  return v.is_boolean()  ? "boolean"
+         : v.is_null()   ? "null"
+         : v.is_number() ? "number"
+         : v.is_string() ? "string"
+         : v.is_object() ? "object"
+                         : "array";
+}
+
+Result<std::vector<ChatPiece>> KimiK3(const ChatFormat& chat, std::span<const ChatMessage> msgs,
+                                      const ChatRenderOptions& o) {
+  // Thinking on: the reply opens in the think channel, before the response.
+  const bool thinking = !chat.open.ends_with(chat.reply_after);
+  Pieces p;
+  Xtml x(&p);
+  if (!o.tools.empty()) {
+    // encoding_k3.py sorts every key of the declarations and writes them compact.
+    nlohmann::json all = nlohmann::json::array();
+    for (const ChatTool& t : o.tools) all.push_back(nlohmann::json::parse(ToolJson(t).dump()));
+    x.Message({{"role", "system"}, {"type", "tool-declare"}},
+              "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n" +
+                  all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n```");
+  }
+  const std::vector<ChatToolCall>* calls = nullptr;  // of the last assistant message
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user" || m.role == "system") {
+      x.Message({{"role", m.role}}, m.content);
+    } else if (m.role == "assistant") {
+      calls = &m.tool_calls;
+      x.Open("message", {{"role", "assistant"}});
+      if (thinking) {
+        x.Open("think");
+        if (!PyStrip(m.reasoning).empty()) p.Content(m.reasoning);
+        x.Close("think");
+      }
+      x.Open("response"), p.Content(m.content), x.Close("response");
+      if (!m.tool_calls.empty()) {
+        x.Open("tools");
+        for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+          const ChatToolCall& call = m.tool_calls[k];
+          x.Open("call", {{"tool", call.name}, {"index", std::to_string(k + 1)}});
+          if (!PyStrip(call.arguments).empty()) {
+            const auto args = ordered_json::parse(call.arguments, nullptr, false);
+            if (args.is_discarded()) {
+              // What does not parse is shown back as written.
+              x.Open("json", {{"type", "object"}}), p.Content(call.arguments), x.Close("json");
+            } else if (!args.is_object()) {
+              return Status::Error(At(i) + ".tool_calls[" + std::to_string(k) +
+                                   "].function.arguments: Kimi K3's format takes a JSON object");
+            } else {
+              for (const auto& [key, value] : args.items()) {
+                x.Open("argument", {{"key", key}, {"type", XtmlType(value)}});
+                p.Content(value.is_string() ? value.get<std::string>() : PyJsonDumps(value));
+                x.Close("argument");
+              }
+            }
+          }
+          x.Close("call");
+        }
+        x.Close("tools");
+      }
+      x.Close("message"), p.Markup(kXtmlEndOfMessage);
+    } else if (m.role == "tool") {
+      // The run of results from here, put in the order of the calls.
+      size_t end = i;
+      while (end < msgs.size() && msgs[end].role == "tool") ++end;
+      std::vector<std::pair<size_t, const ChatMessage*>> run;  // (call position, result)
+      bool matched = calls != nullptr;
+      for (size_t k = i; k < end && matched; ++k) {
+        size_t at = 0;
+        while (at < calls->size() && (*calls)[at].id != msgs[k].tool_call_id) ++at;
+        matched = at < calls->size();
+        run.push_back({at, &msgs[k]});
+      }
+      if (!matched) {
+        run.clear();
+        for (size_t k = i; k < end; ++k) run.push_back({k - i, &msgs[k]});
+      }
+      std::stable_sort(run.begin(), run.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t k = 0; k < run.size(); ++k) {
+        std::string function = run[k].second->name;
+        if (matched) function = (*calls)[run[k].first].name;
+        if (function.empty() && calls && k < calls->size()) function = (*calls)[k].name;
+        if (function.empty())
+          return Status::Error(At(i + k) +
+                               ": a tool result whose call Kimi K3's format "
+                               "cannot name (no matching tool_call_id)");
+        x.Message({{"role", "tool"}, {"tool", function}, {"index", std::to_string(k + 1)}},
+                  run[k].second->content);
+      }
+      i = end - 1;
+    }
+  }
+  if (o.add_generation_prompt) {
+    x.Open("message", {{"role", "assistant"}});
+    x.Open(thinking ? "think" : "response");
+  }
+  return p.Take();
+}
+
 }  // namespace
 
 std::string PyStrip(std::string_view s) {
@@ -550,7 +691,7 @@ std::string PyJsonDumps(const ordered_json& v) {
     bool first = true;
     for (const auto& [key, value] : v.items()) {
       if (!first) out += ", ";
-      out += ordered_json(key).dump(-1, ' ', false) + ": " + PyJsonDumps(value);
+      out += PyJsonDumps(ordered_json(key)) + ": " + PyJsonDumps(value);
       first = false;
     }
     return out + "}";
@@ -560,7 +701,7 @@ std::string PyJsonDumps(const ordered_json& v) {
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + PyJsonDumps(v[i]);
     return out + "]";
   }
-  return v.dump(-1, ' ', false);
+  return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
@@ -586,14 +727,12 @@ Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
   if (chat.family == kFamilyDeepseekV31) return DeepseekV31(chat, messages, options);
   if (chat.family == kFamilyKimiK2) return KimiK2(chat, messages, options);
   if (chat.family == kFamilyHarmony) return Harmony(chat, messages, options);
+  if (chat.family == kFamilyXtml) return KimiK3(chat, messages, options);
   // Why the rest do not render them, said with the refusal.
   const std::string why =
       chat.family == kFamilyDeepseekV3
           ? "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a "
             "single call left unclosed, calls beside text dropped)"
-      : chat.family == kFamilyXtml
-          ? "Kimi K3's tools, tool calls, tool results and past reasoning (encoding_k3.py "
-            "renders them) are not rendered yet"
       : chat.family == kFamilyDemo
           ? "the demo model's template has no tool syntax"
           : "this model's chat template (" +

@@ -32,8 +32,15 @@
 //                    text or reasoning) unless a final reply follows later; a
 //                    result <|start|>functions.{name} to=assistant<|channel|>
 //                    commentary<|message|>{json.dumps(text)}<|end|>
+//   Kimi K3 (XTML)   encoding_k3.py's elements, segment for segment: tools as
+//                    a system message of type tool-declare (compact JSON, keys
+//                    sorted); calls in a tools element after the response,
+//                    one call element per call with typed argument elements
+//                    (text that is not JSON kept in a json element); results
+//                    as tool messages put in call order, each with its index;
+//                    reasoning in the think element (thinking on)
 //
-// Every other family (DeepSeek-V3, the demo model, Qwen3 Instruct-2507, K3)
+// Every other family (DeepSeek-V3, the demo model, Qwen3 Instruct-2507)
 // refuses tools, tool calls and tool results by name.
 #pragma once
 
