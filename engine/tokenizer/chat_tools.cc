@@ -589,12 +589,14 @@ Result<std::vector<ChatPiece>> KimiK3(const ChatFormat& chat, std::span<const Ch
                   all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n```");
   }
   const std::vector<ChatToolCall>* calls = nullptr;  // of the last assistant message
+  size_t results = 0;  // tool results since it (their index attribute counts on)
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
     if (m.role == "user" || m.role == "system") {
       x.Message({{"role", m.role}}, m.content);
     } else if (m.role == "assistant") {
       calls = &m.tool_calls;
+      results = 0;
       x.Open("message", {{"role", "assistant"}});
       if (thinking) {
         x.Open("think");
@@ -649,12 +651,14 @@ Result<std::vector<ChatPiece>> KimiK3(const ChatFormat& chat, std::span<const Ch
       for (size_t k = 0; k < run.size(); ++k) {
         std::string function = run[k].second->name;
         if (matched) function = (*calls)[run[k].first].name;
-        if (function.empty() && calls && k < calls->size()) function = (*calls)[k].name;
+        ++results;
+        if (function.empty() && calls && results <= calls->size())
+          function = (*calls)[results - 1].name;
         if (function.empty())
           return Status::Error(At(i + k) +
                                ": a tool result whose call Kimi K3's format "
                                "cannot name (no matching tool_call_id)");
-        x.Message({{"role", "tool"}, {"tool", function}, {"index", std::to_string(k + 1)}},
+        x.Message({{"role", "tool"}, {"tool", function}, {"index", std::to_string(results)}},
                   run[k].second->content);
       }
       i = end - 1;
