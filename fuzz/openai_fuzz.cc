@@ -1,7 +1,9 @@
 // Fuzz target: the bodies of POST /v1/chat/completions and /v1/completions
 // (serve/openai.cc, ParseChatRequest and ParseCompletionRequest), bytes from
 // anyone who can reach waste serve. Any bytes give a request inside every
-// range the API promises, or an error whose JSON dumps; never a throw.
+// range the API promises, or an error whose JSON dumps; never a throw. A
+// chat request is then laid out by every family's format (tools, tool calls
+// and results, thinking: engine/tokenizer/chat_tools.h), or refused.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -40,8 +42,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     Check(chat.sampling);
     if (chat.messages.empty()) std::abort();
-    for (const auto& m : chat.messages)
-      if (m.role != "system" && m.role != "user" && m.role != "assistant") std::abort();
+    for (const auto& m : chat.messages) {
+      if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+        std::abort();
+      // A result names the call it answers, and its function.
+      if (m.role == "tool" && (m.tool_call_id.empty() || m.name.empty())) std::abort();
+    }
+    // Every family lays the request out, or refuses it by name; never a throw.
+    for (const waste::ChatFormat& f :
+         {waste::ChatFormat::Kimi(), waste::ChatFormat::Deepseek(true),
+          waste::ChatFormat::Deepseek(false), waste::ChatFormat::DeepseekV31(),
+          waste::ChatFormat::Qwen3(true), waste::ChatFormat::Qwen3(false),
+          waste::ChatFormat::Glm45(), waste::ChatFormat::Harmony(),
+          waste::ChatFormat::Xtml(true)}) {
+      auto pieces = waste::ChatPieces(f, chat.messages,
+                                      {.date = "2026-01-15",
+                                       .tools = chat.tools,
+                                       .thinking = chat.thinking,
+                                       .reasoning_effort = chat.reasoning_effort});
+      if (!pieces.ok() && pieces.status().message().empty()) std::abort();
+    }
   }
   waste::serve::CompletionRequest completion;
   if (auto e = waste::serve::ParseCompletionRequest(body, &completion)) {

@@ -105,6 +105,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     std::string model;
     Sampling sampling;
     std::vector<int32_t> prompt;
+    std::string opening;  // the markup that opened a chat's reply (thinking switched)
     if (chat) {
       ChatRequest q;
       if (auto e = ParseChatRequest(req.body, &q)) return Refuse(r, e->status, e->ToJson().dump());
@@ -114,10 +115,25 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
                                  "/v1/completions")
                           .ToJson()
                           .dump());
-      auto ids = RenderChat(*chat_, tok_, q.messages);
-      if (!ids.ok())
-        return Refuse(r, 400, BadRequest(ids.status().message(), "messages").ToJson().dump());
+      // Lifted once replies are parsed for tool calls (serve/reply.h).
+      if (auto e = RefuseToolCalling(q)) return Refuse(r, e->status, e->ToJson().dump());
+      auto format = WithThinking(*chat_, q.thinking, q.reasoning_effort);
+      auto ids = format.ok() ? RenderChat(*chat_, tok_, q.messages,
+                                          {.tools = q.tools,
+                                           .thinking = q.thinking,
+                                           .reasoning_effort = q.reasoning_effort})
+                             : Result<std::vector<int32_t>>(format.status());
+      if (!ids.ok()) {
+        // The error names the field it is about: tools, thinking, reasoning_effort, messages.
+        const std::string& why = ids.status().message();
+        const std::string param = why.starts_with("tools")              ? "tools"
+                                  : why.starts_with("thinking")         ? "chat_template_kwargs"
+                                  : why.starts_with("reasoning_effort") ? "reasoning_effort"
+                                                                        : "messages";
+        return Refuse(r, 400, BadRequest(why, param).ToJson().dump());
+      }
       prompt = std::move(*ids);
+      opening = format->open;
       model = q.model, sampling = q.sampling;
     } else {
       CompletionRequest q;
@@ -151,6 +167,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     parts.sampling.max_tokens = max_tokens;
     if (!sampling.ignore_eos) parts.end_of_turn = end_of_turn_;
     parts.r = r;
+    if (chat) parts.thinking_open = ThinkingOpen(*chat_, opening);
     Generate(
         chat ? MakeChatAnswer(std::move(parts), *chat_) : MakeCompletionAnswer(std::move(parts)),
         std::move(prompt), sampling, max_tokens, r);

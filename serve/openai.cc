@@ -1,6 +1,7 @@
 #include "serve/openai.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -124,17 +125,20 @@ std::optional<ApiError> ParseBody(std::string_view body, json* out) {
 // What waste serve does not honour yet is refused by name, never ignored: a
 // client that asked for tools or JSON and got plain text would take it for
 // what it asked. Their empty or default forms pass.
-std::optional<ApiError> RefuseUnhonoured(const json& b) {
+std::optional<ApiError> RefuseUnhonoured(const json& b, bool chat) {
   const auto named = [](const json& v, std::initializer_list<const char*> ok) {
     if (!v.is_string()) return false;
     for (const char* o : ok)
       if (v == o) return true;
     return false;
   };
+  // A chat request's tools are parsed (ParseTools) and refused apart
+  // (RefuseToolCalling); the legacy functions never.
   for (const char* list : {"tools", "functions"})
-    if (const json* t = Field(b, list); t && !(t->is_array() && t->empty()))
+    if (const json* t = Field(b, list);
+        t && !(t->is_array() && t->empty()) && (!chat || list == std::string_view("functions")))
       return Unsupported(list, "tool calling");
-  if (const json* c = Field(b, "tool_choice"); c && !named(*c, {"none", "auto"}))
+  if (const json* c = Field(b, "tool_choice"); !chat && c && !named(*c, {"none", "auto"}))
     return Unsupported("tool_choice", "tool calling");
   if (const json* c = Field(b, "function_call"); c && !named(*c, {"none", "auto"}))
     return Unsupported("function_call", "tool calling");
@@ -185,7 +189,7 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
   int64_t n = 1;
   WASTE_API_TRY(ReadInt(b, "n", 1, 128, &n));
   if (n != 1) return Unsupported("n", "n = " + std::to_string(n) + " (only 1)");
-  WASTE_API_TRY(RefuseUnhonoured(b));
+  WASTE_API_TRY(RefuseUnhonoured(b, chat));
   WASTE_API_TRY(ReadNumber(b, "presence_penalty", -2, false, 2, &s->presence_penalty));
   WASTE_API_TRY(ReadNumber(b, "frequency_penalty", -2, false, 2, &s->frequency_penalty));
   WASTE_API_TRY(ReadLogitBias(b, s));
@@ -264,6 +268,182 @@ std::optional<ApiError> ParseContent(const json& c, const std::string& where, st
     if (!text || !text->is_string())
       return WrongType(w + ".text", "a string", text ? *text : json());
     out->append(text->get_ref<const std::string&>());
+  }
+  return std::nullopt;
+}
+
+ApiError Missing(const std::string& param) {
+  return BadRequest("Missing required parameter: '" + param + "'.", param,
+                    "missing_required_parameter");
+}
+
+ApiError Invalid(const std::string& param, const std::string& why) {
+  return BadRequest("Invalid '" + param + "': " + why, param, "invalid_value");
+}
+
+// A required string field of `obj`.
+std::optional<ApiError> ReadString(const json& obj, const char* key, const std::string& where,
+                                   std::string* out) {
+  const json* v = Field(obj, key);
+  if (!v) return Missing(where + "." + key);
+  if (!v->is_string()) return WrongType(where + "." + key, "a string", *v);
+  *out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// OpenAI's pattern for a function's name: ^[a-zA-Z0-9_-]{1,64}$.
+bool FunctionName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// tools[i].function.parameters of the body parsed keeping its keys' order
+// (the templates print a schema in the client's order); `params`, the same
+// value in sorted order, where that body does not hold it so (keys given
+// twice).
+nlohmann::ordered_json OrderedParameters(const nlohmann::ordered_json& body, size_t i,
+                                         const json& params) {
+  const nlohmann::ordered_json* v = &body;
+  for (const char* key : {"tools", "", "function", "parameters"}) {
+    if (*key == '\0' ? !v->is_array() || v->size() <= i : !v->is_object() || !v->contains(key))
+      return nlohmann::ordered_json::parse(params.dump());
+    v = *key == '\0' ? &(*v)[i] : &(*v)[key];
+  }
+  return v->is_object() ? *v : nlohmann::ordered_json::parse(params.dump());
+}
+
+// `tools`, `tool_choice`, `parallel_tool_calls`.
+std::optional<ApiError> ParseTools(const json& b, std::string_view body, ChatRequest* out) {
+  if (const json* tools = Field(b, "tools")) {
+    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
+    const auto ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string w = "tools[" + std::to_string(i) + "]";
+      const json& t = (*tools)[i];
+      if (!t.is_object()) return WrongType(w, "an object", t);
+      std::string type;
+      WASTE_API_TRY(ReadString(t, "type", w, &type));
+      if (type != "function") return Unsupported(w + ".type", "'" + type.substr(0, 40) + "' tools");
+      const json* fn = Field(t, "function");
+      if (!fn) return Missing(w + ".function");
+      if (!fn->is_object()) return WrongType(w + ".function", "an object", *fn);
+      ChatTool tool;
+      WASTE_API_TRY(ReadString(*fn, "name", w + ".function", &tool.name));
+      if (!FunctionName(tool.name))
+        return Invalid(w + ".function.name",
+                       "string does not match pattern. Expected a string that matches the "
+                       "pattern '^[a-zA-Z0-9_-]{1,64}$'.");
+      for (const ChatTool& before : out->tools)
+        if (before.name == tool.name)
+          return Invalid(w + ".function.name", "'" + tool.name + "' is offered twice.");
+      if (const json* d = Field(*fn, "description")) {
+        if (!d->is_string()) return WrongType(w + ".function.description", "a string", *d);
+        tool.description = d->get<std::string>();
+      }
+      if (const json* params = Field(*fn, "parameters")) {
+        if (!params->is_object())
+          return WrongType(w + ".function.parameters", "an object", *params);
+        tool.parameters = OrderedParameters(ordered, i, *params);
+      }
+      if (const json* strict = Field(*fn, "strict")) {
+        if (!strict->is_boolean()) return WrongType(w + ".function.strict", "a boolean", *strict);
+        if (strict->get<bool>())
+          return Unsupported(w + ".function.strict",
+                             "strict = true (arguments held to the schema)");
+      }
+      out->tools.push_back(std::move(tool));
+    }
+  }
+  using Mode = ToolChoice::Mode;
+  if (const json* c = Field(b, "tool_choice")) {
+    if (c->is_string()) {
+      const std::string v = c->get<std::string>();
+      if (v == "none" || v == "auto" || v == "required")
+        out->tool_choice.mode = v == "none"   ? Mode::kNone
+                                : v == "auto" ? Mode::kAuto
+                                              : Mode::kRequired;
+      else
+        return Invalid("tool_choice",
+                       "expected 'none', 'auto', 'required' or an object naming a "
+                       "function, but got '" +
+                           v.substr(0, 40) + "'.");
+    } else if (c->is_object()) {
+      std::string type;
+      WASTE_API_TRY(ReadString(*c, "type", "tool_choice", &type));
+      if (type != "function")
+        return Unsupported("tool_choice.type", "'" + type.substr(0, 40) + "'");
+      const json* fn = Field(*c, "function");
+      if (!fn) return Missing("tool_choice.function");
+      if (!fn->is_object()) return WrongType("tool_choice.function", "an object", *fn);
+      WASTE_API_TRY(ReadString(*fn, "name", "tool_choice.function", &out->tool_choice.function));
+      out->tool_choice.mode = Mode::kFunction;
+      bool listed = false;
+      for (const ChatTool& t : out->tools) listed = listed || t.name == out->tool_choice.function;
+      if (!listed && !out->tools.empty())
+        return Invalid("tool_choice.function.name", "'" + out->tool_choice.function.substr(0, 64) +
+                                                        "' is not one of the tools.");
+    } else {
+      return WrongType("tool_choice", "a string or an object", *c);
+    }
+    if (out->tools.empty() && out->tool_choice.mode != Mode::kNone &&
+        out->tool_choice.mode != Mode::kAuto)
+      return BadRequest(
+          "Invalid value for 'tool_choice': 'tool_choice' is only allowed when "
+          "'tools' are specified.",
+          "tool_choice", "invalid_value");
+  }
+  WASTE_API_TRY(ReadBool(b, "parallel_tool_calls", &out->parallel_tool_calls));
+  return std::nullopt;
+}
+
+// `chat_template_kwargs` (enable_thinking, thinking) and `reasoning_effort`.
+std::optional<ApiError> ParseThinking(const json& b, ChatRequest* out) {
+  if (const json* kw = Field(b, "chat_template_kwargs")) {
+    if (!kw->is_object()) return WrongType("chat_template_kwargs", "an object", *kw);
+    for (const auto& [key, value] : kw->items()) {
+      const std::string w = "chat_template_kwargs." + key.substr(0, 40);
+      if (key != "enable_thinking" && key != "thinking")
+        return Unsupported(w, "the template argument '" + key.substr(0, 40) + "'");
+      if (!value.is_boolean()) return WrongType(w, "a boolean", value);
+      if (out->thinking && *out->thinking != value.get<bool>())
+        return Invalid(w, "enable_thinking and thinking disagree.");
+      out->thinking = value.get<bool>();
+    }
+  }
+  if (const json* e = Field(b, "reasoning_effort")) {
+    if (!e->is_string()) return WrongType("reasoning_effort", "a string", *e);
+    const std::string v = e->get<std::string>();
+    if (v != "low" && v != "medium" && v != "high")
+      return Invalid("reasoning_effort",
+                     "expected 'low', 'medium' or 'high', but got '" + v.substr(0, 40) + "'.");
+    out->reasoning_effort = v;
+  }
+  return std::nullopt;
+}
+
+// An assistant message's tool_calls: [{id, type: "function", function:
+// {name, arguments: a string}}].
+std::optional<ApiError> ParseToolCalls(const json& calls, const std::string& where,
+                                       std::vector<ChatToolCall>* out) {
+  if (!calls.is_array()) return WrongType(where, "an array", calls);
+  if (calls.empty()) return Invalid(where, "empty array. Expected an array with minimum length 1.");
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const std::string w = where + "[" + std::to_string(k) + "]";
+    const json& c = calls[k];
+    if (!c.is_object()) return WrongType(w, "an object", c);
+    ChatToolCall call;
+    WASTE_API_TRY(ReadString(c, "id", w, &call.id));
+    std::string type;
+    WASTE_API_TRY(ReadString(c, "type", w, &type));
+    if (type != "function") return Unsupported(w + ".type", "'" + type.substr(0, 40) + "' calls");
+    const json* fn = Field(c, "function");
+    if (!fn) return Missing(w + ".function");
+    if (!fn->is_object()) return WrongType(w + ".function", "an object", *fn);
+    WASTE_API_TRY(ReadString(*fn, "name", w + ".function", &call.name));
+    WASTE_API_TRY(ReadString(*fn, "arguments", w + ".function", &call.arguments));
+    out->push_back(std::move(call));
   }
   return std::nullopt;
 }
@@ -361,17 +541,49 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
     if (!role->is_string()) return WrongType(w + ".role", "a string", *role);
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for it
-    if (r != "system" && r != "user" && r != "assistant")
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
       return Unsupported(w + ".role", "the role '" + r.substr(0, 40) + "'");
-    const json* content = Field(m, "content");
-    if (!content)
-      return BadRequest("Missing required parameter: '" + w + ".content'.", w + ".content",
-                        "missing_required_parameter");
     ChatMessage msg{r, ""};
-    WASTE_API_TRY(ParseContent(*content, w + ".content", &msg.content));
+    if (r == "assistant") {
+      if (Field(m, "function_call")) return Unsupported(w + ".function_call", "function_call");
+      if (const json* calls = Field(m, "tool_calls"))
+        WASTE_API_TRY(ParseToolCalls(*calls, w + ".tool_calls", &msg.tool_calls));
+      if (const json* reasoning = Field(m, "reasoning_content")) {
+        if (!reasoning->is_string())
+          return WrongType(w + ".reasoning_content", "a string", *reasoning);
+        msg.reasoning = reasoning->get<std::string>();
+      }
+    }
+    if (r == "tool") {
+      WASTE_API_TRY(ReadString(m, "tool_call_id", w, &msg.tool_call_id));
+      // A result answers a call of the assistant message before the results.
+      const ChatMessage* caller = nullptr;
+      for (size_t k = out->messages.size(); k-- > 0 && !caller;)
+        if (out->messages[k].role != "tool") caller = &out->messages[k];
+      if (caller)
+        for (const ChatToolCall& call : caller->tool_calls)
+          if (call.id == msg.tool_call_id) msg.name = call.name;
+      if (msg.name.empty())
+        return Invalid(w + ".tool_call_id",
+                       "'" + msg.tool_call_id.substr(0, 64) +
+                           "' is not the id of a tool call of the assistant message before it.");
+    }
+    const json* content = Field(m, "content");
+    if (!content && !(r == "assistant" && !msg.tool_calls.empty())) return Missing(w + ".content");
+    if (content) WASTE_API_TRY(ParseContent(*content, w + ".content", &msg.content));
     out->messages.push_back(std::move(msg));
   }
+  WASTE_API_TRY(ParseTools(b, body, out));
+  WASTE_API_TRY(ParseThinking(b, out));
   return ParseCommon(b, true, &out->model, &out->sampling);
+}
+
+std::optional<ApiError> RefuseToolCalling(const ChatRequest& request) {
+  if (!request.tools.empty()) return Unsupported("tools", "tool calling");
+  using Mode = ToolChoice::Mode;
+  if (request.tool_choice.mode == Mode::kRequired || request.tool_choice.mode == Mode::kFunction)
+    return Unsupported("tool_choice", "tool calling");
+  return std::nullopt;
 }
 
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out) {

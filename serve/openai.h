@@ -14,7 +14,9 @@
 // (ApiError: status 400, type invalid_request_error, param naming the
 // field). What waste does not do is refused by name, never ignored: n other
 // than 1, a prompt of token ids, roles other than system (or developer),
-// user and assistant.
+// user, assistant and tool, tools other than functions, a function's strict
+// schema, the legacy functions and function_call, chat_template_kwargs other
+// than enable_thinking and thinking.
 //
 // Sampling follows OpenAI's meaning (engine/model/sampler.h computes it):
 // logit_bias (token id as a string -> [-100, 100], at most 300) is added to
@@ -94,10 +96,29 @@ struct Sampling {
   SamplerOptions SamplerFor(uint64_t fallback_seed) const;
 };
 
+// OpenAI's tool_choice: none, auto, required, or one function by name.
+struct ToolChoice {
+  enum class Mode { kNone, kAuto, kRequired, kFunction };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction's name, one of the tools offered
+};
+
 struct ChatRequest {
   std::string model;
-  std::vector<ChatMessage> messages;  // roles system, user, assistant; "developer" read as system
+  // Roles system ("developer" read as system), user, assistant (content null
+  // or absent beside tool_calls: empty) and tool (a result: tool_call_id one
+  // of the calls of the assistant message before the results; name is that
+  // call's function).
+  std::vector<ChatMessage> messages;
   Sampling sampling;
+  // `tools`: functions offered ({"type": "function", "function": {name,
+  // description, parameters}}), the parameters' keys in the client's order.
+  std::vector<ChatTool> tools;
+  ToolChoice tool_choice;  // absent: auto
+  bool parallel_tool_calls = true;
+  // chat_template_kwargs' enable_thinking (or thinking): none, the format's default.
+  std::optional<bool> thinking;
+  std::string reasoning_effort;  // low, medium or high; empty: the format's
 };
 
 struct CompletionRequest {
@@ -108,6 +129,10 @@ struct CompletionRequest {
 
 // Parses and checks a body. The error, if any, is the answer to send.
 std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out);
+// Tool calling is refused by name until replies are parsed for calls: a
+// non-empty `tools`, tool_choice required or a function. (Past calls and
+// results in `messages` are served.)
+std::optional<ApiError> RefuseToolCalling(const ChatRequest& request);
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out);
 // logit_bias's ids against the model's vocabulary (the parse cannot know
 // it): one outside [0, vocab) is refused naming its key.

@@ -68,7 +68,7 @@ class ChatAnswer final : public OpenAiAnswer {
  public:
   ChatAnswer(OpenAiAnswerParts p, const ChatFormat& chat)
       : OpenAiAnswer(std::move(p), true),
-        reply_(*p_.tok, chat, ReplyOptions{p_.end_of_turn, p_.sampling.stop}) {}
+        reply_(*p_.tok, chat, ReplyOptions{p_.end_of_turn, p_.sampling.stop, p_.thinking_open}) {}
 
   void Start() override {
     if (!streaming()) return;

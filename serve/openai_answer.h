@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct OpenAiAnswerParts {
   Sampling sampling;                 // max_tokens set
   std::vector<int32_t> end_of_turn;  // empty with ignore_eos
   std::shared_ptr<http::Responder> r;
+  // A chat: the generation prompt left a think block open (ReplyOptions).
+  std::optional<bool> thinking_open{};
 };
 
 // /v1/chat/completions: `chat` is the container's format.

@@ -4,8 +4,11 @@
 // the ids of transformers' apply_chat_template with the family's released
 // template, token for token, on every committed case (tests/fixtures/chat/,
 // tools/chat/make_fixtures.py): the demo model, DeepSeek-V3, DeepSeek-V3.1
-// and Kimi K2 / Kimi-Linear. Also: chat.json's checks, the roles refused, a chat's next
-// turn as a continuation, the end-of-turn ids of a container.
+// and Kimi K2 / Kimi-Linear; and their agent cases (tools offered, tool calls,
+// tool results, reasoning, thinking switched on and off, harmony's reasoning
+// effort) where the family renders them. Also: chat.json's checks, the roles
+// refused, what a family cannot render refused by name, Python's json.dumps,
+// a chat's next turn as a continuation, the end-of-turn ids of a container.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include "engine/format/container.h"
 #include "engine/synth/synth.h"
 #include "engine/tokenizer/chat.h"
+#include "engine/tokenizer/chat_tools.h"
 #include "tests/test_util.h"
 
 namespace waste {
@@ -67,8 +71,8 @@ ChatFormat ImportFamily(const std::string& family, const std::string& out) {
   } else if (family.rfind("deepseek", 0) == 0) {
     fs::copy_file(kFixtures + "/tokenizer/deepseek/tokenizer.json", src + "/tokenizer.json");
     json cfg = json::parse(ReadText(kFixtures + "/tokenizer/deepseek/tokenizer_config.json"));
-    cfg["chat_template"] = ReadText(kFixtures + "/chat/" +
-                                    (family == "deepseek" ? "deepseek-v3" : family) + ".jinja");
+    cfg["chat_template"] =
+        ReadText(kFixtures + "/chat/" + (family == "deepseek" ? "deepseek-v3" : family) + ".jinja");
     WriteText(src + "/tokenizer_config.json", cfg.dump());
   } else {
     model.family = convert::Family::kKimiLinear;
@@ -129,8 +133,9 @@ void ExpectNextTurnContinues(const ChatFormat& chat, const Tokenizer& tok) {
   auto whole = RenderChat(chat, tok, all);
   auto first = RenderChat(chat, tok, std::span(all).first(2));
   // The reply as the model writes it (GLM's own "\n" before its text).
-  auto reply = tok.EncodeParts(std::vector<Tokenizer::Part>{
-      {chat.assistant_text_stripped ? "\nHello." : "Hello.", false}, {chat.assistant.suffix, true}});
+  auto reply = tok.EncodeParts(
+      std::vector<Tokenizer::Part>{{chat.assistant_text_stripped ? "\nHello." : "Hello.", false},
+                                   {chat.assistant.suffix, true}});
   auto next = RenderChat(chat, tok, std::span(all).subspan(3), {.continuation = true});
   ASSERT_TRUE(whole.ok() && first.ok() && next.ok());
   std::vector<int32_t> joined = *first;
@@ -192,6 +197,59 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
     EXPECT_NE(*cont, *fresh);
   } else {
     ExpectNextTurnContinues(chat, *tok);
+  }
+}
+
+// A fixture message in OpenAI's shape: content (null: empty), reasoning_content,
+// tool_calls [{id, function: {name, arguments}}], tool_call_id.
+ChatMessage AgentMessage(const json& m) {
+  ChatMessage out{m["role"], m["content"].is_string() ? m["content"].get<std::string>() : ""};
+  out.reasoning = m.value("reasoning_content", std::string());
+  for (const json& c : m.value("tool_calls", json::array()))
+    out.tool_calls.push_back(
+        {c["id"], c["function"]["name"], c["function"]["arguments"].get<std::string>()});
+  out.tool_call_id = m.value("tool_call_id", std::string());
+  return out;
+}
+
+// The fixture's tools, read in the client's key order (ordered_json keeps it).
+std::vector<ChatTool> FixtureTools() {
+  const auto doc = nlohmann::ordered_json::parse(ReadText(kFixtures + "/chat/chat.json"));
+  std::vector<ChatTool> tools;
+  for (const auto& t : doc["tools"]) {
+    const auto& f = t["function"];
+    tools.push_back({f["name"], f["description"], f["parameters"]});
+  }
+  return tools;
+}
+
+// Tools, tool calls and results, reasoning, thinking on and off, harmony's
+// reasoning effort: every agent case of the family, token for token.
+TEST_P(Family, AgentCasesAsTheTemplateRendersThem) {
+  const std::string family = GetParam();
+  const json doc = json::parse(ReadText(kFixtures + "/chat/chat.json"));
+  const json& fx = doc["families"][family];
+  const std::vector<ChatTool> tools = FixtureTools();
+  const Imported& f = Family_(family);
+  const size_t expected = family == "qwen3" || family == "glm45" ? 19
+                          : family == "deepseek-v3.1"            ? 17
+                          : family == "gpt-oss"                  ? 11
+                          : family == "kimi"                     ? 2
+                                                                 : 0;
+  ASSERT_EQ(fx["agent_cases"].size(), expected);
+  for (const json& c : fx["agent_cases"]) {
+    const std::string name = c["name"];
+    std::vector<ChatMessage> msgs;
+    for (const json& m : c["messages"]) msgs.push_back(AgentMessage(m));
+    ChatRenderOptions o{.add_generation_prompt = c["add_generation_prompt"],
+                        .date = fx.value("date", std::string())};
+    if (c["tools"]) o.tools = tools;
+    if (!c["thinking"].is_null()) o.thinking = c["thinking"].get<bool>();
+    if (!c["reasoning_effort"].is_null()) o.reasoning_effort = c["reasoning_effort"];
+    auto ids = RenderChat(f.chat, f.tok, msgs, o);
+    ASSERT_TRUE(ids.ok()) << name << ": " << ids.status().message();
+    EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << family << " " << name;
+    EXPECT_EQ(f.tok.Decode(*ids), c["text"].get<std::string>()) << family << " " << name;
   }
 }
 
@@ -266,11 +324,96 @@ TEST(ChatJson, Qwen3LayoutFollowsTheTemplate) {
 
 TEST(ChatJson, OtherRolesAreRefusedByName) {
   const Imported& kimi = Family_("kimi");
-  const std::vector<ChatMessage> msgs = {{"user", "x"}, {"tool", "y"}};
+  const std::vector<ChatMessage> msgs = {{"user", "x"}, {"function", "y"}};
   auto ids = RenderChat(kimi.chat, kimi.tok, msgs);
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().message(),
-            "messages[1]: the role \"tool\" is not supported (system, user or assistant)");
+            "messages[1]: the role \"function\" is not supported (system, user, assistant or "
+            "tool)");
+}
+
+// What a family's template cannot render is refused by name, never dropped.
+TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
+  const std::vector<ChatTool> tools = FixtureTools();
+  const std::vector<ChatMessage> ask = {{"user", "Weather?"}};
+  ChatMessage call{"assistant", ""};
+  call.tool_calls = {{"call_1", "get_weather", "{\"city\": \"Paris\"}"}};
+  const std::vector<ChatMessage> called = {ask[0], call, {"tool", "sunny"}};
+  const auto refusal = [&](const char* family, std::span<const ChatMessage> msgs,
+                           ChatRenderOptions o) {
+    const Imported& f = Family_(family);
+    auto ids = RenderChat(f.chat, f.tok, msgs, o);
+    return ids.ok() ? std::string("rendered") : ids.status().message();
+  };
+  EXPECT_EQ(refusal("deepseek-v3.1", ask, {.tools = tools}),
+            "tools: DeepSeek-V3.1's chat template does not render tools (its tool calls and "
+            "results it does)");
+  EXPECT_EQ(refusal("kimi", called, {}),
+            "messages[1].tool_calls: Kimi K2's chat template (Kimi-Linear's) drops an "
+            "assistant's tool calls, so they are not rendered");
+  const std::string deepseek_v3 =
+      "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a single "
+      "call left unclosed, calls beside text dropped)";
+  const std::string demo = "the demo model's template has no tool syntax";
+  EXPECT_EQ(refusal("deepseek", ask, {.tools = tools}), "tools: " + deepseek_v3);
+  EXPECT_EQ(refusal("deepseek", called, {}), "messages[1].tool_calls: " + deepseek_v3);
+  EXPECT_EQ(refusal("demo", ask, {.tools = tools}), "tools: " + demo);
+  EXPECT_EQ(refusal("demo", called, {}), "messages[1].tool_calls: " + demo);
+  EXPECT_EQ(refusal("demo", std::vector<ChatMessage>{ask[0], {"tool", "sunny"}}, {}),
+            "messages[1]: a tool result: " + demo);
+  // Harmony's template renders a message's first call only, and names a
+  // result by the call before it.
+  ChatMessage two = call;
+  two.tool_calls.push_back(call.tool_calls[0]);
+  EXPECT_EQ(refusal("gpt-oss", std::vector<ChatMessage>{ask[0], two}, {.date = "2026-01-15"}),
+            "messages[1].tool_calls: GPT-OSS's harmony template renders one call per assistant "
+            "message");
+  EXPECT_EQ(refusal("gpt-oss", std::vector<ChatMessage>{ask[0], {"tool", "sunny"}},
+                    {.date = "2026-01-15"}),
+            "messages[1]: a tool result with no assistant tool call before it, which GPT-OSS's "
+            "harmony template needs for its name");
+  std::vector<ChatTool> one_of = tools;
+  one_of[0].parameters["properties"]["units"] = {{"oneOf", {{{"type", "string"}}}}};
+  EXPECT_EQ(refusal("gpt-oss", ask, {.date = "2026-01-15", .tools = one_of}),
+            "tools[0].function.parameters.properties.units.oneOf: not rendered for GPT-OSS's "
+            "harmony template");
+  EXPECT_EQ(refusal("qwen3", called, {.continuation = true}),
+            "a continuation with tools, tool calls, tool results or reasoning is not rendered");
+  // GLM's template writes the arguments key by key.
+  ChatMessage bad = call;
+  bad.tool_calls[0].arguments = "[1, 2]";
+  EXPECT_EQ(refusal("glm45", std::vector<ChatMessage>{ask[0], bad}, {}),
+            "messages[1].tool_calls[0].function.arguments: not a JSON object, which GLM's "
+            "template writes key by key");
+  // Thinking where the template has no switch; effort outside harmony.
+  EXPECT_EQ(refusal("kimi", ask, {.thinking = true}),
+            "thinking: this model's chat template (kimi-k2) cannot switch thinking on");
+  EXPECT_EQ(refusal("gpt-oss", ask, {.date = "2026-01-15", .thinking = false}),
+            "thinking: GPT-OSS always reasons (its analysis channel) and cannot be switched "
+            "off; lower reasoning_effort instead");
+  EXPECT_EQ(refusal("gpt-oss", ask, {.date = "2026-01-15", .reasoning_effort = "extreme"}),
+            "reasoning_effort: must be low, medium or high");
+  EXPECT_EQ(refusal("qwen3", ask, {.reasoning_effort = "low"}),
+            "reasoning_effort: this model's chat format (qwen3) has no reasoning effort; only "
+            "GPT-OSS's harmony has");
+  // Off for a model that never thinks is what it does.
+  const Imported& kimi = Family_("kimi");
+  EXPECT_EQ(*RenderChat(kimi.chat, kimi.tok, ask, {.thinking = false}),
+            *RenderChat(kimi.chat, kimi.tok, ask));
+}
+
+// The templates' tojson: Python's json.dumps(ensure_ascii=False), its
+// separators, the keys in their order.
+TEST(ChatJson, PyJsonDumpsAsPython) {
+  const auto dumps = [](std::string_view text) {
+    return chat_tools::PyJsonDumps(nlohmann::ordered_json::parse(text));
+  };
+  EXPECT_EQ(dumps(R"({"z":1,"a":[true,null,{"k":"v"}],"e":{},"l":[]})"),
+            R"({"z": 1, "a": [true, null, {"k": "v"}], "e": {}, "l": []})");
+  EXPECT_EQ(dumps(R"("Zürich \"q\" \\ \n\t\u0001 \u007f /")"), R"("Zürich \"q\" \\ \n\t\u0001 )"
+                                                               "\x7f"
+                                                               R"( /")");
+  EXPECT_EQ(dumps("[1.0, 250.5, -2, 1e-05, 1e+16, 0.1]"), "[1.0, 250.5, -2, 1e-05, 1e+16, 0.1]");
 }
 
 TEST(ChatJson, RoundTripsAndRefusesBadFields) {
@@ -319,7 +462,8 @@ TEST(ChatJson, RoundTripsAndRefusesBadFields) {
     EXPECT_NE(refused(j).find("chat.json: \"end_of_turn\""), std::string::npos) << bad;
   }
   // The later keys round-trip, and are checked like the others.
-  for (const ChatFormat& f : {ChatFormat::Qwen3(true), ChatFormat::Glm45(), ChatFormat::Harmony()}) {
+  for (const ChatFormat& f :
+       {ChatFormat::Qwen3(true), ChatFormat::Glm45(), ChatFormat::Harmony()}) {
     auto again = ParseChat(f.ToJson().dump());
     ASSERT_TRUE(again.ok()) << again.status().message();
     EXPECT_EQ(again->ToJson(), f.ToJson());

@@ -1,9 +1,8 @@
 // serve/openai.h: every request parameter's checks (right and wrong types,
-// ranges, what is refused by name), OpenAI's error shape, the chunks of a
-// short made-up streamed generation and their SSE framing, logprobs against
-// a log-softmax worked by hand, a token that ends inside a UTF-8 character
-// held back, stop strings across token boundaries, end-of-turn and other
-// special tokens kept out of the reply.
+// ranges, what is refused by name; tools, tool calls and results, thinking), OpenAI's error shape,
+// the chunks of a short made-up streamed generation and their SSE framing, logprobs against a
+// log-softmax worked by hand, a token that ends inside a UTF-8 character held back, stop strings
+// across token boundaries, end-of-turn and other special tokens kept out of the reply.
 #include "serve/openai.h"
 
 #include <gtest/gtest.h>
@@ -159,14 +158,15 @@ TEST(Request, EachParameterTypeAndRange) {
       {{{"logit_bias", {{"", 1}}}}, "logit_bias"},
       {{{"logit_bias", {{"2147483648", 1}}}}, "logit_bias"},
       {{{"logit_bias", json::array({1})}}, "logit_bias"},
-      // Not honoured yet, so refused by name; their empty or default forms pass.
-      {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}}, "tools"},
+      // Tools are parsed (refused apart: RefuseToolCalling); the legacy
+      // functions are refused by name; their empty or default forms pass.
+      {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}}, ""},
       {{{"tools", json::array()}}, ""},
       {{{"functions", json::array({{{"name", "f"}}})}}, "functions"},
       {{{"tool_choice", "none"}}, ""},
       {{{"tool_choice", "auto"}}, ""},
-      {{{"tool_choice", "required"}}, "tool_choice"},
-      {{{"tool_choice", {{"type", "function"}}}}, "tool_choice"},
+      {{{"tool_choice", "required"}}, "tool_choice"},  // no tools offered
+      {{{"tool_choice", {{"type", "function"}}}}, "tool_choice.function"},
       {{{"function_call", {{"name", "f"}}}}, "function_call"},
       {{{"response_format", {{"type", "text"}}}}, ""},
       {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
@@ -225,7 +225,7 @@ TEST(Request, Messages) {
   EXPECT_EQ(param({1}), "messages[0]");
   EXPECT_EQ(param({{{"content", "x"}}}), "messages[0].role");
   EXPECT_EQ(param({{{"role", 3}, {"content", "x"}}}), "messages[0].role");
-  EXPECT_EQ(param({{{"role", "tool"}, {"content", "x"}}}), "messages[0].role");
+  EXPECT_EQ(param({{{"role", "tool"}, {"content", "x"}}}), "messages[0].tool_call_id");
   EXPECT_EQ(param({{{"role", "user"}}}), "messages[0].content");
   EXPECT_EQ(param({{{"role", "user"}, {"content", 5}}}), "messages[0].content");
   EXPECT_EQ(param({{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}),
@@ -247,6 +247,185 @@ TEST(Request, Messages) {
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[1].content, "ab");
   EXPECT_EQ(r.messages[2].role, "assistant");
+}
+
+// Tools, tool_choice, parallel_tool_calls: parsed into the request, every
+// bad shape refused naming its field; tool calling itself refused apart.
+TEST(Request, Tools) {
+  const json weather = {
+      {"type", "function"},
+      {"function",
+       {{"name", "get_weather"},
+        {"description", "Weather now"},
+        {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
+  ChatRequest r;
+  // The parameters keep the client's key order (z before a), which the
+  // templates print; a sorted parse would not.
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "hi"}], "parallel_tool_calls": false,
+          "tools": [{"type": "function", "function": {"name": "f-1_x", "parameters":
+            {"z": 1, "a": {"y": 2, "b": 3}}}}], "tool_choice": {"type": "function",
+          "function": {"name": "f-1_x"}}})";
+  ASSERT_FALSE(ParseChatRequest(body, &r));
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0].name, "f-1_x");
+  EXPECT_EQ(r.tools[0].description, "");
+  EXPECT_EQ(r.tools[0].parameters.dump(), R"({"z":1,"a":{"y":2,"b":3}})");
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(r.tool_choice.function, "f-1_x");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  // Refused until replies are parsed for calls.
+  auto refused = RefuseToolCalling(r);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->param, "tools");
+  ASSERT_FALSE(Chat(Base({{"tools", {weather}}, {"tool_choice", "required"}}), &r));
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kRequired);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  ASSERT_FALSE(Chat(Base({{"tool_choice", "none"}}), &r));
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNone);
+  EXPECT_FALSE(RefuseToolCalling(r));
+  const auto param = [&](json extra) {
+    auto e = Chat(Base(std::move(extra)));
+    return e ? e->param : std::string();
+  };
+  const auto with = [&](const char* key, json value) {
+    json t = weather;
+    t["function"][key] = std::move(value);
+    return json{{"tools", {t}}};
+  };
+  EXPECT_EQ(param({{"tools", "f"}}), "tools");
+  EXPECT_EQ(param({{"tools", {1}}}), "tools[0]");
+  EXPECT_EQ(param({{"tools", {{{"function", weather["function"]}}}}}), "tools[0].type");
+  EXPECT_EQ(param({{"tools", {{{"type", "web_search"}}}}}), "tools[0].type");
+  EXPECT_EQ(param({{"tools", {{{"type", "function"}}}}}), "tools[0].function");
+  EXPECT_EQ(param({{"tools", {{{"type", "function"}, {"function", {{"description", "d"}}}}}}}),
+            "tools[0].function.name");
+  EXPECT_EQ(param(with("name", "has space")), "tools[0].function.name");
+  EXPECT_EQ(param(with("name", std::string(65, 'a'))), "tools[0].function.name");
+  EXPECT_EQ(param(with("name", "")), "tools[0].function.name");
+  EXPECT_EQ(param(with("name", std::string(64, 'a'))), "");
+  EXPECT_EQ(param({{"tools", {weather, weather}}}), "tools[1].function.name");
+  EXPECT_EQ(param(with("description", 3)), "tools[0].function.description");
+  EXPECT_EQ(param(with("parameters", "{}")), "tools[0].function.parameters");
+  EXPECT_EQ(param(with("strict", true)), "tools[0].function.strict");
+  EXPECT_EQ(param(with("strict", false)), "");
+  EXPECT_EQ(param({{"tools", {weather}}, {"tool_choice", "sometimes"}}), "tool_choice");
+  EXPECT_EQ(param({{"tools", {weather}}, {"tool_choice", 1}}), "tool_choice");
+  EXPECT_EQ(param({{"tools", {weather}},
+                   {"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}}),
+            "tool_choice.function.name");
+  EXPECT_EQ(param({{"tools", {weather}}, {"tool_choice", {{"type", "custom"}}}}),
+            "tool_choice.type");
+  EXPECT_EQ(param({{"tools", {weather}}, {"parallel_tool_calls", "no"}}), "parallel_tool_calls");
+}
+
+// An agent's next turn: an assistant's tool calls (content null or absent)
+// and the tool results, reasoning_content; every bad shape named.
+TEST(Request, ToolCallsAndResults) {
+  const json call = {
+      {"id", "call_1"},
+      {"type", "function"},
+      {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}};
+  const json user = {{"role", "user"}, {"content", "weather?"}};
+  const json result = {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}};
+  ChatRequest r;
+  ASSERT_FALSE(Chat({{"messages",
+                      {user,
+                       {{"role", "assistant"},
+                        {"content", nullptr},
+                        {"reasoning_content", "Look it up."},
+                        {"tool_calls", {call}}},
+                       result}}},
+                    &r));
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].reasoning, "Look it up.");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r.messages[2].name, "get_weather");
+  EXPECT_EQ(r.messages[2].content, "sunny");
+  // Content absent beside the calls, as the openai client sends it.
+  ASSERT_FALSE(
+      Chat({{"messages", {user, {{"role", "assistant"}, {"tool_calls", {call}}}, result}}}));
+  const auto param = [&](json assistant, json tool = nullptr) {
+    json msgs = {user, assistant};
+    if (!tool.is_null()) msgs.push_back(tool);
+    auto e = Chat({{"messages", msgs}});
+    return e ? e->param : std::string();
+  };
+  const auto calling = [&](json calls) {
+    return json{{"role", "assistant"}, {"tool_calls", std::move(calls)}};
+  };
+  const auto call_with = [&](const char* key, json value) {
+    json c = call;
+    if (value.is_null())
+      c.erase(key);
+    else
+      c[key] = std::move(value);
+    return calling({c});
+  };
+  const auto fn_with = [&](const char* key, json value) {
+    json c = call;
+    if (value.is_null())
+      c["function"].erase(key);
+    else
+      c["function"][key] = std::move(value);
+    return calling({c});
+  };
+  EXPECT_EQ(param({{"role", "assistant"}}), "messages[1].content");
+  EXPECT_EQ(param(calling("x")), "messages[1].tool_calls");
+  EXPECT_EQ(param(calling(json::array())), "messages[1].tool_calls");
+  EXPECT_EQ(param(calling({1})), "messages[1].tool_calls[0]");
+  EXPECT_EQ(param(call_with("id", nullptr)), "messages[1].tool_calls[0].id");
+  EXPECT_EQ(param(call_with("id", 7)), "messages[1].tool_calls[0].id");
+  EXPECT_EQ(param(call_with("type", "custom")), "messages[1].tool_calls[0].type");
+  EXPECT_EQ(param(call_with("function", nullptr)), "messages[1].tool_calls[0].function");
+  EXPECT_EQ(param(fn_with("name", nullptr)), "messages[1].tool_calls[0].function.name");
+  EXPECT_EQ(param(fn_with("arguments", json{{"city", "Paris"}})),
+            "messages[1].tool_calls[0].function.arguments");
+  EXPECT_EQ(param({{"role", "assistant"}, {"content", "x"}, {"reasoning_content", 1}}),
+            "messages[1].reasoning_content");
+  EXPECT_EQ(param({{"role", "assistant"}, {"content", "x"}, {"function_call", {{"name", "f"}}}}),
+            "messages[1].function_call");
+  // A result answers a call of the assistant message before the results.
+  EXPECT_EQ(param(calling({call}), {{"role", "tool"}, {"content", "sunny"}}),
+            "messages[2].tool_call_id");
+  EXPECT_EQ(
+      param(calling({call}), {{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "x"}}),
+      "messages[2].tool_call_id");
+  EXPECT_EQ(param({{"role", "assistant"}, {"content", "no calls"}}, result),
+            "messages[2].tool_call_id");
+  EXPECT_EQ(param(calling({call}), {{"role", "tool"}, {"tool_call_id", "call_1"}}),
+            "messages[2].content");
+  EXPECT_EQ(param(calling({call}), result), "");
+}
+
+// Thinking per request (chat_template_kwargs) and harmony's reasoning effort.
+TEST(Request, ThinkingAndReasoningEffort) {
+  ChatRequest r;
+  ASSERT_FALSE(Chat(Base(), &r));
+  EXPECT_FALSE(r.thinking);
+  EXPECT_EQ(r.reasoning_effort, "");
+  ASSERT_FALSE(Chat(
+      Base({{"chat_template_kwargs", {{"enable_thinking", true}}}, {"reasoning_effort", "high"}}),
+      &r));
+  EXPECT_EQ(r.thinking, true);
+  EXPECT_EQ(r.reasoning_effort, "high");
+  ASSERT_FALSE(Chat(Base({{"chat_template_kwargs", {{"thinking", false}}}}), &r));
+  EXPECT_EQ(r.thinking, false);
+  EXPECT_EQ(ParamOf({{"chat_template_kwargs", {{"enable_thinking", "yes"}}}}),
+            "chat_template_kwargs.enable_thinking");
+  EXPECT_EQ(ParamOf({{"chat_template_kwargs", {{"enable_thinking", true}, {"thinking", false}}}}),
+            "chat_template_kwargs.thinking");
+  EXPECT_EQ(ParamOf({{"chat_template_kwargs", {{"custom_instructions", "x"}}}}),
+            "chat_template_kwargs.custom_instructions");
+  EXPECT_EQ(ParamOf({{"chat_template_kwargs", "on"}}), "chat_template_kwargs");
+  EXPECT_EQ(ParamOf({{"reasoning_effort", "max"}}), "reasoning_effort");
+  EXPECT_EQ(ParamOf({{"reasoning_effort", 2}}), "reasoning_effort");
 }
 
 TEST(Request, BodiesThatAreNotRequests) {

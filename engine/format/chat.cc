@@ -78,15 +78,15 @@ ChatFormat ChatFormat::Deepseek(bool system_first) {
   return f;
 }
 
-ChatFormat ChatFormat::DeepseekV31() {
+ChatFormat ChatFormat::DeepseekV31(bool thinking) {
   ChatFormat f = Deepseek(true);
   f.family = kFamilyDeepseekV31;
+  f.open = f.assistant.prefix + (thinking ? "<think>" : "</think>");
   f.assistant.prefix += "</think>";
-  f.open = f.assistant.prefix;
   return f;
 }
 
-ChatFormat ChatFormat::Qwen3(bool hybrid) {
+ChatFormat ChatFormat::Qwen3(bool hybrid, bool thinking) {
   ChatFormat f;
   f.family = kFamilyQwen3;
   f.system = {"<|im_start|>system\n", "<|im_end|>\n"};
@@ -94,32 +94,35 @@ ChatFormat ChatFormat::Qwen3(bool hybrid) {
   f.assistant = {"<|im_start|>assistant\n", "<|im_end|>\n"};
   f.open = f.assistant.prefix;
   if (hybrid) {
-    f.open += "<think>\n\n</think>\n\n";
-    f.last_reply = ChatRole{f.open, f.assistant.suffix};
+    const std::string empty_think = "<think>\n\n</think>\n\n";
+    if (!thinking) f.open += empty_think;
+    f.last_reply = ChatRole{f.assistant.prefix + empty_think, f.assistant.suffix};
   }
   f.end_of_turn = {"<|im_end|>"};
   return f;
 }
 
-ChatFormat ChatFormat::Glm45() {
+ChatFormat ChatFormat::Glm45(bool thinking) {
   ChatFormat f;
   f.family = kFamilyGlm45;
   f.bos = "[gMASK]<sop>";
   f.system = {"<|system|>\n", ""};
-  f.user = {"<|user|>\n", "/nothink"};
+  f.user = {"<|user|>\n", thinking ? "" : "/nothink"};
   f.assistant = {"<|assistant|>\n<think></think>", ""};
   f.assistant_text_stripped = true;
-  f.open = f.assistant.prefix;
+  f.open = thinking ? "<|assistant|>" : f.assistant.prefix;
   f.end_of_turn = {"<|user|>", "<|observation|>", "<|endoftext|>"};
   return f;
 }
 
-ChatFormat ChatFormat::Harmony() {
+ChatFormat ChatFormat::Harmony(std::string_view reasoning_effort) {
   ChatFormat f;
   f.family = kFamilyHarmony;
   f.bos =
       "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-      "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: medium\n\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: " +
+      std::string(reasoning_effort) +
+      "\n\n"
       "# Valid channels: analysis, commentary, final. Channel must be included for every "
       "message.<|end|>";
   f.system = {"<|start|>developer<|message|># Instructions\n\n", "\n\n<|end|>"};
@@ -152,6 +155,37 @@ ChatFormat ChatFormat::Xtml(bool thinking) {
   f.end_of_turn = {kXtmlEndOfMessage};
   f.xtml = true;
   return f;
+}
+
+Result<ChatFormat> WithThinking(const ChatFormat& stored, std::optional<bool> thinking,
+                                std::string_view reasoning_effort) {
+  const std::string& family = stored.family;
+  if (!reasoning_effort.empty() && family != kFamilyHarmony)
+    return Status::Error("reasoning_effort: this model's chat format (" +
+                         (family.empty() ? std::string("unnamed") : family) +
+                         ") has no reasoning effort; only GPT-OSS's harmony has");
+  if (!reasoning_effort.empty() && reasoning_effort != "low" && reasoning_effort != "medium" &&
+      reasoning_effort != "high")
+    return Status::Error("reasoning_effort: must be low, medium or high");
+  if (family == kFamilyHarmony) {
+    if (thinking == false)
+      return Status::Error(
+          "thinking: GPT-OSS always reasons (its analysis channel) and cannot "
+          "be switched off; lower reasoning_effort instead");
+    return reasoning_effort.empty() ? stored : ChatFormat::Harmony(reasoning_effort);
+  }
+  if (!thinking) return stored;
+  // Qwen3's hybrid template has the switch (its chat.json has the think
+  // block of a last reply); Instruct-2507's has no think blocks at all.
+  if (family == kFamilyQwen3 && stored.last_reply) return ChatFormat::Qwen3(true, *thinking);
+  if (family == kFamilyGlm45) return ChatFormat::Glm45(*thinking);
+  if (family == kFamilyDeepseekV31) return ChatFormat::DeepseekV31(*thinking);
+  if (family == kFamilyXtml) return ChatFormat::Xtml(*thinking);
+  // A model that never thinks is asked for what it does.
+  if (!*thinking) return stored;
+  return Status::Error("thinking: this model's chat template (" +
+                       (family.empty() ? std::string("unnamed") : family) +
+                       ") cannot switch thinking on");
 }
 
 Result<ChatFormat> ParseChat(std::string_view text) {

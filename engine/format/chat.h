@@ -47,14 +47,20 @@
 // </think> into reasoning and reply (here it stays text); Qwen3 writes the
 // think block into a last assistant message even before a generation
 // prompt, and not when no user message precedes it; GLM does not append
-// /nothink to a text that already ends with it; harmony's reasoning effort
-// is "medium" and its model identity the default (the template's
-// reasoning_effort and model_identity arguments), tools and tool calls of
-// every family are not rendered; K3's names, reasoning_content, tools,
-// response_format, thinking_effort and images (encoding_k3.py renders them)
-// are not either, and a message's content parts are joined into one text
-// where encoding_k3.py encodes each apart. Thinking on (Qwen3's and GLM's template
-// default) is the same layout with the reply opened bare and no /nothink.
+// /nothink to a text that already ends with it (here it does; chat_tools.h's
+// layout, used with tools, follows the template); harmony's model identity is the default
+// (the template's model_identity argument); K3's names, response_format,
+// tool_choice, thinking_effort and images (encoding_k3.py renders them) are
+// not rendered, and a message's content parts are joined into one text where
+// encoding_k3.py encodes each apart.
+//
+// Switched per request (WithThinking below): thinking on (Qwen3's and GLM's
+// template default) is the same layout with the reply opened bare and no
+// /nothink; DeepSeek-V3.1's opens the reply with <think>; harmony's
+// reasoning effort (low, medium, high) is its system message's. Tools, tool
+// calls, tool results and past reasoning are not markup here: each family's
+// layout of them is engine/tokenizer/chat_tools.h (Qwen3 hybrid, GLM-4.5,
+// DeepSeek-V3.1, Kimi K2, harmony, K3; the others refuse them by name).
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
 #pragma once
 
@@ -124,17 +130,22 @@ struct ChatFormat {
   // Each family's markup, the one definition (waste convert and waste synth
   // write them). Deepseek(system_first): the released DeepSeek-V3 template
   // (true) or the demo model's (false).
-  // DeepseekV31: DeepSeek-V3.1's with thinking off; a reply that does not
+  // DeepseekV31: DeepSeek-V3.1's, thinking off (its template's default:
+  // the reply opened by </think>) or on (<think>); a reply that does not
   // follow a user turn, which its template opens with nothing, is opened
   // here as every other.
   static ChatFormat Kimi();
   static ChatFormat Deepseek(bool system_first);
-  static ChatFormat DeepseekV31();
-  // Qwen3's ChatML: hybrid (thinking off, the empty think block) or without
-  // think blocks (Instruct-2507). GLM-4.5's, thinking off. GPT-OSS's harmony.
-  static ChatFormat Qwen3(bool hybrid);
-  static ChatFormat Glm45();
-  static ChatFormat Harmony();
+  static ChatFormat DeepseekV31(bool thinking = false);
+  // Qwen3's ChatML: hybrid (thinking off: the empty think block opens the
+  // reply; on: the reply opens bare) or without think blocks
+  // (Instruct-2507). GLM-4.5's, thinking off (/nothink after each user
+  // text, the reply opened by an empty think element) or on. GPT-OSS's
+  // harmony with its reasoning effort (low, medium, high) in the system
+  // message.
+  static ChatFormat Qwen3(bool hybrid, bool thinking = false);
+  static ChatFormat Glm45(bool thinking = false);
+  static ChatFormat Harmony(std::string_view reasoning_effort = "medium");
   // Kimi K3's XTML, thinking off (the reply opens in the response channel)
   // or on (in the think channel, history replies with an empty think
   // element, as encoding_k3.py renders a reply without reasoning_content).
@@ -156,6 +167,16 @@ inline constexpr const char* kXtmlOpen = "<|open|>";
 inline constexpr const char* kXtmlClose = "<|close|>";
 inline constexpr const char* kXtmlSep = "<|sep|>";
 inline constexpr const char* kXtmlEndOfMessage = "<|end_of_msg|>";
+
+// `stored` (a container's chat.json) as a request switches it: `thinking`
+// on or off where the family's template has the switch (Qwen3's hybrid
+// enable_thinking, GLM-4.5's enable_thinking, DeepSeek-V3.1's thinking, K3's
+// think channel), `reasoning_effort` (low, medium, high) for harmony. None
+// and empty: `stored` as it is (its family's default). Off for a family that
+// never thinks is what it does; on for it, off for harmony (which always
+// reasons), an effort for another family are errors naming the field.
+Result<ChatFormat> WithThinking(const ChatFormat& stored, std::optional<bool> thinking,
+                                std::string_view reasoning_effort = {});
 
 // chat.json, untrusted: an object with "version" 2, "system", "user" and
 // "assistant" each [prefix, suffix] of strings, "open", "bos" and

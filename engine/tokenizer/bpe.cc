@@ -100,9 +100,7 @@ void BytePairEncodeHeap(std::string_view piece, const RankTable& ranks, std::vec
   struct Cand {
     int32_t rank;
     uint32_t start, mid, end;
-    bool operator>(const Cand& o) const {
-      return rank != o.rank ? rank > o.rank : start > o.start;
-    }
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : start > o.start; }
   };
   // A binary heap on a vector, built in one pass from the first pairs.
   std::vector<Cand> heap;

@@ -5,44 +5,11 @@
 #include <string_view>
 
 #include "engine/format/container.h"
+#include "engine/tokenizer/chat_tools.h"
 
 namespace waste {
 
 namespace {
-
-// Python's str.strip(): the white space of str.isspace() off both ends.
-bool PySpaceAt(std::string_view s, size_t i, size_t* len) {
-  static const char* const kSpaces[] = {
-      "\t", "\n", "\x0B", "\x0C", "\r", "\x1C", "\x1D", "\x1E", "\x1F", " ",
-      "\xC2\x85", "\xC2\xA0", "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81",
-      "\xE2\x80\x82", "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86",
-      "\xE2\x80\x87", "\xE2\x80\x88", "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8",
-      "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80"};
-  for (const char* sp : kSpaces) {
-    const std::string_view v(sp);
-    if (s.substr(i, v.size()) == v) {
-      *len = v.size();
-      return true;
-    }
-  }
-  return false;
-}
-
-std::string PyStrip(std::string_view s) {
-  size_t begin = 0, len = 0;
-  while (begin < s.size() && PySpaceAt(s, begin, &len)) begin += len;
-  size_t end = s.size();
-  for (bool again = true; again && end > begin;) {
-    again = false;
-    for (size_t back = 1; back <= 3 && back <= end - begin; ++back)
-      if (PySpaceAt(s, end - back, &len) && len == back) {
-        end -= back;
-        again = true;
-        break;
-      }
-  }
-  return std::string(s.substr(begin, end - begin));
-}
 
 std::string TodayUtc() {
   const std::time_t now = std::time(nullptr);
@@ -128,9 +95,22 @@ bool ReplyFilter::Shown(int32_t id) {
   return open_ && !tok_->IsSpecial(id);
 }
 
-Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
+Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& stored,
                                           std::span<const ChatMessage> messages,
                                           const ChatRenderOptions& options) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& r = messages[i].role;
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      return Status::Error("messages[" + std::to_string(i) + "]: the role \"" + r.substr(0, 40) +
+                           "\" is not supported (system, user, assistant or tool)");
+  }
+  auto switched = WithThinking(stored, options.thinking, options.reasoning_effort);
+  if (!switched.ok()) return switched.status();
+  ChatFormat& chat = *switched;
+  if (const size_t at = chat.bos.find("{date}"); at != std::string::npos)
+    chat.bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);
+  if (chat_tools::NeedsFamily(chat, messages, options))
+    return chat_tools::FamilyPieces(chat, messages, options);
   std::vector<ChatPiece> pieces;
   const auto markup = [&](std::string_view s) {
     if (s.empty()) return;
@@ -143,20 +123,7 @@ Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
     if (!s.empty()) pieces.push_back({std::string(s), false});
   };
   static const std::string kJoin = "\n\n";  // DeepSeek-V3's between system messages
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant")
-      return Status::Error("messages[" + std::to_string(i) + "]: the role \"" + r.substr(0, 40) +
-                           "\" is not supported (system, user or assistant)");
-    if (!messages[i].tool_calls.empty())
-      return Status::Error("messages[" + std::to_string(i) +
-                           "]: tool calls are not rendered for this chat format");
-  }
-  if (!options.tools.empty()) return Status::Error("tools are not rendered for this chat format");
-  std::string bos = chat.bos;
-  if (const size_t at = bos.find("{date}"); at != std::string::npos)
-    bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);
-  if (!options.continuation) markup(bos);
+  if (!options.continuation) markup(chat.bos);
   if (options.continuation)
     for (const std::string& end : chat.end_of_turn)
       if (chat.assistant.suffix.rfind(end, 0) == 0) {
@@ -182,15 +149,15 @@ Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
     const ChatMessage& m = messages[i];
     if (m.role == "system" && chat.system_first) continue;
     if (m.role == "system" && chat.leading_system_only && (i > 0 || m.content.empty())) continue;
-    const bool last_reply = m.role == "assistant" && chat.last_reply &&
-                            i + 1 == messages.size() && !options.add_generation_prompt;
+    const bool last_reply = m.role == "assistant" && chat.last_reply && i + 1 == messages.size() &&
+                            !options.add_generation_prompt;
     const ChatRole& role = m.role == "system" ? chat.system
                            : m.role == "user" ? chat.user
                            : last_reply       ? *chat.last_reply
                                               : chat.assistant;
     markup(role.prefix);
     if (m.role == "assistant" && chat.assistant_text_stripped) {
-      const std::string text = PyStrip(m.content);
+      const std::string text = chat_tools::PyStrip(m.content);
       if (!text.empty()) markup("\n"), content(text);
     } else {
       content(m.content);

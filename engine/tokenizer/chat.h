@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,8 +42,8 @@ struct ChatTool {
 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" or "tool"
-  std::string content;
+  std::string role;                        // "system", "user", "assistant" or "tool"
+  std::string content;                     // the API's null content is empty
   std::string reasoning{};                 // an assistant's thinking, where the format renders it
   std::vector<ChatToolCall> tool_calls{};  // an assistant's calls, in order
   std::string tool_call_id{};              // a tool result's: the call it answers
@@ -61,9 +62,14 @@ struct ChatRenderOptions {
   // message); empty: today's, in UTC.
   std::string date{};
   // The tools offered (OpenAI's `tools`, Anthropic's), rendered where and as
-  // the family's released template renders them. A format that does not
-  // render tools refuses a non-empty list by name.
+  // the family's released template renders them (engine/tokenizer/chat_tools.h).
+  // A format that does not render tools refuses a non-empty list by name.
   std::span<const ChatTool> tools{};
+  // Thinking switched on or off where the family's template has the switch
+  // (WithThinking, engine/format/chat.h); none: the format's default.
+  std::optional<bool> thinking{};
+  // Harmony's reasoning effort: low, medium or high; empty: the format's.
+  std::string reasoning_effort{};
 };
 
 // One piece of a rendered conversation: markup (the format's own text, its
@@ -74,12 +80,15 @@ struct ChatPiece {
   bool operator==(const ChatPiece&) const = default;
 };
 
-// `messages` laid out by `chat`, as pieces in order, none empty. With
-// chat.xtml the markup is cut as encoding_k3.py cuts it (its segments, piece
-// for piece: each tag header's name and attribute pieces as content, each
-// special alone); otherwise the pieces are chat.json's strings and the
-// messages' texts as they come. A role other than system, user or assistant
-// is refused by name.
+// `messages` laid out by `chat` (switched by options.thinking and
+// reasoning_effort), as pieces in order, none empty. With chat.xtml the
+// markup is cut as encoding_k3.py cuts it (its segments, piece for piece:
+// each tag header's name and attribute pieces as content, each special
+// alone); otherwise the pieces are chat.json's strings and the messages'
+// texts as they come. Tools, tool calls, tool results and an assistant's
+// reasoning are laid out by the family's template where waste renders them
+// (chat_tools.h), and refused by name where not. A role other than system,
+// user, assistant or tool is refused by name.
 Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& chat,
                                           std::span<const ChatMessage> messages,
                                           const ChatRenderOptions& options = {});

@@ -31,9 +31,8 @@ int CombiningClass(uint32_t cp) {
 }
 
 const Decomposition* DecompositionOf(uint32_t cp) {
-  const auto it =
-      std::lower_bound(std::begin(kDecompositions), std::end(kDecompositions), cp,
-                       [](const Decomposition& d, uint32_t v) { return d.cp < v; });
+  const auto it = std::lower_bound(std::begin(kDecompositions), std::end(kDecompositions), cp,
+                                   [](const Decomposition& d, uint32_t v) { return d.cp < v; });
   return it != std::end(kDecompositions) && it->cp == cp ? &*it : nullptr;
 }
 

@@ -180,14 +180,16 @@ class Translator {
           i_ = close + 1;
           return out;
         }
-        for (int k = 0; k < 2 && i_ < s_.size() && std::isxdigit(static_cast<unsigned char>(s_[i_])); ++k)
+        for (int k = 0;
+             k < 2 && i_ < s_.size() && std::isxdigit(static_cast<unsigned char>(s_[i_])); ++k)
           out += s_[i_++];
         return out;
       }
       case 'u': {
         std::string hex(s_.substr(i_, 4));
-        if (hex.size() != 4 ||
-            !std::all_of(hex.begin(), hex.end(), [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); }))
+        if (hex.size() != 4 || !std::all_of(hex.begin(), hex.end(), [](char h) {
+              return std::isxdigit(static_cast<unsigned char>(h));
+            }))
           return Refuse(at, "\\u needs four hex digits");
         i_ += 4;
         return "\\x{" + hex + "}";
@@ -220,8 +222,9 @@ class Translator {
       }
       if (c == '&' && i_ + 1 < s_.size() && s_[i_ + 1] == '&') {
         if (negated || !only_categories || categories.empty() || s_.substr(i_ + 2, 2) != "[^")
-          return Refuse(at, "this class intersection has no PCRE2 translation (only "
-                            "[\\p{..}...&&[^...]] has)");
+          return Refuse(at,
+                        "this class intersection has no PCRE2 translation (only "
+                        "[\\p{..}...&&[^...]] has)");
         i_ += 3;  // at the '^' of the inner class
         ++i_;
         std::string inner;
@@ -236,7 +239,8 @@ class Translator {
             inner += s_[i_++];
           }
         }
-        if (s_.substr(i_, 2) != "]]") return Refuse(at, "this class intersection has no PCRE2 translation");
+        if (s_.substr(i_, 2) != "]]")
+          return Refuse(at, "this class intersection has no PCRE2 translation");
         i_ += 2;
         std::set<std::string> have;
         for (const std::string& name : categories)
@@ -256,7 +260,8 @@ class Translator {
         auto e = Escape(true);
         if (!e.ok()) return e.status();
         const std::string_view raw = s_.substr(before, i_ - before);
-        if (raw.size() > 4 && raw.substr(0, 3) == "\\p{" && !MinorsOf(raw.substr(3, raw.size() - 4)).empty())
+        if (raw.size() > 4 && raw.substr(0, 3) == "\\p{" &&
+            !MinorsOf(raw.substr(3, raw.size() - 4)).empty())
           categories.emplace_back(raw.substr(3, raw.size() - 4));
         else
           only_categories = false;
@@ -275,7 +280,9 @@ class Translator {
 
 }  // namespace
 
-Result<std::string> TranslateOnigPattern(std::string_view onig) { return Translator(onig).Run(); }
+Result<std::string> TranslateOnigPattern(std::string_view onig) {
+  return Translator(onig).Run();
+}
 
 std::string QuotePcre2(std::string_view literal) {
   std::string out;

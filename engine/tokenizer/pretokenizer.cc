@@ -44,14 +44,21 @@ const char* const kLowerClass = R"([^\p{Lu}\p{Lt}\p{N}\p{P}\p{S}\p{Z}\p{C}\p{sc:
 std::string KimiPcre2Pattern() {
   const std::string ws = kWhiteSpace, up = kUpperClass, lo = kLowerClass;
   const std::string suffix = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)?)";
-  return R"(\p{sc:Han}+)"                                       // [\p{Han}]+
-         R"(|[^\r\n\p{L}\p{N}]?)" + up + "*" + lo + "+" + suffix +
-         R"(|[^\r\n\p{L}\p{N}]?)" + up + "+" + lo + "*" + suffix +
+  return R"(\p{sc:Han}+)"  // [\p{Han}]+
+         R"(|[^\r\n\p{L}\p{N}]?)" +
+         up + "*" + lo + "+" + suffix + R"(|[^\r\n\p{L}\p{N}]?)" + up + "+" + lo + "*" + suffix +
          R"(|\p{N}{1,3})"
-         "| ?[^" + ws + R"(\p{L}\p{N}]+[\r\n]*)"                // \s inside a negated class
-         "|[" + ws + R"(]*[\r\n]+)"                             // \s*[\r\n]+
-         "|[" + ws + "]+(?![^" + ws + "])"                      // \s+(?!\S)
-         "|[" + ws + "]+";                                      // \s+
+         "| ?[^" +
+         ws +
+         R"(\p{L}\p{N}]+[\r\n]*)"  // \s inside a negated class
+         "|[" +
+         ws +
+         R"(]*[\r\n]+)"  // \s*[\r\n]+
+         "|[" +
+         ws + "]+(?![^" + ws +
+         "])"  // \s+(?!\S)
+         "|[" +
+         ws + "]+";  // \s+
 }
 
 const char* const kGpt2Pattern =
@@ -114,8 +121,8 @@ Result<std::shared_ptr<const PreTokenizer::Code>> Compile(const std::string& pat
   if (!re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return Status::Error(what + ": PCRE2 refused the pattern at offset " +
-                         std::to_string(where) + ": " + reinterpret_cast<const char*>(msg));
+    return Status::Error(what + ": PCRE2 refused the pattern at offset " + std::to_string(where) +
+                         ": " + reinterpret_cast<const char*>(msg));
   }
   auto code = std::make_shared<PreTokenizer::Code>();
   code->re = re;
@@ -263,7 +270,8 @@ Result<Behavior> ParseBehavior(const nlohmann::json& step, const std::string& wh
   if (name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
   if (name == "MergedWithNext") return Behavior::kMergedWithNext;
   if (name == "Contiguous") return Behavior::kContiguous;
-  return Status::Error(where + "behavior \"" + name.substr(0, 40) + "\" is not one of Isolated, "
+  return Status::Error(where + "behavior \"" + name.substr(0, 40) +
+                       "\" is not one of Isolated, "
                        "Removed, MergedWithPrevious, MergedWithNext, Contiguous");
 }
 
@@ -271,7 +279,8 @@ Result<Behavior> ParseBehavior(const nlohmann::json& step, const std::string& wh
 // Rust's char::is_numeric (Nd, Nl, No), and tokenizers' is_punc (ASCII
 // punctuation, which takes the symbols $+<=>^`|~ too, or Unicode's P).
 constexpr const char* kDigit = R"(\p{N})";
-constexpr const char* kPunctuation = R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])";
+constexpr const char* kPunctuation =
+    R"([\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}])";
 
 }  // namespace
 
@@ -286,7 +295,8 @@ Result<PreTokenizer> PreTokenizer::FromSteps(const nlohmann::json& doc, const st
     std::string type;
     WASTE_RETURN_IF_ERROR(JsonString(s, where, "type", &type));
     if (byte_level)
-      return Status::Error(where + type.substr(0, 40) + " after ByteLevel (ByteLevel must be the "
+      return Status::Error(where + type.substr(0, 40) +
+                           " after ByteLevel (ByteLevel must be the "
                            "last step: the steps after it would see its byte alphabet)");
     Step step;
     std::string pattern, shown;  // PCRE2's, and the source's for messages
@@ -301,8 +311,8 @@ Result<PreTokenizer> PreTokenizer::FromSteps(const nlohmann::json& doc, const st
       } else {
         auto t = TranslateOnigPattern(shown);
         if (!t.ok())
-          return Status::Error(where + "pattern \"" + shown.substr(0, 80) + "\": " +
-                               t.status().message());
+          return Status::Error(where + "pattern \"" + shown.substr(0, 80) +
+                               "\": " + t.status().message());
         pattern = std::move(*t);
       }
       auto b = ParseBehavior(s, where);

@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <unordered_map>
 #include <utility>
@@ -119,7 +119,8 @@ class SpecialTrie {
         n = static_cast<size_t>(child);
       } else {
         nodes_.emplace_back();
-        nodes_[n].children.emplace_back(static_cast<uint8_t>(c), static_cast<int32_t>(nodes_.size() - 1));
+        nodes_[n].children.emplace_back(static_cast<uint8_t>(c),
+                                        static_cast<int32_t>(nodes_.size() - 1));
         n = nodes_.size() - 1;
       }
     }
@@ -194,13 +195,14 @@ Result<RankTable> LoadRanks(const std::string& path) {
     std::optional<std::string> bytes = Base64Decode(b64);
     if (!bytes) return Status::Error(where + ": bad base64 " + Quote(b64));
     if (rank_text.empty() || rank_text.size() > kMaxRankDigits ||
-        !std::all_of(rank_text.begin(), rank_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        !std::all_of(rank_text.begin(), rank_text.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }))
       return Status::Error(where + ": bad rank " + Quote(rank_text));
     const size_t rank = std::stoul(std::string(rank_text));
     if (rank >= count)
-      return Status::Error(where + ": rank " + std::to_string(rank) + " leaves a gap: the file has " +
-                           std::to_string(count) + " tokens, so the ranks must be 0.." +
-                           std::to_string(count - 1));
+      return Status::Error(where + ": rank " + std::to_string(rank) +
+                           " leaves a gap: the file has " + std::to_string(count) +
+                           " tokens, so the ranks must be 0.." + std::to_string(count - 1));
     if (line_of[rank])
       return Status::Error(where + ": rank " + std::to_string(rank) + " already given on line " +
                            std::to_string(line_of[rank]));
@@ -314,15 +316,16 @@ Status LoadSpecials(const std::string& path, const RankTable& ranks, std::vector
   for (size_t i = 0; i < doc->size(); ++i) {
     const nlohmann::json& e = (*doc)[i];
     const std::string w = "specials.json: entry " + std::to_string(i);
-    if (!e.is_object() || !e.contains("id") || !e.contains("text") || !e["id"].is_number_integer() ||
-        !e["text"].is_string())
+    if (!e.is_object() || !e.contains("id") || !e.contains("text") ||
+        !e["id"].is_number_integer() || !e["text"].is_string())
       return Status::Error(w + " is not {\"id\": int, \"text\": string}");
     const int64_t id = e["id"].is_number_unsigned() && e["id"].get<uint64_t>() > uint64_t(kMaxId)
                            ? kMaxId + 1
                            : e["id"].get<int64_t>();
     std::string t = e["text"].get<std::string>();
     if (id < 0 || id > kMaxId)
-      return Status::Error(w + ": id " + e["id"].dump() + " is outside 0.." + std::to_string(kMaxId));
+      return Status::Error(w + ": id " + e["id"].dump() + " is outside 0.." +
+                           std::to_string(kMaxId));
     // A special inside the vocabulary (tokenizers' added tokens with an id
     // of model.vocab) is the token whose bytes are its text.
     if (id < n_ranks && ranks.Bytes(static_cast<int32_t>(id)) != t)
@@ -340,9 +343,9 @@ Status LoadSpecials(const std::string& path, const RankTable& ranks, std::vector
                            std::to_string(it->second) + "'s");
     Special sp{static_cast<int32_t>(id), std::move(t)};
     // tokenizers' matching flags, each optional (absent: false).
-    for (auto [key, flag] : {std::pair{"lstrip", &sp.lstrip}, std::pair{"rstrip", &sp.rstrip},
-                             std::pair{"single_word", &sp.single_word},
-                             std::pair{"normalized", &sp.normalized}}) {
+    for (auto [key, flag] :
+         {std::pair{"lstrip", &sp.lstrip}, std::pair{"rstrip", &sp.rstrip},
+          std::pair{"single_word", &sp.single_word}, std::pair{"normalized", &sp.normalized}}) {
       const auto f = e.find(key);
       if (f == e.end()) continue;
       if (!f->is_boolean()) return Status::Error(w + ": " + key + " is not true or false");
@@ -363,8 +366,8 @@ struct Tokenizer::State {
   std::vector<Special> specials;
   std::unordered_map<int32_t, size_t> special_by_id;  // index into specials
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_by_text;
-  SpecialTrie trie;             // the specials matched first (normalized false)
-  SpecialTrie normalized_trie;  // then these, in the text the first left
+  SpecialTrie trie;                              // the specials matched first (normalized false)
+  SpecialTrie normalized_trie;                   // then these, in the text the first left
   std::shared_ptr<const CharClass> word, space;  // tokenizers' \w and \s
   bool nfc = false;  // normalizer.json: content is NFC-normalized before it is split
   int32_t max_id = 0;
@@ -568,10 +571,18 @@ std::optional<int32_t> Tokenizer::SpecialId(std::string_view text) const {
   return it->second;
 }
 
-bool Tokenizer::IsSpecial(int32_t id) const { return s_->special_by_id.count(id) != 0; }
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return s_->special_by_id.count(id) != 0;
+}
 
-int32_t Tokenizer::max_id() const { return s_->max_id; }
-int32_t Tokenizer::n_ranks() const { return s_->ranks.size(); }
-int32_t Tokenizer::n_specials() const { return static_cast<int32_t>(s_->specials.size()); }
+int32_t Tokenizer::max_id() const {
+  return s_->max_id;
+}
+int32_t Tokenizer::n_ranks() const {
+  return s_->ranks.size();
+}
+int32_t Tokenizer::n_specials() const {
+  return static_cast<int32_t>(s_->specials.size());
+}
 
 }  // namespace waste

@@ -52,7 +52,8 @@ size_t ValidUtf8Prefix(std::string_view s) {
     // ASCII eight bytes at a time.
     while (i + 8 <= s.size()) {
       uint64_t w = 0;
-      for (int k = 0; k < 8; ++k) w |= static_cast<uint64_t>(static_cast<uint8_t>(s[i + k])) << (8 * k);
+      for (int k = 0; k < 8; ++k)
+        w |= static_cast<uint64_t>(static_cast<uint8_t>(s[i + k])) << (8 * k);
       if (w & 0x8080808080808080ull) break;
       i += 8;
     }

@@ -103,7 +103,95 @@ def conversations(specials_text):
     ]
 
 
-def protected_ids(render, encode_plain, special_texts, messages, gen, shown=None):
+# Two tools with nested parameter schemas, keys in a client's order (not
+# sorted), non-ASCII text (tojson keeps it: ensure_ascii=False).
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The weather in a city — now or on a day",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "The city, e.g. Zürich"},
+            "when": {"type": "object", "description": "The day", "properties": {
+                "date": {"type": "string"}, "hourly": {"type": "boolean"}},
+                "required": ["date"]},
+            "units": {"type": "string", "enum": ["c", "f"], "default": "c"},
+            "days": {"type": "integer", "description": "How many", "default": 1}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search_flights",
+        "description": "Flights between two airports",
+        "parameters": {"type": "object", "properties": {
+            "from": {"type": "string"}, "to": {"type": "string"},
+            "passengers": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}}}},
+            "classes": {"type": "array", "items": {"type": "string"}},
+            "note": {"type": "string", "nullable": True},
+            "max_price": {"type": "number"}},
+            "required": ["from", "to"]}}},
+]
+
+
+def call(i, name, arguments):
+    # OpenAI's shape: the arguments a JSON object's text.
+    return {"id": "call_%d" % i, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+CALL_WEATHER = call(1, "get_weather", {"city": "Zürich", "when": {"date": "2026-01-16", "hourly": False}})
+CALL_FLIGHTS = call(2, "search_flights", {"from": "ZRH", "to": "CDG", "passengers": [
+    {"name": "Ann", "age": 34}], "max_price": 250.5})
+
+
+def tool_conversations():
+    """(name, messages, add_generation_prompt, tools offered). A content the
+    API sends as null is "" here: Qwen3's, Kimi's and harmony's templates
+    fail on None and GLM's prints "None"; the engine renders null as ""."""
+    sys_ = {"role": "system", "content": "You are terse."}
+    user = {"role": "user", "content": "Weather in Zürich tomorrow, and flights to Paris?"}
+    one = {"role": "assistant", "content": "", "tool_calls": [CALL_WEATHER]}
+    two = {"role": "assistant", "content": "Checking both.", "tool_calls": [CALL_WEATHER, CALL_FLIGHTS]}
+    res1 = {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": -2, "sky": "snow"}'}
+    res2 = {"role": "tool", "tool_call_id": "call_2", "content": "3 flights from 180 EUR"}
+    answer = {"role": "assistant", "content": "Snow, -2 °C; flights from 180 EUR."}
+    return [
+        ("tools_with_system", [sys_, user], True, True),
+        ("tools_no_system", [user], True, True),
+        ("one_call_one_result", [user, one, res1], True, True),
+        ("two_calls_with_text_two_results", [sys_, user, two, res1, res2], True, True),
+        ("two_calls_no_generation_prompt", [user, {**two, "content": ""}, res1, res2], False, True),
+        ("next_turn_after_results", [user, one, res1, answer,
+                                     {"role": "user", "content": "Thanks"}], True, True),
+        ("call_with_text", [user, {**one, "content": "Let me look."}, res1], True, True),
+        ("call_with_text_then_answer", [user, {**one, "content": "Let me look."}, res1, answer,
+                                        {"role": "user", "content": "Thanks"}], True, True),
+        ("two_calls_in_turn", [sys_, user, one, res1,
+                               {"role": "assistant", "content": "", "tool_calls": [CALL_FLIGHTS]},
+                               res2], True, True),
+        ("reasoning_then_call", [user, {**one, "reasoning_content": "\nThe user wants the "
+                                         "weather first; call get_weather.\n"}, res1], True, True),
+        ("past_calls_no_tools_offered", [sys_, user, two, res1, res2, answer,
+                                         {"role": "user", "content": "And Monday?"}], True, False),
+    ]
+
+
+# What each family's template renders of tools (the rest is refused by the
+# engine by name): DeepSeek-V3.1's template ignores `tools` (so the engine
+# refuses them) but renders calls and results; Kimi K2's renders `tools` and
+# tool results but drops an assistant's tool_calls (refused).
+TOOL_CASES = {
+    "qwen3": {"tools": True, "calls": True},
+    "glm45": {"tools": True, "calls": True},
+    "deepseek-v3.1": {"tools": False, "calls": True},
+    "kimi": {"tools": True, "calls": False},
+    # Harmony's template renders the first call of a message only (refused
+    # beyond it), an assistant's reasoning as its "thinking".
+    "gpt-oss": {"tools": True, "calls": True, "one_call": True},
+}
+# Thinking switched per request: the template's argument and the values rendered.
+THINKING = {"qwen3": "enable_thinking", "glm45": "enable_thinking", "deepseek-v3.1": "thinking"}
+
+
+def protected_ids(render, encode_plain, special_texts, messages, gen, shown=None, **kw):
     """Renders with content protected and tokenizes as described above.
     `shown(message)` is the text the template puts of a message (GLM strips
     an assistant's), the content itself when None."""
@@ -111,7 +199,7 @@ def protected_ids(render, encode_plain, special_texts, messages, gen, shown=None
     for i, m in enumerate(messages):
         # An empty content stays empty (harmony drops an empty system message).
         marked.append({**m, "content": "\ue000%d\ue001" % i if m["content"] else ""})
-    text = render(marked, gen)
+    text = render(marked, gen, **kw)
     pat = re.compile("|".join(re.escape(s) for s in sorted(special_texts, key=len, reverse=True)))
     ids, run = [], ""
     for piece in re.split("(\ue000\\d+\ue001)", text):
@@ -131,7 +219,7 @@ def protected_ids(render, encode_plain, special_texts, messages, gen, shown=None
         run += piece[pos:]
     if run:
         ids += encode_plain(run)
-    full_text = render(messages, gen)
+    full_text = render(messages, gen, **kw)
     return full_text, ids
 
 
@@ -140,9 +228,9 @@ def hf_family(name, tok_dir, template, **kwargs):
     specials = {t.content: i for i, t in tok.added_tokens_decoder.items()}
     bos = tok.bos_token
 
-    def render(msgs, gen):
+    def render(msgs, gen, **kw):
         return tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
-                                       tokenize=False, **kwargs)
+                                       tokenize=False, **{**kwargs, **kw})
 
     # Plain text: the normalizer (Qwen's NFC), the pre-tokenizer and the BPE
     # model alone, no added token matched (split_special_tokens would still
@@ -155,9 +243,9 @@ def hf_family(name, tok_dir, template, **kwargs):
         return [t.id for piece, _ in backend.pre_tokenizer.pre_tokenize_str(s)
                 for t in backend.model.tokenize(piece)]
 
-    def whole(msgs, gen):
+    def whole(msgs, gen, **kw):
         return list(tok.apply_chat_template(msgs, chat_template=template, add_generation_prompt=gen,
-                                            tokenize=True, return_dict=False, **kwargs))
+                                            tokenize=True, return_dict=False, **{**kwargs, **kw}))
 
     return render, plain, whole, specials, bos
 
@@ -176,14 +264,93 @@ def kimi_family():
     with open(os.path.join(OUT, "kimi-k2.jinja")) as f:
         template = f.read()
 
-    def render(msgs, gen):
+    def render(msgs, gen, **kw):
         return render_jinja_template(conversations=[msgs], chat_template=template,
-                                     add_generation_prompt=gen)[0][0]
+                                     add_generation_prompt=gen, **kw)[0][0]
 
-    def whole(msgs, gen):
-        return enc.encode(render(msgs, gen), allowed_special="all")
+    def whole(msgs, gen, **kw):
+        return enc.encode(render(msgs, gen, **kw), allowed_special="all")
 
     return render, enc.encode_ordinary, whole, specials, None, template
+
+
+def agent_cases(name, render, plain, whole, specials, texts):
+    """Tools, tool calls and results (TOOL_CASES), thinking switched on and off
+    (THINKING) and harmony's reasoning effort, each case with the template
+    arguments it was rendered with: "tools" (TOOLS offered or not),
+    "thinking" (the switch, null: the family's default), "reasoning_effort"."""
+    out = []
+    plain_cases = {c[0]: c for c in conversations(texts)}
+    todo = []  # (name, messages, gen, tools, thinking, effort)
+    what = TOOL_CASES.get(name)
+    for cname, msgs, gen, with_tools in tool_conversations() if what else []:
+        has_calls = any(m.get("tool_calls") for m in msgs)
+        if has_calls and not what["calls"]:
+            continue
+        if what.get("one_call") and any(len(m.get("tool_calls", [])) > 1 for m in msgs):
+            continue
+        if with_tools and not what["tools"]:
+            if not has_calls:
+                continue
+            with_tools = False
+            cname += "_tools_not_offered"
+        todo.append((cname, msgs, gen, with_tools, None, None))
+    if name in THINKING:
+        for on in (True, False):
+            for cname in ("one_turn", "several_turns", "ends_with_assistant"):
+                _, msgs, gen = plain_cases[cname]
+                todo.append(("%s_thinking_%s" % (cname, "on" if on else "off"), msgs, gen, False, on,
+                             None))
+            if what and what["calls"]:
+                for cname, msgs, gen, with_tools in tool_conversations():
+                    if cname == "next_turn_after_results":
+                        todo.append(("%s_thinking_%s" % (cname, "on" if on else "off"), msgs, gen,
+                                     with_tools and what["tools"], on, None))
+    if name == "gpt-oss":
+        for effort in ("low", "medium", "high"):
+            _, msgs, gen = plain_cases["system_one_turn"]
+            todo.append(("system_one_turn_effort_" + effort, msgs, gen, False, None, effort))
+    for cname, msgs, gen, with_tools, thinking, effort in todo:
+        kw = {}
+        if with_tools:
+            kw["tools"] = TOOLS
+        if thinking is not None:
+            kw[THINKING[name]] = thinking
+        if effort is not None:
+            kw["reasoning_effort"] = effort
+        rendered = msgs
+        if name in ("glm45", "gpt-oss"):
+            # GLM's template iterates arguments.items() and harmony's prints
+            # arguments|tojson (a JSON string literal, were they a string): a
+            # serving stack (vLLM) hands them the parsed object. GLM prints
+            # its values as tojson(ensure_ascii=False), strings bare.
+            rendered = [{**m, "tool_calls": [
+                {**c, "function": {**c["function"],
+                                   "arguments": json.loads(c["function"]["arguments"])}}
+                for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in msgs]
+        if name == "gpt-oss":
+            # Harmony's template names an assistant's reasoning "thinking".
+            rendered = [{**{k: v for k, v in m.items() if k != "reasoning_content"},
+                         "thinking": m["reasoning_content"]} if "reasoning_content" in m else m
+                        for m in rendered]
+        shown = None
+        if name == "glm45":
+            def shown(m):
+                return m["content"].strip() if m["role"] == "assistant" else m["content"]
+        if name == "gpt-oss":
+            def shown(m):
+                # Harmony prints a tool result as content|tojson: the quotes
+                # around the protected text are the template's own.
+                return json.dumps(m["content"], ensure_ascii=False)[1:-1] if m["role"] == "tool" \
+                    else m["content"]
+        text, ids = protected_ids(render, plain, specials, rendered, gen, shown, **kw)
+        assert not any(s in m["content"] for m in msgs for s in specials), cname
+        naive = whole(rendered, gen, **kw)
+        assert ids == naive, (name, cname, ids, naive)
+        out.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
+                    "tools": with_tools, "thinking": thinking, "reasoning_effort": effort,
+                    "text": text, "ids": ids})
+    return out
 
 
 def main():
@@ -238,13 +405,16 @@ def main():
             cases.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
                           "text": text, "ids": ids, "content_has_special_text": has_special})
         families[name] = {"tokenizer": tok_path, "template": tmpl_path, "bos_token": bos,
-                          "cases": cases}
+                          "cases": cases, "agent_cases": agent_cases(name, render, plain, whole,
+                                                                     specials, texts)}
         if name == "gpt-oss":
             families[name]["date"] = DATE
         if name in ("qwen3", "glm45"):
             families[name]["enable_thinking"] = False
-        print(f"{name}: {len(cases)} cases, {sum(len(c['ids']) for c in cases)} ids")
+        print(f"{name}: {len(cases)} cases, {sum(len(c['ids']) for c in cases)} ids, "
+              f"{len(families[name]['agent_cases'])} agent cases")
     doc = {"generator": "tools/chat/make_fixtures.py",
+           "tools": TOOLS,
            "transformers_version": transformers.__version__,
            "tiktoken_version": tiktoken.__version__,
            "families": families}

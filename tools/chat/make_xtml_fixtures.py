@@ -10,8 +10,9 @@ Two sources of segments, each case saying which:
 - "encoding_k3.py": WARP's tests/serve/fixtures/xtml_golden.json, segments
   frozen from the release's own encoding_k3.py ("from_upstream": true in that
   file). Only the cases this engine's conversations can hold are taken: roles
-  system, user and assistant with a string content, no names, tools,
-  reasoning, images or content parts.
+  system, user, assistant and tool with a string content, reasoning, tools,
+  tool calls and results matched by id; no names, images, content parts,
+  tool_choice, response_format or thinking_effort.
 - "warp serve/xtml.py": conversations the goldens lack (thinking off over
   several turns), rendered by WARP's port of encoding_k3.py, which WARP checks
   segment for segment against the release. Run, not copied.
@@ -48,7 +49,11 @@ K3_RENAMED = {2: "<|end_of_msg|>", 3: "<|open|>", 4: "<|close|>", 5: "<|sep|>",
               21: "<|media_pad|>"}
 
 GOLDEN_CASES = ["single_user", "no_thinking", "no_generation_prompt", "system_user",
-                "multi_turn", "assistant_empty_content", "content_carries_markup"]
+                "multi_turn", "assistant_empty_content", "content_carries_markup",
+                # Reasoning, tools, tool calls and results (chat_tools.cc's K3 layout).
+                "assistant_with_reasoning", "tools_declared", "tools_two", "tools_unsorted_keys",
+                "tool_call_and_result", "tool_call_all_types", "tool_call_broken_json",
+                "tool_call_empty_args", "tool_calls_parallel", "tool_results_out_of_order"]
 
 # Conversations rendered by WARP's serve/xtml.py: thinking off over turns.
 PORT_CASES = [
@@ -128,14 +133,28 @@ def main():
 
     out = []
     for name, kw, segs, source in cases:
+        messages = []
         for m in kw["messages"]:
-            assert set(m) == {"role", "content"} and isinstance(m["content"], str), name
+            assert set(m) <= {"role", "content", "reasoning_content", "tool_calls",
+                              "tool_call_id"} and isinstance(m["content"], str), name
+            m = dict(m)
+            if "tool_calls" in m:
+                # The API's shape: arguments a string (the corpus gives one call's
+                # as an object; json.dumps keeps its keys' order, which K3 renders).
+                m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": (
+                    c["function"]["arguments"] if isinstance(c["function"]["arguments"], str)
+                    else json.dumps(c["function"]["arguments"], ensure_ascii=False))}}
+                    for c in m["tool_calls"]]
+            messages.append(m)
         ids = encode(enc, segs)
         assert enc.decode(ids) == "".join(t for t, _ in segs), name
-        out.append({"name": name, "source": source, "messages": kw["messages"],
-                    "thinking": kw.get("thinking", True),
-                    "add_generation_prompt": kw.get("add_generation_prompt", True),
-                    "segments": segs, "ids": ids})
+        case = {"name": name, "source": source, "messages": messages,
+                "thinking": kw.get("thinking", True),
+                "add_generation_prompt": kw.get("add_generation_prompt", True),
+                "segments": segs, "ids": ids}
+        if kw.get("tools"):
+            case["tools"] = kw["tools"]
+        out.append(case)
     doc = {"comment": "Written by tools/chat/make_xtml_fixtures.py. Segments are [text, markup] "
                       "pairs; ids over tests/fixtures/tokenizer/tokenizer.model with specials.",
            "tiktoken": tiktoken.__version__,

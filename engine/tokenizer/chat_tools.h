@@ -1,0 +1,81 @@
+// Tools, tool calls, tool results and past reasoning in a prompt, as each
+// family's released chat template writes them (tests/fixtures/chat/*.jinja;
+// checked token for token against transformers' apply_chat_template in
+// tests/chat_test.cc). Internal to engine/tokenizer: ChatPieces calls it.
+//
+//   Qwen3 (hybrid)   tools in the system turn (after the first system
+//                    message's text) as "# Tools" and one json.dumps line per
+//                    tool; calls <tool_call>\n{"name": .., "arguments": ..}
+//                    \n</tool_call> after the text (the arguments' text as
+//                    given); results as <tool_response> blocks, a run of them
+//                    one user turn; reasoning in a think block after the last
+//                    user query
+//   GLM-4.5 / 4.6    tools in a <|system|> turn after [gMASK]<sop>; calls
+//                    <tool_call>{name} with <arg_key>/<arg_value> per argument
+//                    (the arguments parsed: strings bare, the rest json.dumps);
+//                    results after one <|observation|> per run; reasoning in
+//                    the think element after the last user message
+//   DeepSeek-V3.1    calls <｜tool▁calls▁begin｜>..<｜tool▁calls▁end｜> after the
+//                    text, results <｜tool▁output▁begin｜>..; after results the
+//                    template opens no reply (the model writes on); its
+//                    template does not render `tools` (refused)
+//   Kimi K2          tools first, <|im_system|>tool_declare<|im_middle|>
+//                    json.dumps(tools)<|im_end|>; results
+//                    <|im_system|>tool<|im_middle|>..<|im_end|>; its template
+//                    drops an assistant's tool calls (refused)
+//   GPT-OSS harmony  tools in the developer message as the template's
+//                    TypeScript-like "namespace functions" (oneOf refused),
+//                    and a line in the system message; a call
+//                    <|start|>assistant to=functions.{name}<|channel|>commentary
+//                    json<|message|>{arguments, parsed, json.dumps}<|call|>, one
+//                    per message (more refused), after its analysis (the
+//                    text or reasoning) unless a final reply follows later; a
+//                    result <|start|>functions.{name} to=assistant<|channel|>
+//                    commentary<|message|>{json.dumps(text)}<|end|>
+//   Kimi K3 (XTML)   encoding_k3.py's elements, segment for segment: tools as
+//                    a system message of type tool-declare (compact JSON, keys
+//                    sorted); calls in a tools element after the response,
+//                    one call element per call with typed argument elements
+//                    (text that is not JSON kept in a json element); results
+//                    as tool messages put in call order, each with its index;
+//                    reasoning in the think element (thinking on)
+//
+// Every other family (DeepSeek-V3, the demo model, Qwen3 Instruct-2507)
+// refuses tools, tool calls and tool results by name.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "engine/format/chat.h"
+#include "engine/tokenizer/chat.h"
+
+namespace waste::chat_tools {
+
+// Python's json.dumps(v, ensure_ascii=False) with its default separators
+// (", ", ": "), keys in their order: what the templates' tojson prints.
+std::string PyJsonDumps(const nlohmann::ordered_json& v);
+
+// Python's str.strip(): the white space of str.isspace() off both ends.
+std::string PyStrip(std::string_view s);
+
+// Whether the conversation needs more than chat.json's markup: tools
+// offered, an assistant's tool calls, a tool result, or an assistant's
+// reasoning where the family's template renders it (Qwen3, GLM-4.5, K3;
+// the others' templates drop it).
+bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
+                 const ChatRenderOptions& options);
+
+// The conversation laid out by `chat.family`'s template (chat already
+// switched for thinking), or an error naming what that family does not
+// render. Not for a continuation (refused).
+Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
+                                            std::span<const ChatMessage> messages,
+                                            const ChatRenderOptions& options);
+
+}  // namespace waste::chat_tools
