@@ -42,6 +42,7 @@ struct ApiServer::Reply {
   ReplyText text;
   std::string whole;                 // a whole answer's text so far
   std::vector<LoggedToken> logged;   // a whole answer's tokens, or a stream's not yet sent
+  std::shared_ptr<const grammar::JsonGrammar> format;  // response_format; null: text
   int64_t code_points_sent = 0;      // a streamed completion's text_offset
   double submitted = 0;
   Reply(const Tokenizer& tok, std::vector<int32_t> end, std::vector<std::string> stops,
@@ -56,6 +57,13 @@ ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
       chat_(chat),
       end_of_turn_(std::move(end_of_turn)),
       scheduler_(scheduler) {}
+
+std::shared_ptr<const grammar::VocabIndex> ApiServer::Vocab() {
+  std::call_once(vocab_once_, [this] {
+    vocab_ = std::make_shared<const grammar::VocabIndex>(tok_, scheduler_.vocab());
+  });
+  return vocab_;
+}
 
 ApiCounters ApiServer::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -112,6 +120,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     std::string model;
     Sampling sampling;
     std::vector<int32_t> prompt;
+    std::shared_ptr<const grammar::JsonGrammar> format;
     if (chat) {
       ChatRequest q;
       if (auto e = ParseChatRequest(req.body, &q)) return Refuse(r, e->status, e->ToJson().dump());
@@ -125,7 +134,18 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       if (!ids.ok())
         return Refuse(r, 400, BadRequest(ids.status().message(), "messages").ToJson().dump());
       prompt = std::move(*ids);
-      model = q.model, sampling = q.sampling;
+      model = q.model, sampling = q.sampling, format = q.response_format;
+      // The constraint holds from the reply's first token: a format whose
+      // reply comes after channel markup (harmony's, K3's) cannot write it.
+      const std::string_view after = chat_->reply_after, open = chat_->open;
+      if (format && !after.empty() &&
+          (open.size() < after.size() || open.substr(open.size() - after.size()) != after))
+        return Refuse(r, 400,
+                      BadRequest("response_format is not supported yet for a chat format whose "
+                                 "reply follows channel markup (harmony, K3)",
+                                 "response_format", "unsupported_value")
+                          .ToJson()
+                          .dump());
     } else {
       CompletionRequest q;
       if (auto e = ParseCompletionRequest(req.body, &q))
@@ -153,6 +173,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
         tok_, sampling.ignore_eos ? std::vector<int32_t>{} : end_of_turn_, sampling.stop,
         channels ? chat_->reply_after : std::string(), channels ? chat_->open : std::string());
     reply->chat = chat;
+    reply->format = std::move(format);
     reply->sampling = sampling;
     reply->sampling.max_tokens = max_tokens;
     reply->head = {(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" +
@@ -179,6 +200,8 @@ void ApiServer::Generate(std::shared_ptr<Reply> reply, std::vector<int32_t> prom
   g->max_tokens = static_cast<int>(*reply->sampling.max_tokens);
   g->sampling = reply->sampling.SamplerFor(std::random_device{}());
   if (!reply->sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
+  if (reply->format)
+    g->constraint = std::make_unique<grammar::JsonTokenConstraint>(reply->format, Vocab());
   const int top_n = reply->sampling.logprobs || !reply->chat
                         ? static_cast<int>(reply->sampling.top_logprobs)
                         : 0;

@@ -73,6 +73,8 @@ class ApiServer {
   void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,
               const http::Headers& extra = {});
   void Count(const std::function<void(ApiCounters&)>& f);
+  // The vocabulary's token mask index (response_format), made on first use.
+  std::shared_ptr<const grammar::VocabIndex> Vocab();
 
   const ApiOptions o_;
   const Tokenizer& tok_;
@@ -83,6 +85,8 @@ class ApiServer {
   std::atomic<uint64_t> next_id_{0};
   mutable std::mutex mu_;  // guards counters_
   ApiCounters counters_;
+  std::once_flag vocab_once_;
+  std::shared_ptr<const grammar::VocabIndex> vocab_;
 };
 
 // The chat page served at "/": one HTML file with its script, built in.

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grammar/json_schema.h"
 #include "engine/model/sampler.h"
 #include "engine/model/stop.h"
 #include "engine/tokenizer/chat.h"
@@ -90,6 +92,10 @@ struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;  // roles system, user, assistant; "developer" read as system
   Sampling sampling;
+  // response_format json_object (any object) or json_schema (its schema,
+  // strict or not; what engine/grammar does not support refused by name);
+  // null: text.
+  std::shared_ptr<const grammar::JsonGrammar> response_format;
 };
 
 struct CompletionRequest {
