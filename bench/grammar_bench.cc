@@ -3,11 +3,13 @@
 // 128,000 ranks and 1,283 specials, the largest fixture tokenizer). Each
 // benchmark replays one JSON reply, tokenized, and masks the logits before
 // every token of it as the scheduler does; an iteration is the whole reply.
-// Counters: per_token_us (the mean over the reply) and slowest_us (the
-// reply's most expensive token, a key's first byte or a string's content).
+// Counters over every token of every iteration: median_us, min_us, max_us,
+// mean_us; stderr says after which bytes the slowest mask came.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -77,21 +79,28 @@ void MaskReply(benchmark::State& state, const Case& c) {
     }
   }
   std::vector<float> logits(static_cast<size_t>(vocab));
-  double slowest = 0;
+  std::vector<std::pair<double, size_t>> times;  // every mask's seconds, and its place in the reply
   for (auto _ : state) {
-    for (auto& at : before) {
-      grammar::JsonTokenConstraint k = at;
+    for (size_t i = 0; i < before.size(); ++i) {
+      grammar::JsonTokenConstraint k = before[i];
       const auto t0 = std::chrono::steady_clock::now();
       benchmark::DoNotOptimize(k.Mask(logits));
-      slowest = std::max(
-          slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      times.emplace_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), i);
     }
   }
+  std::sort(times.begin(), times.end());
   state.counters["tokens"] = static_cast<double>(ids.size());
-  state.counters["per_token_us"] = benchmark::Counter(
-      static_cast<double>(ids.size()) * 1e-6,
-      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
-  state.counters["slowest_us"] = slowest * 1e6;
+  state.counters["median_us"] = times[times.size() / 2].first * 1e6;
+  state.counters["min_us"] = times.front().first * 1e6;
+  state.counters["max_us"] = times.back().first * 1e6;
+  double sum = 0;
+  for (const auto& t : times) sum += t.first;
+  state.counters["mean_us"] = sum / static_cast<double>(times.size()) * 1e6;
+  // Where the slowest mask was: the reply's last bytes before it.
+  const std::string done = tok.Decode(std::span<const int32_t>(ids).first(times.back().second));
+  std::fprintf(stderr, "%s: the slowest mask after '%s'\n", c.name,
+               done.substr(done.size() > 24 ? done.size() - 24 : 0).c_str());
 }
 
 }  // namespace

@@ -148,11 +148,23 @@ TEST(TokenMask, EqualsCheckingEveryToken) {
   const Tokenizer& tok = DeepSeek();
   const int vocab = tok.max_id() + 1;
   const auto index = std::make_shared<const VocabIndex>(tok, vocab);
-  const auto g = Compile(Corpus()["schemas"][2]["schema"]);  // nested
-  for (const char* prefix :
-       {"", "{", "{\"or", "{\"order\": {\"id\": -1",
-        "{\"order\": {\"id\": 3, \"lines\": [{\"sku\": \"ab",
-        "{\"order\": {\"id\": 3, \"lines\": [{\"sku\": \"\xE6\x97", "{\"zz", "{\"zz\": [tr"}) {
+  const auto nested = Compile(Corpus()["schemas"][2]["schema"]);
+  const auto tags = Compile(Corpus()["schemas"][3]["schema"]);  // strings of at most 5
+  const std::pair<std::shared_ptr<const JsonGrammar>, const char*> states[] = {
+      {nested, ""},
+      {nested, "{"},
+      {nested, "{\"or"},  // a declared key, or an extra one
+      {nested, "{\"order\": {\"id\": -1"},
+      {nested, "{\"order\": {\"id\": 3, \"lines\": [{\"sku\": \"ab"},
+      {nested, "{\"order\": {\"id\": 3, \"lines\": [{\"sku\": \"\xE6\x97"},  // mid-character
+      {nested, "{\"order\": {\"id\": 3, \"lines\": [{\"s"},                  // declared keys only
+      {nested, "{\"zz"},
+      {nested, "{\"zz\": [tr"},
+      {tags, "[\"ab"},
+      {tags, "[\"abcd"},
+      {tags, "[\"a\\"},
+  };
+  for (const auto& [g, prefix] : states) {
     JsonMatcher m(g);
     ASSERT_TRUE(m.Advance(prefix)) << prefix;
     std::vector<uint64_t> bits;

@@ -1,5 +1,6 @@
 #include "engine/grammar/json_matcher.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -126,13 +127,13 @@ class Machine {
     return s.frames.back().type == kRoot && s.frames.back().phase == kAfter;
   }
 
-  bool InPlainString(const Stack& s, uint64_t chars) const {
+  uint64_t PlainRoom(const Stack& s) const {
     const Frame& f = s.frames.back();
-    if (f.type == kString)
-      return f.phase == kStrText && f.utf8_need == 0 && N(f.node).max_length - f.count >= chars;
-    if (f.type == kKey)
-      return f.phase == kStrText && f.utf8_need == 0 && f.alive == 0 && N(f.node).additional >= 0;
-    return false;
+    if (f.phase != kStrText || f.utf8_need != 0) return 0;
+    if (f.type == kString) return N(f.node).max_length - f.count;
+    // A key that may still be an extra one takes any such character.
+    if (f.type == kKey && N(f.node).additional >= 0) return UINT64_MAX;
+    return 0;
   }
 
  private:
@@ -594,11 +595,11 @@ bool JsonMatcher::finished() const {
   return !stacks_.empty();
 }
 
-bool JsonMatcher::InPlainString(uint64_t chars) const {
+uint64_t JsonMatcher::PlainRoom() const {
   const Machine m(*g_);
-  for (const Stack& s : stacks_)
-    if (m.InPlainString(s, chars)) return true;
-  return false;
+  uint64_t room = 0;
+  for (const Stack& s : stacks_) room = std::max(room, m.PlainRoom(s));
+  return room;
 }
 
 }  // namespace waste::grammar

@@ -44,12 +44,19 @@ class JsonMatcher {
   // Complete, and no byte but white space may follow (the reply ends here).
   bool finished() const;
 
-  // The string-content state the token mask's fast path needs: some
-  // alternative is inside a string (or an extra key), after a whole
-  // character, not in an escape, with room for at least `chars` more code
-  // points. Any run of whole characters without '"', '\\' or control bytes
-  // of at most `chars` code points is then accepted.
-  bool InPlainString(uint64_t chars) const;
+  // The string-content state the token mask's fast path needs: how many
+  // more code points some alternative inside a string (or a key that may
+  // be an extra one) takes, after a whole character and not in an escape;
+  // 0 when none is. Any run of at most that many whole characters without
+  // '"', '\\' or control bytes is then accepted.
+  uint64_t PlainRoom() const;
+
+  // This matcher becomes `from` advanced by `byte` (the mask's walk: no
+  // allocation once warm). Both must be of the same grammar.
+  bool AdvanceFrom(const JsonMatcher& from, uint8_t byte) {
+    stacks_ = from.stacks_;
+    return Advance(byte);
+  }
 
   struct Frame;
   struct Stack;

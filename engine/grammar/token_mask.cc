@@ -54,6 +54,7 @@ VocabIndex::VocabIndex(const Tokenizer& tok, int vocab) : vocab_(std::max(vocab,
   bytes_.resize(static_cast<size_t>(vocab_));
   plain_.assign((static_cast<size_t>(vocab_) + 63) / 64, 0);
   std::vector<std::pair<std::string_view, int32_t>> sorted;
+  std::vector<std::pair<int64_t, int32_t>> plain;  // code points, id
   for (int32_t id = 0; id < vocab_; ++id) {
     if (tok.IsSpecial(id)) continue;
     const std::string_view b = tok.TokenBytes(id);
@@ -63,11 +64,16 @@ VocabIndex::VocabIndex(const Tokenizer& tok, int vocab) : vocab_(std::max(vocab,
     const int64_t chars = PlainChars(b);
     if (chars > 0) {
       Set(&plain_, id);
-      ++plain_count_;
-      max_plain_chars_ = std::max(max_plain_chars_, static_cast<uint64_t>(chars));
+      plain.emplace_back(chars, id);
     } else {
       others_.push_back(id);
     }
+  }
+  std::sort(plain.begin(), plain.end());
+  for (const auto& [chars, id] : plain) {
+    plain_by_chars_.push_back(id);
+    plain_upto_.resize(static_cast<size_t>(chars) + 1, plain_by_chars_.size() - 1);
+    plain_upto_[static_cast<size_t>(chars)] = plain_by_chars_.size();
   }
   std::sort(sorted.begin(), sorted.end());
   // The trie, each node's children side by side: [lo, hi) of `sorted`
@@ -105,13 +111,23 @@ std::string_view VocabIndex::bytes(int32_t id) const {
 
 size_t VocabIndex::Allowed(const JsonMatcher& m, std::vector<uint64_t>* allowed) const {
   size_t n = 0;
-  if (m.InPlainString(max_plain_chars_)) {
-    *allowed = plain_;
-    n = plain_count_;
-    JsonMatcher copy = m;
+  const uint64_t room = m.PlainRoom();
+  if (room > 0) {
+    const uint64_t most =
+        plain_upto_.empty() ? 0 : plain_upto_.size() - 1;  // the longest's code points
+    if (room >= most) {
+      *allowed = plain_;
+      n = plain_by_chars_.size();
+    } else {
+      allowed->assign(plain_.size(), 0);
+      n = plain_upto_[room];
+      for (size_t i = 0; i < n; ++i) Set(allowed, plain_by_chars_[i]);
+    }
+    JsonMatcher one = m;
     for (int32_t id : others_) {
-      copy = m;
-      if (copy.Advance(bytes_[static_cast<size_t>(id)])) Set(allowed, id), ++n;
+      const std::string_view b = bytes_[static_cast<size_t>(id)];
+      if (!one.AdvanceFrom(m, static_cast<uint8_t>(b[0]))) continue;
+      if (one.Advance(b.substr(1))) Set(allowed, id), ++n;
     }
     return n;
   }
@@ -126,8 +142,7 @@ void VocabIndex::Walk(uint32_t node, size_t depth, std::vector<JsonMatcher>& sta
   if (states.size() <= depth + 1) states.push_back(states[depth]);
   const Node& at = trie_[node];
   for (uint32_t c = at.first_child; c < at.first_child + at.children; ++c) {
-    states[depth + 1] = states[depth];
-    if (!states[depth + 1].Advance(trie_[c].byte)) continue;
+    if (!states[depth + 1].AdvanceFrom(states[depth], trie_[c].byte)) continue;
     if (trie_[c].token >= 0) Set(allowed, trie_[c].token), ++*n;
     if (trie_[c].children) Walk(c, depth + 1, states, allowed, n);
   }

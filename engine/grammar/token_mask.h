@@ -10,8 +10,8 @@
 //
 // Inside a string the walk would visit most of the trie, so there is a fast
 // path: the "plain" tokens (whole UTF-8 characters, no '"', '\\' or control
-// bytes, at most max_plain_chars() code points) are all allowed at once when
-// the matcher is InPlainString, and only the others are checked one by one.
+// bytes) of at most the matcher's PlainRoom() code points are allowed at
+// once, and only the other tokens are checked one by one.
 //
 // JsonTokenConstraint is the per-generation object: a matcher over one
 // grammar, started at any point of a reply (a whole response_format reply,
@@ -37,7 +37,6 @@ class VocabIndex {
   int vocab() const { return vocab_; }
   // An ordinary token's bytes; empty for special and unknown ids.
   std::string_view bytes(int32_t id) const;
-  uint64_t max_plain_chars() const { return max_plain_chars_; }
 
   // Sets allowed[id] (as bits: word id / 64, bit id % 64; the vector is
   // resized to the vocabulary) for every token whose bytes `m` accepts.
@@ -55,12 +54,12 @@ class VocabIndex {
             std::vector<uint64_t>* allowed, size_t* n) const;
 
   int vocab_;
-  std::vector<Node> trie_;          // root first
-  std::vector<uint64_t> plain_;     // bits: the plain tokens
-  std::vector<std::string> bytes_;  // by id
-  std::vector<int32_t> others_;     // the ordinary tokens that are not plain
-  size_t plain_count_ = 0;
-  uint64_t max_plain_chars_ = 0;
+  std::vector<Node> trie_;               // root first
+  std::vector<uint64_t> plain_;          // bits: the plain tokens
+  std::vector<int32_t> plain_by_chars_;  // the plain tokens, fewest code points first
+  std::vector<size_t> plain_upto_;       // [c]: how many plain tokens have at most c code points
+  std::vector<std::string> bytes_;       // by id
+  std::vector<int32_t> others_;          // the ordinary tokens that are not plain
 };
 
 class JsonTokenConstraint {
