@@ -575,6 +575,11 @@ bool JsonMatcher::Advance(uint8_t byte) {
   return !stacks_.empty();
 }
 
+bool JsonMatcher::AdvanceFrom(const JsonMatcher& from, uint8_t byte) {
+  stacks_ = from.stacks_;
+  return Advance(byte);
+}
+
 bool JsonMatcher::Advance(std::string_view bytes) {
   for (char c : bytes)
     if (!Advance(static_cast<uint8_t>(c))) return false;

@@ -53,10 +53,7 @@ class JsonMatcher {
 
   // This matcher becomes `from` advanced by `byte` (the mask's walk: no
   // allocation once warm). Both must be of the same grammar.
-  bool AdvanceFrom(const JsonMatcher& from, uint8_t byte) {
-    stacks_ = from.stacks_;
-    return Advance(byte);
-  }
+  bool AdvanceFrom(const JsonMatcher& from, uint8_t byte);
 
   struct Frame;
   struct Stack;
