@@ -34,8 +34,8 @@ class JsonMatcher {
  public:
   explicit JsonMatcher(std::shared_ptr<const JsonGrammar> g);
 
-  // Feeds `bytes`; false (and the matcher unchanged... not guaranteed: use a
-  // copy) when they cannot continue the text. After false, dead() is true.
+  // Feeds `bytes`; false when they cannot continue the text, and the
+  // matcher is then dead() for good (to try bytes, advance a copy).
   bool Advance(std::string_view bytes);
   bool Advance(uint8_t byte);
   bool dead() const { return stacks_.empty(); }
