@@ -223,10 +223,11 @@ std::optional<ApiError> ParseResponseFormat(const json& b,
     return std::nullopt;
   }
   if (*type != "json_schema")
-    return BadRequest("Invalid value for 'response_format.type': expected one of 'text', "
-                      "'json_object', 'json_schema', but got '" +
-                          type->get<std::string>().substr(0, 40) + "'.",
-                      "response_format.type", "invalid_value");
+    return BadRequest(
+        "Invalid value for 'response_format.type': expected one of 'text', "
+        "'json_object', 'json_schema', but got '" +
+            type->get<std::string>().substr(0, 40) + "'.",
+        "response_format.type", "invalid_value");
   const json* js = Field(*f, "json_schema");
   if (!js)
     return BadRequest("Missing required parameter: 'response_format.json_schema'.",
@@ -248,11 +249,13 @@ std::optional<ApiError> ParseResponseFormat(const json& b,
     *out = grammar::AnyJsonObject();
     return std::nullopt;
   }
-  if (!schema->is_object()) return WrongType("response_format.json_schema.schema", "an object", *schema);
+  if (!schema->is_object())
+    return WrongType("response_format.json_schema.schema", "an object", *schema);
   auto g = grammar::CompileJsonSchema(*schema, options);
   if (!g.ok())
     return BadRequest("Invalid schema for response_format '" +
-                          name->get<std::string>().substr(0, 64) + "': " + g.status().message() + ".",
+                          name->get<std::string>().substr(0, 64) + "': " + g.status().message() +
+                          ".",
                       "response_format.json_schema.schema", "invalid_value");
   *out = *g;
   return std::nullopt;

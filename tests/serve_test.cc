@@ -233,8 +233,9 @@ TEST_F(ServeTest, AResponseFormatKeepsTheReplyInsideItsSchema) {
     req["temperature"] = 1;
     req["seed"] = seed;
     req["top_logprobs"] = 20;
-    req["response_format"] = {{"type", "json_schema"},
-                              {"json_schema", {{"name", "t"}, {"strict", true}, {"schema", schema}}}};
+    req["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "t"}, {"strict", true}, {"schema", schema}}}};
     const Answer a = Call(Post("/v1/chat/completions", req.dump()));
     ASSERT_EQ(a.status, 200) << a.head << a.body;
     const json j = json::parse(a.body);
@@ -254,16 +255,19 @@ TEST_F(ServeTest, AResponseFormatKeepsTheReplyInsideItsSchema) {
     const json& first = j["choices"][0]["logprobs"]["content"][0];
     bool other = false;
     for (const json& t : first["top_logprobs"])
-      other = other || t["token"].get<std::string>().find_first_not_of("{ \n\t\r") != std::string::npos;
+      other =
+          other || t["token"].get<std::string>().find_first_not_of("{ \n\t\r") != std::string::npos;
     EXPECT_TRUE(other) << first.dump();
     EXPECT_LT(first["logprob"].get<double>(), 0.0);
   }
   json bad = Chat("x", 5);
-  bad["response_format"] = {{"type", "json_schema"},
-                            {"json_schema", {{"name", "t"}, {"schema", {{"oneOf", json::array()}}}}}};
+  bad["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "t"}, {"schema", {{"oneOf", json::array()}}}}}};
   const Answer refused = Call(Post("/v1/chat/completions", bad.dump()));
   EXPECT_EQ(refused.status, 400);
-  EXPECT_NE(refused.body.find("unsupported keyword 'oneOf' at #"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("unsupported keyword 'oneOf' at #"), std::string::npos)
+      << refused.body;
 }
 
 TEST_F(ServeTest, AStreamedAnswerIsServerSentEventsEndingInDone) {
