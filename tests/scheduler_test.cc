@@ -216,17 +216,20 @@ TEST_P(SchedulerTest, AConstraintMasksTheChoiceNotTheLogitsAndEndsWhenTheValueIs
   EXPECT_TRUE(free->tokens.empty());  // the end token at once
   // An integer (after white space, which the grammar allows first):
   // complete after its first digits, and then the end token wins.
-  const auto number = run(*grammar::CompileJsonSchema(nlohmann::json::parse(R"({"type":"integer"})")));
+  const auto number =
+      run(*grammar::CompileJsonSchema(nlohmann::json::parse(R"({"type":"integer"})")));
   ASSERT_EQ(number->end.reason, EndReason::kStop);
   ASSERT_FALSE(number->tokens.empty());
   const std::string last = tok->Decode(std::span<const int>(number->tokens).last(1));
-  const std::string before = tok->Decode(std::span<const int>(number->tokens).first(number->tokens.size() - 1));
+  const std::string before =
+      tok->Decode(std::span<const int>(number->tokens).first(number->tokens.size() - 1));
   EXPECT_TRUE(!last.empty() && last.find_first_not_of("-0123456789") == std::string::npos) << last;
   EXPECT_EQ(before.find_first_not_of(" \t\n\r"), std::string::npos) << before;
   // Its first logits are the model's own, the end token's boost and all.
-  EXPECT_EQ(number->logits[0][static_cast<size_t>(e)] > 50.f, true);
+  EXPECT_GT(number->logits[0][static_cast<size_t>(e)], 50.f);
   // An enum: the reply ends as soon as the value is finished.
-  const auto yes = run(*grammar::CompileJsonSchema(nlohmann::json::parse(R"({"enum":["yes","no"]})")));
+  const auto yes =
+      run(*grammar::CompileJsonSchema(nlohmann::json::parse(R"({"enum":["yes","no"]})")));
   EXPECT_EQ(yes->end.reason, EndReason::kStop);
   std::string text = tok->Decode(yes->tokens);
   text.erase(0, text.find_first_not_of(" \t\n\r"));
