@@ -15,7 +15,7 @@ build=${WASTE_BUILD_DIR:-build}
 venv=$build/openai-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check openai==3.57.0 anthropic==2.17.0 \
-  websocket-client==1.9.2
+  websocket-client==1.9.2 jsonschema==4.26.0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/waste" convert models/demo-moe "$work/demo" --expert-format bf16 >/dev/null

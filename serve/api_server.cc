@@ -42,6 +42,13 @@ ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
       end_of_turn_(std::move(end_of_turn)),
       scheduler_(scheduler) {}
 
+std::shared_ptr<const grammar::VocabIndex> ApiServer::Vocab() {
+  std::call_once(vocab_once_, [this] {
+    vocab_ = std::make_shared<const grammar::VocabIndex>(tok_, scheduler_.vocab());
+  });
+  return vocab_;
+}
+
 ApiCounters ApiServer::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
@@ -106,6 +113,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     Sampling sampling;
     std::vector<int32_t> prompt;
     std::string opening;  // the markup that opened a chat's reply (thinking switched)
+    std::shared_ptr<const grammar::JsonGrammar> json_format;  // response_format; null: text
     if (chat) {
       ChatRequest q;
       if (auto e = ParseChatRequest(req.body, &q)) return Refuse(r, e->status, e->ToJson().dump());
@@ -134,7 +142,18 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       }
       prompt = std::move(*ids);
       opening = format->open;
-      model = q.model, sampling = q.sampling;
+      model = q.model, sampling = q.sampling, json_format = q.response_format;
+      // The constraint holds from the reply's first token: a format whose
+      // reply comes after channel markup (harmony's, K3's) cannot write it.
+      const std::string_view after = chat_->reply_after, open = opening;
+      if (json_format && !after.empty() &&
+          (open.size() < after.size() || open.substr(open.size() - after.size()) != after))
+        return Refuse(r, 400,
+                      BadRequest("response_format is not supported yet for a chat format whose "
+                                 "reply follows channel markup (harmony, K3)",
+                                 "response_format", "unsupported_value")
+                          .ToJson()
+                          .dump());
     } else {
       CompletionRequest q;
       if (auto e = ParseCompletionRequest(req.body, &q))
@@ -170,7 +189,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     if (chat) parts.thinking_open = ThinkingOpen(*chat_, opening);
     Generate(
         chat ? MakeChatAnswer(std::move(parts), *chat_) : MakeCompletionAnswer(std::move(parts)),
-        std::move(prompt), sampling, max_tokens, r);
+        std::move(prompt), sampling, max_tokens, std::move(json_format), r);
   } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
     Count([](ApiCounters& c) { ++c.messages; });
     Messages(req, r, path == "/v1/messages/count_tokens");
@@ -192,6 +211,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
 
 void ApiServer::Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
                          const Sampling& sampling, int64_t max_tokens,
+                         std::shared_ptr<const grammar::JsonGrammar> json_format,
                          const std::shared_ptr<http::Responder>& r) {
   // Shared by the scheduler's callbacks (its thread) and this handler (the
   // loop thread, before submitting).
@@ -201,6 +221,8 @@ void ApiServer::Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> pr
   g->max_tokens = static_cast<int>(max_tokens);
   g->sampling = sampling.SamplerFor(std::random_device{}());
   if (!sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
+  if (json_format)
+    g->constraint = std::make_unique<grammar::JsonTokenConstraint>(json_format, Vocab());
   g->on_token = [a](int id, std::span<const float> logits) { return a->OnToken(id, logits); };
   const double submitted = Now();
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());

@@ -75,9 +75,11 @@ class ApiServer {
   void set_http(const http::HttpServer* http) { http_ = http; }
 
  private:
-  // Submits `prompt`'s generation, its tokens and end driving `answer`.
+  // Submits `prompt`'s generation, its tokens and end driving `answer`,
+  // under `json_format` when not null (response_format).
   void Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
                 const Sampling& sampling, int64_t max_tokens,
+                std::shared_ptr<const grammar::JsonGrammar> json_format,
                 const std::shared_ptr<http::Responder>& r);
   // /v1/messages and /v1/messages/count_tokens (`count_tokens`), /v1/responses
   // (serve/api_agents.cc).
@@ -95,6 +97,8 @@ class ApiServer {
   void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,
               const http::Headers& extra = {});
   void Count(const std::function<void(ApiCounters&)>& f);
+  // The vocabulary's token mask index (response_format), made on first use.
+  std::shared_ptr<const grammar::VocabIndex> Vocab();
 
   const ApiOptions o_;
   const Tokenizer& tok_;
@@ -105,6 +109,8 @@ class ApiServer {
   std::atomic<uint64_t> next_id_{0};
   mutable std::mutex mu_;  // guards counters_
   ApiCounters counters_;
+  std::once_flag vocab_once_;
+  std::shared_ptr<const grammar::VocabIndex> vocab_;
 };
 
 // The chat page served at "/": one HTML file with its script, built in.

@@ -142,11 +142,6 @@ std::optional<ApiError> RefuseUnhonoured(const json& b, bool chat) {
     return Unsupported("tool_choice", "tool calling");
   if (const json* c = Field(b, "function_call"); c && !named(*c, {"none", "auto"}))
     return Unsupported("function_call", "tool calling");
-  if (const json* f = Field(b, "response_format")) {
-    const json* type = f->is_object() ? Field(*f, "type") : nullptr;
-    if (!type || !named(*type, {"text"}))
-      return Unsupported("response_format", "a response format other than text");
-  }
   return std::nullopt;
 }
 
@@ -244,6 +239,61 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
     WASTE_API_TRY(ReadInt(b, "logprobs", 0, 20, &s->top_logprobs));
     s->logprobs = true;
   }
+  return std::nullopt;
+}
+
+// response_format: text (null), json_object, or json_schema {name, schema, strict}.
+std::optional<ApiError> ParseResponseFormat(const json& b,
+                                            std::shared_ptr<const grammar::JsonGrammar>* out) {
+  const json* f = Field(b, "response_format");
+  if (!f) return std::nullopt;
+  if (!f->is_object()) return WrongType("response_format", "an object", *f);
+  const json* type = Field(*f, "type");
+  if (!type)
+    return BadRequest("Missing required parameter: 'response_format.type'.", "response_format.type",
+                      "missing_required_parameter");
+  if (!type->is_string()) return WrongType("response_format.type", "a string", *type);
+  if (*type == "text") return std::nullopt;
+  if (*type == "json_object") {
+    *out = grammar::AnyJsonObject();
+    return std::nullopt;
+  }
+  if (*type != "json_schema")
+    return BadRequest(
+        "Invalid value for 'response_format.type': expected one of 'text', "
+        "'json_object', 'json_schema', but got '" +
+            type->get<std::string>().substr(0, 40) + "'.",
+        "response_format.type", "invalid_value");
+  const json* js = Field(*f, "json_schema");
+  if (!js)
+    return BadRequest("Missing required parameter: 'response_format.json_schema'.",
+                      "response_format.json_schema", "missing_required_parameter");
+  if (!js->is_object()) return WrongType("response_format.json_schema", "an object", *js);
+  const json* name = Field(*js, "name");
+  if (!name)
+    return BadRequest("Missing required parameter: 'response_format.json_schema.name'.",
+                      "response_format.json_schema.name", "missing_required_parameter");
+  if (!name->is_string()) return WrongType("response_format.json_schema.name", "a string", *name);
+  grammar::SchemaOptions options;
+  if (const json* strict = Field(*js, "strict")) {
+    if (!strict->is_boolean())
+      return WrongType("response_format.json_schema.strict", "a boolean", *strict);
+    options.strict = strict->get<bool>();
+  }
+  const json* schema = Field(*js, "schema");
+  if (!schema) {  // OpenAI's default: any JSON object
+    *out = grammar::AnyJsonObject();
+    return std::nullopt;
+  }
+  if (!schema->is_object())
+    return WrongType("response_format.json_schema.schema", "an object", *schema);
+  auto g = grammar::CompileJsonSchema(*schema, options);
+  if (!g.ok())
+    return BadRequest("Invalid schema for response_format '" +
+                          name->get<std::string>().substr(0, 64) + "': " + g.status().message() +
+                          ".",
+                      "response_format.json_schema.schema", "invalid_value");
+  *out = *g;
   return std::nullopt;
 }
 
@@ -575,6 +625,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   }
   WASTE_API_TRY(ParseTools(b, body, out));
   WASTE_API_TRY(ParseThinking(b, out));
+  WASTE_API_TRY(ParseResponseFormat(b, &out->response_format));
   return ParseCommon(b, true, &out->model, &out->sampling);
 }
 
@@ -608,6 +659,8 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body, Completion
   WASTE_API_TRY(ReadInt(b, "best_of", 1, 128, &best_of));
   if (best_of != 1)
     return Unsupported("best_of", "best_of = " + std::to_string(best_of) + " (only 1)");
+  if (Field(b, "response_format"))
+    return Unsupported("response_format", "response_format on /v1/completions");
   if (const json* suffix = Field(b, "suffix")) {
     if (!suffix->is_string()) return WrongType("suffix", "a string", *suffix);
     if (!suffix->get_ref<const std::string&>().empty()) return Unsupported("suffix", "a suffix");

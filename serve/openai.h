@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grammar/json_schema.h"
 #include "engine/model/sampler.h"
 #include "engine/model/stop.h"
 #include "engine/tokenizer/chat.h"
@@ -119,6 +121,10 @@ struct ChatRequest {
   // chat_template_kwargs' enable_thinking (or thinking): none, the format's default.
   std::optional<bool> thinking;
   std::string reasoning_effort;  // low, medium or high; empty: the format's
+  // response_format json_object (any object) or json_schema (its schema,
+  // strict or not; what engine/grammar does not support refused by name);
+  // null: text.
+  std::shared_ptr<const grammar::JsonGrammar> response_format;
 };
 
 struct CompletionRequest {

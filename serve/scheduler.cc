@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 namespace waste::serve {
 namespace {
@@ -20,6 +21,7 @@ struct Scheduler::Running {
   std::vector<int> pending;  // to run next: the rest of the prompt, or the last sampled token
   bool prefilling = true;
   std::vector<float> logits;  // [vocab]: after the last of `history`
+  std::vector<float> masked;  // [vocab]: `logits` under the generation's constraint
   Sampler sampler;
   GenerationEnd end;
   Running(std::shared_ptr<Generation> gen, double t, Session s)
@@ -162,7 +164,7 @@ void Scheduler::Step() {
       End(*r, EndReason::kCancelled);
     else if (r->prefilling && r->pending.empty()) {
       r->prefilling = false;
-      if (!Emit(*r)) End(*r, r->end.reason);
+      if (!Emit(*r)) End(*r, r->end.reason, r->end.error);
     }
   }
   std::erase_if(running_, [](const auto& r) { return !r->g; });
@@ -200,7 +202,7 @@ void Scheduler::Step() {
       r.prefilling = false;
       Keep(r.history, r.session, r.logits);  // the turn's boundary
     }
-    if (!Emit(r)) End(r, r.end.reason);
+    if (!Emit(r)) End(r, r.end.reason, r.end.error);
   }
   std::erase_if(running_, [](const auto& r) { return !r->g; });
   running_count_ = running_.size();
@@ -212,16 +214,22 @@ bool Scheduler::Emit(Running& r) {
     r.end.reason = EndReason::kLength;
     return false;
   }
-  const int token = r.sampler.Sample(r.logits);
+  const int token = g.constraint ? SampleConstrained(r) : r.sampler.Sample(r.logits);
+  if (token < 0) return false;
   if (std::find(g.end_tokens.begin(), g.end_tokens.end(), token) != g.end_tokens.end()) {
     r.end.reason = EndReason::kStop;
+    return false;
+  }
+  if (g.constraint && !g.constraint->Accept(token)) {
+    r.end.reason = EndReason::kError;
+    r.end.error = "the response format refused a token it allowed";
     return false;
   }
   if (r.end.completion_tokens == 0) r.end.first_token_seconds = Now() - r.submitted;
   ++r.end.completion_tokens;
   ++completion_tokens_;
   const bool more = !g.on_token || g.on_token(token, r.logits);
-  if (!more) {
+  if (!more || (g.constraint && g.constraint->finished())) {
     r.end.reason = EndReason::kStop;
     return false;
   }
@@ -235,6 +243,26 @@ bool Scheduler::Emit(Running& r) {
   }
   r.pending = {token};
   return true;
+}
+
+int Scheduler::SampleConstrained(Running& r) {
+  Generation& g = *r.g;
+  r.masked = r.logits;
+  size_t allowed = g.constraint->Mask(r.masked);
+  if (g.constraint->complete())
+    for (int e : g.end_tokens)
+      if (e >= 0 && static_cast<size_t>(e) < r.masked.size())
+        r.masked[static_cast<size_t>(e)] = r.logits[static_cast<size_t>(e)], ++allowed;
+  if (allowed == 0) {  // complete, and no end token to sample: the reply is whole
+    r.end.reason = g.constraint->complete() ? EndReason::kStop : EndReason::kError;
+    if (!g.constraint->complete()) r.end.error = "the response format allows no next token";
+    return -1;
+  }
+  int token = r.sampler.Sample(r.masked);
+  // The sampler's last resort, after rounding, may land on a masked token.
+  if (r.masked[static_cast<size_t>(token)] == -INFINITY)
+    token = static_cast<int>(std::max_element(r.masked.begin(), r.masked.end()) - r.masked.begin());
+  return token;
 }
 
 void Scheduler::End(Running& r, EndReason why, std::string error) {

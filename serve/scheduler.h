@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/grammar/token_mask.h"
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
 #include "runtime/stepper.h"
@@ -60,6 +61,12 @@ struct Generation {
   int max_tokens = 256;
   SamplerOptions sampling;
   std::vector<int> end_tokens;  // sampling one of these ends the reply; it is not passed on
+  // Optional (response_format): the reply is a value of this grammar. The
+  // tokens it does not allow are never sampled, end_tokens only once its
+  // value is complete, and the reply ends (kStop) when it is finished;
+  // on_token still gets the model's own logits (logprobs are unchanged).
+  // A grammar that allows nothing mid-value ends the reply with kError.
+  std::unique_ptr<grammar::JsonTokenConstraint> constraint;
   // Each generated token with the logits it was sampled from ([vocab]).
   // Returning false ends the reply after it (EndReason::kStop).
   std::function<bool(int token, std::span<const float> logits)> on_token;
@@ -117,6 +124,8 @@ class Scheduler {
   void Step();
   // Samples r's next token from r.logits and passes it on; false when r is done.
   bool Emit(Running& r);
+  // r's next token under its constraint, or -1 when none may come (r.end says why).
+  int SampleConstrained(Running& r);
   void End(Running& r, EndReason why, std::string error = {});
   void Keep(const std::vector<int>& tokens, const Session& s, std::span<const float> logits);
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "engine/grammar/json_matcher.h"
 #include "engine/tokenizer/base64.h"
 #include "tests/test_util.h"
 
@@ -169,9 +170,20 @@ TEST(Request, EachParameterTypeAndRange) {
       {{{"tool_choice", {{"type", "function"}}}}, "tool_choice.function"},
       {{{"function_call", {{"name", "f"}}}}, "function_call"},
       {{{"response_format", {{"type", "text"}}}}, ""},
-      {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
-      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
-       "response_format"},
+      {{{"response_format", {{"type", "json_object"}}}}, ""},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, ""},
+      {{{"response_format", {{"type", "json_schema"}}}}, "response_format.json_schema"},
+      {{{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}}}}}},
+       "response_format.json_schema.name"},
+      {{{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"strict", "yes"}}}}}},
+       "response_format.json_schema.strict"},
+      {{{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"format", "date"}}}}}}}},
+       "response_format.json_schema.schema"},
+      {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
       {{{"response_format", "json"}}, "response_format"},
       {{{"model", 5}}, "model"},
   };
@@ -213,6 +225,37 @@ TEST(Request, LogitBias) {
   EXPECT_EQ(
       ParseCompletionRequest(json({{"prompt", "x"}, {"presence_penalty", 9}}).dump(), &c)->param,
       "presence_penalty");
+}
+
+TEST(Request, ResponseFormat) {
+  ChatRequest q;
+  const json strict_schema = {{"type", "object"},
+                              {"properties", {{"id", {{"type", "string"}, {"pattern", "^a"}}}}},
+                              {"required", {"id"}},
+                              {"additionalProperties", false}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"response_format",
+                {{"type", "json_schema"},
+                 {"json_schema", {{"name", "ids"}, {"strict", true}, {"schema", strict_schema}}}}}};
+  auto e = ParseChatRequest(body.dump(), &q);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "response_format.json_schema.schema");
+  EXPECT_NE(e->message.find("unsupported keyword 'pattern' at #/properties/id"), std::string::npos)
+      << e->message;
+  body["response_format"]["json_schema"]["schema"]["properties"]["id"].erase("pattern");
+  body["response_format"]["json_schema"]["schema"]["properties"]["n"] = {{"type", "integer"}};
+  e = ParseChatRequest(body.dump(), &q);  // strict: n must be required too
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("strict mode needs every property required"), std::string::npos);
+  body["response_format"]["json_schema"]["schema"]["required"] = {"id", "n"};
+  ASSERT_FALSE(ParseChatRequest(body.dump(), &q));
+  ASSERT_TRUE(q.response_format);
+  grammar::JsonMatcher m(q.response_format);
+  EXPECT_TRUE(m.Advance(R"({"n": 3, "id": "x"})") && m.finished());
+  CompletionRequest c;
+  e = ParseCompletionRequest(R"({"prompt":"x","response_format":{"type":"json_object"}})", &c);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "response_format");
 }
 
 TEST(Request, Messages) {

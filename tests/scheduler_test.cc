@@ -187,6 +187,55 @@ TEST_P(SchedulerTest, AnEndTokenEndsTheReplyAndIsNotPassedOn) {
   EXPECT_EQ(out->tokens, std::vector<int>(greedy.begin(), greedy.begin() + static_cast<long>(cut)));
 }
 
+// A response_format's constraint: the sampler chooses among what the
+// grammar allows, on_token gets the model's own logits, and an end token
+// (made the model's favourite here) comes only once the value is complete.
+TEST_P(SchedulerTest, AConstraintMasksTheChoiceNotTheLogitsAndEndsWhenTheValueIs) {
+  auto tok = Tokenizer::Load(engine_->dir());
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const int V = engine_->model().config().vocab;
+  const auto end = tok->SpecialId("<|im_end|>");
+  ASSERT_TRUE(end);
+  const auto index = std::make_shared<const grammar::VocabIndex>(*tok, V);
+  const int e = *end;
+  auto s = Make({}, [this, e](std::span<const Model::BatchItem> items) {
+    const Status st = engine_->model().ForwardBatch(items);
+    for (const auto& item : items) item.logits[e] += 100.f;
+    return st;
+  });
+  const auto run = [&](std::shared_ptr<const grammar::JsonGrammar> g) {
+    auto out = std::make_shared<Outcome>();
+    auto gen = Greedy(prompts_[0], 40, out);
+    gen->end_tokens = {e};
+    if (g) gen->constraint = std::make_unique<grammar::JsonTokenConstraint>(g, index);
+    EXPECT_TRUE(s->Submit(gen));
+    out->done.get_future().wait();
+    return out;
+  };
+  const auto free = run(nullptr);
+  EXPECT_TRUE(free->tokens.empty());  // the end token at once
+  // An integer (after white space, which the grammar allows first):
+  // complete after its first digits, and then the end token wins.
+  const auto number =
+      run(*grammar::CompileJsonSchema(nlohmann::json::parse(R"({"type":"integer"})")));
+  ASSERT_EQ(number->end.reason, EndReason::kStop);
+  ASSERT_FALSE(number->tokens.empty());
+  const std::string last = tok->Decode(std::span<const int>(number->tokens).last(1));
+  const std::string before =
+      tok->Decode(std::span<const int>(number->tokens).first(number->tokens.size() - 1));
+  EXPECT_TRUE(!last.empty() && last.find_first_not_of("-0123456789") == std::string::npos) << last;
+  EXPECT_EQ(before.find_first_not_of(" \t\n\r"), std::string::npos) << before;
+  // Its first logits are the model's own, the end token's boost and all.
+  EXPECT_GT(number->logits[0][static_cast<size_t>(e)], 50.f);
+  // An enum: the reply ends as soon as the value is finished.
+  const auto yes =
+      run(*grammar::CompileJsonSchema(nlohmann::json::parse(R"({"enum":["yes","no"]})")));
+  EXPECT_EQ(yes->end.reason, EndReason::kStop);
+  std::string text = tok->Decode(yes->tokens);
+  text.erase(0, text.find_first_not_of(" \t\n\r"));
+  EXPECT_TRUE(text == "\"yes\"" || text == "\"no\"") << text;
+}
+
 TEST_P(SchedulerTest, ACancelledGenerationEndsWithinAStep) {
   auto s = Make({});
   auto out = std::make_shared<Outcome>();

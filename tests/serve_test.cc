@@ -255,6 +255,55 @@ TEST_F(ServeTest, IgnoreEosRunsTheReplyThroughItsEndOfTurn) {
   }
 }
 
+// A random-weight model under response_format: every reply is whole JSON of
+// the schema, ended by the grammar; logprobs stay the model's own (its
+// favourite tokens are not all ones the schema allows).
+TEST_F(ServeTest, AResponseFormatKeepsTheReplyInsideItsSchema) {
+  const json schema = json::parse(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":5},"n":{"type":"integer","minimum":0,"maximum":99},
+      "ok":{"type":"boolean"}},"required":["name","n","ok"],"additionalProperties":false})");
+  for (int seed = 0; seed < 8; ++seed) {
+    json req = Chat("give me json", 200);
+    req["temperature"] = 1;
+    req["seed"] = seed;
+    req["top_logprobs"] = 20;
+    req["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "t"}, {"strict", true}, {"schema", schema}}}};
+    const Answer a = Call(Post("/v1/chat/completions", req.dump()));
+    ASSERT_EQ(a.status, 200) << a.head << a.body;
+    const json j = json::parse(a.body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << seed;
+    const std::string text = j["choices"][0]["message"]["content"];
+    ASSERT_TRUE(json::accept(text)) << seed << ": " << text;
+    const json v = json::parse(text);
+    ASSERT_TRUE(v["name"].is_string()) << text;
+    size_t code_points = 0;
+    for (unsigned char c : v["name"].get<std::string>()) code_points += (c & 0xC0) != 0x80;
+    EXPECT_LE(code_points, 5u) << text;
+    EXPECT_TRUE(v["n"].is_number_integer() && v["n"] >= 0 && v["n"] <= 99) << text;
+    EXPECT_TRUE(v["ok"].is_boolean()) << text;
+    EXPECT_EQ(v.size(), 3u) << text;
+    // The first token may only open the object (or be white space); the
+    // model's own top 20 hold others.
+    const json& first = j["choices"][0]["logprobs"]["content"][0];
+    bool other = false;
+    for (const json& t : first["top_logprobs"])
+      other =
+          other || t["token"].get<std::string>().find_first_not_of("{ \n\t\r") != std::string::npos;
+    EXPECT_TRUE(other) << first.dump();
+    EXPECT_LT(first["logprob"].get<double>(), 0.0);
+  }
+  json bad = Chat("x", 5);
+  bad["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "t"}, {"schema", {{"oneOf", json::array()}}}}}};
+  const Answer refused = Call(Post("/v1/chat/completions", bad.dump()));
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("unsupported keyword 'oneOf' at #"), std::string::npos)
+      << refused.body;
+}
+
 TEST_F(ServeTest, AStreamedAnswerIsServerSentEventsEndingInDone) {
   json req = Chat("stream this", 5);
   const std::vector<int> want = Greedy(Rendered(req["messages"]), 5);

@@ -1,0 +1,85 @@
+// Which tokens may come next under a JsonMatcher: the mask that keeps a
+// sampler's choices inside a JSON Schema.
+//
+// VocabIndex, made once per tokenizer, holds every ordinary token's bytes in
+// a trie; a mask walks the trie with the matcher, so a prefix shared by many
+// tokens is checked once and a refused byte prunes its whole subtree.
+// Special tokens (chat markup, end of turn) are never in the index: they are
+// never allowed inside a value (the caller allows its end-of-turn tokens
+// once the value is complete()).
+//
+// Inside a string the walk would visit most of the trie, so there is a fast
+// path: the "plain" tokens (whole UTF-8 characters, no '"', '\\' or control
+// bytes) of at most the matcher's PlainRoom() code points are allowed at
+// once, and only the other tokens are checked one by one.
+//
+// JsonTokenConstraint is the per-generation object: a matcher over one
+// grammar, started at any point of a reply (a whole response_format reply,
+// or a tool call's arguments once its markup has opened them), fed the
+// chosen tokens, saying when the value is complete.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/json_matcher.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace waste::grammar {
+
+class VocabIndex {
+ public:
+  // Ids 0..vocab-1; those the tokenizer does not know, or that are special, are never allowed.
+  VocabIndex(const Tokenizer& tok, int vocab);
+  int vocab() const { return vocab_; }
+  // An ordinary token's bytes; empty for special and unknown ids.
+  std::string_view bytes(int32_t id) const;
+
+  // Sets allowed[id] (as bits: word id / 64, bit id % 64; the vector is
+  // resized to the vocabulary) for every token whose bytes `m` accepts.
+  // Returns how many are allowed.
+  size_t Allowed(const JsonMatcher& m, std::vector<uint64_t>* allowed) const;
+
+ private:
+  struct Node {
+    uint32_t first_child = 0;  // children are nodes [first_child, first_child + children)
+    uint16_t children = 0;
+    uint8_t byte = 0;
+    int32_t token = -1;  // the token whose bytes end here
+  };
+  void Walk(uint32_t node, size_t depth, std::vector<JsonMatcher>& states,
+            std::vector<uint64_t>* allowed, size_t* n) const;
+
+  int vocab_;
+  std::vector<Node> trie_;               // root first
+  std::vector<uint64_t> plain_;          // bits: the plain tokens
+  std::vector<int32_t> plain_by_chars_;  // the plain tokens, fewest code points first
+  std::vector<size_t> plain_upto_;       // [c]: how many plain tokens have at most c code points
+  std::vector<std::string> bytes_;       // by id
+  std::vector<int32_t> others_;          // the ordinary tokens that are not plain
+};
+
+class JsonTokenConstraint {
+ public:
+  JsonTokenConstraint(std::shared_ptr<const JsonGrammar> g,
+                      std::shared_ptr<const VocabIndex> vocab);
+
+  // Sets the logits of the tokens that may not come next to -infinity
+  // (ids past the index's vocabulary too). Returns how many may.
+  size_t Mask(std::span<float> logits);
+  // Feeds a chosen token's bytes: false if the mask did not allow it (the
+  // constraint is then dead: nothing more is allowed).
+  bool Accept(int32_t token);
+  bool complete() const { return m_.complete(); }
+  bool finished() const { return m_.finished(); }
+
+ private:
+  JsonMatcher m_;
+  std::shared_ptr<const VocabIndex> vocab_;
+  std::vector<uint64_t> allowed_;
+};
+
+}  // namespace waste::grammar
