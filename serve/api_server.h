@@ -69,8 +69,11 @@ class ApiServer {
   void set_http(const http::HttpServer* http) { http_ = http; }
 
  private:
-  // Submits `prompt`'s generation, its tokens and end driving `answer`.
-  void Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
+  // Submits one generation of `prompt` per choice, together (the prompt
+  // prefilled once; all or none: a full queue is the first choice's 503),
+  // each one's tokens and end driving its Answer; a client gone, or an
+  // error in one, cancels them all.
+  void Generate(std::vector<std::unique_ptr<Answer>> choices, std::vector<int32_t> prompt,
                 const Sampling& sampling, int64_t max_tokens,
                 const std::shared_ptr<http::Responder>& r);
   void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,
