@@ -12,6 +12,16 @@
 #include "serve/responses_answer.h"
 
 namespace waste::serve {
+namespace {
+
+// These APIs have no n: one choice.
+std::vector<std::unique_ptr<Answer>> OneChoice(std::unique_ptr<Answer> a) {
+  std::vector<std::unique_ptr<Answer>> one;
+  one.push_back(std::move(a));
+  return one;
+}
+
+}  // namespace
 
 std::string ApiServer::NewId(const char* prefix) {
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
@@ -28,6 +38,11 @@ std::optional<ApiError> ApiServer::Admit(const std::string& model,
   if (!model.empty() && model != o_.model_name) return UnknownModel(model);
   if (!chat_)
     return BadRequest("this model's container has no chat format (chat.json); use /v1/completions");
+  // As on /v1/chat/completions (RefuseToolCalling): not until a call's
+  // arguments are held to its schema.
+  if (!tools.empty())
+    return BadRequest("'tools': tool calling is not supported by waste serve yet.", "tools",
+                      "unsupported_value");
   ChatRenderOptions options;
   options.tools = tools;
   auto ids = RenderChat(*chat_, tok_, messages, options);
@@ -69,7 +84,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.end_of_turn = end_of_turn_;
   parts.r = r;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
-  Generate(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens), std::move(prompt),
+  Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
            q.sampling, *max_tokens, nullptr, r);
 }
 
@@ -91,8 +106,8 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
   parts.r = r;
-  Generate(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo)), std::move(prompt),
-           q.sampling, *max_tokens, nullptr, r);
+  Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
+           std::move(prompt), q.sampling, *max_tokens, nullptr, r);
 }
 
 }  // namespace waste::serve

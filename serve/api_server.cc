@@ -169,6 +169,15 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     }
     if (auto e = CheckLogitBias(sampling, scheduler_.vocab()))
       return Refuse(r, e->status, e->ToJson().dump());
+    if (static_cast<size_t>(sampling.n) > scheduler_.capacity())
+      return Refuse(
+          r, 400,
+          BadRequest("n = " + std::to_string(sampling.n) +
+                         " is more choices than this server holds at once (" +
+                         std::to_string(scheduler_.capacity()) + ": --parallel plus --queue)",
+                     "n", "invalid_value")
+              .ToJson()
+              .dump());
     const int64_t room = o_.context - static_cast<int64_t>(prompt.size());
     // Without max_tokens the reply may fill the context; it needs room for one token.
     const int64_t max_tokens = sampling.max_tokens.value_or(std::max<int64_t>(room, 1));
@@ -188,7 +197,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     parts.r = r;
     if (chat) parts.thinking_open = ThinkingOpen(*chat_, opening);
     Generate(
-        chat ? MakeChatAnswer(std::move(parts), *chat_) : MakeCompletionAnswer(std::move(parts)),
+        chat ? MakeChatAnswers(std::move(parts), *chat_) : MakeCompletionAnswers(std::move(parts)),
         std::move(prompt), sampling, max_tokens, std::move(json_format), r);
   } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
     Count([](ApiCounters& c) { ++c.messages; });
@@ -209,53 +218,64 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
   }
 }
 
-void ApiServer::Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
+void ApiServer::Generate(std::vector<std::unique_ptr<Answer>> choices, std::vector<int32_t> prompt,
                          const Sampling& sampling, int64_t max_tokens,
                          std::shared_ptr<const grammar::JsonGrammar> json_format,
                          const std::shared_ptr<http::Responder>& r) {
-  // Shared by the scheduler's callbacks (its thread) and this handler (the
-  // loop thread, before submitting).
-  std::shared_ptr<Answer> a = std::move(answer);
-  auto g = std::make_shared<Generation>();
-  g->prompt.assign(prompt.begin(), prompt.end());
-  g->max_tokens = static_cast<int>(max_tokens);
-  g->sampling = sampling.SamplerFor(std::random_device{}());
-  if (!sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
-  if (json_format)
-    g->constraint = std::make_unique<grammar::JsonTokenConstraint>(json_format, Vocab());
-  g->on_token = [a](int id, std::span<const float> logits) { return a->OnToken(id, logits); };
+  // Every choice's generation, for a client gone or a failed choice to cancel.
+  auto all = std::make_shared<std::vector<std::weak_ptr<Generation>>>();
+  auto cancel_all = [all] {
+    for (const auto& weak : *all)
+      if (auto gen = weak.lock()) gen->cancelled = true;
+  };
   const double submitted = Now();
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
-  g->on_end = [this, a, r, submitted, prompt_tokens](const GenerationEnd& end) {
-    const double now = Now();
-    Count([&](ApiCounters& c) {
-      if (end.reason == EndReason::kError) ++c.failed;
-      if (end.reason == EndReason::kCancelled) ++c.cancelled;
-      if (end.completion_tokens > 0) {
-        c.first_token_seconds += end.first_token_seconds;
-        ++c.first_tokens;
-        c.decode_seconds += std::max(0.0, now - submitted - end.first_token_seconds);
-        c.decode_tokens += static_cast<uint64_t>(end.completion_tokens - 1);
+  std::vector<std::shared_ptr<Answer>> answers;
+  std::vector<std::shared_ptr<Generation>> gens;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    // Shared by the scheduler's callbacks (its thread) and this handler (the
+    // loop thread, before submitting).
+    std::shared_ptr<Answer> a = std::move(choices[i]);
+    auto g = std::make_shared<Generation>();
+    g->prompt.assign(prompt.begin(), prompt.end());
+    g->max_tokens = static_cast<int>(max_tokens);
+    g->sampling = sampling.SamplerFor(std::random_device{}(), static_cast<int>(i));
+    if (!sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
+    if (json_format)  // each choice its own matcher
+      g->constraint = std::make_unique<grammar::JsonTokenConstraint>(json_format, Vocab());
+    g->on_token = [a](int id, std::span<const float> logits) { return a->OnToken(id, logits); };
+    g->on_end = [this, a, r, submitted, prompt_tokens, cancel_all](const GenerationEnd& end) {
+      const double now = Now();
+      Count([&](ApiCounters& c) {
+        if (end.reason == EndReason::kError) ++c.failed;
+        if (end.reason == EndReason::kCancelled) ++c.cancelled;
+        if (end.completion_tokens > 0) {
+          c.first_token_seconds += end.first_token_seconds;
+          ++c.first_tokens;
+          c.decode_seconds += std::max(0.0, now - submitted - end.first_token_seconds);
+          c.decode_tokens += static_cast<uint64_t>(end.completion_tokens - 1);
+        }
+      });
+      if (end.reason == EndReason::kCancelled && r->cancelled()) return;  // nobody to tell
+      if (end.reason == EndReason::kError || end.reason == EndReason::kCancelled) {
+        ApiError e = BadRequest(
+            end.reason == EndReason::kError ? end.error : std::string("the server is stopping"));
+        e.status = end.reason == EndReason::kError ? 500 : 503;
+        e.type = "server_error";
+        cancel_all();  // the answer is this error: the other choices stop
+        return a->OnError(e);
       }
-    });
-    if (end.reason == EndReason::kCancelled && r->cancelled()) return;  // nobody to tell
-    if (end.reason == EndReason::kError || end.reason == EndReason::kCancelled) {
-      ApiError e = BadRequest(
-          end.reason == EndReason::kError ? end.error : std::string("the server is stopping"));
-      e.status = end.reason == EndReason::kError ? 500 : 503;
-      e.type = "server_error";
-      return a->OnError(e);
-    }
-    a->OnEnd(end.reason == EndReason::kLength, Usage{prompt_tokens, end.completion_tokens});
-  };
-  std::weak_ptr<Generation> weak_g = g;
-  r->OnCancel([weak_g] {
-    if (auto gen = weak_g.lock()) gen->cancelled = true;
-  });
-  a->Start();
-  if (!scheduler_.Submit(g)) {
+      a->OnEnd(end.reason == EndReason::kLength, Usage{prompt_tokens, end.completion_tokens});
+    };
+    all->push_back(g);
+    answers.push_back(std::move(a));
+    gens.push_back(std::move(g));
+  }
+  r->OnCancel(cancel_all);
+  for (const auto& a : answers) a->Start();
+  if (!scheduler_.SubmitGroup(std::move(gens))) {
     Count([](ApiCounters& c) { ++c.refused; });
-    a->OnError(Busy());
+    answers.front()->OnError(Busy());
   }
 }
 

@@ -75,9 +75,12 @@ class ApiServer {
   void set_http(const http::HttpServer* http) { http_ = http; }
 
  private:
-  // Submits `prompt`'s generation, its tokens and end driving `answer`,
-  // under `json_format` when not null (response_format).
-  void Generate(std::unique_ptr<Answer> answer, std::vector<int32_t> prompt,
+  // Submits one generation of `prompt` per choice, together (the prompt
+  // prefilled once; all or none: a full queue is the first choice's 503),
+  // each one's tokens and end driving its Answer; a client gone, or an
+  // error in one, cancels them all.
+  // Under `json_format` when not null (response_format), each choice its own matcher.
+  void Generate(std::vector<std::unique_ptr<Answer>> choices, std::vector<int32_t> prompt,
                 const Sampling& sampling, int64_t max_tokens,
                 std::shared_ptr<const grammar::JsonGrammar> json_format,
                 const std::shared_ptr<http::Responder>& r);

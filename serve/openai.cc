@@ -181,9 +181,7 @@ std::optional<ApiError> ParseCommon(const json& b, bool chat, std::string* model
     if (!m->is_string()) return WrongType("model", "a string", *m);
     *model = m->get<std::string>();
   }
-  int64_t n = 1;
-  WASTE_API_TRY(ReadInt(b, "n", 1, 128, &n));
-  if (n != 1) return Unsupported("n", "n = " + std::to_string(n) + " (only 1)");
+  WASTE_API_TRY(ReadInt(b, "n", 1, 128, &s->n));
   WASTE_API_TRY(RefuseUnhonoured(b, chat));
   WASTE_API_TRY(ReadNumber(b, "presence_penalty", -2, false, 2, &s->presence_penalty));
   WASTE_API_TRY(ReadNumber(b, "frequency_penalty", -2, false, 2, &s->frequency_penalty));
@@ -554,12 +552,21 @@ ApiError Busy() {
 
 // ---------------------------------------------------------------- requests
 
-SamplerOptions Sampling::SamplerFor(uint64_t fallback_seed) const {
+SamplerOptions Sampling::SamplerFor(uint64_t fallback_seed, int choice) const {
   SamplerOptions o;
   o.temperature = static_cast<float>(temperature);
   o.top_k = static_cast<int>(top_k);
   o.top_p = static_cast<float>(top_p);
   o.seed = seed.value_or(fallback_seed);
+  // splitmix64's finalizer: the choices' seeds far apart (the sampler's
+  // generator steps by a constant, so seed + i would replay choice 0's
+  // draws shifted).
+  if (seed && choice > 0) {
+    uint64_t z = *seed + static_cast<uint64_t>(choice) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    o.seed = z ^ (z >> 31);
+  }
   o.logit_bias = logit_bias;
   o.presence_penalty = static_cast<float>(presence_penalty);
   o.frequency_penalty = static_cast<float>(frequency_penalty);
@@ -839,8 +846,7 @@ json CompletionLogprobs(const Tokenizer& tok, std::span<const LoggedToken> token
       {"tokens", texts}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json ChatCompletion(const AnswerHead& h, const ChatReply& reply, const json& logprobs,
-                    Finish finish, const Usage& usage) {
+json ChatChoice(int index, const ChatReply& reply, const json& logprobs, Finish finish) {
   json message = {{"role", "assistant"}};
   message["content"] =
       reply.content.empty() && !reply.tool_calls.empty() ? json() : json(reply.content);
@@ -853,30 +859,38 @@ json ChatCompletion(const AnswerHead& h, const ChatReply& reply, const json& log
                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     message["tool_calls"] = std::move(calls);
   }
+  return {{"index", index},
+          {"message", std::move(message)},
+          {"logprobs", logprobs},
+          {"finish_reason", FinishName(finish)}};
+}
+
+json TextChoice(int index, const std::string& text, const json& logprobs, Finish finish) {
+  return {{"index", index},
+          {"text", text},
+          {"logprobs", logprobs},
+          {"finish_reason", FinishName(finish)}};
+}
+
+json ChatCompletion(const AnswerHead& h, json choices, const Usage& usage) {
   json j = Head(h, "chat.completion");
-  j["choices"] = json::array({{{"index", 0},
-                               {"message", std::move(message)},
-                               {"logprobs", logprobs},
-                               {"finish_reason", FinishName(finish)}}});
+  j["choices"] = std::move(choices);
   j["usage"] = usage.ToJson();
   return j;
 }
 
-json TextCompletion(const AnswerHead& h, const std::string& text, const json& logprobs,
-                    Finish finish, const Usage& usage) {
+json TextCompletion(const AnswerHead& h, json choices, const Usage& usage) {
   json j = Head(h, "text_completion");
-  j["choices"] = json::array({{{"index", 0},
-                               {"text", text},
-                               {"logprobs", logprobs},
-                               {"finish_reason", FinishName(finish)}}});
+  j["choices"] = std::move(choices);
   j["usage"] = usage.ToJson();
   return j;
 }
 
 namespace {
-json ChatChunk(const AnswerHead& h, json delta, const json& logprobs, const json& finish) {
+json ChatChunk(const AnswerHead& h, int choice, json delta, const json& logprobs,
+               const json& finish) {
   json j = Head(h, "chat.completion.chunk");
-  j["choices"] = json::array({{{"index", 0},
+  j["choices"] = json::array({{{"index", choice},
                                {"delta", std::move(delta)},
                                {"logprobs", logprobs},
                                {"finish_reason", finish}}});
@@ -884,41 +898,43 @@ json ChatChunk(const AnswerHead& h, json delta, const json& logprobs, const json
 }
 }  // namespace
 
-json ChatRoleChunk(const AnswerHead& h) {
-  return ChatChunk(h, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+json ChatRoleChunk(const AnswerHead& h, int choice) {
+  return ChatChunk(h, choice, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
 }
 
-json ChatContentChunk(const AnswerHead& h, const std::string& text, const json& logprobs) {
-  return ChatChunk(h, {{"content", text}}, logprobs, nullptr);
+json ChatContentChunk(const AnswerHead& h, int choice, const std::string& text,
+                      const json& logprobs) {
+  return ChatChunk(h, choice, {{"content", text}}, logprobs, nullptr);
 }
 
-json ChatReasoningChunk(const AnswerHead& h, const std::string& text, const json& logprobs) {
-  return ChatChunk(h, {{"reasoning_content", text}}, logprobs, nullptr);
+json ChatReasoningChunk(const AnswerHead& h, int choice, const std::string& text,
+                        const json& logprobs) {
+  return ChatChunk(h, choice, {{"reasoning_content", text}}, logprobs, nullptr);
 }
 
-json ChatToolCallChunk(const AnswerHead& h, int index, const std::string& id,
+json ChatToolCallChunk(const AnswerHead& h, int choice, int call, const std::string& id,
                        const std::string& name, const json& logprobs) {
-  const json call = {{"index", index},
-                     {"id", id},
-                     {"type", "function"},
-                     {"function", {{"name", name}, {"arguments", ""}}}};
-  return ChatChunk(h, {{"tool_calls", json::array({call})}}, logprobs, nullptr);
+  const json c = {{"index", call},
+                  {"id", id},
+                  {"type", "function"},
+                  {"function", {{"name", name}, {"arguments", ""}}}};
+  return ChatChunk(h, choice, {{"tool_calls", json::array({c})}}, logprobs, nullptr);
 }
 
-json ChatToolArgsChunk(const AnswerHead& h, int index, const std::string& arguments,
+json ChatToolArgsChunk(const AnswerHead& h, int choice, int call, const std::string& arguments,
                        const json& logprobs) {
-  const json call = {{"index", index}, {"function", {{"arguments", arguments}}}};
-  return ChatChunk(h, {{"tool_calls", json::array({call})}}, logprobs, nullptr);
+  const json c = {{"index", call}, {"function", {{"arguments", arguments}}}};
+  return ChatChunk(h, choice, {{"tool_calls", json::array({c})}}, logprobs, nullptr);
 }
 
-json ChatFinishChunk(const AnswerHead& h, Finish finish) {
-  return ChatChunk(h, json::object(), nullptr, FinishName(finish));
+json ChatFinishChunk(const AnswerHead& h, int choice, Finish finish) {
+  return ChatChunk(h, choice, json::object(), nullptr, FinishName(finish));
 }
 
-json TextChunk(const AnswerHead& h, const std::string& text, const json& logprobs,
+json TextChunk(const AnswerHead& h, int choice, const std::string& text, const json& logprobs,
                std::optional<Finish> finish) {
   json j = Head(h, "text_completion");
-  j["choices"] = json::array({{{"index", 0},
+  j["choices"] = json::array({{{"index", choice},
                                {"text", text},
                                {"logprobs", logprobs},
                                {"finish_reason", finish ? json(FinishName(*finish)) : json()}}});

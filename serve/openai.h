@@ -12,11 +12,17 @@
 // (400, code invalid_utf8), unknown fields are ignored, a known field of the
 // wrong type or outside its range is refused with OpenAI's error object
 // (ApiError: status 400, type invalid_request_error, param naming the
-// field). What waste does not do is refused by name, never ignored: n other
-// than 1, a prompt of token ids, roles other than system (or developer),
+// field). What waste does not do is refused by name, never ignored: best_of
+// other than 1, a prompt of token ids, roles other than system (or developer),
 // user, assistant and tool, tools other than functions, a function's strict
 // schema, the legacy functions and function_call, chat_template_kwargs other
 // than enable_thinking and thinking.
+//
+// n (1 to 128, as OpenAI) asks for n choices of one prompt, each sampled on
+// its own: with a seed, choice i's is derived from it (SamplerFor), so the
+// same request gives the same choices; the answers carry each choice's index,
+// whole (choices in index order) or streamed (each chunk one choice's), the
+// usage counting the prompt once and every choice's completion tokens.
 //
 // Sampling follows OpenAI's meaning (engine/model/sampler.h computes it):
 // logit_bias (token id as a string -> [-100, 100], at most 300) is added to
@@ -93,9 +99,13 @@ struct Sampling {
   std::vector<std::pair<int32_t, float>> logit_bias;  // by id; CheckLogitBias checks the ids
   double presence_penalty = 0;                        // [-2, 2]
   double frequency_penalty = 0;                       // [-2, 2]
+  int64_t n = 1;                                      // choices, [1, 128]
 
-  // The sampler's options: `fallback_seed` when the request gave none.
-  SamplerOptions SamplerFor(uint64_t fallback_seed) const;
+  // The sampler's options for choice `choice` (0 to n - 1): the request's
+  // seed for choice 0 and one derived from it and the index for the others;
+  // `fallback_seed` when the request gave none (the caller gives each choice
+  // its own).
+  SamplerOptions SamplerFor(uint64_t fallback_seed, int choice = 0) const;
 };
 
 // OpenAI's tool_choice: none, auto, required, or one function by name.
@@ -238,35 +248,40 @@ struct ChatReply {
   std::vector<ChatToolCall> tool_calls{};  // id, name, arguments (a JSON object's text)
 };
 
-// Whole answers. `logprobs`: null, or ChatLogprobs / CompletionLogprobs.
+// Whole answers: one choice each (`index`, 0 to n - 1), then the answer over
+// them (in index order). `logprobs`: null, or ChatLogprobs / CompletionLogprobs.
 // Chat: message {role, content, reasoning_content (only when there was
 // reasoning), tool_calls [{id, type "function", function {name, arguments}}]
 // (only when there were calls)}; content null when there were calls and no
 // text, as DeepSeek's API and vLLM answer.
-nlohmann::json ChatCompletion(const AnswerHead& h, const ChatReply& reply,
-                              const nlohmann::json& logprobs, Finish finish, const Usage& usage);
-nlohmann::json TextCompletion(const AnswerHead& h, const std::string& text,
-                              const nlohmann::json& logprobs, Finish finish, const Usage& usage);
+nlohmann::json ChatChoice(int index, const ChatReply& reply, const nlohmann::json& logprobs,
+                          Finish finish);
+nlohmann::json TextChoice(int index, const std::string& text, const nlohmann::json& logprobs,
+                          Finish finish);
+nlohmann::json ChatCompletion(const AnswerHead& h, nlohmann::json choices, const Usage& usage);
+nlohmann::json TextCompletion(const AnswerHead& h, nlohmann::json choices, const Usage& usage);
 
-// Streamed chat: ChatRoleChunk first (delta role assistant, content ""),
-// then ChatContentChunk for each piece of text, ChatReasoningChunk for each
-// piece of thinking (delta reasoning_content), per call ChatToolCallChunk once
-// (delta tool_calls [{index, id, type "function", function {name, arguments
-// ""}}]) then ChatToolArgsChunk per piece of its arguments ([{index, function
-// {arguments}}]); ChatFinishChunk (empty delta, finish_reason), UsageChunk
-// when include_usage (choices empty), then kSseDone.
-nlohmann::json ChatRoleChunk(const AnswerHead& h);
-nlohmann::json ChatContentChunk(const AnswerHead& h, const std::string& text,
+// Streamed: each chunk is one choice's (`choice`, its index). Chat, per
+// choice: ChatRoleChunk first (delta role assistant, content ""), then
+// ChatContentChunk for each piece of text, ChatReasoningChunk for each piece
+// of thinking (delta reasoning_content), per call ChatToolCallChunk once
+// (delta tool_calls [{index: `call`, id, type "function", function {name,
+// arguments ""}}]) then ChatToolArgsChunk per piece of its arguments
+// ([{index, function {arguments}}]), ChatFinishChunk (empty delta,
+// finish_reason); once every choice has finished, UsageChunk when
+// include_usage (choices empty), then kSseDone.
+nlohmann::json ChatRoleChunk(const AnswerHead& h, int choice);
+nlohmann::json ChatContentChunk(const AnswerHead& h, int choice, const std::string& text,
                                 const nlohmann::json& logprobs);
-nlohmann::json ChatReasoningChunk(const AnswerHead& h, const std::string& text,
+nlohmann::json ChatReasoningChunk(const AnswerHead& h, int choice, const std::string& text,
                                   const nlohmann::json& logprobs);
-nlohmann::json ChatToolCallChunk(const AnswerHead& h, int index, const std::string& id,
+nlohmann::json ChatToolCallChunk(const AnswerHead& h, int choice, int call, const std::string& id,
                                  const std::string& name, const nlohmann::json& logprobs);
-nlohmann::json ChatToolArgsChunk(const AnswerHead& h, int index, const std::string& arguments,
-                                 const nlohmann::json& logprobs);
-nlohmann::json ChatFinishChunk(const AnswerHead& h, Finish finish);
-// Streamed completions: TextChunk for each piece, the last with its finish.
-nlohmann::json TextChunk(const AnswerHead& h, const std::string& text,
+nlohmann::json ChatToolArgsChunk(const AnswerHead& h, int choice, int call,
+                                 const std::string& arguments, const nlohmann::json& logprobs);
+nlohmann::json ChatFinishChunk(const AnswerHead& h, int choice, Finish finish);
+// Streamed completions: TextChunk for each piece, each choice's last with its finish.
+nlohmann::json TextChunk(const AnswerHead& h, int choice, const std::string& text,
                          const nlohmann::json& logprobs, std::optional<Finish> finish);
 // `object`: "chat.completion.chunk" or "text_completion".
 nlohmann::json UsageChunk(const AnswerHead& h, const char* object, const Usage& usage);

@@ -7,21 +7,56 @@ namespace {
 
 using json = nlohmann::json;
 
-// What the two answers share: the client, the head, the logprobs asked for,
-// and how an error or a whole answer is sent.
-class OpenAiAnswer : public Answer {
+// What the choices of one answer share: the client and the head, the
+// stream's head and end, a whole answer's choices, the usage, and the first
+// error. Its choices' callbacks all run on one thread at a time (Start on
+// the loop thread before the generations are submitted, the rest on the
+// scheduler's), so it needs no lock.
+class Response {
  public:
-  explicit OpenAiAnswer(OpenAiAnswerParts p, bool chat)
-      : p_(std::move(p)),
-        chat_(chat),
-        // Chat: logprobs true (with top_logprobs); completions: "logprobs": n,
-        // 0 included (the chosen tokens' alone, as OpenAI and vLLM answer).
-        want_logprobs_(p_.sampling.logprobs),
-        top_n_(want_logprobs_ ? static_cast<int>(p_.sampling.top_logprobs) : 0) {}
+  Response(OpenAiAnswerParts p, bool chat)
+      : p_(std::move(p)), chat_(chat), choices_(static_cast<size_t>(p_.sampling.n)) {}
 
-  bool streaming() const override { return p_.sampling.stream; }
+  const OpenAiAnswerParts& parts() const { return p_; }
+  bool chat() const { return chat_; }
+  bool streaming() const { return p_.sampling.stream; }
+  // Neither an error sent nor the client gone: choices go on.
+  bool open() const { return !failed_ && !p_.r->cancelled(); }
 
-  void OnError(const ApiError& e) override {
+  // The stream's head, once for every choice.
+  void Start() {
+    if (!streaming() || started_) return;
+    started_ = true;
+    p_.r->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+  }
+  void Write(const json& chunk) {
+    if (!failed_) p_.r->Write(SseEvent(chunk));
+  }
+  // Choice `index` ended with `usage`'s completion tokens; `whole` is its
+  // choice object for a whole answer (a stream has written its finish chunk).
+  // After the last, the answer ends.
+  void ChoiceEnded(int index, json whole, const Usage& usage) {
+    if (failed_) return;
+    choices_[static_cast<size_t>(index)] = std::move(whole);
+    usage_.prompt_tokens = usage.prompt_tokens;  // the same prompt for every choice
+    usage_.completion_tokens += usage.completion_tokens;
+    if (++ended_ < choices_.size()) return;
+    if (streaming()) {
+      if (p_.sampling.include_usage)
+        Write(UsageChunk(p_.head, chat_ ? "chat.completion.chunk" : "text_completion", usage_));
+      p_.r->Write(kSseDone);
+      p_.r->End();
+      return;
+    }
+    json all(std::move(choices_));
+    const json body = chat_ ? ChatCompletion(p_.head, std::move(all), usage_)
+                            : TextCompletion(p_.head, std::move(all), usage_);
+    p_.r->Send(200, "application/json", body.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  // The first error is the answer; later ones and later ends are dropped.
+  void Fail(const ApiError& e) {
+    if (failed_) return;
+    failed_ = true;
     if (streaming()) {
       p_.r->Write(SseEvent(e.ToJson()));
       p_.r->Write(kSseDone);
@@ -33,6 +68,30 @@ class OpenAiAnswer : public Answer {
     }
   }
 
+ private:
+  const OpenAiAnswerParts p_;
+  const bool chat_;
+  std::vector<json> choices_;  // a whole answer's, by index
+  size_t ended_ = 0;
+  Usage usage_;
+  bool started_ = false, failed_ = false;
+};
+
+// One choice: its logprobs, and what both routes' choices share.
+class Choice : public Answer {
+ public:
+  Choice(std::shared_ptr<Response> response, int index)
+      : response_(std::move(response)),
+        p_(response_->parts()),
+        index_(index),
+        // Chat: logprobs true (with top_logprobs); completions: "logprobs": n,
+        // 0 included (the chosen tokens' alone, as OpenAI and vLLM answer).
+        want_logprobs_(p_.sampling.logprobs),
+        top_n_(want_logprobs_ ? static_cast<int>(p_.sampling.top_logprobs) : 0) {}
+
+  bool streaming() const override { return response_->streaming(); }
+  void OnError(const ApiError& e) override { response_->Fail(e); }
+
  protected:
   void Log(int32_t id, std::span<const float> logits) {
     if (want_logprobs_) logged_.push_back({id, LogprobsOf(logits, id, top_n_)});
@@ -40,23 +99,13 @@ class OpenAiAnswer : public Answer {
   // The logprobs of the tokens in logged_, in the route's shape; null without logprobs.
   json LoggedJson(int64_t text_offset) const {
     if (!want_logprobs_) return nullptr;
-    return chat_ ? ChatLogprobs(*p_.tok, logged_)
-                 : CompletionLogprobs(*p_.tok, logged_, text_offset);
-  }
-  void SendWhole(const json& body) {
-    p_.r->Send(200, "application/json", body.dump(-1, ' ', false, json::error_handler_t::replace));
-  }
-  void EndStream(const json& finish_chunk, const Usage& usage) {
-    p_.r->Write(SseEvent(finish_chunk));
-    if (p_.sampling.include_usage)
-      p_.r->Write(SseEvent(
-          UsageChunk(p_.head, chat_ ? "chat.completion.chunk" : "text_completion", usage)));
-    p_.r->Write(kSseDone);
-    p_.r->End();
+    return response_->chat() ? ChatLogprobs(*p_.tok, logged_)
+                             : CompletionLogprobs(*p_.tok, logged_, text_offset);
   }
 
-  OpenAiAnswerParts p_;
-  const bool chat_;
+  const std::shared_ptr<Response> response_;
+  const OpenAiAnswerParts& p_;
+  const int index_;
   const bool want_logprobs_;
   const int top_n_;
   // A whole answer's tokens, or a stream's not yet sent (they go with the
@@ -64,22 +113,21 @@ class OpenAiAnswer : public Answer {
   std::vector<LoggedToken> logged_;
 };
 
-class ChatAnswer final : public OpenAiAnswer {
+class ChatChoiceAnswer final : public Choice {
  public:
-  ChatAnswer(OpenAiAnswerParts p, const ChatFormat& chat)
-      : OpenAiAnswer(std::move(p), true),
+  ChatChoiceAnswer(std::shared_ptr<Response> response, int index, const ChatFormat& chat)
+      : Choice(std::move(response), index),
         reply_(*p_.tok, chat, ReplyOptions{p_.end_of_turn, p_.sampling.stop, p_.thinking_open}) {}
 
   void Start() override {
-    if (!streaming()) return;
-    p_.r->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-    p_.r->Write(SseEvent(ChatRoleChunk(p_.head)));
+    response_->Start();
+    if (streaming()) response_->Write(ChatRoleChunk(p_.head, index_));
   }
 
   bool OnToken(int32_t id, std::span<const float> logits) override {
     Log(id, logits);
     Take(reply_.Feed(id));
-    return !reply_.done() && !p_.r->cancelled();
+    return !reply_.done() && response_->open();
   }
 
   void OnEnd(bool length, const Usage& usage) override {
@@ -88,10 +136,11 @@ class ChatAnswer final : public OpenAiAnswer {
                           : length && !reply_.done() ? Finish::kLength
                                                      : Finish::kStop;
     if (streaming()) {
-      if (!logged_.empty()) Send(ChatContentChunk(p_.head, "", LoggedJson(0)));
-      EndStream(ChatFinishChunk(p_.head, finish), usage);
+      if (!logged_.empty()) Send(ChatContentChunk(p_.head, index_, "", LoggedJson(0)));
+      response_->Write(ChatFinishChunk(p_.head, index_, finish));
+      response_->ChoiceEnded(index_, nullptr, usage);
     } else {
-      SendWhole(ChatCompletion(p_.head, whole_, LoggedJson(0), finish, usage));
+      response_->ChoiceEnded(index_, ChatChoice(index_, whole_, LoggedJson(0), finish), usage);
     }
   }
 
@@ -109,16 +158,16 @@ class ChatAnswer final : public OpenAiAnswer {
       }
       switch (e.kind) {
         case Kind::kText:
-          Send(ChatContentChunk(p_.head, e.text, LoggedJson(0)));
+          Send(ChatContentChunk(p_.head, index_, e.text, LoggedJson(0)));
           break;
         case Kind::kReasoning:
-          Send(ChatReasoningChunk(p_.head, e.text, LoggedJson(0)));
+          Send(ChatReasoningChunk(p_.head, index_, e.text, LoggedJson(0)));
           break;
         case Kind::kToolCallStart:
-          Send(ChatToolCallChunk(p_.head, e.tool_index, e.id, e.name, LoggedJson(0)));
+          Send(ChatToolCallChunk(p_.head, index_, e.tool_index, e.id, e.name, LoggedJson(0)));
           break;
         case Kind::kToolCallArgs:
-          Send(ChatToolArgsChunk(p_.head, e.tool_index, e.text, LoggedJson(0)));
+          Send(ChatToolArgsChunk(p_.head, index_, e.tool_index, e.text, LoggedJson(0)));
           break;
         case Kind::kToolCallEnd:
           break;
@@ -144,7 +193,7 @@ class ChatAnswer final : public OpenAiAnswer {
     }
   }
   void Send(const json& chunk) {
-    p_.r->Write(SseEvent(chunk));
+    response_->Write(chunk);
     logged_.clear();
   }
 
@@ -153,19 +202,17 @@ class ChatAnswer final : public OpenAiAnswer {
   int calls_ = 0;
 };
 
-class CompletionAnswer final : public OpenAiAnswer {
+class CompletionChoiceAnswer final : public Choice {
  public:
-  explicit CompletionAnswer(OpenAiAnswerParts p)
-      : OpenAiAnswer(std::move(p), false), text_(*p_.tok, p_.end_of_turn, p_.sampling.stop) {}
+  CompletionChoiceAnswer(std::shared_ptr<Response> response, int index)
+      : Choice(std::move(response), index), text_(*p_.tok, p_.end_of_turn, p_.sampling.stop) {}
 
-  void Start() override {
-    if (streaming()) p_.r->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-  }
+  void Start() override { response_->Start(); }
 
   bool OnToken(int32_t id, std::span<const float> logits) override {
     Log(id, logits);
     Take(text_.Feed(id));
-    return !text_.done() && !p_.r->cancelled();
+    return !text_.done() && response_->open();
   }
 
   void OnEnd(bool length, const Usage& usage) override {
@@ -173,10 +220,11 @@ class CompletionAnswer final : public OpenAiAnswer {
     const Finish finish = length && !text_.done() ? Finish::kLength : Finish::kStop;
     if (streaming()) {
       if (!rest.empty() || !logged_.empty()) SendText(rest);
-      EndStream(TextChunk(p_.head, "", nullptr, finish), usage);
+      response_->Write(TextChunk(p_.head, index_, "", nullptr, finish));
+      response_->ChoiceEnded(index_, nullptr, usage);
     } else {
       whole_ += rest;
-      SendWhole(TextCompletion(p_.head, whole_, LoggedJson(0), finish, usage));
+      response_->ChoiceEnded(index_, TextChoice(index_, whole_, LoggedJson(0), finish), usage);
     }
   }
 
@@ -188,7 +236,8 @@ class CompletionAnswer final : public OpenAiAnswer {
       SendText(piece);
   }
   void SendText(const std::string& piece) {
-    p_.r->Write(SseEvent(TextChunk(p_.head, piece, LoggedJson(code_points_sent_), std::nullopt)));
+    response_->Write(
+        TextChunk(p_.head, index_, piece, LoggedJson(code_points_sent_), std::nullopt));
     logged_.clear();
     for (const unsigned char ch : piece) code_points_sent_ += (ch & 0xC0) != 0x80;
   }
@@ -200,12 +249,21 @@ class CompletionAnswer final : public OpenAiAnswer {
 
 }  // namespace
 
-std::unique_ptr<Answer> MakeChatAnswer(OpenAiAnswerParts parts, const ChatFormat& chat) {
-  return std::make_unique<ChatAnswer>(std::move(parts), chat);
+std::vector<std::unique_ptr<Answer>> MakeChatAnswers(OpenAiAnswerParts parts,
+                                                     const ChatFormat& chat) {
+  auto response = std::make_shared<Response>(std::move(parts), true);
+  std::vector<std::unique_ptr<Answer>> out;
+  for (int i = 0; i < response->parts().sampling.n; ++i)
+    out.push_back(std::make_unique<ChatChoiceAnswer>(response, i, chat));
+  return out;
 }
 
-std::unique_ptr<Answer> MakeCompletionAnswer(OpenAiAnswerParts parts) {
-  return std::make_unique<CompletionAnswer>(std::move(parts));
+std::vector<std::unique_ptr<Answer>> MakeCompletionAnswers(OpenAiAnswerParts parts) {
+  auto response = std::make_shared<Response>(std::move(parts), false);
+  std::vector<std::unique_ptr<Answer>> out;
+  for (int i = 0; i < response->parts().sampling.n; ++i)
+    out.push_back(std::make_unique<CompletionChoiceAnswer>(response, i));
+  return out;
 }
 
 }  // namespace waste::serve

@@ -17,8 +17,10 @@ struct Scheduler::Running {
   std::shared_ptr<Generation> g;
   double submitted = 0;
   Session session;
-  std::vector<int> history;  // the tokens the session has run
-  std::vector<int> pending;  // to run next: the rest of the prompt, or the last sampled token
+  std::shared_ptr<Group> group;  // null: alone
+  bool waiting = false;          // for its group's prompt state: not stepped
+  std::vector<int> history;      // the tokens the session has run
+  std::vector<int> pending;      // to run next: the rest of the prompt, or the last sampled token
   bool prefilling = true;
   std::vector<float> logits;  // [vocab]: after the last of `history`
   std::vector<float> masked;  // [vocab]: `logits` under the generation's constraint
@@ -38,12 +40,23 @@ Scheduler::~Scheduler() {
 }
 
 bool Scheduler::Submit(std::shared_ptr<Generation> g) {
+  std::vector<std::shared_ptr<Generation>> one;
+  one.push_back(std::move(g));
+  return SubmitGroup(std::move(one));
+}
+
+size_t Scheduler::capacity() const {
+  return static_cast<size_t>(std::max(1, o_.parallel)) + static_cast<size_t>(std::max(0, o_.queue));
+}
+
+bool Scheduler::SubmitGroup(std::vector<std::shared_ptr<Generation>> gs) {
   std::lock_guard<std::mutex> lock(mu_);
   // Room: the queue's, and the places in the batch not yet taken.
-  const uint64_t free = static_cast<uint64_t>(std::max(1, o_.parallel)) -
-                        std::min<uint64_t>(running_count_, std::max(1, o_.parallel));
-  if (stopping_ || queue_.size() >= static_cast<size_t>(std::max(0, o_.queue)) + free) return false;
-  queue_.emplace_back(std::move(g), Now());
+  const size_t taken = std::min<size_t>(running_count_, std::max(1, o_.parallel));
+  if (stopping_ || queue_.size() + taken + gs.size() > capacity()) return false;
+  auto group = gs.size() > 1 ? std::make_shared<Group>() : nullptr;
+  const double now = Now();
+  for (auto& g : gs) queue_.push_back({std::move(g), now, group});
   wake_.notify_one();
   return true;
 }
@@ -75,16 +88,16 @@ SchedulerStats Scheduler::stats() const {
 
 void Scheduler::Loop() {
   for (;;) {
-    std::vector<std::pair<std::shared_ptr<Generation>, double>> admitted;
+    std::vector<Queued> admitted;
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stopping_ || !running_.empty() || !queue_.empty(); });
       if (stopping_) {
-        for (auto& [g, t] : queue_) {
+        for (const Queued& q : queue_) {
           GenerationEnd end;
           end.reason = EndReason::kCancelled;
-          end.prompt_tokens = static_cast<int>(g->prompt.size());
-          if (g->on_end) g->on_end(end);
+          end.prompt_tokens = static_cast<int>(q.g->prompt.size());
+          if (q.g->on_end) q.g->on_end(end);
         }
         queue_.clear();
         break;
@@ -96,13 +109,8 @@ void Scheduler::Loop() {
       }
       running_count_ = running_.size() + admitted.size();  // Submit counts them as taken
     }
-    for (auto& [g, t] : admitted) {
-      auto r = Admit(std::move(g));
-      if (r) {
-        r->submitted = t;
-        running_.push_back(std::move(r));
-      }
-    }
+    for (Queued& q : admitted)
+      if (auto r = Admit(std::move(q))) running_.push_back(std::move(r));
     running_count_ = running_.size();
     if (!running_.empty()) Step();
   }
@@ -111,7 +119,8 @@ void Scheduler::Loop() {
   running_count_ = 0;
 }
 
-std::unique_ptr<Scheduler::Running> Scheduler::Admit(std::shared_ptr<Generation> g) {
+std::unique_ptr<Scheduler::Running> Scheduler::Admit(Queued q) {
+  const std::shared_ptr<Generation>& g = q.g;
   GenerationEnd refused;
   refused.prompt_tokens = static_cast<int>(g->prompt.size());
   refused.reason = EndReason::kError;
@@ -134,36 +143,76 @@ std::unique_ptr<Scheduler::Running> Scheduler::Admit(std::shared_ptr<Generation>
     if (g->on_end) g->on_end(refused);
     return nullptr;
   }
-  auto r = std::make_unique<Running>(g, 0, std::move(*session));
+  auto r = std::make_unique<Running>(g, q.submitted, std::move(*session));
+  r->group = std::move(q.group);
   r->end.prompt_tokens = static_cast<int>(g->prompt.size());
   prompt_tokens_ += g->prompt.size();
-  // The longest kept state whose tokens begin the prompt.
-  auto best = kept_.end();
-  for (auto it = kept_.begin(); it != kept_.end(); ++it)
-    if (it->tokens.size() <= g->prompt.size() &&
-        (best == kept_.end() || it->tokens.size() > best->tokens.size()) &&
-        std::equal(it->tokens.begin(), it->tokens.end(), g->prompt.begin()))
-      best = it;
-  if (best != kept_.end() && RestoreSnapshot(best->state, r->session).ok()) {
-    r->history = best->tokens;
-    r->logits = best->logits;
-    r->end.reused_tokens = static_cast<int>(best->tokens.size());
-    reused_tokens_ += best->tokens.size();
-    kept_.splice(kept_.begin(), kept_, best);  // most recently used
-  }
-  r->pending.assign(g->prompt.begin() + static_cast<long>(r->history.size()), g->prompt.end());
-  if (r->logits.empty()) r->logits.assign(vocab_, 0.f);
+  r->logits.assign(vocab_, 0.f);
+  r->waiting = r->group != nullptr;
+  if (r->waiting)
+    TryStart(*r);
+  else
+    ResumeKept(*r);
   return r;
 }
 
+void Scheduler::ResumeKept(Running& r) {
+  const std::vector<int>& prompt = r.g->prompt;
+  auto best = kept_.end();
+  for (auto it = kept_.begin(); it != kept_.end(); ++it)
+    if (it->tokens.size() <= prompt.size() &&
+        (best == kept_.end() || it->tokens.size() > best->tokens.size()) &&
+        std::equal(it->tokens.begin(), it->tokens.end(), prompt.begin()))
+      best = it;
+  if (best != kept_.end() && RestoreSnapshot(best->state, r.session).ok()) {
+    r.history = best->tokens;
+    r.logits = best->logits;
+    r.end.reused_tokens = static_cast<int>(best->tokens.size());
+    reused_tokens_ += best->tokens.size();
+    kept_.splice(kept_.begin(), kept_, best);  // most recently used
+  }
+  r.pending.assign(prompt.begin() + static_cast<long>(r.history.size()), prompt.end());
+}
+
+bool Scheduler::TryStart(Running& r) {
+  Group& group = *r.group;
+  if (group.prompt && group.prompt->tokens == r.g->prompt &&
+      RestoreSnapshot(group.prompt->state, r.session).ok()) {
+    r.history = group.prompt->tokens;
+    r.logits = group.prompt->logits;
+    r.pending.clear();
+    r.end.reused_tokens = static_cast<int>(r.history.size());
+    reused_tokens_ += r.history.size();
+  } else if (group.prompt || !group.prefiller) {
+    // Nobody runs the prompt (or its state does not fit this one): run it.
+    if (!group.prompt) group.prefiller = &r;
+    ResumeKept(r);
+  } else {
+    return false;
+  }
+  r.waiting = false;
+  return true;
+}
+
+void Scheduler::PromptDone(Running& r) {
+  r.prefilling = false;
+  if (!r.group || r.group->prompt) return;
+  r.group->prompt = Kept{r.history, TakeSnapshot(r.session), r.logits};
+  r.group->prefiller = nullptr;
+}
+
 void Scheduler::Step() {
-  // Cancelled ones end first; a prompt resumed whole samples at once.
+  // Cancelled ones end first; a group's waiting ones start if they can; a
+  // prompt resumed whole samples at once.
   for (auto& r : running_) {
     if (!r->g) continue;
-    if (r->g->cancelled)
+    if (r->g->cancelled) {
       End(*r, EndReason::kCancelled);
-    else if (r->prefilling && r->pending.empty()) {
-      r->prefilling = false;
+      continue;
+    }
+    if (r->waiting && !TryStart(*r)) continue;
+    if (r->prefilling && r->pending.empty()) {
+      PromptDone(*r);
       if (!Emit(*r)) End(*r, r->end.reason, r->end.error);
     }
   }
@@ -175,6 +224,7 @@ void Scheduler::Step() {
   std::vector<size_t> taken;
   int prompt_budget = std::max(1, o_.chunk);
   for (auto& r : running_) {
+    if (r->waiting) continue;
     size_t n = 1;
     if (r->prefilling) {
       if (prompt_budget == 0) continue;
@@ -199,7 +249,7 @@ void Scheduler::Step() {
     r.pending.erase(r.pending.begin(), r.pending.begin() + static_cast<long>(taken[i]));
     if (!r.pending.empty()) continue;
     if (r.prefilling) {
-      r.prefilling = false;
+      PromptDone(r);
       Keep(r.history, r.session, r.logits);  // the turn's boundary
     }
     if (!Emit(r)) End(r, r.end.reason, r.end.error);
@@ -210,6 +260,10 @@ void Scheduler::Step() {
 
 bool Scheduler::Emit(Running& r) {
   Generation& g = *r.g;
+  if (g.cancelled) {  // during the step: its client is gone, nothing more to pass on
+    r.end.reason = EndReason::kCancelled;
+    return false;
+  }
   if (r.end.completion_tokens >= g.max_tokens) {
     r.end.reason = EndReason::kLength;
     return false;
@@ -268,6 +322,7 @@ int Scheduler::SampleConstrained(Running& r) {
 void Scheduler::End(Running& r, EndReason why, std::string error) {
   r.end.reason = why;
   r.end.error = std::move(error);
+  if (r.group && r.group->prefiller == &r) r.group->prefiller = nullptr;  // another takes it on
   // A reply that ran to its end is a turn's boundary too.
   if (why != EndReason::kError && !r.prefilling && !r.history.empty())
     Keep(r.history, r.session, r.logits);

@@ -15,6 +15,13 @@
 // request whose prompt begins with a kept state's tokens starts from the
 // longest such. The logits are those of a full prefill, bit for bit
 // (Model::Forward's are the same whatever the chunking).
+//
+// Generations of one prompt submitted together (SubmitGroup: OpenAI's n)
+// prefill it once, whatever is kept: the first admitted runs it, the others
+// wait in their places and start from a copy of its state there (a
+// SessionSnapshot and the logits, held while any of them runs, apart from
+// the kept states' budget), each then sampling on its own. Should the one
+// prefilling end first, the next takes its place.
 #pragma once
 
 #include <atomic>
@@ -25,6 +32,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -102,12 +110,19 @@ class Scheduler {
   // Queues `g` and returns true, or returns false when the queue is full or
   // the scheduler has stopped (nothing of `g` is called then).
   bool Submit(std::shared_ptr<Generation> g);
+  // Queues `gs`, generations of one prompt, all or none: false when the queue
+  // cannot take them all or the scheduler has stopped (nothing of any is
+  // called then). The prompt is prefilled once for them all.
+  bool SubmitGroup(std::vector<std::shared_ptr<Generation>> gs);
   // Ends every generation, queued or running (kCancelled), and joins the thread.
   void Stop();
   SchedulerStats stats() const;
   // model.attached() after the last step, read from any thread (/health).
   bool attached() const { return attached_; }
   const SchedulerOptions& options() const { return o_; }
+  // The most generations it holds at once, in the batch and queued: a group
+  // larger than this is never taken.
+  size_t capacity() const;
   int vocab() const { return vocab_; }  // the logits' length
 
  private:
@@ -117,9 +132,28 @@ class Scheduler {
     SessionSnapshot state;
     std::vector<float> logits;  // [vocab]: after the last of `tokens`
   };
+  // Generations of one prompt submitted together.
+  struct Group {
+    std::optional<Kept> prompt;          // the state at the prompt's end, once one has run it
+    const Running* prefiller = nullptr;  // the one running the prompt now; null: none
+  };
+  struct Queued {
+    std::shared_ptr<Generation> g;
+    double submitted = 0;
+    std::shared_ptr<Group> group;  // null: alone
+  };
   void Loop();
-  // Starts `g`: its session from the longest kept prefix of its prompt.
-  std::unique_ptr<Running> Admit(std::shared_ptr<Generation> g);
+  // Starts q's generation: its session from the longest kept prefix of its
+  // prompt, or, in a group, from the group's prompt state (ready or awaited).
+  std::unique_ptr<Running> Admit(Queued q);
+  // r's prompt resumed from the longest kept state that begins it, the rest pending.
+  void ResumeKept(Running& r);
+  // A group's member waiting for its prompt: from the group's state once
+  // there is one, or running the prompt itself once none of them is. False:
+  // it waits on.
+  bool TryStart(Running& r);
+  // r's prompt has run: a group's first to get there hands its state over.
+  void PromptDone(Running& r);
   // One step of every running generation; ends those that are done.
   void Step();
   // Samples r's next token from r.logits and passes it on; false when r is done.
@@ -136,7 +170,7 @@ class Scheduler {
 
   mutable std::mutex mu_;  // guards queue_, stopping_
   std::condition_variable wake_;
-  std::deque<std::pair<std::shared_ptr<Generation>, double>> queue_;  // with its Submit time
+  std::deque<Queued> queue_;
   bool stopping_ = false;
 
   // The scheduler thread's own.

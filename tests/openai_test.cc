@@ -62,7 +62,7 @@ TEST(Request, DefaultsAndEveryField) {
                           {"stream", true},
                           {"stream_options", {{"include_usage", true}}},
                           {"ignore_eos", true},
-                          {"n", 1},
+                          {"n", 3},
                           {"presence_penalty", -0.5},
                           {"frequency_penalty", 1.25},
                           {"logit_bias", {{"17", -100}, {"5", 2.5}}},
@@ -80,6 +80,7 @@ TEST(Request, DefaultsAndEveryField) {
   EXPECT_TRUE(r.sampling.stream);
   EXPECT_TRUE(r.sampling.include_usage);
   EXPECT_TRUE(r.sampling.ignore_eos);
+  EXPECT_EQ(r.sampling.n, 3);
   const SamplerOptions so = r.sampling.SamplerFor(99);
   EXPECT_EQ(so.temperature, 0.f);
   EXPECT_EQ(so.top_k, 40);
@@ -90,6 +91,15 @@ TEST(Request, DefaultsAndEveryField) {
   const std::vector<std::pair<int32_t, float>> bias = {{5, 2.5f}, {17, -100.f}};  // by id
   EXPECT_EQ(so.logit_bias, bias);
   EXPECT_EQ(Sampling{}.SamplerFor(99).seed, 99u);
+  // n's choices: with a seed, choice 0 has it and the others seeds of their
+  // own derived from it (the same every time); without, the caller's.
+  EXPECT_EQ(r.sampling.SamplerFor(99, 0).seed, ~uint64_t{0});
+  const uint64_t s1 = r.sampling.SamplerFor(99, 1).seed, s2 = r.sampling.SamplerFor(7, 2).seed;
+  EXPECT_NE(s1, ~uint64_t{0});
+  EXPECT_NE(s2, ~uint64_t{0});
+  EXPECT_NE(s1, s2);
+  EXPECT_EQ(r.sampling.SamplerFor(5, 1).seed, s1);
+  EXPECT_EQ(Sampling{}.SamplerFor(42, 3).seed, 42u);
   // max_completion_tokens wins over max_tokens.
   ASSERT_FALSE(Chat(Base({{"max_tokens", 7}, {"max_completion_tokens", 9}}), &r));
   EXPECT_EQ(*r.sampling.max_tokens, 9);
@@ -140,7 +150,10 @@ TEST(Request, EachParameterTypeAndRange) {
        "stream_options.include_usage"},
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},  // not streaming
       {{{"n", 1}}, ""},
-      {{{"n", 2}}, "n"},
+      {{{"n", 2}}, ""},
+      {{{"n", 128}}, ""},  // OpenAI's bounds
+      {{{"n", 129}}, "n"},
+      {{{"n", 0}}, "n"},
       {{{"n", "1"}}, "n"},
       {{{"presence_penalty", 0.5}}, ""},
       {{{"presence_penalty", 2}}, ""},
@@ -538,7 +551,8 @@ TEST(Request, Completions) {
   EXPECT_EQ(parse({{"prompt", "x"}, {"echo", true}}), "echo");
   EXPECT_EQ(parse({{"prompt", "x"}, {"best_of", 2}}), "best_of");
   EXPECT_EQ(parse({{"prompt", "x"}, {"suffix", "y"}}), "suffix");
-  EXPECT_EQ(parse({{"prompt", "x"}, {"n", 3}}), "n");
+  EXPECT_EQ(parse({{"prompt", "x"}, {"n", 3}}), "ok");
+  EXPECT_EQ(parse({{"prompt", "x"}, {"n", 0}}), "n");
   auto e = ParseCompletionRequest(json({{"prompt", {1, 2}}}).dump(), &r);
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("token ids"), std::string::npos) << e->message;
@@ -693,15 +707,15 @@ TEST_F(Reply, EndOfTurnAndSpecialsNeverShow) {
 TEST_F(Reply, StreamedChatChunks) {
   const AnswerHead h{"chatcmpl-1", 1700000000, "tiny"};
   ReplyText reply(*tok_, {259}, {});
-  std::vector<json> chunks = {ChatRoleChunk(h)};
+  std::vector<json> chunks = {ChatRoleChunk(h, 0)};
   int completion = 0;
   for (int id : {256, 257, 0xC3, 0xA9, 259}) {
     ++completion;
     const std::string text = reply.Feed(id);
-    if (!text.empty()) chunks.push_back(ChatContentChunk(h, text, nullptr));
+    if (!text.empty()) chunks.push_back(ChatContentChunk(h, 0, text, nullptr));
     if (reply.done()) break;
   }
-  chunks.push_back(ChatFinishChunk(h, reply.done() ? Finish::kStop : Finish::kLength));
+  chunks.push_back(ChatFinishChunk(h, 0, reply.done() ? Finish::kStop : Finish::kLength));
   chunks.push_back(UsageChunk(h, "chat.completion.chunk", {5, completion}));
   ASSERT_EQ(chunks.size(), 6u);
   for (const json& c : chunks) {
@@ -747,7 +761,8 @@ TEST_F(Reply, WholeAnswersAndLogprobs) {
   EXPECT_EQ(chat_lp["content"][0]["top_logprobs"][0]["bytes"], json{1});
   EXPECT_EQ(chat_lp["content"][1]["token"], "\xEF\xBF\xBD");  // half a character
   EXPECT_EQ(chat_lp["content"][1]["bytes"], json{0xC3});
-  const json c = ChatCompletion(h, {.content = "hel\xC3\xA9"}, chat_lp, Finish::kLength, {3, 2});
+  const json c = ChatCompletion(
+      h, {ChatChoice(0, {.content = "hel\xC3\xA9"}, chat_lp, Finish::kLength)}, {3, 2});
   EXPECT_EQ(c["object"], "chat.completion");
   EXPECT_EQ(c["choices"][0]["message"], (json{{"role", "assistant"}, {"content", "hel\xC3\xA9"}}));
   EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
@@ -758,12 +773,23 @@ TEST_F(Reply, WholeAnswersAndLogprobs) {
   EXPECT_EQ(text_lp["tokens"], (json{"hel", "\xEF\xBF\xBD"}));
   EXPECT_EQ(text_lp["text_offset"], (json{4, 7}));
   EXPECT_EQ(text_lp["top_logprobs"][1].size(), 1u);
-  const json t = TextCompletion(h, "hel", text_lp, Finish::kStop, {1, 1});
+  const json t = TextCompletion(h, {TextChoice(0, "hel", text_lp, Finish::kStop)}, {1, 1});
   EXPECT_EQ(t["object"], "text_completion");
   EXPECT_EQ(t["choices"][0]["text"], "hel");
   EXPECT_EQ(t["choices"][0]["finish_reason"], "stop");
-  EXPECT_TRUE(TextChunk(h, "x", nullptr, std::nullopt)["choices"][0]["finish_reason"].is_null());
-  EXPECT_EQ(TextChunk(h, "", nullptr, Finish::kLength)["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(TextChunk(h, 0, "x", nullptr, std::nullopt)["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(TextChunk(h, 0, "", nullptr, Finish::kLength)["choices"][0]["finish_reason"], "length");
+  // n's choices: each whole choice and each chunk carries its index.
+  const json two = TextCompletion(
+      h, {TextChoice(0, "a", nullptr, Finish::kStop), TextChoice(1, "b", nullptr, Finish::kLength)},
+      {4, 3});
+  EXPECT_EQ(two["choices"][1]["index"], 1);
+  EXPECT_EQ(two["choices"][1]["text"], "b");
+  EXPECT_EQ(two["usage"]["total_tokens"], 7);
+  EXPECT_EQ(TextChunk(h, 2, "x", nullptr, std::nullopt)["choices"][0]["index"], 2);
+  EXPECT_EQ(ChatRoleChunk(h, 1)["choices"][0]["index"], 1);
+  EXPECT_EQ(ChatContentChunk(h, 3, "x", nullptr)["choices"][0]["index"], 3);
+  EXPECT_EQ(ChatFinishChunk(h, 2, Finish::kStop)["choices"][0]["index"], 2);
 
   const std::string names[] = {"tiny", "other"};
   const json models = ModelList(names, 5);

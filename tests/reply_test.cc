@@ -460,7 +460,7 @@ TEST(ChatAnswerJson, WholeWithReasoningAndCalls) {
   ChatReply r;
   r.reasoning = "Think.";
   r.tool_calls = {{"call_a", "get_weather", "{\"city\":\"Paris\"}"}, {"call_b", "get_time", "{}"}};
-  const json j = ChatCompletion(kHead, r, nullptr, Finish::kToolCalls, {5, 7});
+  const json j = ChatCompletion(kHead, {ChatChoice(0, r, nullptr, Finish::kToolCalls)}, {5, 7});
   const json& choice = j["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "tool_calls");
   const json& m = choice["message"];
@@ -475,31 +475,26 @@ TEST(ChatAnswerJson, WholeWithReasoningAndCalls) {
 }
 
 TEST(ChatAnswerJson, WholeTextOnlyHasNoReasoningOrCalls) {
-  const json m = ChatCompletion(kHead, {.content = "Hi"}, nullptr, Finish::kStop,
-                                {1, 1})["choices"][0]["message"];
+  const json m = ChatChoice(0, {.content = "Hi"}, nullptr, Finish::kStop)["message"];
   EXPECT_EQ(m, json::parse(R"({"role": "assistant", "content": "Hi"})"));
   // No text and no calls: content "" (not null).
-  EXPECT_EQ(ChatCompletion(kHead, {}, nullptr, Finish::kLength,
-                           {1, 1})["choices"][0]["message"]["content"],
-            "");
+  EXPECT_EQ(ChatChoice(0, {}, nullptr, Finish::kLength)["message"]["content"], "");
   ChatReply both{.content = "Calling.", .tool_calls = {{"call_x", "f", "{}"}}};
-  EXPECT_EQ(ChatCompletion(kHead, both, nullptr, Finish::kToolCalls,
-                           {1, 1})["choices"][0]["message"]["content"],
-            "Calling.");
+  EXPECT_EQ(ChatChoice(0, both, nullptr, Finish::kToolCalls)["message"]["content"], "Calling.");
 }
 
 TEST(ChatAnswerJson, StreamedChunks) {
-  const json r = ChatReasoningChunk(kHead, "hm", nullptr);
+  const json r = ChatReasoningChunk(kHead, 0, "hm", nullptr);
   EXPECT_EQ(r["object"], "chat.completion.chunk");
   EXPECT_EQ(r["choices"][0]["delta"], json({{"reasoning_content", "hm"}}));
   EXPECT_TRUE(r["choices"][0]["finish_reason"].is_null());
-  const json start = ChatToolCallChunk(kHead, 1, "call_a", "get_weather", nullptr);
+  const json start = ChatToolCallChunk(kHead, 0, 1, "call_a", "get_weather", nullptr);
   EXPECT_EQ(start["choices"][0]["delta"], json::parse(R"({"tool_calls": [{"index": 1,
       "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]})"));
-  const json args = ChatToolArgsChunk(kHead, 1, "{\"c", nullptr);
+  const json args = ChatToolArgsChunk(kHead, 0, 1, "{\"c", nullptr);
   EXPECT_EQ(args["choices"][0]["delta"],
             json::parse(R"({"tool_calls": [{"index": 1, "function": {"arguments": "{\"c"}}]})"));
-  EXPECT_EQ(ChatFinishChunk(kHead, Finish::kToolCalls)["choices"][0]["finish_reason"],
+  EXPECT_EQ(ChatFinishChunk(kHead, 0, Finish::kToolCalls)["choices"][0]["finish_reason"],
             "tool_calls");
   EXPECT_STREQ(FinishName(Finish::kToolCalls), "tool_calls");
 }

@@ -2,12 +2,14 @@
 // alone or batched beside others (and equals Model::Forward's own greedy
 // run), a follow-up turn resumes from the kept state with the logits of a
 // full prefill, end tokens, cancelling, a full queue, a prompt too long,
-// stopping with work in hand, and a model gone for good.
+// stopping with work in hand, a model gone for good, and generations of one
+// prompt submitted together prefilling it once.
 #include "serve/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -153,7 +155,8 @@ TEST_P(SchedulerTest, AFollowUpTurnResumesFromTheKeptStateWithTheLogitsOfAFullPr
   ASSERT_TRUE(s->Submit(Greedy(follow, 3, resumed)));
   resumed->done.get_future().wait();
   // Kept at the reply's end: the prompt and every reply token but the last (never run).
-  EXPECT_EQ(resumed->end.reused_tokens, static_cast<int>(prompts_[0].size() + first->tokens.size() - 1));
+  EXPECT_EQ(resumed->end.reused_tokens,
+            static_cast<int>(prompts_[0].size() + first->tokens.size() - 1));
   EXPECT_EQ(s->stats().reused_tokens, static_cast<uint64_t>(resumed->end.reused_tokens));
 
   o.prefix_cache_bytes = 0;
@@ -164,7 +167,8 @@ TEST_P(SchedulerTest, AFollowUpTurnResumesFromTheKeptStateWithTheLogitsOfAFullPr
   EXPECT_EQ(fresh->end.reused_tokens, 0);
   ASSERT_EQ(resumed->logits.size(), fresh->logits.size());
   for (size_t i = 0; i < fresh->logits.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(resumed->logits[i].data(), fresh->logits[i].data(), fresh->logits[i].size() * 4))
+    EXPECT_EQ(0, std::memcmp(resumed->logits[i].data(), fresh->logits[i].data(),
+                             fresh->logits[i].size() * 4))
         << "token " << i;
   // The same prompt again resumes whole, from the state kept at its end.
   auto again = std::make_shared<Outcome>();
@@ -182,7 +186,8 @@ TEST_P(SchedulerTest, AnEndTokenEndsTheReplyAndIsNotPassedOn) {
   g->end_tokens = {greedy[2]};
   ASSERT_TRUE(s->Submit(g));
   out->done.get_future().wait();
-  const size_t cut = static_cast<size_t>(std::find(greedy.begin(), greedy.end(), greedy[2]) - greedy.begin());
+  const size_t cut =
+      static_cast<size_t>(std::find(greedy.begin(), greedy.end(), greedy[2]) - greedy.begin());
   EXPECT_EQ(out->end.reason, EndReason::kStop);
   EXPECT_EQ(out->tokens, std::vector<int>(greedy.begin(), greedy.begin() + static_cast<long>(cut)));
 }
@@ -271,10 +276,11 @@ TEST_P(SchedulerTest, AFullQueueRefusesAndStopEndsEverything) {
     }
     return engine_->model().ForwardBatch(items);
   });
-  auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+  auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(),
+       c = std::make_shared<Outcome>();
   ASSERT_TRUE(s->Submit(Greedy(prompts_[0], 1000, a)));
-  entered.get_future().wait();  // a runs, held in its first step
-  ASSERT_TRUE(s->Submit(Greedy(prompts_[1], 4, b)));  // waits for a's place
+  entered.get_future().wait();                         // a runs, held in its first step
+  ASSERT_TRUE(s->Submit(Greedy(prompts_[1], 4, b)));   // waits for a's place
   EXPECT_FALSE(s->Submit(Greedy(prompts_[2], 4, c)));  // the queue is full
   EXPECT_EQ(s->stats().queued, 1u);
   release.set_value();
@@ -296,7 +302,8 @@ TEST_P(SchedulerTest, APromptWithNoRoomAndAFailingStepEndInErrors) {
   EXPECT_EQ(big->end.reason, EndReason::kError);
   EXPECT_NE(big->end.error.find("no room"), std::string::npos) << big->end.error;
 
-  auto failing = Make({}, [](std::span<const Model::BatchItem>) { return Status::Error("the daemon went away"); });
+  auto failing = Make(
+      {}, [](std::span<const Model::BatchItem>) { return Status::Error("the daemon went away"); });
   auto out = std::make_shared<Outcome>();
   ASSERT_TRUE(failing->Submit(Greedy(prompts_[0], 4, out)));
   out->done.get_future().wait();
@@ -327,6 +334,123 @@ TEST_P(SchedulerTest, NoSessionEndsTheGenerationInAnErrorAndAttachedSaysSo) {
   EXPECT_TRUE(out->tokens.empty());
   EXPECT_FALSE(s.attached());
   s.Stop();
+}
+
+// Generations of one prompt submitted together (OpenAI's n) run it once,
+// with no state kept: the first admitted prefills it, the rest start from a
+// copy of its state there, those beside it in the batch and those queued
+// behind; each then samples on its own, the model's own greedy reply.
+TEST_P(SchedulerTest, AGroupPrefillsItsPromptOnceAndEachSamplesOnItsOwn) {
+  SchedulerOptions o;
+  o.context = 64;
+  o.chunk = 4;  // the prompt takes four steps
+  o.parallel = 2;
+  o.prefix_cache_bytes = 0;
+  const std::vector<int>& prompt = prompts_[2];
+  const std::vector<int> forward = ForwardGreedy(prompt, 5);
+  auto s = Make(o);
+  std::vector<std::shared_ptr<Outcome>> outs;
+  std::vector<std::shared_ptr<Generation>> group;
+  for (int i = 0; i < 4; ++i) {
+    outs.push_back(std::make_shared<Outcome>());
+    group.push_back(Greedy(prompt, 5, outs.back()));
+  }
+  ASSERT_TRUE(s->SubmitGroup(group));
+  for (const auto& out : outs) out->done.get_future().wait();
+  const int p = static_cast<int>(prompt.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_EQ(outs[i]->end.reason, EndReason::kLength) << i;
+    EXPECT_EQ(outs[i]->tokens, forward) << i;
+    EXPECT_EQ(outs[i]->end.reused_tokens, i == 0 ? 0 : p) << i;
+    // The first token's logits: the prompt state's, copied.
+    ASSERT_FALSE(outs[i]->logits.empty());
+    EXPECT_EQ(outs[i]->logits[0], outs[0]->logits[0]) << i;
+  }
+  EXPECT_EQ(s->stats().prompt_tokens, 4u * p);
+  EXPECT_EQ(s->stats().reused_tokens, 3u * p);  // run once
+}
+
+// The one prefilling a group's prompt goes away (its client left) before
+// the prompt has run: the next takes it on, and the last starts from its state.
+TEST_P(SchedulerTest, AGroupWhosePrefillerLeavesGoesOnWithTheNext) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool first = true;
+  SchedulerOptions o;
+  o.context = 64;
+  o.chunk = 4;
+  o.parallel = 3;
+  o.prefix_cache_bytes = 0;
+  auto s = Make(o, [&](std::span<const Model::BatchItem> items) {
+    if (first) {
+      first = false;
+      entered.set_value();
+      released.wait();
+    }
+    return engine_->model().ForwardBatch(items);
+  });
+  const std::vector<int>& prompt = prompts_[2];
+  const std::vector<int> forward = ForwardGreedy(prompt, 3);
+  std::vector<std::shared_ptr<Outcome>> outs;
+  std::vector<std::shared_ptr<Generation>> group;
+  for (int i = 0; i < 3; ++i) {
+    outs.push_back(std::make_shared<Outcome>());
+    group.push_back(Greedy(prompt, 3, outs.back()));
+  }
+  ASSERT_TRUE(s->SubmitGroup(group));
+  entered.get_future().wait();  // the first's prompt runs, the others wait
+  group[0]->cancelled = true;
+  release.set_value();
+  for (const auto& out : outs) out->done.get_future().wait();
+  EXPECT_EQ(outs[0]->end.reason, EndReason::kCancelled);
+  EXPECT_TRUE(outs[0]->tokens.empty());
+  for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[i]->tokens, forward) << i;
+  EXPECT_EQ(outs[1]->end.reused_tokens, 0);
+  EXPECT_EQ(outs[2]->end.reused_tokens, static_cast<int>(prompt.size()));
+}
+
+// A group is queued whole or not at all: never more than the batch's free
+// places and the queue take.
+TEST_P(SchedulerTest, AGroupIsQueuedWholeOrNotAtAll) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool first = true;
+  SchedulerOptions o;
+  o.parallel = 1;
+  o.queue = 1;
+  auto s = Make(o, [&](std::span<const Model::BatchItem> items) {
+    if (first) {
+      first = false;
+      entered.set_value();
+      released.wait();
+    }
+    return engine_->model().ForwardBatch(items);
+  });
+  EXPECT_EQ(s->capacity(), 2u);
+  auto group_of = [&](int n, std::vector<std::shared_ptr<Outcome>>* outs) {
+    std::vector<std::shared_ptr<Generation>> g;
+    for (int i = 0; i < n; ++i) {
+      outs->push_back(std::make_shared<Outcome>());
+      g.push_back(Greedy(prompts_[0], 2, outs->back()));
+    }
+    return g;
+  };
+  std::vector<std::shared_ptr<Outcome>> three, two, late;
+  EXPECT_FALSE(s->SubmitGroup(group_of(3, &three)));  // more than it ever holds
+  ASSERT_TRUE(s->SubmitGroup(group_of(2, &two)));
+  entered.get_future().wait();  // one runs, one waits in the queue
+  EXPECT_EQ(s->stats().queued, 1u);
+  EXPECT_FALSE(s->SubmitGroup(group_of(2, &late)));  // no room for both: neither queued
+  EXPECT_EQ(s->stats().queued, 1u);
+  release.set_value();
+  for (const auto& out : two) {
+    out->done.get_future().wait();
+    EXPECT_EQ(out->end.reason, EndReason::kLength);
+  }
+  s->Stop();  // would end anything queued
+  for (const auto& out : late)
+    EXPECT_EQ(out->done.get_future().wait_for(std::chrono::seconds(0)),
+              std::future_status::timeout);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SchedulerTest, ::testing::Values("tiny-kimi", "tiny-deepseek"),

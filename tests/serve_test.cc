@@ -4,9 +4,10 @@
 // beside others; the streamed answer's server-sent events byte for byte;
 // errors in OpenAI's shape while the server goes on; the API key; a client
 // that leaves cancels its generation; a full queue answers 503 with
-// Retry-After; a follow-up turn resumes from the kept state; Anthropic's
-// Messages and OpenAI's Responses answer the chat reply, whole and streamed,
-// with Anthropic's errors and x-api-key.
+// Retry-After; a follow-up turn resumes from the kept state; n choices of
+// one prompt, whole and streamed, from one prefill; Anthropic's Messages and
+// OpenAI's Responses answer the chat reply, whole and streamed, with
+// Anthropic's errors and x-api-key.
 #include "serve/api_server.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "engine/tokenizer/chat.h"
@@ -103,6 +105,37 @@ class ServeTest : public ::testing::Test {
     EXPECT_TRUE(c.connected());
     c.Send(request);
     return Split(c.ReadAnswer(timeout));
+  }
+
+  // A streamed answer's events (its data: objects in order), checking the
+  // head, the chunked framing and that [DONE] comes once, last.
+  std::vector<json> StreamEvents(const std::string& path, const json& request) {
+    HttpClient c(http_->port());
+    c.Send(Post(path, request.dump()));
+    const std::string head = c.ReadUntil("\r\n\r\n", 5000ms);
+    EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+    EXPECT_NE(head.find("Content-Type: text/event-stream\r\n"), std::string::npos) << head;
+    bool framed = false;
+    const std::string body = waste::testing::Dechunk(c.ReadUntil("\r\n0\r\n\r\n", 60s), &framed);
+    EXPECT_TRUE(framed) << body;
+    std::vector<json> events;
+    bool done = false;
+    for (size_t at = 0; at < body.size();) {
+      EXPECT_EQ(body.compare(at, 6, "data: "), 0) << body.substr(at);
+      const size_t end = body.find("\n\n", at);
+      if (end == std::string::npos || done) {
+        ADD_FAILURE() << "not an event, or one after [DONE]: " << body.substr(at);
+        break;
+      }
+      const std::string data = body.substr(at + 6, end - at - 6);
+      at = end + 2;
+      if (data == "[DONE]")
+        done = true;
+      else
+        events.push_back(json::parse(data));
+    }
+    EXPECT_TRUE(done) << body;
+    return events;
   }
 
   // The model's own greedy reply to `prompt`, up to an end of turn (not
@@ -557,6 +590,171 @@ TEST_F(ServeTest, AFollowUpTurnResumesFromTheKeptStateAndRepliesAsAFreshOne) {
   EXPECT_EQ(json::parse(resumed.body)["choices"][0]["logprobs"],
             json::parse(fresh.body)["choices"][0]["logprobs"]);
   EXPECT_EQ(scheduler_->stats().reused_tokens, 0u);
+}
+
+// OpenAI's n: the choices of one prompt, sampled apart (with a seed, the
+// same ones every time; choice 0 the one n = 1 gives), run as one batch
+// from one prefill of the prompt, counted once in the usage.
+TEST_F(ServeTest, NChoicesAreSampledApartInOneBatchFromOnePrefill) {
+  SchedulerOptions so;
+  so.prefix_cache_bytes = 0;  // no kept state: only the group shares the prompt
+  Restart(so, {});
+  json req = Chat("tell me three things", 6);
+  req["n"] = 3;
+  req["temperature"] = 1.0;
+  req["seed"] = 1234;
+  const size_t prompt = Rendered(req["messages"]).size();
+  const Answer a = Call(Post("/v1/chat/completions", req.dump()));
+  ASSERT_EQ(a.status, 200) << a.head << a.body;
+  const json j = json::parse(a.body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  size_t completion = 0;
+  std::set<std::vector<std::string>> replies;
+  for (size_t i = 0; i < 3; ++i) {
+    const json& c = j["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["message"]["role"], "assistant");
+    completion += c["logprobs"]["content"].size();
+    replies.insert(TokenBytes(c["logprobs"]));
+  }
+  EXPECT_GT(replies.size(), 1u) << "the choices were not sampled apart";
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt);
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion);
+  const SchedulerStats st = scheduler_->stats();
+  EXPECT_EQ(st.prompt_tokens, 3 * prompt);
+  EXPECT_EQ(st.reused_tokens, 2 * prompt);  // the prompt ran once
+  const Answer again = Call(Post("/v1/chat/completions", req.dump()));
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::parse(again.body)["choices"], j["choices"]);
+  json one = req;
+  one["n"] = 1;
+  const Answer single = Call(Post("/v1/chat/completions", one.dump()));
+  ASSERT_EQ(single.status, 200) << single.body;
+  EXPECT_EQ(json::parse(single.body)["choices"][0], j["choices"][0]);
+  // Greedy: n copies of the model's own reply.
+  req["temperature"] = 0;
+  req.erase("seed");
+  const std::vector<int> greedy = Greedy(Rendered(req["messages"]), 6);
+  const Answer g = Call(Post("/v1/chat/completions", req.dump()));
+  ASSERT_EQ(g.status, 200) << g.body;
+  const json gj = json::parse(g.body);
+  ASSERT_EQ(gj["choices"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(TokenBytes(gj["choices"][i]["logprobs"]), TokenBytes(greedy)) << i;
+    EXPECT_EQ(gj["choices"][i]["message"], gj["choices"][0]["message"]) << i;
+  }
+  EXPECT_EQ(gj["usage"]["completion_tokens"], 3 * greedy.size());
+}
+
+// Streamed, each chunk is one choice's: its role chunk first, its pieces,
+// its finish chunk; after every choice, one usage chunk (the prompt once),
+// then [DONE] once. Each choice's text is the whole answer's same choice.
+TEST_F(ServeTest, NChoicesStreamedAreTheWholeAnswersChoicesByIndex) {
+  json req = Chat("stream three", 6);
+  req["n"] = 3;
+  req["temperature"] = 1.0;
+  req["seed"] = 77;
+  const Answer w = Call(Post("/v1/chat/completions", req.dump()));
+  ASSERT_EQ(w.status, 200) << w.body;
+  const json whole = json::parse(w.body);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  const std::vector<json> events = StreamEvents("/v1/chat/completions", req);
+  ASSERT_GE(events.size(), 7u);
+  std::map<int, std::string> text;
+  std::map<int, std::vector<std::string>> bytes;
+  std::map<int, int> chunks, finishes;
+  for (size_t e = 0; e + 1 < events.size(); ++e) {
+    const json& c = events[e]["choices"];
+    ASSERT_EQ(c.size(), 1u) << events[e];
+    const int i = c[0]["index"];
+    ASSERT_TRUE(i >= 0 && i < 3) << events[e];
+    EXPECT_EQ(finishes[i], 0) << "a chunk after choice " << i << "'s finish";
+    if (chunks[i]++ == 0) {
+      EXPECT_EQ(c[0]["delta"]["role"], "assistant") << events[e];
+    }
+    if (c[0]["delta"].contains("content")) text[i] += c[0]["delta"]["content"].get<std::string>();
+    if (!c[0]["logprobs"].is_null())
+      for (const auto& b : TokenBytes(c[0]["logprobs"])) bytes[i].push_back(b);
+    if (!c[0]["finish_reason"].is_null()) {
+      ++finishes[i];
+      EXPECT_EQ(c[0]["finish_reason"], whole["choices"][i]["finish_reason"]);
+    }
+  }
+  size_t completion = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(finishes[i], 1) << i;
+    EXPECT_EQ(text[i], whole["choices"][i]["message"]["content"]) << i;
+    EXPECT_EQ(bytes[i], TokenBytes(whole["choices"][i]["logprobs"])) << i;
+    completion += bytes[i].size();
+  }
+  const json& usage = events.back();
+  EXPECT_TRUE(usage["choices"].empty()) << usage;
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], Rendered(req["messages"]).size());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], completion);
+  EXPECT_EQ(whole["usage"], usage["usage"]);
+}
+
+TEST_F(ServeTest, NCompletionsWholeAndStreamedAgree) {
+  json req = {{"model", "tiny"}, {"prompt", "once upon a time"}, {"max_tokens", 5},
+              {"n", 2},          {"temperature", 1.0},           {"seed", 5},
+              {"logprobs", 0}};
+  const Answer w = Call(Post("/v1/completions", req.dump()));
+  ASSERT_EQ(w.status, 200) << w.body;
+  const json whole = json::parse(w.body);
+  ASSERT_EQ(whole["choices"].size(), 2u);
+  req["stream"] = true;
+  std::map<int, std::string> text;
+  std::map<int, json> finish;
+  for (const json& e : StreamEvents("/v1/completions", req)) {
+    const int i = e["choices"][0]["index"];
+    text[i] += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish[i] = e["choices"][0]["finish_reason"];
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(whole["choices"][i]["index"], i);
+    EXPECT_EQ(text[i], whole["choices"][i]["text"]) << i;
+    EXPECT_EQ(finish[i], whole["choices"][i]["finish_reason"]) << i;
+  }
+  EXPECT_EQ(whole["usage"]["completion_tokens"],
+            whole["choices"][0]["logprobs"]["tokens"].size() +
+                whole["choices"][1]["logprobs"]["tokens"].size());
+}
+
+// n past what the server holds is refused by name; n the queue cannot take
+// whole now is a 503, with nothing of it queued; a client that leaves
+// cancels every choice.
+TEST_F(ServeTest, NIsBoundedQueuedWholeAndCancelledWhole) {
+  SchedulerOptions so;
+  so.parallel = 2;
+  so.queue = 1;
+  Restart(so, {});
+  json req = Chat("x", 2);
+  req["n"] = 4;
+  const Answer big = Call(Post("/v1/chat/completions", req.dump()));
+  EXPECT_EQ(big.status, 400) << big.body;
+  EXPECT_EQ(json::parse(big.body)["error"]["param"], "n") << big.body;
+  // Two places taken by one request's two choices; a third free in the queue.
+  json busy = Chat("keep both places busy", 400);
+  busy["n"] = 2;
+  busy["stream"] = true;
+  busy["ignore_eos"] = true;  // on to max_tokens, whatever the model says
+  {
+    HttpClient c(http_->port());
+    c.Send(Post("/v1/chat/completions", busy.dump()));
+    ASSERT_FALSE(c.ReadUntil("\"logprobs\":{", 5000ms).empty());  // generating
+    req["n"] = 2;
+    const Answer full = Call(Post("/v1/chat/completions", req.dump()));
+    EXPECT_EQ(full.status, 503) << full.head << full.body;
+    EXPECT_NE(full.head.find("Retry-After: 1\r\n"), std::string::npos) << full.head;
+    EXPECT_EQ(scheduler_->stats().queued, 0u);
+  }  // closed: both of its choices end
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (api_->counters().cancelled < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(api_->counters().cancelled, 2u);
+  EXPECT_LT(scheduler_->stats().completion_tokens, 800u);
+  EXPECT_EQ(Call(Post("/v1/chat/completions", req.dump())).status, 200);
 }
 
 TEST_F(ServeTest, TheChatPageAndHealthAreServed) {

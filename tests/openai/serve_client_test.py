@@ -184,6 +184,47 @@ def run_checks(waste, container, port):
           a.choices[0].message.content == b.choices[0].message.content,
           f"{a.choices[0].message.content!r} vs {b.choices[0].message.content!r}")
 
+    # n: two choices of one prompt, each sampled on its own (choice 0 the one
+    # n = 1 gives with the seed), the prompt counted once; streamed, each
+    # chunk one choice's, and the same texts.
+    two = client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                         temperature=1.0, seed=42, n=2, logprobs=True)
+    texts = [c.message.content for c in two.choices]
+    check("chat: n 2 gives two choices, by index", [c.index for c in two.choices] == [0, 1],
+          str(two.choices))
+    check("chat: n's choice 0 is the seed's n 1 sample", texts[0] == a.choices[0].message.content,
+          f"{texts[0]!r} vs {a.choices[0].message.content!r}")
+    check("chat: n's usage counts the prompt once and both completions",
+          two.usage.prompt_tokens == a.usage.prompt_tokens and two.usage.completion_tokens ==
+          sum(len(c.logprobs.content) for c in two.choices), str(two.usage))
+    nchunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                                  temperature=1.0, seed=42, n=2, stream=True,
+                                                  stream_options={"include_usage": True}))
+    by_index = {0: "", 1: ""}
+    roles = {}
+    for c in nchunks:
+        for ch in c.choices:
+            roles.setdefault(ch.index, ch.delta.role)
+            by_index[ch.index] += ch.delta.content or ""
+    check("chat: n 2 streamed, each choice's text as whole", [by_index[0], by_index[1]] == texts,
+          f"{by_index} vs {texts}")
+    check("chat: n 2 streamed, each choice opens with the assistant's role",
+          roles == {0: "assistant", 1: "assistant"}, str(roles))
+    check("chat: n 2 streamed, one usage chunk last",
+          nchunks[-1].usage is not None and not nchunks[-1].choices and
+          nchunks[-1].usage.completion_tokens == two.usage.completion_tokens and
+          sum(c.usage is not None for c in nchunks) == 1, str(nchunks[-1]))
+    ctwo = client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=8,
+                                     temperature=1.0, seed=7, n=2)
+    cby = {0: "", 1: ""}
+    for c in client.completions.create(model=model, prompt="The :mod:`os` module", max_tokens=8,
+                                       temperature=1.0, seed=7, n=2, stream=True):
+        for ch in c.choices:
+            cby[ch.index] += ch.text
+    check("completions: n 2 whole and streamed agree by index",
+          [c.index for c in ctwo.choices] == [0, 1] and
+          [cby[0], cby[1]] == [c.text for c in ctwo.choices], f"{cby} vs {ctwo.choices}")
+
     # logit_bias: +100 on one token (" the", as the model's tokenizer has it)
     # makes every greedy token that one, on both routes.
     the = int(subprocess.run([waste, "tokenize", container, " the"], capture_output=True, text=True,
@@ -266,7 +307,8 @@ def run_checks(waste, container, port):
         return False, "no error"
     for name, kind, kw in [("temperature 5", openai.BadRequestError, {"temperature": 5}),
                            ("max_tokens -1", openai.BadRequestError, {"max_tokens": -1}),
-                           ("n 2", openai.BadRequestError, {"n": 2}),
+                           ("n past what it holds", openai.BadRequestError, {"n": 100}),
+                           ("n 0", openai.BadRequestError, {"n": 0}),
                            ("max_tokens past the context", openai.BadRequestError, {"max_tokens": 5000}),
                            ("an unknown model", openai.NotFoundError, {"model": "no-such-model"}),
                            ("presence_penalty 3", openai.BadRequestError, {"presence_penalty": 3}),
