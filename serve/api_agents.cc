@@ -33,8 +33,10 @@ std::string ApiServer::NewId(const char* prefix) {
 std::optional<ApiError> ApiServer::Admit(const std::string& model,
                                          std::span<const ChatMessage> messages,
                                          std::span<const ChatTool> tools,
+                                         std::optional<bool> thinking,
                                          std::optional<int64_t>* max_tokens,
-                                         std::vector<int32_t>* prompt) const {
+                                         std::vector<int32_t>* prompt,
+                                         std::optional<bool>* thinking_open) const {
   if (!model.empty() && model != o_.model_name) return UnknownModel(model);
   if (!chat_)
     return BadRequest("this model's container has no chat format (chat.json); use /v1/completions");
@@ -43,8 +45,11 @@ std::optional<ApiError> ApiServer::Admit(const std::string& model,
   if (!tools.empty())
     return BadRequest("'tools': tool calling is not supported by waste serve yet.", "tools",
                       "unsupported_value");
+  auto format = WithThinking(*chat_, thinking, "");
+  if (!format.ok()) return BadRequest(format.status().message(), "thinking");
   ChatRenderOptions options;
   options.tools = tools;
+  options.thinking = thinking;
   auto ids = RenderChat(*chat_, tok_, messages, options);
   // The renderer names what it refused: a message ("messages[i]: ...") or the tools.
   if (!ids.ok()) {
@@ -52,6 +57,7 @@ std::optional<ApiError> ApiServer::Admit(const std::string& model,
     return BadRequest(why, tools.empty() || why.rfind("messages[", 0) == 0 ? "messages" : "tools");
   }
   *prompt = std::move(*ids);
+  *thinking_open = ThinkingOpen(*chat_, format->open);
   const int64_t room = o_.context - static_cast<int64_t>(prompt->size());
   // Without a limit the reply may fill the context; it needs room for one token.
   const int64_t max = max_tokens->value_or(std::max<int64_t>(room, 1));
@@ -71,7 +77,10 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   // count_tokens asks for no reply: only the prompt needs to fit.
   std::optional<int64_t> max_tokens =
       count_tokens ? std::optional<int64_t>(1) : q.sampling.max_tokens;
-  if (auto e = Admit(q.model, q.messages, q.tools, &max_tokens, &prompt)) return refuse(*e);
+  std::optional<bool> thinking_open;
+  if (auto e =
+          Admit(q.model, q.messages, q.tools, q.thinking, &max_tokens, &prompt, &thinking_open))
+    return refuse(*e);
   if (count_tokens) {
     r->Send(200, "application/json", nlohmann::json{{"input_tokens", prompt.size()}}.dump());
     return;
@@ -83,6 +92,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
   parts.r = r;
+  parts.thinking_open = thinking_open;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
            q.sampling, *max_tokens, nullptr, r);
@@ -94,7 +104,10 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   if (auto e = ParseResponsesRequest(req.body, &q)) return refuse(*e);
   std::vector<int32_t> prompt;
   std::optional<int64_t> max_tokens = q.sampling.max_tokens;
-  if (auto e = Admit(q.model, q.messages, q.tools, &max_tokens, &prompt)) return refuse(*e);
+  std::optional<bool> thinking_open;
+  if (auto e =
+          Admit(q.model, q.messages, q.tools, std::nullopt, &max_tokens, &prompt, &thinking_open))
+    return refuse(*e);
   OpenAiAnswerParts parts;
   parts.tok = &tok_;
   parts.head = {NewId("resp_"),
@@ -106,6 +119,7 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
   parts.r = r;
+  parts.thinking_open = thinking_open;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
            std::move(prompt), q.sampling, *max_tokens, nullptr, r);
 }

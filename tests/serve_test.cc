@@ -939,6 +939,15 @@ TEST_F(ServeTest, AnthropicsRoutesAnswerErrorsInAnthropicsShape) {
   tools["tools"] = json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}});
   EXPECT_NE(expect(Post("/v1/messages", tools.dump()), 400, "invalid_request_error").find("tools"),
             std::string::npos);
+  // Thinking is switched where the family's template allows it; Kimi K2's
+  // never thinks: off is what it does, on is refused naming it.
+  json thinking = Message("x", 4);
+  thinking["thinking"] = {{"type", "enabled"}, {"budget_tokens", 1024}};
+  EXPECT_NE(
+      expect(Post("/v1/messages", thinking.dump()), 400, "invalid_request_error").find("thinking"),
+      std::string::npos);
+  thinking["thinking"] = {{"type", "disabled"}};
+  EXPECT_EQ(Call(Post("/v1/messages", thinking.dump())).status, 200);
   json unknown = Message("x", 4);
   unknown["model"] = "claude-9";
   expect(Post("/v1/messages", unknown.dump()), 404, "not_found_error");
