@@ -298,6 +298,17 @@ Result<std::optional<int64_t>> SplitKey(const GgufFile& f, const char* key) {
 
 }  // namespace
 
+bool IsGgufFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  struct stat st;
+  uint32_t magic = 0;
+  const bool yes =
+      fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &magic, 4, 0) == 4 && magic == kMagic;
+  close(fd);
+  return yes;
+}
+
 const TypeInfo* FindType(uint32_t code) {
   for (const TypeInfo& t : kTypes)
     if (t.code == code) return &t;

@@ -28,6 +28,9 @@
 
 namespace waste::gguf {
 
+// True when `path` is a regular file that starts with GGUF's magic.
+bool IsGgufFile(const std::string& path);
+
 // ggml's tensor types (ggml.h's enum ggml_type): the code, the name, and the
 // block layout (values per block, bytes per block), from ggml-common.h.
 struct TypeInfo {
