@@ -64,10 +64,14 @@ bool KnownValueType(uint32_t t) {
 }
 
 // Sequential reads of the header through a window of pread'd bytes; no
-// read past `limit` (the file's size, capped at kMaxHeaderBytes).
+// read past the file's end or kMaxHeaderBytes.
 class Cursor {
  public:
-  Cursor(int fd, uint64_t limit, const std::string& name) : fd_(fd), limit_(limit), name_(name) {}
+  Cursor(int fd, uint64_t file_size, const std::string& name)
+      : fd_(fd),
+        limit_(std::min(file_size, kMaxHeaderBytes)),
+        capped_(file_size > kMaxHeaderBytes),
+        name_(name) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return limit_ - pos_; }
@@ -75,7 +79,7 @@ class Cursor {
   Status Read(void* dst, uint64_t n, const std::string& what) {
     if (n > left())
       return Error(what + " (" + std::to_string(n) + " bytes) runs past the end of the " +
-                   (limit_ == kMaxHeaderBytes ? "header's bound" : "file"));
+                   (capped_ ? "1 GiB a header may take" : "file"));
     auto* out = static_cast<uint8_t*>(dst);
     while (n > 0) {
       if (pos_ < win_start_ || pos_ >= win_start_ + win_.size()) WASTE_RETURN_IF_ERROR(Fill());
@@ -90,11 +94,6 @@ class Cursor {
   template <class T>
   Status Get(T* v, const std::string& what) {
     return Read(v, sizeof(T), what);
-  }
-  Status Skip(uint64_t n, const std::string& what) {
-    if (n > left()) return Error(what + " runs past the end of the file");
-    pos_ += n;
-    return Status::Ok();
   }
   Status String(std::string* s, uint64_t max, const std::string& what) {
     uint64_t n = 0;
@@ -128,6 +127,7 @@ class Cursor {
 
   int fd_;
   uint64_t limit_;
+  bool capped_;
   const std::string& name_;
   uint64_t pos_ = 0;
   uint64_t win_start_ = 0;
@@ -189,7 +189,7 @@ Status SizeTensor(const Cursor& c, TensorInfo* t) {
 
 Status ParseFile(int fd, GgufFile* f) {
   const std::string& name = f->path;
-  Cursor c(fd, std::min(f->file_size, kMaxHeaderBytes), name);
+  Cursor c(fd, f->file_size, name);
   uint32_t magic = 0;
   WASTE_RETURN_IF_ERROR(c.Get(&magic, "the magic"));
   if (magic != kMagic) return Status::Error(name + ": not a GGUF file (no GGUF magic)");
