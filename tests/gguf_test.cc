@@ -286,6 +286,13 @@ TEST(GgufReader, DamagedCopiesGiveTheirOwnErrors) {
       {"not whole blocks", [&](auto& b) { set64(b, InfoField(b, q4k, 2, 0), 128); },
        "its rows of 128 are not whole Q4_K blocks of 256"},
       {"dims", [&](auto& b) { set32(b, InfoField(b, q4k, 2, 0) - 4, 9); }, "has 9 dimensions"},
+      {"row bytes overflow",  // 2^62 F32 values: the elements fit in int64, their bytes do not
+       [&](auto& b) {
+         const size_t dims = InfoField(b, "token_embd.weight", 2, 0);
+         set64(b, dims, uint64_t{1} << 62);
+         set64(b, dims + 8, 1);
+       },
+       "tensor 'token_embd.weight': its size overflows"},
       {"size overflow", [&](auto& b) { set64(b, InfoField(b, q4k, 2, 0) + 8, uint64_t{1} << 62); },
        "its size overflows"},
   };

@@ -171,17 +171,19 @@ Status SizeTensor(const Cursor& c, TensorInfo* t) {
   if (t->dims[0] % type->block_size != 0)
     return c.Error(what + ": its rows of " + std::to_string(t->dims[0]) + " are not whole " +
                    type->name + " blocks of " + std::to_string(type->block_size));
-  uint64_t elements = 1;
-  uint64_t bytes = t->dims[0] / type->block_size * type->type_size;
+  // Elements and bytes each within int64, as ggml requires.
   constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
-  for (size_t i = 0; i < t->dims.size(); ++i) {
-    const uint64_t d = t->dims[i];
+  uint64_t elements = 1;
+  for (const uint64_t d : t->dims) {
     if (d > kMax || (d != 0 && elements > kMax / d)) return c.Error(what + ": its size overflows");
     elements *= d;
-    if (i > 0) {
-      if (d != 0 && bytes > kMax / d) return c.Error(what + ": its size overflows");
-      bytes *= d;
-    }
+  }
+  const uint64_t row_blocks = t->dims[0] / type->block_size;
+  if (row_blocks > kMax / type->type_size) return c.Error(what + ": its size overflows");
+  uint64_t bytes = row_blocks * type->type_size;
+  for (size_t i = 1; i < t->dims.size(); ++i) {
+    if (t->dims[i] != 0 && bytes > kMax / t->dims[i]) return c.Error(what + ": its size overflows");
+    bytes *= t->dims[i];
   }
   t->bytes = bytes;
   return Status::Ok();
