@@ -19,7 +19,7 @@ build=${WASTE_FUZZ_BUILD_DIR:-build-fuzz}
 # (tests/fuzz/http/ci-stall-once, replayed by the suite). Run it by name
 # (WASTE_FUZZ_TARGETS=http) until that stall is understood.
 all=(manifest record slot_cache rpc safetensors tokenizer_json tokenizer_model chat openai reply grammar
-     session uses settings trace)
+     session uses settings trace gguf)
 read -r -a targets <<<"${WASTE_FUZZ_TARGETS:-${all[*]}}"
 jobs=${WASTE_FUZZ_JOBS:-$(nproc)}
 # -O1: a fuzzer needs no more, and the session target builds the whole

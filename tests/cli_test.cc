@@ -428,6 +428,35 @@ TEST_F(Cli, DiskbenchReadsRecordsAtEachDepth) {
   EXPECT_EQ(Exec("waste-diskbench /nonexistent").code, 1);
 }
 
+// A GGUF file (tests/fixtures/gguf/tiny.gguf, written by the gguf package):
+// described by waste info, refused by name by the commands that run a model.
+TEST_F(Cli, InfoDescribesAGgufAndTheOthersRefuseIt) {
+  const std::string gguf = std::string(WASTE_FIXTURES) + "/gguf/tiny.gguf";
+  Outcome r = Exec("waste info " + gguf);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "model       tiny-moe (qwen3moe)")) << r.out;
+  EXPECT_TRUE(Has(r.out, "experts     8 per layer, top-2")) << r.out;
+  EXPECT_TRUE(Has(r.out, "Q4_K      12.4%  288 B in 1 tensors")) << r.out;
+  EXPECT_TRUE(Has(r.out, "running     not supported yet")) << r.out;
+  r = Exec("waste info --json " + gguf);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["context_length"], 4096);
+  EXPECT_EQ(j["tokenizer"]["model"], "gpt2");
+  EXPECT_EQ(j["types"].size(), 6u);
+  EXPECT_EQ(j["runs"], false);
+  for (const std::string& cmd : {"waste run " + gguf + " hi", "waste plan " + gguf,
+                                "wasted --check " + gguf}) {
+    r = Exec(cmd);
+    EXPECT_NE(r.code, 0) << cmd;
+    EXPECT_TRUE(Has(r.out, "a GGUF file: `waste info` reads it, but running a GGUF is not "
+                           "supported yet")) << cmd << "\n" << r.out;
+  }
+  r = Exec("waste info " + std::string(WASTE_FIXTURES) + "/../fuzz/gguf/seed-unknown-type");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "tensor 'blk.0.ffn_gate_exps.weight': unknown ggml type 77")) << r.out;
+}
+
 TEST_F(Cli, BadInputGetsAClearError) {
   Outcome r = Exec("waste info /nonexistent-container");
   EXPECT_EQ(r.code, 1);

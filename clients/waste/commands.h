@@ -1,6 +1,8 @@
 // The subcommands of `waste`, each registered on the CLI11 app and run by main.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace waste::cli {
@@ -14,8 +16,11 @@ void AddEval(CLI::App& app, int* exit_code);
 void AddTokenize(CLI::App& app, int* exit_code);  // tokenize and detokenize
 void AddBench(CLI::App& app, int* exit_code);
 void AddChat(CLI::App& app, int* exit_code);
-void AddReplay(CLI::App& app, int* exit_code);  // a routing trace against wasted's cache
+void AddReplay(CLI::App& app, int* exit_code);   // a routing trace against wasted's cache
 void AddConvert(CLI::App& app, int* exit_code);  // convert (a Hugging Face checkpoint) and verify
 void AddServe(CLI::App& app, int* exit_code);    // the OpenAI-compatible HTTP server
+
+// waste info on a GGUF file (gguf_info.cc); the exit code.
+int RunGgufInfo(const std::string& path, bool as_json);
 
 }  // namespace waste::cli

@@ -8,6 +8,7 @@
 
 #include "clients/waste/commands.h"
 #include "engine/format/container.h"
+#include "engine/gguf/gguf.h"
 #include "engine/plan/plan.h"
 #include "shm/segment.h"
 #include "shm/table.h"
@@ -141,6 +142,7 @@ json InfoJson(const Container& ct) {
 }
 
 int RunInfo(const std::string& dir, bool as_json) {
+  if (gguf::IsGgufFile(dir)) return RunGgufInfo(dir, as_json);
   auto ct = OpenOrReport(dir);
   if (!ct.ok()) return 1;
   const json j = InfoJson(*ct);
@@ -356,8 +358,9 @@ void AddInfo(CLI::App& app, int* exit_code) {
   };
   auto o = std::make_shared<Options>();  // owned by the callback, bound by the options
   auto* cmd = app.add_subcommand(
-      "info", "Describe a container: architecture, layers, experts, formats, sizes");
-  cmd->add_option("CONTAINER", o->dir, "Container directory")->required();
+      "info",
+      "Describe a container or a GGUF file: architecture, layers, experts, formats, sizes");
+  cmd->add_option("CONTAINER", o->dir, "Container directory, or a GGUF file")->required();
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, exit_code] { *exit_code = RunInfo(o->dir, o->json); });
 }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "engine/format/encoding.h"
+#include "engine/gguf/gguf.h"
 
 namespace waste {
 namespace {
@@ -141,6 +142,10 @@ Result<Container> Container::Open(const std::string& dir) {
   Container c;
   c.dir_ = dir;
   auto text = ReadSmallFile(dir + "/manifest.json", kMaxManifestBytes);
+  if (!text.ok() && gguf::IsGgufFile(dir))
+    return Status::Error(
+        "a GGUF file: `waste info` reads it, but running a GGUF is not "
+        "supported yet (a container is needed; issue 44)");
   if (!text.ok()) return text.status();
   auto m = Manifest::Parse(*text);
   if (!m.ok()) return m.status();

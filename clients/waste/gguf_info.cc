@@ -1,0 +1,99 @@
+// waste info on a GGUF file: what it holds, from its metadata and tensor
+// infos (engine/gguf), and that waste does not run it yet.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/size_text.h"
+#include "clients/waste/commands.h"
+#include "engine/gguf/gguf.h"
+#include "engine/kernels/gguf_dequant.h"
+
+namespace waste::cli {
+
+int RunGgufInfo(const std::string& path, bool as_json) {
+  auto g = gguf::Gguf::Open(path);
+  if (!g.ok()) {
+    std::fprintf(stderr, "waste: %s\n", g.status().message().c_str());
+    return 1;
+  }
+  nlohmann::json j;
+  j["format"] = "gguf";
+  j["files"] = g->files.size();
+  j["version"] = g->files.front().version;
+  uint64_t file_bytes = 0, tensor_bytes = 0;
+  for (const gguf::GgufFile& f : g->files) file_bytes += f.file_size;
+  std::map<uint32_t, uint64_t> bytes_by_type;
+  std::map<uint32_t, int> tensors_by_type;
+  for (const gguf::TensorInfo& t : g->tensors) {
+    bytes_by_type[t.type] += t.bytes;
+    ++tensors_by_type[t.type];
+    tensor_bytes += t.bytes;
+  }
+  j["bytes"] = file_bytes;
+  j["tensors"] = g->tensors.size();
+  auto text = [&](const std::string& key) -> std::string {
+    const gguf::Value* v = g->Find(key);
+    return v && v->type == gguf::ValueType::kString ? v->text : "";
+  };
+  auto number = [&](const std::string& key) -> nlohmann::json {
+    const gguf::Value* v = g->Find(key);
+    const auto n = v && !v->is_array() ? v->Int() : std::nullopt;
+    return n ? nlohmann::json(*n) : nlohmann::json();
+  };
+  const std::string arch = text("general.architecture");
+  j["architecture"] = arch;
+  j["name"] = text("general.name");
+  for (const char* k : {"context_length", "block_count", "embedding_length", "expert_count",
+                        "expert_used_count", "expert_shared_count"})
+    j[k] = number(arch + "." + k);
+  j["tokenizer"] = {{"model", text("tokenizer.ggml.model")}, {"pre", text("tokenizer.ggml.pre")}};
+  if (const gguf::Value* tokens = g->Find("tokenizer.ggml.tokens"))
+    j["tokenizer"]["tokens"] = tokens->count;
+  j["tokenizer"]["chat_template"] = g->Find("tokenizer.chat_template") != nullptr;
+  std::vector<std::pair<uint32_t, uint64_t>> types(bytes_by_type.begin(), bytes_by_type.end());
+  std::sort(types.begin(), types.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  for (const auto& [type, bytes] : types)
+    j["types"].push_back({{"type", gguf::TypeName(type)},
+                          {"dequantized", kernels::GgufDequantizes(type)},
+                          {"tensors", tensors_by_type[type]},
+                          {"bytes", bytes},
+                          {"share", tensor_bytes ? double(bytes) / double(tensor_bytes) : 0.0}});
+  j["runs"] = false;
+  if (as_json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  auto or_dash = [](const nlohmann::json& v) { return v.is_null() ? std::string("-") : v.dump(); };
+  std::printf("gguf        %s (%s, %zu file%s, GGUF v%u)\n", path.c_str(),
+              FormatSize(file_bytes).c_str(), g->files.size(), g->files.size() == 1 ? "" : "s",
+              g->files.front().version);
+  std::printf("model       %s (%s)\n", j["name"].get<std::string>().c_str(),
+              arch.empty() ? "no general.architecture" : arch.c_str());
+  std::printf("layers      %s, hidden %s, context %s\n", or_dash(j["block_count"]).c_str(),
+              or_dash(j["embedding_length"]).c_str(), or_dash(j["context_length"]).c_str());
+  if (!j["expert_count"].is_null())
+    std::printf("experts     %s per layer, top-%s, %s shared\n", or_dash(j["expert_count"]).c_str(),
+                or_dash(j["expert_used_count"]).c_str(), or_dash(j["expert_shared_count"]).c_str());
+  const nlohmann::json& tok = j["tokenizer"];
+  std::printf("tokenizer   %s (pre %s), %s tokens, %s\n", tok["model"].get<std::string>().c_str(),
+              tok["pre"].get<std::string>().empty() ? "-" : tok["pre"].get<std::string>().c_str(),
+              tok.contains("tokens") ? tok["tokens"].dump().c_str() : "no",
+              tok["chat_template"].get<bool>() ? "a chat template" : "no chat template");
+  std::printf("tensors     %zu, %s\n", g->tensors.size(), FormatSize(tensor_bytes).c_str());
+  for (const auto& [type, bytes] : types)
+    std::printf("  %-8s %5.1f%%  %s in %d tensors%s\n", gguf::TypeName(type).c_str(),
+                tensor_bytes ? 100.0 * double(bytes) / double(tensor_bytes) : 0.0,
+                FormatSize(bytes).c_str(), tensors_by_type[type],
+                kernels::GgufDequantizes(type) ? "" : " (not dequantized by waste yet)");
+  std::printf(
+      "running     not supported yet: waste reads and checks GGUF files, but run, chat, "
+      "serve, eval, bench, plan and wasted need a container (issue 44)\n");
+  return 0;
+}
+
+}  // namespace waste::cli

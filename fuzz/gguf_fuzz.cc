@@ -1,0 +1,29 @@
+// Fuzz target: the GGUF reader (engine/gguf/gguf.h) and the scalar
+// dequantization (engine/kernels/gguf_dequant.h): the input is one GGUF
+// file. Any bytes must give tensors that Open promised are inside the file
+// in whole blocks of a known type, or an error; every tensor of a type
+// read is then dequantized (up to 1 MiB of it).
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "engine/gguf/gguf.h"
+#include "engine/kernels/gguf_dequant.h"
+#include "fuzz/scratch.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace waste;
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  const std::string path = fuzz::WriteScratch("model.gguf", bytes);
+  auto g = gguf::Gguf::Open(path);
+  if (!g.ok()) return 0;
+  for (const gguf::TensorInfo& t : g->tensors) {
+    const gguf::TypeInfo* type = gguf::FindType(t.type);
+    if (!type || t.offset + t.bytes > size || t.dims[0] % type->block_size != 0)
+      __builtin_trap();  // Open promised these
+    if (t.bytes > (1u << 20) || !kernels::GgufDequantizes(t.type)) continue;
+    auto values = kernels::GgufDequantizeTensor(*g, t);
+    if (!values.ok() || values->size() != t.elements()) __builtin_trap();
+  }
+  return 0;
+}
