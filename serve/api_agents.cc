@@ -85,7 +85,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.r = r;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
-           q.sampling, *max_tokens, nullptr, r);
+           q.sampling, *max_tokens, {}, r);
 }
 
 void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r) {
@@ -107,7 +107,7 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.end_of_turn = end_of_turn_;
   parts.r = r;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
-           std::move(prompt), q.sampling, *max_tokens, nullptr, r);
+           std::move(prompt), q.sampling, *max_tokens, {}, r);
 }
 
 }  // namespace waste::serve

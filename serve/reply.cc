@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/utf8.h"
+#include "serve/tool_constraint.h"
 
 namespace waste::serve {
 namespace {
@@ -35,7 +36,6 @@ constexpr std::string_view kDsCallEnd =
     "call\xE2\x96\x81"
     "end\xEF\xBD\x9C>";
 constexpr std::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
-constexpr std::string_view kKimiArgsBegin = "<|tool_call_argument_begin|>";
 
 bool IsFamily(const ChatFormat& chat, std::initializer_list<const char*> names) {
   return std::any_of(names.begin(), names.end(), [&](const char* n) { return chat.family == n; });
@@ -56,8 +56,8 @@ std::vector<std::vector<Rule>> Syntax(const ChatFormat& chat, std::vector<std::s
     at(Mode::kReasoning).push_back({"</think>", Mode::kText});
   }
   if (IsFamily(chat, {kFamilyQwen3, kFamilyGlm45})) {
-    at(Mode::kText).push_back({"<tool_call>", Mode::kCall, Act::kCallBegin});
-    at(Mode::kCall).push_back({"</tool_call>", Mode::kText, Act::kCallEnd});
+    at(Mode::kText).push_back({std::string(kQwenCallOpen), Mode::kCall, Act::kCallBegin});
+    at(Mode::kCall).push_back({std::string(kQwenCallClose), Mode::kText, Act::kCallEnd});
     *inner = {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
   } else if (IsFamily(chat, {kFamilyDeepseekV3, kFamilyDeepseekV31})) {
     at(Mode::kText).push_back({std::string(kDsCallsBegin), Mode::kSection});
@@ -67,10 +67,10 @@ std::vector<std::vector<Rule>> Syntax(const ChatFormat& chat, std::vector<std::s
     at(Mode::kCall).push_back({std::string(kDsCallEnd), Mode::kSection, Act::kCallEnd});
     *inner = {std::string(kDsSep)};
   } else if (IsFamily(chat, {kFamilyKimiK2})) {
-    at(Mode::kText).push_back({"<|tool_calls_section_begin|>", Mode::kSection});
-    at(Mode::kSection).push_back({"<|tool_call_begin|>", Mode::kCall, Act::kCallBegin});
-    at(Mode::kSection).push_back({"<|tool_calls_section_end|>", Mode::kText});
-    at(Mode::kCall).push_back({"<|tool_call_end|>", Mode::kSection, Act::kCallEnd});
+    at(Mode::kText).push_back({std::string(kKimiSectionBegin), Mode::kSection});
+    at(Mode::kSection).push_back({std::string(kKimiCallBegin), Mode::kCall, Act::kCallBegin});
+    at(Mode::kSection).push_back({std::string(kKimiSectionEnd), Mode::kText});
+    at(Mode::kCall).push_back({std::string(kKimiCallEnd), Mode::kSection, Act::kCallEnd});
     *inner = {std::string(kKimiArgsBegin)};
   } else if (IsFamily(chat, {kFamilyHarmony})) {
     at(Mode::kHeader).push_back({"<|message|>", Mode::kText, Act::kHeaderEnd});
