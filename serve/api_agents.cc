@@ -33,16 +33,23 @@ std::string ApiServer::NewId(const char* prefix) {
 std::optional<ApiError> ApiServer::Admit(const std::string& model,
                                          std::span<const ChatMessage> messages,
                                          std::span<const ChatTool> tools,
+                                         const ToolChoiceSpec& choice,
                                          std::optional<int64_t>* max_tokens,
-                                         std::vector<int32_t>* prompt) const {
+                                         std::vector<int32_t>* prompt,
+                                         std::shared_ptr<const ToolCallPlan>* plan) const {
   if (!model.empty() && model != o_.model_name) return UnknownModel(model);
   if (!chat_)
     return BadRequest("this model's container has no chat format (chat.json); use /v1/completions");
-  // As on /v1/chat/completions (RefuseToolCalling): not until a call's
-  // arguments are held to its schema.
-  if (!tools.empty())
-    return BadRequest("'tools': tool calling is not supported by waste serve yet.", "tools",
-                      "unsupported_value");
+  if (!tools.empty()) {  // as on /v1/chat/completions
+    auto p = ToolCallPlan::Make(chat_->family, tools, choice.mode, choice.function, choice.parallel,
+                                ThinkingOpen(*chat_, chat_->open));
+    if (!p.ok()) {
+      const std::string& why = p.status().message();
+      return BadRequest(why, why.starts_with("tool_choice") ? "tool_choice" : "tools",
+                        "unsupported_value");
+    }
+    *plan = *p;
+  }
   ChatRenderOptions options;
   options.tools = tools;
   auto ids = RenderChat(*chat_, tok_, messages, options);
@@ -71,7 +78,16 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   // count_tokens asks for no reply: only the prompt needs to fit.
   std::optional<int64_t> max_tokens =
       count_tokens ? std::optional<int64_t>(1) : q.sampling.max_tokens;
-  if (auto e = Admit(q.model, q.messages, q.tools, &max_tokens, &prompt)) return refuse(*e);
+  using AnthropicMode = AnthropicToolChoice::Mode;
+  const AnthropicMode m = q.tool_choice.mode;
+  const ToolChoiceSpec choice{m == AnthropicMode::kNone   ? ToolChoiceMode::kNone
+                              : m == AnthropicMode::kAny  ? ToolChoiceMode::kRequired
+                              : m == AnthropicMode::kTool ? ToolChoiceMode::kFunction
+                                                          : ToolChoiceMode::kAuto,
+                              q.tool_choice.name, !q.tool_choice.disable_parallel_tool_use};
+  std::shared_ptr<const ToolCallPlan> plan;
+  if (auto e = Admit(q.model, q.messages, q.tools, choice, &max_tokens, &prompt, &plan))
+    return refuse(*e);
   if (count_tokens) {
     r->Send(200, "application/json", nlohmann::json{{"input_tokens", prompt.size()}}.dump());
     return;
@@ -85,7 +101,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.r = r;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
-           q.sampling, *max_tokens, {}, r);
+           q.sampling, *max_tokens, Constrain(nullptr, plan), r);
 }
 
 void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r) {
@@ -94,7 +110,9 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   if (auto e = ParseResponsesRequest(req.body, &q)) return refuse(*e);
   std::vector<int32_t> prompt;
   std::optional<int64_t> max_tokens = q.sampling.max_tokens;
-  if (auto e = Admit(q.model, q.messages, q.tools, &max_tokens, &prompt)) return refuse(*e);
+  std::shared_ptr<const ToolCallPlan> plan;
+  if (auto e = Admit(q.model, q.messages, q.tools, q.tool_choice, &max_tokens, &prompt, &plan))
+    return refuse(*e);
   OpenAiAnswerParts parts;
   parts.tok = &tok_;
   parts.head = {NewId("resp_"),
@@ -107,7 +125,7 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.end_of_turn = end_of_turn_;
   parts.r = r;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
-           std::move(prompt), q.sampling, *max_tokens, {}, r);
+           std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan), r);
 }
 
 }  // namespace waste::serve

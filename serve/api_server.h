@@ -93,10 +93,12 @@ class ApiServer {
   void Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r);
   // `messages` rendered with `tools` into `prompt`, after checking the model
   // (`model` empty or the one served) and that the prompt and `*max_tokens`
-  // (none: to the context) fit the context; `*max_tokens` then set.
+  // (none: to the context) fit the context; `*max_tokens` then set. With
+  // tools, `*plan` holds the reply's calls to them (`choice`).
   std::optional<ApiError> Admit(const std::string& model, std::span<const ChatMessage> messages,
-                                std::span<const ChatTool> tools, std::optional<int64_t>* max_tokens,
-                                std::vector<int32_t>* prompt) const;
+                                std::span<const ChatTool> tools, const ToolChoiceSpec& choice,
+                                std::optional<int64_t>* max_tokens, std::vector<int32_t>* prompt,
+                                std::shared_ptr<const ToolCallPlan>* plan) const;
   // A fresh id: `prefix` then the time and a count.
   std::string NewId(const char* prefix);
   void Refuse(const std::shared_ptr<http::Responder>& r, int status, const std::string& json_body,

@@ -30,6 +30,7 @@
 #include "engine/tokenizer/chat.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
+#include "serve/tool_constraint.h"
 
 namespace waste::serve {
 
@@ -37,6 +38,7 @@ struct ResponsesRequest {
   std::string model;
   std::vector<ChatMessage> messages;  // the instructions first when given
   std::vector<ChatTool> tools;
+  ToolChoiceSpec tool_choice;  // tool_choice, parallel_tool_calls
   // max_output_tokens (max_tokens), temperature [0, 2], top_p, stream.
   Sampling sampling;
   // What the response object repeats of the request: instructions, tools,

@@ -53,6 +53,14 @@ inline constexpr std::string_view kKimiArgsBegin = "<|tool_call_argument_begin|>
 
 enum class ToolChoiceMode { kNone, kAuto, kRequired, kFunction };
 
+// A request's tool_choice, API-neutral (Anthropic's any is kRequired, its
+// tool kFunction, disable_parallel_tool_use parallel false).
+struct ToolChoiceSpec {
+  ToolChoiceMode mode = ToolChoiceMode::kAuto;
+  std::string function;  // kFunction: the tool's name
+  bool parallel = true;
+};
+
 // What one request's generations share: the markup, the tools' compiled
 // schemas, the choice. Immutable.
 struct ToolCallPlan {

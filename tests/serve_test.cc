@@ -934,11 +934,14 @@ TEST_F(ServeTest, AnthropicsRoutesAnswerErrorsInAnthropicsShape) {
   image["messages"][0]["content"] = json::array({{{"type", "image"}, {"source", json::object()}}});
   EXPECT_NE(expect(Post("/v1/messages", image.dump()), 400, "invalid_request_error").find("image"),
             std::string::npos);
-  // Tools reach the renderer, which names what it does not render yet.
+  // Tools are served; a schema keyword the constraint cannot hold is refused by name.
   json tools = Message("x", 4);
   tools["tools"] = json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}});
-  EXPECT_NE(expect(Post("/v1/messages", tools.dump()), 400, "invalid_request_error").find("tools"),
-            std::string::npos);
+  EXPECT_EQ(Call(Post("/v1/messages", tools.dump())).status, 200);
+  tools["tools"][0]["input_schema"]["properties"]["a"] = {{"type", "string"}, {"pattern", "x"}};
+  const std::string why = expect(Post("/v1/messages", tools.dump()), 400, "invalid_request_error");
+  EXPECT_NE(why.find("tools[0].parameters"), std::string::npos) << why;
+  EXPECT_NE(why.find("pattern"), std::string::npos) << why;
   json unknown = Message("x", 4);
   unknown["model"] = "claude-9";
   expect(Post("/v1/messages", unknown.dump()), 404, "not_found_error");
