@@ -98,6 +98,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.sampling = q.sampling;
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
+  parts.calls_constrained = plan != nullptr;
   parts.r = r;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
@@ -123,6 +124,7 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.sampling = q.sampling;
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
+  parts.calls_constrained = plan != nullptr;
   parts.r = r;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
            std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan), r);

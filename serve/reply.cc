@@ -248,6 +248,7 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
     : tok_(tok),
       chat_(chat),
       end_(std::move(o.end_of_turn)),
+      calls_constrained_(o.calls_constrained && IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2})),
       stop_text_(o.stops),
       stop_reasoning_(std::move(o.stops)) {
   std::vector<std::string> inner;
@@ -342,6 +343,7 @@ void ReplyParser::ToSink(std::string_view s) {
       return Show(ReplyEvent::Kind::kReasoning, s);
     case Mode::kCall:
       call_.append(s);
+      if (calls_constrained_) StreamCall();
       return;
     case Mode::kHeader:
       header_.append(s);
@@ -389,9 +391,52 @@ void ReplyParser::Marker(const Rule& r) {
   }
 }
 
+void ReplyParser::StreamCall() {
+  const bool qwen = chat_.family == kFamilyQwen3;
+  if (args_at_ == 0) {
+    // The head as ToolCallPlan::Head writes it: its name, then the arguments.
+    const std::string_view body = std::string_view(call_).substr(call_begin_);
+    const std::string_view open = qwen ? std::string_view("\"arguments\": ") : kKimiArgsBegin;
+    const size_t at = body.find(open);
+    if (at == std::string_view::npos) return;
+    const std::string head(body.substr(0, at + open.size()));
+    const auto call = qwen ? QwenCall(head + "{}}") : KimiCall(head + "{}");
+    if (!call) return;  // not the constraint's head: held to its end and checked
+    out_.push_back({ReplyEvent::Kind::kToolCallStart, "", calls_, call->name, NewToolCallId()});
+    args_at_ = call_begin_ + head.size();
+  }
+  // White space before the arguments is dropped; a tail that may be white
+  // space after them (and qwen3's closing brace of the call) is held.
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  if (!args_sent_)
+    while (args_at_ < call_.size() && space(call_[args_at_])) ++args_at_;
+  size_t end = call_.size();
+  while (end > args_at_ && (space(call_[end - 1]) || (qwen && call_[end - 1] == '}'))) --end;
+  if (end > args_at_) {
+    out_.push_back(
+        {ReplyEvent::Kind::kToolCallArgs, call_.substr(args_at_, end - args_at_), calls_, "", ""});
+    args_at_ = end;
+    args_sent_ = true;
+  }
+}
+
 // A call's end (`end`: its end marker; empty: the reply ended inside it):
 // its events when it is well formed, else its markup as text.
 void ReplyParser::EndCall(std::string_view end) {
+  if (args_at_ > 0) {  // streamed: what was held, less qwen3's closing brace of the call
+    const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+    std::string_view rest = std::string_view(call_).substr(args_at_);
+    while (!rest.empty() && space(rest.back())) rest.remove_suffix(1);
+    if (chat_.family == kFamilyQwen3 && !end.empty() && rest.ends_with('}')) rest.remove_suffix(1);
+    while (!rest.empty() && space(rest.back())) rest.remove_suffix(1);
+    if (!rest.empty())
+      out_.push_back({ReplyEvent::Kind::kToolCallArgs, std::string(rest), calls_, "", ""});
+    out_.push_back({ReplyEvent::Kind::kToolCallEnd, "", calls_++, "", ""});
+    args_at_ = 0;
+    args_sent_ = false;
+    call_.clear();
+    return;
+  }
   std::optional<Call> call;
   if (!end.empty())
     call = ParseCall(chat_, std::string_view(call_).substr(call_begin_), call_name_);

@@ -580,10 +580,29 @@ std::shared_ptr<const ToolCallPlan> Plan(std::string_view family, ToolChoiceMode
   return *p;
 }
 
+// The same reply read with calls_constrained: the same calls, their
+// arguments streamed in pieces (as many as came apart) that join to the
+// same JSON.
+void ExpectStreamedEqualsWhole(const Case& c, const std::vector<int32_t>& ids) {
+  const Shown whole = Gather(Feed(c, ids));
+  Case streamed = c;
+  streamed.options.calls_constrained = true;
+  const Run run = Feed(streamed, ids);
+  const Shown s = Gather(run);
+  EXPECT_EQ(s.text, whole.text);
+  EXPECT_EQ(s.reasoning, whole.reasoning);
+  EXPECT_EQ(s.calls, whole.calls) << c.tok->Decode(ids);
+  const auto pieces = std::count_if(run.events.begin(), run.events.end(), [](const ReplyEvent& e) {
+    return e.kind == Kind::kToolCallArgs;
+  });
+  EXPECT_GT(pieces, static_cast<long>(s.calls.size())) << "arguments in one piece";
+}
+
 TEST(ToolCallConstraint, Qwen3RequiredWritesValidCalls) {
   const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
   for (uint32_t seed = 1; seed <= 4; ++seed) {
     const Generated g = Generate(c, Plan(kFamilyQwen3, ToolChoiceMode::kRequired), seed);
+    ExpectStreamedEqualsWhole(c, g.ids);
     const Shown s = Gather(Feed(c, g.ids));
     ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
     EXPECT_EQ(s.text, "");
@@ -638,6 +657,7 @@ TEST(ToolCallConstraint, ThinkingOpenThinksFirst) {
   const Case c = Make("qwen3", ChatFormat::Qwen3(true), true);
   const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired, "", true, /*thinking_open=*/true);
   const Generated g = Generate(c, plan, 3, c.tok->EncodeMarkup("Weather, then.\n</think>"));
+  ExpectStreamedEqualsWhole(c, g.ids);
   const Shown s = Gather(Feed(c, g.ids));
   EXPECT_EQ(s.reasoning, "Weather, then.");
   ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
@@ -650,6 +670,7 @@ TEST(ToolCallConstraint, KimiRequiredCallsCloseTheSection) {
     const Generated g =
         Generate(c, Plan(kFamilyKimiK2, ToolChoiceMode::kRequired), seed, {}, {}, 2000);
     const std::string text = c.tok->Decode(g.ids);
+    ExpectStreamedEqualsWhole(c, g.ids);
     EXPECT_TRUE(g.finished) << text;
     EXPECT_TRUE(text.ends_with("<|tool_calls_section_end|>")) << text;
     const Shown s = Gather(Feed(c, g.ids));
