@@ -18,25 +18,6 @@ using Rule = ReplyParser::Rule;
 using ojson = nlohmann::ordered_json;
 constexpr size_t kModes = static_cast<size_t>(Mode::kHidden) + 1;
 
-// DeepSeek's markers (fullwidth bars, U+2581 for spaces).
-constexpr std::string_view kDsCallsBegin =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "calls\xE2\x96\x81"
-    "begin\xEF\xBD\x9C>";
-constexpr std::string_view kDsCallsEnd =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "calls\xE2\x96\x81"
-    "end\xEF\xBD\x9C>";
-constexpr std::string_view kDsCallBegin =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "call\xE2\x96\x81"
-    "begin\xEF\xBD\x9C>";
-constexpr std::string_view kDsCallEnd =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "call\xE2\x96\x81"
-    "end\xEF\xBD\x9C>";
-constexpr std::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
-
 bool IsFamily(const ChatFormat& chat, std::initializer_list<const char*> names) {
   return std::any_of(names.begin(), names.end(), [&](const char* n) { return chat.family == n; });
 }
@@ -225,6 +206,30 @@ bool EndsWith(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
+// A constrained call's markup around its arguments (ToolCallPlan::Head and
+// Tail): what the head ends with, the call its head makes with "{}" for
+// arguments, and what comes between the arguments and the end marker.
+struct StreamedSyntax {
+  std::string_view args_open;
+  std::optional<Call> (*call)(std::string_view head);
+  std::string_view close;  // before the end marker, after white space
+};
+StreamedSyntax Streamed(const ChatFormat& chat) {
+  if (chat.family == kFamilyQwen3)
+    return {"\"arguments\": ", [](std::string_view h) { return QwenCall(std::string(h) + "{}}"); },
+            "}"};
+  if (chat.family == kFamilyDeepseekV3)
+    return {"```json\n",
+            [](std::string_view h) { return DeepseekV3Call(std::string(h) + "{}\n```"); }, "```"};
+  if (chat.family == kFamilyDeepseekV31)
+    return {kDsSep, [](std::string_view h) { return DeepseekV31Call(std::string(h) + "{}"); }, ""};
+  return {kKimiArgsBegin, [](std::string_view h) { return KimiCall(std::string(h) + "{}"); }, ""};
+}
+
+bool Space(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
 }  // namespace
 
 bool ThinkingOpen(const ChatFormat& chat, std::string_view open) {
@@ -248,7 +253,9 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
     : tok_(tok),
       chat_(chat),
       end_(std::move(o.end_of_turn)),
-      calls_constrained_(o.calls_constrained && IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2})),
+      calls_constrained_(
+          o.calls_constrained &&
+          IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31})),
       stop_text_(o.stops),
       stop_reasoning_(std::move(o.stops)) {
   std::vector<std::string> inner;
@@ -392,26 +399,26 @@ void ReplyParser::Marker(const Rule& r) {
 }
 
 void ReplyParser::StreamCall() {
-  const bool qwen = chat_.family == kFamilyQwen3;
+  const StreamedSyntax syntax = Streamed(chat_);
   if (args_at_ == 0) {
     // The head as ToolCallPlan::Head writes it: its name, then the arguments.
     const std::string_view body = std::string_view(call_).substr(call_begin_);
-    const std::string_view open = qwen ? std::string_view("\"arguments\": ") : kKimiArgsBegin;
-    const size_t at = body.find(open);
+    const size_t at = body.find(syntax.args_open);
     if (at == std::string_view::npos) return;
-    const std::string head(body.substr(0, at + open.size()));
-    const auto call = qwen ? QwenCall(head + "{}}") : KimiCall(head + "{}");
+    const std::string_view head = body.substr(0, at + syntax.args_open.size());
+    const auto call = syntax.call(head);
     if (!call) return;  // not the constraint's head: held to its end and checked
     out_.push_back({ReplyEvent::Kind::kToolCallStart, "", calls_, call->name, NewToolCallId()});
     args_at_ = call_begin_ + head.size();
   }
   // White space before the arguments is dropped; a tail that may be white
-  // space after them (and qwen3's closing brace of the call) is held.
-  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  // space after them, or the markup before the end marker, is held.
   if (!args_sent_)
-    while (args_at_ < call_.size() && space(call_[args_at_])) ++args_at_;
+    while (args_at_ < call_.size() && Space(call_[args_at_])) ++args_at_;
   size_t end = call_.size();
-  while (end > args_at_ && (space(call_[end - 1]) || (qwen && call_[end - 1] == '}'))) --end;
+  while (end > args_at_ &&
+         (Space(call_[end - 1]) || (!syntax.close.empty() && call_[end - 1] == syntax.close[0])))
+    --end;
   if (end > args_at_) {
     out_.push_back(
         {ReplyEvent::Kind::kToolCallArgs, call_.substr(args_at_, end - args_at_), calls_, "", ""});
@@ -423,12 +430,12 @@ void ReplyParser::StreamCall() {
 // A call's end (`end`: its end marker; empty: the reply ended inside it):
 // its events when it is well formed, else its markup as text.
 void ReplyParser::EndCall(std::string_view end) {
-  if (args_at_ > 0) {  // streamed: what was held, less qwen3's closing brace of the call
-    const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  if (args_at_ > 0) {  // streamed: what was held, less the markup before the end marker
+    const std::string_view close = Streamed(chat_).close;
     std::string_view rest = std::string_view(call_).substr(args_at_);
-    while (!rest.empty() && space(rest.back())) rest.remove_suffix(1);
-    if (chat_.family == kFamilyQwen3 && !end.empty() && rest.ends_with('}')) rest.remove_suffix(1);
-    while (!rest.empty() && space(rest.back())) rest.remove_suffix(1);
+    while (!rest.empty() && Space(rest.back())) rest.remove_suffix(1);
+    if (!end.empty() && rest.ends_with(close)) rest.remove_suffix(close.size());
+    while (!rest.empty() && Space(rest.back())) rest.remove_suffix(1);
     if (!rest.empty())
       out_.push_back({ReplyEvent::Kind::kToolCallArgs, std::string(rest), calls_, "", ""});
     out_.push_back({ReplyEvent::Kind::kToolCallEnd, "", calls_++, "", ""});

@@ -13,6 +13,9 @@ namespace {
 bool IsQwen(std::string_view family) {
   return family == kFamilyQwen3;
 }
+bool IsDeepseek(std::string_view family) {
+  return family == kFamilyDeepseekV3 || family == kFamilyDeepseekV31;
+}
 
 }  // namespace
 
@@ -21,10 +24,10 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(std::string_view 
                                                                ToolChoiceMode mode,
                                                                std::string_view function,
                                                                bool parallel, bool thinking_open) {
-  if (family != kFamilyQwen3 && family != kFamilyKimiK2)
+  if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family))
     return Status::Error(
         "tools: tool calling is not supported yet for the '" + std::string(family) +
-        "' chat format (calls are constrained for qwen3 and kimi-k2" +
+        "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 and -v3.1" +
         (family == kFamilyGlm45 ? "; glm-4.5's arguments are key/value markup, not JSON" : "") +
         ")");
   auto plan = std::make_shared<ToolCallPlan>();
@@ -58,21 +61,34 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
   if (IsQwen(family))
     return std::string(kQwenCallOpen) + "\n{\"name\": " + nlohmann::json(names[tool]).dump() +
            ", \"arguments\": ";
+  if (IsDeepseek(family)) {
+    const std::string calls = index == 0 ? std::string(kDsCallsBegin) : std::string();
+    if (family == kFamilyDeepseekV31)
+      return calls + std::string(kDsCallBegin) + names[tool] + std::string(kDsSep);
+    return calls + std::string(kDsCallBegin) + "function" + std::string(kDsSep) + names[tool] +
+           "\n```json\n";
+  }
   return (index == 0 ? std::string(kKimiSectionBegin) : std::string()) +
          std::string(kKimiCallBegin) + "functions." + names[tool] + ":" + std::to_string(index) +
          std::string(kKimiArgsBegin);
 }
 std::string ToolCallPlan::Tail() const {
-  return IsQwen(family) ? "}\n" + std::string(kQwenCallClose) : std::string(kKimiCallEnd);
+  if (IsQwen(family)) return "}\n" + std::string(kQwenCallClose);
+  if (family == kFamilyDeepseekV3) return "\n```" + std::string(kDsCallEnd);
+  if (family == kFamilyDeepseekV31) return std::string(kDsCallEnd);
+  return std::string(kKimiCallEnd);
 }
 std::string ToolCallPlan::Between() const {
   return IsQwen(family) ? "\n" : "";
 }
 std::string ToolCallPlan::End() const {
-  return IsQwen(family) ? "" : std::string(kKimiSectionEnd);
+  if (IsQwen(family)) return "";
+  return std::string(IsDeepseek(family) ? kDsCallsEnd : kKimiSectionEnd);
 }
-std::string_view ToolCallPlan::Open() const {
-  return IsQwen(family) ? kQwenCallOpen : kKimiSectionBegin;
+std::vector<std::string_view> ToolCallPlan::Opens() const {
+  if (IsQwen(family)) return {kQwenCallOpen};
+  if (IsDeepseek(family)) return {kDsCallsBegin, kDsCallBegin};
+  return {kKimiSectionBegin};
 }
 std::vector<std::string_view> ToolCallPlan::ThinkMarkers() const {
   return {"<think>", "</think>"};  // both families write think blocks
@@ -82,32 +98,39 @@ ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
                                        const Tokenizer& tok,
                                        std::shared_ptr<const grammar::VocabIndex> vocab)
     : plan_(std::move(plan)), tok_(tok), vocab_(std::move(vocab)) {
-  // A token completes the opening after some text only if it holds it, or
+  // A token completes an opening after some text only if it holds it, or
   // begins with a proper suffix of it.
-  const std::string_view open = plan_->Open();
+  const std::vector<std::string_view> opens = plan_->Opens();
   for (int32_t id = 0; id < vocab_->vocab(); ++id) {
     const std::string_view b = tok_.TokenBytes(id);
     if (b.empty()) continue;
-    bool may = b.find(open) != std::string_view::npos;
-    for (size_t k = 1; !may && k < open.size(); ++k) may = b.starts_with(open.substr(k));
+    bool may = false;
+    for (std::string_view open : opens) {
+      may = may || b.find(open) != std::string_view::npos;
+      for (size_t k = 1; !may && k < open.size(); ++k) may = b.starts_with(open.substr(k));
+    }
     if (may) open_candidates_.push_back(id);
   }
   if (plan_->thinking_open)
     phase_ = Phase::kThink;
   else
-    Start();
+    Start(false);
 }
 
-void ToolCallConstraint::Start() {
+void ToolCallConstraint::Start(bool after_think) {
   tail_.clear();
   if (plan_->mode == ToolChoiceMode::kNone || plan_->mode == ToolChoiceMode::kAuto) {
     phase_ = Phase::kFree;
     return;
   }
   std::vector<Alt> alts;
-  for (size_t k = 0; k < plan_->names.size(); ++k)
-    if (plan_->mode == ToolChoiceMode::kRequired || static_cast<int>(k) == plan_->function)
-      alts.push_back({plan_->Head(k, 0), Alt::Then::kArgs, k});
+  // The templates put a blank line between a think block and what follows.
+  const std::vector<std::string> gaps =
+      after_think ? std::vector<std::string>{"", "\n", "\n\n"} : std::vector<std::string>{""};
+  for (const std::string& gap : gaps)
+    for (size_t k = 0; k < plan_->names.size(); ++k)
+      if (plan_->mode == ToolChoiceMode::kRequired || static_cast<int>(k) == plan_->function)
+        alts.push_back({gap + plan_->Head(k, 0), Alt::Then::kArgs, k});
   MarkupOf(std::move(alts), "");
 }
 
@@ -165,21 +188,33 @@ bool ToolCallConstraint::MarkupAllows(std::string_view bytes) const {
   });
 }
 
-size_t ToolCallConstraint::OpenAt(std::string_view bytes) const {
+std::pair<size_t, std::string_view> ToolCallConstraint::OpenAt(std::string_view bytes) const {
   const std::string s = tail_ + std::string(bytes);
-  const std::string_view open = plan_->Open();
-  const size_t from = tail_.size() >= open.size() ? tail_.size() - open.size() + 1 : 0;
-  return s.find(open, from);
+  std::pair<size_t, std::string_view> first{std::string::npos, {}};
+  for (std::string_view open : plan_->Opens()) {
+    const size_t from = tail_.size() >= open.size() ? tail_.size() - open.size() + 1 : 0;
+    if (const size_t at = s.find(open, from); at < first.first) first = {at, open};
+  }
+  return first;
+}
+
+std::vector<ToolCallConstraint::Alt> ToolCallConstraint::FirstHeads(std::string_view open) const {
+  std::vector<Alt> alts;
+  for (size_t k = 0; k < plan_->names.size(); ++k) {
+    const std::string head = plan_->Head(k, 0);
+    alts.push_back({head.substr(head.find(open)), Alt::Then::kArgs, k});
+  }
+  return alts;
 }
 
 bool ToolCallConstraint::FreeAllows(std::string_view bytes) const {
-  const size_t at = OpenAt(bytes);
+  const auto [at, open] = OpenAt(bytes);
   if (at == std::string::npos) return true;
   if (plan_->mode == ToolChoiceMode::kNone) return false;
   // auto: what follows the opening in the token must go on as a call's head.
   const std::string after = (tail_ + std::string(bytes)).substr(at);
-  for (size_t k = 0; k < plan_->names.size(); ++k)
-    if (plan_->Head(k, 0).starts_with(after)) return true;
+  for (const Alt& a : FirstHeads(open))
+    if (a.text.starts_with(after)) return true;
   return false;
 }
 
@@ -228,19 +263,16 @@ bool ToolCallConstraint::Accept(int32_t token) {
     case Phase::kThink:
       tail_ += bytes;
       if (!think.empty() && tail_.find(think[1]) != std::string::npos)
-        Start();
+        Start(true);
       else
         keep_tail();
       return true;
     case Phase::kFree: {
       if (!FreeAllows(bytes)) return false;
-      const size_t at = OpenAt(bytes);
+      const auto [at, open] = OpenAt(bytes);
       tail_ += bytes;
       if (at != std::string::npos) {
-        std::vector<Alt> alts;
-        for (size_t k = 0; k < plan_->names.size(); ++k)
-          alts.push_back({plan_->Head(k, 0), Alt::Then::kArgs, k});
-        MarkupOf(std::move(alts), tail_.substr(at));
+        MarkupOf(FirstHeads(open), tail_.substr(at));
         return true;
       }
       if (!think.empty() && tail_.find(think[0]) != std::string::npos) {

@@ -17,15 +17,21 @@
 //   kimi-k2    <|tool_calls_section_begin|>, each call <|tool_call_begin|>
 //              functions.NAME:IDX<|tool_call_argument_begin|>ARGS<|tool_call_end|>,
 //              then <|tool_calls_section_end|> ends the reply
+//   deepseek-v3.1  <｜tool▁calls▁begin｜>, each call <｜tool▁call▁begin｜>NAME
+//              <｜tool▁sep｜>ARGS<｜tool▁call▁end｜>, then <｜tool▁calls▁end｜>
+//   deepseek-v3    as V3.1 but each call function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+// In free text a call opens at the calls' begin marker, or at a call's
+// (DeepSeek's parser reads a call without its section).
 // Others are refused by name (ToolCallPlan::Make): glm-4.5's arguments are
 // <arg_key>/<arg_value> pairs, not a JSON text the schema engine holds;
-// DeepSeek's, harmony's and K3's are not constrained yet.
+// harmony's and K3's are not constrained yet.
 //
 // Thinking: a think block is free text (no call opens inside one, as
-// ReplyParser reads it); the constraint engages once it closes. A forced
-// call is forced from the reply's first token unless the prompt left a
-// think block open, so a model that opens its own think block (Qwen3 with
-// thinking on) does not think before a forced call.
+// ReplyParser reads it); the constraint engages once it closes (a forced
+// call may follow a blank line there). A forced call is forced from the
+// reply's first token unless the prompt left a think block open, so a
+// model that opens its own think block (Qwen3 with thinking on) does not
+// think before a forced call.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +56,24 @@ inline constexpr std::string_view kKimiSectionEnd = "<|tool_calls_section_end|>"
 inline constexpr std::string_view kKimiCallBegin = "<|tool_call_begin|>";
 inline constexpr std::string_view kKimiCallEnd = "<|tool_call_end|>";
 inline constexpr std::string_view kKimiArgsBegin = "<|tool_call_argument_begin|>";
+// DeepSeek's markers (fullwidth bars, U+2581 for spaces).
+inline constexpr std::string_view kDsCallsBegin =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "calls\xE2\x96\x81"
+    "begin\xEF\xBD\x9C>";
+inline constexpr std::string_view kDsCallsEnd =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "calls\xE2\x96\x81"
+    "end\xEF\xBD\x9C>";
+inline constexpr std::string_view kDsCallBegin =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "call\xE2\x96\x81"
+    "begin\xEF\xBD\x9C>";
+inline constexpr std::string_view kDsCallEnd =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "call\xE2\x96\x81"
+    "end\xEF\xBD\x9C>";
+inline constexpr std::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
 
 enum class ToolChoiceMode { kNone, kAuto, kRequired, kFunction };
 
@@ -88,8 +112,8 @@ struct ToolCallPlan {
   // Before a second call's head; what ends the calls (before end of turn).
   std::string Between() const;
   std::string End() const;
-  // What opens the calls in free text (Head(k, 0) begins with it).
-  std::string_view Open() const;
+  // What opens a call in free text (each is in every Head(k, 0)).
+  std::vector<std::string_view> Opens() const;
   std::vector<std::string_view> ThinkMarkers() const;  // open, close; none: {}
 };
 
@@ -111,13 +135,15 @@ class ToolCallConstraint : public grammar::TokenConstraint {
     enum class Then { kArgs, kAfterCall, kDone } then;
     size_t tool = 0;  // kArgs
   };
-  void Start();  // after the think block, or at the reply's start
+  void Start(bool after_think);  // at the reply's start, or after its think block
   void MarkupOf(std::vector<Alt> alts, std::string got);
   void Settle();  // a markup text written whole: on to what follows it
   bool MarkupAllows(std::string_view bytes) const;
-  // Free text: where the opening markup would begin in tail_ + bytes
-  // (npos: it would not be complete there).
-  size_t OpenAt(std::string_view bytes) const;
+  // Free text: where an opening would begin in tail_ + bytes, and which
+  // (npos: none would be complete there).
+  std::pair<size_t, std::string_view> OpenAt(std::string_view bytes) const;
+  // The heads of a first call that opens with `open`.
+  std::vector<Alt> FirstHeads(std::string_view open) const;
   bool FreeAllows(std::string_view bytes) const;
 
   std::shared_ptr<const ToolCallPlan> plan_;

@@ -656,7 +656,7 @@ TEST(ToolCallConstraint, NoneMasksTheOpening) {
 TEST(ToolCallConstraint, ThinkingOpenThinksFirst) {
   const Case c = Make("qwen3", ChatFormat::Qwen3(true), true);
   const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired, "", true, /*thinking_open=*/true);
-  const Generated g = Generate(c, plan, 3, c.tok->EncodeMarkup("Weather, then.\n</think>"));
+  const Generated g = Generate(c, plan, 3, c.tok->EncodeMarkup("Weather, then.\n</think>\n\n"));
   ExpectStreamedEqualsWhole(c, g.ids);
   const Shown s = Gather(Feed(c, g.ids));
   EXPECT_EQ(s.reasoning, "Weather, then.");
@@ -677,6 +677,40 @@ TEST(ToolCallConstraint, KimiRequiredCallsCloseTheSection) {
     ASSERT_GE(s.calls.size(), 1u) << text;
     EXPECT_EQ(s.text, "");
     for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  }
+}
+
+TEST(ToolCallConstraint, DeepseekCallsWithAndWithoutTheirSection) {
+  const Case v31 = Make("deepseek", ChatFormat::DeepseekV31(), false);
+  const Case v3 = Make("deepseek", ChatFormat::Deepseek(true), false);
+  for (const Case* c : {&v31, &v3}) {
+    const std::string family = c->chat.family;
+    // Forced: the section, the calls, its end (which ends the reply).
+    const Generated g = Generate(*c, Plan(family, ToolChoiceMode::kRequired), 5, {}, {}, 2000);
+    const std::string text = c->tok->Decode(g.ids);
+    EXPECT_TRUE(g.finished) << family << ": " << text;
+    ExpectStreamedEqualsWhole(*c, g.ids);
+    const Shown s = Gather(Feed(*c, g.ids));
+    ASSERT_GE(s.calls.size(), 1u) << family << ": " << text;
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+    // auto: a call opened without its section is held to the tools too.
+    const Generated bare =
+        Generate(*c, Plan(family, ToolChoiceMode::kAuto, "", /*parallel=*/false), 6,
+                 c->tok->EncodeMarkup("Checking." + std::string(kDsCallBegin)));
+    const Shown b = Gather(Feed(*c, bare.ids));
+    EXPECT_EQ(b.text, "Checking.");
+    ASSERT_EQ(b.calls.size(), 1u) << family << ": " << c->tok->Decode(bare.ids);
+    ExpectValid(b.calls[0].first, b.calls[0].second);
+  }
+  // none: neither opening may be written.
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*v31.tok, v31.tok->max_id() + 1);
+  ToolCallConstraint none(Plan(kFamilyDeepseekV31, ToolChoiceMode::kNone), *v31.tok, vocab);
+  for (std::string_view open : {kDsCallsBegin, kDsCallBegin}) {
+    const auto id = v31.tok->SpecialId(open);
+    ASSERT_TRUE(id) << open;
+    std::vector<float> logits(static_cast<size_t>(vocab->vocab()), 0.0f);
+    none.Mask(logits);
+    EXPECT_EQ(logits[static_cast<size_t>(*id)], -INFINITY) << open;
   }
 }
 
