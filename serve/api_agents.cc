@@ -30,23 +30,20 @@ std::string ApiServer::NewId(const char* prefix) {
   return prefix + std::to_string(now) + "-" + std::to_string(next_id_++);
 }
 
-std::optional<ApiError> ApiServer::Admit(const std::string& model,
-                                         std::span<const ChatMessage> messages,
-                                         std::span<const ChatTool> tools,
-                                         const ToolChoiceSpec& choice,
-                                         std::optional<int64_t>* max_tokens,
-                                         std::vector<int32_t>* prompt,
-                                         std::shared_ptr<const ToolCallPlan>* plan) const {
+std::optional<ApiError> ApiServer::Admit(
+    const std::string& model, std::span<const ChatMessage> messages,
+    std::span<const ChatTool> tools, const ToolChoiceSpec& choice, std::string_view schema_field,
+    std::optional<int64_t>* max_tokens, std::vector<int32_t>* prompt,
+    std::shared_ptr<const ToolCallPlan>* plan) const {
   if (!model.empty() && model != o_.model_name) return UnknownModel(model);
   if (!chat_)
     return BadRequest("this model's container has no chat format (chat.json); use /v1/completions");
   if (!tools.empty()) {  // as on /v1/chat/completions
     auto p = ToolCallPlan::Make(chat_->family, tools, choice.mode, choice.function, choice.parallel,
-                                ThinkingOpen(*chat_, chat_->open));
+                                ThinkingOpen(*chat_, chat_->open), schema_field);
     if (!p.ok()) {
       const std::string& why = p.status().message();
-      return BadRequest(why, why.starts_with("tool_choice") ? "tool_choice" : "tools",
-                        "unsupported_value");
+      return BadRequest(why, why.substr(0, why.find(':')), "unsupported_value");
     }
     *plan = *p;
   }
@@ -86,7 +83,8 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
                                                           : ToolChoiceMode::kAuto,
                               q.tool_choice.name, !q.tool_choice.disable_parallel_tool_use};
   std::shared_ptr<const ToolCallPlan> plan;
-  if (auto e = Admit(q.model, q.messages, q.tools, choice, &max_tokens, &prompt, &plan))
+  if (auto e =
+          Admit(q.model, q.messages, q.tools, choice, "input_schema", &max_tokens, &prompt, &plan))
     return refuse(*e);
   if (count_tokens) {
     r->Send(200, "application/json", nlohmann::json{{"input_tokens", prompt.size()}}.dump());
@@ -112,7 +110,8 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   std::vector<int32_t> prompt;
   std::optional<int64_t> max_tokens = q.sampling.max_tokens;
   std::shared_ptr<const ToolCallPlan> plan;
-  if (auto e = Admit(q.model, q.messages, q.tools, q.tool_choice, &max_tokens, &prompt, &plan))
+  if (auto e = Admit(q.model, q.messages, q.tools, q.tool_choice, "parameters", &max_tokens,
+                     &prompt, &plan))
     return refuse(*e);
   OpenAiAnswerParts parts;
   parts.tok = &tok_;

@@ -171,14 +171,12 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
                                        : m == M::kRequired ? ToolChoiceMode::kRequired
                                                            : ToolChoiceMode::kFunction,
                                        q.tool_choice.function, q.parallel_tool_calls,
-                                       ThinkingOpen(*chat_, opening));
+                                       ThinkingOpen(*chat_, opening), "function.parameters");
         if (!plan.ok()) {
           const std::string& why = plan.status().message();
-          return Refuse(r, 400,
-                        BadRequest(why, why.starts_with("tool_choice") ? "tool_choice" : "tools",
-                                   "unsupported_value")
-                            .ToJson()
-                            .dump());
+          return Refuse(
+              r, 400,
+              BadRequest(why, why.substr(0, why.find(':')), "unsupported_value").ToJson().dump());
         }
         tool_plan = *plan;
       }

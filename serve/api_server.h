@@ -94,10 +94,12 @@ class ApiServer {
   // `messages` rendered with `tools` into `prompt`, after checking the model
   // (`model` empty or the one served) and that the prompt and `*max_tokens`
   // (none: to the context) fit the context; `*max_tokens` then set. With
-  // tools, `*plan` holds the reply's calls to them (`choice`).
+  // tools, `*plan` holds the reply's calls to them (`choice`); a schema's
+  // errors name it as tools[i].`schema_field`.
   std::optional<ApiError> Admit(const std::string& model, std::span<const ChatMessage> messages,
                                 std::span<const ChatTool> tools, const ToolChoiceSpec& choice,
-                                std::optional<int64_t>* max_tokens, std::vector<int32_t>* prompt,
+                                std::string_view schema_field, std::optional<int64_t>* max_tokens,
+                                std::vector<int32_t>* prompt,
                                 std::shared_ptr<const ToolCallPlan>* plan) const;
   // A fresh id: `prefix` then the time and a count.
   std::string NewId(const char* prefix);

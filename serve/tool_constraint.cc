@@ -19,11 +19,9 @@ bool IsDeepseek(std::string_view family) {
 
 }  // namespace
 
-Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(std::string_view family,
-                                                               std::span<const ChatTool> tools,
-                                                               ToolChoiceMode mode,
-                                                               std::string_view function,
-                                                               bool parallel, bool thinking_open) {
+Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
+    std::string_view family, std::span<const ChatTool> tools, ToolChoiceMode mode,
+    std::string_view function, bool parallel, bool thinking_open, std::string_view schema_field) {
   if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family))
     return Status::Error(
         "tools: tool calling is not supported yet for the '" + std::string(family) +
@@ -36,7 +34,7 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(std::string_view 
   plan->parallel = parallel;
   plan->thinking_open = thinking_open;
   for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string where = "tools[" + std::to_string(i) + "].parameters";
+    const std::string where = "tools[" + std::to_string(i) + "]." + std::string(schema_field);
     nlohmann::json schema = nlohmann::json::parse(tools[i].parameters.dump());
     if (!schema.is_object()) return Status::Error(where + ": must be a JSON Schema object");
     // Arguments are an object whatever the schema leaves open.

@@ -97,13 +97,12 @@ struct ToolCallPlan {
   bool thinking_open = false;  // the prompt left a think block open
 
   // Checks the family and compiles each tool's parameters (an object schema;
-  // none: any object). Errors name the field: "tools[1].parameters: ...",
-  // "tools: ..." for a family whose calls are not constrained.
-  static Result<std::shared_ptr<const ToolCallPlan>> Make(std::string_view family,
-                                                          std::span<const ChatTool> tools,
-                                                          ToolChoiceMode mode,
-                                                          std::string_view function, bool parallel,
-                                                          bool thinking_open);
+  // none: any object). Errors begin with the field they are about, the
+  // schema's as "tools[1]." + `schema_field` (the API's name for it), then
+  // ": "; "tools: ..." for a family whose calls are not constrained.
+  static Result<std::shared_ptr<const ToolCallPlan>> Make(
+      std::string_view family, std::span<const ChatTool> tools, ToolChoiceMode mode,
+      std::string_view function, bool parallel, bool thinking_open, std::string_view schema_field);
 
   // The markup from a call's start to its arguments, of call `index` (0, 1, ...).
   std::string Head(size_t tool, int index) const;

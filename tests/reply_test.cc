@@ -575,7 +575,7 @@ std::shared_ptr<const ToolCallPlan> Plan(std::string_view family, ToolChoiceMode
                                          std::string_view function = "", bool parallel = true,
                                          bool thinking_open = false) {
   const ChatTool tools[] = {kWeather, kTime};
-  auto p = ToolCallPlan::Make(family, tools, mode, function, parallel, thinking_open);
+  auto p = ToolCallPlan::Make(family, tools, mode, function, parallel, thinking_open, "parameters");
   EXPECT_TRUE(p.ok()) << p.status().message();
   return *p;
 }
@@ -716,13 +716,15 @@ TEST(ToolCallConstraint, DeepseekCallsWithAndWithoutTheirSection) {
 
 TEST(ToolCallConstraint, PlanRefusesByName) {
   const ChatTool tools[] = {kWeather};
-  auto glm = ToolCallPlan::Make(kFamilyGlm45, tools, ToolChoiceMode::kAuto, "", true, false);
+  auto glm =
+      ToolCallPlan::Make(kFamilyGlm45, tools, ToolChoiceMode::kAuto, "", true, false, "parameters");
   ASSERT_FALSE(glm.ok());
   EXPECT_NE(glm.status().message().find("glm-4.5"), std::string::npos);
   ChatTool bad = kWeather;
   bad.parameters["properties"]["city"]["pattern"] = "^[A-Z]";
   const ChatTool with_pattern[] = {kTime, bad};
-  auto p = ToolCallPlan::Make(kFamilyQwen3, with_pattern, ToolChoiceMode::kAuto, "", true, false);
+  auto p = ToolCallPlan::Make(kFamilyQwen3, with_pattern, ToolChoiceMode::kAuto, "", true, false,
+                              "parameters");
   ASSERT_FALSE(p.ok());
   EXPECT_TRUE(p.status().message().starts_with("tools[1].parameters: ")) << p.status().message();
   EXPECT_NE(p.status().message().find("pattern"), std::string::npos);
@@ -730,7 +732,8 @@ TEST(ToolCallConstraint, PlanRefusesByName) {
   array.parameters = nlohmann::ordered_json::parse(R"({"type": "array"})");
   const ChatTool arrays[] = {array};
   EXPECT_FALSE(
-      ToolCallPlan::Make(kFamilyQwen3, arrays, ToolChoiceMode::kAuto, "", true, false).ok());
+      ToolCallPlan::Make(kFamilyQwen3, arrays, ToolChoiceMode::kAuto, "", true, false, "parameters")
+          .ok());
 }
 
 }  // namespace
