@@ -89,7 +89,7 @@ std::vector<std::string_view> ToolCallPlan::Opens() const {
   return {kKimiSectionBegin};
 }
 std::vector<std::string_view> ToolCallPlan::ThinkMarkers() const {
-  return {"<think>", "</think>"};  // both families write think blocks
+  return {"<think>", "</think>"};  // every constrained family writes think blocks
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
