@@ -4,7 +4,9 @@
 # its Anthropic Messages API against the real `anthropic` client and its
 # Responses API against openai's, on the demo model:
 # tests/openai/anthropic_client_test.py (and the committed fixtures of both
-# APIs' answers still as those clients check them); then its chat page in headless Chromium, typed into and read back over the
+# APIs' answers still as those clients check them); agent loops with forced
+# tool calls through both clients on the synthetic (Kimi K2 format) one:
+# tests/openai/agent_loop_test.py; then its chat page in headless Chromium, typed into and read back over the
 # DevTools protocol: tests/openai/chat_page_test.py.
 # scripts/test.sh runs it after the plain suite; it needs the plain build.
 # The client lives in a venv of its own under the build directory: the
@@ -24,6 +26,8 @@ for model in demo tiny; do
   echo "openai_check: $model"
   "$venv/bin/python" tests/openai/serve_client_test.py "$build/bin/waste" "$work/$model"
 done
+echo "openai_check: agent loops (forced tool calls) with the openai and anthropic clients, on tiny"
+"$venv/bin/python" tests/openai/agent_loop_test.py "$build/bin/waste" "$work/tiny"
 echo "openai_check: the Messages and Responses fixtures, as the pinned clients check them"
 "$venv/bin/python" tools/agent_apis/make_fixtures.py --check
 echo "openai_check: the anthropic client, and openai's responses, on demo"

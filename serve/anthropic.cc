@@ -203,18 +203,6 @@ std::optional<ApiError> ParseThinking(const ojson& t, bool count_tokens, Message
   return std::nullopt;
 }
 
-// What waste parses but does not honour yet, refused by name: a client that
-// forced a tool call and got text would take it for a call. (Lifted when
-// constrained decoding lands: issue 41.)
-std::optional<ApiError> RefuseUnhonoured(const MessagesRequest& r) {
-  using Mode = AnthropicToolChoice::Mode;
-  if (r.tool_choice.mode == Mode::kAny || r.tool_choice.mode == Mode::kTool)
-    return Unsupported("tool_choice.type", "forcing a tool call");
-  if (r.tool_choice.disable_parallel_tool_use)
-    return Unsupported("tool_choice.disable_parallel_tool_use", "limiting the calls to one");
-  return std::nullopt;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ errors
@@ -305,7 +293,7 @@ std::optional<ApiError> ParseMessagesRequest(std::string_view body, bool count_t
   if (const ojson* c = Field(b, "tool_choice"))
     WASTE_FIELD_TRY(ParseToolChoice(*c, out->tools, &out->tool_choice));
   if (const ojson* t = Field(b, "thinking")) WASTE_FIELD_TRY(ParseThinking(*t, count_tokens, out));
-  return RefuseUnhonoured(*out);
+  return std::nullopt;
 }
 
 // ------------------------------------------------------------- answers

@@ -17,8 +17,8 @@
 // keeps conversation states by itself); metadata is informational.
 // Refused by name: image, document and every other block type, roles other
 // than user and assistant, fields Anthropic does not define (as Anthropic
-// refuses them), and what waste does not honour yet (a forced tool choice,
-// disable_parallel_tool_use).
+// refuses them). tool_choice any / tool and disable_parallel_tool_use are
+// honoured by the tool-call constraint (serve/tool_constraint.h).
 #pragma once
 
 #include <cstdint>

@@ -30,23 +30,26 @@ std::string ApiServer::NewId(const char* prefix) {
   return prefix + std::to_string(now) + "-" + std::to_string(next_id_++);
 }
 
-std::optional<ApiError> ApiServer::Admit(const std::string& model,
-                                         std::span<const ChatMessage> messages,
-                                         std::span<const ChatTool> tools,
-                                         std::optional<bool> thinking,
-                                         std::optional<int64_t>* max_tokens,
-                                         std::vector<int32_t>* prompt,
-                                         std::optional<bool>* thinking_open) const {
+std::optional<ApiError> ApiServer::Admit(
+    const std::string& model, std::span<const ChatMessage> messages,
+    std::span<const ChatTool> tools, const ToolChoiceSpec& choice, std::string_view schema_field,
+    std::optional<bool> thinking, std::optional<int64_t>* max_tokens, std::vector<int32_t>* prompt,
+    std::shared_ptr<const ToolCallPlan>* plan, std::optional<bool>* thinking_open) const {
   if (!model.empty() && model != o_.model_name) return UnknownModel(model);
   if (!chat_)
     return BadRequest("this model's container has no chat format (chat.json); use /v1/completions");
-  // As on /v1/chat/completions (RefuseToolCalling): not until a call's
-  // arguments are held to its schema.
-  if (!tools.empty())
-    return BadRequest("'tools': tool calling is not supported by waste serve yet.", "tools",
-                      "unsupported_value");
   auto format = WithThinking(*chat_, thinking, "");
   if (!format.ok()) return BadRequest(format.status().message(), "thinking");
+  *thinking_open = ThinkingOpen(*chat_, format->open);
+  if (!tools.empty()) {  // as on /v1/chat/completions
+    auto p = ToolCallPlan::Make(chat_->family, tools, choice.mode, choice.function, choice.parallel,
+                                thinking_open->value_or(false), schema_field);
+    if (!p.ok()) {
+      const std::string& why = p.status().message();
+      return BadRequest(why, why.substr(0, why.find(':')), "unsupported_value");
+    }
+    *plan = *p;
+  }
   ChatRenderOptions options;
   options.tools = tools;
   options.thinking = thinking;
@@ -57,7 +60,6 @@ std::optional<ApiError> ApiServer::Admit(const std::string& model,
     return BadRequest(why, tools.empty() || why.rfind("messages[", 0) == 0 ? "messages" : "tools");
   }
   *prompt = std::move(*ids);
-  *thinking_open = ThinkingOpen(*chat_, format->open);
   const int64_t room = o_.context - static_cast<int64_t>(prompt->size());
   // Without a limit the reply may fill the context; it needs room for one token.
   const int64_t max = max_tokens->value_or(std::max<int64_t>(room, 1));
@@ -78,8 +80,16 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   std::optional<int64_t> max_tokens =
       count_tokens ? std::optional<int64_t>(1) : q.sampling.max_tokens;
   std::optional<bool> thinking_open;
-  if (auto e =
-          Admit(q.model, q.messages, q.tools, q.thinking, &max_tokens, &prompt, &thinking_open))
+  using AnthropicMode = AnthropicToolChoice::Mode;
+  const AnthropicMode m = q.tool_choice.mode;
+  const ToolChoiceSpec choice{m == AnthropicMode::kNone   ? ToolChoiceMode::kNone
+                              : m == AnthropicMode::kAny  ? ToolChoiceMode::kRequired
+                              : m == AnthropicMode::kTool ? ToolChoiceMode::kFunction
+                                                          : ToolChoiceMode::kAuto,
+                              q.tool_choice.name, !q.tool_choice.disable_parallel_tool_use};
+  std::shared_ptr<const ToolCallPlan> plan;
+  if (auto e = Admit(q.model, q.messages, q.tools, choice, "input_schema", q.thinking, &max_tokens,
+                     &prompt, &plan, &thinking_open))
     return refuse(*e);
   if (count_tokens) {
     r->Send(200, "application/json", nlohmann::json{{"input_tokens", prompt.size()}}.dump());
@@ -91,11 +101,12 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.sampling = q.sampling;
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
+  parts.calls_constrained = plan != nullptr;
   parts.r = r;
   parts.thinking_open = thinking_open;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
-           q.sampling, *max_tokens, nullptr, r);
+           q.sampling, *max_tokens, Constrain(nullptr, plan), r);
 }
 
 void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r) {
@@ -105,8 +116,9 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   std::vector<int32_t> prompt;
   std::optional<int64_t> max_tokens = q.sampling.max_tokens;
   std::optional<bool> thinking_open;
-  if (auto e =
-          Admit(q.model, q.messages, q.tools, std::nullopt, &max_tokens, &prompt, &thinking_open))
+  std::shared_ptr<const ToolCallPlan> plan;
+  if (auto e = Admit(q.model, q.messages, q.tools, q.tool_choice, "parameters", std::nullopt,
+                     &max_tokens, &prompt, &plan, &thinking_open))
     return refuse(*e);
   OpenAiAnswerParts parts;
   parts.tok = &tok_;
@@ -118,10 +130,11 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.sampling = q.sampling;
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
+  parts.calls_constrained = plan != nullptr;
   parts.r = r;
   parts.thinking_open = thinking_open;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
-           std::move(prompt), q.sampling, *max_tokens, nullptr, r);
+           std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan), r);
 }
 
 }  // namespace waste::serve

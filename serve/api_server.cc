@@ -42,6 +42,20 @@ ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
       end_of_turn_(std::move(end_of_turn)),
       scheduler_(scheduler) {}
 
+ApiServer::MakeConstraint ApiServer::Constrain(
+    std::shared_ptr<const grammar::JsonGrammar> json_format,
+    std::shared_ptr<const ToolCallPlan> tool_plan) {
+  if (json_format)
+    return [json_format, vocab = Vocab()] {
+      return std::make_unique<grammar::JsonTokenConstraint>(json_format, vocab);
+    };
+  if (tool_plan)
+    return [tool_plan, vocab = Vocab(), &tok = tok_] {
+      return std::make_unique<ToolCallConstraint>(tool_plan, tok, vocab);
+    };
+  return {};
+}
+
 std::shared_ptr<const grammar::VocabIndex> ApiServer::Vocab() {
   std::call_once(vocab_once_, [this] {
     vocab_ = std::make_shared<const grammar::VocabIndex>(tok_, scheduler_.vocab());
@@ -114,6 +128,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     std::vector<int32_t> prompt;
     std::string opening;  // the markup that opened a chat's reply (thinking switched)
     std::shared_ptr<const grammar::JsonGrammar> json_format;  // response_format; null: text
+    std::shared_ptr<const ToolCallPlan> tool_plan;            // tools offered; null: none
     if (chat) {
       ChatRequest q;
       if (auto e = ParseChatRequest(req.body, &q)) return Refuse(r, e->status, e->ToJson().dump());
@@ -123,8 +138,6 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
                                  "/v1/completions")
                           .ToJson()
                           .dump());
-      // Lifted once replies are parsed for tool calls (serve/reply.h).
-      if (auto e = RefuseToolCalling(q)) return Refuse(r, e->status, e->ToJson().dump());
       auto format = WithThinking(*chat_, q.thinking, q.reasoning_effort);
       auto ids = format.ok() ? RenderChat(*chat_, tok_, q.messages,
                                           {.tools = q.tools,
@@ -143,6 +156,30 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       prompt = std::move(*ids);
       opening = format->open;
       model = q.model, sampling = q.sampling, json_format = q.response_format;
+      if (!q.tools.empty()) {
+        if (json_format)
+          return Refuse(r, 400,
+                        BadRequest("response_format together with tools is not supported yet",
+                                   "response_format", "unsupported_value")
+                            .ToJson()
+                            .dump());
+        using M = ToolChoice::Mode;
+        const M m = q.tool_choice.mode;
+        auto plan = ToolCallPlan::Make(chat_->family, q.tools,
+                                       m == M::kNone       ? ToolChoiceMode::kNone
+                                       : m == M::kAuto     ? ToolChoiceMode::kAuto
+                                       : m == M::kRequired ? ToolChoiceMode::kRequired
+                                                           : ToolChoiceMode::kFunction,
+                                       q.tool_choice.function, q.parallel_tool_calls,
+                                       ThinkingOpen(*chat_, opening), "function.parameters");
+        if (!plan.ok()) {
+          const std::string& why = plan.status().message();
+          return Refuse(
+              r, 400,
+              BadRequest(why, why.substr(0, why.find(':')), "unsupported_value").ToJson().dump());
+        }
+        tool_plan = *plan;
+      }
       // The constraint holds from the reply's first token: a format whose
       // reply comes after channel markup (harmony's, K3's) cannot write it.
       const std::string_view after = chat_->reply_after, open = opening;
@@ -196,9 +233,10 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     if (!sampling.ignore_eos) parts.end_of_turn = end_of_turn_;
     parts.r = r;
     if (chat) parts.thinking_open = ThinkingOpen(*chat_, opening);
+    parts.calls_constrained = tool_plan != nullptr;
     Generate(
         chat ? MakeChatAnswers(std::move(parts), *chat_) : MakeCompletionAnswers(std::move(parts)),
-        std::move(prompt), sampling, max_tokens, std::move(json_format), r);
+        std::move(prompt), sampling, max_tokens, Constrain(json_format, tool_plan), r);
   } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
     Count([](ApiCounters& c) { ++c.messages; });
     Messages(req, r, path == "/v1/messages/count_tokens");
@@ -219,8 +257,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
 }
 
 void ApiServer::Generate(std::vector<std::unique_ptr<Answer>> choices, std::vector<int32_t> prompt,
-                         const Sampling& sampling, int64_t max_tokens,
-                         std::shared_ptr<const grammar::JsonGrammar> json_format,
+                         const Sampling& sampling, int64_t max_tokens, MakeConstraint constrain,
                          const std::shared_ptr<http::Responder>& r) {
   // Every choice's generation, for a client gone or a failed choice to cancel.
   auto all = std::make_shared<std::vector<std::weak_ptr<Generation>>>();
@@ -241,8 +278,7 @@ void ApiServer::Generate(std::vector<std::unique_ptr<Answer>> choices, std::vect
     g->max_tokens = static_cast<int>(max_tokens);
     g->sampling = sampling.SamplerFor(std::random_device{}(), static_cast<int>(i));
     if (!sampling.ignore_eos) g->end_tokens.assign(end_of_turn_.begin(), end_of_turn_.end());
-    if (json_format)  // each choice its own matcher
-      g->constraint = std::make_unique<grammar::JsonTokenConstraint>(json_format, Vocab());
+    if (constrain) g->constraint = constrain();
     g->on_token = [a](int id, std::span<const float> logits) { return a->OnToken(id, logits); };
     g->on_end = [this, a, r, submitted, prompt_tokens, cancel_all](const GenerationEnd& end) {
       const double now = Now();

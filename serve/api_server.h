@@ -36,6 +36,7 @@
 #include "http/server.h"
 #include "serve/answer.h"
 #include "serve/scheduler.h"
+#include "serve/tool_constraint.h"
 
 namespace waste::serve {
 
@@ -79,10 +80,11 @@ class ApiServer {
   // prefilled once; all or none: a full queue is the first choice's 503),
   // each one's tokens and end driving its Answer; a client gone, or an
   // error in one, cancels them all.
-  // Under `json_format` when not null (response_format), each choice its own matcher.
+  // Each choice under its own constraint from `constrain` when it is set
+  // (response_format, tool calls).
+  using MakeConstraint = std::function<std::unique_ptr<grammar::TokenConstraint>()>;
   void Generate(std::vector<std::unique_ptr<Answer>> choices, std::vector<int32_t> prompt,
-                const Sampling& sampling, int64_t max_tokens,
-                std::shared_ptr<const grammar::JsonGrammar> json_format,
+                const Sampling& sampling, int64_t max_tokens, MakeConstraint constrain,
                 const std::shared_ptr<http::Responder>& r);
   // /v1/messages and /v1/messages/count_tokens (`count_tokens`), /v1/responses
   // (serve/api_agents.cc).
@@ -93,10 +95,14 @@ class ApiServer {
   // none: the format's default) into `prompt`, after checking the model
   // (`model` empty or the one served) and that the prompt and `*max_tokens`
   // (none: to the context) fit the context; `*max_tokens` then set, and
-  // `*thinking_open`: whether the prompt leaves a think block open.
+  // `*thinking_open`: whether the prompt leaves a think block open. With
+  // tools, `*plan` holds the reply's calls to them (`choice`); a schema's
+  // errors name it as tools[i].`schema_field`.
   std::optional<ApiError> Admit(const std::string& model, std::span<const ChatMessage> messages,
-                                std::span<const ChatTool> tools, std::optional<bool> thinking,
+                                std::span<const ChatTool> tools, const ToolChoiceSpec& choice,
+                                std::string_view schema_field, std::optional<bool> thinking,
                                 std::optional<int64_t>* max_tokens, std::vector<int32_t>* prompt,
+                                std::shared_ptr<const ToolCallPlan>* plan,
                                 std::optional<bool>* thinking_open) const;
   // A fresh id: `prefix` then the time and a count.
   std::string NewId(const char* prefix);
@@ -105,6 +111,9 @@ class ApiServer {
   void Count(const std::function<void(ApiCounters&)>& f);
   // The vocabulary's token mask index (response_format), made on first use.
   std::shared_ptr<const grammar::VocabIndex> Vocab();
+  // The constraint of a response_format, else of the tools; none: unset.
+  MakeConstraint Constrain(std::shared_ptr<const grammar::JsonGrammar> json_format,
+                           std::shared_ptr<const ToolCallPlan> tool_plan);
 
   const ApiOptions o_;
   const Tokenizer& tok_;

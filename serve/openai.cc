@@ -132,8 +132,9 @@ std::optional<ApiError> RefuseUnhonoured(const json& b, bool chat) {
       if (v == o) return true;
     return false;
   };
-  // A chat request's tools are parsed (ParseTools) and refused apart
-  // (RefuseToolCalling); the legacy functions never.
+  // A chat request's tools are parsed (ParseTools) and held to the chat
+  // format's call markup apart (serve/tool_constraint.h); the legacy
+  // functions never.
   for (const char* list : {"tools", "functions"})
     if (const json* t = Field(b, list);
         t && !(t->is_array() && t->empty()) && (!chat || list == std::string_view("functions")))
@@ -634,14 +635,6 @@ std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out
   WASTE_API_TRY(ParseThinking(b, out));
   WASTE_API_TRY(ParseResponseFormat(b, &out->response_format));
   return ParseCommon(b, true, &out->model, &out->sampling);
-}
-
-std::optional<ApiError> RefuseToolCalling(const ChatRequest& request) {
-  if (!request.tools.empty()) return Unsupported("tools", "tool calling");
-  using Mode = ToolChoice::Mode;
-  if (request.tool_choice.mode == Mode::kRequired || request.tool_choice.mode == Mode::kFunction)
-    return Unsupported("tool_choice", "tool calling");
-  return std::nullopt;
 }
 
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out) {

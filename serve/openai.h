@@ -145,10 +145,6 @@ struct CompletionRequest {
 
 // Parses and checks a body. The error, if any, is the answer to send.
 std::optional<ApiError> ParseChatRequest(std::string_view body, ChatRequest* out);
-// Tool calling is refused by name until replies are parsed for calls: a
-// non-empty `tools`, tool_choice required or a function. (Past calls and
-// results in `messages` are served.)
-std::optional<ApiError> RefuseToolCalling(const ChatRequest& request);
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out);
 // logit_bias's ids against the model's vocabulary (the parse cannot know
 // it): one outside [0, vocab) is refused naming its key.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/utf8.h"
+#include "serve/tool_constraint.h"
 
 namespace waste::serve {
 namespace {
@@ -16,26 +17,6 @@ using Act = ReplyParser::Act;
 using Rule = ReplyParser::Rule;
 using ojson = nlohmann::ordered_json;
 constexpr size_t kModes = static_cast<size_t>(Mode::kHidden) + 1;
-
-// DeepSeek's markers (fullwidth bars, U+2581 for spaces).
-constexpr std::string_view kDsCallsBegin =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "calls\xE2\x96\x81"
-    "begin\xEF\xBD\x9C>";
-constexpr std::string_view kDsCallsEnd =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "calls\xE2\x96\x81"
-    "end\xEF\xBD\x9C>";
-constexpr std::string_view kDsCallBegin =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "call\xE2\x96\x81"
-    "begin\xEF\xBD\x9C>";
-constexpr std::string_view kDsCallEnd =
-    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
-    "call\xE2\x96\x81"
-    "end\xEF\xBD\x9C>";
-constexpr std::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
-constexpr std::string_view kKimiArgsBegin = "<|tool_call_argument_begin|>";
 
 bool IsFamily(const ChatFormat& chat, std::initializer_list<const char*> names) {
   return std::any_of(names.begin(), names.end(), [&](const char* n) { return chat.family == n; });
@@ -56,8 +37,8 @@ std::vector<std::vector<Rule>> Syntax(const ChatFormat& chat, std::vector<std::s
     at(Mode::kReasoning).push_back({"</think>", Mode::kText});
   }
   if (IsFamily(chat, {kFamilyQwen3, kFamilyGlm45})) {
-    at(Mode::kText).push_back({"<tool_call>", Mode::kCall, Act::kCallBegin});
-    at(Mode::kCall).push_back({"</tool_call>", Mode::kText, Act::kCallEnd});
+    at(Mode::kText).push_back({std::string(kQwenCallOpen), Mode::kCall, Act::kCallBegin});
+    at(Mode::kCall).push_back({std::string(kQwenCallClose), Mode::kText, Act::kCallEnd});
     *inner = {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
   } else if (IsFamily(chat, {kFamilyDeepseekV3, kFamilyDeepseekV31})) {
     at(Mode::kText).push_back({std::string(kDsCallsBegin), Mode::kSection});
@@ -67,10 +48,10 @@ std::vector<std::vector<Rule>> Syntax(const ChatFormat& chat, std::vector<std::s
     at(Mode::kCall).push_back({std::string(kDsCallEnd), Mode::kSection, Act::kCallEnd});
     *inner = {std::string(kDsSep)};
   } else if (IsFamily(chat, {kFamilyKimiK2})) {
-    at(Mode::kText).push_back({"<|tool_calls_section_begin|>", Mode::kSection});
-    at(Mode::kSection).push_back({"<|tool_call_begin|>", Mode::kCall, Act::kCallBegin});
-    at(Mode::kSection).push_back({"<|tool_calls_section_end|>", Mode::kText});
-    at(Mode::kCall).push_back({"<|tool_call_end|>", Mode::kSection, Act::kCallEnd});
+    at(Mode::kText).push_back({std::string(kKimiSectionBegin), Mode::kSection});
+    at(Mode::kSection).push_back({std::string(kKimiCallBegin), Mode::kCall, Act::kCallBegin});
+    at(Mode::kSection).push_back({std::string(kKimiSectionEnd), Mode::kText});
+    at(Mode::kCall).push_back({std::string(kKimiCallEnd), Mode::kSection, Act::kCallEnd});
     *inner = {std::string(kKimiArgsBegin)};
   } else if (IsFamily(chat, {kFamilyHarmony})) {
     at(Mode::kHeader).push_back({"<|message|>", Mode::kText, Act::kHeaderEnd});
@@ -225,6 +206,30 @@ bool EndsWith(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
+// A constrained call's markup around its arguments (ToolCallPlan::Head and
+// Tail): what the head ends with, the call its head makes with "{}" for
+// arguments, and what comes between the arguments and the end marker.
+struct StreamedSyntax {
+  std::string_view args_open;
+  std::optional<Call> (*call)(std::string_view head);
+  std::string_view close;  // before the end marker, after white space
+};
+StreamedSyntax Streamed(const ChatFormat& chat) {
+  if (chat.family == kFamilyQwen3)
+    return {"\"arguments\": ", [](std::string_view h) { return QwenCall(std::string(h) + "{}}"); },
+            "}"};
+  if (chat.family == kFamilyDeepseekV3)
+    return {"```json\n",
+            [](std::string_view h) { return DeepseekV3Call(std::string(h) + "{}\n```"); }, "```"};
+  if (chat.family == kFamilyDeepseekV31)
+    return {kDsSep, [](std::string_view h) { return DeepseekV31Call(std::string(h) + "{}"); }, ""};
+  return {kKimiArgsBegin, [](std::string_view h) { return KimiCall(std::string(h) + "{}"); }, ""};
+}
+
+bool Space(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
 }  // namespace
 
 bool ThinkingOpen(const ChatFormat& chat, std::string_view open) {
@@ -248,6 +253,9 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
     : tok_(tok),
       chat_(chat),
       end_(std::move(o.end_of_turn)),
+      calls_constrained_(
+          o.calls_constrained &&
+          IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31})),
       stop_text_(o.stops),
       stop_reasoning_(std::move(o.stops)) {
   std::vector<std::string> inner;
@@ -342,6 +350,7 @@ void ReplyParser::ToSink(std::string_view s) {
       return Show(ReplyEvent::Kind::kReasoning, s);
     case Mode::kCall:
       call_.append(s);
+      if (calls_constrained_) StreamCall();
       return;
     case Mode::kHeader:
       header_.append(s);
@@ -389,9 +398,52 @@ void ReplyParser::Marker(const Rule& r) {
   }
 }
 
+void ReplyParser::StreamCall() {
+  const StreamedSyntax syntax = Streamed(chat_);
+  if (args_at_ == 0) {
+    // The head as ToolCallPlan::Head writes it: its name, then the arguments.
+    const std::string_view body = std::string_view(call_).substr(call_begin_);
+    const size_t at = body.find(syntax.args_open);
+    if (at == std::string_view::npos) return;
+    const std::string_view head = body.substr(0, at + syntax.args_open.size());
+    const auto call = syntax.call(head);
+    if (!call) return;  // not the constraint's head: held to its end and checked
+    out_.push_back({ReplyEvent::Kind::kToolCallStart, "", calls_, call->name, NewToolCallId()});
+    args_at_ = call_begin_ + head.size();
+  }
+  // White space before the arguments is dropped; a tail that may be white
+  // space after them, or the markup before the end marker, is held.
+  if (!args_sent_)
+    while (args_at_ < call_.size() && Space(call_[args_at_])) ++args_at_;
+  size_t end = call_.size();
+  while (end > args_at_ &&
+         (Space(call_[end - 1]) || (!syntax.close.empty() && call_[end - 1] == syntax.close[0])))
+    --end;
+  if (end > args_at_) {
+    out_.push_back(
+        {ReplyEvent::Kind::kToolCallArgs, call_.substr(args_at_, end - args_at_), calls_, "", ""});
+    args_at_ = end;
+    args_sent_ = true;
+  }
+}
+
 // A call's end (`end`: its end marker; empty: the reply ended inside it):
 // its events when it is well formed, else its markup as text.
 void ReplyParser::EndCall(std::string_view end) {
+  if (args_at_ > 0) {  // streamed: what was held, less the markup before the end marker
+    const std::string_view close = Streamed(chat_).close;
+    std::string_view rest = std::string_view(call_).substr(args_at_);
+    while (!rest.empty() && Space(rest.back())) rest.remove_suffix(1);
+    if (!end.empty() && rest.ends_with(close)) rest.remove_suffix(close.size());
+    while (!rest.empty() && Space(rest.back())) rest.remove_suffix(1);
+    if (!rest.empty())
+      out_.push_back({ReplyEvent::Kind::kToolCallArgs, std::string(rest), calls_, "", ""});
+    out_.push_back({ReplyEvent::Kind::kToolCallEnd, "", calls_++, "", ""});
+    args_at_ = 0;
+    args_sent_ = false;
+    call_.clear();
+    return;
+  }
   std::optional<Call> call;
   if (!end.empty())
     call = ParseCall(chat_, std::string_view(call_).substr(call_begin_), call_name_);

@@ -45,7 +45,13 @@
 // kToolCallStart, one kToolCallArgs (the arguments' JSON text) and
 // kToolCallEnd together; a malformed one (bad JSON, no name, or still open
 // when the reply ends) is shown as text, markup and all, as vLLM's and
-// llama.cpp's servers return it. Stop strings are looked for in the text and
+// llama.cpp's servers return it. Calls held to their tools by a constraint
+// (ReplyOptions::calls_constrained: qwen3's and kimi-k2's, written as
+// ToolCallPlan::Head and Tail spell them) are valid by construction and
+// streamed instead: kToolCallStart once the name is read, the arguments in
+// pieces as they arrive (their white space at either end dropped), and
+// kToolCallEnd at the end marker, or when the reply ends inside the call
+// (max_tokens: the arguments stop where the reply did). Stop strings are looked for in the text and
 // in the reasoning (each apart), not in calls.
 #pragma once
 
@@ -86,6 +92,9 @@ struct ReplyOptions {
   // K3's think element). None: as the format's own generation prompt
   // (chat.open) leaves it, ThinkingOpen.
   std::optional<bool> thinking_open{};
+  // A ToolCallConstraint holds the calls (serve/tool_constraint.h): their
+  // arguments are streamed as they arrive (above).
+  bool calls_constrained = false;
 };
 
 // Whether `open` (a generation prompt of `chat`'s family) ends inside a think
@@ -136,6 +145,8 @@ class ReplyParser {
   void Append(ReplyEvent::Kind kind, std::string text);
   void EndSegment();
   void EndCall(std::string_view end);
+  // calls_constrained: the call's start once its name is read, its arguments so far.
+  void StreamCall();
   void Finish();
   std::vector<ReplyEvent> Take();
 
@@ -154,6 +165,9 @@ class ReplyParser {
   std::string call_name_;  // harmony: the recipient's name from the header
   size_t call_begin_ = 0;  // call_'s bytes before its body
   int calls_ = 0;
+  bool calls_constrained_ = false;
+  size_t args_at_ = 0;  // streamed call: where in call_ the arguments not yet sent begin; 0: unread
+  bool args_sent_ = false;  // streamed call: some of its arguments were sent
 
   // The segment of text or reasoning being shown.
   ReplyEvent::Kind shown_kind_ = ReplyEvent::Kind::kText;

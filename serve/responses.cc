@@ -1,5 +1,7 @@
 #include "serve/responses.h"
 
+#include <algorithm>
+
 #include "serve/json_fields.h"
 
 namespace waste::serve {
@@ -139,17 +141,33 @@ std::optional<ApiError> ParseTools(const ojson& t, std::vector<ChatTool>* out) {
   return std::nullopt;
 }
 
-// tool_choice "none" or "auto" pass; a forced call is refused until
-// constrained decoding lands (issue 41): text instead of a call would be
-// taken for one.
-std::optional<ApiError> ParseToolChoice(const ojson& c) {
+// tool_choice: none, auto, required or {"type": "function", "name"} of a tool offered.
+std::optional<ApiError> ParseToolChoice(const ojson& c, const std::vector<ChatTool>& tools,
+                                        ToolChoiceSpec* out) {
   if (c.is_string()) {
-    if (c == "none" || c == "auto") return std::nullopt;
-    if (c == "required") return Unsupported("tool_choice", "forcing a tool call");
-    return OutOfRange("tool_choice", "of none, auto or required", c);
+    if (c == "none") return out->mode = ToolChoiceMode::kNone, std::nullopt;
+    if (c == "auto") return out->mode = ToolChoiceMode::kAuto, std::nullopt;
+    if (c != "required") return OutOfRange("tool_choice", "of none, auto or required", c);
+    out->mode = ToolChoiceMode::kRequired;
+  } else {
+    if (!c.is_object()) return WrongType("tool_choice", "a string or an object", c);
+    WASTE_FIELD_TRY(OnlyKnown(c, "tool_choice", {"type", "name"}));
+    std::string type;
+    WASTE_FIELD_TRY(NeedString(c, "type", "tool_choice", &type));
+    if (type != "function")
+      return Unsupported("tool_choice.type", "the tool choice '" + Clip(type, 40) + "'");
+    WASTE_FIELD_TRY(NeedString(c, "name", "tool_choice", &out->function));
+    if (std::none_of(tools.begin(), tools.end(),
+                     [&](const ChatTool& t) { return t.name == out->function; }))
+      return BadRequest("'tool_choice.name': the tool '" + Clip(out->function, 60) +
+                            "' is not among the request's tools.",
+                        "tool_choice.name", "invalid_value");
+    out->mode = ToolChoiceMode::kFunction;
   }
-  if (!c.is_object()) return WrongType("tool_choice", "a string or an object", c);
-  return Unsupported("tool_choice", "forcing a tool call");
+  if (tools.empty())
+    return BadRequest("'tool_choice': a tool call cannot be required without tools.", "tool_choice",
+                      "invalid_value");
+  return std::nullopt;
 }
 
 }  // namespace
@@ -180,7 +198,7 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, ResponsesRe
     return Unsupported("previous_response_id",
                        "previous_response_id (waste serve keeps no responses)");
   WASTE_FIELD_TRY(ReadBool(b, "parallel_tool_calls", &parallel));
-  if (!parallel) return Unsupported("parallel_tool_calls", "parallel_tool_calls = false");
+  out->tool_choice.parallel = parallel;
   std::string user, truncation;
   WASTE_FIELD_TRY(ReadString(b, "user", "user", &user));
   WASTE_FIELD_TRY(ReadString(b, "truncation", "truncation", &truncation));
@@ -213,7 +231,8 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, ResponsesRe
     return WrongType("input", "a string or an array of items", *input);
   }
   if (const ojson* t = Field(b, "tools")) WASTE_FIELD_TRY(ParseTools(*t, &out->tools));
-  if (const ojson* c = Field(b, "tool_choice")) WASTE_FIELD_TRY(ParseToolChoice(*c));
+  if (const ojson* c = Field(b, "tool_choice"))
+    WASTE_FIELD_TRY(ParseToolChoice(*c, out->tools, &out->tool_choice));
   const auto given = [&](const char* key, json fallback) {
     const ojson* v = Field(b, key);
     return v ? json::parse(v->dump()) : fallback;
@@ -221,7 +240,7 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, ResponsesRe
   out->echo = {{"instructions", given("instructions", nullptr)},
                {"tools", given("tools", json::array())},
                {"tool_choice", given("tool_choice", "auto")},
-               {"parallel_tool_calls", true},
+               {"parallel_tool_calls", parallel},
                {"temperature", s.temperature},
                {"top_p", s.top_p},
                {"max_output_tokens", given("max_output_tokens", nullptr)},

@@ -14,9 +14,10 @@
 // reasoning items (the next assistant message's reasoning). Refused by
 // name: images, files and every other item or part type, stored state
 // (store: true, previous_response_id), parameters OpenAI does not define,
-// and what waste does not honour yet (a forced tool call, strict tools,
-// parallel_tool_calls false, truncation auto, a text format other than
-// text).
+// and what waste does not honour yet (strict tools, truncation auto, a text
+// format other than text). tool_choice required / a named function and
+// parallel_tool_calls false are honoured by the tool-call constraint
+// (serve/tool_constraint.h).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include "engine/tokenizer/chat.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
+#include "serve/tool_constraint.h"
 
 namespace waste::serve {
 
@@ -37,6 +39,7 @@ struct ResponsesRequest {
   std::string model;
   std::vector<ChatMessage> messages;  // the instructions first when given
   std::vector<ChatTool> tools;
+  ToolChoiceSpec tool_choice;  // tool_choice, parallel_tool_calls
   // max_output_tokens (max_tokens), temperature [0, 2], top_p, stream.
   Sampling sampling;
   // What the response object repeats of the request: instructions, tools,

@@ -276,7 +276,7 @@ bool Scheduler::Emit(Running& r) {
   }
   if (g.constraint && !g.constraint->Accept(token)) {
     r.end.reason = EndReason::kError;
-    r.end.error = "the response format refused a token it allowed";
+    r.end.error = "the constraint refused a token it allowed";
     return false;
   }
   if (r.end.completion_tokens == 0) r.end.first_token_seconds = Now() - r.submitted;
@@ -309,7 +309,7 @@ int Scheduler::SampleConstrained(Running& r) {
         r.masked[static_cast<size_t>(e)] = r.logits[static_cast<size_t>(e)], ++allowed;
   if (allowed == 0) {  // complete, and no end token to sample: the reply is whole
     r.end.reason = g.constraint->complete() ? EndReason::kStop : EndReason::kError;
-    if (!g.constraint->complete()) r.end.error = "the response format allows no next token";
+    if (!g.constraint->complete()) r.end.error = "the constraint allows no next token";
     return -1;
   }
   int token = r.sampler.Sample(r.masked);

@@ -69,12 +69,12 @@ struct Generation {
   int max_tokens = 256;
   SamplerOptions sampling;
   std::vector<int> end_tokens;  // sampling one of these ends the reply; it is not passed on
-  // Optional (response_format): the reply is a value of this grammar. The
-  // tokens it does not allow are never sampled, end_tokens only once its
-  // value is complete, and the reply ends (kStop) when it is finished;
-  // on_token still gets the model's own logits (logprobs are unchanged).
-  // A grammar that allows nothing mid-value ends the reply with kError.
-  std::unique_ptr<grammar::JsonTokenConstraint> constraint;
+  // Optional (response_format, tool calls): the tokens it does not allow are
+  // never sampled, end_tokens only once it is complete, and the reply ends
+  // (kStop) when it is finished; on_token still gets the model's own logits
+  // (logprobs are unchanged). One that allows nothing while incomplete ends
+  // the reply with kError.
+  std::unique_ptr<grammar::TokenConstraint> constraint;
   // Each generated token with the logits it was sampled from ([vocab]).
   // Returning false ends the reply after it (EndReason::kStop).
   std::function<bool(int token, std::span<const float> logits)> on_token;

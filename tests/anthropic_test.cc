@@ -220,15 +220,18 @@ TEST(MessagesRequest, EveryRefusalNamesItsField) {
   EXPECT_EQ(Refused(Base({{"tool_choice", {{"type", "any"}}}})), "tool_choice");  // without tools
   EXPECT_EQ(Refused(Base({{"tools", tools}, {"tool_choice", {{"type", "tool"}, {"name", "g"}}}})),
             "tool_choice.name");
-  // Not honoured yet: refused by name, never ignored.
-  EXPECT_EQ(Refused(Base({{"tools", tools}, {"tool_choice", {{"type", "any"}}}})),
-            "tool_choice.type");
-  EXPECT_EQ(Refused(Base({{"tools", tools}, {"tool_choice", {{"type", "tool"}, {"name", "f"}}}})),
-            "tool_choice.type");
-  EXPECT_EQ(
-      Refused(Base({{"tools", tools},
-                    {"tool_choice", {{"type", "auto"}, {"disable_parallel_tool_use", true}}}})),
-      "tool_choice.disable_parallel_tool_use");
+  // Forced calls and one call at most are honoured (serve/tool_constraint.h).
+  MessagesRequest forced;
+  ASSERT_FALSE(Parse(Base({{"tools", tools}, {"tool_choice", {{"type", "any"}}}}), &forced));
+  EXPECT_EQ(forced.tool_choice.mode, AnthropicToolChoice::Mode::kAny);
+  ASSERT_FALSE(
+      Parse(Base({{"tools", tools},
+                  {"tool_choice",
+                   {{"type", "tool"}, {"name", "f"}, {"disable_parallel_tool_use", true}}}}),
+            &forced));
+  EXPECT_EQ(forced.tool_choice.mode, AnthropicToolChoice::Mode::kTool);
+  EXPECT_EQ(forced.tool_choice.name, "f");
+  EXPECT_TRUE(forced.tool_choice.disable_parallel_tool_use);
   EXPECT_EQ(Refused(Base({{"thinking", {{"type", "enabled"}}}})), "thinking.budget_tokens");
   EXPECT_EQ(Refused(Base({{"thinking", {{"type", "enabled"}, {"budget_tokens", 1000}}},
                           {"max_tokens", 4000}})),

@@ -172,7 +172,7 @@ TEST(Request, EachParameterTypeAndRange) {
       {{{"logit_bias", {{"", 1}}}}, "logit_bias"},
       {{{"logit_bias", {{"2147483648", 1}}}}, "logit_bias"},
       {{{"logit_bias", json::array({1})}}, "logit_bias"},
-      // Tools are parsed (refused apart: RefuseToolCalling); the legacy
+      // Tools are parsed (held to the call markup apart); the legacy
       // functions are refused by name; their empty or default forms pass.
       {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}}, ""},
       {{{"tools", json::array()}}, ""},
@@ -330,16 +330,11 @@ TEST(Request, Tools) {
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kFunction);
   EXPECT_EQ(r.tool_choice.function, "f-1_x");
   EXPECT_FALSE(r.parallel_tool_calls);
-  // Refused until replies are parsed for calls.
-  auto refused = RefuseToolCalling(r);
-  ASSERT_TRUE(refused);
-  EXPECT_EQ(refused->param, "tools");
   ASSERT_FALSE(Chat(Base({{"tools", {weather}}, {"tool_choice", "required"}}), &r));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kRequired);
   EXPECT_TRUE(r.parallel_tool_calls);
   ASSERT_FALSE(Chat(Base({{"tool_choice", "none"}}), &r));
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNone);
-  EXPECT_FALSE(RefuseToolCalling(r));
   const auto param = [&](json extra) {
     auto e = Chat(Base(std::move(extra)));
     return e ? e->param : std::string();

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <random>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "engine/format/chat.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
+#include "serve/tool_constraint.h"
 #include "tests/test_util.h"
 
 namespace waste::serve {
@@ -497,6 +499,241 @@ TEST(ChatAnswerJson, StreamedChunks) {
   EXPECT_EQ(ChatFinishChunk(kHead, 0, Finish::kToolCalls)["choices"][0]["finish_reason"],
             "tool_calls");
   EXPECT_STREQ(FinishName(Finish::kToolCalls), "tool_calls");
+}
+
+// Tool calls held to their tools (serve/tool_constraint.h): a "model" of
+// random logits (plus a pull towards chosen tokens) sampled greedily under
+// the constraint, its tokens read back by ReplyParser.
+const ChatTool kWeather{"get_weather", "",
+                        nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+  "city": {"type": "string", "enum": ["Paris", "Lyon"]},
+  "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+  "required": ["city", "days"], "additionalProperties": false})")};
+const ChatTool kTime{"get_time", "", nlohmann::ordered_json::parse(R"({"properties": {
+  "tz": {"type": "string", "maxLength": 4}}, "required": ["tz"], "additionalProperties": false})")};
+
+// The arguments as each tool's schema above wants them (checked by hand,
+// not by the engine that made them).
+void ExpectValid(const std::string& name, const json& a) {
+  ASSERT_TRUE(a.is_object());
+  if (name == "get_weather") {
+    EXPECT_EQ(a.size(), 2u) << a;
+    ASSERT_TRUE(a.contains("city") && a["city"].is_string()) << a;
+    EXPECT_TRUE(a["city"] == "Paris" || a["city"] == "Lyon") << a;
+    ASSERT_TRUE(a.contains("days") && a["days"].is_number_integer()) << a;
+    EXPECT_GE(a["days"].get<int>(), 1);
+    EXPECT_LE(a["days"].get<int>(), 7);
+  } else {
+    EXPECT_EQ(name, "get_time");
+    EXPECT_EQ(a.size(), 1u) << a;
+    ASSERT_TRUE(a.contains("tz") && a["tz"].is_string()) << a;
+    const std::string tz = a["tz"];
+    EXPECT_LE(std::count_if(tz.begin(), tz.end(), [](char b) { return (b & 0xC0) != 0x80; }), 4)
+        << tz;  // code points
+  }
+}
+
+struct Generated {
+  std::vector<int32_t> ids;
+  bool finished = false;  // the constraint ended the reply
+};
+
+// Up to `steps` tokens under `plan`; `pull` adds to chosen ids' logits at
+// step 0. Ends at the first step the constraint is complete after a call
+// has closed (as an end-of-turn token would), or when it is finished.
+Generated Generate(const Case& c, std::shared_ptr<const ToolCallPlan> plan, uint32_t seed,
+                   std::vector<int32_t> prefix = {}, std::map<int32_t, float> pull = {},
+                   int steps = 600) {
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint k(plan, *c.tok, vocab);
+  Generated g;
+  for (int32_t id : prefix) {
+    EXPECT_TRUE(k.Accept(id));
+    g.ids.push_back(id);
+  }
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()));
+  const std::string close = plan->Tail();
+  for (int step = 0; step < steps && !k.finished(); ++step) {
+    if (k.complete() && c.tok->Decode(g.ids).find(close) != std::string::npos) break;
+    for (float& l : logits) l = u(rng);
+    for (const auto& [id, bonus] : pull) logits[static_cast<size_t>(id)] += bonus;
+    EXPECT_GT(k.Mask(logits), 0u);
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_GT(logits[static_cast<size_t>(best)], -1e30f);
+    EXPECT_TRUE(k.Accept(best));
+    g.ids.push_back(best);
+    pull.clear();
+  }
+  g.finished = k.finished();
+  return g;
+}
+
+std::shared_ptr<const ToolCallPlan> Plan(std::string_view family, ToolChoiceMode mode,
+                                         std::string_view function = "", bool parallel = true,
+                                         bool thinking_open = false) {
+  const ChatTool tools[] = {kWeather, kTime};
+  auto p = ToolCallPlan::Make(family, tools, mode, function, parallel, thinking_open, "parameters");
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return *p;
+}
+
+// The same reply read with calls_constrained: the same calls, their
+// arguments streamed in pieces (as many as came apart) that join to the
+// same JSON.
+void ExpectStreamedEqualsWhole(const Case& c, const std::vector<int32_t>& ids) {
+  const Shown whole = Gather(Feed(c, ids));
+  Case streamed = c;
+  streamed.options.calls_constrained = true;
+  const Run run = Feed(streamed, ids);
+  const Shown s = Gather(run);
+  EXPECT_EQ(s.text, whole.text);
+  EXPECT_EQ(s.reasoning, whole.reasoning);
+  EXPECT_EQ(s.calls, whole.calls) << c.tok->Decode(ids);
+  const auto pieces = std::count_if(run.events.begin(), run.events.end(), [](const ReplyEvent& e) {
+    return e.kind == Kind::kToolCallArgs;
+  });
+  EXPECT_GT(pieces, static_cast<long>(s.calls.size())) << "arguments in one piece";
+}
+
+TEST(ToolCallConstraint, Qwen3RequiredWritesValidCalls) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    const Generated g = Generate(c, Plan(kFamilyQwen3, ToolChoiceMode::kRequired), seed);
+    ExpectStreamedEqualsWhole(c, g.ids);
+    const Shown s = Gather(Feed(c, g.ids));
+    ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+    EXPECT_EQ(s.text, "");
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  }
+}
+
+TEST(ToolCallConstraint, Qwen3NamedFunctionOneCallEndsTheReply) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    const Generated g = Generate(
+        c, Plan(kFamilyQwen3, ToolChoiceMode::kFunction, "get_time", /*parallel=*/false), seed);
+    EXPECT_TRUE(g.finished);
+    const Shown s = Gather(Feed(c, g.ids));
+    ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+    EXPECT_EQ(s.calls[0].first, "get_time");
+    ExpectValid(s.calls[0].first, s.calls[0].second);
+  }
+}
+
+TEST(ToolCallConstraint, Qwen3AutoHoldsACallTheModelOpens) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
+  const int32_t open = *c.tok->SpecialId("<tool_call>");
+  const Generated g = Generate(c, Plan(kFamilyQwen3, ToolChoiceMode::kAuto), 7,
+                               c.tok->EncodeMarkup("Let me look."), {{open, 100.0f}});
+  const Shown s = Gather(Feed(c, g.ids));
+  EXPECT_EQ(s.text, "Let me look.");
+  ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+  for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+}
+
+TEST(ToolCallConstraint, NoneMasksTheOpening) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint k(Plan(kFamilyQwen3, ToolChoiceMode::kNone), *c.tok, vocab);
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()), 0.0f);
+  k.Mask(logits);
+  EXPECT_EQ(logits[static_cast<size_t>(*c.tok->SpecialId("<tool_call>"))], -INFINITY);
+  // Nor as plain text: after "<tool_call" no token may write the ">".
+  for (int32_t id : c.tok->Encode("text <tool_call")) ASSERT_TRUE(k.Accept(id));
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  k.Mask(logits);
+  for (size_t id = 0; id < logits.size(); ++id)
+    if (c.tok->TokenBytes(static_cast<int32_t>(id)).starts_with(">")) {
+      EXPECT_EQ(logits[id], -INFINITY) << id;
+    }
+  EXPECT_TRUE(k.complete());
+  EXPECT_FALSE(k.Accept(*c.tok->SpecialId("<tool_call>")));
+}
+
+TEST(ToolCallConstraint, ThinkingOpenThinksFirst) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true), true);
+  const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired, "", true, /*thinking_open=*/true);
+  const Generated g = Generate(c, plan, 3, c.tok->EncodeMarkup("Weather, then.\n</think>\n\n"));
+  ExpectStreamedEqualsWhole(c, g.ids);
+  const Shown s = Gather(Feed(c, g.ids));
+  EXPECT_EQ(s.reasoning, "Weather, then.");
+  ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+  for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+}
+
+TEST(ToolCallConstraint, KimiRequiredCallsCloseTheSection) {
+  const Case c = Make("kimi", ChatFormat::Kimi());
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    const Generated g =
+        Generate(c, Plan(kFamilyKimiK2, ToolChoiceMode::kRequired), seed, {}, {}, 2000);
+    const std::string text = c.tok->Decode(g.ids);
+    ExpectStreamedEqualsWhole(c, g.ids);
+    EXPECT_TRUE(g.finished) << text;
+    EXPECT_TRUE(text.ends_with("<|tool_calls_section_end|>")) << text;
+    const Shown s = Gather(Feed(c, g.ids));
+    ASSERT_GE(s.calls.size(), 1u) << text;
+    EXPECT_EQ(s.text, "");
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  }
+}
+
+TEST(ToolCallConstraint, DeepseekCallsWithAndWithoutTheirSection) {
+  const Case v31 = Make("deepseek", ChatFormat::DeepseekV31(), false);
+  const Case v3 = Make("deepseek", ChatFormat::Deepseek(true), false);
+  for (const Case* c : {&v31, &v3}) {
+    const std::string family = c->chat.family;
+    // Forced: the section, the calls, its end (which ends the reply).
+    const Generated g = Generate(*c, Plan(family, ToolChoiceMode::kRequired), 5, {}, {}, 2000);
+    const std::string text = c->tok->Decode(g.ids);
+    EXPECT_TRUE(g.finished) << family << ": " << text;
+    ExpectStreamedEqualsWhole(*c, g.ids);
+    const Shown s = Gather(Feed(*c, g.ids));
+    ASSERT_GE(s.calls.size(), 1u) << family << ": " << text;
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+    // auto: a call opened without its section is held to the tools too.
+    const Generated bare =
+        Generate(*c, Plan(family, ToolChoiceMode::kAuto, "", /*parallel=*/false), 6,
+                 c->tok->EncodeMarkup("Checking." + std::string(kDsCallBegin)));
+    const Shown b = Gather(Feed(*c, bare.ids));
+    EXPECT_EQ(b.text, "Checking.");
+    ASSERT_EQ(b.calls.size(), 1u) << family << ": " << c->tok->Decode(bare.ids);
+    ExpectValid(b.calls[0].first, b.calls[0].second);
+  }
+  // none: neither opening may be written.
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*v31.tok, v31.tok->max_id() + 1);
+  ToolCallConstraint none(Plan(kFamilyDeepseekV31, ToolChoiceMode::kNone), *v31.tok, vocab);
+  for (std::string_view open : {kDsCallsBegin, kDsCallBegin}) {
+    const auto id = v31.tok->SpecialId(open);
+    ASSERT_TRUE(id) << open;
+    std::vector<float> logits(static_cast<size_t>(vocab->vocab()), 0.0f);
+    none.Mask(logits);
+    EXPECT_EQ(logits[static_cast<size_t>(*id)], -INFINITY) << open;
+  }
+}
+
+TEST(ToolCallConstraint, PlanRefusesByName) {
+  const ChatTool tools[] = {kWeather};
+  auto glm =
+      ToolCallPlan::Make(kFamilyGlm45, tools, ToolChoiceMode::kAuto, "", true, false, "parameters");
+  ASSERT_FALSE(glm.ok());
+  EXPECT_NE(glm.status().message().find("glm-4.5"), std::string::npos);
+  ChatTool bad = kWeather;
+  bad.parameters["properties"]["city"]["pattern"] = "^[A-Z]";
+  const ChatTool with_pattern[] = {kTime, bad};
+  auto p = ToolCallPlan::Make(kFamilyQwen3, with_pattern, ToolChoiceMode::kAuto, "", true, false,
+                              "parameters");
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(p.status().message().starts_with("tools[1].parameters: ")) << p.status().message();
+  EXPECT_NE(p.status().message().find("pattern"), std::string::npos);
+  ChatTool array = kTime;
+  array.parameters = nlohmann::ordered_json::parse(R"({"type": "array"})");
+  const ChatTool arrays[] = {array};
+  EXPECT_FALSE(
+      ToolCallPlan::Make(kFamilyQwen3, arrays, ToolChoiceMode::kAuto, "", true, false, "parameters")
+          .ok());
 }
 
 }  // namespace

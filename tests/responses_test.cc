@@ -141,14 +141,28 @@ TEST(ResponsesRequest, EveryRefusalNamesItsField) {
   EXPECT_EQ(Refused(Base({{"instructions", 1}})), "instructions");
   EXPECT_EQ(Refused(Base({{"store", true}})), "store");
   EXPECT_EQ(Refused(Base({{"previous_response_id", "resp_1"}})), "previous_response_id");
-  EXPECT_EQ(Refused(Base({{"parallel_tool_calls", false}})), "parallel_tool_calls");
   EXPECT_EQ(Refused(Base({{"truncation", "auto"}})), "truncation");
   EXPECT_EQ(Refused(Base({{"text", {{"format", {{"type", "json_object"}}}}}})), "text.format");
   EXPECT_EQ(Refused(Base({{"reasoning", {{"effort", "low"}}}})), "reasoning");
   EXPECT_EQ(Refused(Base({{"include", json::array()}})), "include");
   EXPECT_EQ(Refused(Base({{"metadata", 1}})), "metadata");
-  EXPECT_EQ(Refused(Base({{"tool_choice", "required"}})), "tool_choice");
-  EXPECT_EQ(Refused(Base({{"tool_choice", {{"type", "function"}, {"name", "f"}}}})), "tool_choice");
+  EXPECT_EQ(Refused(Base({{"tool_choice", "required"}})), "tool_choice");  // without tools
+  EXPECT_EQ(Refused(Base({{"tool_choice", {{"type", "function"}, {"name", "f"}}}})),
+            "tool_choice.name");
+  EXPECT_EQ(Refused(Base({{"tool_choice", {{"type", "allowed_tools"}}}})), "tool_choice.type");
+  // Forced calls and parallel_tool_calls false are honoured (serve/tool_constraint.h).
+  const ojson f = ojson::array({{{"type", "function"}, {"name", "f"}}});
+  ResponsesRequest forced;
+  ASSERT_FALSE(Parse(Base({{"tools", f},
+                           {"tool_choice", {{"type", "function"}, {"name", "f"}}},
+                           {"parallel_tool_calls", false}}),
+                     &forced));
+  EXPECT_EQ(forced.tool_choice.mode, ToolChoiceMode::kFunction);
+  EXPECT_EQ(forced.tool_choice.function, "f");
+  EXPECT_FALSE(forced.tool_choice.parallel);
+  EXPECT_EQ(forced.echo["parallel_tool_calls"], false);
+  ASSERT_FALSE(Parse(Base({{"tools", f}, {"tool_choice", "required"}}), &forced));
+  EXPECT_EQ(forced.tool_choice.mode, ToolChoiceMode::kRequired);
   EXPECT_EQ(Refused(Base({{"tool_choice", "maybe"}})), "tool_choice");
   EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "web_search"}}})}})), "tools[0].type");
   EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "function"}}})}})), "tools[0].name");

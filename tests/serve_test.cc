@@ -74,9 +74,9 @@ class ServeTest : public ::testing::Test {
   }
 
   // A fresh scheduler, API and HTTP server over the same model.
-  void Restart(SchedulerOptions so, ApiOptions ao) {
+  void Restart(SchedulerOptions so, ApiOptions ao, int context = 512) {
     Stop();
-    so.context = ao.context = 512;
+    so.context = ao.context = context;
     scheduler_ = std::make_unique<Scheduler>(so, engine_->model().config().vocab, stepper_);
     if (ao.model_name.empty()) ao.model_name = "tiny";
     api_ = std::make_unique<ApiServer>(ao, *tok_, &*engine_->container().chat(), end_, *scheduler_);
@@ -334,6 +334,63 @@ TEST_F(ServeTest, AResponseFormatKeepsTheReplyInsideItsSchema) {
   const Answer refused = Call(Post("/v1/chat/completions", bad.dump()));
   EXPECT_EQ(refused.status, 400);
   EXPECT_NE(refused.body.find("unsupported keyword 'oneOf' at #"), std::string::npos)
+      << refused.body;
+}
+
+TEST_F(ServeTest, ToolCallsAreHeldToTheToolsAndTheirChoice) {
+  // The synthetic model writes Kimi K2's markup (serve/tool_constraint.h);
+  // the tools' prompt takes most of the usual context.
+  Restart({}, {}, 1024);
+  const json weather = json::parse(R"({"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Lyon"]},
+      "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
+      "additionalProperties": false}}})");
+  const json time = json::parse(R"({"type": "function", "function": {"name": "get_time",
+      "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 4}},
+      "required": ["tz"], "additionalProperties": false}}})");
+  for (int seed = 0; seed < 4; ++seed) {
+    json req = Chat("weather?", 300);
+    req["temperature"] = 1;
+    req["seed"] = seed;
+    req["tools"] = {weather, time};
+    req["tool_choice"] = seed % 2
+                             ? json("required")
+                             : json{{"type", "function"}, {"function", {{"name", "get_time"}}}};
+    req["parallel_tool_calls"] = false;
+    const Answer a = Call(Post("/v1/chat/completions", req.dump()));
+    ASSERT_EQ(a.status, 200) << a.head << a.body;
+    const json j = json::parse(a.body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << a.body;
+    const json& calls = j["choices"][0]["message"]["tool_calls"];
+    ASSERT_TRUE(calls.is_array() && calls.size() == 1) << a.body;
+    const std::string name = calls[0]["function"]["name"];
+    const json args = json::parse(calls[0]["function"]["arguments"].get<std::string>());
+    if (seed % 2 == 0) {
+      EXPECT_EQ(name, "get_time");
+    }
+    if (name == "get_weather") {
+      EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Lyon") << args;
+      EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7);
+      EXPECT_EQ(args.size(), 2u) << args;
+    } else {
+      EXPECT_EQ(name, "get_time");
+      EXPECT_TRUE(args["tz"].is_string()) << args;
+      EXPECT_EQ(args.size(), 1u) << args;
+    }
+  }
+  // none: the same model, never a call.
+  json none = Chat("weather?", 40);
+  none["tools"] = {weather};
+  none["tool_choice"] = "none";
+  const Answer n = Call(Post("/v1/chat/completions", none.dump()));
+  ASSERT_EQ(n.status, 200) << n.body;
+  EXPECT_TRUE(json::parse(n.body)["choices"][0]["message"]["tool_calls"].is_null()) << n.body;
+  json bad = Chat("x", 5);
+  bad["tools"] = {weather};
+  bad["tools"][0]["function"]["parameters"]["properties"]["city"]["format"] = "city";
+  const Answer refused = Call(Post("/v1/chat/completions", bad.dump()));
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(json::parse(refused.body)["error"]["param"], "tools[0].function.parameters")
       << refused.body;
 }
 
@@ -934,11 +991,14 @@ TEST_F(ServeTest, AnthropicsRoutesAnswerErrorsInAnthropicsShape) {
   image["messages"][0]["content"] = json::array({{{"type", "image"}, {"source", json::object()}}});
   EXPECT_NE(expect(Post("/v1/messages", image.dump()), 400, "invalid_request_error").find("image"),
             std::string::npos);
-  // Tools reach the renderer, which names what it does not render yet.
+  // Tools are served; a schema keyword the constraint cannot hold is refused by name.
   json tools = Message("x", 4);
   tools["tools"] = json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}});
-  EXPECT_NE(expect(Post("/v1/messages", tools.dump()), 400, "invalid_request_error").find("tools"),
-            std::string::npos);
+  EXPECT_EQ(Call(Post("/v1/messages", tools.dump())).status, 200);
+  tools["tools"][0]["input_schema"]["properties"]["a"] = {{"type", "string"}, {"pattern", "x"}};
+  const std::string why = expect(Post("/v1/messages", tools.dump()), 400, "invalid_request_error");
+  EXPECT_TRUE(why.starts_with("tools[0].input_schema: ")) << why;
+  EXPECT_NE(why.find("pattern"), std::string::npos) << why;
   // Thinking is switched where the family's template allows it; Kimi K2's
   // never thinks: off is what it does, on is refused naming it.
   json thinking = Message("x", 4);

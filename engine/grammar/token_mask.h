@@ -62,19 +62,35 @@ class VocabIndex {
   std::vector<int32_t> others_;          // the ordinary tokens that are not plain
 };
 
-class JsonTokenConstraint {
+// What a generation's sampler may choose, token by token (the scheduler's
+// Generation::constraint): a response_format's value, a tool call's markup
+// and arguments (serve/tool_constraint.h).
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logits of the tokens that may not come next to -infinity.
+  // Returns how many may.
+  virtual size_t Mask(std::span<float> logits) = 0;
+  // Feeds the chosen token: false if the mask did not allow it (the
+  // constraint is then dead: nothing more is allowed).
+  virtual bool Accept(int32_t token) = 0;
+  // The reply may end here (its end-of-turn tokens are allowed).
+  virtual bool complete() const = 0;
+  // The reply ends here: nothing more may come.
+  virtual bool finished() const = 0;
+};
+
+class JsonTokenConstraint : public TokenConstraint {
  public:
   JsonTokenConstraint(std::shared_ptr<const JsonGrammar> g,
                       std::shared_ptr<const VocabIndex> vocab);
 
-  // Sets the logits of the tokens that may not come next to -infinity
-  // (ids past the index's vocabulary too). Returns how many may.
-  size_t Mask(std::span<float> logits);
-  // Feeds a chosen token's bytes: false if the mask did not allow it (the
-  // constraint is then dead: nothing more is allowed).
-  bool Accept(int32_t token);
-  bool complete() const { return m_.complete(); }
-  bool finished() const { return m_.finished(); }
+  // Ids past the index's vocabulary are never allowed; special tokens neither.
+  size_t Mask(std::span<float> logits) override;
+  // Feeds a chosen token's bytes.
+  bool Accept(int32_t token) override;
+  bool complete() const override { return m_.complete(); }
+  bool finished() const override { return m_.finished(); }
 
  private:
   JsonMatcher m_;

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Agent loops against waste serve with the real `openai` and `anthropic`
+clients: scripts/openai_check.sh runs it on a random-weight container of
+each family whose calls are constrained (serve/tool_constraint.h).
+
+    agent_loop_test.py WASTE CONTAINER
+
+Two tools are offered and a call is forced (OpenAI's tool_choice required
+and a named function, Responses' required, Anthropic's any and tool); the
+client "runs" each call and sends its result back, and the model answers.
+Every call's arguments validate against its tool's schema (jsonschema);
+streamed equals whole (temperature 0). Prints one line per check and exits
+non-zero if any failed.
+"""
+import json
+import sys
+
+import anthropic
+import jsonschema
+import openai
+
+from serve_client_test import check, failures, start
+
+WEATHER = {"type": "object",
+           "properties": {"city": {"type": "string", "enum": ["Paris", "Lyon", "Oslo"]},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"], "additionalProperties": False}
+TIME = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 6}},
+        "required": ["tz"], "additionalProperties": False}
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+OPENAI_TOOLS = [{"type": "function", "function": {"name": n, "description": "a tool",
+                                                   "parameters": s}} for n, s in SCHEMAS.items()]
+RESPONSES_TOOLS = [{"type": "function", "name": n, "description": "a tool", "parameters": s}
+                   for n, s in SCHEMAS.items()]
+ANTHROPIC_TOOLS = [{"name": n, "description": "a tool", "input_schema": s}
+                   for n, s in SCHEMAS.items()]
+ASK = "What is the weather in Paris for three days, and the time there?"
+MAX = 400  # a random model writes long white space; one call fits
+
+
+def valid(name, args):
+    """Whether `args` (a JSON text or a dict) validates against tool `name`'s schema."""
+    try:
+        jsonschema.validate(json.loads(args) if isinstance(args, str) else args, SCHEMAS[name])
+        return True
+    except (KeyError, ValueError, jsonschema.ValidationError):
+        return False
+
+
+def run_tool(name, args):
+    return json.dumps({"tool": name, "ok": True})
+
+
+# Kimi-Linear's released template drops an assistant's past tool calls, so
+# waste refuses to render them (engine/tokenizer/chat_tools.h): on that
+# family the loop's second turn is that refusal, reported and not counted.
+NOT_RENDERED = "drops an assistant's tool calls"
+
+
+def second_turn(what, send, answered):
+    try:
+        answer = send()
+    except (openai.BadRequestError, anthropic.BadRequestError) as e:
+        if NOT_RENDERED in str(e):
+            print(f"note {what}: not run, the family's template drops past calls", flush=True)
+            return
+        raise
+    check(what + ": the model answers the result", answered(answer), str(answer))
+
+
+def chat_loop(client, model):
+    base = dict(model=model, messages=[{"role": "user", "content": ASK}], tools=OPENAI_TOOLS,
+                temperature=0, max_tokens=MAX)
+    for choice, parallel in (("required", False),
+                             ({"type": "function", "function": {"name": "get_time"}}, False),
+                             ("required", True)):
+        what = f"chat tool_choice={json.dumps(choice)} parallel={parallel}"
+        whole = client.chat.completions.create(**base, tool_choice=choice,
+                                               parallel_tool_calls=parallel)
+        msg = whole.choices[0].message
+        calls = msg.tool_calls or []
+        check(what + ": calls", len(calls) >= 1, str(msg))
+        check(what + ": every call validates",
+              all(valid(c.function.name, c.function.arguments) for c in calls),
+              str([(c.function.name, c.function.arguments) for c in calls]))
+        if not parallel:
+            check(what + ": one call, finish_reason tool_calls",
+                  len(calls) == 1 and whole.choices[0].finish_reason == "tool_calls",
+                  str(whole))
+        if isinstance(choice, dict):
+            check(what + ": the named function", all(c.function.name == "get_time" for c in calls))
+        # Streamed: the same calls, the arguments possibly in pieces.
+        streamed, pieces = {}, 0
+        for chunk in client.chat.completions.create(**base, tool_choice=choice,
+                                                    parallel_tool_calls=parallel, stream=True):
+            for d in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                s = streamed.setdefault(d.index, {"name": "", "arguments": ""})
+                if d.function.name:
+                    s["name"] = d.function.name
+                s["arguments"] += d.function.arguments or ""
+                pieces += bool(d.function.arguments)
+        check(what + ": streamed equals whole",
+              [streamed[i] for i in sorted(streamed)] ==
+              [{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
+              f"{streamed} vs {calls}")
+        check(what + ": arguments streamed in pieces", pieces > len(streamed), str(pieces))
+        if parallel or not calls:
+            continue
+        # The client runs the call and sends the result back; the model answers.
+        messages = base["messages"] + [msg.model_dump(exclude_none=True)] + [
+            {"role": "tool", "tool_call_id": c.id, "content": run_tool(c.function.name,
+                                                                       c.function.arguments)}
+            for c in calls]
+        second_turn(what, lambda: client.chat.completions.create(
+            **{**base, "messages": messages, "max_tokens": 24}, tool_choice="none"),
+            lambda a: a.choices[0].message.tool_calls is None and
+            a.choices[0].finish_reason in ("stop", "length"))
+
+
+def responses_loop(client, model):
+    base = dict(model=model, input=ASK, tools=RESPONSES_TOOLS, temperature=0,
+                max_output_tokens=MAX, parallel_tool_calls=False)
+    whole = client.responses.create(**base, tool_choice="required")
+    calls = [o for o in whole.output if o.type == "function_call"]
+    check("responses required: one call", len(calls) == 1, str(whole.output))
+    check("responses required: the call validates",
+          all(valid(c.name, c.arguments) for c in calls), str(calls))
+    with client.responses.stream(**base, tool_choice="required") as s:
+        final = s.get_final_response()
+    check("responses streamed equals whole",
+          [(o.name, o.arguments) for o in final.output if o.type == "function_call"] ==
+          [(c.name, c.arguments) for c in calls], f"{final.output} vs {calls}")
+    if not calls:
+        return
+    c = calls[0]
+    follow = [{"role": "user", "content": ASK},
+              {"type": "function_call", "call_id": c.call_id, "name": c.name,
+               "arguments": c.arguments},
+              {"type": "function_call_output", "call_id": c.call_id,
+               "output": run_tool(c.name, c.arguments)}]
+    second_turn("responses", lambda: client.responses.create(
+        model=model, input=follow, tools=RESPONSES_TOOLS, tool_choice="none", temperature=0,
+        max_output_tokens=24), lambda a: not any(o.type == "function_call" for o in a.output))
+
+
+def messages_loop(client, model):
+    # anthropic 2.17 has no temperature argument; waste takes it in the body.
+    base = dict(model=model, max_tokens=MAX, extra_body={"temperature": 0}, tools=ANTHROPIC_TOOLS,
+                messages=[{"role": "user", "content": ASK}])
+    for choice in ({"type": "any", "disable_parallel_tool_use": True},
+                   {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}):
+        what = f"messages tool_choice={json.dumps(choice)}"
+        whole = client.messages.create(**base, tool_choice=choice)
+        uses = [b for b in whole.content if b.type == "tool_use"]
+        check(what + ": one tool_use, stop_reason tool_use",
+              len(uses) == 1 and whole.stop_reason == "tool_use", str(whole))
+        check(what + ": input validates", all(valid(u.name, u.input) for u in uses), str(uses))
+        if choice["type"] == "tool":
+            check(what + ": the named tool", all(u.name == "get_weather" for u in uses))
+        with client.messages.stream(**base, tool_choice=choice) as s:
+            final = s.get_final_message()
+        check(what + ": streamed (input_json_delta) equals whole",
+              [(b.name, b.input) for b in final.content if b.type == "tool_use"] ==
+              [(u.name, u.input) for u in uses], f"{final.content} vs {uses}")
+        if not uses:
+            continue
+        u = uses[0]
+        follow = base["messages"] + [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                              for b in whole.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": u.id,
+                                          "content": run_tool(u.name, u.input)}]}]
+        second_turn(what, lambda: client.messages.create(
+            **{**base, "messages": follow, "max_tokens": 24}, tool_choice={"type": "none"}),
+            lambda a: not any(b.type == "tool_use" for b in a.content) and
+            a.stop_reason in ("end_turn", "max_tokens"))
+
+
+def main():
+    waste, container = sys.argv[1], sys.argv[2]
+    proc, port = start(waste, container)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        oa = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        model = oa.models.list().data[0].id
+        chat_loop(oa, model)
+        responses_loop(oa, model)
+        messages_loop(anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0), model)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
