@@ -271,11 +271,9 @@ Result<std::vector<ChatPiece>> DeepseekV31(const ChatFormat& chat,
 
 Result<std::vector<ChatPiece>> KimiK2(const ChatFormat& chat, std::span<const ChatMessage> msgs,
                                       const ChatRenderOptions& o) {
-  for (size_t i = 0; i < msgs.size(); ++i)
-    if (!msgs[i].tool_calls.empty())
-      return Status::Error(At(i) +
-                           ".tool_calls: Kimi K2's chat template (Kimi-Linear's) drops an "
-                           "assistant's tool calls, so they are not rendered");
+  // The released template (Kimi-Linear's) renders an assistant's text and
+  // drops its tool_calls: so does this, or an agent's next turn could not be
+  // rendered at all; the tool results that follow carry what the call got.
   Pieces p;
   if (!o.tools.empty()) {
     ordered_json all = ordered_json::array();

@@ -22,7 +22,8 @@
 //   Kimi K2          tools first, <|im_system|>tool_declare<|im_middle|>
 //                    json.dumps(tools)<|im_end|>; results
 //                    <|im_system|>tool<|im_middle|>..<|im_end|>; its template
-//                    drops an assistant's tool calls (refused)
+//                    drops an assistant's tool calls (so does this: its text
+//                    alone is rendered)
 //   GPT-OSS harmony  tools in the developer message as the template's
 //                    TypeScript-like "namespace functions" (oneOf refused),
 //                    and a line in the system message; a call

@@ -177,12 +177,12 @@ def tool_conversations():
 # What each family's template renders of tools (the rest is refused by the
 # engine by name): DeepSeek-V3.1's template ignores `tools` (so the engine
 # refuses them) but renders calls and results; Kimi K2's renders `tools` and
-# tool results but drops an assistant's tool_calls (refused).
+# tool results and drops an assistant's tool_calls (the engine drops them too).
 TOOL_CASES = {
     "qwen3": {"tools": True, "calls": True},
     "glm45": {"tools": True, "calls": True},
     "deepseek-v3.1": {"tools": False, "calls": True},
-    "kimi": {"tools": True, "calls": False},
+    "kimi": {"tools": True, "calls": True},
     # Harmony's template renders the first call of a message only (refused
     # beyond it), an assistant's reasoning as its "thinking".
     "gpt-oss": {"tools": True, "calls": True, "one_call": True},
