@@ -306,7 +306,8 @@ TEST(Request, Messages) {
 }
 
 // Tools, tool_choice, parallel_tool_calls: parsed into the request, every
-// bad shape refused naming its field; tool calling itself refused apart.
+// bad shape refused naming its field (whether the model's family can honour
+// them is the server's check, ToolCallPlan).
 TEST(Request, Tools) {
   const json weather = {
       {"type", "function"},
