@@ -83,10 +83,10 @@ VocabIndex::VocabIndex(const Tokenizer& tok, int vocab) : vocab_(std::max(vocab,
     uint32_t node;
     size_t lo, hi, depth;
   };
-  std::vector<Range> todo{{0, 0, sorted.size(), 0}};
-  while (!todo.empty()) {
-    Range r = todo.back();
-    todo.pop_back();
+  std::vector<Range> unvisited{{0, 0, sorted.size(), 0}};
+  while (!unvisited.empty()) {
+    Range r = unvisited.back();
+    unvisited.pop_back();
     if (r.lo < r.hi && sorted[r.lo].first.size() == r.depth)
       trie_[r.node].token = sorted[r.lo++].second;
     trie_[r.node].first_child = static_cast<uint32_t>(trie_.size());
@@ -98,7 +98,7 @@ VocabIndex::VocabIndex(const Tokenizer& tok, int vocab) : vocab_(std::max(vocab,
       child.byte = byte;
       trie_.push_back(child);
       ++trie_[r.node].children;
-      todo.push_back({static_cast<uint32_t>(trie_.size() - 1), i, j, r.depth + 1});
+      unvisited.push_back({static_cast<uint32_t>(trie_.size() - 1), i, j, r.depth + 1});
       i = j;
     }
   }

@@ -281,7 +281,7 @@ def agent_cases(name, render, plain, whole, specials, texts):
     "thinking" (the switch, null: the family's default), "reasoning_effort"."""
     out = []
     plain_cases = {c[0]: c for c in conversations(texts)}
-    todo = []  # (name, messages, gen, tools, thinking, effort)
+    renders = []  # (name, messages, gen, tools, thinking, effort)
     what = TOOL_CASES.get(name)
     for cname, msgs, gen, with_tools in tool_conversations() if what else []:
         has_calls = any(m.get("tool_calls") for m in msgs)
@@ -294,23 +294,23 @@ def agent_cases(name, render, plain, whole, specials, texts):
                 continue
             with_tools = False
             cname += "_tools_not_offered"
-        todo.append((cname, msgs, gen, with_tools, None, None))
+        renders.append((cname, msgs, gen, with_tools, None, None))
     if name in THINKING:
         for on in (True, False):
             for cname in ("one_turn", "several_turns", "ends_with_assistant"):
                 _, msgs, gen = plain_cases[cname]
-                todo.append(("%s_thinking_%s" % (cname, "on" if on else "off"), msgs, gen, False, on,
+                renders.append(("%s_thinking_%s" % (cname, "on" if on else "off"), msgs, gen, False, on,
                              None))
             if what and what["calls"]:
                 for cname, msgs, gen, with_tools in tool_conversations():
                     if cname == "next_turn_after_results":
-                        todo.append(("%s_thinking_%s" % (cname, "on" if on else "off"), msgs, gen,
+                        renders.append(("%s_thinking_%s" % (cname, "on" if on else "off"), msgs, gen,
                                      with_tools and what["tools"], on, None))
     if name == "gpt-oss":
         for effort in ("low", "medium", "high"):
             _, msgs, gen = plain_cases["system_one_turn"]
-            todo.append(("system_one_turn_effort_" + effort, msgs, gen, False, None, effort))
-    for cname, msgs, gen, with_tools, thinking, effort in todo:
+            renders.append(("system_one_turn_effort_" + effort, msgs, gen, False, None, effort))
+    for cname, msgs, gen, with_tools, thinking, effort in renders:
         kw = {}
         if with_tools:
             kw["tools"] = TOOLS
