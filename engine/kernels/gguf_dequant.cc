@@ -19,12 +19,6 @@ float Half(const uint8_t* p) {
   return F16ToF32(U16(p));
 }
 
-// IQ4_NL's and IQ4_XS's sixteen levels (ggml-common.h kvalues_iq4nl).
-constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                   1,    13,   25,  38,  53,  69,  89,  113};
-// E2M1's values doubled (MXFP4 multiplies them by half the E8M0 scale).
-constexpr int8_t kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 // The 32-value block types: a block's nibble at value j (0..31): low
 // nibbles are values 0..15, high nibbles 16..31.
 int Nibble(const uint8_t* qs, int j) {
@@ -53,22 +47,31 @@ void Q5_1(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j)
     y[j] = d * static_cast<float>(Nibble(b + 8, j) | static_cast<int>(qh >> j & 1) << 4) + m;
 }
-void Q8_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
-}
 void Iq4Nl(const uint8_t* b, float* y) {
   const float d = Half(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(kIq4Levels[Nibble(b + 2, j)]);
+  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(kGgufIq4Levels[Nibble(b + 2, j)]);
+}
+
+// The factored types (gguf_dequant.h): each as its factors per 16 values
+// and its codes. The package's arithmetic is a[j / 16] * float(q) (less
+// b[j / 16]): Q8_0 multiplies float(q) * d, the same product.
+void Q8_0Factors(const uint8_t* b, float* a, float*) {
+  a[0] = a[1] = Half(b);
+}
+void Q8_0Codes(const uint8_t* b, int8_t* q) {
+  std::memcpy(q, b + 2, 32);
 }
 // MXFP4: an E8M0 exponent, then E2M1 nibbles; the scale halved as ggml's
-// ggml_e8m0_to_fp32_half builds it (exponents 0 and 1 as subnormals).
-void Mxfp4(const uint8_t* b, float* y) {
+// ggml_e8m0_to_fp32_half builds it (exponents 0 and 1 as subnormals), the
+// codes doubled.
+void Mxfp4Factors(const uint8_t* b, float* a, float*) {
   const uint32_t e = b[0];
   const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
-  float d;
-  std::memcpy(&d, &bits, 4);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(kE2m1Doubled[Nibble(b + 1, j)]);
+  std::memcpy(&a[0], &bits, 4);
+  a[1] = a[0];
+}
+void Mxfp4Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = kGgufE2m1Doubled[Nibble(b + 1, j)];
 }
 
 // The K-quants' 2-bit fields (Q2_K, Q3_K's low bits): the value at j (0..255)
@@ -77,88 +80,140 @@ int Crumb(const uint8_t* qs, int j) {
   return qs[(j / 128) * 32 + j % 32] >> (2 * (j % 128 / 32)) & 3;
 }
 
-void Q2_K(const uint8_t* b, float* y) {
-  const uint8_t* scales = b;   // 16: low nibble scale, high nibble min
-  const uint8_t* qs = b + 16;  // 64
+// Q2_K: 16 bytes of scales (low nibble scale, high nibble min), 64 of
+// codes, then d and dmin.
+void Q2_KFactors(const uint8_t* b, float* a, float* m) {
   const float d = Half(b + 80), dmin = Half(b + 82);
-  for (int j = 0; j < kQK; ++j) {
-    const uint8_t s = scales[j / 16];
-    const float dl = d * static_cast<float>(s & 15), ml = dmin * static_cast<float>(s >> 4);
-    y[j] = dl * static_cast<float>(Crumb(qs, j)) - ml;
+  for (int i = 0; i < 16; ++i) {
+    a[i] = d * static_cast<float>(b[i] & 15);
+    m[i] = dmin * static_cast<float>(b[i] >> 4);
   }
 }
-void Q3_K(const uint8_t* b, float* y) {
-  const uint8_t* hmask = b;    // 32: bit j/32 of byte j%32 set means no -4
-  const uint8_t* qs = b + 32;  // 64
-  const uint8_t* sc = b + 96;  // 12: sixteen 6-bit scales, 4 low bits then 2 high
+void Q2_KCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(Crumb(b + 16, j));
+}
+// Q3_K: 32 bytes of hmask (bit j/32 of byte j%32 set means no -4), 64 of
+// low bits, 12 of sixteen 6-bit scales (4 low bits, then 2 high), then d.
+void Q3_KFactors(const uint8_t* b, float* a, float*) {
+  const uint8_t* sc = b + 96;
   const float d = Half(b + 108);
-  for (int j = 0; j < kQK; ++j) {
-    const int i = j / 16;
+  for (int i = 0; i < 16; ++i) {
     const int low = i < 8 ? sc[i] & 15 : sc[i - 8] >> 4;
     const int high = sc[8 + i % 4] >> (2 * (i / 4)) & 3;
-    const float dl = d * static_cast<float>((low | high << 4) - 32);
-    const int h = hmask[j % 32] >> (j / 32) & 1;
-    y[j] = dl * static_cast<float>(Crumb(qs, j) - (h ? 0 : 4));
+    a[i] = d * static_cast<float>((low | high << 4) - 32);
   }
 }
-// Q4_K's and Q5_K's eight 6-bit scales and mins packed in 12 bytes.
-void ScaleMin(const uint8_t* s, int i, int* sc, int* m) {
-  if (i < 4) {
-    *sc = s[i] & 63;
-    *m = s[i + 4] & 63;
-  } else {
-    *sc = (s[i + 4] & 15) | ((s[i - 4] >> 6) << 4);
-    *m = (s[i + 4] >> 4) | ((s[i] >> 6) << 4);
-  }
+void Q3_KCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j)
+    q[j] = static_cast<int8_t>(Crumb(b + 32, j) - (b[j % 32] >> (j / 32) & 1 ? 0 : 4));
 }
-void Q4_K(const uint8_t* b, float* y) {
+// Q4_K's and Q5_K's d, dmin, then eight 6-bit scales and mins packed in
+// 12 bytes, one pair per 32 values.
+void Q45_KFactors(const uint8_t* b, float* a, float* m) {
   const float d = Half(b), dmin = Half(b + 2);
-  const uint8_t* qs = b + 16;  // 128: sub-block 2c low nibbles, 2c+1 high, of bytes 32c..
-  for (int j = 0; j < kQK; ++j) {
-    int sc, m;
-    ScaleMin(b + 4, j / 32, &sc, &m);
-    const int sub = j / 32;
-    const int q = qs[(sub / 2) * 32 + j % 32] >> (4 * (sub % 2)) & 15;
-    y[j] = d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(m);
+  const uint8_t* s = b + 4;
+  for (int i = 0; i < 8; ++i) {
+    const int sc = i < 4 ? s[i] & 63 : (s[i + 4] & 15) | ((s[i - 4] >> 6) << 4);
+    const int mn = i < 4 ? s[i + 4] & 63 : (s[i + 4] >> 4) | ((s[i] >> 6) << 4);
+    a[2 * i] = a[2 * i + 1] = d * static_cast<float>(sc);
+    m[2 * i] = m[2 * i + 1] = dmin * static_cast<float>(mn);
   }
 }
-void Q5_K(const uint8_t* b, float* y) {
-  const float d = Half(b), dmin = Half(b + 2);
-  const uint8_t* qh = b + 16;  // 32: bit sub of byte j%32
-  const uint8_t* qs = b + 48;  // 128, as Q4_K's
-  for (int j = 0; j < kQK; ++j) {
-    int sc, m;
-    ScaleMin(b + 4, j / 32, &sc, &m);
-    const int sub = j / 32;
-    const int q =
-        (qs[(sub / 2) * 32 + j % 32] >> (4 * (sub % 2)) & 15) | ((qh[j % 32] >> sub & 1) << 4);
-    y[j] = d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(m);
-  }
+// 128 bytes of nibbles: sub-block 2c the low nibbles of bytes 32c.., 2c+1
+// the high ones.
+int K4Nibble(const uint8_t* qs, int j) {
+  return qs[(j / 64) * 32 + j % 32] >> (4 * (j / 32 % 2)) & 15;
 }
-void Q6_K(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;        // 128: halves of 64 bytes, low then high nibbles
-  const uint8_t* qh = b + 128;  // 64: halves of 32 bytes, four 2-bit shifts
-  const auto* scales = reinterpret_cast<const int8_t*>(b + 192);  // 16
+void Q4_KCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(K4Nibble(b + 16, j));
+}
+// Q5_K: Q4_K's nibbles (at 48) and a fifth bit, bit j/32 of qh[j % 32].
+void Q5_KCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j)
+    q[j] = static_cast<int8_t>(K4Nibble(b + 48, j) | (b[16 + j % 32] >> (j / 32) & 1) << 4);
+}
+// Q6_K: 128 bytes of low nibbles (halves of 64 bytes, low then high
+// nibbles), 64 of high 2 bits (halves of 32 bytes, four shifts), sixteen
+// int8 scales, then d.
+void Q6_KFactors(const uint8_t* b, float* a, float*) {
   const float d = Half(b + 208);
+  for (int i = 0; i < 16; ++i) a[i] = d * static_cast<float>(static_cast<int8_t>(b[192 + i]));
+}
+void Q6_KCodes(const uint8_t* b, int8_t* q) {
   for (int j = 0; j < kQK; ++j) {
     const int half = j / 128, e = j % 128;
-    const int low = ql[half * 64 + e % 64] >> (4 * (e / 64)) & 15;
-    const int high = qh[half * 32 + e % 32] >> (2 * (e / 32)) & 3;
-    y[j] = d * static_cast<float>(scales[j / 16]) * static_cast<float>((low | high << 4) - 32);
+    const int low = b[half * 64 + e % 64] >> (4 * (e / 64)) & 15;
+    const int high = b[128 + half * 32 + e % 32] >> (2 * (e / 32)) & 3;
+    q[j] = static_cast<int8_t>((low | high << 4) - 32);
   }
 }
-void Iq4Xs(const uint8_t* b, float* y) {
+// IQ4_XS: d, 2 bytes of scales' high bits, 4 of low nibbles, then 16 bytes
+// per 32 values indexing kGgufIq4Levels.
+void Iq4XsFactors(const uint8_t* b, float* a, float*) {
   const float d = Half(b);
   const uint16_t scales_h = U16(b + 2);
-  const uint8_t* scales_l = b + 4;  // 4
-  const uint8_t* qs = b + 8;        // 128: 16 bytes per sub-block of 32
-  for (int j = 0; j < kQK; ++j) {
-    const int sub = j / 32, e = j % 32;
-    const int ls = (scales_l[sub / 2] >> (4 * (sub % 2)) & 15) | ((scales_h >> (2 * sub) & 3) << 4);
-    const float dl = d * static_cast<float>(ls - 32);
-    y[j] = dl * static_cast<float>(kIq4Levels[qs[sub * 16 + e % 16] >> (4 * (e / 16)) & 15]);
+  for (int i = 0; i < 8; ++i) {
+    const int ls = (b[4 + i / 2] >> (4 * (i % 2)) & 15) | ((scales_h >> (2 * i) & 3) << 4);
+    a[2 * i] = a[2 * i + 1] = d * static_cast<float>(ls - 32);
   }
 }
+void Iq4XsCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j)
+    q[j] = kGgufIq4Levels[b[8 + (j / 32) * 16 + j % 16] >> (4 * (j % 32 / 16)) & 15];
+}
+
+using FactorsFn = void (*)(const uint8_t*, float*, float*);
+using CodesFn = void (*)(const uint8_t*, int8_t*);
+struct Factored {
+  FactorsFn factors;
+  CodesFn codes;
+  int values;
+  bool offset;
+};
+constexpr Factored kQ8_0F{Q8_0Factors, Q8_0Codes, 32, false};
+constexpr Factored kMxfp4F{Mxfp4Factors, Mxfp4Codes, 32, false};
+constexpr Factored kQ2_KF{Q2_KFactors, Q2_KCodes, kQK, true};
+constexpr Factored kQ3_KF{Q3_KFactors, Q3_KCodes, kQK, false};
+constexpr Factored kQ4_KF{Q45_KFactors, Q4_KCodes, kQK, true};
+constexpr Factored kQ5_KF{Q45_KFactors, Q5_KCodes, kQK, true};
+constexpr Factored kQ6_KF{Q6_KFactors, Q6_KCodes, kQK, false};
+constexpr Factored kIq4XsF{Iq4XsFactors, Iq4XsCodes, kQK, false};
+
+const Factored* FindFactored(uint32_t type) {
+  switch (type) {
+    case gguf::kQ8_0:
+      return &kQ8_0F;
+    case gguf::kMXFP4:
+      return &kMxfp4F;
+    case gguf::kQ2_K:
+      return &kQ2_KF;
+    case gguf::kQ3_K:
+      return &kQ3_KF;
+    case gguf::kQ4_K:
+      return &kQ4_KF;
+    case gguf::kQ5_K:
+      return &kQ5_KF;
+    case gguf::kQ6_K:
+      return &kQ6_KF;
+    case gguf::kIQ4_XS:
+      return &kIq4XsF;
+    default:
+      return nullptr;
+  }
+}
+
+template <const Factored& kF>
+void FactoredBlock(const uint8_t* b, float* y) {
+  int8_t q[kQK];
+  float a[16], m[16];
+  kF.factors(b, a, m);
+  kF.codes(b, q);
+  for (int j = 0; j < kF.values; ++j) {
+    const float v = a[j / 16] * static_cast<float>(q[j]);
+    y[j] = kF.offset ? v - m[j / 16] : v;
+  }
+}
+
 void F32(const uint8_t* b, float* y) {
   std::memcpy(y, b, 4);
 }
@@ -187,29 +242,46 @@ BlockFn Decoder(uint32_t type) {
     case gguf::kQ5_1:
       return Q5_1;
     case gguf::kQ8_0:
-      return Q8_0;
+      return FactoredBlock<kQ8_0F>;
     case gguf::kQ2_K:
-      return Q2_K;
+      return FactoredBlock<kQ2_KF>;
     case gguf::kQ3_K:
-      return Q3_K;
+      return FactoredBlock<kQ3_KF>;
     case gguf::kQ4_K:
-      return Q4_K;
+      return FactoredBlock<kQ4_KF>;
     case gguf::kQ5_K:
-      return Q5_K;
+      return FactoredBlock<kQ5_KF>;
     case gguf::kQ6_K:
-      return Q6_K;
+      return FactoredBlock<kQ6_KF>;
     case gguf::kIQ4_NL:
       return Iq4Nl;
     case gguf::kIQ4_XS:
-      return Iq4Xs;
+      return FactoredBlock<kIq4XsF>;
     case gguf::kMXFP4:
-      return Mxfp4;
+      return FactoredBlock<kMxfp4F>;
     default:
       return nullptr;
   }
 }
 
 }  // namespace
+
+const int8_t kGgufIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t kGgufE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+bool GgufFactored(uint32_t type) {
+  return FindFactored(type) != nullptr;
+}
+
+bool GgufFactorsHaveOffset(uint32_t type) {
+  const Factored* f = FindFactored(type);
+  return f && f->offset;
+}
+
+void GgufBlockFactors(uint32_t type, const uint8_t* block, float* a, float* b) {
+  FindFactored(type)->factors(block, a, b);
+}
 
 bool GgufDequantizes(uint32_t type) {
   return Decoder(type) != nullptr;

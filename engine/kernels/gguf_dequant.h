@@ -2,8 +2,8 @@
 // layouts (ggml-common.h) decoded to float32 in the arithmetic the `gguf`
 // package's quants.py uses (every product and sum in float32, in its
 // order), so the values equal the package's bit for bit
-// (tests/gguf_test.cc, on fixtures from tools/gguf/make_fixtures.py). SIMD
-// kernels for these types will be checked against these functions.
+// (tests/gguf_test.cc, on fixtures from tools/gguf/make_fixtures.py). The
+// products of gguf_matvec.h decode the same values.
 //
 // Read: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. Every other type (the 1-3 bit IQ
@@ -29,5 +29,23 @@ Status GgufDequantize(uint32_t type, std::span<const uint8_t> bytes, std::span<f
 
 // A whole tensor of `g`, read and decoded; errors name the tensor.
 Result<std::vector<float>> GgufDequantizeTensor(const gguf::Gguf& g, const gguf::TensorInfo& t);
+
+// The factored types: Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and MXFP4,
+// whose value j of a block is, in the package's arithmetic,
+//   a[j / 16] * float(q[j])               (less b[j / 16] where
+//   GgufFactorsHaveOffset: Q2_K, Q4_K, Q5_K)
+// with q[j] an integer code in int8 (IQ4_XS's level, MXFP4's E2M1 value
+// doubled) and a, b the block's factors per 16 values, each computed once
+// in float32 from its f16 and 4-8 bit scales.
+bool GgufFactored(uint32_t type);
+bool GgufFactorsHaveOffset(uint32_t type);
+// A factored type's factors of one block: a[0 : values / 16] and, with an
+// offset, b[0 : values / 16] (b untouched otherwise). `type` must be factored.
+void GgufBlockFactors(uint32_t type, const uint8_t* block, float* a, float* b);
+
+// IQ4_NL's and IQ4_XS's sixteen levels (ggml-common.h kvalues_iq4nl) and
+// E2M1's values doubled (MXFP4 multiplies them by half its E8M0 scale).
+extern const int8_t kGgufIq4Levels[16];
+extern const int8_t kGgufE2m1Doubled[16];
 
 }  // namespace waste::kernels
