@@ -1,7 +1,8 @@
 // Internal to engine/kernels: the entry points of the AVX2 and AVX-512
 // translation units (matvec_avx2.cc, vq_avx2.cc, recurrence_avx2.cc,
-// nearest_avx2.cc, mxfp4_avx2.cc, matvec_avx512.cc, vq_avx512.cc,
-// recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc), which are compiled with their own -m
+// nearest_avx2.cc, mxfp4_avx2.cc, gguf_matvec_avx2.cc, matvec_avx512.cc, vq_avx512.cc,
+// recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc, gguf_matvec_avx512.cc), which are
+// compiled with their own -m
 // flags. Call them only after UsableIsa() said the CPU has the instructions.
 //
 // Each returns false, having written nothing, for a shape it does not
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/kernels/gguf_matvec.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/mxfp4.h"
 #include "engine/kernels/q4_fixed.h"
@@ -24,6 +26,14 @@
 #include "engine/kernels/vq.h"
 
 namespace waste::kernels {
+
+// gguf_matvec.h's products decode a row's blocks this many values at a time.
+constexpr int kGgufPiece = 256;
+
+// GgufRowLanes (both paths): row r of a GGUF matrix (CheckGgufMatrix ok)
+// against n inputs, each input's 64 lane sums of gguf_matvec.h's order, before
+// the tree, into acc[t * 64 : t * 64 + 64]; false for a type the path does not
+// read.
 
 namespace avx2 {
 bool MatVec(const MatrixView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
@@ -52,6 +62,7 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
 // mxfp4.h's product, the scalar reference's bits; needs cols % 32 == 0.
 bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row_begin,
                  int64_t row_end);
+bool GgufRowLanes(const GgufMatrixView& w, int64_t r, const float* const* xs, int n, float* acc);
 }  // namespace avx2
 
 namespace avx512 {
@@ -101,6 +112,7 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
                     int64_t n, int32_t* out);
 bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row_begin,
                  int64_t row_end);
+bool GgufRowLanes(const GgufMatrixView& w, int64_t r, const float* const* xs, int n, float* acc);
 }  // namespace avx512
 
 namespace amx {
