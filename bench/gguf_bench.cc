@@ -47,7 +47,7 @@ void Run(benchmark::State& state, const std::string& name, int64_t rows, int64_t
   if (UsableIsa(isa) != isa) return state.SkipWithError("ISA not available");
   uint32_t type = 0;
   const std::vector<uint8_t> m = Tile(name, rows, cols, &type);
-  const GgufMatrixView w{type, m.data(), rows, cols};
+  const GgufMatrixView w{type, m.data(), static_cast<int64_t>(m.size()), rows, cols};
   if (m.empty() || !CheckGgufMatrix(w).ok()) return state.SkipWithError("fixture unreadable");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.f, 1.f);

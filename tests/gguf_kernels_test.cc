@@ -82,7 +82,8 @@ TEST(GgufKernels, ScalarIsThePackagesValuesInTheHeadersOrder) {
     int shapes = 0;
     for (int64_t rows = 1; rows <= q.n; rows *= 2) {
       const int64_t cols = total / rows;
-      const GgufMatrixView w{q.type, q.blocks.data(), rows, cols};
+      const GgufMatrixView w{q.type, q.blocks.data(), static_cast<int64_t>(q.blocks.size()), rows,
+                             cols};
       ASSERT_TRUE(CheckGgufMatrix(w).ok());
       std::vector<float> y(static_cast<size_t>(rows));
       GgufMatVec(w, x.data(), y.data(), 0, rows, Isa::kScalar);
@@ -132,7 +133,7 @@ TEST(GgufKernels, EveryIsaAndRowRangeGivesTheScalarBits) {
       SCOPED_TRACE(std::string(name) + " cols " + std::to_string(cols));
       const int64_t rows = 37;
       const std::vector<uint8_t> m = Tile(q, rows, cols);
-      const GgufMatrixView w{q.type, m.data(), rows, cols};
+      const GgufMatrixView w{q.type, m.data(), static_cast<int64_t>(m.size()), rows, cols};
       const std::vector<float> x = RandomX(static_cast<size_t>(cols), rng);
       std::vector<float> want(rows);
       GgufMatVec(w, x.data(), want.data(), 0, rows, Isa::kScalar);
@@ -160,7 +161,7 @@ TEST(GgufKernels, ChunkIsEachInputsMatVec) {
     const Quants q = Load(name);
     const int64_t rows = 9, cols = Widths(q)[1];
     const std::vector<uint8_t> m = Tile(q, rows, cols);
-    const GgufMatrixView w{q.type, m.data(), rows, cols};
+    const GgufMatrixView w{q.type, m.data(), static_cast<int64_t>(m.size()), rows, cols};
     for (const size_t n : {size_t{1}, size_t{3}, size_t{70}}) {
       SCOPED_TRACE(std::string(name) + " inputs " + std::to_string(n));
       std::vector<std::vector<float>> x(n), want(n), got(n);
@@ -187,18 +188,23 @@ TEST(GgufKernels, ChunkIsEachInputsMatVec) {
 }
 
 TEST(GgufKernels, RefusesOtherTypesAndShapesByName) {
-  const uint8_t byte = 0;
-  Status s = CheckGgufMatrix({gguf::kQ4_0, &byte, 1, 32});
-  EXPECT_NE(s.message().find("Q4_0 has no matrix product"), std::string::npos) << s.message();
-  s = CheckGgufMatrix({99, &byte, 1, 32});
-  EXPECT_NE(s.message().find("type 99"), std::string::npos) << s.message();
-  s = CheckGgufMatrix({gguf::kQ4_K, &byte, 2, 384});
-  EXPECT_NE(s.message().find("Q4_K matrix of 2 x 384: cols must be whole blocks of 256"),
-            std::string::npos)
-      << s.message();
-  EXPECT_FALSE(CheckGgufMatrix({gguf::kQ8_0, nullptr, 2, 64}).ok());
-  EXPECT_FALSE(CheckGgufMatrix({gguf::kQ8_0, &byte, -1, 64}).ok());
-  EXPECT_TRUE(CheckGgufMatrix({gguf::kQ8_0, &byte, 0, 64}).ok());
+  const uint8_t block[34] = {};  // one Q8_0 block
+  auto message = [&](uint32_t type, int64_t bytes, int64_t rows, int64_t cols) {
+    return CheckGgufMatrix({type, block, bytes, rows, cols}).message();
+  };
+  EXPECT_EQ(message(gguf::kQ8_0, 34, 1, 32), "");
+  EXPECT_EQ(message(gguf::kQ8_0, 34, 0, 32), "");
+  EXPECT_NE(message(gguf::kQ4_0, 18, 1, 32).find("Q4_0 has no matrix product"), std::string::npos);
+  EXPECT_NE(message(99, 34, 1, 32).find("type 99"), std::string::npos);
+  EXPECT_NE(message(gguf::kQ4_K, 1 << 20, 2, 384)
+                .find("Q4_K matrix of 2 x 384: cols must be whole blocks of 256"),
+            std::string::npos);
+  EXPECT_NE(message(gguf::kQ8_0, 34, -1, 32).find("Q8_0 matrix of -1 x 32"), std::string::npos);
+  EXPECT_NE(message(gguf::kQ8_0, 34, 2, 32).find("needs 34 bytes a row, has 34 bytes"),
+            std::string::npos);
+  EXPECT_NE(message(gguf::kQ8_0, 34, int64_t{1} << 62, 32 << 20).find("bytes a row"),
+            std::string::npos);  // rows * row bytes past int64: still refused
+  EXPECT_FALSE(CheckGgufMatrix({gguf::kQ8_0, nullptr, 34, 1, 32}).ok());
 }
 
 }  // namespace

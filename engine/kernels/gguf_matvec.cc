@@ -45,10 +45,15 @@ Status CheckGgufMatrix(const GgufMatrixView& w) {
   if (!GgufMatVecSupports(w.type))
     return Status::Error(gguf::TypeName(w.type) + " has no matrix product yet");
   const gguf::TypeInfo& info = *gguf::FindType(w.type);
-  if (w.rows < 0 || w.cols <= 0 || w.cols % info.block_size != 0 || !w.data)
-    return Status::Error(std::string(info.name) + " matrix of " + std::to_string(w.rows) + " x " +
-                         std::to_string(w.cols) + ": cols must be whole blocks of " +
-                         std::to_string(info.block_size) + ", with data");
+  const std::string shape = std::string(info.name) + " matrix of " + std::to_string(w.rows) +
+                            " x " + std::to_string(w.cols);
+  if (w.rows < 0 || w.cols <= 0 || w.cols % info.block_size != 0)
+    return Status::Error(shape + ": cols must be whole blocks of " +
+                         std::to_string(info.block_size));
+  const int64_t row_bytes = w.cols / info.block_size * info.type_size;
+  if (w.rows > 0 && (!w.data || w.bytes < 0 || row_bytes > w.bytes / w.rows))
+    return Status::Error(shape + ": needs " + std::to_string(row_bytes) + " bytes a row, has " +
+                         std::to_string(w.bytes) + " bytes");
   return Status::Ok();
 }
 

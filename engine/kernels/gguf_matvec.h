@@ -35,6 +35,7 @@ namespace waste::kernels {
 struct GgufMatrixView {
   uint32_t type = 0;  // ggml type code
   const uint8_t* data = nullptr;
+  int64_t bytes = 0;  // readable at data: at least rows * row bytes
   int64_t rows = 0, cols = 0;
 };
 
@@ -42,7 +43,7 @@ struct GgufMatrixView {
 bool GgufMatVecSupports(uint32_t type);
 
 // Ok, or an error naming the type (not read here) or the shape (cols not
-// whole blocks, negative sizes, no data).
+// whole blocks, negative sizes, more bytes than `bytes`).
 Status CheckGgufMatrix(const GgufMatrixView& w);
 
 // y[r] = sum_c W[r][c] * x[c] for r in [row_begin, row_end); writes only
