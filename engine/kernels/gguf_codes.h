@@ -131,7 +131,7 @@ bool ForEachPiece(const GgufMatrixView& w, int64_t r, Piece piece) {
   if (!codes) return false;
   const gguf::TypeInfo& info = *gguf::FindType(w.type);
   const int64_t bs = info.block_size, size = info.type_size;
-  const uint8_t* row = w.data + r * (w.cols / bs * size);
+  const uint8_t* row = w.data + r * GgufRowBytes(w);
   alignas(32) int8_t q[kGgufPiece];
   float a[kGgufPiece / 16], m[kGgufPiece / 16];
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGgufPiece) {

@@ -16,14 +16,13 @@ constexpr int kMaxTokens = 64;  // inputs a row's blocks are decoded once for
 // at a time by GgufDequantize, each piece applied to every input's lanes.
 void RowLanesScalar(const GgufMatrixView& w, int64_t r, const float* const* xs, int n, float* acc) {
   const gguf::TypeInfo& info = *gguf::FindType(w.type);
-  const int64_t row_bytes = w.cols / info.block_size * info.type_size;
   const int64_t per_piece = kGgufPiece / info.block_size;  // blocks
   std::fill(acc, acc + int64_t{n} * 64, 0.f);
   float wv[kGgufPiece];
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGgufPiece) {
     const int64_t blocks = std::min<int64_t>(per_piece, (w.cols - c0) / info.block_size);
     const int64_t values = blocks * info.block_size;
-    const uint8_t* p = w.data + r * row_bytes + c0 / info.block_size * info.type_size;
+    const uint8_t* p = w.data + r * GgufRowBytes(w) + c0 / info.block_size * info.type_size;
     // Whole blocks of a type GgufDequantize reads: cannot fail.
     (void)GgufDequantize(w.type, {p, static_cast<size_t>(blocks * info.type_size)},
                          {wv, static_cast<size_t>(values)});
@@ -41,6 +40,11 @@ bool GgufMatVecSupports(uint32_t type) {
   return GgufFactored(type);
 }
 
+int64_t GgufRowBytes(const GgufMatrixView& w) {
+  const gguf::TypeInfo& info = *gguf::FindType(w.type);
+  return w.cols / info.block_size * info.type_size;
+}
+
 Status CheckGgufMatrix(const GgufMatrixView& w) {
   if (!GgufMatVecSupports(w.type))
     return Status::Error(gguf::TypeName(w.type) + " has no matrix product yet");
@@ -50,7 +54,7 @@ Status CheckGgufMatrix(const GgufMatrixView& w) {
   if (w.rows < 0 || w.cols <= 0 || w.cols % info.block_size != 0)
     return Status::Error(shape + ": cols must be whole blocks of " +
                          std::to_string(info.block_size));
-  const int64_t row_bytes = w.cols / info.block_size * info.type_size;
+  const int64_t row_bytes = GgufRowBytes(w);
   if (w.rows > 0 && (!w.data || w.bytes < 0 || row_bytes > w.bytes / w.rows))
     return Status::Error(shape + ": needs " + std::to_string(row_bytes) + " bytes a row, has " +
                          std::to_string(w.bytes) + " bytes");

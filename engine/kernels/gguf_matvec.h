@@ -42,6 +42,9 @@ struct GgufMatrixView {
 // True for the types these products read.
 bool GgufMatVecSupports(uint32_t type);
 
+// The bytes of one row of `w` (its type supported here).
+int64_t GgufRowBytes(const GgufMatrixView& w);
+
 // Ok, or an error naming the type (not read here) or the shape (cols not
 // whole blocks, negative sizes, more bytes than `bytes`).
 Status CheckGgufMatrix(const GgufMatrixView& w);
