@@ -9,7 +9,8 @@ Two tools are offered and a call is forced (OpenAI's tool_choice required
 and a named function, Responses' required, Anthropic's any and tool); the
 client "runs" each call and sends its result back, and the model answers.
 Every call's arguments validate against its tool's schema (jsonschema);
-streamed equals whole (temperature 0: greedy), the calls and the answer.
+streamed equals whole: the calls (temperature 0) and the answer (chat's
+sampled under a seed, Anthropic's greedy).
 A family whose tool calls waste does not hold yet is checked for the
 server's refusal by name (400, the field `tools`) instead. Prints one line
 per check and exits non-zero if any failed.
@@ -131,12 +132,13 @@ def chat_loop(tag, client, model):
         if parallel or not calls:
             continue
         # The client runs the call and sends the result back; the model answers,
-        # streamed as whole.
+        # sampled, streamed as whole under the same seed.
         messages = base["messages"] + [msg.model_dump(exclude_none=True)] + [
             {"role": "tool", "tool_call_id": c.id, "content": run_tool(c.function.name,
                                                                        c.function.arguments)}
             for c in calls]
-        kw = {**base, "messages": messages, "max_tokens": 24, "tool_choice": "none"}
+        kw = {**base, "messages": messages, "max_tokens": 24, "tool_choice": "none",
+              "temperature": 1.0, "seed": 11}
         answer = chat_text(client, False, **kw)
         check(what + ": the model answers the result",
               not answer[2] and answer[1] in ("stop", "length"), str(answer))
