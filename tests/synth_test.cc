@@ -115,8 +115,8 @@ TEST(Synth, TinyK3IsWarpsK3Layout) {
   const TrunkTensor* a_log = m.FindTensor("model.layers.0.self_attn.A_log");
   ASSERT_NE(a_log, nullptr);
   std::vector<float> a(static_cast<size_t>(a_log->elements));
-  ASSERT_TRUE(
-      ct->ReadTensorInto(*a_log, {reinterpret_cast<uint8_t*>(a.data()), a.size() * 4}, {}).ok());
+  ASSERT_TRUE(ct->ReadTensorInto(*a_log, {reinterpret_cast<uint8_t*>(a.data()), a.size() * 4}, {})
+                  .ok());
   ASSERT_EQ(a.size(), 64u);
   for (int h = 0; h < 4; ++h) EXPECT_NE(a[h], 0.f) << h;
   for (size_t i = 4; i < a.size(); ++i) EXPECT_EQ(a[i], 0.f) << i;

@@ -22,8 +22,8 @@
 
 #include "engine/format/chat.h"
 #include "engine/synth/tokenizer_files.h"
-#include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/chat.h"
+#include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "tests/test_util.h"
@@ -37,6 +37,8 @@ using waste::testing::WriteText;
 namespace tk = waste::tokenizer;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/tokenizer";
+
+
 
 std::string FromHex(const std::string& hex) {
   std::string out;
@@ -60,9 +62,7 @@ std::string Printable(std::string_view s) {
   return out;
 }
 
-std::vector<int32_t> Ids(const json& j) {
-  return j.get<std::vector<int32_t>>();
-}
+std::vector<int32_t> Ids(const json& j) { return j.get<std::vector<int32_t>>(); }
 
 // The fixture tokenizer, loaded once.
 const Result<Tokenizer>& Fixture() {
@@ -70,13 +70,13 @@ const Result<Tokenizer>& Fixture() {
   return tok;
 }
 
-#define ASSERT_FIXTURE_LOADS() ASSERT_TRUE(Fixture().ok()) << Fixture().status().message()
+#define ASSERT_FIXTURE_LOADS() \
+  ASSERT_TRUE(Fixture().ok()) << Fixture().status().message()
 
 const json& FixtureCases(const std::string& file) {
   static std::map<std::string, json> docs;
   auto it = docs.find(file);
-  if (it == docs.end())
-    it = docs.emplace(file, json::parse(ReadText(kFixtures + "/" + file))).first;
+  if (it == docs.end()) it = docs.emplace(file, json::parse(ReadText(kFixtures + "/" + file))).first;
   return it->second;
 }
 
@@ -118,13 +118,11 @@ TEST(TokenizerFixtures, EveryCaseMatchesTiktoken) {
     bool ok = true;
     if (got != content) {
       ok = false;
-      ADD_FAILURE() << cat << ": Encode(\"" << Printable(input)
-                    << "\") differs from tiktoken's encode_ordinary";
+      ADD_FAILURE() << cat << ": Encode(\"" << Printable(input) << "\") differs from tiktoken's encode_ordinary";
     }
     if (got_markup != markup) {
       ok = false;
-      ADD_FAILURE() << cat << ": EncodeMarkup(\"" << Printable(input)
-                    << "\") differs from tiktoken's encode";
+      ADD_FAILURE() << cat << ": EncodeMarkup(\"" << Printable(input) << "\") differs from tiktoken's encode";
     }
     // Decoding: tiktoken's ids give the text back, and so do ours.
     if (tok.Decode(content) != expect_text || tok.Decode(got) != expect_text ||
@@ -140,8 +138,7 @@ TEST(TokenizerFixtures, EveryCaseMatchesTiktoken) {
   }
   std::string summary;
   for (const auto& [cat, n] : per_cat)
-    summary +=
-        "  " + cat + ": " + std::to_string(n - failed_cat[cat]) + "/" + std::to_string(n) + "\n";
+    summary += "  " + cat + ": " + std::to_string(n - failed_cat[cat]) + "/" + std::to_string(n) + "\n";
   std::printf("tiktoken %s fixtures, %zu cases (%d with specials in markup, %d invalid UTF-8):\n%s",
               doc["tiktoken_version"].get<std::string>().c_str(), cases.size(), markup_cases,
               invalid_cases, summary.c_str());
@@ -193,9 +190,7 @@ void CheckSplits(const std::string& dir, size_t min_cases) {
                 skipped, have.c_str(), skipped_same);
 }
 
-TEST(TokenizerFixtures, PreTokenSplitsMatchTiktoken) {
-  CheckSplits(kFixtures + "/splits", 1000);
-}
+TEST(TokenizerFixtures, PreTokenSplitsMatchTiktoken) { CheckSplits(kFixtures + "/splits", 1000); }
 
 // The same check on a directory written by `make_fixtures.py --exhaustive`
 // (every assigned code point in context; too large to commit).
@@ -231,8 +226,7 @@ class Pcre2Class {
   bool Matches(uint32_t cp) const {
     if (!re_) return false;
     const std::string s = Utf8(cp);
-    return pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md_, nullptr) >=
-           0;
+    return pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md_, nullptr) >= 0;
   }
   static std::string Utf8(uint32_t cp) {
     std::string s;
@@ -302,10 +296,10 @@ TEST(TokenizerPattern, HanIsTheScriptProperty) {
 // The spelled-out \s is White_Space, the 25 code points of PropList.txt
 // (stable since Unicode 6.3), and nothing else.
 TEST(TokenizerPattern, WhiteSpaceIsThePropertyExactly) {
-  const std::vector<uint32_t> white_space = {0x09,   0x0A,   0x0B,   0x0C,   0x0D,   0x20,   0x85,
-                                             0xA0,   0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004,
-                                             0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200A, 0x2028,
-                                             0x2029, 0x202F, 0x205F, 0x3000};
+  const std::vector<uint32_t> white_space = {
+      0x09,   0x0A,   0x0B,   0x0C,   0x0D,   0x20,   0x85,   0xA0,   0x1680,
+      0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008,
+      0x2009, 0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
   const Pcre2Class ws(std::string("[") + tk::kWhiteSpace + "]");
   std::vector<uint32_t> got;
   ForEachScalarValue([&](uint32_t cp) {
@@ -320,13 +314,11 @@ TEST(TokenizerPattern, CompilesAndUsesJitWhereAvailable) {
   uint32_t jit = 0;
   pcre2_config(PCRE2_CONFIG_JIT, &jit);
   EXPECT_EQ(pre->jit(), jit != 0);
-  std::printf("PCRE2 Unicode %s, JIT %s\n", tk::Pcre2UnicodeVersion().c_str(),
-              pre->jit() ? "on" : "off");
+  std::printf("PCRE2 Unicode %s, JIT %s\n", tk::Pcre2UnicodeVersion().c_str(), pre->jit() ? "on" : "off");
   std::vector<std::string> pieces;
-  pre->Split("Hello world's  12345 中文。\n\n  x",
-             [&](std::string_view p) { pieces.emplace_back(p); });
-  const std::vector<std::string> want = {"Hello", " world's", " ",      " ", "123", "45",
-                                         " ",     "中文",     "。\n\n", " ", " x"};
+  pre->Split("Hello world's  12345 中文。\n\n  x", [&](std::string_view p) { pieces.emplace_back(p); });
+  const std::vector<std::string> want = {"Hello", " world's", " ", " ", "123", "45", " ",
+                                         "中文", "。\n\n", " ", " x"};
   EXPECT_EQ(pieces, want);
 }
 
@@ -364,8 +356,7 @@ TEST(TokenizerBpe, ScanAndHeapAgree) {
   }
   // Random strings over a few characters that merge a lot.
   std::mt19937 rng(7);
-  const std::vector<std::string> alphabet = {"e",  " ",   "t",  "h",  "th", "the",
-                                             "in", "ing", "  ", "\n", "中", "é"};
+  const std::vector<std::string> alphabet = {"e", " ", "t", "h", "th", "the", "in", "ing", "  ", "\n", "中", "é"};
   for (int i = 0; i < 2000; ++i) {
     std::string s;
     const int n = 1 + static_cast<int>(rng() % 200);
@@ -420,8 +411,7 @@ TEST(TokenizerBpe, LongRepeatedPiecesAreFast) {
 #else
   constexpr double kSeconds = 0.5;
 #endif
-  for (const std::string unit :
-       {"a", "A", " ", "\n", "1", "!", "中", "é", "\xF0\x9F\x98\x80", "'s"}) {
+  for (const std::string unit : {"a", "A", " ", "\n", "1", "!", "中", "é", "\xF0\x9F\x98\x80", "'s"}) {
     std::string text;
     while (text.size() < 100 * 1024) text += unit;
     const auto t0 = std::chrono::steady_clock::now();
@@ -429,8 +419,7 @@ TEST(TokenizerBpe, LongRepeatedPiecesAreFast) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(s, kSeconds) << "\"" << Printable(unit) << "\" x " << text.size() / unit.size();
     EXPECT_EQ(tok->Decode(ids), text);
-    std::printf("100 KB of \"%s\": %zu ids in %.1f ms\n", Printable(unit).c_str(), ids.size(),
-                s * 1e3);
+    std::printf("100 KB of \"%s\": %zu ids in %.1f ms\n", Printable(unit).c_str(), ids.size(), s * 1e3);
   }
   // The doubling chain: 102400 a's are 1600 tokens of 64.
   const std::vector<int32_t> ids = tok->Encode(std::string(102400, 'a'));
@@ -449,16 +438,14 @@ TEST(TokenizerUtf8, ReplacesMaximalSubparts) {
       {"abc", "abc"},
       {"\xC3\xA9", "\xC3\xA9"},
       {"\x80", R},
-      {"\xC0\xAF", R + R},          // overlong lead bytes are never valid
-      {"\xE0\x80\x80", R + R + R},  // E0 needs A0..BF next
-      {"\xE0\xA0", R},              // truncated: one U+FFFD for the subpart
-      {"\xE2\x82"
-       "a",
-       R + "a"},
-      {"\xED\xA0\x80", R + R + R},  // a surrogate
+      {"\xC0\xAF", R + R},                      // overlong lead bytes are never valid
+      {"\xE0\x80\x80", R + R + R},              // E0 needs A0..BF next
+      {"\xE0\xA0", R},                          // truncated: one U+FFFD for the subpart
+      {"\xE2\x82" "a", R + "a"},
+      {"\xED\xA0\x80", R + R + R},              // a surrogate
       {"\xF0\x9F\x98", R},
       {"\xF0\x9F\x98\x80\x80", "\xF0\x9F\x98\x80" + R},
-      {"\xF4\x90\x80\x80", R + R + R + R},  // above U+10FFFF
+      {"\xF4\x90\x80\x80", R + R + R + R},      // above U+10FFFF
       {"\xF5\x80", R + R},
       {"\xFF\xFE", R + R},
       {"a\xF0\x28\x8C\xBC", "a" + R + "(" + R + R},
@@ -500,10 +487,7 @@ TEST(TokenizerUtf8, EncodeNeverFailsAndRoundTripsValidText) {
       uint32_t cp;
       do {
         const uint32_t r = rng() % 4;
-        cp = r == 0   ? rng() % 0x80
-             : r == 1 ? rng() % 0x800
-             : r == 2 ? rng() % 0x10000
-                      : rng() % 0x110000;
+        cp = r == 0 ? rng() % 0x80 : r == 1 ? rng() % 0x800 : r == 2 ? rng() % 0x10000 : rng() % 0x110000;
       } while (cp >= 0xD800 && cp <= 0xDFFF);
       valid += Pcre2Class::Utf8(cp);
     }
@@ -545,9 +529,7 @@ TEST(TokenizerMarkup, SpecialsOnlyInMarkup) {
 
   // Markup: the specials, and the text between them encoded as content.
   std::vector<int32_t> want;
-  const auto add = [&](const std::vector<int32_t>& v) {
-    want.insert(want.end(), v.begin(), v.end());
-  };
+  const auto add = [&](const std::vector<int32_t>& v) { want.insert(want.end(), v.begin(), v.end()); };
   want.push_back(*tok.SpecialId("<|im_user|>"));
   add(tok.Encode("user"));
   want.push_back(*tok.SpecialId("<|im_middle|>"));
@@ -577,9 +559,8 @@ TEST(TokenizerMarkup, LongestSpecialWins) {
   const std::string dir = waste::testing::ScratchDir();
   std::filesystem::copy_file(kFixtures + "/tokenizer.model", dir + "/tokenizer.model");
   const int32_t n = Fixture()->n_ranks();
-  WriteText(dir + "/specials.json", "[{\"id\": " + std::to_string(n) +
-                                        ", \"text\": \"<a>\"}, {\"id\": " + std::to_string(n + 1) +
-                                        ", \"text\": \"<a>b\"}]");
+  WriteText(dir + "/specials.json", "[{\"id\": " + std::to_string(n) + ", \"text\": \"<a>\"}, {\"id\": " +
+                                        std::to_string(n + 1) + ", \"text\": \"<a>b\"}]");
   auto tok = Tokenizer::Load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().message();
   EXPECT_EQ(tok->EncodeMarkup("<a>b"), (std::vector<int32_t>{n + 1}));
@@ -594,8 +575,7 @@ TEST(TokenizerMarkup, LongestSpecialWins) {
 TEST(TokenizerMarkup, ManyThreadsSameIds) {
   ASSERT_FIXTURE_LOADS();
   const Tokenizer& tok = *Fixture();
-  const std::string text =
-      ReadText(kFixtures + "/specials.json") + "Hello 世界 <|im_end|> 'll 123456";
+  const std::string text = ReadText(kFixtures + "/specials.json") + "Hello 世界 <|im_end|> 'll 123456";
   const std::vector<int32_t> want = tok.EncodeMarkup(text);
   std::vector<std::thread> threads;
   std::vector<int> bad(4, 0);
@@ -637,8 +617,7 @@ TEST(TokenizerLoad, BadTokenizerModels) {
       {"base64 length", bytes + "QUJ 256\n", "tokenizer.model: line 257: bad base64 \"QUJ\""},
       {"base64 padding inside", bytes + "QQ==QUJD 256\n",
        "tokenizer.model: line 257: bad base64 \"QQ==QUJD\""},
-      {"base64 non-canonical", bytes + "QUK= 256\n",
-       "tokenizer.model: line 257: bad base64 \"QUK=\""},
+      {"base64 non-canonical", bytes + "QUK= 256\n", "tokenizer.model: line 257: bad base64 \"QUK=\""},
       {"empty token", bytes + " 256\n", "tokenizer.model: line 257: bad base64 \"\""},
       {"no rank", bytes + "QUJD\n",
        "tokenizer.model: line 257: expected \"<base64> <rank>\", got \"QUJD\""},
@@ -659,8 +638,7 @@ TEST(TokenizerLoad, BadTokenizerModels) {
        "tokenizer.model: line 258: token \"QUJD\" already has rank 256 (line 257)"},
       {"duplicate of a byte", bytes + "QQ== 256\n",
        "tokenizer.model: line 257: token \"QQ==\" already has rank 65 (line 66)"},
-      {"missing byte", ByteLines(0x41),
-       "tokenizer.model: no token for the byte 0x41 (every single byte must be a token)"},
+      {"missing byte", ByteLines(0x41), "tokenizer.model: no token for the byte 0x41 (every single byte must be a token)"},
   };
   for (const BadModel& b : table) {
     const std::string dir = waste::testing::ScratchDir(std::string(".") + b.name);
@@ -698,12 +676,13 @@ TEST(TokenizerLoad, MissingAndHugeFiles) {
   ASSERT_FALSE(tok.ok());
   EXPECT_EQ(tok.status().message(), "tokenizer.model: No such file or directory");
   // A sparse file one byte over the limit is refused before it is read.
-  { std::ofstream f(dir + "/tokenizer.model"); }
+  {
+    std::ofstream f(dir + "/tokenizer.model");
+  }
   ASSERT_EQ(truncate((dir + "/tokenizer.model").c_str(), (64 << 20) + 1), 0);
   tok = Tokenizer::Load(dir);
   ASSERT_FALSE(tok.ok());
-  EXPECT_EQ(tok.status().message(),
-            "tokenizer.model: 67108865 bytes, more than the 67108864 allowed");
+  EXPECT_EQ(tok.status().message(), "tokenizer.model: 67108865 bytes, more than the 67108864 allowed");
 }
 
 TEST(TokenizerLoad, BadSpecials) {
@@ -712,20 +691,16 @@ TEST(TokenizerLoad, BadSpecials) {
       {"{", "specials.json: "},  // the JSON parser's message follows
       {"{}", "specials.json: not a list"},
       {"[1]", "specials.json: entry 0 is not {\"id\": int, \"text\": string}"},
-      {R"([{"id": "300", "text": "<x>"}])",
-       "specials.json: entry 0 is not {\"id\": int, \"text\": string}"},
+      {R"([{"id": "300", "text": "<x>"}])", "specials.json: entry 0 is not {\"id\": int, \"text\": string}"},
       {R"([{"id": 300}])", "specials.json: entry 0 is not {\"id\": int, \"text\": string}"},
-      {R"([{"id": 300.5, "text": "<x>"}])",
-       "specials.json: entry 0 is not {\"id\": int, \"text\": string}"},
+      {R"([{"id": 300.5, "text": "<x>"}])", "specials.json: entry 0 is not {\"id\": int, \"text\": string}"},
       {R"([{"id": 5, "text": "<x>"}])",
        "specials.json: entry 0: id 5 is a rank of tokenizer.model (ranks are 0..255)"},
       {R"([{"id": -1, "text": "<x>"}])", "specials.json: entry 0: id -1 is outside 0..16777215"},
       {R"([{"id": 18446744073709551615, "text": "<x>"}])",
        "specials.json: entry 0: id 18446744073709551615 is outside 0..16777215"},
-      {R"([{"id": 16777216, "text": "<x>"}])",
-       "specials.json: entry 0: id 16777216 is outside 0..16777215"},
-      {R"([{"id": 300, "text": ""}])",
-       "specials.json: entry 0: text is empty or longer than 256 bytes"},
+      {R"([{"id": 16777216, "text": "<x>"}])", "specials.json: entry 0: id 16777216 is outside 0..16777215"},
+      {R"([{"id": 300, "text": ""}])", "specials.json: entry 0: text is empty or longer than 256 bytes"},
       {R"([{"id": 300, "text": "<x>"}, {"id": 300, "text": "<y>"}])",
        "specials.json: entry 1: id 300 is also entry 0's"},
       {R"([{"id": 300, "text": "<x>"}, {"id": 301, "text": "<x>"}])",
@@ -745,8 +720,7 @@ TEST(TokenizerLoad, BadSpecials) {
   // Specials may leave gaps and sit far above the ranks.
   const std::string dir = waste::testing::ScratchDir("ok");
   WriteText(dir + "/tokenizer.model", model);
-  WriteText(dir + "/specials.json",
-            R"([{"id": 163586, "text": "<|im_end|>"}, {"id": 256, "text": "[BOS]"}])");
+  WriteText(dir + "/specials.json", R"([{"id": 163586, "text": "<|im_end|>"}, {"id": 256, "text": "[BOS]"}])");
   auto tok = Tokenizer::Load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().message();
   EXPECT_EQ(tok->max_id(), 163586);
@@ -772,8 +746,7 @@ TEST_P(SynthTokenizer, LoadsAndRoundTrips) {
   EXPECT_EQ(tok->SpecialId("<|im_end|>"), files.eos_id);
   EXPECT_LT(tok->max_id(), GetParam());
 
-  const std::string text =
-      "Hello world, the model reads the expert cache from disk.\n\n    return 0;";
+  const std::string text = "Hello world, the model reads the expert cache from disk.\n\n    return 0;";
   const std::vector<int32_t> ids = tok->Encode(text);
   EXPECT_EQ(tok->Decode(ids), text);
   EXPECT_LT(ids.size(), text.size() / 2);  // the merges work: " the", " world", ...
@@ -857,6 +830,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& p) {
       return std::string(p.param.fixture == std::string("gpt-oss") ? "gpt_oss" : p.param.fixture);
     });
+
 
 }  // namespace
 }  // namespace waste

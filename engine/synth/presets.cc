@@ -206,8 +206,7 @@ json GlmAirConfig() {
 // (truncate false), theta 150000, swiglu_limit 7, o200k_harmony's 201,088 ids.
 json GptOssConfig(int layers, int experts) {
   json types = json::array();
-  for (int L = 0; L < layers; ++L)
-    types.push_back(L % 2 == 0 ? "sliding_attention" : "full_attention");
+  for (int L = 0; L < layers; ++L) types.push_back(L % 2 == 0 ? "sliding_attention" : "full_attention");
   return {
       {"model_type", "gpt_oss"},
       {"architectures", {"GptOssForCausalLM"}},
@@ -256,8 +255,8 @@ json GptOssTinyConfig() {
 }
 
 // Qwen3-Next's layers at small sizes: Gated DeltaNet with two value heads per
-// key head, gated GQA with partial rotary every 2nd layer, zero-centered norms, MoE with softmax
-// routing and a gated shared expert.
+// key head, gated GQA with partial rotary every 2nd layer, zero-centered norms, MoE with softmax routing and a gated shared
+// expert.
 json Qwen3NextTinyConfig() {
   return {
       {"model_type", "qwen3_next"},
@@ -490,7 +489,7 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.config =
         name == "tiny-gpt-oss" ? GptOssTinyConfig() : GptOssConfig(big ? 36 : 24, big ? 128 : 32);
     s.expert_fmt = Fmt::kMXFP4;  // as released
-    s.route_skew = 0;            // no correction bias to skew: the random router's own routing
+    s.route_skew = 0;  // no correction bias to skew: the random router's own routing
   } else {
     std::string all;
     for (const auto& n : SynthPresetNames()) all += (all.empty() ? "" : ", ") + n;

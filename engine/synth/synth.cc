@@ -407,8 +407,7 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
     const std::string gate =
         "model.layers." + std::to_string(c.first_moe_layer()) + ".block_sparse_moe.gate.";
     const auto named = [&](const std::string& n) {
-      return std::find_if(specs.begin(), specs.end(),
-                          [&](const TensorSpec& s) { return s.name == n; });
+      return std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.name == n; });
     };
     const auto router = named(gate + "weight");
     const auto bias = named(gate + "e_score_correction_bias");

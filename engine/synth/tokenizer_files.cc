@@ -44,11 +44,16 @@ constexpr Special kKimiSpecials[] = {
 // markers (WARP's examples/README.md, "chat-k3.json") and 163602-163605 to
 // the media tokens (WARP's docs/K3.md, "Images in the token stream").
 constexpr Special kK3Specials[] = {
-    {"[BOS]", 163584},           {"[EOS]", 163585},
-    {"<|end_of_msg|>", 163586},  {"<|open|>", 163587},
-    {"<|close|>", 163588},       {"<|sep|>", 163589},
-    {"<|media_begin|>", 163602}, {"<|media_content|>", 163603},
-    {"<|media_end|>", 163604},   {"<|media_pad|>", 163605},
+    {"[BOS]", 163584},
+    {"[EOS]", 163585},
+    {"<|end_of_msg|>", 163586},
+    {"<|open|>", 163587},
+    {"<|close|>", 163588},
+    {"<|sep|>", 163589},
+    {"<|media_begin|>", 163602},
+    {"<|media_content|>", 163603},
+    {"<|media_end|>", 163604},
+    {"<|media_pad|>", 163605},
 };
 // The other families' added tokens that their markup (engine/format/chat.h,
 // engine/tokenizer/chat_tools.h, serve/reply.h) writes, in the released
