@@ -125,6 +125,21 @@ TEST(Synth, TinyK3IsWarpsK3Layout) {
   EXPECT_EQ(m.banks.size(), 5u);
 }
 
+// tiny-gpt-oss: GPT-OSS's layers at test sizes, its experts MXFP4 as the
+// released ones are, a sliding window every other layer.
+TEST(Synth, TinyGptOssIsGptOssWithMxfp4Experts) {
+  const std::string dir = waste::testing::ScratchDir();
+  ASSERT_TRUE(Write("tiny-gpt-oss", dir, 2).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  EXPECT_EQ(ct->config().arch, Arch::kGptOss);
+  EXPECT_EQ(ct->config().vocab, 512);
+  EXPECT_EQ(format::FmtName(ct->manifest().quant.fmt), std::string("MXFP4"));
+  EXPECT_EQ(ct->manifest().config_json["sliding_window"], 32);
+  EXPECT_EQ(ct->manifest().config_json["layer_types"][0], "sliding_attention");
+  EXPECT_EQ(ct->manifest().banks.size(), 4u);  // every layer MoE
+}
+
 TEST(Synth, ExpertFormatsCanBeChosen) {
   for (const char* fmt : {"VQ2R", "VQ4P"}) {
     const std::string dir = waste::testing::ScratchDir(fmt);
