@@ -5,8 +5,8 @@
 # Responses API against openai's, on the demo model:
 # tests/openai/anthropic_client_test.py (and the committed fixtures of both
 # APIs' answers still as those clients check them); agent loops with forced
-# tool calls through both clients on the synthetic (Kimi K2 format) one:
-# tests/openai/agent_loop_test.py; then its chat page in headless Chromium, typed into and read back over the
+# tool calls through both clients on a tiny synthetic model of each chat
+# family (and the demo model): tests/openai/agent_loop_test.py; then its chat page in headless Chromium, typed into and read back over the
 # DevTools protocol: tests/openai/chat_page_test.py.
 # scripts/test.sh runs it after the plain suite; it needs the plain build.
 # The client lives in a venv of its own under the build directory: the
@@ -22,12 +22,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/bin/waste" convert models/demo-moe "$work/demo" --expert-format bf16 >/dev/null
 "$build/bin/waste" synth --preset tiny-kimi "$work/tiny" >/dev/null
+for preset in tiny-qwen3 tiny-deepseek tiny-glm tiny-gpt-oss tiny-k3; do
+  "$build/bin/waste" synth --preset $preset "$work/$preset" >/dev/null
+done
 for model in demo tiny; do
   echo "openai_check: $model"
   "$venv/bin/python" tests/openai/serve_client_test.py "$build/bin/waste" "$work/$model"
 done
-echo "openai_check: agent loops (forced tool calls) with the openai and anthropic clients, on tiny"
-"$venv/bin/python" tests/openai/agent_loop_test.py "$build/bin/waste" "$work/tiny"
+echo "openai_check: agent loops (forced tool calls) with the openai and anthropic clients, per family"
+"$venv/bin/python" tests/openai/agent_loop_test.py "$build/bin/waste" "$work"
 echo "openai_check: the Messages and Responses fixtures, as the pinned clients check them"
 "$venv/bin/python" tools/agent_apis/make_fixtures.py --check
 echo "openai_check: the anthropic client, and openai's responses, on demo"

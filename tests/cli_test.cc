@@ -179,9 +179,9 @@ void WriteShapeContainer(const std::string& preset, const std::string& dir) {
 TEST_F(Cli, PlanAndCheckAgreeOnWastedsFloorAndBudget) {
   const std::string root = ::testing::TempDir() + "/waste-cli-plan-" + std::to_string(getpid());
   for (const char* preset :
-       {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm", "tiny-qwen3-next", "kimi-linear-48b",
-        "qwen3-30b-a3b", "glm-4.5-air", "gpt-oss-20b", "qwen3-next-80b-a3b", "tiny-k3",
-        "kimi-k3-slice"}) {
+       {"tiny-kimi", "tiny-deepseek", "tiny-qwen3", "tiny-glm", "tiny-qwen3-next", "tiny-gpt-oss",
+        "kimi-linear-48b", "qwen3-30b-a3b", "glm-4.5-air", "gpt-oss-20b", "qwen3-next-80b-a3b",
+        "tiny-k3", "kimi-k3-slice"}) {
     const std::string dir = root + "/" + preset;
     std::filesystem::create_directories(dir);
     if (std::string(preset).rfind("tiny-", 0) != 0) {

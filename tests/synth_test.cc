@@ -46,20 +46,33 @@ TEST(Synth, AnotherSeedOtherBytes) {
             waste::testing::FileBytes(b + "/experts-L1.bin"));
 }
 
-class Presets : public ::testing::TestWithParam<const char*> {};
+// Each tiny preset chats in its family's format, with that family's
+// specials (their count) and its end of turn as the config's eos.
+struct PresetCase {
+  const char* preset;
+  const char* family;
+  size_t specials;
+  const char* eos;
+};
+
+class Presets : public ::testing::TestWithParam<PresetCase> {};
 
 TEST_P(Presets, OpenAndEveryRecordChecks) {
+  const PresetCase& p = GetParam();
   const std::string dir = waste::testing::ScratchDir();
-  auto r = Write(GetParam(), dir, 2);
+  auto r = Write(p.preset, dir, 2);
   ASSERT_TRUE(r.ok()) << r.status().message();
   auto ct = Container::Open(dir);
   ASSERT_TRUE(ct.ok()) << ct.status().message();
   EXPECT_TRUE(ct->has_tokenizer());
-  // Kimi's seven specials; K3's ten (XTML's four markers, the media tokens).
-  const bool k3 = std::string(GetParam()) == "tiny-k3";
-  EXPECT_EQ(ct->specials().size(), k3 ? 10u : 7u);
+  EXPECT_EQ(ct->specials().size(), p.specials);
   ASSERT_TRUE(ct->chat().has_value());
-  EXPECT_EQ(ct->chat()->xtml, k3);
+  EXPECT_EQ(ct->chat()->family, p.family);
+  EXPECT_EQ(ct->chat()->xtml, std::string(p.family) == "k3-xtml");
+  const auto eos = std::find_if(ct->specials().begin(), ct->specials().end(),
+                                [&](const SpecialToken& s) { return s.text == p.eos; });
+  ASSERT_NE(eos, ct->specials().end()) << p.eos;
+  EXPECT_EQ(ct->config().eos_token, eos->id);
   std::vector<uint8_t> rec(ct->record_bytes());
   for (const ExpertBank& b : ct->manifest().banks)
     for (int e = 0; e < b.experts; ++e) {
@@ -68,12 +81,21 @@ TEST_P(Presets, OpenAndEveryRecordChecks) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Small, Presets, ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-k3"),
-                         [](const auto& p) {
-                           std::string n = p.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Small, Presets,
+    ::testing::Values(PresetCase{"tiny-kimi", "kimi-k2", 7, "<|im_end|>"},
+                      PresetCase{"tiny-deepseek", "deepseek-v3.1", 13,
+                                 "<\xEF\xBD\x9C"
+                                 "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
+                      PresetCase{"tiny-qwen3", "qwen3", 9, "<|im_end|>"},
+                      PresetCase{"tiny-glm", "glm-4.5", 18, "<|endoftext|>"},
+                      PresetCase{"tiny-gpt-oss", "harmony", 10, "<|return|>"},
+                      PresetCase{"tiny-k3", "k3-xtml", 10, "<|end_of_msg|>"}),
+    [](const auto& p) {
+      std::string n = p.param.preset;
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
 
 // tiny-k3 in WARP's K3 layout, so that WARP's engine opens it too: the text
 // config flattened with the wrapper under _outer, every trunk tensor under
@@ -101,6 +123,21 @@ TEST(Synth, TinyK3IsWarpsK3Layout) {
   EXPECT_EQ(ct->record_layout().cols[0], 128);  // gate reads the latent
   EXPECT_EQ(ct->record_layout().rows[2], 128);  // down writes it
   EXPECT_EQ(m.banks.size(), 5u);
+}
+
+// tiny-gpt-oss: GPT-OSS's layers at test sizes, its experts MXFP4 as the
+// released ones are, a sliding window every other layer.
+TEST(Synth, TinyGptOssIsGptOssWithMxfp4Experts) {
+  const std::string dir = waste::testing::ScratchDir();
+  ASSERT_TRUE(Write("tiny-gpt-oss", dir, 2).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  EXPECT_EQ(ct->config().arch, Arch::kGptOss);
+  EXPECT_EQ(ct->config().vocab, 512);
+  EXPECT_EQ(format::FmtName(ct->manifest().quant.fmt), std::string("MXFP4"));
+  EXPECT_EQ(ct->manifest().config_json["sliding_window"], 32);
+  EXPECT_EQ(ct->manifest().config_json["layer_types"][0], "sliding_attention");
+  EXPECT_EQ(ct->manifest().banks.size(), 4u);  // every layer MoE
 }
 
 TEST(Synth, ExpertFormatsCanBeChosen) {

@@ -14,12 +14,15 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/format/chat.h"
 #include "engine/synth/tokenizer_files.h"
+#include "engine/tokenizer/chat.h"
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
@@ -731,7 +734,7 @@ TEST(TokenizerLoad, BadSpecials) {
 class SynthTokenizer : public ::testing::TestWithParam<int> {};
 
 TEST_P(SynthTokenizer, LoadsAndRoundTrips) {
-  const TokenizerFiles files = MakeTokenizerFiles(GetParam());
+  const TokenizerFiles files = MakeTokenizerFiles(GetParam(), kFamilyKimiK2);
   ASSERT_TRUE(files.error.empty()) << files.error;
   const std::string dir = waste::testing::ScratchDir();
   WriteText(dir + "/tokenizer.model", files.tokenizer_model);
@@ -762,6 +765,77 @@ TEST_P(SynthTokenizer, LoadsAndRoundTrips) {
 
 // The tiny presets' vocabulary and Kimi's real one (specials at 163584+).
 INSTANTIATE_TEST_SUITE_P(Vocab, SynthTokenizer, ::testing::Values(512, 163840));
+
+// Every other family's synthetic specials are added tokens of its released
+// tokenizer (the fixtures' tokenizer.json), and every added token of the
+// released tokenizer that the family's prompt writes as markup (chat.json's
+// layout, and tools, a call and its result as the family renders them) is
+// one of them: the markup tokenizes as the real model's does.
+struct FamilyCase {
+  const char* family;
+  const char* fixture;  // under tests/fixtures/tokenizer
+};
+
+class SynthFamilyTokenizer : public ::testing::TestWithParam<FamilyCase> {};
+
+TEST_P(SynthFamilyTokenizer, SpecialsAreTheReleasedOnesItsMarkupWrites) {
+  const TokenizerFiles files = MakeTokenizerFiles(512, GetParam().family);
+  ASSERT_EQ(files.error, "");
+  const std::string dir = waste::testing::ScratchDir();
+  WriteText(dir + "/tokenizer.model", files.tokenizer_model);
+  WriteText(dir + "/specials.json", files.specials_json);
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_GE(files.eos_id, 0);
+
+  std::set<std::string> released;
+  // Only added_tokens is kept (DeepSeek's file is 6 MB).
+  const json tj = json::parse(ReadText(kFixtures + "/" + GetParam().fixture + "/tokenizer.json"),
+                              [](int depth, json::parse_event_t event, const json& parsed) {
+                                return depth != 1 || event != json::parse_event_t::key ||
+                                       parsed == "added_tokens";
+                              });
+  for (const json& a : tj.at("added_tokens")) released.insert(a["content"].get<std::string>());
+  for (const json& s : json::parse(files.specials_json))
+    EXPECT_TRUE(released.count(s["text"].get<std::string>())) << s["text"];
+
+  auto chat = ParseChat(files.chat_json);
+  ASSERT_TRUE(chat.ok()) << chat.status().message();
+  EXPECT_EQ(chat->family, GetParam().family);
+  const std::vector<ChatMessage> messages = {
+      {.role = "system", .content = "Be brief."},
+      {.role = "user", .content = "Weather in Paris?"},
+      {.role = "assistant",
+       .content = "",
+       .tool_calls = {{.id = "c1", .name = "get_weather", .arguments = R"({"city": "Paris"})"}}},
+      {.role = "tool", .content = R"({"c": 20})", .tool_call_id = "c1", .name = "get_weather"},
+      {.role = "user", .content = "Thanks."}};
+  const std::vector<ChatTool> tools = {
+      {.name = "get_weather",
+       .parameters = nlohmann::ordered_json::parse(
+           R"({"type": "object", "properties": {"city": {"type": "string"}}})")}};
+  ChatRenderOptions options;
+  options.date = "2026-01-01";
+  // DeepSeek-V3.1's template renders calls and results but not tools.
+  if (chat->family != kFamilyDeepseekV31) options.tools = tools;
+  auto pieces = ChatPieces(*chat, messages, options);
+  ASSERT_TRUE(pieces.ok()) << pieces.status().message();
+  std::set<std::string> written;
+  for (const ChatPiece& p : *pieces)
+    for (const std::string& r : released)
+      if (p.markup && p.text.find(r) != std::string::npos) written.insert(r);
+  EXPECT_GE(written.size(), 4u);  // role markers, end of turn, call and result markup
+  for (const std::string& r : written) EXPECT_TRUE(tok->SpecialId(r)) << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, SynthFamilyTokenizer,
+    ::testing::Values(FamilyCase{kFamilyQwen3, "qwen3"}, FamilyCase{kFamilyDeepseekV31, "deepseek"},
+                      FamilyCase{kFamilyGlm45, "glm45"}, FamilyCase{kFamilyHarmony, "gpt-oss"}),
+    [](const auto& p) {
+      return std::string(p.param.fixture == std::string("gpt-oss") ? "gpt_oss" : p.param.fixture);
+    });
+
 
 }  // namespace
 }  // namespace waste

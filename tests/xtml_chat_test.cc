@@ -163,7 +163,7 @@ TEST(Xtml, ConvertPicksXtmlFromTheSpecialTokens) {
 // K3's ids: Kimi's block of 256 at 163584 in the 163,840-token vocabulary,
 // 163586-163589 the markers, 163602-163605 the media tokens.
 TEST(Xtml, K3SpecialsAtTheirIds) {
-  const TokenizerFiles f = MakeTokenizerFiles(163840, true);
+  const TokenizerFiles f = MakeTokenizerFiles(163840, kFamilyXtml);
   ASSERT_EQ(f.error, "");
   const std::string dir = testing::ScratchDir();
   WriteText(dir + "/tokenizer.model", f.tokenizer_model);

@@ -240,6 +240,20 @@ json GptOssConfig(int layers, int experts) {
   };
 }
 
+// GPT-OSS's layers at test sizes: 4 layers (windowed, full, windowed, full)
+// with a 32-token window, so a chat prompt crosses it; 16 experts of 256,
+// top-4; 4 query heads over 2 KV heads of 64.
+json GptOssTinyConfig() {
+  json c = GptOssConfig(4, 16);
+  c.update({{"hidden_size", 256},
+            {"intermediate_size", 256},
+            {"vocab_size", 512},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"sliding_window", 32}});
+  return c;
+}
+
 // Qwen3-Next's layers at small sizes: Gated DeltaNet with two value heads per
 // key head, gated GQA with partial rotary every 2nd layer, zero-centered norms, MoE with softmax routing and a gated shared
 // expert.
@@ -429,10 +443,10 @@ json KimiK3SliceConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi",       "tiny-deepseek",  "tiny-qwen3",         "tiny-glm",
-          "tiny-qwen3-next", "kimi-linear-48b", "qwen3-30b-a3b",     "qwen3-235b-a22b",
-          "glm-4.5-air",     "gpt-oss-20b",     "gpt-oss-120b",      "qwen3-next-80b-a3b",
-          "tiny-k3",         "kimi-k3-slice"};
+  return {"tiny-kimi",          "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
+          "tiny-qwen3-next",    "tiny-gpt-oss",  "kimi-linear-48b", "qwen3-30b-a3b",
+          "qwen3-235b-a22b",    "glm-4.5-air",   "gpt-oss-20b",     "gpt-oss-120b",
+          "qwen3-next-80b-a3b", "tiny-k3",       "kimi-k3-slice"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -470,9 +484,10 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
   } else if (name == "kimi-k3-slice") {
     s.config = KimiK3SliceConfig();
     s.anchor_experts = 2;  // as kimi-linear-48b
-  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
+  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b" || name == "tiny-gpt-oss") {
     const bool big = name == "gpt-oss-120b";
-    s.config = GptOssConfig(big ? 36 : 24, big ? 128 : 32);
+    s.config =
+        name == "tiny-gpt-oss" ? GptOssTinyConfig() : GptOssConfig(big ? 36 : 24, big ? 128 : 32);
     s.expert_fmt = Fmt::kMXFP4;  // as released
     s.route_skew = 0;  // no correction bias to skew: the random router's own routing
   } else {

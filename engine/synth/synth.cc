@@ -384,13 +384,13 @@ Result<SynthReport> WriteSynthetic(const SynthSpec& spec, const std::string& out
   // The tokenizer decides the special-token ids; make the config agree.
   int64_t vocab = 0;
   WASTE_RETURN_IF_ERROR(JsonInt(config, "synth config: config.", "vocab_size", 0, 1 << 24, &vocab));
-  // K3 speaks XTML, with its own markers at Kimi's special ids.
-  const auto family = ModelConfig::FromJson(config);
-  if (!family.ok()) return family.status();
+  // Each architecture chats in its family's format, with that family's specials.
+  const auto parsed = ModelConfig::FromJson(config);
+  if (!parsed.ok()) return parsed.status();
   const TokenizerFiles tok =
-      MakeTokenizerFiles(static_cast<int>(vocab), family->arch == Arch::kKimiK3);
+      MakeTokenizerFiles(static_cast<int>(vocab), SynthChatFamily(parsed->arch));
   if (!tok.error.empty()) return Status::Error(tok.error);
-  config["bos_token_id"] = tok.bos_id;
+  config["bos_token_id"] = tok.bos_id >= 0 ? json(tok.bos_id) : json(nullptr);
   config["eos_token_id"] = tok.eos_id;
 
   auto writer = ContainerWriter::Create(out, config, spec.expert_fmt, overwrite, jobs);

@@ -1,5 +1,6 @@
 #include "engine/synth/tokenizer_files.h"
 
+#include <optional>
 #include <set>
 #include <span>
 #include <string_view>
@@ -28,7 +29,7 @@ constexpr std::string_view kWords[] = {
 
 struct Special {
   std::string_view text;
-  int kimi_id;  // id in Kimi's real vocabulary
+  int real_id = 0;  // id in the released vocabulary (Kimi's, K3's); 0: not placed there
 };
 constexpr Special kKimiSpecials[] = {
     {"[BOS]", 163584},
@@ -54,14 +55,94 @@ constexpr Special kK3Specials[] = {
     {"<|media_end|>", 163604},
     {"<|media_pad|>", 163605},
 };
-constexpr int kKimiFirstSpecial = 163584;
+// The other families' added tokens that their markup (engine/format/chat.h,
+// engine/tokenizer/chat_tools.h, serve/reply.h) writes, in the released
+// tokenizers' order (tests/fixtures/tokenizer/{qwen3,glm45,gpt-oss,deepseek}).
+constexpr Special kQwen3Specials[] = {
+    {"<|endoftext|>"},   {"<|im_start|>"},     {"<|im_end|>"}, {"<tool_call>"}, {"</tool_call>"},
+    {"<tool_response>"}, {"</tool_response>"}, {"<think>"},    {"</think>"},
+};
+constexpr Special kDeepseekV31Specials[] = {
+    {"<｜begin▁of▁sentence｜>"},
+    {"<｜end▁of▁sentence｜>"},
+    {"<｜User｜>"},
+    {"<｜Assistant｜>"},
+    {"<｜tool▁calls▁begin｜>"},
+    {"<｜tool▁calls▁end｜>"},
+    {"<｜tool▁call▁begin｜>"},
+    {"<｜tool▁call▁end｜>"},
+    {"<｜tool▁output▁begin｜>"},
+    {"<｜tool▁output▁end｜>"},
+    {"<｜tool▁sep｜>"},
+    {"<think>"},
+    {"</think>"},
+};
+constexpr Special kGlm45Specials[] = {
+    {"<|endoftext|>"},    {"[gMASK]"},       {"<sop>"},           {"<|system|>"},
+    {"<|user|>"},         {"<|assistant|>"}, {"<|observation|>"}, {"<think>"},
+    {"</think>"},         {"<tool_call>"},   {"</tool_call>"},    {"<tool_response>"},
+    {"</tool_response>"}, {"<arg_key>"},     {"</arg_key>"},      {"<arg_value>"},
+    {"</arg_value>"},     {"/nothink"},
+};
+constexpr Special kHarmonySpecials[] = {
+    {"<|startoftext|>"}, {"<|endoftext|>"}, {"<|return|>"},  {"<|constrain|>"}, {"<|channel|>"},
+    {"<|start|>"},       {"<|end|>"},       {"<|message|>"}, {"<|call|>"},      {"<|endofprompt|>"},
+};
+
+// A family's specials, its bos and eos (texts among them, as its released
+// config.json names them; no bos: empty) and its chat.json.
+struct FamilyTokens {
+  std::span<const Special> specials;
+  std::string_view bos, eos;
+  ChatFormat chat;
+};
+
+std::optional<FamilyTokens> ForFamily(std::string_view family) {
+  if (family == kFamilyKimiK2)
+    return FamilyTokens{kKimiSpecials, "[BOS]", "<|im_end|>", ChatFormat::Kimi()};
+  if (family == kFamilyXtml)
+    return FamilyTokens{kK3Specials, "[BOS]", kXtmlEndOfMessage, ChatFormat::Xtml(false)};
+  if (family == kFamilyQwen3)
+    return FamilyTokens{kQwen3Specials, "<|endoftext|>", "<|im_end|>", ChatFormat::Qwen3(true)};
+  if (family == kFamilyDeepseekV31)
+    return FamilyTokens{kDeepseekV31Specials, kDeepseekV31Specials[0].text,
+                        kDeepseekV31Specials[1].text, ChatFormat::DeepseekV31()};
+  if (family == kFamilyGlm45)
+    return FamilyTokens{kGlm45Specials, "", "<|endoftext|>", ChatFormat::Glm45()};
+  if (family == kFamilyHarmony)
+    return FamilyTokens{kHarmonySpecials, "<|startoftext|>", "<|return|>", ChatFormat::Harmony()};
+  return std::nullopt;
+}
 
 }  // namespace
 
-TokenizerFiles MakeTokenizerFiles(int vocab_size, bool xtml) {
-  const std::span<const Special> kSpecials =
-      xtml ? std::span<const Special>(kK3Specials) : std::span<const Special>(kKimiSpecials);
+const char* SynthChatFamily(Arch arch) {
+  switch (arch) {
+    case Arch::kKimiLinear:
+      return kFamilyKimiK2;
+    case Arch::kDeepseekV3:
+      return kFamilyDeepseekV31;
+    case Arch::kQwen3Moe:
+    case Arch::kQwen3Next:
+      return kFamilyQwen3;
+    case Arch::kGlm4Moe:
+      return kFamilyGlm45;
+    case Arch::kGptOss:
+      return kFamilyHarmony;
+    case Arch::kKimiK3:
+      return kFamilyXtml;
+  }
+  return kFamilyKimiK2;
+}
+
+TokenizerFiles MakeTokenizerFiles(int vocab_size, std::string_view family) {
   TokenizerFiles f;
+  const std::optional<FamilyTokens> fam = ForFamily(family);
+  if (!fam) {
+    f.error = "no synthetic tokenizer for the chat family \"" + std::string(family) + "\"";
+    return f;
+  }
+  const std::span<const Special> kSpecials = fam->specials;
   std::vector<std::string> tokens;
   std::set<std::string> seen;
   for (int b = 0; b < 256; ++b) {
@@ -75,15 +156,15 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size, bool xtml) {
     }
   }
   const int n_special = static_cast<int>(kSpecials.size());
-  const bool kimi_ids = vocab_size > kSpecials.back().kimi_id;
+  const bool real_ids = kSpecials.front().real_id > 0 && vocab_size > kSpecials.back().real_id;
   const int first_special = static_cast<int>(tokens.size());
-  if (!kimi_ids && first_special + n_special > vocab_size) {
+  if (!real_ids && first_special + n_special > vocab_size) {
     f.error = "vocab_size " + std::to_string(vocab_size) +
               " is too small for the synthetic tokenizer (" +
               std::to_string(first_special + n_special) + " tokens)";
     return f;
   }
-  if (kimi_ids && first_special > kKimiFirstSpecial) {
+  if (real_ids && first_special > kSpecials.front().real_id) {
     f.error = "synthetic tokenizer overlaps the special ids";
     return f;
   }
@@ -92,14 +173,13 @@ TokenizerFiles MakeTokenizerFiles(int vocab_size, bool xtml) {
 
   nlohmann::json specials = nlohmann::json::array();
   for (int i = 0; i < n_special; ++i) {
-    const int id = kimi_ids ? kSpecials[i].kimi_id : first_special + i;
+    const int id = real_ids ? kSpecials[i].real_id : first_special + i;
     specials.push_back({{"id", id}, {"text", std::string(kSpecials[i].text)}});
-    if (kSpecials[i].text == "[BOS]") f.bos_id = id;
-    // Kimi's eos_token_id: <|im_end|>, K3's <|end_of_msg|> (the same id).
-    if (kSpecials[i].text == "<|im_end|>" || kSpecials[i].text == kXtmlEndOfMessage) f.eos_id = id;
+    if (kSpecials[i].text == fam->bos) f.bos_id = id;
+    if (kSpecials[i].text == fam->eos) f.eos_id = id;
   }
   f.specials_json = specials.dump(1);
-  f.chat_json = (xtml ? ChatFormat::Xtml(false) : ChatFormat::Kimi()).ToJson().dump(1);
+  f.chat_json = fam->chat.ToJson().dump(1);
   return f;
 }
 

@@ -37,10 +37,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(waste, container, *extra):
+def start(waste, container, *extra, ctx=1024):
     port = free_port()
     proc = subprocess.Popen([waste, "serve", container, "--local", "--listen", f"127.0.0.1:{port}",
-                             "--ctx", "1024", "--parallel", "4", "--threads", "2", *extra],
+                             "--ctx", str(ctx), "--parallel", "4", "--threads", "2", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     while time.time() < deadline:

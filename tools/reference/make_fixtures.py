@@ -52,7 +52,7 @@ SEED = 1
 DECODE_STEPS = 8
 TOP = 10
 # Fixed prompt: the BOS id first (taken from the config), then ids spread over
-# the 512-entry vocabulary, avoiding the special ids 376..382.
+# the 512-entry vocabulary, avoiding the special ids 376..388 (tiny-kimi has 7, tiny-deepseek 13).
 PROMPT_TAIL = [17, 101, 211, 300, 42, 487, 5, 333, 128, 256, 64]
 
 
