@@ -19,6 +19,7 @@
 
 #include "engine/convert/tokenizer_import.h"
 #include "engine/format/chat.h"
+#include "engine/tokenizer/chat_generic.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
 #include "serve/tool_constraint.h"
@@ -899,6 +900,13 @@ TEST(ToolCallConstraint, GenericAutoAnswersOrCalls) {
   // Nothing else may open the reply.
   ToolCallConstraint fresh(plan, *c.tok, vocab);
   EXPECT_FALSE(fresh.Accept(c.tok->Encode("Hello")[0]));
+  // A past call is rendered into the prompt as the constraint writes one.
+  ChatMessage past{"assistant", ""};
+  past.tool_calls = {{"call_1", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"}};
+  auto rendered = chat_generic::Messages(std::span(&past, 1), {});
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(rendered->at(0).content,
+            plan->Head(0, 0) + "{\"city\": \"Paris\", \"days\": 2}" + plan->Tail() + plan->End());
   // tool_choice none holds nothing: no plan.
   const ChatTool tools[] = {kWeather};
   auto none = ToolCallPlan::Make(kFamilyDemo, tools, ToolChoiceMode::kNone, "", true, false, "p");
