@@ -21,6 +21,10 @@ bool IsHarmony(std::string_view family) {
   return family == kFamilyHarmony;
 }
 constexpr std::string_view kHarmonyAnalysis = "<|channel|>analysis<|message|>";
+// Where a call's header names its recipient: after the channel (as the model
+// writes it), or before it (as the template renders a past call).
+constexpr std::string_view kHarmonyToAfterChannel = "<|channel|>commentary to=";
+constexpr std::string_view kHarmonyToFirst = "<|start|>assistant to=";
 
 }  // namespace
 
@@ -71,7 +75,8 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
 
 std::string ToolCallPlan::Head(size_t tool, int index) const {
   if (IsHarmony(family))
-    return "<|channel|>commentary to=functions." + names[tool] + " <|constrain|>json<|message|>";
+    return std::string(kHarmonyToAfterChannel) + "functions." + names[tool] +
+           " <|constrain|>json<|message|>";
   if (generic())
     return std::string(index == 0 ? chat_generic::kCallsOpen : "") +
            std::string(chat_generic::kCallName) + nlohmann::json(names[tool]).dump() +
@@ -92,7 +97,7 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
 }
 std::vector<std::string> ToolCallPlan::FirstHeadForms(size_t tool) const {
   if (IsHarmony(family))  // as the template renders a past call
-    return {Head(tool, 0), std::string(kHarmonyReplyStart) + " to=functions." + names[tool] +
+    return {Head(tool, 0), std::string(kHarmonyToFirst) + "functions." + names[tool] +
                                "<|channel|>commentary json<|message|>"};
   return {Head(tool, 0)};
 }
@@ -115,7 +120,7 @@ std::string ToolCallPlan::End() const {
 std::vector<std::string_view> ToolCallPlan::Opens() const {
   if (IsQwen(family)) return {kQwenCallOpen};
   if (IsDeepseek(family)) return {kDsCallsBegin, kDsCallBegin};
-  if (IsHarmony(family)) return {"<|channel|>commentary to=", "<|start|>assistant to="};
+  if (IsHarmony(family)) return {kHarmonyToAfterChannel, kHarmonyToFirst};
   if (generic()) return {};  // never free text
   return {kKimiSectionBegin};
 }
@@ -320,6 +325,8 @@ bool ToolCallConstraint::Accept(int32_t token) {
   };
   switch (phase_) {
     case Phase::kThink:
+      if (std::find(think_ends_.begin(), think_ends_.end(), token) != think_ends_.end())
+        return false;
       tail_ += bytes;
       if (!think.empty() && tail_.find(think[1]) != std::string::npos)
         Start(true);

@@ -783,6 +783,7 @@ TEST(ToolCallConstraint, HarmonyForcedReplyCannotEndInItsAnalysis) {
   for (const char* end : {"<|return|>", "<|call|>"})
     EXPECT_EQ(logits[static_cast<size_t>(*c.tok->SpecialId(end))], -INFINITY) << end;
   EXPECT_EQ(logits[static_cast<size_t>(*c.tok->SpecialId("<|end|>"))], 0.0f);
+  EXPECT_FALSE(k.Accept(*c.tok->SpecialId("<|return|>")));
 }
 
 TEST(ToolCallConstraint, HarmonyAutoHoldsCallsInEitherHeaderForm) {
