@@ -7,7 +7,8 @@
 // Retry-After; a follow-up turn resumes from the kept state; n choices of
 // one prompt, whole and streamed, from one prefill; Anthropic's Messages and
 // OpenAI's Responses answer the chat reply, whole and streamed, with
-// Anthropic's errors and x-api-key.
+// Anthropic's errors and x-api-key; tool calls held to their tools, on the
+// synthetic model and (the generic format) on the converted demo model.
 #include "serve/api_server.h"
 
 #include <gtest/gtest.h>
