@@ -1,14 +1,16 @@
 // Fuzz target: a chat reply's tokens through ReplyParser (serve/reply.h),
 // for every family's syntax: the model's output is not to be trusted to be
-// well formed. The input's first line names the family (and "thinking" or
-// "stop" after it: a reply that starts inside a think block, a stop string);
+// well formed. The input's first line names the family (and "thinking",
+// "stop" or "constrained" after it: a reply that starts inside a think
+// block, a stop string, calls streamed as a ToolCallConstraint's are, the
+// demo model's then in the generic JSON format);
 // the rest is the reply, each of the specials below as its id, every other
 // byte a token of its own (markers and characters split anywhere, invalid
 // UTF-8 included). Kimi's tool-call markers are not specials here, so they
 // arrive as bytes. Whatever comes, the events are well formed: pieces of
 // valid UTF-8, each call started, given arguments that parse as a JSON
-// object and ended in order, ids of the promised shape; nothing after the
-// reply is done.
+// object (constrained: pieces of valid UTF-8) and ended in order, ids of the
+// promised shape; nothing after the reply is done.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -107,6 +109,7 @@ std::vector<int32_t> Ids(std::string_view reply) {
 
 // The events' order and contents, across the whole reply.
 struct Checker {
+  bool streamed = false;  // arguments in pieces, not each a JSON object
   int calls = 0;
   bool open = false, args = false;
   void Check(const std::vector<ReplyEvent>& events) {
@@ -125,13 +128,15 @@ struct Checker {
           args = false;
           break;
         case ReplyEvent::Kind::kToolCallArgs: {
-          const auto j = nlohmann::json::parse(e.text, nullptr, false);
-          if (!open || args || e.tool_index != calls || !j.is_object()) std::abort();
+          if (!open || e.tool_index != calls || e.text.empty()) std::abort();
+          if (streamed && waste::tokenizer::ReplaceInvalidUtf8(e.text) != e.text) std::abort();
+          if (!streamed && (args || !nlohmann::json::parse(e.text, nullptr, false).is_object()))
+            std::abort();
           args = true;
           break;
         }
         case ReplyEvent::Kind::kToolCallEnd:
-          if (!open || !args || e.tool_index != calls) std::abort();
+          if (!open || (!args && !streamed) || e.tool_index != calls) std::abort();
           open = false;
           ++calls;
           break;
@@ -151,8 +156,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const std::string& e : chat.end_of_turn) o.end_of_turn.push_back(*Tok().SpecialId(e));
   if (head.find("stop") != head.npos) o.stops = {"STOP"};
   if (head.find("thinking") != head.npos) o.thinking_open = true;
+  o.calls_constrained = head.find("constrained") != head.npos;
   waste::serve::ReplyParser p(Tok(), chat, o);
   Checker c;
+  c.streamed = o.calls_constrained;
   for (int32_t id : Ids(reply)) {
     const bool was_done = p.done();
     const auto events = p.Feed(id);

@@ -51,7 +51,7 @@ std::optional<ApiError> ApiServer::Admit(
     *plan = *p;
   }
   ChatRenderOptions options;
-  options.tools = tools;
+  options.tools = RenderedTools(tools, choice.mode == ToolChoiceMode::kNone);
   options.thinking = thinking;
   auto ids = RenderChat(*chat_, tok_, messages, options);
   // The renderer names what it refused: a message ("messages[i]: ...") or the tools.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "engine/tokenizer/chat_generic.h"
 #include "serve/anthropic.h"
 #include "serve/openai.h"
 #include "serve/openai_answer.h"
@@ -41,6 +42,11 @@ ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
       chat_(chat),
       end_of_turn_(std::move(end_of_turn)),
       scheduler_(scheduler) {}
+
+std::span<const ChatTool> ApiServer::RenderedTools(std::span<const ChatTool> tools,
+                                                   bool choice_none) const {
+  return choice_none && chat_generic::Applies(*chat_) ? std::span<const ChatTool>() : tools;
+}
 
 ApiServer::MakeConstraint ApiServer::Constrain(
     std::shared_ptr<const grammar::JsonGrammar> json_format,
@@ -139,11 +145,14 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
                           .ToJson()
                           .dump());
       auto format = WithThinking(*chat_, q.thinking, q.reasoning_effort);
-      auto ids = format.ok() ? RenderChat(*chat_, tok_, q.messages,
-                                          {.tools = q.tools,
-                                           .thinking = q.thinking,
-                                           .reasoning_effort = q.reasoning_effort})
-                             : Result<std::vector<int32_t>>(format.status());
+      auto ids =
+          format.ok()
+              ? RenderChat(
+                    *chat_, tok_, q.messages,
+                    {.tools = RenderedTools(q.tools, q.tool_choice.mode == ToolChoice::Mode::kNone),
+                     .thinking = q.thinking,
+                     .reasoning_effort = q.reasoning_effort})
+              : Result<std::vector<int32_t>>(format.status());
       if (!ids.ok()) {
         // The error names the field it is about: tools, thinking, reasoning_effort, messages.
         const std::string& why = ids.status().message();

@@ -111,6 +111,10 @@ class ApiServer {
   void Count(const std::function<void(ApiCounters&)>& f);
   // The vocabulary's token mask index (response_format), made on first use.
   std::shared_ptr<const grammar::VocabIndex> Vocab();
+  // The tools the prompt renders: none for a format with no tool syntax of
+  // its own (the generic one, engine/tokenizer/chat_generic.h) when
+  // tool_choice is none; else all.
+  std::span<const ChatTool> RenderedTools(std::span<const ChatTool> tools, bool choice_none) const;
   // The constraint of a response_format, else of the tools; none: unset.
   MakeConstraint Constrain(std::shared_ptr<const grammar::JsonGrammar> json_format,
                            std::shared_ptr<const ToolCallPlan> tool_plan);

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/tokenizer/chat_generic.h"
 #include "engine/tokenizer/utf8.h"
+#include "serve/generic_reply.h"
 #include "serve/tool_constraint.h"
 
 namespace waste::serve {
@@ -253,9 +255,11 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
     : tok_(tok),
       chat_(chat),
       end_(std::move(o.end_of_turn)),
-      calls_constrained_(
-          o.calls_constrained &&
-          IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31})),
+      calls_constrained_(o.calls_constrained &&
+                         IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3,
+                                         kFamilyDeepseekV31, kFamilyHarmony})),
+      generic_(o.calls_constrained && chat_generic::Applies(chat) ? std::make_unique<GenericReply>()
+                                                                  : nullptr),
       stop_text_(o.stops),
       stop_reasoning_(std::move(o.stops)) {
   std::vector<std::string> inner;
@@ -272,6 +276,8 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
   else if (o.thinking_open.value_or(ThinkingOpen(chat, chat.open)))
     mode_ = Mode::kReasoning;
 }
+
+ReplyParser::~ReplyParser() = default;
 
 std::vector<ReplyEvent> ReplyParser::Feed(int32_t id) {
   if (done_) return {};
@@ -310,9 +316,26 @@ std::vector<ReplyEvent> ReplyParser::Take() {
 void ReplyParser::Bytes(std::string_view b) {
   partial_.append(b);
   const size_t n = CompleteUtf8Prefix(partial_);
-  scan_ += tokenizer::ReplaceInvalidUtf8(std::string_view(partial_).substr(0, n));
+  std::string whole = tokenizer::ReplaceInvalidUtf8(std::string_view(partial_).substr(0, n));
   partial_.erase(0, n);
+  if (generic_) return Generic(whole, false);
+  scan_ += whole;
   Scan();
+}
+
+void ReplyParser::Generic(std::string_view bytes, bool end) {
+  std::vector<ReplyEvent> events;
+  if (end)
+    generic_->Finish(&events);
+  else
+    generic_->Feed(bytes, &events);
+  for (ReplyEvent& e : events) {
+    if (done_) return;  // a stop string ended the text
+    if (e.kind == ReplyEvent::Kind::kText)
+      Emit(e.kind, e.text);
+    else
+      out_.push_back(std::move(e));
+  }
 }
 
 void ReplyParser::Scan() {
@@ -400,7 +423,12 @@ void ReplyParser::Marker(const Rule& r) {
 
 void ReplyParser::StreamCall() {
   const StreamedSyntax syntax = Streamed(chat_);
-  if (args_at_ == 0) {
+  if (args_at_ == 0 && chat_.family == kFamilyHarmony) {
+    // The header named the recipient; the body is the arguments.
+    if (!GoodName(call_name_)) return;  // held to its end and checked
+    out_.push_back({ReplyEvent::Kind::kToolCallStart, "", calls_, call_name_, NewToolCallId()});
+    args_at_ = call_begin_;
+  } else if (args_at_ == 0) {
     // The head as ToolCallPlan::Head writes it: its name, then the arguments.
     const std::string_view body = std::string_view(call_).substr(call_begin_);
     const size_t at = body.find(syntax.args_open);
@@ -512,10 +540,15 @@ void ReplyParser::Finish() {
   if (done_) return;
   scan_ += tokenizer::ReplaceInvalidUtf8(partial_);
   partial_.clear();
-  ToSink(scan_);
-  scan_.clear();
-  if (done_) return;
-  if (mode_ == Mode::kCall) EndCall({});
+  if (generic_) {
+    Generic(std::exchange(scan_, {}), false);
+    if (!done_) Generic({}, true);
+  } else {
+    ToSink(scan_);
+    scan_.clear();
+    if (done_) return;
+    if (mode_ == Mode::kCall) EndCall({});
+  }
   if (done_) return;
   // The reply's own trailing newlines are its text's.
   Emit(shown_kind_, std::exchange(newlines_, {}));

@@ -34,7 +34,11 @@
 //   k3-xtml              the think element is reasoning, the response element text, the
 //                        rest (the message's own tags) hidden; its tool-call syntax is
 //                        not in the repository's fixtures, so it has none here
-//   other (demo, none)   every token but the specials is text
+//   demo                 with calls_constrained, the generic format (one JSON object,
+//                        engine/tokenizer/chat_generic.h) read by GenericReply
+//                        (serve/generic_reply.h): the response's text, the calls;
+//                        otherwise as below
+//   other (none)         every token but the specials is text
 //
 // Newlines that join a segment to markup are the markup's (as the templates
 // strip them when they render a past reply): the leading ones of reasoning
@@ -46,8 +50,8 @@
 // kToolCallEnd together; a malformed one (bad JSON, no name, or still open
 // when the reply ends) is shown as text, markup and all, as vLLM's and
 // llama.cpp's servers return it. Calls held to their tools by a constraint
-// (ReplyOptions::calls_constrained: qwen3's and kimi-k2's, written as
-// ToolCallPlan::Head and Tail spell them) are valid by construction and
+// (ReplyOptions::calls_constrained: qwen3's, kimi-k2's, deepseek's and
+// harmony's, written as ToolCallPlan::Head and Tail spell them) are valid by construction and
 // streamed instead: kToolCallStart once the name is read, the arguments in
 // pieces as they arrive (their white space at either end dropped), and
 // kToolCallEnd at the end marker, or when the reply ends inside the call
@@ -56,6 +60,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +72,8 @@
 #include "serve/openai.h"
 
 namespace waste::serve {
+
+class GenericReply;
 
 struct ReplyEvent {
   enum class Kind {
@@ -110,6 +117,7 @@ std::string NewToolCallId();
 class ReplyParser {
  public:
   ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOptions o);
+  ~ReplyParser();
   std::vector<ReplyEvent> Feed(int32_t id);
   std::vector<ReplyEvent> Flush();
   // An end-of-turn id or a stop string ended the reply.
@@ -148,6 +156,8 @@ class ReplyParser {
   // calls_constrained: the call's start once its name is read, its arguments so far.
   void StreamCall();
   void Finish();
+  // The generic format's reader's events (`end`: the reply ended).
+  void Generic(std::string_view bytes, bool end);
   std::vector<ReplyEvent> Take();
 
   const Tokenizer& tok_;
@@ -167,7 +177,8 @@ class ReplyParser {
   int calls_ = 0;
   bool calls_constrained_ = false;
   size_t args_at_ = 0;  // streamed call: where in call_ the arguments not yet sent begin; 0: unread
-  bool args_sent_ = false;  // streamed call: some of its arguments were sent
+  bool args_sent_ = false;                 // streamed call: some of its arguments were sent
+  std::unique_ptr<GenericReply> generic_;  // the generic format's reader, when it is in force
 
   // The segment of text or reasoning being shown.
   ReplyEvent::Kind shown_kind_ = ReplyEvent::Kind::kText;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/chat.h"
+#include "engine/tokenizer/chat_generic.h"
 
 namespace waste::serve {
 namespace {
@@ -16,22 +17,32 @@ bool IsQwen(std::string_view family) {
 bool IsDeepseek(std::string_view family) {
   return family == kFamilyDeepseekV3 || family == kFamilyDeepseekV31;
 }
+bool IsHarmony(std::string_view family) {
+  return family == kFamilyHarmony;
+}
+constexpr std::string_view kHarmonyAnalysis = "<|channel|>analysis<|message|>";
+// Where a call's header names its recipient: after the channel (as the model
+// writes it), or before it (as the template renders a past call).
+constexpr std::string_view kHarmonyToAfterChannel = "<|channel|>commentary to=";
+constexpr std::string_view kHarmonyToFirst = "<|start|>assistant to=";
 
 }  // namespace
 
 Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
     std::string_view family, std::span<const ChatTool> tools, ToolChoiceMode mode,
     std::string_view function, bool parallel, bool thinking_open, std::string_view schema_field) {
-  if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family))
+  if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family) &&
+      !IsHarmony(family) && family != kFamilyDemo)
     return Status::Error(
         "tools: tool calling is not supported yet for the '" + std::string(family) +
-        "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 and -v3.1" +
+        "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 and -v3.1, "
+        "harmony and the generic format of the demo model" +
         (family == kFamilyGlm45 ? "; glm-4.5's arguments are key/value markup, not JSON" : "") +
         ")");
   auto plan = std::make_shared<ToolCallPlan>();
   plan->family = family;
   plan->mode = mode;
-  plan->parallel = parallel;
+  plan->parallel = parallel && !IsHarmony(family);  // <|call|> ends harmony's turn
   plan->thinking_open = thinking_open;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "]." + std::string(schema_field);
@@ -52,10 +63,24 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
     return Status::Error("tool_choice: '" + std::string(function) + "' is not among the tools");
   if ((mode == ToolChoiceMode::kRequired || mode == ToolChoiceMode::kFunction) && tools.empty())
     return Status::Error("tool_choice: a call cannot be required without tools");
+  if (plan->generic() && mode == ToolChoiceMode::kNone)
+    return std::shared_ptr<const ToolCallPlan>();
+  if (plan->generic() && mode == ToolChoiceMode::kAuto) {
+    auto text = grammar::CompileJsonSchema({{"type", "string"}});
+    if (!text.ok()) return text.status();
+    plan->response = *text;
+  }
   return std::shared_ptr<const ToolCallPlan>(std::move(plan));
 }
 
 std::string ToolCallPlan::Head(size_t tool, int index) const {
+  if (IsHarmony(family))
+    return std::string(kHarmonyToAfterChannel) + "functions." + names[tool] +
+           " <|constrain|>json<|message|>";
+  if (generic())
+    return std::string(index == 0 ? chat_generic::kCallsOpen : "") +
+           std::string(chat_generic::kCallName) + nlohmann::json(names[tool]).dump() +
+           std::string(chat_generic::kCallArgs);
   if (IsQwen(family))
     return std::string(kQwenCallOpen) + "\n{\"name\": " + nlohmann::json(names[tool]).dump() +
            ", \"arguments\": ";
@@ -70,26 +95,47 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
          std::string(kKimiCallBegin) + "functions." + names[tool] + ":" + std::to_string(index) +
          std::string(kKimiArgsBegin);
 }
+std::vector<std::string> ToolCallPlan::FirstHeadForms(size_t tool) const {
+  if (IsHarmony(family))  // as the template renders a past call
+    return {Head(tool, 0), std::string(kHarmonyToFirst) + "functions." + names[tool] +
+                               "<|channel|>commentary json<|message|>"};
+  return {Head(tool, 0)};
+}
 std::string ToolCallPlan::Tail() const {
+  if (IsHarmony(family)) return std::string(kHarmonyCall);
+  if (generic()) return std::string(chat_generic::kCallClose);
   if (IsQwen(family)) return "}\n" + std::string(kQwenCallClose);
   if (family == kFamilyDeepseekV3) return "\n```" + std::string(kDsCallEnd);
   if (family == kFamilyDeepseekV31) return std::string(kDsCallEnd);
   return std::string(kKimiCallEnd);
 }
 std::string ToolCallPlan::Between() const {
-  return IsQwen(family) ? "\n" : "";
+  return IsQwen(family) ? "\n" : generic() ? std::string(chat_generic::kCallsBetween) : "";
 }
 std::string ToolCallPlan::End() const {
-  if (IsQwen(family)) return "";
+  if (generic()) return std::string(chat_generic::kCallsClose);
+  if (IsQwen(family) || IsHarmony(family)) return "";
   return std::string(IsDeepseek(family) ? kDsCallsEnd : kKimiSectionEnd);
 }
 std::vector<std::string_view> ToolCallPlan::Opens() const {
   if (IsQwen(family)) return {kQwenCallOpen};
   if (IsDeepseek(family)) return {kDsCallsBegin, kDsCallBegin};
+  if (IsHarmony(family)) return {kHarmonyToAfterChannel, kHarmonyToFirst};
+  if (generic()) return {};  // never free text
   return {kKimiSectionBegin};
 }
 std::vector<std::string_view> ToolCallPlan::ThinkMarkers() const {
-  return {"<think>", "</think>"};  // every constrained family writes think blocks
+  if (IsHarmony(family)) return {kHarmonyAnalysis, "<|end|>"};
+  if (generic()) return {};
+  return {"<think>", "</think>"};
+}
+std::vector<std::string> ToolCallPlan::AfterThink() const {
+  // The templates put a blank line between a think block and what follows.
+  if (IsHarmony(family)) return {std::string(kHarmonyReplyStart)};
+  return {"", "\n", "\n\n"};
+}
+bool ToolCallPlan::generic() const {
+  return family == kFamilyDemo;
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
@@ -109,6 +155,11 @@ ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
     }
     if (may) open_candidates_.push_back(id);
   }
+  // A forced call's reply may not end inside harmony's analysis message.
+  if (IsHarmony(plan_->family) && plan_->mode != ToolChoiceMode::kAuto &&
+      plan_->mode != ToolChoiceMode::kNone)
+    for (std::string_view end : {kHarmonyCall, std::string_view("<|return|>")})
+      if (auto id = tok_.SpecialId(end)) think_ends_.push_back(*id);
   if (plan_->thinking_open)
     phase_ = Phase::kThink;
   else
@@ -116,19 +167,26 @@ ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
 }
 
 void ToolCallConstraint::Start(bool after_think) {
-  tail_.clear();
-  if (plan_->mode == ToolChoiceMode::kNone || plan_->mode == ToolChoiceMode::kAuto) {
+  // Harmony's generation prompt opened the reply's first header.
+  tail_ = after_think || !IsHarmony(plan_->family) ? "" : std::string(kHarmonyReplyStart);
+  const bool forced =
+      plan_->mode == ToolChoiceMode::kRequired || plan_->mode == ToolChoiceMode::kFunction;
+  if (!forced && !plan_->generic()) {
     phase_ = Phase::kFree;
     return;
   }
   std::vector<Alt> alts;
-  // The templates put a blank line between a think block and what follows.
   const std::vector<std::string> gaps =
-      after_think ? std::vector<std::string>{"", "\n", "\n\n"} : std::vector<std::string>{""};
+      after_think ? plan_->AfterThink() : std::vector<std::string>{""};
   for (const std::string& gap : gaps)
     for (size_t k = 0; k < plan_->names.size(); ++k)
-      if (plan_->mode == ToolChoiceMode::kRequired || static_cast<int>(k) == plan_->function)
+      if (plan_->mode != ToolChoiceMode::kFunction || static_cast<int>(k) == plan_->function)
         alts.push_back({gap + plan_->Head(k, 0), Alt::Then::kArgs, k});
+  if (plan_->response)
+    alts.push_back(
+        {std::string(chat_generic::kResponseOpen), Alt::Then::kArgs, plan_->names.size()});
+  if (!after_think && IsHarmony(plan_->family))
+    alts.push_back({std::string(kHarmonyAnalysis), Alt::Then::kThink, 0});
   MarkupOf(std::move(alts), "");
 }
 
@@ -152,7 +210,13 @@ void ToolCallConstraint::Settle() {
     switch (taken.then) {
       case Alt::Then::kArgs:
         phase_ = Phase::kArgs;
-        args_ = std::make_unique<grammar::JsonTokenConstraint>(plan_->schemas[taken.tool], vocab_);
+        args_response_ = taken.tool == plan_->names.size();
+        args_ = std::make_unique<grammar::JsonTokenConstraint>(
+            args_response_ ? plan_->response : plan_->schemas[taken.tool], vocab_);
+        return;
+      case Alt::Then::kThink:
+        phase_ = Phase::kThink;
+        tail_.clear();
         return;
       case Alt::Then::kDone:
         phase_ = Phase::kDone;
@@ -172,7 +236,7 @@ void ToolCallConstraint::Settle() {
 
 bool ToolCallConstraint::complete() const {
   if (phase_ == Phase::kFree || phase_ == Phase::kDone) return true;
-  if (phase_ == Phase::kThink) return true;
+  if (phase_ == Phase::kThink) return think_ends_.empty();
   if (phase_ != Phase::kMarkup) return false;
   return std::any_of(alts_.begin(), alts_.end(),
                      [&](const Alt& a) { return a.then == Alt::Then::kDone && a.text == got_; });
@@ -198,10 +262,10 @@ std::pair<size_t, std::string_view> ToolCallConstraint::OpenAt(std::string_view 
 
 std::vector<ToolCallConstraint::Alt> ToolCallConstraint::FirstHeads(std::string_view open) const {
   std::vector<Alt> alts;
-  for (size_t k = 0; k < plan_->names.size(); ++k) {
-    const std::string head = plan_->Head(k, 0);
-    alts.push_back({head.substr(head.find(open)), Alt::Then::kArgs, k});
-  }
+  for (size_t k = 0; k < plan_->names.size(); ++k)
+    for (const std::string& head : plan_->FirstHeadForms(k))
+      if (const size_t at = head.find(open); at != std::string::npos)
+        alts.push_back({head.substr(at), Alt::Then::kArgs, k});
   return alts;
 }
 
@@ -221,7 +285,9 @@ size_t ToolCallConstraint::Mask(std::span<float> logits) {
   for (size_t i = vocab; i < logits.size(); ++i) logits[i] = -INFINITY;
   switch (phase_) {
     case Phase::kThink:
-      return vocab;
+      for (int32_t id : think_ends_)
+        if (static_cast<size_t>(id) < vocab) logits[static_cast<size_t>(id)] = -INFINITY;
+      return vocab - think_ends_.size();
     case Phase::kFree: {
       size_t n = vocab;
       for (int32_t id : open_candidates_)
@@ -259,6 +325,8 @@ bool ToolCallConstraint::Accept(int32_t token) {
   };
   switch (phase_) {
     case Phase::kThink:
+      if (std::find(think_ends_.begin(), think_ends_.end(), token) != think_ends_.end())
+        return false;
       tail_ += bytes;
       if (!think.empty() && tail_.find(think[1]) != std::string::npos)
         Start(true);
@@ -282,7 +350,11 @@ bool ToolCallConstraint::Accept(int32_t token) {
     }
     case Phase::kArgs:
       if (!args_->Accept(token)) return false;
-      if (args_->finished()) MarkupOf({{plan_->Tail(), Alt::Then::kAfterCall, 0}}, "");
+      if (args_->finished())
+        MarkupOf(
+            {args_response_ ? Alt{std::string(chat_generic::kResponseClose), Alt::Then::kDone, 0}
+                            : Alt{plan_->Tail(), Alt::Then::kAfterCall, 0}},
+            "");
       return true;
     case Phase::kMarkup:
       if (!MarkupAllows(bytes)) return false;

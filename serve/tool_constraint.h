@@ -20,18 +20,32 @@
 //   deepseek-v3.1  <｜tool▁calls▁begin｜>, each call <｜tool▁call▁begin｜>NAME
 //              <｜tool▁sep｜>ARGS<｜tool▁call▁end｜>, then <｜tool▁calls▁end｜>
 //   deepseek-v3    as V3.1 but each call function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+//   harmony    <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS
+//              <|call|> (OpenAI's harmony docs; the generation prompt wrote
+//              <|start|>assistant), after an analysis message
+//              <|start|>assistant; <|call|> ends the turn: one call a reply
+//              (parallel is then at most one). In free text a call also
+//              opens as the template renders past calls,
+//              <|start|>assistant to=functions.NAME<|channel|>commentary
+//              json<|message|>, held the same way
+//   demo       no tool syntax in its template: the generic format
+//              (engine/tokenizer/chat_generic.h), the whole reply one JSON
+//              object, {"tool_calls": [{"name": "NAME", "arguments": ARGS}, ...]}
+//              or (auto) {"response": TEXT}; tool_choice none: no plan (null),
+//              the tools are not rendered and the reply is text
 // In free text a call opens at the calls' begin marker, or at a call's
 // (DeepSeek's parser reads a call without its section).
 // Others are refused by name (ToolCallPlan::Make): glm-4.5's arguments are
 // <arg_key>/<arg_value> pairs, not a JSON text the schema engine holds;
-// harmony's and K3's are not constrained yet.
+// K3's are not constrained yet.
 //
-// Thinking: a think block is free text (no call opens inside one, as
-// ReplyParser reads it); the constraint engages once it closes (a forced
-// call may follow a blank line there). A forced call is forced from the
-// reply's first token unless the prompt left a think block open, so a
-// model that opens its own think block (Qwen3 with thinking on) does not
-// think before a forced call.
+// Thinking: a think block (harmony: an analysis message) is free text (no
+// call opens inside one, as ReplyParser reads it); the constraint engages
+// once it closes (a forced call may follow a blank line there; harmony's
+// after <|start|>assistant). A forced call is forced from the reply's first
+// token unless the prompt left a think block open, so a model that opens its
+// own think block (Qwen3 with thinking on) does not think before a forced
+// call; harmony's forced reply may open with its analysis message first.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +88,9 @@ inline constexpr std::string_view kDsCallEnd =
     "call\xE2\x96\x81"
     "end\xEF\xBD\x9C>";
 inline constexpr std::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
+// Harmony's (the markup around a call; serve/reply.h reads the rest).
+inline constexpr std::string_view kHarmonyReplyStart = "<|start|>assistant";
+inline constexpr std::string_view kHarmonyCall = "<|call|>";
 
 enum class ToolChoiceMode { kNone, kAuto, kRequired, kFunction };
 
@@ -95,25 +112,33 @@ struct ToolCallPlan {
   int function = -1;           // kFunction: the tool's index
   bool parallel = true;        // more than one call
   bool thinking_open = false;  // the prompt left a think block open
+  // The generic format with tool_choice auto: a text reply's string.
+  std::shared_ptr<const grammar::JsonGrammar> response;
 
   // Checks the family and compiles each tool's parameters (an object schema;
   // none: any object). Errors begin with the field they are about, the
   // schema's as "tools[1]." + `schema_field` (the API's name for it), then
-  // ": "; "tools: ..." for a family whose calls are not constrained.
+  // ": "; "tools: ..." for a family whose calls are not constrained. Null
+  // when nothing is to be held (the generic format's tool_choice none).
   static Result<std::shared_ptr<const ToolCallPlan>> Make(
       std::string_view family, std::span<const ChatTool> tools, ToolChoiceMode mode,
       std::string_view function, bool parallel, bool thinking_open, std::string_view schema_field);
 
   // The markup from a call's start to its arguments, of call `index` (0, 1, ...).
   std::string Head(size_t tool, int index) const;
+  // Every form a first call of `tool` may take in free text, Head(tool, 0) first.
+  std::vector<std::string> FirstHeadForms(size_t tool) const;
   // The markup after the arguments.
   std::string Tail() const;
   // Before a second call's head; what ends the calls (before end of turn).
   std::string Between() const;
   std::string End() const;
-  // What opens a call in free text (each is in every Head(k, 0)).
+  // What opens a call in free text (each is in one of FirstHeadForms(k)).
   std::vector<std::string_view> Opens() const;
   std::vector<std::string_view> ThinkMarkers() const;  // open, close; none: {}
+  // What a forced call may follow a closed think block with.
+  std::vector<std::string> AfterThink() const;
+  bool generic() const;  // the generic format (the whole reply a JSON object)
 };
 
 class ToolCallConstraint : public grammar::TokenConstraint {
@@ -131,8 +156,8 @@ class ToolCallConstraint : public grammar::TokenConstraint {
   // A markup text the reply may be writing, and what follows it.
   struct Alt {
     std::string text;
-    enum class Then { kArgs, kAfterCall, kDone } then;
-    size_t tool = 0;  // kArgs
+    enum class Then { kArgs, kAfterCall, kThink, kDone } then;
+    size_t tool = 0;  // kArgs: the tool, or names.size(): the generic text reply
   };
   void Start(bool after_think);  // at the reply's start, or after its think block
   void MarkupOf(std::vector<Alt> alts, std::string got);
@@ -155,6 +180,8 @@ class ToolCallConstraint : public grammar::TokenConstraint {
   std::vector<Alt> alts_;
   std::string got_;  // the markup written so far
   std::unique_ptr<grammar::JsonTokenConstraint> args_;
+  bool args_response_ = false;       // args_ holds the generic text reply, not a call
+  std::vector<int32_t> think_ends_;  // forced: tokens that would end the reply while thinking
   int calls_ = 0;
 };
 

@@ -352,13 +352,19 @@ TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
   const std::string deepseek_v3 =
       "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a single "
       "call left unclosed, calls beside text dropped)";
-  const std::string demo = "the demo model's template has no tool syntax";
   EXPECT_EQ(refusal("deepseek", ask, {.tools = tools}), "tools: " + deepseek_v3);
   EXPECT_EQ(refusal("deepseek", called, {}), "messages[1].tool_calls: " + deepseek_v3);
-  EXPECT_EQ(refusal("demo", ask, {.tools = tools}), "tools: " + demo);
-  EXPECT_EQ(refusal("demo", called, {}), "messages[1].tool_calls: " + demo);
-  EXPECT_EQ(refusal("demo", std::vector<ChatMessage>{ask[0], {"tool", "sunny"}}, {}),
-            "messages[1]: a tool result: " + demo);
+  // The demo model's template has no tool syntax: the generic format, which
+  // writes a reply as text or as calls.
+  ChatMessage both = call;
+  both.content = "Let me see.";
+  EXPECT_EQ(refusal("demo", std::vector<ChatMessage>{ask[0], both}, {}),
+            "messages[1]: the generic tool format writes a reply as text or as tool calls, not "
+            "both");
+  ChatMessage listed = call;
+  listed.tool_calls[0].arguments = "[1]";
+  EXPECT_EQ(refusal("demo", std::vector<ChatMessage>{ask[0], listed}, {}),
+            "messages[1].tool_calls[0].function.arguments: not a JSON object");
   // Harmony's template renders a message's first call only, and names a
   // result by the call before it.
   ChatMessage two = call;
@@ -398,6 +404,50 @@ TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
   const Imported& kimi = Family_("kimi");
   EXPECT_EQ(*RenderChat(kimi.chat, kimi.tok, ask, {.thinking = false}),
             *RenderChat(kimi.chat, kimi.tok, ask));
+}
+
+// A template with no tool syntax (the demo model's) takes the generic
+// format (engine/tokenizer/chat_generic.h): the tools described after the
+// system text, a past call as the JSON object the model writes, a result as
+// a user message; without a system message the tools' text is one.
+TEST(ChatJson, GenericToolFormatWhereTheTemplateHasNoToolSyntax) {
+  const Imported& demo = Family_("demo");
+  const std::vector<ChatTool> tools = {
+      {"get_time", "The time.",
+       nlohmann::ordered_json::parse(
+           R"({"type": "object", "properties": {"tz": {"type": "string"}}})")}};
+  ChatMessage call{"assistant", ""};
+  call.tool_calls = {{"call_1", "get_time", "{\"tz\":\"CET\"}"}};
+  ChatMessage result{"tool", "12:00"};
+  result.tool_call_id = "call_1";
+  const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Time?"}, call, result};
+  const auto text = [&](std::span<const ChatMessage> m, std::span<const ChatTool> t) {
+    auto pieces = ChatPieces(demo.chat, m, {.tools = t});
+    EXPECT_TRUE(pieces.ok()) << pieces.status().message();
+    std::string all;
+    for (const ChatPiece& p : pieces.ok() ? *pieces : std::vector<ChatPiece>{}) all += p.text;
+    return all;
+  };
+  const std::string bos = "<｜begin▁of▁sentence｜>";
+  const std::string described =
+      "# Tools\n\nYou may call these tools; each line is a tool's name, description and the JSON "
+      "Schema of its arguments:\n{\"name\": \"get_time\", \"description\": \"The time.\", "
+      "\"parameters\": {\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}}}"
+      "\n\nReply with one JSON object: {\"tool_calls\": [{\"name\": \"<tool name>\", "
+      "\"arguments\": {<its arguments>}}]} to call tools, or {\"response\": \"<your reply>\"} to "
+      "answer.";
+  const std::string turns =
+      "<｜User｜>Time?<｜Assistant｜>{\"tool_calls\": [{\"name\": \"get_time\", \"arguments\": "
+      "{\"tz\": \"CET\"}}]}<｜end▁of▁sentence｜><｜User｜>{\"tool_result\": {\"name\": "
+      "\"get_time\", \"content\": \"12:00\"}}<｜Assistant｜>";
+  EXPECT_EQ(text(msgs, tools), bos + "Be brief.\n\n" + described + turns);
+  EXPECT_EQ(text(std::span(msgs).subspan(1), tools), bos + described + turns);
+  // tool_choice none (the server renders no tools): the calls and results still.
+  EXPECT_EQ(text(msgs, {}), bos + "Be brief." + turns);
+  // The ids are the pieces' (markup as specials, the rest as text).
+  auto ids = RenderChat(demo.chat, demo.tok, msgs, {.tools = tools});
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(demo.tok.Decode(*ids), bos + "Be brief.\n\n" + described + turns);
 }
 
 // The templates' tojson: Python's json.dumps(ensure_ascii=False), its

@@ -19,6 +19,7 @@
 
 #include "engine/convert/tokenizer_import.h"
 #include "engine/format/chat.h"
+#include "engine/tokenizer/chat_generic.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
 #include "serve/tool_constraint.h"
@@ -78,6 +79,8 @@ const Tokenizer& Tok(const std::string& name) {
     else if (name == "k3")
       slot = std::make_unique<Tokenizer>(
           KimiTokenizer(json::parse(ReadText(kFixtures + "/chat/xtml.json"))["specials"]));
+    else if (name == "demo")
+      slot = std::make_unique<Tokenizer>(ImportTokenizer(std::string(WASTE_MODELS) + "/demo-moe"));
     else
       slot = std::make_unique<Tokenizer>(ImportTokenizer(kFixtures + "/tokenizer/" + name));
   }
@@ -734,6 +737,214 @@ TEST(ToolCallConstraint, PlanRefusesByName) {
   EXPECT_FALSE(
       ToolCallPlan::Make(kFamilyQwen3, arrays, ToolChoiceMode::kAuto, "", true, false, "parameters")
           .ok());
+}
+
+// Harmony (the gpt-oss fixture tokenizer: its released specials): a forced
+// call follows the analysis message, or opens the reply; the parsed call is
+// the one the reply's bytes spell.
+TEST(ToolCallConstraint, HarmonyRequiredCallAfterItsAnalysis) {
+  const Case c = Make("gpt-oss", ChatFormat::Harmony());
+  // The model's analysis message first, or the call's channel at once.
+  const std::string openings[] = {"<|channel|>analysis<|message|>Need the weather.<|end|>",
+                                  "<|channel|>commentary"};
+  for (uint32_t seed = 1; seed <= 2; ++seed) {
+    const Generated g = Generate(c, Plan(kFamilyHarmony, ToolChoiceMode::kRequired), seed,
+                                 c.tok->EncodeMarkup(openings[seed - 1]), {}, 2000);
+    const std::string text = c.tok->Decode(g.ids);
+    EXPECT_TRUE(g.finished) << text;
+    EXPECT_TRUE(text.ends_with("<|call|>")) << text;
+    ExpectStreamedEqualsWhole(c, g.ids);
+    const Shown s = Gather(Feed(c, g.ids));
+    ASSERT_EQ(s.calls.size(), 1u) << text;
+    ExpectValid(s.calls[0].first, s.calls[0].second);
+    // The call as its bytes spell it: the recipient after to=functions., the body.
+    const size_t to = text.rfind("to=functions."), body = text.rfind("<|message|>");
+    ASSERT_NE(to, std::string::npos) << text;
+    EXPECT_EQ(s.calls[0].first, text.substr(to + 13, text.find(' ', to) - to - 13)) << text;
+    EXPECT_EQ(s.calls[0].second, json::parse(text.substr(body + 11, text.size() - body - 19)));
+    if (seed == 1) {
+      EXPECT_EQ(s.reasoning, "Need the weather.");
+      EXPECT_NE(text.find("<|end|><|start|>assistant<|channel|>commentary to=functions."),
+                std::string::npos)
+          << text;
+    }
+  }
+}
+
+TEST(ToolCallConstraint, HarmonyForcedReplyCannotEndInItsAnalysis) {
+  const Case c = Make("gpt-oss", ChatFormat::Harmony());
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint k(Plan(kFamilyHarmony, ToolChoiceMode::kFunction, "get_time"), *c.tok, vocab);
+  for (int32_t id : c.tok->EncodeMarkup("<|channel|>analysis<|message|>Hm."))
+    ASSERT_TRUE(k.Accept(id));
+  EXPECT_FALSE(k.complete());
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()), 0.0f);
+  k.Mask(logits);
+  for (const char* end : {"<|return|>", "<|call|>"})
+    EXPECT_EQ(logits[static_cast<size_t>(*c.tok->SpecialId(end))], -INFINITY) << end;
+  EXPECT_EQ(logits[static_cast<size_t>(*c.tok->SpecialId("<|end|>"))], 0.0f);
+  EXPECT_FALSE(k.Accept(*c.tok->SpecialId("<|return|>")));
+}
+
+TEST(ToolCallConstraint, HarmonyAutoHoldsCallsInEitherHeaderForm) {
+  const Case c = Make("gpt-oss", ChatFormat::Harmony());
+  const auto plan = Plan(kFamilyHarmony, ToolChoiceMode::kAuto);
+  EXPECT_FALSE(plan->parallel);  // <|call|> ends the turn
+  // As the model writes it (OpenAI's docs), and as the template renders a
+  // past call: the rest of the header, the arguments and <|call|> held.
+  for (const std::string& opening :
+       {std::string("<|channel|>analysis<|message|>Weather.<|end|><|start|>assistant"
+                    "<|channel|>commentary to="),
+        std::string(" to=")}) {
+    const Generated g = Generate(c, plan, 4, c.tok->EncodeMarkup(opening), {}, 2000);
+    const std::string text = c.tok->Decode(g.ids);
+    EXPECT_TRUE(g.finished) << text;
+    const Shown s = Gather(Feed(c, g.ids));
+    ASSERT_EQ(s.calls.size(), 1u) << text;
+    ExpectValid(s.calls[0].first, s.calls[0].second);
+  }
+  // A final answer is free.
+  const Generated f =
+      Generate(c, plan, 5, c.tok->EncodeMarkup("<|channel|>final<|message|>Hi"), {}, 20);
+  EXPECT_FALSE(f.finished);
+  // none: the call's header may not be written.
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint none(Plan(kFamilyHarmony, ToolChoiceMode::kNone), *c.tok, vocab);
+  bool refused = false;
+  for (int32_t id : c.tok->EncodeMarkup("<|channel|>commentary to=functions.get_time"))
+    if (!none.Accept(id)) {
+      refused = true;
+      break;
+    }
+  EXPECT_TRUE(refused);
+}
+
+// The generic format (the demo model's tokenizer): the whole reply one JSON
+// object; what ReplyParser reads of it is what the object says (parsed here
+// by nlohmann, apart from the reader).
+Case GenericCase() {
+  Case c = Make("demo", ChatFormat::Deepseek(false));
+  c.options.calls_constrained = true;
+  return c;
+}
+
+TEST(ToolCallConstraint, GenericRequiredWritesTheCallsObject) {
+  const Case c = GenericCase();
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    const bool named = seed > 2;
+    const Generated g =
+        Generate(c,
+                 named ? Plan(kFamilyDemo, ToolChoiceMode::kFunction, "get_weather", false)
+                       : Plan(kFamilyDemo, ToolChoiceMode::kRequired),
+                 seed, {}, {}, 2000);
+    const std::string text = c.tok->Decode(g.ids);
+    EXPECT_TRUE(g.finished) << text;
+    const json whole = json::parse(text, nullptr, false);
+    ASSERT_FALSE(whole.is_discarded()) << text;
+    ASSERT_EQ(whole.size(), 1u) << text;
+    const json& calls = whole["tool_calls"];
+    const Shown s = Gather(Feed(c, g.ids));
+    EXPECT_EQ(s.text, "");
+    ASSERT_EQ(s.calls.size(), calls.size()) << text;
+    ASSERT_GE(s.calls.size(), 1u);
+    if (named) {
+      EXPECT_EQ(s.calls.size(), 1u);
+    }
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(s.calls[i].first, calls[i]["name"]);
+      EXPECT_EQ(s.calls[i].second, calls[i]["arguments"]);
+      ExpectValid(s.calls[i].first, s.calls[i].second);
+      if (named) {
+        EXPECT_EQ(s.calls[i].first, "get_weather");
+      }
+    }
+  }
+}
+
+TEST(ToolCallConstraint, GenericAutoAnswersOrCalls) {
+  const Case c = GenericCase();
+  const auto plan = Plan(kFamilyDemo, ToolChoiceMode::kAuto);
+  // A text reply: the response's string, unescaped, streamed as text. After
+  // 30 random tokens the string's end is pulled for (a random walk seldom
+  // closes it).
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint k(plan, *c.tok, vocab);
+  std::vector<int32_t> ids = c.tok->EncodeMarkup("{\"response\": ");
+  for (int32_t id : ids) ASSERT_TRUE(k.Accept(id));
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()));
+  const std::vector<int32_t> ends = c.tok->Encode("\"}");
+  for (int step = 0; step < 200 && !k.finished(); ++step) {
+    for (float& l : logits) l = u(rng);
+    if (step >= 30)
+      for (int32_t e : ends) logits[static_cast<size_t>(e)] += 10;
+    ASSERT_GT(k.Mask(logits), 0u);
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ASSERT_TRUE(k.Accept(best));
+    ids.push_back(best);
+  }
+  EXPECT_TRUE(k.finished());
+  const std::string text = c.tok->Decode(ids);
+  const json whole = json::parse(text, nullptr, false);
+  ASSERT_FALSE(whole.is_discarded()) << text;
+  const Shown s = Gather(Feed(c, ids));
+  EXPECT_EQ(s.text, whole["response"].get<std::string>()) << text;
+  EXPECT_FALSE(s.text.empty());
+  EXPECT_TRUE(s.calls.empty());
+  // Or calls, from the same start.
+  const Generated calls = Generate(c, plan, 3, c.tok->EncodeMarkup("{\"tool_calls\": ["), {}, 2000);
+  const Shown t = Gather(Feed(c, calls.ids));
+  ASSERT_GE(t.calls.size(), 1u) << c.tok->Decode(calls.ids);
+  for (const auto& [name, args] : t.calls) ExpectValid(name, args);
+  // Nothing else may open the reply.
+  ToolCallConstraint fresh(plan, *c.tok, vocab);
+  EXPECT_FALSE(fresh.Accept(c.tok->Encode("Hello")[0]));
+  // A past call is rendered into the prompt as the constraint writes one.
+  ChatMessage past{"assistant", ""};
+  past.tool_calls = {{"call_1", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"}};
+  auto rendered = chat_generic::Messages(std::span(&past, 1), {});
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(rendered->at(0).content,
+            plan->Head(0, 0) + "{\"city\": \"Paris\", \"days\": 2}" + plan->Tail() + plan->End());
+  // tool_choice none holds nothing: no plan.
+  const ChatTool tools[] = {kWeather};
+  auto none = ToolCallPlan::Make(kFamilyDemo, tools, ToolChoiceMode::kNone, "", true, false, "p");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+}
+
+// Written whole and fed one byte a token: escapes, surrogate pairs and the
+// markup split anywhere read the same (the arguments in other pieces).
+Shown ParseGeneric(const Case& c, const std::string& reply) {
+  const Shown whole = Gather(Feed(c, Tokens(*c.tok, reply, false)));
+  const Shown bytes = Gather(Feed(c, Tokens(*c.tok, reply, true)));
+  EXPECT_EQ(whole.text, bytes.text) << reply;
+  EXPECT_EQ(whole.calls, bytes.calls) << reply;
+  return whole;
+}
+
+TEST(Reply, GenericFormatReadAsItArrives) {
+  const Case c = GenericCase();
+  const Shown r =
+      ParseGeneric(c, "{\"response\": \"Line\\n \\\"q\\\" \\u00e9 \\ud83d\\ude00 \\\\ end\"}");
+  EXPECT_EQ(r.text, "Line\n \"q\" \xC3\xA9 \xF0\x9F\x98\x80 \\ end");
+  EXPECT_TRUE(r.calls.empty());
+  const Shown s =
+      ParseGeneric(c,
+                   "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                   "\"Pa}]\\\"ris\", \"days\": [1, {\"a\": 2}]}}, {\"name\": \"get_time\", "
+                   "\"arguments\": {}}]}");
+  EXPECT_EQ(s.text, "");
+  EXPECT_EQ(s.calls, (Calls{{"get_weather", {{"city", "Pa}]\"ris"}, {"days", {1, {{"a", 2}}}}}},
+                            {"get_time", json::object()}}));
+  // Not the format (no constraint held it): text as written.
+  const Shown t = ParseGeneric(c, "Plain {\"response\": 1}");
+  EXPECT_EQ(t.text, "Plain {\"response\": 1}");
+  // Without calls_constrained the demo format is plain text.
+  const Shown plain = Parse(Make("demo", ChatFormat::Deepseek(false)), "{\"response\": \"x\"}");
+  EXPECT_EQ(plain.text, "{\"response\": \"x\"}");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // Retry-After; a follow-up turn resumes from the kept state; n choices of
 // one prompt, whole and streamed, from one prefill; Anthropic's Messages and
 // OpenAI's Responses answer the chat reply, whole and streamed, with
-// Anthropic's errors and x-api-key.
+// Anthropic's errors and x-api-key; tool calls held to their tools, on the
+// synthetic model and (the generic format) on the converted demo model.
 #include "serve/api_server.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/convert/convert.h"
 #include "engine/tokenizer/chat.h"
 #include "engine/tokenizer/utf8.h"
 #include "serve/openai.h"
@@ -57,10 +59,14 @@ class ServeTest : public ::testing::Test {
   void SetUp() override { Start({}, {}); }
   void TearDown() override { Stop(); }
 
-  void Start(SchedulerOptions so, ApiOptions ao) {
+  // Over the synthetic tiny-kimi model, or the container in `converted`.
+  void Start(SchedulerOptions so, ApiOptions ao, const std::string& converted = "") {
+    Stop();
     waste::testing::TinyEngineOptions o;
     o.model.threads = 2;
-    auto e = waste::testing::TinyEngine::Create("tiny-kimi", waste::testing::ScratchDir(), o);
+    auto e = converted.empty()
+                 ? waste::testing::TinyEngine::Create("tiny-kimi", waste::testing::ScratchDir(), o)
+                 : waste::testing::TinyEngine::Open(converted, o);
     ASSERT_TRUE(e.ok()) << e.status().message();
     engine_ = std::move(*e);
     ASSERT_TRUE(engine_->container().chat().has_value());
@@ -392,6 +398,77 @@ TEST_F(ServeTest, ToolCallsAreHeldToTheToolsAndTheirChoice) {
   EXPECT_EQ(refused.status, 400);
   EXPECT_EQ(json::parse(refused.body)["error"]["param"], "tools[0].function.parameters")
       << refused.body;
+}
+
+// The demo model's template has no tool syntax: the generic format holds its
+// whole reply to one JSON object (engine/tokenizer/chat_generic.h). Required,
+// it calls the tools, streamed as whole; the calls and their result sent
+// back render into a second turn, which (tool_choice none) answers in text.
+TEST_F(ServeTest, TheDemoModelCallsToolsInTheGenericFormat) {
+  const std::string dir = waste::testing::ScratchDir() + "/demo";
+  convert::ConvertOptions co;
+  co.src = std::string(WASTE_MODELS) + "/demo-moe";
+  co.out = dir;
+  co.jobs = 2;
+  co.expert_fmt = *convert::ParseExpertFormat("bf16");
+  auto converted = convert::Convert(co);
+  ASSERT_TRUE(converted.ok()) << converted.status().message();
+  Start({}, {}, dir);
+  Restart({}, {}, 1024);
+  ASSERT_EQ(engine_->container().chat()->family, kFamilyDemo);
+  const json time = json::parse(R"({"type": "function", "function": {"name": "get_time",
+      "description": "The time in a time zone.", "parameters": {"type": "object", "properties":
+      {"tz": {"type": "string", "enum": ["CET", "UTC"]}}, "required": ["tz"],
+      "additionalProperties": false}}})");
+  // Greedy, the model writes white space as freely as the grammar lets it.
+  json req = Chat("What time is it in Paris?", 600);
+  req.erase("logprobs");
+  req["tools"] = {time};
+  req["tool_choice"] = "required";
+  req["parallel_tool_calls"] = false;
+  const Answer a = Call(Post("/v1/chat/completions", req.dump()));
+  ASSERT_EQ(a.status, 200) << a.head << a.body;
+  const json choice = json::parse(a.body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << a.body;
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << a.body;
+  const json& calls = choice["message"]["tool_calls"];
+  ASSERT_TRUE(calls.is_array() && calls.size() == 1) << a.body;
+  for (const json& c : calls) {
+    EXPECT_EQ(c["function"]["name"], "get_time");
+    const json args = json::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(args.is_object()) << a.body;
+    ASSERT_EQ(args.size(), 1u) << args;
+    EXPECT_TRUE(args["tz"] == "CET" || args["tz"] == "UTC") << args;
+  }
+  // Streamed: the same calls, their arguments in pieces.
+  req["stream"] = true;
+  std::vector<std::string> names, arguments;
+  for (const json& e : StreamEvents("/v1/chat/completions", req))
+    for (const json& d : e["choices"][0]["delta"].value("tool_calls", json::array())) {
+      const size_t i = d["index"];
+      if (i >= names.size()) names.resize(i + 1), arguments.resize(i + 1);
+      if (d["function"].contains("name")) names[i] = d["function"]["name"];
+      arguments[i] += d["function"]["arguments"].get<std::string>();
+    }
+  ASSERT_EQ(names.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(names[i], calls[i]["function"]["name"]);
+    EXPECT_EQ(arguments[i], calls[i]["function"]["arguments"]);
+  }
+  // The second turn: the calls and a result rendered; none answers in text.
+  json next = Chat("", 8);
+  next.erase("logprobs");
+  next["messages"] = {{{"role", "user"}, {"content", "What time is it in Paris?"}},
+                      {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}},
+                      {{"role", "tool"}, {"tool_call_id", calls[0]["id"]}, {"content", "12:00"}}};
+  next["tools"] = {time};
+  next["tool_choice"] = "none";
+  const Answer b = Call(Post("/v1/chat/completions", next.dump()));
+  ASSERT_EQ(b.status, 200) << b.body;
+  const json m = json::parse(b.body)["choices"][0]["message"];
+  EXPECT_FALSE(m.contains("tool_calls")) << b.body;
+  EXPECT_TRUE(m["content"].is_string()) << b.body;
+  EXPECT_EQ(json::parse(b.body)["choices"][0]["finish_reason"], "length") << b.body;
 }
 
 TEST_F(ServeTest, AStreamedAnswerIsServerSentEventsEndingInDone) {

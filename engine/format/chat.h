@@ -60,7 +60,8 @@
 // reasoning effort (low, medium, high) is its system message's. Tools, tool
 // calls, tool results and past reasoning are not markup here: each family's
 // layout of them is engine/tokenizer/chat_tools.h (Qwen3 hybrid, GLM-4.5,
-// DeepSeek-V3.1, Kimi K2, harmony, K3; the others refuse them by name).
+// DeepSeek-V3.1, Kimi K2, harmony, K3; the demo model's generic format,
+// chat_generic.h; the others refuse them by name).
 // Rendering to ids is RenderChat (engine/tokenizer/chat.h).
 #pragma once
 

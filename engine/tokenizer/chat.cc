@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "engine/format/container.h"
+#include "engine/tokenizer/chat_generic.h"
 #include "engine/tokenizer/chat_tools.h"
 
 namespace waste {
@@ -109,8 +110,15 @@ Result<std::vector<ChatPiece>> ChatPieces(const ChatFormat& stored,
   ChatFormat& chat = *switched;
   if (const size_t at = chat.bos.find("{date}"); at != std::string::npos)
     chat.bos.replace(at, 6, options.date.empty() ? TodayUtc() : options.date);
-  if (chat_tools::NeedsFamily(chat, messages, options))
-    return chat_tools::FamilyPieces(chat, messages, options);
+  if (chat_tools::NeedsFamily(chat, messages, options)) {
+    if (!chat_generic::Applies(chat)) return chat_tools::FamilyPieces(chat, messages, options);
+    // A template with no tool syntax: plain messages in its markup.
+    auto plain = chat_generic::Messages(messages, options.tools);
+    if (!plain.ok()) return plain.status();
+    ChatRenderOptions without = options;
+    without.tools = {};
+    return ChatPieces(stored, *plain, without);
+  }
   std::vector<ChatPiece> pieces;
   const auto markup = [&](std::string_view s) {
     if (s.empty()) return;

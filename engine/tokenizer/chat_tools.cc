@@ -735,8 +735,6 @@ Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
       chat.family == kFamilyDeepseekV3
           ? "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a "
             "single call left unclosed, calls beside text dropped)"
-      : chat.family == kFamilyDemo
-          ? "the demo model's template has no tool syntax"
           : "this model's chat template (" +
                 (chat.family.empty() ? std::string("unnamed") : chat.family) +
                 ") has no tool syntax waste renders";

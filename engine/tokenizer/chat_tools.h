@@ -41,7 +41,8 @@
 //                    as tool messages put in call order, each with its index;
 //                    reasoning in the think element (thinking on)
 //
-// Every other family (DeepSeek-V3, the demo model, Qwen3 Instruct-2507)
+// The demo model's template has no tool syntax: it takes the generic format
+// (chat_generic.h). Every other family (DeepSeek-V3, Qwen3 Instruct-2507)
 // refuses tools, tool calls and tool results by name.
 #pragma once
 

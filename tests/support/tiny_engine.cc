@@ -7,10 +7,15 @@ namespace waste::testing {
 Result<std::unique_ptr<TinyEngine>> TinyEngine::Create(const SynthSpec& spec,
                                                        const std::string& dir,
                                                        const TinyEngineOptions& o) {
-  std::unique_ptr<TinyEngine> e(new TinyEngine());
-  e->dir_ = dir;
   auto written = WriteSynthetic(spec, dir, /*overwrite=*/true, o.jobs, nullptr);
   if (!written.ok()) return written.status().Prefixed("synthesizing " + spec.name);
+  return Open(dir, o);
+}
+
+Result<std::unique_ptr<TinyEngine>> TinyEngine::Open(const std::string& dir,
+                                                     const TinyEngineOptions& o) {
+  std::unique_ptr<TinyEngine> e(new TinyEngine());
+  e->dir_ = dir;
   auto ct = Container::Open(dir);
   if (!ct.ok()) return ct.status().Prefixed("opening " + dir);
   e->container_ = std::make_unique<Container>(std::move(*ct));

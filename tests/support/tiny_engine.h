@@ -29,6 +29,9 @@ class TinyEngine {
   // the step that failed.
   static Result<std::unique_ptr<TinyEngine>> Create(const SynthSpec& spec, const std::string& dir,
                                                     const TinyEngineOptions& o = {});
+  // A container already in `dir` (a converted one), opened as Create opens its own.
+  static Result<std::unique_ptr<TinyEngine>> Open(const std::string& dir,
+                                                  const TinyEngineOptions& o = {});
   // The same for the preset `preset` (SynthPreset's names, e.g. "tiny-kimi").
   static Result<std::unique_ptr<TinyEngine>> Create(const std::string& preset,
                                                     const std::string& dir,
