@@ -16,18 +16,27 @@ bool IsQwen(std::string_view family) {
 bool IsDeepseek(std::string_view family) {
   return family == kFamilyDeepseekV3 || family == kFamilyDeepseekV31;
 }
+// Arguments as key/value pairs (serve/tool_arguments.h).
+bool IsKeyValue(std::string_view family) {
+  return family == kFamilyGlm45 || family == kFamilyXtml;
+}
+// K3: what opens the calls after the response element.
+std::string XtmlToolsOpen() {
+  return std::string(kXtmlOpen) + "tools" + kXtmlSep;
+}
+constexpr std::string_view kXtmlCallOpen = "<|open|>call ";
 
 }  // namespace
 
 Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
     std::string_view family, std::span<const ChatTool> tools, ToolChoiceMode mode,
     std::string_view function, bool parallel, bool thinking_open, std::string_view schema_field) {
-  if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family))
-    return Status::Error(
-        "tools: tool calling is not supported yet for the '" + std::string(family) +
-        "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 and -v3.1" +
-        (family == kFamilyGlm45 ? "; glm-4.5's arguments are key/value markup, not JSON" : "") +
-        ")");
+  if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family) &&
+      !IsKeyValue(family))
+    return Status::Error("tools: tool calling is not supported yet for the '" +
+                         std::string(family) +
+                         "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 "
+                         "and -v3.1, glm-4.5 and k3-xtml)");
   auto plan = std::make_shared<ToolCallPlan>();
   plan->family = family;
   plan->mode = mode;
@@ -43,6 +52,11 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
       return Status::Error(where + ": the arguments' schema must be of type object");
     auto g = grammar::CompileJsonSchema(schema);
     if (!g.ok()) return Status::Error(where + ": " + g.status().message());
+    if (IsKeyValue(family)) {
+      auto pairs = KeyValueArguments::Make(family, **g);
+      if (!pairs.ok()) return Status::Error(where + ": " + pairs.status().message());
+      plan->pairs.push_back(*pairs);
+    }
     plan->names.push_back(tools[i].name);
     plan->schemas.push_back(*g);
     if (mode == ToolChoiceMode::kFunction && tools[i].name == function)
@@ -59,6 +73,11 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
   if (IsQwen(family))
     return std::string(kQwenCallOpen) + "\n{\"name\": " + nlohmann::json(names[tool]).dump() +
            ", \"arguments\": ";
+  if (family == kFamilyGlm45) return std::string(kGlmCallOpen) + names[tool] + "\n";
+  if (family == kFamilyXtml)
+    return (index == 0 ? std::string(kXtmlClose) + "response" + kXtmlSep + XtmlToolsOpen() : "") +
+           std::string(kXtmlCallOpen) + "tool=\"" + XtmlEscape(names[tool]) + "\" index=\"" +
+           std::to_string(index + 1) + "\"" + kXtmlSep;
   if (IsDeepseek(family)) {
     const std::string calls = index == 0 ? std::string(kDsCallsBegin) : std::string();
     if (family == kFamilyDeepseekV31)
@@ -71,25 +90,52 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
          std::string(kKimiArgsBegin);
 }
 std::string ToolCallPlan::Tail() const {
+  if (IsKeyValue(family)) return "";
   if (IsQwen(family)) return "}\n" + std::string(kQwenCallClose);
   if (family == kFamilyDeepseekV3) return "\n```" + std::string(kDsCallEnd);
   if (family == kFamilyDeepseekV31) return std::string(kDsCallEnd);
   return std::string(kKimiCallEnd);
 }
+std::vector<std::string> ToolCallPlan::Gaps(bool after_think) const {
+  // The templates put a blank line between a think block and what follows.
+  if (after_think || family == kFamilyGlm45)
+    return family == kFamilyXtml
+               ? std::vector<std::string>{std::string(kXtmlOpen) + "response" + kXtmlSep}
+               : std::vector<std::string>{"", "\n", "\n\n"};
+  return {""};
+}
 std::string ToolCallPlan::Between() const {
-  return IsQwen(family) ? "\n" : "";
+  return IsQwen(family) || family == kFamilyGlm45 ? "\n" : "";
 }
 std::string ToolCallPlan::End() const {
-  if (IsQwen(family)) return "";
+  if (IsQwen(family) || family == kFamilyGlm45) return "";
+  if (family == kFamilyXtml)
+    return std::string(kXtmlClose) + "tools" + kXtmlSep + kXtmlClose + "message" + kXtmlSep;
   return std::string(IsDeepseek(family) ? kDsCallsEnd : kKimiSectionEnd);
 }
 std::vector<std::string_view> ToolCallPlan::Opens() const {
   if (IsQwen(family)) return {kQwenCallOpen};
+  if (family == kFamilyGlm45) return {kGlmCallOpen};
+  if (family == kFamilyXtml) {
+    static const std::string tools = XtmlToolsOpen();
+    return {tools, kXtmlCallOpen};
+  }
   if (IsDeepseek(family)) return {kDsCallsBegin, kDsCallBegin};
   return {kKimiSectionBegin};
 }
 std::vector<std::string_view> ToolCallPlan::ThinkMarkers() const {
-  return {"<think>", "</think>"};  // every constrained family writes think blocks
+  if (family == kFamilyXtml) {
+    static const std::string open = std::string(kXtmlOpen) + "think" + kXtmlSep,
+                             close = std::string(kXtmlClose) + "think" + kXtmlSep;
+    return {open, close};
+  }
+  return {"<think>", "</think>"};  // every other constrained family writes think blocks
+}
+bool ToolCallPlan::RawValue(std::string_view name, std::string_view key) const {
+  if (family != kFamilyGlm45) return false;
+  for (size_t k = 0; k < names.size(); ++k)
+    if (names[k] == name) return pairs[k]->Raw(key);
+  return false;
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
@@ -109,6 +155,11 @@ ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
     }
     if (may) open_candidates_.push_back(id);
   }
+  if (!plan_->pairs.empty()) {
+    std::vector<std::string> markers = plan_->pairs[0]->forbidden;
+    markers.push_back(plan_->pairs[0]->value_close);
+    marker_tokens_ = MarkerTokens(*vocab_, markers);
+  }
   if (plan_->thinking_open)
     phase_ = Phase::kThink;
   else
@@ -122,9 +173,7 @@ void ToolCallConstraint::Start(bool after_think) {
     return;
   }
   std::vector<Alt> alts;
-  // The templates put a blank line between a think block and what follows.
-  const std::vector<std::string> gaps =
-      after_think ? std::vector<std::string>{"", "\n", "\n\n"} : std::vector<std::string>{""};
+  const std::vector<std::string> gaps = plan_->Gaps(after_think);
   for (const std::string& gap : gaps)
     for (size_t k = 0; k < plan_->names.size(); ++k)
       if (plan_->mode == ToolChoiceMode::kRequired || static_cast<int>(k) == plan_->function)
@@ -152,7 +201,12 @@ void ToolCallConstraint::Settle() {
     switch (taken.then) {
       case Alt::Then::kArgs:
         phase_ = Phase::kArgs;
-        args_ = std::make_unique<grammar::JsonTokenConstraint>(plan_->schemas[taken.tool], vocab_);
+        if (plan_->pairs.empty())
+          args_ =
+              std::make_unique<grammar::JsonTokenConstraint>(plan_->schemas[taken.tool], vocab_);
+        else
+          args_ = std::make_unique<KeyValueConstraint>(plan_->pairs[taken.tool], tok_, vocab_,
+                                                       marker_tokens_);
         return;
       case Alt::Then::kDone:
         phase_ = Phase::kDone;

@@ -20,11 +20,18 @@
 //   deepseek-v3.1  <｜tool▁calls▁begin｜>, each call <｜tool▁call▁begin｜>NAME
 //              <｜tool▁sep｜>ARGS<｜tool▁call▁end｜>, then <｜tool▁calls▁end｜>
 //   deepseek-v3    as V3.1 but each call function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+//   glm-4.5    <tool_call>NAME\n, key/value pairs and </tool_call> (serve/tool_arguments.h),
+//              calls apart by "\n"
+//   k3-xtml    the response element closed, <|open|>tools<|sep|>, each call
+//              <|open|>call tool="NAME" index="IDX+1"<|sep|>, key/value pairs and
+//              <|close|>call<|sep|> (serve/tool_arguments.h), then the tools and the
+//              message closed end the reply
 // In free text a call opens at the calls' begin marker, or at a call's
-// (DeepSeek's parser reads a call without its section).
-// Others are refused by name (ToolCallPlan::Make): glm-4.5's arguments are
-// <arg_key>/<arg_value> pairs, not a JSON text the schema engine holds;
-// harmony's and K3's are not constrained yet.
+// (DeepSeek's and K3's parsers read a call without its section). A forced
+// first call may follow blank lines after a think block (glm's at the
+// reply's start too: it opens after an empty think element); K3's after a
+// think element opens an empty response element first.
+// Others (harmony) are refused by name (ToolCallPlan::Make).
 //
 // Thinking: a think block is free text (no call opens inside one, as
 // ReplyParser reads it); the constraint engages once it closes (a forced
@@ -45,6 +52,7 @@
 #include "engine/grammar/token_mask.h"
 #include "engine/tokenizer/chat.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "serve/tool_arguments.h"
 
 namespace waste::serve {
 
@@ -91,6 +99,7 @@ struct ToolCallPlan {
   std::string family;
   std::vector<std::string> names;                                    // the tools' names
   std::vector<std::shared_ptr<const grammar::JsonGrammar>> schemas;  // by tool
+  std::vector<std::shared_ptr<const KeyValueArguments>> pairs;       // by tool: glm-4.5, k3-xtml
   ToolChoiceMode mode = ToolChoiceMode::kAuto;
   int function = -1;           // kFunction: the tool's index
   bool parallel = true;        // more than one call
@@ -106,14 +115,19 @@ struct ToolCallPlan {
 
   // The markup from a call's start to its arguments, of call `index` (0, 1, ...).
   std::string Head(size_t tool, int index) const;
-  // The markup after the arguments.
+  // The markup after the arguments (key/value families: none, their
+  // arguments' constraint writes the call's close).
   std::string Tail() const;
+  // What may come before a forced first call, at the reply's start or after its think block.
+  std::vector<std::string> Gaps(bool after_think) const;
   // Before a second call's head; what ends the calls (before end of turn).
   std::string Between() const;
   std::string End() const;
   // What opens a call in free text (each is in every Head(k, 0)).
   std::vector<std::string_view> Opens() const;
   std::vector<std::string_view> ThinkMarkers() const;  // open, close; none: {}
+  // glm-4.5: whether tool `name`'s argument `key` is written raw (a string).
+  bool RawValue(std::string_view name, std::string_view key) const;
 };
 
 class ToolCallConstraint : public grammar::TokenConstraint {
@@ -154,7 +168,8 @@ class ToolCallConstraint : public grammar::TokenConstraint {
   std::string tail_;  // free text, think block: the last bytes (markers' reach)
   std::vector<Alt> alts_;
   std::string got_;  // the markup written so far
-  std::unique_ptr<grammar::JsonTokenConstraint> args_;
+  std::unique_ptr<grammar::TokenConstraint> args_;
+  std::shared_ptr<const std::vector<bool>> marker_tokens_;  // key/value families: MarkerTokens
   int calls_ = 0;
 };
 

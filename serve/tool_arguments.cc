@@ -1,0 +1,413 @@
+#include "serve/tool_arguments.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/format/chat.h"
+
+namespace waste::serve {
+namespace {
+
+using grammar::JsonGrammar;
+using grammar::SchemaNode;
+
+// The JSON types an argument element names (K3's order of writing them here).
+constexpr const char* kTypes[] = {"string", "number", "boolean", "null", "object", "array"};
+constexpr int kNoType = -1;
+constexpr int kMaxDepth = 64;  // anyOf nested in anyOf (a $ref may loop)
+
+int LiteralType(std::string_view literal) {
+  switch (literal.empty() ? 'x' : literal[0]) {
+    case '"':
+      return 0;
+    case 't':
+    case 'f':
+      return 2;
+    case 'n':
+      return 3;
+    case '{':
+      return 4;
+    case '[':
+      return 5;
+    default:
+      return 1;
+  }
+}
+
+int KindType(SchemaNode::Kind k) {
+  switch (k) {
+    case SchemaNode::Kind::kString:
+      return 0;
+    case SchemaNode::Kind::kNumber:
+      return 1;
+    case SchemaNode::Kind::kObject:
+      return 4;
+    case SchemaNode::Kind::kArray:
+      return 5;
+    default:
+      return kNoType;
+  }
+}
+
+// The nodes of `node` whose values are of type `type` (literals of that type
+// as a node of their own, appended to `out`); with `type` kNoType, the types
+// found as bits.
+void Leaves(const JsonGrammar& g, int node, int type, JsonGrammar* out, std::vector<int>* leaves,
+            unsigned* types, int depth) {
+  if (depth > kMaxDepth) return;
+  const SchemaNode& n = g.nodes[static_cast<size_t>(node)];
+  if (n.kind == SchemaNode::Kind::kAnyOf) {
+    for (int a : n.alternatives) Leaves(g, a, type, out, leaves, types, depth + 1);
+  } else if (n.kind == SchemaNode::Kind::kLiterals) {
+    SchemaNode kept;
+    kept.kind = SchemaNode::Kind::kLiterals;
+    for (const std::string& l : n.literals) {
+      *types |= 1u << LiteralType(l);
+      if (LiteralType(l) == type) kept.literals.push_back(l);
+    }
+    if (out && !kept.literals.empty()) {
+      out->nodes.push_back(std::move(kept));
+      leaves->push_back(static_cast<int>(out->nodes.size() - 1));
+    }
+  } else {
+    *types |= 1u << KindType(n.kind);
+    if (KindType(n.kind) == type) leaves->push_back(node);
+  }
+}
+
+unsigned TypesOf(const JsonGrammar& g, int node) {
+  unsigned types = 0;
+  std::vector<int> none;
+  Leaves(g, node, kNoType, nullptr, &none, &types, 0);
+  return types;
+}
+
+// `g` with `node`'s values of `type` for its root.
+std::shared_ptr<const JsonGrammar> Restrict(const JsonGrammar& g, int node, int type) {
+  auto out = std::make_shared<JsonGrammar>(g);
+  std::vector<int> leaves;
+  unsigned types = 0;
+  Leaves(g, node, type, out.get(), &leaves, &types, 0);
+  if (leaves.size() == 1) {
+    out->root = leaves[0];
+  } else {
+    SchemaNode any;
+    any.alternatives = leaves;
+    out->nodes.push_back(std::move(any));
+    out->root = static_cast<int>(out->nodes.size() - 1);
+  }
+  return out;
+}
+
+std::string Quoted(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+// A raw string's bytes as JSON string content (nlohmann's escapes, which
+// enum literals are written in).
+void EscapeJson(std::string_view raw, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->clear();
+  for (const char c : raw) {
+    const auto b = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      *out += '\\', *out += c;
+    } else if (b >= 0x20) {
+      *out += c;
+    } else if (c == '\n') {
+      *out += "\\n";
+    } else if (c == '\t') {
+      *out += "\\t";
+    } else if (c == '\r') {
+      *out += "\\r";
+    } else if (c == '\b') {
+      *out += "\\b";
+    } else if (c == '\f') {
+      *out += "\\f";
+    } else {
+      *out += "\\u00", *out += kHex[b >> 4], *out += kHex[b & 15];
+    }
+  }
+}
+
+bool PlainAscii(std::string_view b) {
+  return std::all_of(b.begin(), b.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+  });
+}
+
+}  // namespace
+
+std::string XtmlEscape(std::string_view v) {
+  std::string out;
+  for (const char c : v) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  return out;
+}
+
+std::string XtmlUnescape(std::string_view v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v.substr(i, 6) == "&quot;") {
+      out += '"', i += 5;
+    } else if (v.substr(i, 5) == "&amp;") {
+      out += '&', i += 4;
+    } else {
+      out += v[i];
+    }
+  }
+  return out;
+}
+
+Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::string_view family,
+                                                                         const JsonGrammar& g) {
+  const bool glm = family == kFamilyGlm45;
+  const SchemaNode& root = g.nodes[static_cast<size_t>(g.root)];
+  if (root.kind != SchemaNode::Kind::kObject)
+    return Status::Error(std::string(family) +
+                         "'s arguments are key/value pairs: the schema must be one object with "
+                         "properties (not anyOf or $ref)");
+  auto a = std::make_shared<KeyValueArguments>();
+  if (glm) {
+    a->sep = "\n";
+    a->value_close = kGlmValueClose;
+    a->call_close = kGlmCallClose;
+    a->forbidden = {std::string(kGlmCallClose)};
+  } else {
+    a->value_close = std::string(kXtmlClose) + "argument" + kXtmlSep;
+    a->call_close = std::string(kXtmlClose) + "call" + kXtmlSep;
+    a->forbidden = {kXtmlClose};
+  }
+  for (const SchemaNode::Property& p : root.properties) {
+    Key k;
+    k.key = nlohmann::json::parse(Quoted(p.key)).get<std::string>();
+    k.required = p.required;
+    const std::vector<std::string> markup =
+        glm ? std::vector<std::string>{std::string(kGlmKeyClose), std::string(kGlmCallClose)}
+            : std::vector<std::string>{kXtmlOpen, kXtmlClose, kXtmlSep, kXtmlEndOfMessage};
+    const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+    for (const std::string& m : markup)
+      if (k.key.find(m) != std::string::npos)
+        return Status::Error("property '" + k.key + "': a key holding " + m +
+                             " cannot be written in " + std::string(family) + "'s markup");
+    if (glm && !k.key.empty() && (space(k.key.front()) || space(k.key.back())))
+      return Status::Error("property '" + k.key + "': glm-4.5's parsers trim keys");
+    const unsigned types = TypesOf(g, p.node);
+    if (glm) {
+      auto whole = std::make_shared<JsonGrammar>(g);
+      whole->root = p.node;
+      k.values.push_back({std::string(kGlmKeyOpen) + k.key + std::string(kGlmKeyClose) + "\n" +
+                              std::string(kGlmValueOpen),
+                          types == 1u, std::move(whole)});
+    } else {
+      for (int t = 0; t < static_cast<int>(std::size(kTypes)); ++t)
+        if (types & (1u << t))
+          k.values.push_back({std::string(kXtmlOpen) + "argument key=\"" + XtmlEscape(k.key) +
+                                  "\" type=\"" + kTypes[t] + "\"" + kXtmlSep,
+                              t == 0, Restrict(g, p.node, t)});
+    }
+    a->keys.push_back(std::move(k));
+  }
+  return std::shared_ptr<const KeyValueArguments>(std::move(a));
+}
+
+bool KeyValueArguments::Raw(std::string_view key) const {
+  for (const Key& k : keys)
+    if (k.key == key) return k.values.size() == 1 && k.values[0].raw;
+  return false;
+}
+
+std::shared_ptr<const std::vector<bool>> MarkerTokens(const grammar::VocabIndex& vocab,
+                                                      std::span<const std::string> markers) {
+  auto out = std::make_shared<std::vector<bool>>(static_cast<size_t>(vocab.vocab()), false);
+  for (int32_t id = 0; id < vocab.vocab(); ++id) {
+    const std::string_view b = vocab.bytes(id);
+    bool touches = false;
+    for (const std::string& m : markers) {
+      touches = touches || b.find(m) != std::string_view::npos;
+      for (size_t k = 1; !touches && k < m.size(); ++k)
+        touches = b.starts_with(std::string_view(m).substr(k)) ||
+                  b.ends_with(std::string_view(m).substr(0, k));
+    }
+    (*out)[static_cast<size_t>(id)] = touches;
+  }
+  return out;
+}
+
+KeyValueConstraint::KeyValueConstraint(std::shared_ptr<const KeyValueArguments> args,
+                                       const Tokenizer& tok,
+                                       std::shared_ptr<const grammar::VocabIndex> vocab,
+                                       std::shared_ptr<const std::vector<bool>> marker_tokens)
+    : args_(std::move(args)),
+      tok_(tok),
+      vocab_(std::move(vocab)),
+      marker_tokens_(std::move(marker_tokens)),
+      used_(args_->keys.size(), false) {
+  Markup("", "");
+}
+
+void KeyValueConstraint::Markup(std::string lead, std::string got) {
+  in_value_ = false;
+  alts_.clear();
+  bool required_left = false;
+  for (size_t k = 0; k < args_->keys.size(); ++k) {
+    if (used_[k]) continue;
+    required_left = required_left || args_->keys[k].required;
+    for (size_t v = 0; v < args_->keys[k].values.size(); ++v)
+      alts_.push_back(
+          {lead + args_->keys[k].values[v].head, static_cast<int>(k), static_cast<int>(v)});
+  }
+  if (!required_left) alts_.push_back({lead + args_->call_close, -1, 0});
+  got_ = std::move(got);
+  Settle();
+}
+
+void KeyValueConstraint::Settle() {
+  for (const Alt& a : alts_) {
+    if (a.text != got_) continue;
+    if (std::any_of(alts_.begin(), alts_.end(), [&](const Alt& o) {
+          return o.text.size() > got_.size() && o.text.starts_with(got_);
+        }))
+      continue;
+    if (a.key < 0) {
+      done_ = true;
+      return;
+    }
+    const KeyValueArguments::Value& v =
+        args_->keys[static_cast<size_t>(a.key)].values[static_cast<size_t>(a.value)];
+    used_[static_cast<size_t>(a.key)] = true;
+    in_value_ = true;
+    raw_ = v.raw;
+    value_ = {};
+    value_.m.emplace(v.grammar);
+    if (raw_) value_.m->Advance('"');
+    return;
+  }
+}
+
+bool KeyValueConstraint::MarkupAllows(std::string_view bytes) const {
+  if (bytes.empty()) return false;
+  return std::any_of(alts_.begin(), alts_.end(), [&](const Alt& a) {
+    return a.text.size() >= got_.size() + bytes.size() && a.text.starts_with(got_) &&
+           std::string_view(a.text).substr(got_.size()).starts_with(bytes);
+  });
+}
+
+bool KeyValueConstraint::Feed(ValueState* s, std::string_view content) const {
+  if (content.empty()) return true;
+  std::string window = s->tail + std::string(content);
+  for (const std::string& f : args_->forbidden)
+    if (window.find(f) != std::string::npos) return false;
+  if (raw_) {
+    std::string escaped;
+    EscapeJson(content, &escaped);
+    if (!s->m->Advance(escaped)) return false;
+  } else if (!s->m->Advance(content)) {
+    return false;
+  }
+  size_t keep = 0;
+  for (const std::string& f : args_->forbidden) keep = std::max(keep, f.size() - 1);
+  s->tail = window.substr(window.size() - std::min(keep, window.size()));
+  return true;
+}
+
+bool KeyValueConstraint::Ends(const ValueState& s) const {
+  if (!raw_) return s.m->complete();
+  grammar::JsonMatcher closed = *s.m;
+  return closed.Advance('"') && closed.complete();
+}
+
+bool KeyValueConstraint::Step(std::string_view bytes, bool special, ValueState* s,
+                              bool* ended) const {
+  const std::string t = s->held + std::string(bytes);
+  const std::string_view close = args_->value_close;
+  const size_t at = t.find(close);
+  *ended = at != std::string::npos;
+  size_t content = at;
+  if (*ended) {
+    // The value's end closes the token (what follows it is the next markup's).
+    if (at + close.size() != t.size()) return false;
+  } else {
+    size_t held = std::min(close.size() - 1, t.size());
+    while (held > 0 && !t.ends_with(close.substr(0, held))) --held;
+    content = t.size() - held;
+  }
+  if (special && content > s->held.size()) return false;  // a special is markup, never a value's
+  if (!Feed(s, std::string_view(t).substr(0, content))) return false;
+  if (*ended) return Ends(*s);
+  s->held = t.substr(content);
+  if (s->held.empty() || Ends(*s)) return true;
+  // What is held must be able to go on: as the value's end, or as its bytes.
+  ValueState as_bytes = *s;
+  return Feed(&as_bytes, as_bytes.held);
+}
+
+size_t KeyValueConstraint::Mask(std::span<float> logits) {
+  const size_t vocab = std::min(logits.size(), static_cast<size_t>(vocab_->vocab()));
+  for (size_t i = vocab; i < logits.size(); ++i) logits[i] = -INFINITY;
+  size_t n = 0;
+  const auto keep = [&](size_t i, bool allowed) {
+    if (allowed)
+      ++n;
+    else
+      logits[i] = -INFINITY;
+  };
+  if (done_) {
+    for (size_t i = 0; i < vocab; ++i) logits[i] = -INFINITY;
+    return 0;
+  }
+  if (!in_value_) {
+    for (size_t i = 0; i < vocab; ++i)
+      keep(i, MarkupAllows(tok_.TokenBytes(static_cast<int32_t>(i))));
+    return n;
+  }
+  // Tokens that touch no marker, with nothing held, are the value's bytes
+  // alone: JSON as engine/grammar's mask says, raw as the string's matcher
+  // takes them escaped. The rest go through Step.
+  const bool plain_path = value_.held.empty();
+  if (plain_path && !raw_) vocab_->Allowed(*value_.m, &allowed_);
+  const uint64_t room = raw_ ? value_.m->PlainRoom() : 0;
+  grammar::JsonMatcher one = *value_.m;
+  for (size_t i = 0; i < vocab; ++i) {
+    const auto id = static_cast<int32_t>(i);
+    const std::string_view b = tok_.TokenBytes(id);
+    const bool special = tok_.IsSpecial(id);
+    if (b.empty()) {
+      keep(i, false);
+    } else if (plain_path && !special && !(*marker_tokens_)[i]) {
+      if (!raw_) {
+        keep(i, (allowed_[i / 64] >> (i % 64)) & 1);
+      } else if (b.size() <= room && PlainAscii(b)) {
+        keep(i, true);
+      } else {
+        EscapeJson(b, &escaped_);
+        keep(i, one.AdvanceFrom(*value_.m, static_cast<uint8_t>(escaped_[0])) &&
+                    one.Advance(std::string_view(escaped_).substr(1)));
+      }
+    } else {
+      ValueState s = value_;
+      bool ended = false;
+      keep(i, Step(b, special, &s, &ended));
+    }
+  }
+  return n;
+}
+
+bool KeyValueConstraint::Accept(int32_t token) {
+  const std::string_view b = tok_.TokenBytes(token);
+  if (done_ || b.empty()) return false;
+  if (!in_value_) {
+    if (!MarkupAllows(b)) return false;
+    got_ += b;
+    Settle();
+    return true;
+  }
+  bool ended = false;
+  if (!Step(b, tok_.IsSpecial(token), &value_, &ended)) return false;
+  if (ended) Markup(args_->sep, "");
+  return true;
+}
+
+}  // namespace waste::serve
