@@ -168,7 +168,7 @@ Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::st
   if (root.kind != SchemaNode::Kind::kObject)
     return Status::Error(std::string(family) +
                          "'s arguments are key/value pairs: the schema must be one object with "
-                         "properties (not anyOf or $ref)");
+                         "properties (not an enum, a const or an anyOf)");
   auto a = std::make_shared<KeyValueArguments>();
   if (glm) {
     a->sep = "\n";

@@ -925,6 +925,18 @@ TEST(ToolCallConstraint, PlanRefusesByName) {
   ASSERT_FALSE(glm.ok());
   EXPECT_TRUE(glm.status().message().starts_with("tools[0].parameters: property 'a</arg_key>'"))
       << glm.status().message();
+  // A schema that is not one object with properties.
+  ChatTool either = kTime;
+  either.parameters =
+      nlohmann::ordered_json::parse(R"({"type": "object", "enum": [{"a": 1}, {"b": 2}]})");
+  const ChatTool eithers[] = {either};
+  auto k3 = ToolCallPlan::Make(kFamilyXtml, eithers, ToolChoiceMode::kAuto, "", true, false,
+                               "parameters");
+  ASSERT_FALSE(k3.ok());
+  EXPECT_TRUE(
+      k3.status().message().starts_with("tools[0].parameters: k3-xtml's arguments are "
+                                        "key/value pairs"))
+      << k3.status().message();
   ChatTool bad = kWeather;
   bad.parameters["properties"]["city"]["pattern"] = "^[A-Z]";
   const ChatTool with_pattern[] = {kTime, bad};
