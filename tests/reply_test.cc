@@ -752,6 +752,14 @@ TEST(ToolCallConstraint, DeepseekCallsWithAndWithoutTheirSection) {
   }
 }
 
+// Random walks of a key/value family: each step masks the whole
+// vocabulary, so fewer under a sanitizer.
+#ifdef WASTE_SANITIZE
+constexpr uint32_t kWalks = 1;
+#else
+constexpr uint32_t kWalks = 3;
+#endif
+
 // The key/value families (serve/tool_arguments.h): every call a walk of
 // random choices writes reads back (with the plan, as the server reads it)
 // as a call of one of the tools whose arguments validate, none shown as text.
@@ -763,7 +771,7 @@ Shown Read(Case c, const std::vector<int32_t>& ids, std::shared_ptr<const ToolCa
 TEST(ToolCallConstraint, Glm45RequiredWritesValidPairs) {
   const Case c = Make("glm45", ChatFormat::Glm45(), false);
   const auto plan = Plan(kFamilyGlm45, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
-  for (uint32_t seed = 1; seed <= 6; ++seed) {
+  for (uint32_t seed = 1; seed <= 2 * kWalks; ++seed) {
     const Generated g = Generate(c, plan, seed);
     const std::string text = c.tok->Decode(g.ids);
     const Shown s = Read(c, g.ids, plan);
@@ -778,7 +786,7 @@ TEST(ToolCallConstraint, Glm45NamedFunctionAfterText) {
   // Named, one call: it ends the reply.
   const auto named =
       Plan(kFamilyGlm45, ToolChoiceMode::kFunction, "tag_item", false, false, kThreeTools);
-  for (uint32_t seed = 1; seed <= 3; ++seed) {
+  for (uint32_t seed = 1; seed <= kWalks; ++seed) {
     const Generated g = Generate(c, named, seed);
     EXPECT_TRUE(g.finished);
     const Shown s = Read(c, g.ids, named);
@@ -828,7 +836,7 @@ TEST(ToolCallConstraint, Glm45RawValuesAreStringsAndCannotCloseTheCall) {
 TEST(ToolCallConstraint, K3RequiredCallsCloseTheMessage) {
   const Case c = Make("k3", ChatFormat::Xtml(false), false);
   const auto plan = Plan(kFamilyXtml, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
-  for (uint32_t seed = 1; seed <= 3; ++seed) {
+  for (uint32_t seed = 1; seed <= kWalks; ++seed) {
     const Generated g = Generate(c, plan, seed, {}, {}, 2000);
     const std::string text = c.tok->Decode(g.ids);
     EXPECT_TRUE(g.finished) << text;
@@ -846,7 +854,7 @@ TEST(ToolCallConstraint, K3ThinksThenCalls) {
   // Thinking on, named and one: the think element, an empty response, the call.
   const auto named = Plan(kFamilyXtml, ToolChoiceMode::kFunction, "tag_item", false,
                           /*thinking_open=*/true, kThreeTools);
-  for (uint32_t seed = 1; seed <= 3; ++seed) {
+  for (uint32_t seed = 1; seed <= kWalks; ++seed) {
     const Generated g =
         Generate(c, named, seed, c.tok->EncodeMarkup("Tag it.<|close|>think<|sep|>"));
     EXPECT_TRUE(g.finished);
