@@ -132,13 +132,6 @@ void EscapeJson(std::string_view raw, std::string* out) {
   }
 }
 
-bool PlainAscii(std::string_view b) {
-  return std::all_of(b.begin(), b.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
-  });
-}
-
 }  // namespace
 
 std::string XtmlEscape(std::string_view v) {
@@ -219,19 +212,31 @@ bool KeyValueArguments::Raw(std::string_view key) const {
   return false;
 }
 
-std::shared_ptr<const std::vector<bool>> MarkerTokens(const grammar::VocabIndex& vocab,
-                                                      std::span<const std::string> markers) {
-  auto out = std::make_shared<std::vector<bool>>(static_cast<size_t>(vocab.vocab()), false);
+std::shared_ptr<const ValueTokens> MakeValueTokens(const Tokenizer& tok,
+                                                   const grammar::VocabIndex& vocab,
+                                                   std::span<const std::string> markers) {
+  auto out = std::make_shared<ValueTokens>();
   for (int32_t id = 0; id < vocab.vocab(); ++id) {
+    if (tok.IsSpecial(id)) {
+      out->markup.push_back(id);
+      continue;
+    }
     const std::string_view b = vocab.bytes(id);
+    if (b.empty()) continue;
     bool touches = false;
     for (const std::string& m : markers) {
       touches = touches || b.find(m) != std::string_view::npos;
+      // A byte compared first: most tokens share no end with a marker.
       for (size_t k = 1; !touches && k < m.size(); ++k)
-        touches = b.starts_with(std::string_view(m).substr(k)) ||
-                  b.ends_with(std::string_view(m).substr(0, k));
+        touches = (b.front() == m[k] && b.starts_with(std::string_view(m).substr(k))) ||
+                  (b.back() == m[k - 1] && b.ends_with(std::string_view(m).substr(0, k)));
     }
-    (*out)[static_cast<size_t>(id)] = touches;
+    if (touches)
+      out->markup.push_back(id);
+    else if (std::any_of(b.begin(), b.end(), [](char c) {
+               return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+             }))
+      out->escaped.push_back(id);
   }
   return out;
 }
@@ -239,11 +244,11 @@ std::shared_ptr<const std::vector<bool>> MarkerTokens(const grammar::VocabIndex&
 KeyValueConstraint::KeyValueConstraint(std::shared_ptr<const KeyValueArguments> args,
                                        const Tokenizer& tok,
                                        std::shared_ptr<const grammar::VocabIndex> vocab,
-                                       std::shared_ptr<const std::vector<bool>> marker_tokens)
+                                       std::shared_ptr<const ValueTokens> tokens)
     : args_(std::move(args)),
       tok_(tok),
       vocab_(std::move(vocab)),
-      marker_tokens_(std::move(marker_tokens)),
+      tokens_(std::move(tokens)),
       used_(args_->keys.size(), false) {
   Markup("", "");
 }
@@ -282,6 +287,7 @@ void KeyValueConstraint::Settle() {
     raw_ = v.raw;
     value_ = {};
     value_.m.emplace(v.grammar);
+    scratch_.emplace(v.grammar);
     if (raw_) value_.m->Advance('"');
     return;
   }
@@ -344,54 +350,55 @@ bool KeyValueConstraint::Step(std::string_view bytes, bool special, ValueState* 
   return Feed(&as_bytes, as_bytes.held);
 }
 
+bool KeyValueConstraint::Escaped(std::string_view bytes) {
+  EscapeJson(bytes, &escaped_);
+  return scratch_->AdvanceFrom(*value_.m, static_cast<uint8_t>(escaped_[0])) &&
+         scratch_->Advance(std::string_view(escaped_).substr(1));
+}
+
 size_t KeyValueConstraint::Mask(std::span<float> logits) {
   const size_t vocab = std::min(logits.size(), static_cast<size_t>(vocab_->vocab()));
   for (size_t i = vocab; i < logits.size(); ++i) logits[i] = -INFINITY;
+  const auto set = [&](int32_t id, bool on) {
+    uint64_t& word = allowed_[static_cast<size_t>(id) / 64];
+    const uint64_t bit = uint64_t{1} << (id % 64);
+    word = on ? word | bit : word & ~bit;
+  };
+  if (done_) {
+    allowed_.assign((vocab + 63) / 64, 0);
+  } else if (!in_value_) {
+    allowed_.assign((vocab + 63) / 64, 0);
+    for (size_t i = 0; i < vocab; ++i) {
+      const auto id = static_cast<int32_t>(i);
+      set(id, MarkupAllows(tok_.TokenBytes(id)));
+    }
+  } else if (!value_.held.empty()) {  // every token may end what is held
+    allowed_.assign((vocab + 63) / 64, 0);
+    for (size_t i = 0; i < vocab; ++i) {
+      const auto id = static_cast<int32_t>(i);
+      ValueState s = value_;
+      bool ended = false;
+      set(id, Step(tok_.TokenBytes(id), tok_.IsSpecial(id), &s, &ended));
+    }
+  } else {
+    // The value's bytes alone, as engine/grammar's mask takes them (a raw
+    // string's are the same escaped, but for the escaped tokens); then the
+    // tokens that may touch the markup.
+    vocab_->Allowed(*value_.m, &allowed_);
+    if (raw_)
+      for (int32_t id : tokens_->escaped) set(id, Escaped(tok_.TokenBytes(id)));
+    for (int32_t id : tokens_->markup) {
+      ValueState s = value_;
+      bool ended = false;
+      set(id, Step(tok_.TokenBytes(id), tok_.IsSpecial(id), &s, &ended));
+    }
+  }
   size_t n = 0;
-  const auto keep = [&](size_t i, bool allowed) {
-    if (allowed)
+  for (size_t i = 0; i < vocab; ++i)
+    if ((allowed_[i / 64] >> (i % 64)) & 1)
       ++n;
     else
       logits[i] = -INFINITY;
-  };
-  if (done_) {
-    for (size_t i = 0; i < vocab; ++i) logits[i] = -INFINITY;
-    return 0;
-  }
-  if (!in_value_) {
-    for (size_t i = 0; i < vocab; ++i)
-      keep(i, MarkupAllows(tok_.TokenBytes(static_cast<int32_t>(i))));
-    return n;
-  }
-  // Tokens that touch no marker, with nothing held, are the value's bytes
-  // alone: JSON as engine/grammar's mask says, raw as the string's matcher
-  // takes them escaped. The rest go through Step.
-  const bool plain_path = value_.held.empty();
-  if (plain_path && !raw_) vocab_->Allowed(*value_.m, &allowed_);
-  const uint64_t room = raw_ ? value_.m->PlainRoom() : 0;
-  grammar::JsonMatcher one = *value_.m;
-  for (size_t i = 0; i < vocab; ++i) {
-    const auto id = static_cast<int32_t>(i);
-    const std::string_view b = tok_.TokenBytes(id);
-    const bool special = tok_.IsSpecial(id);
-    if (b.empty()) {
-      keep(i, false);
-    } else if (plain_path && !special && !(*marker_tokens_)[i]) {
-      if (!raw_) {
-        keep(i, (allowed_[i / 64] >> (i % 64)) & 1);
-      } else if (b.size() <= room && PlainAscii(b)) {
-        keep(i, true);
-      } else {
-        EscapeJson(b, &escaped_);
-        keep(i, one.AdvanceFrom(*value_.m, static_cast<uint8_t>(escaped_[0])) &&
-                    one.Advance(std::string_view(escaped_).substr(1)));
-      }
-    } else {
-      ValueState s = value_;
-      bool ended = false;
-      keep(i, Step(b, special, &s, &ended));
-    }
-  }
   return n;
 }
 

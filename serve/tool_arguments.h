@@ -75,19 +75,27 @@ struct KeyValueArguments {
   bool Raw(std::string_view key) const;
 };
 
-// The tokens that may touch a marker (hold one, begin with its end or end
-// with its beginning): the only ones a value's mask checks byte by byte
-// against the markup. Made once per vocabulary and markers.
-std::shared_ptr<const std::vector<bool>> MarkerTokens(const grammar::VocabIndex& vocab,
-                                                      std::span<const std::string> markers);
+// The tokens a value's mask checks one by one; every other token's bytes
+// are the value's alone, as engine/grammar's mask sees them. A scan of the
+// vocabulary: a ToolCallConstraint makes it once, when a call's arguments begin.
+struct ValueTokens {
+  // Specials, and ordinary tokens that may touch a marker (hold one, begin
+  // with its end or end with its beginning).
+  std::vector<int32_t> markup;
+  // The other ordinary tokens a raw string writes escaped ('"', '\\', control bytes).
+  std::vector<int32_t> escaped;
+};
+std::shared_ptr<const ValueTokens> MakeValueTokens(const Tokenizer& tok,
+                                                   const grammar::VocabIndex& vocab,
+                                                   std::span<const std::string> markers);
 
 class KeyValueConstraint : public grammar::TokenConstraint {
  public:
-  // `tok` must outlive it; `marker_tokens` is MarkerTokens of `args`'
+  // `tok` must outlive it; `tokens` is MakeValueTokens of `args`'
   // value_close and forbidden.
   KeyValueConstraint(std::shared_ptr<const KeyValueArguments> args, const Tokenizer& tok,
                      std::shared_ptr<const grammar::VocabIndex> vocab,
-                     std::shared_ptr<const std::vector<bool>> marker_tokens);
+                     std::shared_ptr<const ValueTokens> tokens);
   size_t Mask(std::span<float> logits) override;
   bool Accept(int32_t token) override;
   bool complete() const override { return done_; }
@@ -111,12 +119,14 @@ class KeyValueConstraint : public grammar::TokenConstraint {
   // if refused; else whether the value ended (the token ends with its end).
   bool Step(std::string_view bytes, bool special, ValueState* s, bool* ended) const;
   bool Feed(ValueState* s, std::string_view content) const;
+  // A raw string's token that touches no marker: its bytes escaped.
+  bool Escaped(std::string_view bytes);
   bool Ends(const ValueState& s) const;
 
   std::shared_ptr<const KeyValueArguments> args_;
   const Tokenizer& tok_;
   std::shared_ptr<const grammar::VocabIndex> vocab_;
-  std::shared_ptr<const std::vector<bool>> marker_tokens_;
+  std::shared_ptr<const ValueTokens> tokens_;
   std::vector<bool> used_;
   bool in_value_ = false;
   bool raw_ = false;
@@ -125,7 +135,8 @@ class KeyValueConstraint : public grammar::TokenConstraint {
   std::string got_;
   ValueState value_;
   std::vector<uint64_t> allowed_;
-  std::string escaped_;  // scratch
+  std::string escaped_;                          // scratch
+  std::optional<grammar::JsonMatcher> scratch_;  // scratch, of the value's grammar
 };
 
 }  // namespace waste::serve

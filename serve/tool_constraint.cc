@@ -155,11 +155,6 @@ ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
     }
     if (may) open_candidates_.push_back(id);
   }
-  if (!plan_->pairs.empty()) {
-    std::vector<std::string> markers = plan_->pairs[0]->forbidden;
-    markers.push_back(plan_->pairs[0]->value_close);
-    marker_tokens_ = MarkerTokens(*vocab_, markers);
-  }
   if (plan_->thinking_open)
     phase_ = Phase::kThink;
   else
@@ -201,12 +196,18 @@ void ToolCallConstraint::Settle() {
     switch (taken.then) {
       case Alt::Then::kArgs:
         phase_ = Phase::kArgs;
-        if (plan_->pairs.empty())
+        if (plan_->pairs.empty()) {
           args_ =
               std::make_unique<grammar::JsonTokenConstraint>(plan_->schemas[taken.tool], vocab_);
-        else
-          args_ = std::make_unique<KeyValueConstraint>(plan_->pairs[taken.tool], tok_, vocab_,
-                                                       marker_tokens_);
+          return;
+        }
+        if (!value_tokens_) {  // made once a call needs it (a scan of the vocabulary)
+          std::vector<std::string> markers = plan_->pairs[0]->forbidden;
+          markers.push_back(plan_->pairs[0]->value_close);
+          value_tokens_ = MakeValueTokens(tok_, *vocab_, markers);
+        }
+        args_ = std::make_unique<KeyValueConstraint>(plan_->pairs[taken.tool], tok_, vocab_,
+                                                     value_tokens_);
         return;
       case Alt::Then::kDone:
         phase_ = Phase::kDone;

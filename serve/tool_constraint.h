@@ -169,7 +169,7 @@ class ToolCallConstraint : public grammar::TokenConstraint {
   std::vector<Alt> alts_;
   std::string got_;  // the markup written so far
   std::unique_ptr<grammar::TokenConstraint> args_;
-  std::shared_ptr<const std::vector<bool>> marker_tokens_;  // key/value families: MarkerTokens
+  std::shared_ptr<const ValueTokens> value_tokens_;  // key/value families: MakeValueTokens
   int calls_ = 0;
 };
 
