@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/chat.h"
+#include "engine/tokenizer/chat_tools.h"
 
 namespace waste::serve {
 namespace {
@@ -134,12 +135,6 @@ void EscapeJson(std::string_view raw, std::string* out) {
 
 }  // namespace
 
-std::string XtmlEscape(std::string_view v) {
-  std::string out;
-  for (const char c : v) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
-  return out;
-}
-
 std::string XtmlUnescape(std::string_view v) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -197,8 +192,9 @@ Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::st
     } else {
       for (int t = 0; t < static_cast<int>(std::size(kTypes)); ++t)
         if (types & (1u << t))
-          k.values.push_back({std::string(kXtmlOpen) + "argument key=\"" + XtmlEscape(k.key) +
-                                  "\" type=\"" + kTypes[t] + "\"" + kXtmlSep,
+          k.values.push_back({std::string(kXtmlOpen) + "argument key=\"" +
+                                  chat_tools::XtmlEscape(k.key) + "\" type=\"" + kTypes[t] + "\"" +
+                                  kXtmlSep,
                               t == 0, Restrict(g, p.node, t)});
     }
     a->keys.push_back(std::move(k));

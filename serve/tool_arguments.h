@@ -46,8 +46,7 @@ inline constexpr std::string_view kGlmKeyClose = "</arg_key>";
 inline constexpr std::string_view kGlmValueOpen = "<arg_value>";
 inline constexpr std::string_view kGlmValueClose = "</arg_value>";
 
-// XTML's attribute value: "&" first, then the quote ("<" and ">" are text).
-std::string XtmlEscape(std::string_view v);
+// An XTML attribute's value read back (chat_tools::XtmlEscape undone).
 std::string XtmlUnescape(std::string_view v);
 
 struct KeyValueArguments {

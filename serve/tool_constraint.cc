@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/format/chat.h"
+#include "engine/tokenizer/chat_tools.h"
 
 namespace waste::serve {
 namespace {
@@ -76,8 +77,8 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
   if (family == kFamilyGlm45) return std::string(kGlmCallOpen) + names[tool] + "\n";
   if (family == kFamilyXtml)
     return (index == 0 ? std::string(kXtmlClose) + "response" + kXtmlSep + XtmlToolsOpen() : "") +
-           std::string(kXtmlCallOpen) + "tool=\"" + XtmlEscape(names[tool]) + "\" index=\"" +
-           std::to_string(index + 1) + "\"" + kXtmlSep;
+           std::string(kXtmlCallOpen) + "tool=\"" + chat_tools::XtmlEscape(names[tool]) +
+           "\" index=\"" + std::to_string(index + 1) + "\"" + kXtmlSep;
   if (IsDeepseek(family)) {
     const std::string calls = index == 0 ? std::string(kDsCallsBegin) : std::string();
     if (family == kFamilyDeepseekV31)
