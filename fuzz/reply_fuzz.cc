@@ -24,6 +24,7 @@
 #include "engine/tokenizer/utf8.h"
 #include "fuzz/scratch.h"
 #include "serve/reply.h"
+#include "serve/tool_constraint.h"
 
 namespace {
 
@@ -93,6 +94,21 @@ ChatFormat Format(std::string_view name) {
   return ChatFormat::Deepseek(false);  // the demo model's: no syntax
 }
 
+// The plan a constrained reply is read with: two tools (a string and a
+// number argument), auto; none where the family has no constrained calls.
+std::shared_ptr<const waste::serve::ToolCallPlan> Plan(const std::string& family) {
+  static const std::vector<waste::ChatTool> tools = {
+      {"f", "",
+       nlohmann::ordered_json::parse(
+           R"({"type": "object", "properties": {"a": {"type": "string"}}})")},
+      {"g", "",
+       nlohmann::ordered_json::parse(
+           R"({"type": "object", "properties": {"n": {"type": "number"}}})")}};
+  auto plan = waste::serve::ToolCallPlan::Make(family, tools, waste::serve::ToolChoiceMode::kAuto,
+                                               "", true, false, "parameters");
+  return plan.ok() ? *plan : nullptr;
+}
+
 std::vector<int32_t> Ids(std::string_view reply) {
   std::vector<int32_t> ids;
   while (!reply.empty()) {
@@ -156,10 +172,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const std::string& e : chat.end_of_turn) o.end_of_turn.push_back(*Tok().SpecialId(e));
   if (head.find("stop") != head.npos) o.stops = {"STOP"};
   if (head.find("thinking") != head.npos) o.thinking_open = true;
-  o.calls_constrained = head.find("constrained") != head.npos;
+  if (head.find("constrained") != head.npos) o.tool_plan = Plan(chat.family);
+  // The key/value families' calls are read whole even when constrained.
+  const bool key_value = chat.family == waste::kFamilyGlm45 || chat.family == waste::kFamilyXtml;
   waste::serve::ReplyParser p(Tok(), chat, o);
   Checker c;
-  c.streamed = o.calls_constrained;
+  c.streamed = o.tool_plan && !key_value;
   for (int32_t id : Ids(reply)) {
     const bool was_done = p.done();
     const auto events = p.Feed(id);

@@ -11,9 +11,8 @@ class MessagesAnswer final : public Answer {
  public:
   MessagesAnswer(OpenAiAnswerParts p, const ChatFormat& chat, int64_t input_tokens)
       : p_(std::move(p)),
-        reply_(
-            *p_.tok, chat,
-            ReplyOptions{p_.end_of_turn, p_.sampling.stop, p_.thinking_open, p_.calls_constrained}),
+        reply_(*p_.tok, chat,
+               ReplyOptions{p_.end_of_turn, p_.sampling.stop, p_.thinking_open, p_.tool_plan}),
         writer_(p_.head.id, p_.head.model, input_tokens) {}
 
   bool streaming() const override { return p_.sampling.stream; }

@@ -101,7 +101,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.sampling = q.sampling;
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
-  parts.calls_constrained = plan != nullptr;
+  parts.tool_plan = plan;
   parts.r = r;
   parts.thinking_open = thinking_open;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
@@ -130,7 +130,7 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.sampling = q.sampling;
   parts.sampling.max_tokens = max_tokens;
   parts.end_of_turn = end_of_turn_;
-  parts.calls_constrained = plan != nullptr;
+  parts.tool_plan = plan;
   parts.r = r;
   parts.thinking_open = thinking_open;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),

@@ -242,7 +242,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     if (!sampling.ignore_eos) parts.end_of_turn = end_of_turn_;
     parts.r = r;
     if (chat) parts.thinking_open = ThinkingOpen(*chat_, opening);
-    parts.calls_constrained = tool_plan != nullptr;
+    parts.tool_plan = tool_plan;
     Generate(
         chat ? MakeChatAnswers(std::move(parts), *chat_) : MakeCompletionAnswers(std::move(parts)),
         std::move(prompt), sampling, max_tokens, Constrain(json_format, tool_plan), r);

@@ -118,8 +118,7 @@ class ChatChoiceAnswer final : public Choice {
   ChatChoiceAnswer(std::shared_ptr<Response> response, int index, const ChatFormat& chat)
       : Choice(std::move(response), index),
         reply_(*p_.tok, chat,
-               ReplyOptions{p_.end_of_turn, p_.sampling.stop, p_.thinking_open,
-                            p_.calls_constrained}) {}
+               ReplyOptions{p_.end_of_turn, p_.sampling.stop, p_.thinking_open, p_.tool_plan}) {}
 
   void Start() override {
     response_->Start();

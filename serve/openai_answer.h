@@ -37,8 +37,8 @@ struct OpenAiAnswerParts {
   std::shared_ptr<http::Responder> r;
   // A chat: the generation prompt left a think block open (ReplyOptions).
   std::optional<bool> thinking_open{};
-  // A chat: its calls are held to their tools, and streamed (ReplyOptions).
-  bool calls_constrained = false;
+  // A chat: the plan its calls are held to (ReplyOptions); none: no tools.
+  std::shared_ptr<const ToolCallPlan> tool_plan;
 };
 
 // /v1/chat/completions: `chat` is the container's format. The choices'

@@ -70,6 +70,8 @@ std::vector<std::vector<Rule>> Syntax(const ChatFormat& chat, std::vector<std::s
       at(m).push_back({kXtmlClose, Mode::kHidden});  // the close tag's name is hidden
     }
     at(Mode::kHeader).push_back({kXtmlSep, Mode::kHidden, Act::kHeaderEnd});
+    at(Mode::kCall)
+        .push_back({std::string(kXtmlClose) + "call" + kXtmlSep, Mode::kHidden, Act::kCallEnd});
   }
   return r;
 }
@@ -121,8 +123,9 @@ std::optional<Call> QwenCall(std::string_view body) {
   return Call{name, a.dump()};
 }
 
-// GLM-4.5: NAME then <arg_key>K</arg_key> <arg_value>V</arg_value> pairs.
-std::optional<Call> GlmCall(std::string_view body) {
+// GLM-4.5: NAME then <arg_key>K</arg_key> <arg_value>V</arg_value> pairs;
+// a value `plan` says is a string raw.
+std::optional<Call> GlmCall(std::string_view body, const ToolCallPlan* plan) {
   const size_t first = body.find("<arg_key>");
   const std::string_view name = Trim(body.substr(0, first));
   if (!GoodName(name)) return std::nullopt;
@@ -141,9 +144,59 @@ std::optional<Call> GlmCall(std::string_view body) {
     std::string_view key, value;
     if (!take("<arg_key>", "</arg_key>", &key) || !take("<arg_value>", "</arg_value>", &value))
       return std::nullopt;
-    ojson v = ojson::parse(Trim(value), nullptr, false);
-    args[std::string(Trim(key))] = v.is_discarded() ? ojson(std::string(value)) : std::move(v);
+    const std::string k(Trim(key));
+    ojson v = plan && plan->RawValue(name, k) ? ojson(ojson::value_t::discarded)
+                                              : ojson::parse(Trim(value), nullptr, false);
+    args[k] = v.is_discarded() ? ojson(std::string(value)) : std::move(v);
   }
+  return Call{std::string(name), args.dump()};
+}
+
+// The value of attribute `key` in an XTML open tag's text, unescaped.
+std::optional<std::string> XtmlAttr(std::string_view tag, std::string_view key) {
+  const std::string open = " " + std::string(key) + "=\"";
+  const size_t at = tag.find(open);
+  if (at == std::string_view::npos) return std::nullopt;
+  const size_t end = tag.find('"', at + open.size());
+  if (end == std::string_view::npos) return std::nullopt;
+  return XtmlUnescape(tag.substr(at + open.size(), end - at - open.size()));
+}
+
+// Kimi K3: the call element's argument elements (KEY, TYPE: a string raw,
+// others JSON of that type), or one json element holding the arguments.
+std::optional<Call> XtmlCall(std::string_view name, std::string_view body) {
+  const std::string open = kXtmlOpen, sep = kXtmlSep, close = kXtmlClose;
+  ojson args = ojson::object();
+  for (std::string_view rest = Trim(body); !rest.empty(); rest = Trim(rest)) {
+    if (!rest.starts_with(open)) return std::nullopt;
+    const size_t tag_end = rest.find(sep);
+    if (tag_end == std::string_view::npos) return std::nullopt;
+    const std::string_view tag = rest.substr(open.size(), tag_end - open.size());
+    const std::string element(tag.substr(0, tag.find(' ')));
+    const std::string end = close + element + sep;
+    const size_t value_end = rest.find(end, tag_end + sep.size());
+    if (value_end == std::string_view::npos) return std::nullopt;
+    const std::string_view value =
+        rest.substr(tag_end + sep.size(), value_end - tag_end - sep.size());
+    rest.remove_prefix(value_end + end.size());
+    if (element == "json") {
+      if (!args.empty() || !Trim(rest).empty()) return std::nullopt;
+      return RawCall(name, value);
+    }
+    const auto key = XtmlAttr(tag, "key"), type = XtmlAttr(tag, "type");
+    if (element != "argument" || !key || !type) return std::nullopt;
+    if (*type == "string") {
+      args[*key] = std::string(value);
+      continue;
+    }
+    ojson v = ojson::parse(Trim(value), nullptr, false);
+    const bool typed = (*type == "number" && v.is_number()) ||
+                       (*type == "boolean" && v.is_boolean()) || (*type == "null" && v.is_null()) ||
+                       (*type == "object" && v.is_object()) || (*type == "array" && v.is_array());
+    if (!typed) return std::nullopt;
+    args[*key] = std::move(v);
+  }
+  if (!GoodName(name)) return std::nullopt;
   return Call{std::string(name), args.dump()};
 }
 
@@ -185,13 +238,14 @@ std::optional<Call> KimiCall(std::string_view body) {
 }
 
 std::optional<Call> ParseCall(const ChatFormat& chat, std::string_view body,
-                              const std::string& harmony_name) {
+                              const std::string& header_name, const ToolCallPlan* plan) {
   if (IsFamily(chat, {kFamilyQwen3})) return QwenCall(body);
-  if (IsFamily(chat, {kFamilyGlm45})) return GlmCall(body);
+  if (IsFamily(chat, {kFamilyGlm45})) return GlmCall(body, plan);
+  if (IsFamily(chat, {kFamilyXtml})) return XtmlCall(header_name, body);
   if (IsFamily(chat, {kFamilyDeepseekV3})) return DeepseekV3Call(body);
   if (IsFamily(chat, {kFamilyDeepseekV31})) return DeepseekV31Call(body);
   if (IsFamily(chat, {kFamilyKimiK2})) return KimiCall(body);
-  if (IsFamily(chat, {kFamilyHarmony})) return RawCall(harmony_name, body);
+  if (IsFamily(chat, {kFamilyHarmony})) return RawCall(header_name, body);
   return std::nullopt;
 }
 
@@ -255,11 +309,12 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
     : tok_(tok),
       chat_(chat),
       end_(std::move(o.end_of_turn)),
-      calls_constrained_(o.calls_constrained &&
+      calls_constrained_(o.tool_plan &&
                          IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3,
                                          kFamilyDeepseekV31, kFamilyHarmony})),
-      generic_(o.calls_constrained && chat_generic::Applies(chat) ? std::make_unique<GenericReply>()
-                                                                  : nullptr),
+      tool_plan_(std::move(o.tool_plan)),
+      generic_(tool_plan_ && chat_generic::Applies(chat) ? std::make_unique<GenericReply>()
+                                                         : nullptr),
       stop_text_(o.stops),
       stop_reasoning_(std::move(o.stops)) {
   std::vector<std::string> inner;
@@ -412,6 +467,14 @@ void ReplyParser::Marker(const Rule& r) {
         }
       } else {  // XTML: the element's name
         const std::string name = header_.substr(0, header_.find_first_of(" \t\n"));
+        if (name == "call") {
+          call_ = kXtmlOpen + header_ + r.marker;
+          call_begin_ = call_.size();
+          call_name_ = XtmlAttr(header_, "tool").value_or("");
+          mode_ = Mode::kCall;
+          header_.clear();
+          break;
+        }
         mode_ = name == "think"      ? Mode::kReasoning
                 : name == "response" ? Mode::kText
                                      : Mode::kHidden;
@@ -474,7 +537,8 @@ void ReplyParser::EndCall(std::string_view end) {
   }
   std::optional<Call> call;
   if (!end.empty())
-    call = ParseCall(chat_, std::string_view(call_).substr(call_begin_), call_name_);
+    call =
+        ParseCall(chat_, std::string_view(call_).substr(call_begin_), call_name_, tool_plan_.get());
   if (!call) {
     segment_start_ = true;
     Show(ReplyEvent::Kind::kText, call_ + std::string(end));

@@ -18,7 +18,8 @@
 //   qwen3, glm-4.5       <think>..</think> reasoning; <tool_call>..</tool_call> a call:
 //                        qwen3's a JSON object {"name", "arguments"}, GLM's
 //                        NAME <arg_key>K</arg_key><arg_value>V</arg_value>..., each V
-//                        the JSON value it parses as, else a string (vLLM's glm45)
+//                        the JSON value it parses as, else a string (vLLM's glm45);
+//                        raw when the plan's tool says the key's values are strings
 //   deepseek-v3, -v3.1   <think>..</think> (R1-style and V3.1's thinking); calls in
 //                        <｜tool▁calls▁begin｜>..<｜tool▁calls▁end｜>, each
 //                        <｜tool▁call▁begin｜>..<｜tool▁call▁end｜>: V3's
@@ -31,10 +32,12 @@
 //                        <|return|> or <|call|>; the analysis channel is reasoning, the
 //                        final and commentary channels text, a header with
 //                        to=functions.NAME a call whose body is ARGS
-//   k3-xtml              the think element is reasoning, the response element text, the
-//                        rest (the message's own tags) hidden; its tool-call syntax is
-//                        not in the repository's fixtures, so it has none here
-//   demo                 with calls_constrained, the generic format (one JSON object,
+//   k3-xtml              the think element is reasoning, the response element text, a call
+//                        element <|open|>call tool="NAME" index="N"<|sep|>..<|close|>call<|sep|>
+//                        a call whose argument elements (key, type: a string's value raw,
+//                        others JSON) or json element (the arguments' text) are its
+//                        arguments, the rest (the message's own tags) hidden
+//   demo                 with a tool plan, the generic format (one JSON object,
 //                        engine/tokenizer/chat_generic.h) read by GenericReply
 //                        (serve/generic_reply.h): the response's text, the calls;
 //                        otherwise as below
@@ -50,9 +53,10 @@
 // kToolCallEnd together; a malformed one (bad JSON, no name, or still open
 // when the reply ends) is shown as text, markup and all, as vLLM's and
 // llama.cpp's servers return it. Calls held to their tools by a constraint
-// (ReplyOptions::calls_constrained: qwen3's, kimi-k2's, deepseek's and
-// harmony's, written as ToolCallPlan::Head and Tail spell them) are valid by construction and
-// streamed instead: kToolCallStart once the name is read, the arguments in
+// (ReplyOptions::tool_plan: qwen3's, kimi-k2's, deepseek's and harmony's,
+// written as ToolCallPlan::Head and Tail spell them) are valid by
+// construction and streamed instead (glm-4.5's and K3's key/value calls are
+// read whole at their end, as above): kToolCallStart once the name is read, the arguments in
 // pieces as they arrive (their white space at either end dropped), and
 // kToolCallEnd at the end marker, or when the reply ends inside the call
 // (max_tokens: the arguments stop where the reply did). Stop strings are looked for in the text and
@@ -70,6 +74,7 @@
 #include "engine/model/stop.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/openai.h"
+#include "serve/tool_constraint.h"
 
 namespace waste::serve {
 
@@ -99,9 +104,10 @@ struct ReplyOptions {
   // K3's think element). None: as the format's own generation prompt
   // (chat.open) leaves it, ThinkingOpen.
   std::optional<bool> thinking_open{};
-  // A ToolCallConstraint holds the calls (serve/tool_constraint.h): their
-  // arguments are streamed as they arrive (above).
-  bool calls_constrained = false;
+  // The plan whose ToolCallConstraint holds the calls (serve/tool_constraint.h):
+  // their arguments are streamed as they arrive (above); glm-4.5's raw values
+  // are known by it. None: no constraint.
+  std::shared_ptr<const ToolCallPlan> tool_plan;
 };
 
 // Whether `open` (a generation prompt of `chat`'s family) ends inside a think
@@ -153,7 +159,7 @@ class ReplyParser {
   void Append(ReplyEvent::Kind kind, std::string text);
   void EndSegment();
   void EndCall(std::string_view end);
-  // calls_constrained: the call's start once its name is read, its arguments so far.
+  // Streamed calls: the call's start once its name is read, its arguments so far.
   void StreamCall();
   void Finish();
   // The generic format's reader's events (`end`: the reply ended).
@@ -172,10 +178,11 @@ class ReplyParser {
   std::string scan_;       // bytes not yet past the markers' reach
   std::string header_;     // the header being read
   std::string call_;       // the call being read, its opening marker first
-  std::string call_name_;  // harmony: the recipient's name from the header
+  std::string call_name_;  // harmony, K3: the call's name from its header
   size_t call_begin_ = 0;  // call_'s bytes before its body
   int calls_ = 0;
   bool calls_constrained_ = false;
+  std::shared_ptr<const ToolCallPlan> tool_plan_;
   size_t args_at_ = 0;  // streamed call: where in call_ the arguments not yet sent begin; 0: unread
   bool args_sent_ = false;                 // streamed call: some of its arguments were sent
   std::unique_ptr<GenericReply> generic_;  // the generic format's reader, when it is in force

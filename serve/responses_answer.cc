@@ -11,8 +11,7 @@ class ResponsesAnswer final : public Answer {
  public:
   ResponsesAnswer(OpenAiAnswerParts p, const ChatFormat& chat, nlohmann::json echo)
       : p_(std::move(p)),
-        reply_(*p_.tok, chat,
-               ReplyOptions{p_.end_of_turn, {}, p_.thinking_open, p_.calls_constrained}),
+        reply_(*p_.tok, chat, ReplyOptions{p_.end_of_turn, {}, p_.thinking_open, p_.tool_plan}),
         writer_(p_.head.id, p_.head.model, p_.head.created, std::move(echo)) {}
 
   bool streaming() const override { return p_.sampling.stream; }

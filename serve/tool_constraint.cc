@@ -7,6 +7,7 @@
 
 #include "engine/format/chat.h"
 #include "engine/tokenizer/chat_generic.h"
+#include "engine/tokenizer/chat_tools.h"
 
 namespace waste::serve {
 namespace {
@@ -25,6 +26,15 @@ constexpr std::string_view kHarmonyAnalysis = "<|channel|>analysis<|message|>";
 // writes it), or before it (as the template renders a past call).
 constexpr std::string_view kHarmonyToAfterChannel = "<|channel|>commentary to=";
 constexpr std::string_view kHarmonyToFirst = "<|start|>assistant to=";
+// Arguments as key/value pairs (serve/tool_arguments.h).
+bool IsKeyValue(std::string_view family) {
+  return family == kFamilyGlm45 || family == kFamilyXtml;
+}
+// K3: what opens the calls after the response element.
+std::string XtmlToolsOpen() {
+  return std::string(kXtmlOpen) + "tools" + kXtmlSep;
+}
+constexpr std::string_view kXtmlCallOpen = "<|open|>call ";
 
 }  // namespace
 
@@ -32,13 +42,11 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
     std::string_view family, std::span<const ChatTool> tools, ToolChoiceMode mode,
     std::string_view function, bool parallel, bool thinking_open, std::string_view schema_field) {
   if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family) &&
-      !IsHarmony(family) && family != kFamilyDemo)
-    return Status::Error(
-        "tools: tool calling is not supported yet for the '" + std::string(family) +
-        "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 and -v3.1, "
-        "harmony and the generic format of the demo model" +
-        (family == kFamilyGlm45 ? "; glm-4.5's arguments are key/value markup, not JSON" : "") +
-        ")");
+      !IsHarmony(family) && family != kFamilyDemo && !IsKeyValue(family))
+    return Status::Error("tools: tool calling is not supported for the '" + std::string(family) +
+                         "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 "
+                         "and -v3.1, glm-4.5, k3-xtml, harmony and the generic format of the "
+                         "demo model)");
   auto plan = std::make_shared<ToolCallPlan>();
   plan->family = family;
   plan->mode = mode;
@@ -54,6 +62,11 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
       return Status::Error(where + ": the arguments' schema must be of type object");
     auto g = grammar::CompileJsonSchema(schema);
     if (!g.ok()) return Status::Error(where + ": " + g.status().message());
+    if (IsKeyValue(family)) {
+      auto pairs = KeyValueArguments::Make(family, **g);
+      if (!pairs.ok()) return Status::Error(where + ": " + pairs.status().message());
+      plan->pairs.push_back(*pairs);
+    }
     plan->names.push_back(tools[i].name);
     plan->schemas.push_back(*g);
     if (mode == ToolChoiceMode::kFunction && tools[i].name == function)
@@ -84,6 +97,11 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
   if (IsQwen(family))
     return std::string(kQwenCallOpen) + "\n{\"name\": " + nlohmann::json(names[tool]).dump() +
            ", \"arguments\": ";
+  if (family == kFamilyGlm45) return std::string(kGlmCallOpen) + names[tool] + "\n";
+  if (family == kFamilyXtml)
+    return (index == 0 ? std::string(kXtmlClose) + "response" + kXtmlSep + XtmlToolsOpen() : "") +
+           std::string(kXtmlCallOpen) + "tool=\"" + chat_tools::XtmlEscape(names[tool]) +
+           "\" index=\"" + std::to_string(index + 1) + "\"" + kXtmlSep;
   if (IsDeepseek(family)) {
     const std::string calls = index == 0 ? std::string(kDsCallsBegin) : std::string();
     if (family == kFamilyDeepseekV31)
@@ -104,21 +122,41 @@ std::vector<std::string> ToolCallPlan::FirstHeadForms(size_t tool) const {
 std::string ToolCallPlan::Tail() const {
   if (IsHarmony(family)) return std::string(kHarmonyCall);
   if (generic()) return std::string(chat_generic::kCallClose);
+  if (IsKeyValue(family)) return "";
   if (IsQwen(family)) return "}\n" + std::string(kQwenCallClose);
   if (family == kFamilyDeepseekV3) return "\n```" + std::string(kDsCallEnd);
   if (family == kFamilyDeepseekV31) return std::string(kDsCallEnd);
   return std::string(kKimiCallEnd);
 }
+std::vector<std::string> ToolCallPlan::Gaps(bool after_think) const {
+  // Harmony's call after its analysis message is a new message.
+  if (after_think && IsHarmony(family)) return {std::string(kHarmonyReplyStart)};
+  // The templates put a blank line between a think block and what follows.
+  if (after_think || family == kFamilyGlm45)
+    return family == kFamilyXtml
+               ? std::vector<std::string>{std::string(kXtmlOpen) + "response" + kXtmlSep}
+               : std::vector<std::string>{"", "\n", "\n\n"};
+  return {""};
+}
 std::string ToolCallPlan::Between() const {
-  return IsQwen(family) ? "\n" : generic() ? std::string(chat_generic::kCallsBetween) : "";
+  return IsQwen(family) || family == kFamilyGlm45 ? "\n"
+         : generic()                              ? std::string(chat_generic::kCallsBetween)
+                                                  : "";
 }
 std::string ToolCallPlan::End() const {
   if (generic()) return std::string(chat_generic::kCallsClose);
-  if (IsQwen(family) || IsHarmony(family)) return "";
+  if (IsQwen(family) || IsHarmony(family) || family == kFamilyGlm45) return "";
+  if (family == kFamilyXtml)
+    return std::string(kXtmlClose) + "tools" + kXtmlSep + kXtmlClose + "message" + kXtmlSep;
   return std::string(IsDeepseek(family) ? kDsCallsEnd : kKimiSectionEnd);
 }
 std::vector<std::string_view> ToolCallPlan::Opens() const {
   if (IsQwen(family)) return {kQwenCallOpen};
+  if (family == kFamilyGlm45) return {kGlmCallOpen};
+  if (family == kFamilyXtml) {
+    static const std::string tools = XtmlToolsOpen();
+    return {tools, kXtmlCallOpen};
+  }
   if (IsDeepseek(family)) return {kDsCallsBegin, kDsCallBegin};
   if (IsHarmony(family)) return {kHarmonyToAfterChannel, kHarmonyToFirst};
   if (generic()) return {};  // never free text
@@ -127,15 +165,21 @@ std::vector<std::string_view> ToolCallPlan::Opens() const {
 std::vector<std::string_view> ToolCallPlan::ThinkMarkers() const {
   if (IsHarmony(family)) return {kHarmonyAnalysis, "<|end|>"};
   if (generic()) return {};
-  return {"<think>", "</think>"};
-}
-std::vector<std::string> ToolCallPlan::AfterThink() const {
-  // The templates put a blank line between a think block and what follows.
-  if (IsHarmony(family)) return {std::string(kHarmonyReplyStart)};
-  return {"", "\n", "\n\n"};
+  if (family == kFamilyXtml) {
+    static const std::string open = std::string(kXtmlOpen) + "think" + kXtmlSep,
+                             close = std::string(kXtmlClose) + "think" + kXtmlSep;
+    return {open, close};
+  }
+  return {"<think>", "</think>"};  // every other constrained family writes think blocks
 }
 bool ToolCallPlan::generic() const {
   return family == kFamilyDemo;
+}
+bool ToolCallPlan::RawValue(std::string_view name, std::string_view key) const {
+  if (family != kFamilyGlm45) return false;
+  for (size_t k = 0; k < names.size(); ++k)
+    if (names[k] == name) return pairs[k]->Raw(key);
+  return false;
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallPlan> plan,
@@ -176,8 +220,7 @@ void ToolCallConstraint::Start(bool after_think) {
     return;
   }
   std::vector<Alt> alts;
-  const std::vector<std::string> gaps =
-      after_think ? plan_->AfterThink() : std::vector<std::string>{""};
+  const std::vector<std::string> gaps = plan_->Gaps(after_think);
   for (const std::string& gap : gaps)
     for (size_t k = 0; k < plan_->names.size(); ++k)
       if (plan_->mode != ToolChoiceMode::kFunction || static_cast<int>(k) == plan_->function)
@@ -211,8 +254,18 @@ void ToolCallConstraint::Settle() {
       case Alt::Then::kArgs:
         phase_ = Phase::kArgs;
         args_response_ = taken.tool == plan_->names.size();
-        args_ = std::make_unique<grammar::JsonTokenConstraint>(
-            args_response_ ? plan_->response : plan_->schemas[taken.tool], vocab_);
+        if (args_response_ || plan_->pairs.empty()) {
+          args_ = std::make_unique<grammar::JsonTokenConstraint>(
+              args_response_ ? plan_->response : plan_->schemas[taken.tool], vocab_);
+          return;
+        }
+        if (!value_tokens_) {  // made once a call needs it (a scan of the vocabulary)
+          std::vector<std::string> markers = plan_->pairs[0]->forbidden;
+          markers.push_back(plan_->pairs[0]->value_close);
+          value_tokens_ = MakeValueTokens(tok_, *vocab_, markers);
+        }
+        args_ = std::make_unique<KeyValueConstraint>(plan_->pairs[taken.tool], tok_, vocab_,
+                                                     value_tokens_);
         return;
       case Alt::Then::kThink:
         phase_ = Phase::kThink;

@@ -20,6 +20,12 @@
 //   deepseek-v3.1  <｜tool▁calls▁begin｜>, each call <｜tool▁call▁begin｜>NAME
 //              <｜tool▁sep｜>ARGS<｜tool▁call▁end｜>, then <｜tool▁calls▁end｜>
 //   deepseek-v3    as V3.1 but each call function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+//   glm-4.5    <tool_call>NAME\n, key/value pairs and </tool_call> (serve/tool_arguments.h),
+//              calls apart by "\n"
+//   k3-xtml    the response element closed, <|open|>tools<|sep|>, each call
+//              <|open|>call tool="NAME" index="IDX+1"<|sep|>, key/value pairs and
+//              <|close|>call<|sep|> (serve/tool_arguments.h), then the tools and the
+//              message closed end the reply
 //   harmony    <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS
 //              <|call|> (OpenAI's harmony docs; the generation prompt wrote
 //              <|start|>assistant), after an analysis message
@@ -34,10 +40,11 @@
 //              or (auto) {"response": TEXT}; tool_choice none: no plan (null),
 //              the tools are not rendered and the reply is text
 // In free text a call opens at the calls' begin marker, or at a call's
-// (DeepSeek's parser reads a call without its section).
-// Others are refused by name (ToolCallPlan::Make): glm-4.5's arguments are
-// <arg_key>/<arg_value> pairs, not a JSON text the schema engine holds;
-// K3's are not constrained yet.
+// (DeepSeek's and K3's parsers read a call without its section). A forced
+// first call may follow blank lines after a think block (glm's at the
+// reply's start too: it opens after an empty think element); K3's after a
+// think element opens an empty response element first.
+// Other families are refused by name (ToolCallPlan::Make).
 //
 // Thinking: a think block (harmony: an analysis message) is free text (no
 // call opens inside one, as ReplyParser reads it); the constraint engages
@@ -59,6 +66,7 @@
 #include "engine/grammar/token_mask.h"
 #include "engine/tokenizer/chat.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "serve/tool_arguments.h"
 
 namespace waste::serve {
 
@@ -108,6 +116,7 @@ struct ToolCallPlan {
   std::string family;
   std::vector<std::string> names;                                    // the tools' names
   std::vector<std::shared_ptr<const grammar::JsonGrammar>> schemas;  // by tool
+  std::vector<std::shared_ptr<const KeyValueArguments>> pairs;       // by tool: glm-4.5, k3-xtml
   ToolChoiceMode mode = ToolChoiceMode::kAuto;
   int function = -1;           // kFunction: the tool's index
   bool parallel = true;        // more than one call
@@ -128,17 +137,20 @@ struct ToolCallPlan {
   std::string Head(size_t tool, int index) const;
   // Every form a first call of `tool` may take in free text, Head(tool, 0) first.
   std::vector<std::string> FirstHeadForms(size_t tool) const;
-  // The markup after the arguments.
+  // The markup after the arguments (key/value families: none, their
+  // arguments' constraint writes the call's close).
   std::string Tail() const;
+  // What may come before a forced first call, at the reply's start or after its think block.
+  std::vector<std::string> Gaps(bool after_think) const;
   // Before a second call's head; what ends the calls (before end of turn).
   std::string Between() const;
   std::string End() const;
   // What opens a call in free text (each is in one of FirstHeadForms(k)).
   std::vector<std::string_view> Opens() const;
   std::vector<std::string_view> ThinkMarkers() const;  // open, close; none: {}
-  // What a forced call may follow a closed think block with.
-  std::vector<std::string> AfterThink() const;
   bool generic() const;  // the generic format (the whole reply a JSON object)
+  // glm-4.5: whether tool `name`'s argument `key` is written raw (a string).
+  bool RawValue(std::string_view name, std::string_view key) const;
 };
 
 class ToolCallConstraint : public grammar::TokenConstraint {
@@ -179,9 +191,10 @@ class ToolCallConstraint : public grammar::TokenConstraint {
   std::string tail_;  // free text, think block: the last bytes (markers' reach)
   std::vector<Alt> alts_;
   std::string got_;  // the markup written so far
-  std::unique_ptr<grammar::JsonTokenConstraint> args_;
+  std::unique_ptr<grammar::TokenConstraint> args_;
   bool args_response_ = false;       // args_ holds the generic text reply, not a call
   std::vector<int32_t> think_ends_;  // forced: tokens that would end the reply while thinking
+  std::shared_ptr<const ValueTokens> value_tokens_;  // key/value families: MakeValueTokens
   int calls_ = 0;
 };
 

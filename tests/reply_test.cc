@@ -515,11 +515,44 @@ const ChatTool kWeather{"get_weather", "",
 const ChatTool kTime{"get_time", "", nlohmann::ordered_json::parse(R"({"properties": {
   "tz": {"type": "string", "maxLength": 4}}, "required": ["tz"], "additionalProperties": false})")};
 
+// Optional keys, a value of two types, an array, a free string (for the
+// key/value families: raw or JSON, and K3's type attribute).
+const ChatTool kMixed{"tag_item", "", nlohmann::ordered_json::parse(R"({"type": "object",
+  "properties": {
+    "id": {"anyOf": [{"type": "string", "maxLength": 3},
+                     {"type": "integer", "minimum": 0, "maximum": 9}]},
+    "flag": {"type": "boolean"},
+    "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+    "note": {"type": "string", "maxLength": 12}},
+  "required": ["id"]})")};
+
+int64_t CodePoints(const std::string& s) {
+  return std::count_if(s.begin(), s.end(), [](char b) { return (b & 0xC0) != 0x80; });
+}
+
 // The arguments as each tool's schema above wants them (checked by hand,
 // not by the engine that made them).
 void ExpectValid(const std::string& name, const json& a) {
   ASSERT_TRUE(a.is_object());
-  if (name == "get_weather") {
+  if (name == "tag_item") {
+    for (const auto& [key, v] : a.items()) {
+      if (key == "id") {
+        EXPECT_TRUE((v.is_string() && CodePoints(v) <= 3) ||
+                    (v.is_number_integer() && v.get<int>() >= 0 && v.get<int>() <= 9))
+            << a;
+      } else if (key == "flag") {
+        EXPECT_TRUE(v.is_boolean()) << a;
+      } else if (key == "tags") {
+        ASSERT_TRUE(v.is_array()) << a;
+        EXPECT_LE(v.size(), 2u) << a;
+        for (const json& t : v) EXPECT_TRUE(t == "a" || t == "b") << a;
+      } else {
+        EXPECT_EQ(key, "note") << a;  // only declared keys are written
+        EXPECT_TRUE(v.is_string() && CodePoints(v) <= 12) << a;
+      }
+    }
+    EXPECT_TRUE(a.contains("id")) << a;
+  } else if (name == "get_weather") {
     EXPECT_EQ(a.size(), 2u) << a;
     ASSERT_TRUE(a.contains("city") && a["city"].is_string()) << a;
     EXPECT_TRUE(a["city"] == "Paris" || a["city"] == "Lyon") << a;
@@ -530,9 +563,7 @@ void ExpectValid(const std::string& name, const json& a) {
     EXPECT_EQ(name, "get_time");
     EXPECT_EQ(a.size(), 1u) << a;
     ASSERT_TRUE(a.contains("tz") && a["tz"].is_string()) << a;
-    const std::string tz = a["tz"];
-    EXPECT_LE(std::count_if(tz.begin(), tz.end(), [](char b) { return (b & 0xC0) != 0x80; }), 4)
-        << tz;  // code points
+    EXPECT_LE(CodePoints(a["tz"]), 4) << a;
   }
 }
 
@@ -557,7 +588,8 @@ Generated Generate(const Case& c, std::shared_ptr<const ToolCallPlan> plan, uint
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(0, 1);
   std::vector<float> logits(static_cast<size_t>(vocab->vocab()));
-  const std::string close = plan->Tail();
+  // The call's close (the key/value families' is their arguments').
+  const std::string close = plan->pairs.empty() ? plan->Tail() : plan->pairs[0]->call_close;
   for (int step = 0; step < steps && !k.finished(); ++step) {
     if (k.complete() && c.tok->Decode(g.ids).find(close) != std::string::npos) break;
     for (float& l : logits) l = u(rng);
@@ -574,22 +606,26 @@ Generated Generate(const Case& c, std::shared_ptr<const ToolCallPlan> plan, uint
   return g;
 }
 
+const ChatTool kTwoTools[] = {kWeather, kTime};
+const ChatTool kThreeTools[] = {kWeather, kTime, kMixed};
+
 std::shared_ptr<const ToolCallPlan> Plan(std::string_view family, ToolChoiceMode mode,
                                          std::string_view function = "", bool parallel = true,
-                                         bool thinking_open = false) {
-  const ChatTool tools[] = {kWeather, kTime};
+                                         bool thinking_open = false,
+                                         std::span<const ChatTool> tools = kTwoTools) {
   auto p = ToolCallPlan::Make(family, tools, mode, function, parallel, thinking_open, "parameters");
   EXPECT_TRUE(p.ok()) << p.status().message();
   return *p;
 }
 
-// The same reply read with calls_constrained: the same calls, their
+// The same reply read with its tool plan: the same calls, their
 // arguments streamed in pieces (as many as came apart) that join to the
 // same JSON.
-void ExpectStreamedEqualsWhole(const Case& c, const std::vector<int32_t>& ids) {
+void ExpectStreamedEqualsWhole(const Case& c, const std::vector<int32_t>& ids,
+                               std::shared_ptr<const ToolCallPlan> plan) {
   const Shown whole = Gather(Feed(c, ids));
   Case streamed = c;
-  streamed.options.calls_constrained = true;
+  streamed.options.tool_plan = plan;
   const Run run = Feed(streamed, ids);
   const Shown s = Gather(run);
   EXPECT_EQ(s.text, whole.text);
@@ -604,8 +640,9 @@ void ExpectStreamedEqualsWhole(const Case& c, const std::vector<int32_t>& ids) {
 TEST(ToolCallConstraint, Qwen3RequiredWritesValidCalls) {
   const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
   for (uint32_t seed = 1; seed <= 4; ++seed) {
-    const Generated g = Generate(c, Plan(kFamilyQwen3, ToolChoiceMode::kRequired), seed);
-    ExpectStreamedEqualsWhole(c, g.ids);
+    const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired);
+    const Generated g = Generate(c, plan, seed);
+    ExpectStreamedEqualsWhole(c, g.ids, plan);
     const Shown s = Gather(Feed(c, g.ids));
     ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
     EXPECT_EQ(s.text, "");
@@ -660,7 +697,7 @@ TEST(ToolCallConstraint, ThinkingOpenThinksFirst) {
   const Case c = Make("qwen3", ChatFormat::Qwen3(true), true);
   const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired, "", true, /*thinking_open=*/true);
   const Generated g = Generate(c, plan, 3, c.tok->EncodeMarkup("Weather, then.\n</think>\n\n"));
-  ExpectStreamedEqualsWhole(c, g.ids);
+  ExpectStreamedEqualsWhole(c, g.ids, plan);
   const Shown s = Gather(Feed(c, g.ids));
   EXPECT_EQ(s.reasoning, "Weather, then.");
   ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
@@ -670,10 +707,10 @@ TEST(ToolCallConstraint, ThinkingOpenThinksFirst) {
 TEST(ToolCallConstraint, KimiRequiredCallsCloseTheSection) {
   const Case c = Make("kimi", ChatFormat::Kimi());
   for (uint32_t seed = 1; seed <= 3; ++seed) {
-    const Generated g =
-        Generate(c, Plan(kFamilyKimiK2, ToolChoiceMode::kRequired), seed, {}, {}, 2000);
+    const auto plan = Plan(kFamilyKimiK2, ToolChoiceMode::kRequired);
+    const Generated g = Generate(c, plan, seed, {}, {}, 2000);
     const std::string text = c.tok->Decode(g.ids);
-    ExpectStreamedEqualsWhole(c, g.ids);
+    ExpectStreamedEqualsWhole(c, g.ids, plan);
     EXPECT_TRUE(g.finished) << text;
     EXPECT_TRUE(text.ends_with("<|tool_calls_section_end|>")) << text;
     const Shown s = Gather(Feed(c, g.ids));
@@ -689,10 +726,11 @@ TEST(ToolCallConstraint, DeepseekCallsWithAndWithoutTheirSection) {
   for (const Case* c : {&v31, &v3}) {
     const std::string family = c->chat.family;
     // Forced: the section, the calls, its end (which ends the reply).
-    const Generated g = Generate(*c, Plan(family, ToolChoiceMode::kRequired), 5, {}, {}, 2000);
+    const auto plan = Plan(family, ToolChoiceMode::kRequired);
+    const Generated g = Generate(*c, plan, 5, {}, {}, 2000);
     const std::string text = c->tok->Decode(g.ids);
     EXPECT_TRUE(g.finished) << family << ": " << text;
-    ExpectStreamedEqualsWhole(*c, g.ids);
+    ExpectStreamedEqualsWhole(*c, g.ids, plan);
     const Shown s = Gather(Feed(*c, g.ids));
     ASSERT_GE(s.calls.size(), 1u) << family << ": " << text;
     for (const auto& [name, args] : s.calls) ExpectValid(name, args);
@@ -717,12 +755,199 @@ TEST(ToolCallConstraint, DeepseekCallsWithAndWithoutTheirSection) {
   }
 }
 
+// Random walks of a key/value family: each step masks the whole
+// vocabulary, so fewer under a sanitizer.
+#ifdef WASTE_SANITIZE
+constexpr uint32_t kWalks = 1;
+#else
+constexpr uint32_t kWalks = 3;
+#endif
+
+// The key/value families (serve/tool_arguments.h): every call a walk of
+// random choices writes reads back (with the plan, as the server reads it)
+// as a call of one of the tools whose arguments validate, none shown as text.
+Shown Read(Case c, const std::vector<int32_t>& ids, std::shared_ptr<const ToolCallPlan> plan) {
+  c.options.tool_plan = std::move(plan);
+  return Gather(Feed(c, ids));
+}
+
+TEST(ToolCallConstraint, Glm45RequiredWritesValidPairs) {
+  const Case c = Make("glm45", ChatFormat::Glm45(), false);
+  const auto plan = Plan(kFamilyGlm45, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
+  for (uint32_t seed = 1; seed <= 2 * kWalks; ++seed) {
+    const Generated g = Generate(c, plan, seed);
+    const std::string text = c.tok->Decode(g.ids);
+    const Shown s = Read(c, g.ids, plan);
+    ASSERT_GE(s.calls.size(), 1u) << text;
+    EXPECT_EQ(s.text, "") << text;
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  }
+}
+
+TEST(ToolCallConstraint, Glm45NamedFunctionAfterText) {
+  const Case c = Make("glm45", ChatFormat::Glm45(), false);
+  // Named, one call: it ends the reply.
+  const auto named =
+      Plan(kFamilyGlm45, ToolChoiceMode::kFunction, "tag_item", false, false, kThreeTools);
+  for (uint32_t seed = 1; seed <= kWalks; ++seed) {
+    const Generated g = Generate(c, named, seed);
+    EXPECT_TRUE(g.finished);
+    const Shown s = Read(c, g.ids, named);
+    ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+    EXPECT_EQ(s.calls[0].first, "tag_item");
+    ExpectValid(s.calls[0].first, s.calls[0].second);
+  }
+  // auto: a call the model opens after its text is held to the tools.
+  const auto any = Plan(kFamilyGlm45, ToolChoiceMode::kAuto, "", true, false, kThreeTools);
+  const Generated g = Generate(c, any, 4, c.tok->EncodeMarkup("Let me look.\n"),
+                               {{*c.tok->SpecialId("<tool_call>"), 100.0f}});
+  const Shown s = Read(c, g.ids, any);
+  EXPECT_EQ(s.text, "Let me look.");
+  ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+  for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+}
+
+TEST(ToolCallConstraint, Glm45RawValuesAreStringsAndCannotCloseTheCall) {
+  const Case c = Make("glm45", ChatFormat::Glm45(), false);
+  const auto plan = Plan(kFamilyGlm45, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
+  // A string property's value is raw, even when it reads as JSON; the
+  // other properties' are JSON.
+  const std::string call =
+      "\n<tool_call>tag_item\n<arg_key>note</arg_key>\n<arg_value>42</arg_value>\n"
+      "<arg_key>id</arg_key>\n<arg_value>7</arg_value>\n</tool_call>";
+  const std::vector<int32_t> ids = c.tok->EncodeMarkup(call);
+  EXPECT_EQ(Read(c, ids, plan).calls, (Calls{{"tag_item", {{"note", "42"}, {"id", 7}}}}));
+  EXPECT_EQ(Read(c, ids, nullptr).calls, (Calls{{"tag_item", {{"note", 42}, {"id", 7}}}}));
+  // Inside the raw value, the call's close may not be written as text.
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint k(plan, *c.tok, vocab);
+  for (int32_t id :
+       c.tok->EncodeMarkup("<tool_call>tag_item\n<arg_key>id</arg_key>\n<arg_value>1</arg_value>\n"
+                           "<arg_key>note</arg_key>\n<arg_value>a"))
+    ASSERT_TRUE(k.Accept(id)) << c.tok->TokenBytes(id);
+  for (int32_t id : c.tok->Encode("</tool_call")) ASSERT_TRUE(k.Accept(id));
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()), 0.0f);
+  EXPECT_GT(k.Mask(logits), 0u);
+  for (size_t id = 0; id < logits.size(); ++id)
+    if (c.tok->TokenBytes(static_cast<int32_t>(id)).starts_with(">")) {
+      EXPECT_EQ(logits[id], -INFINITY) << id;
+    }
+  EXPECT_EQ(logits[static_cast<size_t>(*c.tok->SpecialId("</tool_call>"))], -INFINITY);
+  EXPECT_GT(logits[static_cast<size_t>(*c.tok->SpecialId("</arg_value>"))], -INFINITY);
+}
+
+TEST(ToolCallConstraint, K3RequiredCallsCloseTheMessage) {
+  const Case c = Make("k3", ChatFormat::Xtml(false), false);
+  const auto plan = Plan(kFamilyXtml, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
+  for (uint32_t seed = 1; seed <= kWalks; ++seed) {
+    const Generated g = Generate(c, plan, seed, {}, {}, 2000);
+    const std::string text = c.tok->Decode(g.ids);
+    EXPECT_TRUE(g.finished) << text;
+    EXPECT_TRUE(text.starts_with("<|close|>response<|sep|><|open|>tools<|sep|>")) << text;
+    EXPECT_TRUE(text.ends_with("<|close|>tools<|sep|><|close|>message<|sep|>")) << text;
+    const Shown s = Read(c, g.ids, plan);
+    ASSERT_GE(s.calls.size(), 1u) << text;
+    EXPECT_EQ(s.text, "") << text;
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  }
+}
+
+TEST(ToolCallConstraint, K3ThinksThenCalls) {
+  const Case c = Make("k3", ChatFormat::Xtml(true), true);
+  // Thinking on, named and one: the think element, an empty response, the call.
+  const auto named = Plan(kFamilyXtml, ToolChoiceMode::kFunction, "tag_item", false,
+                          /*thinking_open=*/true, kThreeTools);
+  for (uint32_t seed = 1; seed <= kWalks; ++seed) {
+    const Generated g =
+        Generate(c, named, seed, c.tok->EncodeMarkup("Tag it.<|close|>think<|sep|>"));
+    EXPECT_TRUE(g.finished);
+    const Shown s = Read(c, g.ids, named);
+    EXPECT_EQ(s.reasoning, "Tag it.");
+    EXPECT_EQ(s.text, "");
+    ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+    EXPECT_EQ(s.calls[0].first, "tag_item");
+    ExpectValid(s.calls[0].first, s.calls[0].second);
+  }
+  // auto: once the model opens the tools element after its text, calls of the tools.
+  const auto any = Plan(kFamilyXtml, ToolChoiceMode::kAuto, "", true, true, kThreeTools);
+  const Generated g =
+      Generate(c, any, 5,
+               c.tok->EncodeMarkup("Hm.<|close|>think<|sep|><|open|>response<|sep|>Looking."
+                                   "<|close|>response<|sep|><|open|>tools<|sep|>"),
+               {}, 2000);
+  const Shown s = Read(c, g.ids, any);
+  EXPECT_EQ(s.text, "Looking.");
+  ASSERT_GE(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+  for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  // none: the tools element may not be opened.
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  ToolCallConstraint none(Plan(kFamilyXtml, ToolChoiceMode::kNone, "", true, false), *c.tok, vocab);
+  for (int32_t id : c.tok->EncodeMarkup("Hi.<|close|>response<|sep|><|open|>tools"))
+    ASSERT_TRUE(none.Accept(id));
+  EXPECT_FALSE(none.Accept(*c.tok->SpecialId(kXtmlSep)));
+}
+
+// K3's calls as encoding_k3.py renders them (tests/fixtures/chat/xtml.json),
+// read back as a reply: the arguments the conversation gave, every type.
+TEST(Reply, K3CallsAsTheReleaseRendersThem) {
+  const json cases = json::parse(ReadText(kFixtures + "/chat/xtml.json"))["cases"];
+  const Case c = Make("k3", ChatFormat::Xtml(false));
+  int read = 0;
+  for (const json& k : cases) {
+    const std::string name = k["name"];
+    const bool broken = name == "tool_call_broken_json";
+    if (name != "tool_call_all_types" && name != "tool_calls_parallel" &&
+        name != "tool_call_empty_args" && !broken)
+      continue;
+    std::string prompt;
+    for (const json& seg : k["segments"]) prompt += seg[0].get<std::string>();
+    const size_t from = prompt.find("<|close|>response<|sep|><|open|>tools<|sep|>");
+    const size_t to = prompt.find("<|end_of_msg|>", from);
+    ASSERT_NE(to, std::string::npos) << name;
+    const Shown s = Parse(c, "Calling." + prompt.substr(from, to + 14 - from));
+    ++read;
+    if (broken) {  // arguments that are not JSON: the call is shown as text
+      EXPECT_TRUE(s.calls.empty()) << name;
+      EXPECT_EQ(s.text,
+                "Calling.<|open|>call tool=\"f\" index=\"1\"<|sep|><|open|>json "
+                "type=\"object\"<|sep|>{\"city\": Paris<|close|>json<|sep|><|close|>call"
+                "<|sep|>");
+      continue;
+    }
+    EXPECT_EQ(s.text, "Calling.") << name;
+    const json& calls = k["messages"][1]["tool_calls"];
+    ASSERT_EQ(s.calls.size(), calls.size()) << name;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(s.calls[i].first, calls[i]["function"]["name"]) << name;
+      const std::string args = calls[i]["function"]["arguments"];
+      EXPECT_EQ(s.calls[i].second, args.empty() ? json::object() : json::parse(args)) << name;
+    }
+  }
+  EXPECT_EQ(read, 4);
+}
+
 TEST(ToolCallConstraint, PlanRefusesByName) {
-  const ChatTool tools[] = {kWeather};
-  auto glm =
-      ToolCallPlan::Make(kFamilyGlm45, tools, ToolChoiceMode::kAuto, "", true, false, "parameters");
+  // Keys the key/value markup cannot hold.
+  ChatTool odd = kTime;
+  odd.parameters["properties"]["a</arg_key>"] = {{"type", "string"}};
+  const ChatTool odd_key[] = {odd};
+  auto glm = ToolCallPlan::Make(kFamilyGlm45, odd_key, ToolChoiceMode::kAuto, "", true, false,
+                                "parameters");
   ASSERT_FALSE(glm.ok());
-  EXPECT_NE(glm.status().message().find("glm-4.5"), std::string::npos);
+  EXPECT_TRUE(glm.status().message().starts_with("tools[0].parameters: property 'a</arg_key>'"))
+      << glm.status().message();
+  // A schema that is not one object with properties.
+  ChatTool either = kTime;
+  either.parameters =
+      nlohmann::ordered_json::parse(R"({"type": "object", "enum": [{"a": 1}, {"b": 2}]})");
+  const ChatTool eithers[] = {either};
+  auto k3 = ToolCallPlan::Make(kFamilyXtml, eithers, ToolChoiceMode::kAuto, "", true, false,
+                               "parameters");
+  ASSERT_FALSE(k3.ok());
+  EXPECT_TRUE(
+      k3.status().message().starts_with("tools[0].parameters: k3-xtml's arguments are "
+                                        "key/value pairs"))
+      << k3.status().message();
   ChatTool bad = kWeather;
   bad.parameters["properties"]["city"]["pattern"] = "^[A-Z]";
   const ChatTool with_pattern[] = {kTime, bad};
@@ -748,12 +973,12 @@ TEST(ToolCallConstraint, HarmonyRequiredCallAfterItsAnalysis) {
   const std::string openings[] = {"<|channel|>analysis<|message|>Need the weather.<|end|>",
                                   "<|channel|>commentary"};
   for (uint32_t seed = 1; seed <= 2; ++seed) {
-    const Generated g = Generate(c, Plan(kFamilyHarmony, ToolChoiceMode::kRequired), seed,
-                                 c.tok->EncodeMarkup(openings[seed - 1]), {}, 2000);
+    const auto plan = Plan(kFamilyHarmony, ToolChoiceMode::kRequired);
+    const Generated g = Generate(c, plan, seed, c.tok->EncodeMarkup(openings[seed - 1]), {}, 2000);
     const std::string text = c.tok->Decode(g.ids);
     EXPECT_TRUE(g.finished) << text;
     EXPECT_TRUE(text.ends_with("<|call|>")) << text;
-    ExpectStreamedEqualsWhole(c, g.ids);
+    ExpectStreamedEqualsWhole(c, g.ids, plan);
     const Shown s = Gather(Feed(c, g.ids));
     ASSERT_EQ(s.calls.size(), 1u) << text;
     ExpectValid(s.calls[0].first, s.calls[0].second);
@@ -824,7 +1049,7 @@ TEST(ToolCallConstraint, HarmonyAutoHoldsCallsInEitherHeaderForm) {
 // by nlohmann, apart from the reader).
 Case GenericCase() {
   Case c = Make("demo", ChatFormat::Deepseek(false));
-  c.options.calls_constrained = true;
+  c.options.tool_plan = Plan(kFamilyDemo, ToolChoiceMode::kAuto);
   return c;
 }
 
@@ -942,7 +1167,7 @@ TEST(Reply, GenericFormatReadAsItArrives) {
   // Not the format (no constraint held it): text as written.
   const Shown t = ParseGeneric(c, "Plain {\"response\": 1}");
   EXPECT_EQ(t.text, "Plain {\"response\": 1}");
-  // Without calls_constrained the demo format is plain text.
+  // Without a tool plan the demo format is plain text.
   const Shown plain = Parse(Make("demo", ChatFormat::Deepseek(false)), "{\"response\": \"x\"}");
   EXPECT_EQ(plain.text, "{\"response\": \"x\"}");
 }

@@ -539,7 +539,7 @@ class Xtml {
     p_->Markup(kXtmlOpen), p_->Content(tag);
     for (const auto& [key, value] : attrs) {
       p_->Content(" " + std::string(key)), p_->Content("=\"");
-      p_->Content(Escape(value)), p_->Content("\"");
+      p_->Content(XtmlEscape(value)), p_->Content("\"");
     }
     p_->Markup(kXtmlSep);
   }
@@ -553,12 +553,6 @@ class Xtml {
   }
 
  private:
-  // "&" first, then the quote: "<" and ">" are text in XTML.
-  static std::string Escape(std::string_view v) {
-    std::string out;
-    for (const char c : v) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
-    return out;
-  }
   Pieces* p_;
 };
 
@@ -685,6 +679,12 @@ std::string PyStrip(std::string_view s) {
       }
   }
   return std::string(s.substr(begin, end - begin));
+}
+
+std::string XtmlEscape(std::string_view v) {
+  std::string out;
+  for (const char c : v) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  return out;
 }
 
 std::string PyJsonDumps(const ordered_json& v) {

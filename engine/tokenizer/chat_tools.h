@@ -66,6 +66,10 @@ std::string PyJsonDumps(const nlohmann::ordered_json& v);
 // Python's str.strip(): the white space of str.isspace() off both ends.
 std::string PyStrip(std::string_view s);
 
+// An XTML attribute's value as encoding_k3.py writes it: "&" first, then
+// the quote ("<" and ">" are text in XTML).
+std::string XtmlEscape(std::string_view v);
+
 // Whether the conversation needs more than chat.json's markup: tools
 // offered, an assistant's tool calls, a tool result, or an assistant's
 // reasoning where the family's template renders it (Qwen3, GLM-4.5, K3;
