@@ -446,9 +446,9 @@ def main():
             cases.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
                           "text": text, "ids": ids, "content_has_special_text": has_special})
         agent, released = (render, plain, whole), None
-        if name == "deepseek-v3.1":
-            agent, released = hf_family(name, os.path.join(ROOT, "tests", "fixtures", "tokenizer",
-                                                           "deepseek"), ds31_tools_template)[:3], render
+        if name == "deepseek-v3.1":  # the tools need vLLM's template; the released one checks it
+            ds_dir = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "deepseek")
+            agent, released = hf_family(name, ds_dir, ds31_tools_template)[:3], render
         families[name] = {"tokenizer": tok_path, "template": tmpl_path, "bos_token": bos,
                           "cases": cases, "agent_cases": agent_cases(name, *agent, specials, texts,
                                                                      released)}
