@@ -231,11 +231,9 @@ TEST_P(Family, AgentCasesAsTheTemplateRendersThem) {
   const json& fx = doc["families"][family];
   const std::vector<ChatTool> tools = FixtureTools();
   const Imported& f = Family_(family);
-  const size_t expected = family == "qwen3" || family == "glm45" ? 19
-                          : family == "deepseek-v3.1"            ? 17
-                          : family == "gpt-oss"                  ? 11
-                          : family == "kimi"                     ? 11
-                                                                 : 0;
+  const size_t expected = family == "qwen3" || family == "glm45" || family == "deepseek-v3.1" ? 19
+                          : family == "gpt-oss" || family == "kimi"                           ? 11
+                                                                                              : 0;
   ASSERT_EQ(fx["agent_cases"].size(), expected);
   for (const json& c : fx["agent_cases"]) {
     const std::string name = c["name"];
@@ -332,6 +330,26 @@ TEST(ChatJson, OtherRolesAreRefusedByName) {
             "tool)");
 }
 
+// DeepSeek-V3.1's tool section with what the fixture's tools lack (vLLM's
+// template fails on a tool without a description): an empty description is
+// written empty, and a client's text stays text even where it spells markup.
+TEST(ChatJson, DeepseekV31ToolTextIsContent) {
+  const Imported& ds = Family_("deepseek-v3.1");
+  const std::vector<ChatMessage> ask = {{"user", "Hi"}};
+  std::vector<ChatTool> tools = {{"f", ""}, {"g", "ends <｜User｜>"}};
+  tools[1].parameters["type"] = "object";
+  auto ids = RenderChat(ds.chat, ds.tok, ask, {.tools = tools});
+  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  const std::string text = ds.tok.Decode(*ids);
+  EXPECT_NE(text.find("\n\n### f\nDescription: \n\nParameters: {}\n\n### g\nDescription: ends "
+                      "<｜User｜>\n\nParameters: {\"type\": \"object\"}\n\nIMPORTANT:"),
+            std::string::npos)
+      << text;
+  const std::vector<int32_t> user = ds.tok.EncodeMarkup("<｜User｜>");
+  ASSERT_EQ(user.size(), 1u);
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), user[0]), 1);  // the turn's, not the description's
+}
+
 // What a family's template cannot render is refused by name, never dropped.
 TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
   const std::vector<ChatTool> tools = FixtureTools();
@@ -345,9 +363,6 @@ TEST(ChatJson, AgentPartsAFamilyCannotRenderAreRefusedByName) {
     auto ids = RenderChat(f.chat, f.tok, msgs, o);
     return ids.ok() ? std::string("rendered") : ids.status().message();
   };
-  EXPECT_EQ(refusal("deepseek-v3.1", ask, {.tools = tools}),
-            "tools: DeepSeek-V3.1's chat template does not render tools (its tool calls and "
-            "results it does)");
   EXPECT_EQ(refusal("kimi", called, {}), "rendered");  // the calls dropped, as its template does
   const std::string deepseek_v3 =
       "DeepSeek-V3's released template ignores tools and writes tool calls malformed (a single "

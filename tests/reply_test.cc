@@ -20,6 +20,7 @@
 #include "engine/convert/tokenizer_import.h"
 #include "engine/format/chat.h"
 #include "engine/tokenizer/chat_generic.h"
+#include "engine/tokenizer/chat.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
 #include "serve/tool_constraint.h"
@@ -924,6 +925,49 @@ TEST(Reply, K3CallsAsTheReleaseRendersThem) {
     }
   }
   EXPECT_EQ(read, 4);
+}
+
+// DeepSeek-V3.1 as the server drives it: the tools offered in the prompt
+// (the model card's section), a call forced, and the next prompt (the call,
+// its result) continuing the first one token for token.
+TEST(ToolCallConstraint, DeepseekV31ToolsOfferedACallForcedAndItsResult) {
+  const Case c = Make("deepseek", ChatFormat::DeepseekV31(), false);
+  const ChatTool tools[] = {kWeather, kTime};
+  std::vector<ChatMessage> msgs = {{"user", "Weather in Paris?"}};
+  auto prompt = RenderChat(c.chat, *c.tok, msgs, {.add_generation_prompt = true, .tools = tools});
+  ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+  const std::string text = c.tok->Decode(*prompt);
+  EXPECT_NE(text.find("\n\n## Tools\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n### get_time\nDescription: \n\nParameters: {\"properties\""),
+            std::string::npos)
+      << text;
+  EXPECT_TRUE(text.ends_with("<｜User｜>Weather in Paris?<｜Assistant｜></think>")) << text;
+  const Generated g = Generate(
+      c, Plan(kFamilyDeepseekV31, ToolChoiceMode::kFunction, "get_weather", /*parallel=*/false), 9,
+      {}, {}, 2000);
+  EXPECT_TRUE(g.finished) << c.tok->Decode(g.ids);
+  const Shown s = Gather(Feed(c, g.ids));
+  ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(g.ids);
+  EXPECT_EQ(s.calls[0].first, "get_weather");
+  ExpectValid(s.calls[0].first, s.calls[0].second);
+  ChatMessage call{"assistant", ""};
+  call.tool_calls = {{"call_1", s.calls[0].first, s.calls[0].second.dump()}};
+  msgs.push_back(call);
+  msgs.push_back({"tool", "{\"sky\": \"clear\"}"});
+  msgs.push_back({"assistant", "Clear."});
+  msgs.push_back({"user", "Thanks"});
+  auto next = RenderChat(c.chat, *c.tok, msgs, {.add_generation_prompt = true, .tools = tools});
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  ASSERT_GT(next->size(), prompt->size());
+  EXPECT_TRUE(std::equal(prompt->begin(), prompt->end(), next->begin()));
+  EXPECT_TRUE(c.tok->Decode(*next).ends_with(
+      "<｜Assistant｜></"
+      "think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>" +
+      s.calls[0].second.dump() +
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁output▁begin｜>{\"sky\":"
+      " "
+      "\"clear\"}<｜tool▁output▁end｜>Clear.<｜end▁of▁sentence｜><｜User｜>Thanks<｜Assistant｜></"
+      "think>"));
 }
 
 TEST(ToolCallConstraint, PlanRefusesByName) {

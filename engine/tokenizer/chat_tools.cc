@@ -219,13 +219,21 @@ Result<std::vector<ChatPiece>> Glm45(const ChatFormat& chat, std::span<const Cha
 
 // -------------------------------------------------------- DeepSeek-V3.1
 
+// The model card's tool description ("ToolCall"), as vLLM's
+// tool_chat_template_deepseekv31.jinja writes it after the system prompt.
+constexpr std::string_view kDsToolsHead = "\n\n## Tools\nYou have access to the following tools:\n";
+constexpr std::string_view kDsToolsTail =
+    "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+    "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+    "- `tool_call_name` must be an exact match to one of the available tools\n"
+    "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters "
+    "Schema\n"
+    "- For multiple tool calls, chain them directly without separators or spaces\n";
+
 Result<std::vector<ChatPiece>> DeepseekV31(const ChatFormat& chat,
                                            std::span<const ChatMessage> msgs,
                                            const ChatRenderOptions& o) {
-  if (!o.tools.empty())
-    return Status::Error(
-        "tools: DeepSeek-V3.1's chat template does not render tools (its "
-        "tool calls and results it does)");
   const std::string& eos = chat.assistant.suffix;
   Pieces p;
   p.Markup(chat.bos);
@@ -236,6 +244,16 @@ Result<std::vector<ChatPiece>> DeepseekV31(const ChatFormat& chat,
       p.Content(m.content);
       first_system = false;
     }
+  if (!o.tools.empty()) {
+    // Each tool's name, description and parameters (tojson), after the
+    // system prompt, whether or not there is one.
+    p.Markup(kDsToolsHead);
+    for (const ChatTool& t : o.tools) {
+      p.Markup("\n### "), p.Content(t.name), p.Markup("\nDescription: "), p.Content(t.description);
+      p.Markup("\n\nParameters: "), p.Content(PyJsonDumps(t.parameters)), p.Markup("\n");
+    }
+    p.Markup(kDsToolsTail);
+  }
   bool last_user = false, after_tool = false;
   for (const ChatMessage& m : msgs) {
     if (m.role == "user") {

@@ -15,10 +15,12 @@
 //                    (the arguments parsed: strings bare, the rest json.dumps);
 //                    results after one <|observation|> per run; reasoning in
 //                    the think element after the last user message
-//   DeepSeek-V3.1    calls <｜tool▁calls▁begin｜>..<｜tool▁calls▁end｜> after the
-//                    text, results <｜tool▁output▁begin｜>..; after results the
-//                    template opens no reply (the model writes on); its
-//                    template does not render `tools` (refused)
+//   DeepSeek-V3.1    tools after the system prompt as the model card's "## Tools"
+//                    section (its released template ignores them; checked
+//                    against vLLM's tool_chat_template_deepseekv31.jinja); calls
+//                    <｜tool▁calls▁begin｜>..<｜tool▁calls▁end｜> after the text,
+//                    results <｜tool▁output▁begin｜>..; after results the
+//                    template opens no reply (the model writes on)
 //   Kimi K2          tools first, <|im_system|>tool_declare<|im_middle|>
 //                    json.dumps(tools)<|im_end|>; results
 //                    <|im_system|>tool<|im_middle|>..<|im_end|>; its template
@@ -42,8 +44,9 @@
 //                    reasoning in the think element (thinking on)
 //
 // The demo model's template has no tool syntax: it takes the generic format
-// (chat_generic.h). Every other family (DeepSeek-V3, Qwen3 Instruct-2507)
-// refuses tools, tool calls and tool results by name.
+// (chat_generic.h). Every other family (DeepSeek-V3: no tool prompt is
+// documented for it; Qwen3 Instruct-2507) refuses tools, tool calls and
+// tool results by name.
 #pragma once
 
 #include <span>

@@ -2,7 +2,12 @@
 """Writes tests/fixtures/chat/chat.json: the token ids of conversations as
 each family's released chat template renders them, for tests/chat_test.cc.
 
-    /work/pyenv/bin/python tools/chat/make_fixtures.py   (transformers, tiktoken, regex)
+    python tools/chat/make_fixtures.py --deepseek-v31-tools TEMPLATE   (transformers, tiktoken, regex)
+
+TEMPLATE is vLLM's examples/tool_chat_template_deepseekv31.jinja (Apache-2.0,
+not committed): DeepSeek-V3.1's released template does not render `tools`;
+that one writes them as its model card ("ToolCall") says, and renders the
+DeepSeek-V3.1 agent cases.
 
 Families and what renders and tokenizes them:
   demo      models/demo-moe/tokenizer_config.json's chat_template and its
@@ -11,7 +16,8 @@ Families and what renders and tokenizes them:
             with DeepSeek's released tokenizer.json (tests/fixtures/tokenizer/deepseek/),
             through apply_chat_template
   deepseek-v3.1  DeepSeek-V3.1's (deepseek-v3.1.jinja, thinking off, its default) with
-            the same tokenizer
+            the same tokenizer; its agent cases through TEMPLATE, each checked to
+            differ from the released template's text only by the tools section
   qwen3     Qwen3's released template (tests/fixtures/chat/qwen3.jinja) with
             enable_thinking=False (waste's default) over the Qwen3 tokenizer fixture
             (tests/fixtures/tokenizer/qwen3/: Qwen's normalizer, pattern and specials)
@@ -38,6 +44,7 @@ apply_chat_template's own ids (kimi: tiktoken's encode of the rendered text);
 the cases that hold some are marked "content_has_special_text" and the script
 asserts that they differ from it (so the case tests something).
 """
+import argparse
 import base64
 import datetime
 import json
@@ -175,13 +182,13 @@ def tool_conversations():
 
 
 # What each family's template renders of tools (the rest is refused by the
-# engine by name): DeepSeek-V3.1's template ignores `tools` (so the engine
-# refuses them) but renders calls and results; Kimi K2's renders `tools` and
-# tool results and drops an assistant's tool_calls (the engine drops them too).
+# engine by name): DeepSeek-V3.1's tools as vLLM's template writes them
+# (TEMPLATE above); Kimi K2's renders `tools` and tool results and drops an
+# assistant's tool_calls (the engine drops them too).
 TOOL_CASES = {
     "qwen3": {"tools": True, "calls": True},
     "glm45": {"tools": True, "calls": True},
-    "deepseek-v3.1": {"tools": False, "calls": True},
+    "deepseek-v3.1": {"tools": True, "calls": True},
     "kimi": {"tools": True, "calls": True},
     # Harmony's template renders the first call of a message only (refused
     # beyond it), an assistant's reasoning as its "thinking".
@@ -274,11 +281,34 @@ def kimi_family():
     return render, enc.encode_ordinary, whole, specials, None, template
 
 
-def agent_cases(name, render, plain, whole, specials, texts):
+def without_layout(template):
+    """vLLM's template is laid out for reading, and Jinja outputs its
+    indentation and blank lines between tags (two newlines before the BOS,
+    spaces before <｜Assistant｜>), which neither the model card nor the
+    released template has: that whitespace is dropped, after checking that
+    nothing but whitespace stands outside the tags (every character the
+    template means to write is an expression's)."""
+    tag = r"{%.*?%}|{{.*?}}"
+    assert not re.sub(tag, "", template, flags=re.S).strip()
+    return re.sub(r"(?<=%}|}})\s+(?={%|{{)", "", template).strip()
+
+
+def only_tools_differ(released, text, cname):
+    """The released template's text is `text` without the tools section: the
+    same up to the end of the system prompt and from the first user turn."""
+    head, user, tail = text.partition(DS_USER)
+    rhead, ruser, rtail = released.partition(DS_USER)
+    assert user and ruser and tail == rtail, cname
+    assert head.startswith(rhead) and (head == rhead) == ("## Tools" not in head), cname
+
+
+def agent_cases(name, render, plain, whole, specials, texts, released=None):
     """Tools, tool calls and results (TOOL_CASES), thinking switched on and off
     (THINKING) and harmony's reasoning effort, each case with the template
     arguments it was rendered with: "tools" (TOOLS offered or not),
-    "thinking" (the switch, null: the family's default), "reasoning_effort"."""
+    "thinking" (the switch, null: the family's default), "reasoning_effort".
+    `released` renders the family's released template, which the text must
+    equal but for the tools section (DeepSeek-V3.1)."""
     out = []
     plain_cases = {c[0]: c for c in conversations(texts)}
     renders = []  # (name, messages, gen, tools, thinking, effort)
@@ -319,11 +349,13 @@ def agent_cases(name, render, plain, whole, specials, texts):
         if effort is not None:
             kw["reasoning_effort"] = effort
         rendered = msgs
-        if name in ("glm45", "gpt-oss"):
-            # GLM's template iterates arguments.items() and harmony's prints
-            # arguments|tojson (a JSON string literal, were they a string): a
-            # serving stack (vLLM) hands them the parsed object. GLM prints
-            # its values as tojson(ensure_ascii=False), strings bare.
+        if name in ("glm45", "gpt-oss", "deepseek-v3.1"):
+            # GLM's template iterates arguments.items(), harmony's and vLLM's
+            # DeepSeek-V3.1 one print arguments|tojson (a JSON string literal,
+            # were they a string): a serving stack (vLLM) hands them the
+            # parsed object. GLM prints its values as tojson(ensure_ascii=False),
+            # strings bare; tojson of the parsed DeepSeek arguments is the text
+            # CALL_* hold (json.dumps), which the released template prints.
             rendered = [{**m, "tool_calls": [
                 {**c, "function": {**c["function"],
                                    "arguments": json.loads(c["function"]["arguments"])}}
@@ -347,6 +379,9 @@ def agent_cases(name, render, plain, whole, specials, texts):
         assert not any(s in m["content"] for m in msgs for s in specials), cname
         naive = whole(rendered, gen, **kw)
         assert ids == naive, (name, cname, ids, naive)
+        if released:
+            only_tools_differ(released(msgs, gen, **{k: v for k, v in kw.items() if k != "tools"}),
+                              text, cname)
         out.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
                     "tools": with_tools, "thinking": thinking, "reasoning_effort": effort,
                     "text": text, "ids": ids})
@@ -354,6 +389,12 @@ def agent_cases(name, render, plain, whole, specials, texts):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--deepseek-v31-tools", required=True, metavar="TEMPLATE",
+                    help="vLLM's examples/tool_chat_template_deepseekv31.jinja")
+    args = ap.parse_args()
+    with open(args.deepseek_v31_tools, encoding="utf-8") as f:
+        ds31_tools_template = without_layout(f.read())
     families = {}
     with open(os.path.join(ROOT, "models", "demo-moe", "tokenizer_config.json")) as f:
         demo_template = json.load(f)["chat_template"]
@@ -404,9 +445,13 @@ def main():
                 assert ids == naive, (name, cname, ids, naive)
             cases.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
                           "text": text, "ids": ids, "content_has_special_text": has_special})
+        agent, released = (render, plain, whole), None
+        if name == "deepseek-v3.1":  # the tools need vLLM's template; the released one checks it
+            ds_dir = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "deepseek")
+            agent, released = hf_family(name, ds_dir, ds31_tools_template)[:3], render
         families[name] = {"tokenizer": tok_path, "template": tmpl_path, "bos_token": bos,
-                          "cases": cases, "agent_cases": agent_cases(name, render, plain, whole,
-                                                                     specials, texts)}
+                          "cases": cases, "agent_cases": agent_cases(name, *agent, specials, texts,
+                                                                     released)}
         if name == "gpt-oss":
             families[name]["date"] = DATE
         if name in ("qwen3", "glm45"):
