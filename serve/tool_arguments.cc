@@ -323,6 +323,7 @@ bool KeyValueConstraint::Ends(const ValueState& s) const {
 
 bool KeyValueConstraint::Step(std::string_view bytes, bool special, ValueState* s,
                               bool* ended) const {
+  if (bytes.empty()) return false;  // a token of no bytes (a special without text) writes nothing
   const std::string t = s->held + std::string(bytes);
   const std::string_view close = args_->value_close;
   const size_t at = t.find(close);
