@@ -134,8 +134,7 @@ std::optional<ApiError> ParseTools(const ojson& t, std::vector<ChatTool>* out) {
     }
     bool strict = false;
     WASTE_FIELD_TRY(ReadBool(tool, "strict", &strict, w + ".strict"));
-    // Arguments held to the schema need constrained decoding (issue 41).
-    if (strict) return Unsupported(w + ".strict", "strict = true");
+    if (strict) WASTE_FIELD_TRY(CheckStrictParameters(c.name, c.parameters, w + ".parameters"));
     out->push_back(std::move(c));
   }
   return std::nullopt;

@@ -14,9 +14,10 @@
 // reasoning items (the next assistant message's reasoning). Refused by
 // name: images, files and every other item or part type, stored state
 // (store: true, previous_response_id), parameters OpenAI does not define,
-// and what waste does not honour yet (strict tools, truncation auto, a text
-// format other than text). tool_choice required / a named function and
-// parallel_tool_calls false are honoured by the tool-call constraint
+// and what waste does not honour yet (truncation auto, a text format other
+// than text). A strict tool's parameters are checked against OpenAI's strict
+// rules (fields::CheckStrictParameters); its calls are held to the schema. tool_choice required / a
+// named function and parallel_tool_calls false are honoured by the tool-call constraint
 // (serve/tool_constraint.h).
 #pragma once
 

@@ -166,10 +166,29 @@ TEST(ResponsesRequest, EveryRefusalNamesItsField) {
   EXPECT_EQ(Refused(Base({{"tool_choice", "maybe"}})), "tool_choice");
   EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "web_search"}}})}})), "tools[0].type");
   EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "function"}}})}})), "tools[0].name");
+  // strict: OpenAI's strict rules on the parameters, refused naming them.
   EXPECT_EQ(
       Refused(Base(
           {{"tools", json::array({{{"type", "function"}, {"name", "f"}, {"strict", true}}})}})),
-      "tools[0].strict");
+      "tools[0].parameters");
+  const json strict_ok = {{"type", "object"},
+                          {"properties", {{"a", {{"type", "integer"}}}}},
+                          {"required", {"a"}},
+                          {"additionalProperties", false}};
+  json loose = strict_ok;
+  loose.erase("required");
+  EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "function"},
+                                                  {"name", "f"},
+                                                  {"strict", true},
+                                                  {"parameters", loose}}})}})),
+            "tools[0].parameters");
+  ResponsesRequest strict;
+  ASSERT_FALSE(Parse(Base({{"tools", json::array({{{"type", "function"},
+                                                   {"name", "f"},
+                                                   {"strict", true},
+                                                   {"parameters", strict_ok}}})}}),
+                     &strict));
+  ASSERT_EQ(strict.tools.size(), 1u);
   EXPECT_EQ(
       Refused(Base(
           {{"tools", json::array({{{"type", "function"}, {"name", "f"}, {"parameters", "{}"}}})}})),
