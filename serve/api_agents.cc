@@ -106,7 +106,7 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.thinking_open = thinking_open;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
-           q.sampling, *max_tokens, Constrain(nullptr, plan), r);
+           q.sampling, *max_tokens, Constrain(nullptr, plan, *max_tokens), r);
 }
 
 void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r) {
@@ -134,7 +134,7 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.r = r;
   parts.thinking_open = thinking_open;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
-           std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan), r);
+           std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan, *max_tokens), r);
 }
 
 }  // namespace waste::serve

@@ -44,10 +44,10 @@ ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
 
 ApiServer::MakeConstraint ApiServer::Constrain(
     std::shared_ptr<const grammar::JsonGrammar> json_format,
-    std::shared_ptr<const ToolCallPlan> tool_plan) {
+    std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens) {
   if (json_format)
-    return [json_format, vocab = Vocab()] {
-      return std::make_unique<grammar::JsonTokenConstraint>(json_format, vocab);
+    return [json_format, vocab = Vocab(), max_tokens] {
+      return std::make_unique<grammar::JsonTokenConstraint>(json_format, vocab, max_tokens);
     };
   if (tool_plan)
     return [tool_plan, vocab = Vocab(), &tok = tok_] {
@@ -236,7 +236,7 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     parts.calls_constrained = tool_plan != nullptr;
     Generate(
         chat ? MakeChatAnswers(std::move(parts), *chat_) : MakeCompletionAnswers(std::move(parts)),
-        std::move(prompt), sampling, max_tokens, Constrain(json_format, tool_plan), r);
+        std::move(prompt), sampling, max_tokens, Constrain(json_format, tool_plan, max_tokens), r);
   } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
     Count([](ApiCounters& c) { ++c.messages; });
     Messages(req, r, path == "/v1/messages/count_tokens");

@@ -111,9 +111,10 @@ class ApiServer {
   void Count(const std::function<void(ApiCounters&)>& f);
   // The vocabulary's token mask index (response_format), made on first use.
   std::shared_ptr<const grammar::VocabIndex> Vocab();
-  // The constraint of a response_format, else of the tools; none: unset.
+  // The constraint of a response_format (its value ended within
+  // `max_tokens`: JsonTokenConstraint), else of the tools; none: unset.
   MakeConstraint Constrain(std::shared_ptr<const grammar::JsonGrammar> json_format,
-                           std::shared_ptr<const ToolCallPlan> tool_plan);
+                           std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens);
 
   const ApiOptions o_;
   const Tokenizer& tok_;
