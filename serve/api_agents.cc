@@ -10,6 +10,7 @@
 #include "serve/api_server.h"
 #include "serve/responses.h"
 #include "serve/responses_answer.h"
+#include "serve/thinking_budget.h"
 
 namespace waste::serve {
 namespace {
@@ -105,8 +106,14 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.r = r;
   parts.thinking_open = thinking_open;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
+  MakeConstraint constrain = Constrain(nullptr, plan, *max_tokens);
+  if (q.thinking == true)  // the reasoning held to budget_tokens, then the calls to the tools
+    constrain = [inner = std::move(constrain), open = thinking_open.value_or(false),
+                 budget = q.thinking_budget, &tok = tok_, &chat = *chat_] {
+      return std::make_unique<ThinkingBudget>(inner ? inner() : nullptr, tok, chat, open, budget);
+    };
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
-           q.sampling, *max_tokens, Constrain(nullptr, plan, *max_tokens), r);
+           q.sampling, *max_tokens, std::move(constrain), r);
 }
 
 void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r) {

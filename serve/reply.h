@@ -102,6 +102,12 @@ struct ReplyOptions {
 // think element's open tag).
 bool ThinkingOpen(const ChatFormat& chat, std::string_view open);
 
+// The markup that ends a reply's reasoning and begins its answer in
+// `chat`'s family (</think>; harmony's analysis message ended and its final
+// one begun; K3's think element closed and its response opened); empty for
+// a family without reasoning.
+std::string ThinkClose(const ChatFormat& chat);
+
 // "call_" and 24 random letters and digits.
 std::string NewToolCallId();
 
@@ -134,6 +140,8 @@ class ReplyParser {
     Mode next;
     Act act = Act::kNone;
   };
+  // Where the reply is now.
+  Mode mode() const { return mode_; }
 
  private:
   void Bytes(std::string_view b);

@@ -21,6 +21,7 @@
 #include "engine/format/chat.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
+#include "serve/thinking_budget.h"
 #include "serve/tool_constraint.h"
 #include "tests/test_util.h"
 
@@ -734,6 +735,90 @@ TEST(ToolCallConstraint, PlanRefusesByName) {
   EXPECT_FALSE(
       ToolCallPlan::Make(kFamilyQwen3, arrays, ToolChoiceMode::kAuto, "", true, false, "parameters")
           .ok());
+}
+
+// Up to `steps` tokens of random logits under `k` after `prefix`, the
+// end of turn never chosen;
+// stops once `k` is finished, or complete after `until` shows in the reply.
+std::vector<int32_t> Wander(const Case& c, grammar::TokenConstraint& k, uint32_t seed,
+                            const std::vector<int32_t>& prefix, int steps,
+                            const std::string& until) {
+  std::vector<int32_t> ids = prefix;
+  for (int32_t id : prefix) EXPECT_TRUE(k.Accept(id));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> logits(static_cast<size_t>(c.tok->max_id()) + 1);
+  for (int step = 0; step < steps && !k.finished(); ++step) {
+    if (k.complete() && !until.empty() && c.tok->Decode(ids).find(until) != std::string::npos)
+      break;
+    for (float& l : logits) l = u(rng);
+    for (int32_t e : c.options.end_of_turn) logits[static_cast<size_t>(e)] = -INFINITY;
+    EXPECT_GT(k.Mask(logits), 0u) << c.tok->Decode(ids);
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_TRUE(k.Accept(best)) << c.tok->Decode(ids);
+    ids.push_back(best);
+  }
+  return ids;
+}
+
+// Anthropic's thinking.budget_tokens: a random model left alone thinks on;
+// held to a budget, its reasoning is that many tokens, then the family's
+// close (spelled here as its template writes it, not taken from the
+// code), then the answer.
+TEST(ThinkingBudget, ReasoningStopsAtTheBudgetThenTheAnswerFollows) {
+  struct Family {
+    Case c;
+    std::vector<int32_t> prefix;  // the reply's markup before its reasoning
+    std::string close;
+  };
+  const Case harmony = Make("gpt-oss", ChatFormat::Harmony());
+  const Family families[] = {
+      {Make("qwen3", ChatFormat::Qwen3(true), true), {}, "</think>"},
+      {harmony, harmony.tok->EncodeMarkup("<|channel|>analysis<|message|>"),
+       "<|end|><|start|>assistant<|channel|>final<|message|>"},
+      {Make("k3", ChatFormat::Xtml(true)), {}, "<|close|>think<|sep|><|open|>response<|sep|>"},
+  };
+  constexpr int kBudget = 7;
+  for (const Family& f : families) {
+    const std::string family = f.c.chat.family;
+    const bool open = f.c.options.thinking_open.value_or(ThinkingOpen(f.c.chat, f.c.chat.open));
+    // Unheld, the same model is still thinking after three budgets.
+    ThinkingBudget free(nullptr, *f.c.tok, f.c.chat, open, 1 << 30);
+    const auto unheld = Wander(f.c, free, 1, f.prefix, 3 * kBudget, "");
+    EXPECT_EQ(Gather(Feed(f.c, unheld)).text, "") << family;
+    EXPECT_GE(free.reasoning_tokens(), 3 * kBudget) << family;
+
+    ThinkingBudget k(nullptr, *f.c.tok, f.c.chat, open, kBudget);
+    const auto ids = Wander(f.c, k, 1, f.prefix, 60, "");
+    ASSERT_GT(ids.size(), f.prefix.size() + kBudget) << family;
+    // The first kBudget tokens are the reasoning; the close follows them.
+    std::string after;
+    for (size_t n = f.prefix.size() + kBudget; n < ids.size(); ++n)
+      after += f.c.tok->TokenBytes(ids[n]);
+    EXPECT_TRUE(after.starts_with(f.close)) << family << ": " << after;
+    EXPECT_EQ(k.reasoning_tokens(), kBudget) << family;
+    const Shown s = Gather(Feed(f.c, ids));
+    EXPECT_NE(s.reasoning, "") << family;
+    EXPECT_NE(s.text, "") << family << ": " << f.c.tok->Decode(ids);  // the answer went on
+  }
+}
+
+// With tool_choice required, the calls come once the budget closed the
+// reasoning, held to their tools.
+TEST(ThinkingBudget, ThenTheForcedCalls) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true), true);
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired, "", false, true);
+  ThinkingBudget k(std::make_unique<ToolCallConstraint>(plan, *c.tok, vocab), *c.tok, c.chat, true,
+                   5);
+  const auto ids = Wander(c, k, 2, {}, 600, std::string(kQwenCallClose));
+  EXPECT_EQ(k.reasoning_tokens(), 5);
+  const Shown s = Gather(Feed(c, ids));
+  EXPECT_NE(s.reasoning, "");
+  EXPECT_EQ(s.text, "");
+  ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(ids);
+  ExpectValid(s.calls[0].first, s.calls[0].second);
 }
 
 }  // namespace
