@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "serve/answer_format.h"
 #include "serve/anthropic.h"
 #include "serve/openai.h"
 #include "serve/openai_answer.h"
@@ -44,11 +45,19 @@ ApiServer::ApiServer(ApiOptions o, const Tokenizer& tok, const ChatFormat* chat,
 
 ApiServer::MakeConstraint ApiServer::Constrain(
     std::shared_ptr<const grammar::JsonGrammar> json_format,
-    std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens) {
-  if (json_format)
-    return [json_format, vocab = Vocab(), max_tokens] {
-      return std::make_unique<grammar::JsonTokenConstraint>(json_format, vocab, max_tokens);
+    std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens, bool thinking_open) {
+  // A forced call leaves no answer text for a response_format to hold.
+  const bool text = !tool_plan || tool_plan->mode == ToolChoiceMode::kAuto ||
+                    tool_plan->mode == ToolChoiceMode::kNone;
+  if (json_format && chat_ && text) {
+    if (tool_plan && tool_plan->mode == ToolChoiceMode::kNone) tool_plan = nullptr;
+    return [this, json_format, tool_plan, vocab = Vocab(), max_tokens, thinking_open] {
+      auto calls =
+          tool_plan ? std::make_unique<ToolCallConstraint>(tool_plan, tok_, vocab) : nullptr;
+      return std::make_unique<AnswerFormat>(json_format, vocab, std::move(calls), tool_plan, tok_,
+                                            *chat_, end_of_turn_, thinking_open, max_tokens);
     };
+  }
   if (tool_plan)
     return [tool_plan, vocab = Vocab(), &tok = tok_] {
       return std::make_unique<ToolCallConstraint>(tool_plan, tok, vocab);
@@ -157,12 +166,6 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       opening = format->open;
       model = q.model, sampling = q.sampling, json_format = q.response_format;
       if (!q.tools.empty()) {
-        if (json_format)
-          return Refuse(r, 400,
-                        BadRequest("response_format together with tools is not supported yet",
-                                   "response_format", "unsupported_value")
-                            .ToJson()
-                            .dump());
         using M = ToolChoice::Mode;
         const M m = q.tool_choice.mode;
         auto plan = ToolCallPlan::Make(chat_->family, q.tools,
@@ -180,17 +183,6 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
         }
         tool_plan = *plan;
       }
-      // The constraint holds from the reply's first token: a format whose
-      // reply comes after channel markup (harmony's, K3's) cannot write it.
-      const std::string_view after = chat_->reply_after, open = opening;
-      if (json_format && !after.empty() &&
-          (open.size() < after.size() || open.substr(open.size() - after.size()) != after))
-        return Refuse(r, 400,
-                      BadRequest("response_format is not supported yet for a chat format whose "
-                                 "reply follows channel markup (harmony, K3)",
-                                 "response_format", "unsupported_value")
-                          .ToJson()
-                          .dump());
     } else {
       CompletionRequest q;
       if (auto e = ParseCompletionRequest(req.body, &q))
@@ -236,7 +228,8 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     parts.calls_constrained = tool_plan != nullptr;
     Generate(
         chat ? MakeChatAnswers(std::move(parts), *chat_) : MakeCompletionAnswers(std::move(parts)),
-        std::move(prompt), sampling, max_tokens, Constrain(json_format, tool_plan, max_tokens), r);
+        std::move(prompt), sampling, max_tokens,
+        Constrain(json_format, tool_plan, max_tokens, chat && ThinkingOpen(*chat_, opening)), r);
   } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
     Count([](ApiCounters& c) { ++c.messages; });
     Messages(req, r, path == "/v1/messages/count_tokens");

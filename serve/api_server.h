@@ -111,10 +111,13 @@ class ApiServer {
   void Count(const std::function<void(ApiCounters&)>& f);
   // The vocabulary's token mask index (response_format), made on first use.
   std::shared_ptr<const grammar::VocabIndex> Vocab();
-  // The constraint of a response_format (its value ended within
-  // `max_tokens`: JsonTokenConstraint), else of the tools; none: unset.
+  // The constraint of a response_format on the reply's answer (after its
+  // reasoning, beside the tools' calls with tool_choice auto: AnswerFormat;
+  // ended within `max_tokens`), else of the tools; none: unset.
+  // `thinking_open`: the prompt left the reasoning open.
   MakeConstraint Constrain(std::shared_ptr<const grammar::JsonGrammar> json_format,
-                           std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens);
+                           std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens,
+                           bool thinking_open = false);
 
   const ApiOptions o_;
   const Tokenizer& tok_;

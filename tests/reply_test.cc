@@ -19,6 +19,7 @@
 
 #include "engine/convert/tokenizer_import.h"
 #include "engine/format/chat.h"
+#include "serve/answer_format.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
 #include "serve/thinking_budget.h"
@@ -819,6 +820,98 @@ TEST(ThinkingBudget, ThenTheForcedCalls) {
   EXPECT_EQ(s.text, "");
   ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(ids);
   ExpectValid(s.calls[0].first, s.calls[0].second);
+}
+
+// response_format on the answer: a random model's reply under AnswerFormat
+// within `max_tokens`, as the scheduler samples it (the end of turn taken
+// once the constraint is complete); `pull` adds to ids' logits at step 0.
+struct Answered {
+  std::vector<int32_t> ids;
+  bool ended = false;
+};
+Answered AnswerUnder(const Case& c, std::shared_ptr<const ToolCallPlan> plan, uint32_t seed,
+                     int max_tokens, std::map<int32_t, float> pull = {}) {
+  static const auto schema = *grammar::CompileJsonSchema(json::parse(
+      R"({"type":"object","properties":{"city":{"enum":["Paris","Lyon"]},
+          "n":{"type":"integer","minimum":1,"maximum":9},"note":{"type":"string"}},
+          "required":["city","n"],"additionalProperties":false})"));
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  auto calls = plan ? std::make_unique<ToolCallConstraint>(plan, *c.tok, vocab) : nullptr;
+  AnswerFormat k(schema, vocab, std::move(calls), plan, *c.tok, c.chat, c.options.end_of_turn,
+                 c.options.thinking_open.value_or(ThinkingOpen(c.chat, c.chat.open)), max_tokens);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()));
+  Answered a;
+  for (int step = 0; step < max_tokens && !a.ended; ++step) {
+    if (k.complete()) {
+      a.ended = true;  // the end of turn
+      break;
+    }
+    for (float& l : logits) l = u(rng);
+    for (const auto& [id, bonus] : pull) logits[static_cast<size_t>(id)] += bonus;
+    pull.clear();
+    EXPECT_GT(k.Mask(logits), 0u) << c.tok->Decode(a.ids);
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_TRUE(k.Accept(best)) << c.tok->Decode(a.ids);
+    a.ids.push_back(best);
+    a.ended = k.finished();
+  }
+  return a;
+}
+
+void ExpectAnswerValid(const std::string& what, const std::string& text) {
+  ASSERT_TRUE(json::accept(text)) << what << ": " << text;
+  const json v = json::parse(text);
+  EXPECT_TRUE(v["city"] == "Paris" || v["city"] == "Lyon") << what << ": " << text;
+  EXPECT_TRUE(v["n"].is_number_integer() && v["n"] >= 1 && v["n"] <= 9) << what << ": " << text;
+  EXPECT_TRUE(v.size() == 2 || (v.size() == 3 && v["note"].is_string())) << what << ": " << text;
+}
+
+// The reasoning free (a random model never ends it: the close is forced
+// when the tokens run short), then the answer held to the schema, ended in
+// time: Qwen3's and DeepSeek V3.1's think blocks, K3's think element,
+// harmony's analysis channel (its header forced) and final one.
+TEST(AnswerFormat, ReasoningThenTheAnswerHeldToTheSchema) {
+  const Case cases[] = {
+      Make("qwen3", ChatFormat::Qwen3(true), true),
+      Make("deepseek", ChatFormat::DeepseekV31(), true),
+      Make("k3", ChatFormat::Xtml(true)),
+      Make("gpt-oss", ChatFormat::Harmony()),
+  };
+  for (const Case& c : cases) {
+    for (uint32_t seed = 1; seed <= 1; ++seed) {
+      const Answered a = AnswerUnder(c, nullptr, seed, 160);
+      const std::string what = c.chat.family + " seed " + std::to_string(seed);
+      EXPECT_TRUE(a.ended) << what << ": " << c.tok->Decode(a.ids);
+      const Shown s = Gather(Feed(c, a.ids));
+      EXPECT_TRUE(s.calls.empty()) << what;
+      ExpectAnswerValid(what, s.text);
+      if (c.chat.family != kFamilyHarmony) {
+        EXPECT_NE(s.reasoning, "") << what << ": " << c.tok->Decode(a.ids);
+      }
+    }
+  }
+}
+
+// With tools (tool_choice auto), the reply is the answer held to the
+// schema or calls held to the tools, whichever it begins with.
+TEST(AnswerFormat, BesideToolsTheAnswerOrTheCalls) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
+  const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kAuto, "", /*parallel=*/false);
+  const Answered text = AnswerUnder(c, plan, 3, 80);
+  EXPECT_TRUE(text.ended);
+  const Shown t = Gather(Feed(c, text.ids));
+  EXPECT_TRUE(t.calls.empty());
+  ExpectAnswerValid("text", t.text);
+  const int32_t open = *c.tok->SpecialId("<tool_call>");
+  const Answered call = AnswerUnder(c, plan, 3, 300, {{open, 100.0f}});
+  EXPECT_TRUE(call.ended) << c.tok->Decode(call.ids);
+  const Shown k = Gather(Feed(c, call.ids));
+  EXPECT_EQ(k.text, "");
+  ASSERT_EQ(k.calls.size(), 1u) << c.tok->Decode(call.ids);
+  ExpectValid(k.calls[0].first, k.calls[0].second);
 }
 
 }  // namespace
