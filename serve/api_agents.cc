@@ -141,7 +141,8 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.r = r;
   parts.thinking_open = thinking_open;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
-           std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan, *max_tokens), r);
+           std::move(prompt), q.sampling, *max_tokens,
+           Constrain(q.format, plan, *max_tokens, thinking_open.value_or(false)), r);
 }
 
 }  // namespace waste::serve

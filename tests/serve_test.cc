@@ -991,6 +991,19 @@ TEST_F(ServeTest, OpenAIsResponsesAreTheChatReplyWholeAndStreamed) {
     return items;
   };
   EXPECT_EQ(without_ids(events.back()["response"]["output"]), without_ids(whole["output"]));
+
+  // text.format: the answer is a JSON object, ended within max_output_tokens.
+  json formatted = req;
+  formatted["max_output_tokens"] = 40;
+  formatted["temperature"] = 1;
+  formatted["text"] = {{"format", {{"type", "json_object"}}}};
+  const Answer f = Call(Post("/v1/responses", formatted.dump()));
+  ASSERT_EQ(f.status, 200) << f.body;
+  const json fj = json::parse(f.body);
+  EXPECT_EQ(fj["status"], "completed") << f.body;
+  ASSERT_EQ(fj["output"].size(), 1u) << f.body;
+  const std::string object = fj["output"][0]["content"][0]["text"];
+  EXPECT_TRUE(json::accept(object) && json::parse(object).is_object()) << object;
 }
 
 TEST_F(ServeTest, AnthropicsRoutesAnswerErrorsInAnthropicsShape) {
