@@ -8,12 +8,6 @@ namespace {
 
 using Mode = ReplyParser::Mode;
 
-ReplyOptions ReadOnly(bool thinking_open) {
-  ReplyOptions o;
-  o.thinking_open = thinking_open;
-  return o;
-}
-
 }  // namespace
 
 AnswerFormat::AnswerFormat(std::shared_ptr<const grammar::JsonGrammar> format,
@@ -29,7 +23,7 @@ AnswerFormat::AnswerFormat(std::shared_ptr<const grammar::JsonGrammar> format,
       tok_(tok),
       chat_(chat),
       end_(std::move(end_of_turn)),
-      parser_(tok, chat, ReadOnly(thinking_open)),
+      parser_(tok, chat, {.end_of_turn = {}, .stops = {}, .thinking_open = thinking_open}),
       close_(ThinkClose(chat)),
       left_(max_tokens) {
   // The close a token at a time at worst, then the answer's shortest value

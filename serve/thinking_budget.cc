@@ -3,22 +3,13 @@
 #include <cmath>
 
 namespace waste::serve {
-namespace {
-
-ReplyOptions ReadOnly(bool thinking_open) {
-  ReplyOptions o;
-  o.thinking_open = thinking_open;
-  return o;
-}
-
-}  // namespace
 
 ThinkingBudget::ThinkingBudget(std::unique_ptr<grammar::TokenConstraint> inner,
                                const Tokenizer& tok, const ChatFormat& chat, bool thinking_open,
                                int64_t budget)
     : inner_(std::move(inner)),
       tok_(tok),
-      parser_(tok, chat, ReadOnly(thinking_open)),
+      parser_(tok, chat, {.end_of_turn = {}, .stops = {}, .thinking_open = thinking_open}),
       close_(ThinkClose(chat)),
       budget_(budget) {
   closing_ = !close_.empty() && budget_ <= 0 && parser_.mode() == ReplyParser::Mode::kReasoning;
