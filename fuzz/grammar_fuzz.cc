@@ -4,9 +4,11 @@
 // a reply. Any schema compiles or is refused with a message naming a place
 // ("at #"); the matcher, fed the reply byte by byte, may refuse a byte only
 // for good (then it is dead), and whenever it says complete the bytes so
-// far are JSON that parses; finished implies complete.
+// far are JSON that parses; finished implies complete; the closing bytes it
+// finds at the end make it complete, and JSON that parses.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,10 @@ void Match(const std::shared_ptr<const waste::grammar::JsonGrammar>& g, std::str
     if (m.finished() && !m.complete()) std::abort();
     if (m.complete() && !nlohmann::json::accept(reply.substr(0, i + 1))) std::abort();
   }
+  // The closing bytes, where the walk finds them, end the value.
+  if (const auto close = m.Closing(4096))
+    if (!m.Advance(*close) || !m.complete() || !nlohmann::json::accept(std::string(reply) + *close))
+      std::abort();
 }
 
 }  // namespace

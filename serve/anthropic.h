@@ -61,8 +61,8 @@ struct MessagesRequest {
   std::vector<ChatTool> tools;
   AnthropicToolChoice tool_choice;
   // thinking: {type: "enabled", budget_tokens} (true) or {type: "disabled"}
-  // (false); none: the template's default. The budget is Anthropic's target
-  // for the thinking, never enforced (max_tokens bounds the whole reply).
+  // (false); none: the template's default. The budget caps the reasoning's
+  // tokens (serve/thinking_budget.h), then the answer follows.
   std::optional<bool> thinking;
   int64_t thinking_budget = 0;
   // max_tokens (required but for count_tokens), temperature [0, 1], top_p,

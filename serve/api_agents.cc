@@ -10,6 +10,7 @@
 #include "serve/api_server.h"
 #include "serve/responses.h"
 #include "serve/responses_answer.h"
+#include "serve/thinking_budget.h"
 
 namespace waste::serve {
 namespace {
@@ -91,6 +92,8 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   if (auto e = Admit(q.model, q.messages, q.tools, choice, "input_schema", q.thinking, &max_tokens,
                      &prompt, &plan, &thinking_open))
     return refuse(*e);
+  if (q.thinking == true)
+    if (auto e = NotBesideCalls(plan.get(), "thinking")) return refuse(*e);
   if (count_tokens) {
     r->Send(200, "application/json", nlohmann::json{{"input_tokens", prompt.size()}}.dump());
     return;
@@ -105,8 +108,14 @@ void ApiServer::Messages(const http::Request& req, const std::shared_ptr<http::R
   parts.r = r;
   parts.thinking_open = thinking_open;
   const auto input_tokens = static_cast<int64_t>(prompt.size());
+  MakeConstraint constrain = Constrain(nullptr, plan, *max_tokens);
+  if (q.thinking == true)  // the reasoning held to budget_tokens, then the calls to the tools
+    constrain = [inner = std::move(constrain), open = thinking_open.value_or(false),
+                 budget = q.thinking_budget, &tok = tok_, &chat = *chat_] {
+      return std::make_unique<ThinkingBudget>(inner ? inner() : nullptr, tok, chat, open, budget);
+    };
   Generate(OneChoice(MakeMessagesAnswer(std::move(parts), *chat_, input_tokens)), std::move(prompt),
-           q.sampling, *max_tokens, Constrain(nullptr, plan), r);
+           q.sampling, *max_tokens, std::move(constrain), r);
 }
 
 void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::Responder>& r) {
@@ -120,6 +129,8 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   if (auto e = Admit(q.model, q.messages, q.tools, q.tool_choice, "parameters", std::nullopt,
                      &max_tokens, &prompt, &plan, &thinking_open))
     return refuse(*e);
+  if (q.format && plan && plan->mode == ToolChoiceMode::kAuto)  // else no answer text
+    if (auto e = NotBesideCalls(plan.get(), "text.format")) return refuse(*e);
   OpenAiAnswerParts parts;
   parts.tok = &tok_;
   parts.head = {NewId("resp_"),
@@ -134,7 +145,8 @@ void ApiServer::Responses(const http::Request& req, const std::shared_ptr<http::
   parts.r = r;
   parts.thinking_open = thinking_open;
   Generate(OneChoice(MakeResponsesAnswer(std::move(parts), *chat_, std::move(q.echo))),
-           std::move(prompt), q.sampling, *max_tokens, Constrain(nullptr, plan), r);
+           std::move(prompt), q.sampling, *max_tokens,
+           Constrain(q.format, plan, *max_tokens, thinking_open.value_or(false)), r);
 }
 
 }  // namespace waste::serve

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/tokenizer/chat_generic.h"
+#include "serve/answer_format.h"
 #include "serve/anthropic.h"
 #include "serve/openai.h"
 #include "serve/openai_answer.h"
@@ -48,13 +49,32 @@ std::span<const ChatTool> ApiServer::RenderedTools(std::span<const ChatTool> too
   return choice_none && chat_generic::Applies(*chat_) ? std::span<const ChatTool>() : tools;
 }
 
+std::optional<ApiError> ApiServer::NotBesideCalls(const ToolCallPlan* plan,
+                                                  std::string_view field) {
+  if (!plan || plan->mode == ToolChoiceMode::kNone) return std::nullopt;
+  if (plan->family != kFamilyHarmony && !plan->generic()) return std::nullopt;
+  return BadRequest(std::string(field) + " beside tools is not supported for the '" + plan->family +
+                        "' chat format (its answer and its calls cannot both be held); send "
+                        "tool_choice none or leave " +
+                        std::string(field) + " out",
+                    std::string(field), "unsupported_value");
+}
+
 ApiServer::MakeConstraint ApiServer::Constrain(
     std::shared_ptr<const grammar::JsonGrammar> json_format,
-    std::shared_ptr<const ToolCallPlan> tool_plan) {
-  if (json_format)
-    return [json_format, vocab = Vocab()] {
-      return std::make_unique<grammar::JsonTokenConstraint>(json_format, vocab);
+    std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens, bool thinking_open) {
+  // A forced call leaves no answer text for a response_format to hold.
+  const bool text = !tool_plan || tool_plan->mode == ToolChoiceMode::kAuto ||
+                    tool_plan->mode == ToolChoiceMode::kNone;
+  if (json_format && chat_ && text) {
+    if (tool_plan && tool_plan->mode == ToolChoiceMode::kNone) tool_plan = nullptr;
+    return [this, json_format, tool_plan, vocab = Vocab(), max_tokens, thinking_open] {
+      auto calls =
+          tool_plan ? std::make_unique<ToolCallConstraint>(tool_plan, tok_, vocab) : nullptr;
+      return std::make_unique<AnswerFormat>(json_format, vocab, std::move(calls), tool_plan, tok_,
+                                            *chat_, end_of_turn_, thinking_open, max_tokens);
     };
+  }
   if (tool_plan)
     return [tool_plan, vocab = Vocab(), &tok = tok_] {
       return std::make_unique<ToolCallConstraint>(tool_plan, tok, vocab);
@@ -166,12 +186,6 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
       opening = format->open;
       model = q.model, sampling = q.sampling, json_format = q.response_format;
       if (!q.tools.empty()) {
-        if (json_format)
-          return Refuse(r, 400,
-                        BadRequest("response_format together with tools is not supported yet",
-                                   "response_format", "unsupported_value")
-                            .ToJson()
-                            .dump());
         using M = ToolChoice::Mode;
         const M m = q.tool_choice.mode;
         auto plan = ToolCallPlan::Make(chat_->family, q.tools,
@@ -188,18 +202,10 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
               BadRequest(why, why.substr(0, why.find(':')), "unsupported_value").ToJson().dump());
         }
         tool_plan = *plan;
+        if (json_format && tool_plan->mode == ToolChoiceMode::kAuto)  // else no answer text
+          if (auto e = NotBesideCalls(tool_plan.get(), "response_format"))
+            return Refuse(r, e->status, e->ToJson().dump());
       }
-      // The constraint holds from the reply's first token: a format whose
-      // reply comes after channel markup (harmony's, K3's) cannot write it.
-      const std::string_view after = chat_->reply_after, open = opening;
-      if (json_format && !after.empty() &&
-          (open.size() < after.size() || open.substr(open.size() - after.size()) != after))
-        return Refuse(r, 400,
-                      BadRequest("response_format is not supported yet for a chat format whose "
-                                 "reply follows channel markup (harmony, K3)",
-                                 "response_format", "unsupported_value")
-                          .ToJson()
-                          .dump());
     } else {
       CompletionRequest q;
       if (auto e = ParseCompletionRequest(req.body, &q))
@@ -245,7 +251,8 @@ void ApiServer::Handle(http::Request req, std::shared_ptr<http::Responder> r) {
     parts.tool_plan = tool_plan;
     Generate(
         chat ? MakeChatAnswers(std::move(parts), *chat_) : MakeCompletionAnswers(std::move(parts)),
-        std::move(prompt), sampling, max_tokens, Constrain(json_format, tool_plan), r);
+        std::move(prompt), sampling, max_tokens,
+        Constrain(json_format, tool_plan, max_tokens, chat && ThinkingOpen(*chat_, opening)), r);
   } else if (route("POST", "/v1/messages") || route("POST", "/v1/messages/count_tokens")) {
     Count([](ApiCounters& c) { ++c.messages; });
     Messages(req, r, path == "/v1/messages/count_tokens");

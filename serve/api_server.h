@@ -115,9 +115,18 @@ class ApiServer {
   // its own (the generic one, engine/tokenizer/chat_generic.h) when
   // tool_choice is none; else all.
   std::span<const ChatTool> RenderedTools(std::span<const ChatTool> tools, bool choice_none) const;
-  // The constraint of a response_format, else of the tools; none: unset.
+  // The constraint of a response_format on the reply's answer (after its
+  // reasoning, beside the tools' calls with tool_choice auto: AnswerFormat;
+  // ended within `max_tokens`), else of the tools; none: unset.
+  // `thinking_open`: the prompt left the reasoning open.
+  // A response_format (or a thinking budget: `field`) beside calls a
+  // family's markup cannot hold together: harmony's (its answer is the
+  // final channel, where no call comes) and the generic format's (the whole
+  // reply is one JSON object already). A 400 naming `field`, else none.
+  static std::optional<ApiError> NotBesideCalls(const ToolCallPlan* plan, std::string_view field);
   MakeConstraint Constrain(std::shared_ptr<const grammar::JsonGrammar> json_format,
-                           std::shared_ptr<const ToolCallPlan> tool_plan);
+                           std::shared_ptr<const ToolCallPlan> tool_plan, int64_t max_tokens,
+                           bool thinking_open = false);
 
   const ApiOptions o_;
   const Tokenizer& tok_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/format/container.h"
+#include "engine/grammar/json_schema.h"
 
 namespace waste::serve::fields {
 
@@ -53,6 +54,16 @@ ApiError Missing(const std::string& param) {
 ApiError Unsupported(const std::string& param, const std::string& what) {
   return BadRequest("'" + param + "': " + what + " is not supported by waste serve.", param,
                     "unsupported_value");
+}
+
+std::optional<ApiError> CheckStrictParameters(const std::string& function, const ojson& parameters,
+                                              const std::string& param) {
+  const auto g =
+      grammar::CompileJsonSchema(nlohmann::json::parse(parameters.dump()), {.strict = true});
+  if (g.ok()) return std::nullopt;
+  return BadRequest("Invalid schema for function '" + Clip(function, 64) +
+                        "' (strict mode): " + g.status().message() + ".",
+                    param, "invalid_function_parameters");
 }
 
 std::optional<ApiError> ParseBody(std::string_view body, ojson* out) {

@@ -57,4 +57,12 @@ std::optional<ApiError> ReadInt(const ojson& obj, const char* key, int64_t lo, i
 std::optional<ApiError> ReadNumber(const ojson& obj, const char* key, double lo, bool lo_open,
                                    double hi, double* out);
 
+// A function tool's `parameters` under OpenAI's strict mode: every object
+// says additionalProperties false and lists every property in required
+// (engine/grammar's strict option checks it; the arguments are held to the
+// schema either way). A schema that breaks the rules is refused as OpenAI
+// refuses it, naming `param`.
+std::optional<ApiError> CheckStrictParameters(const std::string& function, const ojson& parameters,
+                                              const std::string& param);
+
 }  // namespace waste::serve::fields

@@ -8,6 +8,7 @@
 
 #include "engine/format/container.h"
 #include "engine/tokenizer/utf8.h"
+#include "serve/json_fields.h"
 
 namespace waste::serve {
 namespace {
@@ -399,8 +400,8 @@ std::optional<ApiError> ParseTools(const json& b, std::string_view body, ChatReq
       if (const json* strict = Field(*fn, "strict")) {
         if (!strict->is_boolean()) return WrongType(w + ".function.strict", "a boolean", *strict);
         if (strict->get<bool>())
-          return Unsupported(w + ".function.strict",
-                             "strict = true (arguments held to the schema)");
+          WASTE_API_TRY(fields::CheckStrictParameters(tool.name, tool.parameters,
+                                                      w + ".function.parameters"));
       }
       out->tools.push_back(std::move(tool));
     }

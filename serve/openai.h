@@ -14,9 +14,11 @@
 // (ApiError: status 400, type invalid_request_error, param naming the
 // field). What waste does not do is refused by name, never ignored: best_of
 // other than 1, a prompt of token ids, roles other than system (or developer),
-// user, assistant and tool, tools other than functions, a function's strict
-// schema, the legacy functions and function_call, chat_template_kwargs other
-// than enable_thinking and thinking.
+// user, assistant and tool, tools other than functions, the legacy functions
+// and function_call, chat_template_kwargs other than enable_thinking and
+// thinking. A function's strict = true is honoured (its arguments are held
+// to the schema as every tool's are) after its parameters are checked
+// against OpenAI's strict rules (fields::CheckStrictParameters).
 //
 // n (1 to 128, as OpenAI) asks for n choices of one prompt, each sampled on
 // its own: with a seed, choice i's is derived from it (SamplerFor), so the

@@ -296,6 +296,14 @@ bool ThinkingOpen(const ChatFormat& chat, std::string_view open) {
   return begin != std::string_view::npos && (end == std::string_view::npos || begin > end);
 }
 
+std::string ThinkClose(const ChatFormat& chat) {
+  if (HasThinkBlocks(chat)) return "</think>";
+  if (chat.family == kFamilyHarmony) return "<|end|><|start|>assistant" + chat.reply_after;
+  if (chat.family == kFamilyXtml)
+    return std::string(kXtmlClose) + "think" + kXtmlSep + kXtmlOpen + "response" + kXtmlSep;
+  return "";
+}
+
 std::string NewToolCallId() {
   static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -107,13 +107,19 @@ struct ReplyOptions {
   // The plan whose ToolCallConstraint holds the calls (serve/tool_constraint.h):
   // their arguments are streamed as they arrive (above); glm-4.5's raw values
   // are known by it. None: no constraint.
-  std::shared_ptr<const ToolCallPlan> tool_plan;
+  std::shared_ptr<const ToolCallPlan> tool_plan{};
 };
 
 // Whether `open` (a generation prompt of `chat`'s family) ends inside a think
 // block: its last <think> after its last </think> (K3: it ends with the
 // think element's open tag).
 bool ThinkingOpen(const ChatFormat& chat, std::string_view open);
+
+// The markup that ends a reply's reasoning and begins its answer in
+// `chat`'s family (</think>; harmony's analysis message ended and its final
+// one begun; K3's think element closed and its response opened); empty for
+// a family without reasoning.
+std::string ThinkClose(const ChatFormat& chat);
 
 // "call_" and 24 random letters and digits.
 std::string NewToolCallId();
@@ -148,6 +154,8 @@ class ReplyParser {
     Mode next;
     Act act = Act::kNone;
   };
+  // Where the reply is now.
+  Mode mode() const { return mode_; }
 
  private:
   void Bytes(std::string_view b);

@@ -134,10 +134,41 @@ std::optional<ApiError> ParseTools(const ojson& t, std::vector<ChatTool>* out) {
     }
     bool strict = false;
     WASTE_FIELD_TRY(ReadBool(tool, "strict", &strict, w + ".strict"));
-    // Arguments held to the schema need constrained decoding (issue 41).
-    if (strict) return Unsupported(w + ".strict", "strict = true");
+    if (strict) WASTE_FIELD_TRY(CheckStrictParameters(c.name, c.parameters, w + ".parameters"));
     out->push_back(std::move(c));
   }
+  return std::nullopt;
+}
+
+// text.format: text, json_object or json_schema {name, schema, strict,
+// description} (response_format's, flat), compiled by engine/grammar.
+std::optional<ApiError> ParseTextFormat(const ojson& f,
+                                        std::shared_ptr<const grammar::JsonGrammar>* out) {
+  if (!f.is_object()) return WrongType("text.format", "an object", f);
+  std::string type;
+  WASTE_FIELD_TRY(NeedString(f, "type", "text.format", &type));
+  if (type == "text" || type == "json_object") {
+    WASTE_FIELD_TRY(OnlyKnown(f, "text.format", {"type"}));
+    if (type == "json_object") *out = grammar::AnyJsonObject();
+    return std::nullopt;
+  }
+  if (type != "json_schema")
+    return OutOfRange("text.format.type", "of text, json_object or json_schema", f["type"]);
+  WASTE_FIELD_TRY(OnlyKnown(f, "text.format", {"type", "name", "schema", "strict", "description"}));
+  std::string name, description;
+  WASTE_FIELD_TRY(NeedString(f, "name", "text.format", &name));
+  WASTE_FIELD_TRY(ReadString(f, "description", "text.format.description", &description));
+  bool strict = false;
+  WASTE_FIELD_TRY(ReadBool(f, "strict", &strict, "text.format.strict"));
+  const ojson* schema = Field(f, "schema");
+  if (!schema) return Missing("text.format.schema");
+  if (!schema->is_object()) return WrongType("text.format.schema", "an object", *schema);
+  auto g = grammar::CompileJsonSchema(json::parse(schema->dump()), {.strict = strict});
+  if (!g.ok())
+    return BadRequest("Invalid schema for response_format '" + Clip(name, 64) +
+                          "': " + g.status().message() + ".",
+                      "text.format.schema", "invalid_value");
+  *out = *g;
   return std::nullopt;
 }
 
@@ -210,10 +241,7 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, ResponsesRe
   if (const ojson* t = Field(b, "text")) {
     if (!t->is_object()) return WrongType("text", "an object", *t);
     WASTE_FIELD_TRY(OnlyKnown(*t, "text", {"format"}));
-    if (const ojson* f = Field(*t, "format")) {
-      if (!f->is_object() || !Field(*f, "type") || (*f)["type"] != "text")
-        return Unsupported("text.format", "a text format other than text");
-    }
+    if (const ojson* f = Field(*t, "format")) WASTE_FIELD_TRY(ParseTextFormat(*f, &out->format));
   }
   std::string instructions;
   WASTE_FIELD_TRY(ReadString(b, "instructions", "instructions", &instructions));
@@ -244,7 +272,8 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, ResponsesRe
                {"temperature", s.temperature},
                {"top_p", s.top_p},
                {"max_output_tokens", given("max_output_tokens", nullptr)},
-               {"metadata", given("metadata", json::object())}};
+               {"metadata", given("metadata", json::object())},
+               {"text", given("text", json{{"format", {{"type", "text"}}}})}};
   return std::nullopt;
 }
 

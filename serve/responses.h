@@ -14,10 +14,11 @@
 // reasoning items (the next assistant message's reasoning). Refused by
 // name: images, files and every other item or part type, stored state
 // (store: true, previous_response_id), parameters OpenAI does not define,
-// and what waste does not honour yet (strict tools, truncation auto, a text
-// format other than text). tool_choice required / a named function and
-// parallel_tool_calls false are honoured by the tool-call constraint
-// (serve/tool_constraint.h).
+// and what waste does not honour yet (truncation auto). text.format
+// json_object and json_schema are the answer's (AnswerFormat). A strict tool's parameters are
+// checked against OpenAI's strict rules (fields::CheckStrictParameters); its calls are held to the
+// schema. tool_choice required / a named function and parallel_tool_calls false are honoured by the
+// tool-call constraint (serve/tool_constraint.h).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,8 @@ struct ResponsesRequest {
   // tool_choice, parallel_tool_calls, temperature, top_p,
   // max_output_tokens, metadata (null when not given).
   nlohmann::json echo;
+  // text.format json_object or json_schema, compiled; null: text.
+  std::shared_ptr<const grammar::JsonGrammar> format;
 };
 
 // Parses and checks a body. The error, if any, is the answer to send.

@@ -234,5 +234,84 @@ TEST(TokenMask, RandomGenerationIsAlwaysWhole) {
   EXPECT_GE(replies, 30);
 }
 
+// Closing: from every prefix of every valid instance of the corpus, the
+// closing bytes complete the value, and after any prefix of them the walk
+// is no longer than what is left (so a mask along them ends in time).
+TEST(JsonMatcher, ClosingEndsEveryPrefix) {
+  int prefixes = 0;
+  for (const json& s : Corpus()["schemas"]) {
+    const auto g = Compile(s["schema"], s["strict"].get<bool>());
+    int valid = 0;
+    for (const json& inst : s["instances"]) {
+      if (!inst["valid"].get<bool>() || ++valid > 3) continue;
+      const std::string text = inst["text"];
+      for (size_t cut = 0; cut <= text.size(); ++cut) {
+        JsonMatcher m(g);
+        if (!m.Advance(std::string_view(text).substr(0, cut))) continue;  // inside a character
+        const auto close = m.Closing(4096);
+        ASSERT_TRUE(close) << s["name"] << ": " << text.substr(0, cut);
+        EXPECT_EQ(close->empty(), m.complete()) << s["name"] << ": " << text.substr(0, cut);
+        for (size_t k = 0; k < close->size(); ++k) {
+          ASSERT_TRUE(m.Advance(static_cast<uint8_t>((*close)[k])))
+              << s["name"] << ": " << text.substr(0, cut) << " + " << *close;
+          const auto rest = m.Closing(4096);
+          ASSERT_TRUE(rest);
+          EXPECT_LE(rest->size(), close->size() - k - 1) << s["name"];
+        }
+        EXPECT_TRUE(m.complete()) << s["name"] << ": " << text.substr(0, cut) << " + " << *close;
+        ++prefixes;
+      }
+    }
+  }
+  EXPECT_GT(prefixes, 300);
+}
+
+// With max_tokens, random logits (the end of turn as likely as any token,
+// so it is almost never chosen) still give a whole value within the budget,
+// its end of turn included, for every schema of the corpus, those open to
+// extra keys too; as the scheduler samples (serve/scheduler.cc).
+TEST(TokenMask, MaxTokensEndsEveryReply) {
+  const Tokenizer& tok = DeepSeek();
+  const int vocab = tok.max_id() + 1;
+  const int32_t end = vocab;  // an end-of-turn id past the index's vocabulary
+  const auto index = std::make_shared<const VocabIndex>(tok, vocab);
+#ifdef WASTE_SANITIZE
+  const int budgets[] = {40};  // a sanitizer's build: the short budget, the closing all along
+#else
+  const int budgets[] = {40, 100};
+#endif
+  int replies = 0;
+  for (const json& s : Corpus()["schemas"]) {
+    const auto g = Compile(s["schema"], s["strict"].get<bool>());
+    for (const int budget : budgets) {
+      std::mt19937 rng(static_cast<uint32_t>(budget));
+      std::uniform_real_distribution<float> noise(0.f, 1.f);
+      JsonTokenConstraint c(g, index, budget);
+      std::string text;
+      bool ended = false;
+      for (int step = 0; step < budget && !ended; ++step) {
+        std::vector<float> logits(static_cast<size_t>(vocab) + 1);
+        for (float& l : logits) l = noise(rng);
+        size_t allowed = c.Mask(logits);
+        if (!c.complete()) logits[static_cast<size_t>(end)] = -INFINITY;
+        allowed += c.complete();
+        ASSERT_GT(allowed, 0u) << s["name"] << " after " << text;
+        const auto best =
+            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        ended = best == end;
+        if (ended) break;
+        ASSERT_TRUE(c.Accept(best));
+        text += index->bytes(best);
+        ended = c.finished();
+      }
+      EXPECT_TRUE(ended) << s["name"] << " budget " << budget << ": " << text;
+      EXPECT_TRUE(c.complete()) << s["name"] << ": " << text;
+      EXPECT_TRUE(json::accept(text)) << s["name"] << ": " << text;
+      ++replies;
+    }
+  }
+  EXPECT_EQ(replies, static_cast<int>(std::size(budgets) * Corpus()["schemas"].size()));
+}
+
 }  // namespace
 }  // namespace waste::grammar

@@ -359,8 +359,28 @@ TEST(Request, Tools) {
   EXPECT_EQ(param({{"tools", {weather, weather}}}), "tools[1].function.name");
   EXPECT_EQ(param(with("description", 3)), "tools[0].function.description");
   EXPECT_EQ(param(with("parameters", "{}")), "tools[0].function.parameters");
-  EXPECT_EQ(param(with("strict", true)), "tools[0].function.strict");
+  // strict = true: OpenAI's strict rules on the parameters (additionalProperties
+  // false, every property required), refused naming them; a schema that keeps
+  // them is accepted.
+  EXPECT_EQ(param(with("strict", "yes")), "tools[0].function.strict");
+  EXPECT_EQ(param(with("strict", true)), "tools[0].function.parameters");
   EXPECT_EQ(param(with("strict", false)), "");
+  {
+    json t = weather;
+    t["function"]["strict"] = true;
+    t["function"]["parameters"]["additionalProperties"] = false;
+    EXPECT_EQ(param({{"tools", {t}}}), "tools[0].function.parameters");  // city not required
+    t["function"]["parameters"]["required"] = {"city"};
+    EXPECT_EQ(param({{"tools", {t}}}), "");
+    ChatRequest strict;
+    ASSERT_FALSE(Chat(Base({{"tools", {t}}}), &strict));
+    ASSERT_EQ(strict.tools.size(), 1u);
+    t["function"]["parameters"]["properties"]["city"]["pattern"] = "^P";  // unsupported either way
+    const auto e = Chat(Base({{"tools", {t}}}));
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->param, "tools[0].function.parameters");
+    EXPECT_NE(e->message.find("pattern"), std::string::npos) << e->message;
+  }
   EXPECT_EQ(param({{"tools", {weather}}, {"tool_choice", "sometimes"}}), "tool_choice");
   EXPECT_EQ(param({{"tools", {weather}}, {"tool_choice", 1}}), "tool_choice");
   EXPECT_EQ(param({{"tools", {weather}},

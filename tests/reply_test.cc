@@ -21,8 +21,10 @@
 #include "engine/format/chat.h"
 #include "engine/tokenizer/chat_generic.h"
 #include "engine/tokenizer/chat.h"
+#include "serve/answer_format.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
+#include "serve/thinking_budget.h"
 #include "serve/tool_constraint.h"
 #include "tests/test_util.h"
 
@@ -1130,6 +1132,163 @@ TEST(ToolCallConstraint, GenericRequiredWritesTheCallsObject) {
   }
 }
 
+// Up to `steps` tokens of random logits under `k` after `prefix`, the
+// end of turn never chosen;
+// stops once `k` is finished, or complete after `until` shows in the reply.
+std::vector<int32_t> Wander(const Case& c, grammar::TokenConstraint& k, uint32_t seed,
+                            const std::vector<int32_t>& prefix, int steps,
+                            const std::string& until) {
+  std::vector<int32_t> ids = prefix;
+  for (int32_t id : prefix) EXPECT_TRUE(k.Accept(id));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> logits(static_cast<size_t>(c.tok->max_id()) + 1);
+  for (int step = 0; step < steps && !k.finished(); ++step) {
+    if (k.complete() && !until.empty() && c.tok->Decode(ids).find(until) != std::string::npos)
+      break;
+    for (float& l : logits) l = u(rng);
+    for (int32_t e : c.options.end_of_turn) logits[static_cast<size_t>(e)] = -INFINITY;
+    EXPECT_GT(k.Mask(logits), 0u) << c.tok->Decode(ids);
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_TRUE(k.Accept(best)) << c.tok->Decode(ids);
+    ids.push_back(best);
+  }
+  return ids;
+}
+
+// Anthropic's thinking.budget_tokens: a random model left alone thinks on;
+// held to a budget, its reasoning is that many tokens, then the family's
+// close (spelled here as its template writes it, not taken from the
+// code), then the answer.
+TEST(ThinkingBudget, ReasoningStopsAtTheBudgetThenTheAnswerFollows) {
+  struct Family {
+    Case c;
+    std::vector<int32_t> prefix;  // the reply's markup before its reasoning
+    std::string close;
+  };
+  const Case harmony = Make("gpt-oss", ChatFormat::Harmony());
+  const Family families[] = {
+      {Make("qwen3", ChatFormat::Qwen3(true), true), {}, "</think>"},
+      {harmony, harmony.tok->EncodeMarkup("<|channel|>analysis<|message|>"),
+       "<|end|><|start|>assistant<|channel|>final<|message|>"},
+      {Make("k3", ChatFormat::Xtml(true)), {}, "<|close|>think<|sep|><|open|>response<|sep|>"},
+  };
+  constexpr int kBudget = 7;
+  for (const Family& f : families) {
+    const std::string family = f.c.chat.family;
+    const bool open = f.c.options.thinking_open.value_or(ThinkingOpen(f.c.chat, f.c.chat.open));
+    // Unheld, the same model is still thinking after three budgets.
+    ThinkingBudget free(nullptr, *f.c.tok, f.c.chat, open, 1 << 30);
+    const auto unheld = Wander(f.c, free, 1, f.prefix, 3 * kBudget, "");
+    EXPECT_EQ(Gather(Feed(f.c, unheld)).text, "") << family;
+    EXPECT_GE(free.reasoning_tokens(), 3 * kBudget) << family;
+
+    ThinkingBudget k(nullptr, *f.c.tok, f.c.chat, open, kBudget);
+    const auto ids = Wander(f.c, k, 1, f.prefix, 60, "");
+    ASSERT_GT(ids.size(), f.prefix.size() + kBudget) << family;
+    // The first kBudget tokens are the reasoning; the close follows them.
+    std::string after;
+    for (size_t n = f.prefix.size() + kBudget; n < ids.size(); ++n)
+      after += f.c.tok->TokenBytes(ids[n]);
+    EXPECT_TRUE(after.starts_with(f.close)) << family << ": " << after;
+    EXPECT_EQ(k.reasoning_tokens(), kBudget) << family;
+    const Shown s = Gather(Feed(f.c, ids));
+    EXPECT_NE(s.reasoning, "") << family;
+    EXPECT_NE(s.text, "") << family << ": " << f.c.tok->Decode(ids);  // the answer went on
+  }
+}
+
+// With tool_choice required, the calls come once the budget closed the
+// reasoning, held to their tools.
+TEST(ThinkingBudget, ThenTheForcedCalls) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(true), true);
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kRequired, "", false, true);
+  ThinkingBudget k(std::make_unique<ToolCallConstraint>(plan, *c.tok, vocab), *c.tok, c.chat, true,
+                   5);
+  const auto ids = Wander(c, k, 2, {}, 600, std::string(kQwenCallClose));
+  EXPECT_EQ(k.reasoning_tokens(), 5);
+  const Shown s = Gather(Feed(c, ids));
+  EXPECT_NE(s.reasoning, "");
+  EXPECT_EQ(s.text, "");
+  ASSERT_EQ(s.calls.size(), 1u) << c.tok->Decode(ids);
+  ExpectValid(s.calls[0].first, s.calls[0].second);
+}
+
+// response_format on the answer: a random model's reply under AnswerFormat
+// within `max_tokens`, as the scheduler samples it (the end of turn taken
+// once the constraint is complete); `pull` adds to ids' logits at step 0.
+struct Answered {
+  std::vector<int32_t> ids;
+  bool ended = false;
+};
+Answered AnswerUnder(const Case& c, std::shared_ptr<const ToolCallPlan> plan, uint32_t seed,
+                     int max_tokens, std::map<int32_t, float> pull = {}) {
+  static const auto schema = *grammar::CompileJsonSchema(json::parse(
+      R"({"type":"object","properties":{"city":{"enum":["Paris","Lyon"]},
+          "n":{"type":"integer","minimum":1,"maximum":9},"note":{"type":"string"}},
+          "required":["city","n"],"additionalProperties":false})"));
+  auto vocab = std::make_shared<const grammar::VocabIndex>(*c.tok, c.tok->max_id() + 1);
+  auto calls = plan ? std::make_unique<ToolCallConstraint>(plan, *c.tok, vocab) : nullptr;
+  AnswerFormat k(schema, vocab, std::move(calls), plan, *c.tok, c.chat, c.options.end_of_turn,
+                 c.options.thinking_open.value_or(ThinkingOpen(c.chat, c.chat.open)), max_tokens);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<float> logits(static_cast<size_t>(vocab->vocab()));
+  Answered a;
+  for (int step = 0; step < max_tokens && !a.ended; ++step) {
+    if (k.complete()) {
+      a.ended = true;  // the end of turn
+      break;
+    }
+    for (float& l : logits) l = u(rng);
+    for (const auto& [id, bonus] : pull) logits[static_cast<size_t>(id)] += bonus;
+    pull.clear();
+    EXPECT_GT(k.Mask(logits), 0u) << c.tok->Decode(a.ids);
+    const auto best =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_TRUE(k.Accept(best)) << c.tok->Decode(a.ids);
+    a.ids.push_back(best);
+    a.ended = k.finished();
+  }
+  return a;
+}
+
+void ExpectAnswerValid(const std::string& what, const std::string& text) {
+  ASSERT_TRUE(json::accept(text)) << what << ": " << text;
+  const json v = json::parse(text);
+  EXPECT_TRUE(v["city"] == "Paris" || v["city"] == "Lyon") << what << ": " << text;
+  EXPECT_TRUE(v["n"].is_number_integer() && v["n"] >= 1 && v["n"] <= 9) << what << ": " << text;
+  EXPECT_TRUE(v.size() == 2 || (v.size() == 3 && v["note"].is_string())) << what << ": " << text;
+}
+
+// The reasoning free (a random model never ends it: the close is forced
+// when the tokens run short), then the answer held to the schema, ended in
+// time: Qwen3's and DeepSeek V3.1's think blocks, K3's think element,
+// harmony's analysis channel (its header forced) and final one.
+TEST(AnswerFormat, ReasoningThenTheAnswerHeldToTheSchema) {
+  const Case cases[] = {
+      Make("qwen3", ChatFormat::Qwen3(true), true),
+      Make("deepseek", ChatFormat::DeepseekV31(), true),
+      Make("k3", ChatFormat::Xtml(true)),
+      Make("gpt-oss", ChatFormat::Harmony()),
+  };
+  for (const Case& c : cases) {
+    for (uint32_t seed = 1; seed <= 1; ++seed) {
+      const Answered a = AnswerUnder(c, nullptr, seed, 160);
+      const std::string what = c.chat.family + " seed " + std::to_string(seed);
+      EXPECT_TRUE(a.ended) << what << ": " << c.tok->Decode(a.ids);
+      const Shown s = Gather(Feed(c, a.ids));
+      EXPECT_TRUE(s.calls.empty()) << what;
+      ExpectAnswerValid(what, s.text);
+      if (c.chat.family != kFamilyHarmony) {
+        EXPECT_NE(s.reasoning, "") << what << ": " << c.tok->Decode(a.ids);
+      }
+    }
+  }
+}
+
 TEST(ToolCallConstraint, GenericAutoAnswersOrCalls) {
   const Case c = GenericCase();
   const auto plan = Plan(kFamilyDemo, ToolChoiceMode::kAuto);
@@ -1214,6 +1373,25 @@ TEST(Reply, GenericFormatReadAsItArrives) {
   // Without a tool plan the demo format is plain text.
   const Shown plain = Parse(Make("demo", ChatFormat::Deepseek(false)), "{\"response\": \"x\"}");
   EXPECT_EQ(plain.text, "{\"response\": \"x\"}");
+}
+
+// With tools (tool_choice auto), the reply is the answer held to the
+// schema or calls held to the tools, whichever it begins with.
+TEST(AnswerFormat, BesideToolsTheAnswerOrTheCalls) {
+  const Case c = Make("qwen3", ChatFormat::Qwen3(false), false);
+  const auto plan = Plan(kFamilyQwen3, ToolChoiceMode::kAuto, "", /*parallel=*/false);
+  const Answered text = AnswerUnder(c, plan, 3, 80);
+  EXPECT_TRUE(text.ended);
+  const Shown t = Gather(Feed(c, text.ids));
+  EXPECT_TRUE(t.calls.empty());
+  ExpectAnswerValid("text", t.text);
+  const int32_t open = *c.tok->SpecialId("<tool_call>");
+  const Answered call = AnswerUnder(c, plan, 3, 300, {{open, 100.0f}});
+  EXPECT_TRUE(call.ended) << c.tok->Decode(call.ids);
+  const Shown k = Gather(Feed(c, call.ids));
+  EXPECT_EQ(k.text, "");
+  ASSERT_EQ(k.calls.size(), 1u) << c.tok->Decode(call.ids);
+  ExpectValid(k.calls[0].first, k.calls[0].second);
 }
 
 }  // namespace

@@ -142,7 +142,32 @@ TEST(ResponsesRequest, EveryRefusalNamesItsField) {
   EXPECT_EQ(Refused(Base({{"store", true}})), "store");
   EXPECT_EQ(Refused(Base({{"previous_response_id", "resp_1"}})), "previous_response_id");
   EXPECT_EQ(Refused(Base({{"truncation", "auto"}})), "truncation");
-  EXPECT_EQ(Refused(Base({{"text", {{"format", {{"type", "json_object"}}}}}})), "text.format");
+  // text.format: response_format's, flat; the schema compiled, refused by name.
+  ResponsesRequest formatted;
+  ASSERT_FALSE(Parse(Base({{"text", {{"format", {{"type", "json_object"}}}}}}), &formatted));
+  ASSERT_TRUE(formatted.format);
+  EXPECT_EQ(formatted.echo["text"]["format"]["type"], "json_object");
+  const ojson schema = {{"type", "object"},
+                        {"properties", {{"a", {{"type", "integer"}}}}},
+                        {"required", {"a"}},
+                        {"additionalProperties", false}};
+  ASSERT_FALSE(Parse(
+      Base({{"text",
+             {{"format",
+               {{"type", "json_schema"}, {"name", "a"}, {"strict", true}, {"schema", schema}}}}}}),
+      &formatted));
+  ASSERT_TRUE(formatted.format);
+  EXPECT_EQ(Refused(Base({{"text", {{"format", {{"type", "grammar"}}}}}})), "text.format.type");
+  EXPECT_EQ(Refused(Base({{"text", {{"format", {{"type", "json_schema"}, {"name", "a"}}}}}})),
+            "text.format.schema");
+  EXPECT_EQ(Refused(Base({{"text",
+                           {{"format",
+                             {{"type", "json_schema"},
+                              {"name", "a"},
+                              {"schema", {{"type", "string"}, {"pattern", "x"}}}}}}}})),
+            "text.format.schema");
+  EXPECT_EQ(Refused(Base({{"text", {{"format", {{"type", "json_object"}, {"name", "a"}}}}}})),
+            "text.format.name");
   EXPECT_EQ(Refused(Base({{"reasoning", {{"effort", "low"}}}})), "reasoning");
   EXPECT_EQ(Refused(Base({{"include", json::array()}})), "include");
   EXPECT_EQ(Refused(Base({{"metadata", 1}})), "metadata");
@@ -166,10 +191,29 @@ TEST(ResponsesRequest, EveryRefusalNamesItsField) {
   EXPECT_EQ(Refused(Base({{"tool_choice", "maybe"}})), "tool_choice");
   EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "web_search"}}})}})), "tools[0].type");
   EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "function"}}})}})), "tools[0].name");
+  // strict: OpenAI's strict rules on the parameters, refused naming them.
   EXPECT_EQ(
       Refused(Base(
           {{"tools", json::array({{{"type", "function"}, {"name", "f"}, {"strict", true}}})}})),
-      "tools[0].strict");
+      "tools[0].parameters");
+  const json strict_ok = {{"type", "object"},
+                          {"properties", {{"a", {{"type", "integer"}}}}},
+                          {"required", {"a"}},
+                          {"additionalProperties", false}};
+  json loose = strict_ok;
+  loose.erase("required");
+  EXPECT_EQ(Refused(Base({{"tools", json::array({{{"type", "function"},
+                                                  {"name", "f"},
+                                                  {"strict", true},
+                                                  {"parameters", loose}}})}})),
+            "tools[0].parameters");
+  ResponsesRequest strict;
+  ASSERT_FALSE(Parse(Base({{"tools", json::array({{{"type", "function"},
+                                                   {"name", "f"},
+                                                   {"strict", true},
+                                                   {"parameters", strict_ok}}})}}),
+                     &strict));
+  ASSERT_EQ(strict.tools.size(), 1u);
   EXPECT_EQ(
       Refused(Base(
           {{"tools", json::array({{{"type", "function"}, {"name", "f"}, {"parameters", "{}"}}})}})),

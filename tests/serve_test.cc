@@ -333,6 +333,28 @@ TEST_F(ServeTest, AResponseFormatKeepsTheReplyInsideItsSchema) {
     EXPECT_TRUE(other) << first.dump();
     EXPECT_LT(first["logprob"].get<double>(), 0.0);
   }
+  // Beside tools (tool_choice auto): the answer held to the schema, or calls.
+  json both = Chat("give me json", 120);
+  both["temperature"] = 1;
+  both["seed"] = 3;
+  both["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "t"}, {"schema", schema}}}};
+  both["tools"] = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
+      {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])");
+  const Answer b = Call(Post("/v1/chat/completions", both.dump()));
+  ASSERT_EQ(b.status, 200) << b.body;
+  const json bj = json::parse(b.body)["choices"][0];
+  if (bj["finish_reason"] == "tool_calls") {
+    EXPECT_TRUE(
+        json::parse(bj["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>())
+            .contains("a"))
+        << b.body;
+  } else {
+    EXPECT_EQ(bj["finish_reason"], "stop") << b.body;
+    const json v = json::parse(bj["message"]["content"].get<std::string>());
+    EXPECT_TRUE(v["name"].is_string() && v["n"].is_number_integer() && v["ok"].is_boolean())
+        << b.body;
+  }
   json bad = Chat("x", 5);
   bad["response_format"] = {
       {"type", "json_schema"},
@@ -1046,6 +1068,19 @@ TEST_F(ServeTest, OpenAIsResponsesAreTheChatReplyWholeAndStreamed) {
     return items;
   };
   EXPECT_EQ(without_ids(events.back()["response"]["output"]), without_ids(whole["output"]));
+
+  // text.format: the answer is a JSON object, ended within max_output_tokens.
+  json formatted = req;
+  formatted["max_output_tokens"] = 40;
+  formatted["temperature"] = 1;
+  formatted["text"] = {{"format", {{"type", "json_object"}}}};
+  const Answer f = Call(Post("/v1/responses", formatted.dump()));
+  ASSERT_EQ(f.status, 200) << f.body;
+  const json fj = json::parse(f.body);
+  EXPECT_EQ(fj["status"], "completed") << f.body;
+  ASSERT_EQ(fj["output"].size(), 1u) << f.body;
+  const std::string object = fj["output"][0]["content"][0]["text"];
+  EXPECT_TRUE(json::accept(object) && json::parse(object).is_object()) << object;
 }
 
 TEST_F(ServeTest, AnthropicsRoutesAnswerErrorsInAnthropicsShape) {

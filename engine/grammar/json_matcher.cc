@@ -123,6 +123,35 @@ class Machine {
     return false;
   }
 
+  // The greedy walk of JsonMatcher::Closing on one alternative.
+  std::optional<std::string> Closing(Stack s, size_t limit) const {
+    std::string out;
+    while (!CanEnd(s)) {
+      if (out.size() >= limit) return std::nullopt;
+      // The first byte of Toward's that s takes; where an anyOf begins, the
+      // alternative with the shortest instance among those that take it.
+      bool moved = false;
+      for (const char c : Toward(s)) {
+        const uint8_t b = static_cast<uint8_t>(c);
+        std::vector<Stack> forks, none, took;
+        Stack t = s;
+        if (Feed(t, b, &forks)) took.push_back(std::move(t));
+        for (Stack& f : forks)
+          if (Feed(f, b, &none)) took.push_back(std::move(f));
+        if (took.empty()) continue;
+        const auto shortest = [&](const Stack& x) { return N(x.frames.back().node).shortest; };
+        s = std::move(*std::min_element(
+            took.begin(), took.end(),
+            [&](const Stack& x, const Stack& y) { return shortest(x) < shortest(y); }));
+        out += c;
+        moved = true;
+        break;
+      }
+      if (!moved) return std::nullopt;
+    }
+    return out;
+  }
+
   bool Finished(const Stack& s) const {
     return s.frames.back().type == kRoot && s.frames.back().phase == kAfter;
   }
@@ -138,6 +167,118 @@ class Machine {
 
  private:
   const SchemaNode& N(int i) const { return g_.nodes[static_cast<size_t>(i)]; }
+
+  // The bytes that bring s nearer its end, best first (Closing's walk feeds
+  // the first that s takes).
+  std::string Toward(const Stack& s) const {
+    const Frame& f = s.frames.back();
+    const SchemaNode& n = N(f.node);
+    const auto after_value = [&] {  // the parent's bytes, as if this value had ended
+      Stack up = s;
+      ValueDone(up);
+      return Toward(up);
+    };
+    switch (f.type) {
+      case kRoot:
+        return f.phase == kBefore ? Opening(f.node) : "";
+      case kObject: {
+        const bool can_close = (f.seen & RequiredMask(n)) == RequiredMask(n);
+        switch (f.phase) {
+          case kObjStart:
+            return "{";
+          case kObjOpen:
+            return can_close ? "}" : "\"";
+          case kObjComma:
+            return "\"";
+          case kObjKeyDone:
+            return ":";
+          case kObjColon:
+            return Opening(f.member >= 0 ? n.properties[static_cast<size_t>(f.member)].node
+                                         : n.additional);
+          default:  // kObjValueDone
+            return can_close ? "}" : ",";
+        }
+      }
+      case kKey: {
+        // The first unseen required key still spelled, else the shortest unseen one.
+        const Frame& obj = s.frames[s.frames.size() - 2];
+        int pick = -1;
+        for (size_t i = 0; i < n.properties.size(); ++i) {
+          if (!(f.alive & Bit(i)) || (obj.seen & Bit(i))) continue;
+          const auto& p = n.properties[i];
+          if (pick < 0) {
+            pick = static_cast<int>(i);
+            continue;
+          }
+          const auto& q = n.properties[static_cast<size_t>(pick)];
+          if (p.required != q.required ? p.required : p.key.size() < q.key.size())
+            pick = static_cast<int>(i);
+        }
+        if (pick >= 0) {
+          const std::string& key = n.properties[static_cast<size_t>(pick)].key;
+          return f.pos < key.size() ? std::string(1, key[f.pos]) : "\"";
+        }
+        // An extra key ends (or, spelling a seen one, goes on).
+        return f.utf8_need > 0 ? std::string(1, static_cast<char>(f.utf8_lo)) : "\"a";
+      }
+      case kArray:
+        if (f.phase == kArrStart) return "[";
+        if (f.count < n.min_items) return f.phase == kArrValueDone ? "," : Opening(n.items);
+        return f.phase == kArrComma ? Opening(n.items) : "]";
+      case kString:
+        switch (f.phase) {
+          case kStrStart:
+            return "\"";
+          case kStrText:
+            if (f.utf8_need > 0) return std::string(1, static_cast<char>(f.utf8_lo));
+            return f.count < n.min_length ? "a" : "\"";
+          case kStrEscape:
+            return "n";
+          default:
+            return "0";  // a \u escape's hex digits
+        }
+      case kNumber:
+        return NumberDone(s) ? after_value() : "0123456789.-";
+      case kLiteral: {
+        if (LiteralDone(f)) return after_value();
+        const std::string* best = nullptr;
+        for (size_t i = 0; i < n.literals.size(); ++i)
+          if ((f.alive & Bit(i)) && (!best || n.literals[i].size() < best->size()))
+            best = &n.literals[i];
+        return best && f.pos < best->size() ? std::string(1, (*best)[f.pos]) : "";
+      }
+    }
+    return "";
+  }
+
+  // The first bytes of a value of `node`: its alternative with the shortest instance's.
+  std::string Opening(int node) const {
+    std::vector<int> concrete;
+    Expand(node, &concrete, 0);
+    if (concrete.empty()) return "";
+    const int best = *std::min_element(concrete.begin(), concrete.end(),
+                                       [&](int a, int b) { return N(a).shortest < N(b).shortest; });
+    const SchemaNode& n = N(best);
+    switch (n.kind) {
+      case Kind::kObject:
+        return "{";
+      case Kind::kArray:
+        return "[";
+      case Kind::kString:
+        return "\"";
+      case Kind::kNumber:
+        return "0123456789-";
+      case Kind::kLiterals: {
+        const auto it = std::min_element(
+            n.literals.begin(), n.literals.end(),
+            [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+        return it->substr(0, 1);
+      }
+      case Kind::kAnyOf:
+        break;
+    }
+    return "";
+  }
 
   // Begins a value of `node` on s: its frame, before its first byte; the
   // other alternatives of an anyOf as copies in `forks`.
@@ -598,6 +739,16 @@ bool JsonMatcher::finished() const {
   for (const Stack& s : stacks_)
     if (!m.Finished(s)) return false;
   return !stacks_.empty();
+}
+
+std::optional<std::string> JsonMatcher::Closing(size_t limit) const {
+  const Machine m(*g_);
+  std::optional<std::string> best;
+  for (const Stack& s : stacks_) {
+    auto c = m.Closing(s, limit);
+    if (c && (!best || c->size() < best->size())) best = std::move(c);
+  }
+  return best;
 }
 
 uint64_t JsonMatcher::PlainRoom() const {

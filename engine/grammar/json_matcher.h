@@ -20,6 +20,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -50,6 +52,17 @@ class JsonMatcher {
   // 0 when none is. Any run of at most that many whole characters without
   // '"', '\\' or control bytes is then accepted.
   uint64_t PlainRoom() const;
+
+  // The bytes that end the value soonest, found by a greedy walk of one
+  // alternative's frames: each open value closed, the required keys, the
+  // minimum items and characters still missing written with their shortest
+  // values (0 for numbers where the bounds allow, "a" for characters, the
+  // shortest literal), optional keys and extra items never begun. Empty
+  // when complete() already; none when no walk ends within `limit` bytes.
+  // Fed in order they make the matcher complete(), and after any prefix of
+  // them the walk from there is no longer than the rest (the token mask
+  // steers a reply to its end by it: JsonTokenConstraint's max_tokens).
+  std::optional<std::string> Closing(size_t limit) const;
 
   // This matcher becomes `from` advanced by `byte` (the mask's walk: no
   // allocation once warm). Both must be of the same grammar.

@@ -1,5 +1,6 @@
 #include "engine/grammar/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -62,7 +63,7 @@ class Compiler {
     const int root = New(Kind::kAnyOf, "#");
     if (Status s = Fill(root, root_, "#", 0); !s.ok()) return s;
     g->root = root;
-    if (Status s = CheckFinite(); !s.ok()) return s;
+    if (Status s = Measure(); !s.ok()) return s;
     return std::shared_ptr<const JsonGrammar>(std::move(g));
   }
 
@@ -72,6 +73,7 @@ class Compiler {
     g_ = g.get();
     const int any = AnyValue();
     g->root = object_only ? g_->nodes[static_cast<size_t>(any)].alternatives[0] : any;
+    (void)Measure();  // any value has a finite instance
     return g;
   }
 
@@ -407,30 +409,50 @@ class Compiler {
     return Status::Ok();
   }
 
-  // Every node must have a finite instance (least fixpoint), else the
-  // matcher could enter a value it can never end.
-  Status CheckFinite() {
-    std::vector<bool> finite(g_->nodes.size(), false);
+  // Each node's shortest instance (SchemaNode::shortest, a least fixpoint).
+  // Every node must have a finite one, else the matcher could enter a value
+  // it can never end.
+  Status Measure() {
+    constexpr uint64_t kNone = UINT64_MAX;
+    const auto add = [](uint64_t a, uint64_t b) { return a >= kNone - b ? kNone : a + b; };
+    for (SchemaNode& n : g_->nodes) n.shortest = kNone;
     for (bool changed = true; changed;) {
       changed = false;
-      for (size_t i = 0; i < g_->nodes.size(); ++i) {
-        if (finite[i]) continue;
-        const SchemaNode& n = g_->nodes[i];
-        bool f = true;
-        if (n.kind == Kind::kAnyOf) {
-          f = false;
-          for (int a : n.alternatives) f = f || finite[static_cast<size_t>(a)];
-        } else if (n.kind == Kind::kArray) {
-          f = n.min_items == 0 || finite[static_cast<size_t>(n.items)];
-        } else if (n.kind == Kind::kObject) {
-          for (const auto& p : n.properties)
-            f = f && (!p.required || finite[static_cast<size_t>(p.node)]);
+      for (SchemaNode& n : g_->nodes) {
+        uint64_t len = kNone;
+        switch (n.kind) {
+          case Kind::kAnyOf:
+            for (int a : n.alternatives) len = std::min(len, N(a).shortest);
+            break;
+          case Kind::kLiterals:
+            for (const std::string& t : n.literals) len = std::min<uint64_t>(len, t.size());
+            break;
+          case Kind::kString:
+            len = add(2, n.min_length);  // '"', one byte a character, '"'
+            break;
+          case Kind::kNumber: {
+            // 0 when the bounds hold it; else about the nearer bound's digits.
+            const double near = n.minimum > 0 ? n.minimum : n.maximum < 0 ? n.maximum : 0;
+            len = near == 0 ? 1 : 2 + static_cast<uint64_t>(std::log10(std::fabs(near) + 1));
+            break;
+          }
+          case Kind::kArray: {
+            const uint64_t item = n.min_items == 0 ? 0 : add(N(n.items).shortest, 1);
+            len = item == 0 ? 2 : item > (kNone - 2) / n.min_items ? kNone : 2 + n.min_items * item;
+            break;
+          }
+          case Kind::kObject:
+            len = 2;
+            for (const auto& p : n.properties)
+              if (p.required) len = add(len, add(p.key.size() + 4, N(p.node).shortest));
+            break;
         }
-        if (f) finite[i] = changed = true;
+        if (len < n.shortest) n.shortest = len, changed = true;
       }
     }
-    for (size_t i = 0; i < finite.size(); ++i)
-      if (!finite[i]) return Error(paths_[i], "a schema with no finite instance");
+    for (size_t i = 0; i < g_->nodes.size(); ++i)
+      if (g_->nodes[i].shortest == kNone)
+        return Error(paths_[i], "a schema with no finite instance");
     return Status::Ok();
   }
 

@@ -63,6 +63,10 @@ struct SchemaNode {
   bool bounded() const { return minimum > -1.0 / 0.0 || maximum < 1.0 / 0.0; }
   // kLiterals: the accepted texts (compact JSON), at most 64.
   std::vector<std::string> literals;
+  // The bytes of its shortest instance (exact but for a number whose bounds
+  // leave out 0: an estimate); for JsonMatcher::Closing to choose among
+  // alternatives.
+  uint64_t shortest = 0;
 };
 
 // The compiled form: nodes by index, root first. Immutable; share it.

@@ -148,12 +148,43 @@ void VocabIndex::Walk(uint32_t node, size_t depth, std::vector<JsonMatcher>& sta
   }
 }
 
+size_t VocabIndex::Along(std::string_view text, std::vector<uint64_t>* allowed) const {
+  allowed->assign(plain_.size(), 0);
+  size_t n = 0;
+  uint32_t node = 0;
+  for (const char c : text) {
+    const Node& at = trie_[node];
+    const auto child =
+        std::find_if(trie_.begin() + at.first_child, trie_.begin() + at.first_child + at.children,
+                     [&](const Node& k) { return k.byte == static_cast<uint8_t>(c); });
+    if (child == trie_.begin() + at.first_child + at.children) break;
+    node = static_cast<uint32_t>(child - trie_.begin());
+    if (child->token >= 0) Set(allowed, child->token), ++n;
+  }
+  return n;
+}
+
 JsonTokenConstraint::JsonTokenConstraint(std::shared_ptr<const JsonGrammar> g,
-                                         std::shared_ptr<const VocabIndex> vocab)
-    : m_(std::move(g)), vocab_(std::move(vocab)) {}
+                                         std::shared_ptr<const VocabIndex> vocab,
+                                         int64_t max_tokens)
+    : m_(g), vocab_(std::move(vocab)), left_(max_tokens > 0 ? max_tokens : -1) {
+  constexpr uint64_t kMostSlack = 1024;
+  for (const SchemaNode& n : g->nodes) slack_ = std::max(slack_, std::min(n.shortest, kMostSlack));
+  slack_ += 32;
+}
+
+bool JsonTokenConstraint::Closing(size_t* n) {
+  constexpr size_t kReach = 4096;  // the longest closing looked for
+  if (left_ < 0 || static_cast<uint64_t>(left_) > kReach + slack_ + 1) return false;
+  const auto close = m_.Closing(kReach);
+  if (!close || close->size() + 1 + slack_ < static_cast<uint64_t>(left_)) return false;
+  *n = vocab_->Along(*close, &allowed_);
+  return *n > 0 || close->empty();
+}
 
 size_t JsonTokenConstraint::Mask(std::span<float> logits) {
-  const size_t n = vocab_->Allowed(m_, &allowed_);
+  size_t n = 0;
+  if (!Closing(&n)) n = vocab_->Allowed(m_, &allowed_);
   for (size_t i = 0; i < logits.size(); ++i)
     if (i >= static_cast<size_t>(vocab_->vocab()) || !Get(allowed_, static_cast<int32_t>(i)))
       logits[i] = -INFINITY;
@@ -162,6 +193,7 @@ size_t JsonTokenConstraint::Mask(std::span<float> logits) {
 
 bool JsonTokenConstraint::Accept(int32_t token) {
   const std::string_view b = vocab_->bytes(token);
+  if (left_ > 0) --left_;
   return !b.empty() && m_.Advance(b);
 }
 

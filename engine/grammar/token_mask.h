@@ -42,6 +42,9 @@ class VocabIndex {
   // resized to the vocabulary) for every token whose bytes `m` accepts.
   // Returns how many are allowed.
   size_t Allowed(const JsonMatcher& m, std::vector<uint64_t>* allowed) const;
+  // Sets allowed[id] (as Allowed does) for every token whose bytes are a
+  // non-empty prefix of `text`. Returns how many.
+  size_t Along(std::string_view text, std::vector<uint64_t>* allowed) const;
 
  private:
   struct Node {
@@ -82,8 +85,16 @@ class TokenConstraint {
 
 class JsonTokenConstraint : public TokenConstraint {
  public:
-  JsonTokenConstraint(std::shared_ptr<const JsonGrammar> g,
-                      std::shared_ptr<const VocabIndex> vocab);
+  // `max_tokens` (0: no limit): the tokens the value may take, its reply's
+  // end of turn included. Once the tokens left come within the matcher's
+  // Closing() bytes plus a slack (the most one token may add to them: the
+  // grammar's longest shortest instance, plus 32 bytes), only tokens along
+  // Closing() are allowed, so the value ends in time: each such token takes
+  // at least one of its bytes, and none are left for the end of turn. A
+  // vocabulary without a token along it, or a token that adds more than
+  // the slack, can still leave a value cut by max_tokens.
+  JsonTokenConstraint(std::shared_ptr<const JsonGrammar> g, std::shared_ptr<const VocabIndex> vocab,
+                      int64_t max_tokens = 0);
 
   // Ids past the index's vocabulary are never allowed; special tokens neither.
   size_t Mask(std::span<float> logits) override;
@@ -93,9 +104,15 @@ class JsonTokenConstraint : public TokenConstraint {
   bool finished() const override { return m_.finished(); }
 
  private:
+  // Sets allowed_ to the tokens along Closing() when the tokens left call
+  // for it (*n: how many); false when they do not.
+  bool Closing(size_t* n);
+
   JsonMatcher m_;
   std::shared_ptr<const VocabIndex> vocab_;
   std::vector<uint64_t> allowed_;
+  int64_t left_ = -1;  // tokens the reply may still take (-1: no limit)
+  uint64_t slack_ = 0;
 };
 
 }  // namespace waste::grammar

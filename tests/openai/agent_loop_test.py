@@ -10,10 +10,10 @@ and a named function, Responses' required, Anthropic's any and tool); the
 client "runs" each call and sends its result back, and the model answers.
 Every call's arguments validate against its tool's schema (jsonschema);
 streamed equals whole: the calls (temperature 0) and the answer (chat's
-sampled under a seed, Anthropic's greedy).
-A family whose tool calls waste does not hold yet is checked for the
-server's refusal by name (400, the field `tools`) instead. Prints one line
-per check and exits non-zero if any failed.
+sampled under a seed, Anthropic's greedy). The OpenAI tools are strict; a
+strict tool that breaks strict mode's rules is refused; response_format
+beside tools and the Responses API's text.format give answers that
+validate. Prints one line per check and exits non-zero if any failed.
 """
 import json
 import os
@@ -32,12 +32,17 @@ WEATHER = {"type": "object",
 TIME = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 6}},
         "required": ["tz"], "additionalProperties": False}
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+# Strict (OpenAI's strict mode: the schemas keep its rules).
 OPENAI_TOOLS = [{"type": "function", "function": {"name": n, "description": "a tool",
-                                                   "parameters": s}} for n, s in SCHEMAS.items()]
-RESPONSES_TOOLS = [{"type": "function", "name": n, "description": "a tool", "parameters": s}
-                   for n, s in SCHEMAS.items()]
+                                                   "parameters": s, "strict": True}}
+                for n, s in SCHEMAS.items()]
+RESPONSES_TOOLS = [{"type": "function", "name": n, "description": "a tool", "parameters": s,
+                    "strict": True} for n, s in SCHEMAS.items()]
 ANTHROPIC_TOOLS = [{"name": n, "description": "a tool", "input_schema": s}
                    for n, s in SCHEMAS.items()]
+# Families whose answer and calls cannot both be held (serve/api_server.h,
+# NotBesideCalls): response_format beside tools is refused.
+NOT_BESIDE_CALLS = ("harmony", "demo")
 ASK = "What is the weather in Paris for three days, and the time there?"
 MAX = 400  # a random model writes long white space; one call fits
 
@@ -212,6 +217,62 @@ def family_of(container):
         return json.load(f).get("family")
 
 
+def strict_and_formats(tag, family, client, model):
+    """A strict tool that breaks strict mode's rules is refused naming its
+    parameters; response_format beside tools (auto) gives an answer that
+    validates or calls that do (where the family's markup holds both; else
+    it is refused naming response_format); the Responses API's text.format
+    too."""
+    loose = {**WEATHER, "required": ["city"]}
+    try:
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": ASK}], max_tokens=5,
+            tools=[{"type": "function", "function": {"name": "get_weather", "parameters": loose,
+                                                     "strict": True}}])
+        check(f"{tag} strict: an optional property raises BadRequestError", False, "no error")
+    except openai.BadRequestError as e:
+        check(f"{tag} strict: an optional property raises BadRequestError",
+              e.body.get("param") == "tools[0].function.parameters", str(e))
+    answer = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
+                                               "warm": {"type": "boolean"}},
+              "required": ["city", "warm"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "strict": True, "schema": answer}}
+    if family in NOT_BESIDE_CALLS:
+        try:
+            client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": ASK}], tools=OPENAI_TOOLS,
+                response_format=fmt, max_tokens=5)
+            check(f"{tag} response_format beside tools raises BadRequestError", False, "no error")
+        except openai.BadRequestError as e:
+            check(f"{tag} response_format beside tools raises BadRequestError",
+                  e.body.get("param") == "response_format", str(e))
+    for seed in range(0 if family in NOT_BESIDE_CALLS else 4):
+        r = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": ASK}], tools=OPENAI_TOOLS,
+            response_format=fmt, temperature=1.0, seed=seed, max_tokens=MAX).choices[0]
+        calls = r.message.tool_calls or []
+        if calls:
+            ok = r.finish_reason == "tool_calls" and all(
+                valid(c.function.name, c.function.arguments) for c in calls)
+        else:
+            try:
+                ok = r.finish_reason == "stop" and jsonschema.Draft202012Validator(answer).is_valid(
+                    json.loads(r.message.content))
+            except ValueError:
+                ok = False
+        check(f"{tag} response_format beside tools, seed {seed}: the answer or the calls validate", ok,
+              f"{r.finish_reason}: {r.message}")
+    out = client.responses.create(
+        model=model, input=ASK, temperature=1.0, max_output_tokens=MAX,
+        text={"format": {"type": "json_schema", "name": "a", "strict": True, "schema": answer}})
+    try:
+        ok = out.status == "completed" and jsonschema.Draft202012Validator(answer).is_valid(
+            json.loads(out.output_text))
+    except ValueError:
+        ok = False
+    check(f"{tag} responses text.format json_schema: the answer validates", ok, str(out.output))
+
+
 def main():
     waste, work = sys.argv[1], sys.argv[2]
     for name, family in LOOPS:
@@ -228,6 +289,7 @@ def main():
             model = oa.models.list().data[0].id
             chat_loop(tag, oa, model)
             responses_loop(tag, oa, model)
+            strict_and_formats(tag, family, oa, model)
             messages_loop(tag, an, model)
         finally:
             proc.terminate()
