@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Fixtures for engine/tokenizer/gguf_tokenizer: tiny GGUFs carrying the
+tokenizer metadata of the tokenizers in tests/fixtures/tokenizer/, written as
+llama.cpp's convert_hf_to_gguf.py writes them, and the ids `tokenizers`
+gives for texts with special tokens in them.
+
+  pip install gguf==0.19.0 tokenizers==0.23.3 transformers numpy
+  python3 tools/gguf/make_tokenizer_fixtures.py tests/fixtures/gguf/tokenizer
+
+For each family (qwen3, glm45, gpt-oss, deepseek), `<family>.gguf`:
+- tokenizer.ggml.tokens and token_type as the converter's get_vocab_base
+  makes them from transformers' AutoTokenizer (ids 0..vocab_size-1; an id
+  the tokenizer lacks is "[PAD<id>]", UNUSED; an added token is CONTROL when
+  special or when it looks special (<|...|>, <｜...｜>), else USER_DEFINED,
+  its text as the tokenizer decodes it when it is not normalized; the rest
+  NORMAL, in GPT-2's byte-level alphabet);
+- tokenizer.ggml.model "gpt2" and tokenizer.ggml.pre the name the
+  converter's get_vocab_base_pre gives the released tokenizer of the family
+  (qwen2, glm4, gpt-4o, deepseek-v3: the fixtures are trained stand-ins, so
+  their hash is not the released one and the name is set here);
+- merges, the special ids and add_bos/add_eos by the package's SpecialVocab
+  (what _set_vocab_gpt2 calls), GLM's ids overridden as the converter's GLM
+  set_vocab does; tokenizer.chat_template: the family's released template
+  from tests/fixtures/chat/;
+- one tiny F32 tensor (a GGUF without tensors is not a model).
+
+vocab_size: DeepSeek-V3's config (129280); the 3,000-rank stand-ins get 8
+ids more than their tokenizer, so that UNUSED padding ids are present as in
+the released files (Qwen3's 151936 over 151669 tokens).
+
+And `<family>.json`: the metadata as the package's GGUFReader reads it back
+(bos/eos/eot/pad ids, add_bos, the counts), and `markup`: texts holding
+special tokens with `tokenizers`' encode(text, add_special_tokens=False)
+ids (its added tokens matched in the text, as llama.cpp's parse_special
+does). The content corpus is tests/fixtures/tokenizer/oracle/, reused.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import gguf
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+TOK = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
+CHAT = os.path.join(ROOT, "tests", "fixtures", "chat")
+
+# family: (pre name, general.architecture, chat template file, vocab_size or None)
+FAMILIES = {
+    "qwen3": ("qwen2", "qwen3moe", "qwen3.jinja", None),
+    "glm45": ("glm4", "glm4moe", "glm-4.6.jinja", None),
+    "gpt-oss": ("gpt-4o", "gpt-oss", "gpt-oss.jinja", None),
+    "deepseek": ("deepseek-v3", "deepseek2", "deepseek-v3.jinja", 129280),
+}
+EXPECTED_CHAT = {"qwen3": "qwen3", "glm45": "glm-4.5", "gpt-oss": "harmony", "deepseek": "deepseek-v3"}
+
+
+def looks_special(t):
+    # convert_hf_to_gguf.py's does_token_look_special
+    return (t in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (t.startswith("<|") and t.endswith("|>"))
+            or (t.startswith("<｜") and t.endswith("｜>")) or (t.startswith("<unused") and t.endswith(">")))
+
+
+def vocab_base(tokenizer, vocab_size):
+    # convert_hf_to_gguf.py's get_vocab_base
+    reverse_vocab = {i: t for t, i in tokenizer.vocab.items()}
+    added_vocab = tokenizer.get_added_vocab()
+    decoder = tokenizer.added_tokens_decoder
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in reverse_vocab:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+            continue
+        token = reverse_vocab[i]
+        if token in added_vocab:
+            if not decoder[i].normalized:
+                token = tokenizer.decode(tokenizer.encode(token, add_special_tokens=False))
+            if decoder[i].special or looks_special(token):
+                types.append(gguf.TokenType.CONTROL)
+            else:
+                token = token.replace("\u2581", " ")
+                types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+        tokens.append(token)
+    return tokens, types
+
+
+def markup_texts(corpus, specials):
+    out = [specials[0], specials[0] + specials[-1], "x" + specials[1] + "y"]
+    for k in range(12):
+        a, b = corpus[(7 * k) % len(corpus)], corpus[(7 * k + 3) % len(corpus)]
+        s1, s2 = specials[k % len(specials)], specials[(3 * k + 1) % len(specials)]
+        out.append(a[:60] + s1 + b[:60] + s2 + "\n")
+    return out
+
+
+def main(out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    corpus = json.load(open(os.path.join(TOK, "oracle", "corpus.json")))["texts"]
+    for family, (pre, arch, chat_file, vocab_size) in FAMILIES.items():
+        src = os.path.join(TOK, family)
+        auto = AutoTokenizer.from_pretrained(src)
+        vocab_size = vocab_size or len(auto.vocab) + 8
+        assert max(auto.vocab.values()) < vocab_size
+        tokens, types = vocab_base(auto, vocab_size)
+
+        path = os.path.join(out_dir, family + ".gguf")
+        w = gguf.GGUFWriter(path, arch)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        special = gguf.SpecialVocab(src, load_merges=True, n_vocab=len(tokens))
+        if family == "glm45":
+            added = auto.get_added_vocab()
+            for kind, text in (("eos", "<|endoftext|>"), ("eot", "<|user|>"), ("unk", "<|endoftext|>"),
+                               ("bos", "<|endoftext|>")):
+                special._set_special_token(kind, added[text])
+        special.chat_template = open(os.path.join(CHAT, chat_file)).read()
+        special.add_to_gguf(w)
+        w.add_tensor("token_embd.weight", np.arange(64, dtype=np.float32).reshape(2, 32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+        r = gguf.GGUFReader(path)
+
+        def field(key):
+            f = r.fields.get(key)
+            return None if f is None else f.contents()
+
+        assert field("tokenizer.ggml.tokens") == tokens
+        ref = Tokenizer.from_file(os.path.join(src, "tokenizer.json"))
+        specials = [t for t, ty in zip(tokens, types) if ty in (gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED)]
+        texts = markup_texts(corpus, specials)
+        doc = {
+            "generator": "tools/gguf/make_tokenizer_fixtures.py",
+            "reference": "gguf 0.19.0 GGUFReader; "
+                         "tokenizers 0.23.3 encode(text, add_special_tokens=False)",
+            "pre": pre,
+            "chat_family": EXPECTED_CHAT[family],
+            "n_tokens": len(tokens),
+            "n_unused": sum(1 for t in types if t == gguf.TokenType.UNUSED),
+            "n_specials": len(specials),
+            "n_merges": len(field("tokenizer.ggml.merges") or []),
+            "bos": field("tokenizer.ggml.bos_token_id"),
+            "eos": field("tokenizer.ggml.eos_token_id"),
+            "eot": field("tokenizer.ggml.eot_token_id"),
+            "pad": field("tokenizer.ggml.padding_token_id"),
+            "add_bos": field("tokenizer.ggml.add_bos_token"),
+            "markup": texts,
+            "markup_ids": [ref.encode(t, add_special_tokens=False).ids for t in texts],
+        }
+        with open(os.path.join(out_dir, family + ".json"), "w") as f:
+            json.dump(doc, f, ensure_ascii=False, indent=0)
+        print(family, os.path.getsize(path), "bytes,", len(tokens), "tokens,", doc["n_merges"], "merges")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "fixtures", "gguf", "tokenizer"))
