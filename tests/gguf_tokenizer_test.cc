@@ -2,9 +2,10 @@
 // (engine/tokenizer/gguf_tokenizer.h), against `tokenizers` and the gguf
 // package through tests/fixtures/gguf/tokenizer/ (written by
 // tools/gguf/make_tokenizer_fixtures.py as llama.cpp's converter writes
-// them): every corpus string of tests/fixtures/tokenizer/oracle/ and every
-// repaired invalid input gives the released tokenizer's ids, texts with
-// special tokens give tokenizers' ids, the special ids are the package's;
+// them; Kimi's tiktoken vocabulary as its converter branch writes it): every
+// corpus string of tests/fixtures/tokenizer/oracle/ and every repaired
+// invalid input gives the released tokenizer's ids, texts with special
+// tokens give tokenizers' (tiktoken's) ids, the special ids are the package's;
 // each family's released chat template is recognised; damaged metadata is
 // refused naming the key.
 #include <gtest/gtest.h>
@@ -139,7 +140,8 @@ TEST_P(Family, TheReleasedTemplateIsRecognised) {
   EXPECT_EQ(chat->ToJson(), chosen->ToJson());
 }
 
-INSTANTIATE_TEST_SUITE_P(Gguf, Family, ::testing::Values("qwen3", "glm45", "gpt-oss", "deepseek"),
+INSTANTIATE_TEST_SUITE_P(Gguf, Family,
+                         ::testing::Values("qwen3", "glm45", "gpt-oss", "deepseek", "kimi"),
                          [](const auto& p) {
                            std::string n = p.param;
                            for (char& c : n)

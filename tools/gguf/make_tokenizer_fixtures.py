@@ -4,7 +4,7 @@ tokenizer metadata of the tokenizers in tests/fixtures/tokenizer/, written as
 llama.cpp's convert_hf_to_gguf.py writes them, and the ids `tokenizers`
 gives for texts with special tokens in them.
 
-  pip install gguf==0.19.0 tokenizers==0.23.3 transformers numpy
+  pip install gguf==0.19.0 tokenizers==0.23.3 transformers tiktoken regex numpy
   python3 tools/gguf/make_tokenizer_fixtures.py tests/fixtures/gguf/tokenizer
 
 For each family (qwen3, glm45, gpt-oss, deepseek), `<family>.gguf`:
@@ -28,6 +28,14 @@ vocab_size: DeepSeek-V3's config (129280); the 3,000-rank stand-ins get 8
 ids more than their tokenizer, so that UNUSED padding ids are present as in
 the released files (Qwen3's 151936 over 151669 tokens).
 
+`kimi.gguf`: the Kimi fixture (tests/fixtures/tokenizer/tokenizer.model
+and specials.json, tiktoken's), as the converter's Kimi K2 branch writes a
+tiktoken vocabulary: each rank's bytes in the byte-level alphabet at its
+id, the merges rebuilt from the ranks (its QwenModel.bpe: a token's bytes
+merged by rank below its own until two parts are left), the specials
+CONTROL, ids past them "[PAD<id>]" UNUSED, pre "kimi-k2"; the oracle is
+tiktoken with Kimi's pat_str (encode(text, allowed_special="all")).
+
 And `<family>.json`: the metadata as the package's GGUFReader reads it back
 (bos/eos/eot/pad ids, add_bos, the counts), and `markup`: texts holding
 special tokens with `tokenizers`' encode(text, add_special_tokens=False)
@@ -38,8 +46,11 @@ import json
 import os
 import sys
 
+import base64
+
 import numpy as np
 import gguf
+import tiktoken
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
@@ -89,6 +100,94 @@ def vocab_base(tokenizer, vocab_size):
     return tokens, types
 
 
+def byte_level(b):
+    # GPT-2's bytes_to_unicode, applied to a token's bytes
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for x in range(256):
+        if x not in bs:
+            bs.append(x)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return "".join(chr(table[x]) for x in b)
+
+
+def bpe_parts(ranks, token, max_rank):
+    # the converter's QwenModel.bpe
+    parts = [bytes([x]) for x in token]
+    while True:
+        best = None
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < max_rank and (best is None or r < best[1]):
+                best = (i, r)
+        if best is None:
+            return parts
+        i = best[0]
+        parts = parts[:i] + [parts[i] + parts[i + 1]] + parts[i + 2:]
+
+
+def write_kimi(out_dir, corpus):
+    sys.path.insert(0, os.path.join(ROOT, "tools", "tokenizer"))
+    from make_fixtures import PAT_STR  # Kimi's pat_str, verbatim
+    ranks = {}
+    for line in open(os.path.join(TOK, "tokenizer.model")):
+        b64, r = line.split()
+        ranks[base64.b64decode(b64)] = int(r)
+    specials = {e["text"]: e["id"] for e in json.load(open(os.path.join(TOK, "specials.json")))}
+    merges = []
+    for token, rank in ranks.items():
+        if len(token) > 1:
+            parts = bpe_parts(ranks, token, rank)
+            if len(parts) == 2:
+                merges.append(byte_level(parts[0]) + " " + byte_level(parts[1]))
+    reverse = {r: byte_level(t) for t, r in ranks.items()}
+    reverse.update({i: t for t, i in specials.items()})
+    vocab_size = max(reverse) + 1 + 8
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        else:
+            tokens.append(reverse[i])
+            types.append(gguf.TokenType.CONTROL if i in specials.values() else gguf.TokenType.NORMAL)
+    path = os.path.join(out_dir, "kimi.gguf")
+    w = gguf.GGUFWriter(path, "deepseek2")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("kimi-k2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_chat_template(open(os.path.join(CHAT, "kimi-k2.jinja")).read())
+    write_tensor_and_close(w)
+    enc = tiktoken.Encoding(name="kimi-fixture", pat_str=PAT_STR, mergeable_ranks=ranks,
+                            special_tokens=specials)
+    names = list(specials)
+    texts = markup_texts(corpus, names)
+    doc = {
+        "generator": "tools/gguf/make_tokenizer_fixtures.py",
+        "reference": f"tiktoken {tiktoken.__version__} encode(text, allowed_special=\"all\")",
+        "pre": "kimi-k2", "chat_family": "kimi-k2", "n_tokens": len(tokens),
+        "n_unused": 8, "n_specials": len(specials), "n_merges": len(merges),
+        "bos": None, "eos": None, "eot": None, "pad": None, "add_bos": None,
+        "markup": texts,
+        "markup_ids": [enc.encode(t, allowed_special="all") for t in texts],
+    }
+    with open(os.path.join(out_dir, "kimi.json"), "w") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=0)
+    print("kimi", os.path.getsize(path), "bytes,", len(tokens), "tokens,", len(merges), "merges")
+
+
+def write_tensor_and_close(w):
+    w.add_tensor("token_embd.weight", np.arange(64, dtype=np.float32).reshape(2, 32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def markup_texts(corpus, specials):
     out = [specials[0], specials[0] + specials[-1], "x" + specials[1] + "y"]
     for k in range(12):
@@ -122,11 +221,7 @@ def main(out_dir):
                 special._set_special_token(kind, added[text])
         special.chat_template = open(os.path.join(CHAT, chat_file)).read()
         special.add_to_gguf(w)
-        w.add_tensor("token_embd.weight", np.arange(64, dtype=np.float32).reshape(2, 32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        write_tensor_and_close(w)
 
         r = gguf.GGUFReader(path)
 
@@ -159,6 +254,7 @@ def main(out_dir):
         with open(os.path.join(out_dir, family + ".json"), "w") as f:
             json.dump(doc, f, ensure_ascii=False, indent=0)
         print(family, os.path.getsize(path), "bytes,", len(tokens), "tokens,", doc["n_merges"], "merges")
+    write_kimi(out_dir, corpus)
 
 
 if __name__ == "__main__":
