@@ -243,6 +243,8 @@ TEST(GgufTokenizerHostile, EveryDamageIsRefusedNamingTheKey) {
          t->raw.resize(t->raw.size() - 4);
        },
        "tokenizer.ggml.token_type: not an array of 3034 integers, one per token"},
+      {[](gguf::Gguf& g) { Find(g, "tokenizer.ggml.token_type")->elem = gguf::ValueType::kF32; },
+       "tokenizer.ggml.token_type: not an array of 3034 integers, one per token"},
       {[](gguf::Gguf& g) { SetInt(Find(g, "tokenizer.ggml.token_type"), 7, 6); },
        "tokenizer.ggml.token_type[7]: type 6 is not normal (1)"},
       {[](gguf::Gguf& g) { SetInt(Find(g, "tokenizer.ggml.token_type"), 7, 5); },

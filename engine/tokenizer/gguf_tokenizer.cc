@@ -183,7 +183,7 @@ Result<GgufVocab> GgufTokenizer(const gguf::Gguf& g) {
   size_t n_ranks = 0;
   std::vector<int64_t> type(n);
   for (size_t i = 0; i < n; ++i) {
-    type[i] = *types->Int(i);
+    type[i] = types->Int(i).value_or(-1);  // a u64 past int64's range: no type
     if (type[i] == kNormal) n_ranks = i + 1;
   }
   Tokenizer::Files files;
