@@ -36,6 +36,9 @@ merged by rank below its own until two parts are left), the specials
 CONTROL, ids past them "[PAD<id>]" UNUSED, pre "kimi-k2"; the oracle is
 tiktoken with Kimi's pat_str (encode(text, allowed_special="all")).
 
+And tests/fuzz/gguf/seed-tokenizer, a small GGUF with every tokenizer key
+(fuzz/gguf_fuzz.cc's seed).
+
 And `<family>.json`: the metadata as the package's GGUFReader reads it back
 (bos/eos/eot/pad ids, add_bos, the counts), and `markup`: texts holding
 special tokens with `tokenizers`' encode(text, add_special_tokens=False)
@@ -188,6 +191,22 @@ def write_tensor_and_close(w):
     w.close()
 
 
+def write_fuzz_seed(path):
+    # A few hundred bytes of tokenizer metadata for fuzz/gguf_fuzz.cc: the 256
+    # byte tokens, two merges, two controls, one unused id, ChatML's markers.
+    tokens = [byte_level(bytes([b])) for b in range(256)] + ["ab", "abc", "<|im_start|>", "<|im_end|>", "[PAD260]"]
+    types = [gguf.TokenType.NORMAL] * 258 + [gguf.TokenType.CONTROL] * 2 + [gguf.TokenType.UNUSED]
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(["a b", "ab c"])
+    w.add_eos_token_id(259)
+    w.add_chat_template("<|im_start|>{{ m.content }}<|im_end|>")
+    write_tensor_and_close(w)
+
+
 def markup_texts(corpus, specials):
     out = [specials[0], specials[0] + specials[-1], "x" + specials[1] + "y"]
     for k in range(12):
@@ -255,6 +274,7 @@ def main(out_dir):
             json.dump(doc, f, ensure_ascii=False, indent=0)
         print(family, os.path.getsize(path), "bytes,", len(tokens), "tokens,", doc["n_merges"], "merges")
     write_kimi(out_dir, corpus)
+    write_fuzz_seed(os.path.join(ROOT, "tests", "fuzz", "gguf", "seed-tokenizer"))
 
 
 if __name__ == "__main__":
