@@ -284,5 +284,26 @@ TEST(GgufTokenizerHostile, EveryDamageIsRefusedNamingTheKey) {
   EXPECT_EQ(ErrorAfter([](gguf::Gguf&) {}), "accepted");
 }
 
+// Kimi K2's merges are optional (llama.cpp skips them: its ids are
+// tiktoken's ranks, merged by rank), but checked when present.
+TEST(GgufTokenizerHostile, KimisMergesAreOptionalButChecked) {
+  gguf::Gguf g = Open("kimi");
+  ASSERT_FALSE(g.files.empty());
+  const json want = ReadJson(kDir + "/kimi.json");
+  Find(g, "tokenizer.ggml.merges")->strings[0] = "nospace";
+  auto bad = GgufTokenizer(g);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("tokenizer.ggml.merges[0]: \"nospace\"", 0), 0u)
+      << bad.status().message();
+  std::erase_if(g.files.front().metadata,
+                [](const gguf::KeyValue& kv) { return kv.key == "tokenizer.ggml.merges"; });
+  auto v = GgufTokenizer(g);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  for (size_t i = 0; i < want["markup"].size(); ++i) {
+    const std::vector<int32_t> expected = want["markup_ids"][i];
+    EXPECT_EQ(v->tokenizer.EncodeMarkup(want["markup"][i].get<std::string>()), expected) << i;
+  }
+}
+
 }  // namespace
 }  // namespace waste
