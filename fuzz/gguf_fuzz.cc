@@ -2,13 +2,16 @@
 // dequantization (engine/kernels/gguf_dequant.h): the input is one GGUF
 // file. Any bytes must give tensors that Open promised are inside the file
 // in whole blocks of a known type, or an error; every tensor of a type
-// read is then dequantized (up to 1 MiB of it).
+// read is then dequantized (up to 1 MiB of it). Its tokenizer metadata
+// (engine/tokenizer/gguf_tokenizer.h) gives a tokenizer whose ids are the
+// file's, or an error; then a chat format, or an error.
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "engine/gguf/gguf.h"
 #include "engine/kernels/gguf_dequant.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "fuzz/scratch.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,5 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto values = kernels::GgufDequantizeTensor(*g, t);
     if (!values.ok() || values->size() != t.elements()) __builtin_trap();
   }
+  auto vocab = GgufTokenizer(*g);
+  if (!vocab.ok()) return 0;
+  if (vocab->tokenizer.max_id() >= vocab->n_tokens) __builtin_trap();
+  (void)vocab->tokenizer.EncodeMarkup(bytes.substr(0, 256));
+  (void)GgufChatFormat(*g, vocab->tokenizer);
   return 0;
 }

@@ -457,6 +457,41 @@ TEST_F(Cli, InfoDescribesAGgufAndTheOthersRefuseIt) {
   EXPECT_TRUE(Has(r.out, "tensor 'blk.0.ffn_gate_exps.weight': unknown ggml type 77")) << r.out;
 }
 
+// A GGUF's tokenizer and chat family (tests/fixtures/gguf/tokenizer/, as
+// llama.cpp's converter writes them): waste info says what it found, waste
+// tokenize and detokenize take the file; tiny.gguf's incomplete tokenizer
+// is named, not run.
+TEST_F(Cli, AGgufsTokenizerIsReadAndItsChatFamilyNamed) {
+  const std::string dir = std::string(WASTE_FIXTURES) + "/gguf/tokenizer";
+  Outcome r = Exec("waste info " + dir + "/qwen3.gguf");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "tokenizer   gpt2 (pre qwen2), 3034 tokens")) << r.out;
+  EXPECT_TRUE(Has(r.out, "read: 26 specials")) << r.out;
+  EXPECT_TRUE(Has(r.out, "chat        qwen3")) << r.out;
+  r = Exec("waste info --json " + dir + "/gpt-oss.gguf");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["chat"]["family"], "harmony") << r.out;
+
+  const json want = json::parse(waste::testing::ReadText(dir + "/qwen3.json"));
+  const std::string text = want["markup"][5], file = *dir_ + "-markup.txt";
+  waste::testing::WriteText(file, text);
+  std::string ids;
+  for (const json& id : want["markup_ids"][5]) ids += (ids.empty() ? "" : ",") + id.dump();
+  r = Exec("waste tokenize --markup " + dir + "/qwen3.gguf @" + file);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, ids + "\n");
+  r = Exec("waste detokenize " + dir + "/qwen3.gguf " + ids);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, text + "\n");
+
+  r = Exec("waste info " + std::string(WASTE_FIXTURES) + "/gguf/tiny.gguf");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "not read: tokenizer.ggml.pre: missing")) << r.out;
+  r = Exec("waste tokenize " + std::string(WASTE_FIXTURES) + "/gguf/tiny.gguf hello");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Has(r.out, "tokenizer.ggml.pre: missing")) << r.out;
+}
+
 TEST_F(Cli, BadInputGetsAClearError) {
   Outcome r = Exec("waste info /nonexistent-container");
   EXPECT_EQ(r.code, 1);

@@ -18,7 +18,9 @@
 #include "engine/model/perplexity.h"
 #include "engine/model/sampler.h"
 #include "engine/model/stop.h"
+#include "engine/gguf/gguf.h"
 #include "engine/plan/plan.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 
 namespace waste::cli {
 namespace {
@@ -291,8 +293,18 @@ struct TokOptions {
   bool markup = false;
 };
 
+// A container's tokenizer, or a GGUF file's (tokenizer.ggml.*).
+Result<Tokenizer> LoadTokenizer(const std::string& path) {
+  if (!gguf::IsGgufFile(path)) return Tokenizer::Load(path);
+  auto g = gguf::Gguf::Open(path);
+  if (!g.ok()) return g.status();
+  auto v = GgufTokenizer(*g);
+  if (!v.ok()) return v.status();
+  return std::move(v->tokenizer);
+}
+
 int RunTokenize(const TokOptions& o, bool decode) {
-  auto t = Tokenizer::Load(o.container);
+  auto t = LoadTokenizer(o.container);
   if (!t.ok()) return Fail(t.status().Prefixed(o.container));
   if (decode) {
     auto ids = ParseIds(o.text);
@@ -362,12 +374,12 @@ void AddEval(CLI::App& app, int* exit_code) {
 void AddTokenize(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<TokOptions>();
   auto* enc = app.add_subcommand("tokenize", "Text to token ids");
-  enc->add_option("CONTAINER", o->container, "Container directory")->required();
+  enc->add_option("CONTAINER", o->container, "Container directory or GGUF file")->required();
   enc->add_option("TEXT", o->text, "Text, @FILE, or - for standard input")->required();
   enc->add_flag("--markup", o->markup, "Resolve special-token texts to their ids");
   enc->callback([o, exit_code] { *exit_code = RunTokenize(*o, false); });
   auto* dec = app.add_subcommand("detokenize", "Token ids to text");
-  dec->add_option("CONTAINER", o->container, "Container directory")->required();
+  dec->add_option("CONTAINER", o->container, "Container directory or GGUF file")->required();
   dec->add_option("IDS", o->text, "Token ids, e.g. 3,7,11")->required();
   dec->callback([o, exit_code] { *exit_code = RunTokenize(*o, true); });
 }

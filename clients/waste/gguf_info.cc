@@ -12,6 +12,7 @@
 #include "clients/waste/commands.h"
 #include "engine/gguf/gguf.h"
 #include "engine/kernels/gguf_dequant.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 
 namespace waste::cli {
 
@@ -55,6 +56,16 @@ int RunGgufInfo(const std::string& path, bool as_json) {
   if (const gguf::Value* tokens = g->Find("tokenizer.ggml.tokens"))
     j["tokenizer"]["tokens"] = tokens->count;
   j["tokenizer"]["chat_template"] = g->Find("tokenizer.chat_template") != nullptr;
+  // What waste makes of them: the tokenizer, and the chat family of its template.
+  if (auto vocab = GgufTokenizer(*g); !vocab.ok()) {
+    j["tokenizer"]["error"] = vocab.status().message();
+  } else {
+    j["tokenizer"]["specials"] = vocab->tokenizer.n_specials();
+    if (auto chat = GgufChatFormat(*g, vocab->tokenizer); chat.ok())
+      j["chat"] = {{"family", chat->family}};
+    else
+      j["chat"] = {{"error", chat.status().message()}};
+  }
   std::vector<std::pair<uint32_t, uint64_t>> types(bytes_by_type.begin(), bytes_by_type.end());
   std::sort(types.begin(), types.end(), [](auto& a, auto& b) { return a.second > b.second; });
   for (const auto& [type, bytes] : types)
@@ -84,6 +95,15 @@ int RunGgufInfo(const std::string& path, bool as_json) {
               tok["pre"].get<std::string>().empty() ? "-" : tok["pre"].get<std::string>().c_str(),
               tok.contains("tokens") ? tok["tokens"].dump().c_str() : "no",
               tok["chat_template"].get<bool>() ? "a chat template" : "no chat template");
+  if (tok.contains("error"))
+    std::printf("            not read: %s\n", tok["error"].get<std::string>().c_str());
+  else
+    std::printf("            read: %d specials\n", tok["specials"].get<int>());
+  if (j.contains("chat"))
+    std::printf("chat        %s\n",
+                j["chat"].contains("family")
+                    ? j["chat"]["family"].get<std::string>().c_str()
+                    : ("not recognised: " + j["chat"]["error"].get<std::string>()).c_str());
   std::printf("tensors     %zu, %s\n", g->tensors.size(), FormatSize(tensor_bytes).c_str());
   for (const auto& [type, bytes] : types)
     std::printf("  %-8s %5.1f%%  %s in %d tensors%s\n", gguf::TypeName(type).c_str(),

@@ -9,45 +9,13 @@
 
 #include "engine/format/container.h"
 #include "engine/tokenizer/base64.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace waste::convert {
 namespace {
 
 using nlohmann::json;
 using tokenizer::Base64Encode;
-
-// GPT-2's byte-level alphabet: byte b is written as the code point
-// ByteChar(b); printable Latin-1 bytes stand for themselves.
-std::map<uint32_t, uint8_t> CharToByte() {
-  std::map<uint32_t, uint8_t> m;
-  uint32_t extra = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool self = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    m[self ? static_cast<uint32_t>(b) : extra++] = static_cast<uint8_t>(b);
-  }
-  return m;
-}
-
-// Decodes one UTF-8 token string of the byte-level alphabet to its bytes.
-bool TokenBytes(const std::string& s, const std::map<uint32_t, uint8_t>& map, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < s.size();) {
-    const uint8_t c = static_cast<uint8_t>(s[i]);
-    uint32_t cp;
-    int n;
-    if (c < 0x80) cp = c, n = 1;
-    else if ((c >> 5) == 6) cp = c & 31, n = 2;
-    else if ((c >> 4) == 14) cp = c & 15, n = 3;
-    else return false;
-    if (i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 63);
-    const auto it = map.find(cp);
-    if (it == map.end()) return false;
-    out->push_back(static_cast<char>(it->second));
-    i += n;
-  }
-  return true;
-}
 
 Result<json> ReadJson(const std::string& dir, const std::string& name) {
   auto text = ReadSmallFile(dir + "/" + name, 256u << 20);
@@ -244,7 +212,6 @@ Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
     }
   }
 
-  const auto to_byte = CharToByte();
   std::map<int64_t, std::string> by_id;
   std::map<std::string, int64_t> id_of;  // by the token's string in tokenizer.json
   std::set<std::string> seen;
@@ -255,7 +222,9 @@ Result<TokenizerJsonParts> ImportTokenizerJson(const json& tj) {
     // An added token inside the vocabulary is its text, not byte-level.
     if (const auto a = added.find(id.get<int64_t>()); a != added.end() && a->second == token) {
       bytes = token;
-    } else if (!TokenBytes(token, to_byte, &bytes) || bytes.empty()) {
+    } else if (auto b = tokenizer::ByteLevelDecode(token); b && !b->empty()) {
+      bytes = std::move(*b);
+    } else {
       out.note = "tokenizer.json: token \"" + token + "\" is not in the byte-level alphabet";
       return out;
     }

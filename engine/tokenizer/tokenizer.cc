@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -160,10 +161,7 @@ struct StringHash {
 };
 
 // tokenizer.model: "base64 rank" per line, ranks exactly 0..N-1 in any order.
-Result<RankTable> LoadRanks(const std::string& path) {
-  auto text = ReadSmallFile(path, kMaxModelBytes);
-  if (!text.ok()) return text.status();
-  const std::string_view all = *text;
+Result<RankTable> LoadRanks(std::string_view all) {
   const std::string w = "tokenizer.model";
 
   // Lines as tiktoken reads them: split at \n, a trailing \r dropped, empty
@@ -230,10 +228,7 @@ Result<RankTable> LoadRanks(const std::string& path) {
 
 // merges.txt: "left right" (two ids of tokenizer.model) per line, in
 // priority order; the pair must concatenate to a token.
-Result<tokenizer::MergeTable> LoadMerges(const std::string& path, const RankTable& ranks) {
-  auto text = ReadSmallFile(path, kMaxMergesBytes);
-  if (!text.ok()) return text.status();
-  const std::string_view all = *text;
+Result<tokenizer::MergeTable> LoadMerges(std::string_view all, const RankTable& ranks) {
   tokenizer::MergeTable merges;
   std::unordered_map<uint64_t, size_t> line_of;  // for the duplicate's message
   const auto id_at = [&](std::string_view f, int64_t* out) {
@@ -274,19 +269,15 @@ Result<tokenizer::MergeTable> LoadMerges(const std::string& path, const RankTabl
   return merges;
 }
 
-Result<tokenizer::PreTokenizer> LoadPreTokenizer(const std::string& path) {
-  auto text = ReadSmallFile(path, kMaxPreTokenizerBytes);
-  if (!text.ok()) return text.status();
-  auto doc = ParseJson(*text, "pretokenizer.json");
+Result<tokenizer::PreTokenizer> LoadPreTokenizer(std::string_view text) {
+  auto doc = ParseJson(text, "pretokenizer.json");
   if (!doc.ok()) return doc.status();
   return tokenizer::PreTokenizer::FromSteps(*doc, "pretokenizer.json");
 }
 
 // normalizer.json: tokenizers' normalizer object; NFC is the one the engine runs.
-Result<bool> LoadNormalizer(const std::string& path) {
-  auto text = ReadSmallFile(path, 4096);
-  if (!text.ok()) return text.status();
-  auto doc = ParseJson(*text, "normalizer.json");
+Result<bool> LoadNormalizer(std::string_view text) {
+  auto doc = ParseJson(text, "normalizer.json");
   if (!doc.ok()) return doc.status();
   const auto type = doc->is_object() ? doc->find("type") : doc->end();
   if (type == doc->end() || !type->is_string())
@@ -304,11 +295,9 @@ bool Present(const std::string& path) {
   return lstat(path.c_str(), &st) == 0 || errno != ENOENT;
 }
 
-Status LoadSpecials(const std::string& path, const RankTable& ranks, std::vector<Special>* out) {
+Status LoadSpecials(std::string_view text, const RankTable& ranks, std::vector<Special>* out) {
   const int32_t n_ranks = ranks.size();
-  auto text = ReadSmallFile(path, kMaxSpecialsBytes);
-  if (!text.ok()) return text.status();
-  auto doc = ParseJson(*text, "specials.json");
+  auto doc = ParseJson(text, "specials.json");
   if (!doc.ok()) return doc.status();
   if (!doc->is_array()) return Status::Error("specials.json: not a list");
   std::unordered_map<int64_t, size_t> entry_of_id;
@@ -374,23 +363,42 @@ struct Tokenizer::State {
 };
 
 Result<Tokenizer> Tokenizer::Load(const std::string& dir) {
-  auto ranks = LoadRanks(dir + "/tokenizer.model");
+  Files f;
+  auto model = ReadSmallFile(dir + "/tokenizer.model", kMaxModelBytes);
+  if (!model.ok()) return model.status();
+  f.tokenizer_model = std::move(*model);
+  // Each optional file, read when present, within its size limit.
+  for (auto [name, limit, out] :
+       {std::tuple{"specials.json", kMaxSpecialsBytes, &f.specials_json},
+        std::tuple{"merges.txt", kMaxMergesBytes, &f.merges_txt},
+        std::tuple{"pretokenizer.json", kMaxPreTokenizerBytes, &f.pretokenizer_json},
+        std::tuple{"normalizer.json", uint64_t{4096}, &f.normalizer_json}}) {
+    const std::string path = dir + "/" + name;
+    if (!Present(path)) continue;
+    auto text = ReadSmallFile(path, limit);
+    if (!text.ok()) return text.status();
+    *out = std::move(*text);
+  }
+  return FromFiles(f);
+}
+
+Result<Tokenizer> Tokenizer::FromFiles(const Files& f) {
+  auto ranks = LoadRanks(f.tokenizer_model);
   if (!ranks.ok()) return ranks.status();
   std::vector<Special> specials;
-  if (const std::string path = dir + "/specials.json"; Present(path))
-    WASTE_RETURN_IF_ERROR(LoadSpecials(path, *ranks, &specials));
+  if (f.specials_json) WASTE_RETURN_IF_ERROR(LoadSpecials(*f.specials_json, *ranks, &specials));
   std::optional<tokenizer::MergeTable> merges;
-  if (const std::string path = dir + "/merges.txt"; Present(path)) {
-    auto m = LoadMerges(path, *ranks);
+  if (f.merges_txt) {
+    auto m = LoadMerges(*f.merges_txt, *ranks);
     if (!m.ok()) return m.status();
     merges = std::move(*m);
   }
-  const std::string pre_path = dir + "/pretokenizer.json";
-  auto pre = Present(pre_path) ? LoadPreTokenizer(pre_path) : tokenizer::PreTokenizer::Create();
+  auto pre = f.pretokenizer_json ? LoadPreTokenizer(*f.pretokenizer_json)
+                                 : tokenizer::PreTokenizer::Create();
   if (!pre.ok()) return pre.status();
   bool nfc = false;
-  if (const std::string path = dir + "/normalizer.json"; Present(path)) {
-    auto n = LoadNormalizer(path);
+  if (f.normalizer_json) {
+    auto n = LoadNormalizer(*f.normalizer_json);
     if (!n.ok()) return n.status();
     nfc = *n;
   }

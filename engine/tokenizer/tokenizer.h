@@ -49,6 +49,15 @@ class Tokenizer {
   // file and the line (or entry, or step and field).
   static Result<Tokenizer> Load(const std::string& dir);
 
+  // The same files' contents, already in memory (absent: the file is not
+  // there), held to the same checks; errors name the file as Load's do.
+  // engine/tokenizer/gguf_tokenizer.h writes them from a GGUF's metadata.
+  struct Files {
+    std::string tokenizer_model;
+    std::optional<std::string> specials_json, merges_txt, pretokenizer_json, normalizer_json;
+  };
+  static Result<Tokenizer> FromFiles(const Files& files);
+
   // Content, for whatever a user or a file supplied: plain text. Text that
   // merely looks like a special token ("<|im_end|>", "<｜User｜>") stays
   // ordinary text and never gives a special's id. Invalid UTF-8 is first

@@ -1,5 +1,6 @@
 #include "engine/tokenizer/utf8.h"
 
+#include <array>
 #include <cstdint>
 
 namespace waste::tokenizer {
@@ -78,6 +79,43 @@ std::string ReplaceInvalidUtf8(std::string_view s) {
       out += "\xEF\xBF\xBD";
       i += static_cast<size_t>(-n);
     }
+  }
+  return out;
+}
+
+std::optional<std::string> ByteLevelDecode(std::string_view token) {
+  // The alphabet's inverse: code point -> byte, for code points 0..0x143.
+  static const std::array<int16_t, 0x144> kByteOf = [] {
+    std::array<int16_t, 0x144> m{};
+    m.fill(-1);
+    uint32_t extra = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool self =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      m[self ? static_cast<uint32_t>(b) : extra++] = static_cast<int16_t>(b);
+    }
+    return m;
+  }();
+  std::string out;
+  for (size_t i = 0; i < token.size();) {
+    const uint8_t c = static_cast<uint8_t>(token[i]);
+    uint32_t cp;
+    size_t n;
+    if (c < 0x80) {
+      cp = c, n = 1;
+    } else if ((c >> 5) == 6) {
+      cp = c & 31, n = 2;
+    } else {
+      return std::nullopt;  // every code point of the alphabet is below U+0800
+    }
+    if (i + n > token.size()) return std::nullopt;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<uint8_t>(token[i + k]) & 0xC0) != 0x80) return std::nullopt;
+      cp = (cp << 6) | (static_cast<uint8_t>(token[i + k]) & 63);
+    }
+    if (cp >= kByteOf.size() || kByteOf[cp] < 0) return std::nullopt;
+    out.push_back(static_cast<char>(kByteOf[cp]));
+    i += n;
   }
   return out;
 }

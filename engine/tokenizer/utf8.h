@@ -4,6 +4,7 @@
 // errors="replace") does it, so the ids match tiktoken's on that string.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -22,5 +23,12 @@ size_t ValidUtf8Prefix(std::string_view s);
 // the Unicode "substitution of maximal subparts" practice, which CPython's
 // UTF-8 decoder follows. Valid input comes back unchanged.
 std::string ReplaceInvalidUtf8(std::string_view s);
+
+// GPT-2's byte-level alphabet (tokenizer.json's vocabulary and merges, a
+// GGUF's tokenizer.ggml.tokens): byte b is written as one code point,
+// printable Latin-1 bytes as themselves, the others as U+0100 onwards. The
+// bytes `token` spells, or nullopt when it holds a code point outside the
+// alphabet (or is not UTF-8).
+std::optional<std::string> ByteLevelDecode(std::string_view token);
 
 }  // namespace waste::tokenizer
