@@ -59,10 +59,12 @@ uid_tests_closed() {  # uid_tests_closed BUILD COUNT [CTEST ARGS]: COUNT of them
 
 # Line tables only (-g1), and the test programs' own files at -O1 (the code
 # they test stays at -O2): full debug info and -O2 on the test files were
-# half this stage's CPU time, and a CI log needs no more than lines.
+# half this stage's CPU time, and a CI log needs no more than lines. The
+# programs' own files (command lines, CLI11) at -O1 too (compute_cmds.cc:
+# 12.4 CPU s at -O2, 10.1 at -O1); their work is the libraries'.
 WASTE_BUILD_DIR=$build scripts/build.sh -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
-  -DWASTE_TEST_CXX_FLAGS=-O1
+  -DWASTE_TEST_CXX_FLAGS=-O1 -DWASTE_PROGRAM_CXX_FLAGS=-O1
 stage "plain build"
 ctest --test-dir "$build" --output-on-failure --timeout 600 -j "$jobs"
 uid_tests_closed "$build" 7
@@ -93,7 +95,9 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # sanitizers they took half the CPU time at -O1 (daemon_test.cc: 74 s at
 # -O1, 36 s at -O0), and their arithmetic is the libraries', which stay -O1.
 # So are the programs' own files (clients/ and the mains), which CLI11 makes
-# costly (compute_cmds.cc: 22.6 s at -O1, 15.2 s at -O0).
+# costly (compute_cmds.cc: 22.6 s at -O1, 15.2 s at -O0). The loop-heavy
+# cases run fewer rounds under a sanitizer (#ifdef WASTE_SANITIZE;
+# docs/DESIGN.md "Sanitizers" names them).
 o1=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 WASTE_BUILD_DIR=$build-asan scripts/build.sh -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON \
   "${o1[@]}" -DWASTE_TEST_CXX_FLAGS=-O0 -DWASTE_PROGRAM_CXX_FLAGS=-O0 -DWASTE_SANITIZE=address,undefined
@@ -103,8 +107,10 @@ uid_tests_closed "$build-asan" 7
 stage "asan+ubsan tests"
 
 # The suites labelled concurrency in tests/CMakeLists.txt (shm, the slot
-# cache, the shared source, the daemon, the thread pool, the expert cache),
-# and only what they need built (the target concurrency_tests).
+# cache, the shared source, the daemon, the thread pool, the expert cache,
+# the scheduler and waste serve's API; of some suites only the threaded
+# cases: that file names them, and the others it leaves to the builds
+# above), and only what they need built (the target concurrency_tests).
 # -O1: ThreadSanitizer's checks cost more than the optimizer saves, and it
 # builds faster.
 cmake -S . -B "$build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${o1[@]}" \

@@ -199,7 +199,14 @@ TEST(TokenMask, SpecialsNeverAndEndOnlyByTheCaller) {
 }
 
 // Random logits, masked, sampled: every reply parses and the matcher calls
-// it complete; the corpus's schemas, 6 seeds each.
+// it complete; the corpus's schemas, 6 seeds each. Under a sanitizer 2: the
+// test's own loops over the vocabulary made this case 107 s of the ASan+UBSan
+// stage (12 s plain), and every schema's masks are still checked there.
+#ifdef WASTE_SANITIZE
+constexpr uint32_t kSeeds = 2;
+#else
+constexpr uint32_t kSeeds = 6;
+#endif
 TEST(TokenMask, RandomGenerationIsAlwaysWhole) {
   const Tokenizer& tok = DeepSeek();
   const int vocab = tok.max_id() + 1;
@@ -207,7 +214,7 @@ TEST(TokenMask, RandomGenerationIsAlwaysWhole) {
   int replies = 0;
   for (const json& s : Corpus()["schemas"]) {
     const auto g = Compile(s["schema"], s["strict"].get<bool>());
-    for (uint32_t seed = 0; seed < 6; ++seed) {
+    for (uint32_t seed = 0; seed < kSeeds; ++seed) {
       std::mt19937 rng(seed);
       std::uniform_real_distribution<float> noise(0.f, 1.f);
       JsonTokenConstraint c(g, index);
@@ -231,7 +238,8 @@ TEST(TokenMask, RandomGenerationIsAlwaysWhole) {
       EXPECT_TRUE(json::accept(text)) << s["name"] << " seed " << seed << ": " << text;
     }
   }
-  EXPECT_GE(replies, 30);
+  // 38 of the 66 end within their steps (seeds 0 and 1: 13 of 22).
+  EXPECT_GE(replies, 5 * static_cast<int>(kSeeds));
 }
 
 // Closing: from every prefix of every valid instance of the corpus, the

@@ -566,7 +566,15 @@ float AmxTwin(const MatrixView& w, int64_t r, const float* x) {
 // one-token tile) and MatVecMany with every kind of pass: one tile narrower
 // than 16 tokens, whole tiles, a padded last tile, more than a pass of 64.
 // Row counts cut the 16-row tiles anywhere; 3200 columns (25 groups) give
-// the one-input pass spans of unequal size.
+// the one-input pass spans of unequal size. Under a sanitizer the twin (the
+// test's own arithmetic, at -O0 there) checks each call's first and last
+// input only: it made this case 16 s of the ASan+UBSan stage (1.9 s plain),
+// and the kernel runs every shape under the sanitizer's checks all the same.
+#ifdef WASTE_SANITIZE
+constexpr bool kTwinOfEveryInput = false;
+#else
+constexpr bool kTwinOfEveryInput = true;
+#endif
 TEST(Q4G128Amx, IsItsArithmeticBitForBit) {
   WASTE_REQUIRE_ISA(Isa::kAmx);
   const TrunkFormat f{"Q4G_g128", Fmt::kQ4G, false, 128};
@@ -592,7 +600,7 @@ TEST(Q4G128Amx, IsItsArithmeticBitForBit) {
         else
           MatVecMany(pool, m.view, xs, ys, 32, Isa::kAmx);
         for (size_t i = 0; i < n; ++i) {
-          for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t r = 0; r < rows && (kTwinOfEveryInput || i == 0 || i + 1 == n); ++r) {
             const float want = AmxTwin(m.view, r, xs[i]);
             ASSERT_EQ(0, std::memcmp(&out[i][r], &want, 4))
                 << "input " << i << " row " << r << ": " << out[i][r] << " against " << want;
