@@ -49,8 +49,8 @@ const Tokenizer& DeepSeek() {
     std::stringstream ss;
     ss << f.rdbuf();
     auto parts = convert::ImportTokenizerJson(json::parse(ss.str()));
-    const std::string dir = std::string(::testing::TempDir()) + "/waste-grammar-deepseek";
-    std::filesystem::create_directories(dir);
+    // A directory of this test's own: ctest runs the cases as processes side by side.
+    const std::string dir = waste::testing::ScratchDir("-deepseek");
     std::ofstream(dir + "/tokenizer.model") << parts->tokenizer_model;
     std::ofstream(dir + "/merges.txt") << parts->merges_txt;
     std::ofstream(dir + "/pretokenizer.json") << parts->pretokenizer_json;
