@@ -79,6 +79,7 @@
 namespace waste::serve {
 
 class GenericReply;
+class KeyValueReader;
 
 struct ReplyEvent {
   enum class Kind {
@@ -139,6 +140,11 @@ class ReplyParser {
     return stop_text_.stopped() ? stop_text_.matched() : stop_reasoning_.matched();
   }
 
+  // The reply ended inside a call (max_tokens cut it): a streamed call is
+  // listed as far as it was written (its arguments unfinished JSON), a call
+  // held whole is shown as text.
+  bool cut_in_call() const { return cut_in_call_; }
+
   // Where the reply is: what its bytes go to until the next marker.
   enum class Mode {
     kText,
@@ -169,6 +175,8 @@ class ReplyParser {
   void EndCall(std::string_view end);
   // Streamed calls: the call's start once its name is read, its arguments so far.
   void StreamCall();
+  void StreamPairs();               // glm-4.5's and K3's (KeyValueReader)
+  void PushArgs(std::string text);  // a piece of the open call's arguments, if any
   void Finish();
   // The generic format's reader's events (`end`: the reply ended).
   void Generic(std::string_view bytes, bool end);
@@ -194,6 +202,8 @@ class ReplyParser {
   size_t args_at_ = 0;  // streamed call: where in call_ the arguments not yet sent begin; 0: unread
   bool args_sent_ = false;                 // streamed call: some of its arguments were sent
   std::unique_ptr<GenericReply> generic_;  // the generic format's reader, when it is in force
+  std::unique_ptr<KeyValueReader> pairs_;  // streamed glm-4.5, K3 call: its pairs' reader
+  bool cut_in_call_ = false;
 
   // The segment of text or reasoning being shown.
   ReplyEvent::Kind shown_kind_ = ReplyEvent::Kind::kText;
