@@ -561,7 +561,7 @@ void ReplyParser::PushArgs(std::string text) {
 // its events when it is well formed, else its markup as text.
 void ReplyParser::EndCall(std::string_view end) {
   if (pairs_) {  // streamed pairs: the rest, closed unless the reply was cut
-    PushArgs(end.empty() ? pairs_->Cut() : pairs_->Close());
+    if (!end.empty()) PushArgs(pairs_->Close());
     pairs_.reset();
   } else if (args_at_ > 0) {  // streamed: what was held, less the markup before the end marker
     const std::string_view close = Streamed(chat_).close;
@@ -645,6 +645,8 @@ void ReplyParser::EndSegment() {
 // The reply ended: what is held is shown; an open call is text.
 void ReplyParser::Finish() {
   if (done_) return;
+  // A streamed call's held tail may begin its end marker: markup, not arguments.
+  if (mode_ == Mode::kCall && args_at_ > 0) scan_.clear();
   scan_ += tokenizer::ReplaceInvalidUtf8(partial_);
   partial_.clear();
   if (generic_) {

@@ -487,15 +487,7 @@ std::string KeyValueReader::Value(size_t n, bool whole) {
 }
 
 std::string KeyValueReader::Close() {
-  std::string out = Cut();
-  if (in_value_ && raw_) out += "\"";
-  return out + (pairs_ ? "}" : "{}");
-}
-
-std::string KeyValueReader::Cut() {
-  std::string out = in_value_ ? Value(held_.size(), false) : "";
-  held_.clear();
-  return out;
+  return std::string(in_value_ && raw_ ? "\"" : "") + (pairs_ ? "}" : "{}");
 }
 
 }  // namespace waste::serve

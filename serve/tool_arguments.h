@@ -152,11 +152,10 @@ class KeyValueReader {
   explicit KeyValueReader(std::shared_ptr<const KeyValueArguments> args);
   // More of the call's bytes: the arguments' text they complete.
   std::string Feed(std::string_view bytes);
-  // The call's close was read: the rest of the arguments, "}" last.
+  // The call's close was read: the rest of the arguments, "}" last. (When
+  // the reply ends inside the call, what is held is markup, or a JSON
+  // value's trailing white space: nothing more is written.)
   std::string Close();
-  // The reply ended inside the call (max_tokens): what was held of a value,
-  // the arguments left unclosed as the reply left them.
-  std::string Cut();
 
  private:
   // The value's first `n` held bytes (`whole`: all of it, its close next)

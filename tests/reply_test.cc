@@ -922,6 +922,12 @@ TEST(ToolCallConstraint, ACallCutByMaxTokensIsListedUnfinished) {
             "{\"text\":\"half a s"},
            {done + "<tool_call>write_note\n<arg_key>count</arg_key>\n<arg_value>12 ",
             "{\"count\":12"},
+           // What may begin the value's or the call's close is markup.
+           {done + "<tool_call>write_note\n<arg_key>text</arg_key>\n<arg_value>half</arg_va",
+            "{\"text\":\"half"},
+           {done + "<tool_call>write_note\n<arg_key>count</arg_key>\n<arg_value>1</arg_value>\n"
+                   "</tool_c",
+            "{\"count\":1"},
            {done, ""}}) {
     ReplyOptions o = glm.options;
     o.tool_plan = Plan(kFamilyGlm45, ToolChoiceMode::kRequired, "", true, false, kNoteAndPing);
