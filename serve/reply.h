@@ -53,14 +53,15 @@
 // kToolCallEnd together; a malformed one (bad JSON, no name, or still open
 // when the reply ends) is shown as text, markup and all, as vLLM's and
 // llama.cpp's servers return it. Calls held to their tools by a constraint
-// (ReplyOptions::tool_plan: qwen3's, kimi-k2's, deepseek's and harmony's,
-// written as ToolCallPlan::Head and Tail spell them) are valid by
-// construction and streamed instead (glm-4.5's and K3's key/value calls are
-// read whole at their end, as above): kToolCallStart once the name is read, the arguments in
-// pieces as they arrive (their white space at either end dropped), and
+// (ReplyOptions::tool_plan, written as ToolCallPlan::Head and Tail spell
+// them) are valid by construction and streamed instead: kToolCallStart once
+// the name is read, the arguments in pieces as they arrive (their white
+// space at either end dropped; glm-4.5's and K3's key/value pairs written
+// as compact JSON text by KeyValueReader, serve/tool_arguments.h), and
 // kToolCallEnd at the end marker, or when the reply ends inside the call
-// (max_tokens: the arguments stop where the reply did). Stop strings are looked for in the text and
-// in the reasoning (each apart), not in calls.
+// (max_tokens: the arguments stop where the reply did, less a tail that may
+// begin the call's or a value's close; cut_in_call). Stop strings are
+// looked for in the text and in the reasoning (each apart), not in calls.
 #pragma once
 
 #include <cstdint>
@@ -106,8 +107,8 @@ struct ReplyOptions {
   // (chat.open) leaves it, ThinkingOpen.
   std::optional<bool> thinking_open{};
   // The plan whose ToolCallConstraint holds the calls (serve/tool_constraint.h):
-  // their arguments are streamed as they arrive (above); glm-4.5's raw values
-  // are known by it. None: no constraint.
+  // their arguments are streamed as they arrive (above); the key/value
+  // families' markup and raw values are known by it. None: no constraint.
   std::shared_ptr<const ToolCallPlan> tool_plan{};
 };
 
