@@ -368,7 +368,7 @@ std::vector<ReplyEvent> ReplyParser::Feed(int32_t id) {
 }
 
 std::vector<ReplyEvent> ReplyParser::Flush() {
-  cut_in_call_ = !done_ && mode_ == Mode::kCall;
+  cut_in_call_ = !done_ && (generic_ ? generic_->in_call() : mode_ == Mode::kCall);
   if (!done_) Finish();
   return Take();
 }

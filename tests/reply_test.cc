@@ -1209,6 +1209,29 @@ Case GenericCase() {
   return c;
 }
 
+// max_tokens cuts the generic format's reply: inside a call's name or
+// arguments is inside a call (listed once its name was read); after a
+// call's arguments is not.
+TEST(ToolCallConstraint, GenericCallCutByMaxTokens) {
+  const Case c = GenericCase();
+  const std::string first = R"({"tool_calls": [{"name": "get_time", "arguments": {"tz": "CET"})";
+  for (const auto& [reply, cut, listed] : std::vector<std::tuple<std::string, bool, int>>{
+           {first + R"(}, {"name": "get_weather", "arguments": {"city": "Pa)", true, 2},
+           {first + R"(}, {"name": "get_wea)", true, 1},
+           {first, false, 1}}) {
+    ReplyParser p(*c.tok, c.chat, c.options);
+    std::vector<ReplyEvent> events;
+    for (const int32_t id : c.tok->Encode(reply))
+      for (ReplyEvent& e : p.Feed(id)) events.push_back(std::move(e));
+    for (ReplyEvent& e : p.Flush()) events.push_back(std::move(e));
+    EXPECT_EQ(p.cut_in_call(), cut) << reply;
+    EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                            [](const ReplyEvent& e) { return e.kind == Kind::kToolCallStart; }),
+              listed)
+        << reply;
+  }
+}
+
 TEST(ToolCallConstraint, GenericRequiredWritesTheCallsObject) {
   const Case c = GenericCase();
   for (uint32_t seed = 1; seed <= 4; ++seed) {
