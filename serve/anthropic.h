@@ -81,7 +81,8 @@ std::optional<ApiError> ParseMessagesRequest(std::string_view body, bool count_t
 enum class StopReason { kEndTurn, kMaxTokens, kStopSequence, kToolUse };
 const char* StopReasonName(StopReason r);  // "end_turn", ...
 
-// How a reply ended, in Anthropic's words: tool_use when it called a tool,
+// How a reply ended, in Anthropic's words: tool_use when it called a tool
+// (a call max_tokens cut is not one: the caller says so),
 // stop_sequence when a stop string ended it, max_tokens when it ran out of
 // tokens (`length`) before its end, else end_turn.
 StopReason StopReasonOf(bool called_tool, const std::string& stop_sequence, bool length);

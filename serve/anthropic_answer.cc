@@ -30,8 +30,8 @@ class MessagesAnswer final : public Answer {
 
   void OnEnd(bool length, const Usage& usage) override {
     Take(reply_.Flush());
-    const StopReason reason =
-        StopReasonOf(writer_.called_tool(), reply_.stop_sequence(), length && !reply_.done());
+    const StopReason reason = StopReasonOf(writer_.called_tool() && !reply_.cut_in_call(),
+                                           reply_.stop_sequence(), length && !reply_.done());
     const std::string last =
         writer_.Finish(reason, reply_.stop_sequence(), usage.completion_tokens);
     if (streaming()) {

@@ -23,6 +23,8 @@ class GenericReply {
   void Feed(std::string_view bytes, std::vector<ReplyEvent>* out);
   // The reply ended.
   void Finish(std::vector<ReplyEvent>* out);
+  // Inside a call (its name or arguments): a reply ending here was cut.
+  bool in_call() const { return state_ == State::kName || state_ == State::kArgs; }
 
  private:
   enum class State { kOpen, kName, kArgs, kAfterCall, kQuote, kResponse, kDone, kRaw };

@@ -133,9 +133,10 @@ class ChatChoiceAnswer final : public Choice {
 
   void OnEnd(bool length, const Usage& usage) override {
     Take(reply_.Flush());
-    const Finish finish = calls_ > 0                 ? Finish::kToolCalls
-                          : length && !reply_.done() ? Finish::kLength
-                                                     : Finish::kStop;
+    // A call cut by max_tokens is listed, but the reply ran out: "length".
+    const Finish finish = calls_ > 0 && !reply_.cut_in_call() ? Finish::kToolCalls
+                          : length && !reply_.done()          ? Finish::kLength
+                                                              : Finish::kStop;
     if (streaming()) {
       if (!logged_.empty()) Send(ChatContentChunk(p_.head, index_, "", LoggedJson(0)));
       response_->Write(ChatFinishChunk(p_.head, index_, finish));

@@ -1,9 +1,10 @@
 // OpenAI's answers as a generation runs (serve/answer.h): a chat completion
 // (the reply's events, serve/reply.h, as the message's content,
 // reasoning_content and tool_calls; finish_reason "tool_calls" when it made
-// calls) and a text completion (the raw text), each whole or as server-sent
-// events, with log-probabilities when asked (a stream's go with its next
-// chunk, whatever its kind).
+// calls, "length" when max_tokens cut one, which is listed as written) and
+// a text completion (the raw text), each whole or as server-sent events,
+// with log-probabilities when asked (a stream's go with its next chunk,
+// whatever its kind).
 //
 // One answer has `sampling.n` choices, each one generation's Answer with its
 // own reply parser and logprobs; they share the client and write one answer:

@@ -9,6 +9,7 @@
 #include "engine/tokenizer/chat_generic.h"
 #include "engine/tokenizer/utf8.h"
 #include "serve/generic_reply.h"
+#include "serve/tool_arguments.h"
 #include "serve/tool_constraint.h"
 
 namespace waste::serve {
@@ -317,9 +318,10 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
     : tok_(tok),
       chat_(chat),
       end_(std::move(o.end_of_turn)),
-      calls_constrained_(o.tool_plan &&
-                         IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3,
-                                         kFamilyDeepseekV31, kFamilyHarmony})),
+      calls_constrained_(
+          o.tool_plan &&
+          IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31,
+                          kFamilyHarmony, kFamilyGlm45, kFamilyXtml})),
       tool_plan_(std::move(o.tool_plan)),
       generic_(tool_plan_ && chat_generic::Applies(chat) ? std::make_unique<GenericReply>()
                                                          : nullptr),
@@ -366,6 +368,7 @@ std::vector<ReplyEvent> ReplyParser::Feed(int32_t id) {
 }
 
 std::vector<ReplyEvent> ReplyParser::Flush() {
+  cut_in_call_ = !done_ && (generic_ ? generic_->in_call() : mode_ == Mode::kCall);
   if (!done_) Finish();
   return Take();
 }
@@ -493,6 +496,7 @@ void ReplyParser::Marker(const Rule& r) {
 }
 
 void ReplyParser::StreamCall() {
+  if (IsFamily(chat_, {kFamilyGlm45, kFamilyXtml})) return StreamPairs();
   const StreamedSyntax syntax = Streamed(chat_);
   if (args_at_ == 0 && chat_.family == kFamilyHarmony) {
     // The header named the recipient; the body is the arguments.
@@ -526,17 +530,48 @@ void ReplyParser::StreamCall() {
   }
 }
 
+void ReplyParser::StreamPairs() {
+  if (!pairs_) {
+    // The head as ToolCallPlan::Head writes it: GLM's name line, K3's tool attribute.
+    size_t at = call_begin_;
+    std::string name = call_name_;
+    if (chat_.family == kFamilyGlm45) {
+      const size_t nl = call_.find('\n', call_begin_);
+      if (nl == std::string::npos) return;
+      name = call_.substr(call_begin_, nl - call_begin_);
+      at = nl + 1;
+    }
+    const auto& names = tool_plan_->names;
+    const auto tool = std::find(names.begin(), names.end(), name);
+    if (tool == names.end()) return;  // not the constraint's head: held to its end and checked
+    out_.push_back({ReplyEvent::Kind::kToolCallStart, "", calls_, name, NewToolCallId()});
+    pairs_ = std::make_unique<KeyValueReader>(tool_plan_->pairs[tool - names.begin()]);
+    args_at_ = at;
+  }
+  PushArgs(pairs_->Feed(std::string_view(call_).substr(args_at_)));
+  args_at_ = call_.size();
+}
+
+void ReplyParser::PushArgs(std::string text) {
+  if (!text.empty())
+    out_.push_back({ReplyEvent::Kind::kToolCallArgs, std::move(text), calls_, "", ""});
+}
+
 // A call's end (`end`: its end marker; empty: the reply ended inside it):
 // its events when it is well formed, else its markup as text.
 void ReplyParser::EndCall(std::string_view end) {
-  if (args_at_ > 0) {  // streamed: what was held, less the markup before the end marker
+  if (pairs_) {  // streamed pairs: the rest, closed unless the reply was cut
+    if (!end.empty()) PushArgs(pairs_->Close());
+    pairs_.reset();
+  } else if (args_at_ > 0) {  // streamed: what was held, less the markup before the end marker
     const std::string_view close = Streamed(chat_).close;
     std::string_view rest = std::string_view(call_).substr(args_at_);
     while (!rest.empty() && Space(rest.back())) rest.remove_suffix(1);
     if (!end.empty() && rest.ends_with(close)) rest.remove_suffix(close.size());
     while (!rest.empty() && Space(rest.back())) rest.remove_suffix(1);
-    if (!rest.empty())
-      out_.push_back({ReplyEvent::Kind::kToolCallArgs, std::string(rest), calls_, "", ""});
+    PushArgs(std::string(rest));
+  }
+  if (args_at_ > 0) {
     out_.push_back({ReplyEvent::Kind::kToolCallEnd, "", calls_++, "", ""});
     args_at_ = 0;
     args_sent_ = false;
@@ -610,6 +645,8 @@ void ReplyParser::EndSegment() {
 // The reply ended: what is held is shown; an open call is text.
 void ReplyParser::Finish() {
   if (done_) return;
+  // A streamed call's held tail may begin its end marker: markup, not arguments.
+  if (mode_ == Mode::kCall && args_at_ > 0) scan_.clear();
   scan_ += tokenizer::ReplaceInvalidUtf8(partial_);
   partial_.clear();
   if (generic_) {

@@ -53,14 +53,15 @@
 // kToolCallEnd together; a malformed one (bad JSON, no name, or still open
 // when the reply ends) is shown as text, markup and all, as vLLM's and
 // llama.cpp's servers return it. Calls held to their tools by a constraint
-// (ReplyOptions::tool_plan: qwen3's, kimi-k2's, deepseek's and harmony's,
-// written as ToolCallPlan::Head and Tail spell them) are valid by
-// construction and streamed instead (glm-4.5's and K3's key/value calls are
-// read whole at their end, as above): kToolCallStart once the name is read, the arguments in
-// pieces as they arrive (their white space at either end dropped), and
+// (ReplyOptions::tool_plan, written as ToolCallPlan::Head and Tail spell
+// them) are valid by construction and streamed instead: kToolCallStart once
+// the name is read, the arguments in pieces as they arrive (their white
+// space at either end dropped; glm-4.5's and K3's key/value pairs written
+// as compact JSON text by KeyValueReader, serve/tool_arguments.h), and
 // kToolCallEnd at the end marker, or when the reply ends inside the call
-// (max_tokens: the arguments stop where the reply did). Stop strings are looked for in the text and
-// in the reasoning (each apart), not in calls.
+// (max_tokens: the arguments stop where the reply did, less a tail that may
+// begin the call's or a value's close; cut_in_call). Stop strings are
+// looked for in the text and in the reasoning (each apart), not in calls.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,7 @@
 namespace waste::serve {
 
 class GenericReply;
+class KeyValueReader;
 
 struct ReplyEvent {
   enum class Kind {
@@ -105,8 +107,8 @@ struct ReplyOptions {
   // (chat.open) leaves it, ThinkingOpen.
   std::optional<bool> thinking_open{};
   // The plan whose ToolCallConstraint holds the calls (serve/tool_constraint.h):
-  // their arguments are streamed as they arrive (above); glm-4.5's raw values
-  // are known by it. None: no constraint.
+  // their arguments are streamed as they arrive (above); the key/value
+  // families' markup and raw values are known by it. None: no constraint.
   std::shared_ptr<const ToolCallPlan> tool_plan{};
 };
 
@@ -139,6 +141,11 @@ class ReplyParser {
     return stop_text_.stopped() ? stop_text_.matched() : stop_reasoning_.matched();
   }
 
+  // The reply ended inside a call (max_tokens cut it): a streamed call is
+  // listed as far as it was written (its arguments unfinished JSON), a call
+  // held whole is shown as text.
+  bool cut_in_call() const { return cut_in_call_; }
+
   // Where the reply is: what its bytes go to until the next marker.
   enum class Mode {
     kText,
@@ -169,6 +176,8 @@ class ReplyParser {
   void EndCall(std::string_view end);
   // Streamed calls: the call's start once its name is read, its arguments so far.
   void StreamCall();
+  void StreamPairs();               // glm-4.5's and K3's (KeyValueReader)
+  void PushArgs(std::string text);  // a piece of the open call's arguments, if any
   void Finish();
   // The generic format's reader's events (`end`: the reply ended).
   void Generic(std::string_view bytes, bool end);
@@ -194,6 +203,8 @@ class ReplyParser {
   size_t args_at_ = 0;  // streamed call: where in call_ the arguments not yet sent begin; 0: unread
   bool args_sent_ = false;                 // streamed call: some of its arguments were sent
   std::unique_ptr<GenericReply> generic_;  // the generic format's reader, when it is in force
+  std::unique_ptr<KeyValueReader> pairs_;  // streamed glm-4.5, K3 call: its pairs' reader
+  bool cut_in_call_ = false;
 
   // The segment of text or reasoning being shown.
   ReplyEvent::Kind shown_kind_ = ReplyEvent::Kind::kText;

@@ -28,7 +28,12 @@ class ResponsesAnswer final : public Answer {
   }
 
   void OnEnd(bool length, const Usage& usage) override {
-    Take(reply_.Flush());
+    std::vector<ReplyEvent> events = reply_.Flush();
+    // A call max_tokens cut stays open: Finish closes its item "incomplete".
+    if (reply_.cut_in_call() && !events.empty() &&
+        events.back().kind == ReplyEvent::Kind::kToolCallEnd)
+      events.pop_back();
+    Take(events);
     const std::string last = writer_.Finish(length && !reply_.done(), usage);
     if (streaming()) {
       p_.r->Write(last);

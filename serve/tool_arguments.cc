@@ -414,4 +414,80 @@ bool KeyValueConstraint::Accept(int32_t token) {
   return true;
 }
 
+namespace {
+
+// A string's bytes as inside a JSON string (whole UTF-8 characters).
+std::string Escaped(std::string_view s) {
+  const std::string q =
+      nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return q.substr(1, q.size() - 2);
+}
+
+bool IsSpace(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+}  // namespace
+
+KeyValueReader::KeyValueReader(std::shared_ptr<const KeyValueArguments> args)
+    : args_(std::move(args)) {}
+
+std::string KeyValueReader::Feed(std::string_view bytes) {
+  held_.append(bytes);
+  std::string out;
+  for (;;) {
+    if (!in_value_) {
+      // A pair's head, after the separator (white space) before it.
+      const size_t start = static_cast<size_t>(
+          std::find_if_not(held_.begin(), held_.end(), IsSpace) - held_.begin());
+      const std::string_view rest = std::string_view(held_).substr(start);
+      const KeyValueArguments::Key* key = nullptr;
+      const KeyValueArguments::Value* value = nullptr;
+      for (const auto& k : args_->keys)
+        for (const auto& v : k.values)
+          if (rest.starts_with(v.head)) key = &k, value = &v;
+      if (!value) return out;  // not whole yet
+      out +=
+          (pairs_ ? "," : "{") + nlohmann::json(key->key).dump() + ":" + (value->raw ? "\"" : "");
+      held_.erase(0, start + value->head.size());
+      pairs_ = in_value_ = true;
+      raw_ = value->raw;
+      value_begun_ = false;
+    }
+    const std::string& close = args_->value_close;
+    const size_t end = held_.find(close);
+    size_t keep = 0;  // what may begin the close
+    if (end == std::string::npos)
+      for (size_t n = std::min(close.size() - 1, held_.size()); n > 0 && keep == 0; --n)
+        if (held_.compare(held_.size() - n, n, close, 0, n) == 0) keep = n;
+    out += Value(end == std::string::npos ? held_.size() - keep : end, end != std::string::npos);
+    if (end == std::string::npos) return out;
+    held_.erase(0, close.size());
+    in_value_ = false;
+  }
+}
+
+std::string KeyValueReader::Value(size_t n, bool whole) {
+  std::string_view v = std::string_view(held_).substr(0, n);
+  std::string out;
+  if (raw_) {
+    out = Escaped(v) + (whole ? "\"" : "");
+  } else {
+    if (!value_begun_)
+      while (!v.empty() && IsSpace(v.front())) v.remove_prefix(1);
+    // Trailing white space waits: it is the value's only if more follows.
+    size_t shown = v.size();
+    while (shown > 0 && IsSpace(v[shown - 1])) --shown;
+    out = v.substr(0, shown);
+    value_begun_ = value_begun_ || shown > 0;
+    if (!whole) n -= v.size() - shown;
+  }
+  held_.erase(0, n);
+  return out;
+}
+
+std::string KeyValueReader::Close() {
+  return std::string(in_value_ && raw_ ? "\"" : "") + (pairs_ ? "}" : "{}");
+}
+
 }  // namespace waste::serve

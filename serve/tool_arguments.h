@@ -138,4 +138,36 @@ class KeyValueConstraint : public grammar::TokenConstraint {
   std::optional<grammar::JsonMatcher> scratch_;  // scratch, of the value's grammar
 };
 
+// A constrained call's pairs (the markup after its head, as `args` spells
+// it) read as they arrive and written as its arguments' JSON text in
+// pieces: {"KEY": when a key's head is read, a raw value's bytes escaped as
+// they come, a JSON value's bytes as they come (white space at either end
+// dropped), "," between pairs, "}" at the call's end. Bytes that may begin a
+// value's close wait for the next ones. The pieces joined are one compact
+// JSON object, the same however the bytes come apart (fed whole UTF-8
+// characters). Markup `args` does not know (no constraint writes it) is held
+// unread.
+class KeyValueReader {
+ public:
+  explicit KeyValueReader(std::shared_ptr<const KeyValueArguments> args);
+  // More of the call's bytes: the arguments' text they complete.
+  std::string Feed(std::string_view bytes);
+  // The call's close was read: the rest of the arguments, "}" last. (When
+  // the reply ends inside the call, what is held is markup, or a JSON
+  // value's trailing white space: nothing more is written.)
+  std::string Close();
+
+ private:
+  // The value's first `n` held bytes (`whole`: all of it, its close next)
+  // as its text; a JSON value's trailing white space stays held.
+  std::string Value(size_t n, bool whole);
+
+  std::shared_ptr<const KeyValueArguments> args_;
+  std::string held_;  // bytes not yet read
+  bool in_value_ = false;
+  bool raw_ = false;
+  bool pairs_ = false;        // a pair was written
+  bool value_begun_ = false;  // JSON value: some of its bytes were written
+};
+
 }  // namespace waste::serve

@@ -19,8 +19,8 @@
 
 #include "engine/convert/tokenizer_import.h"
 #include "engine/format/chat.h"
-#include "engine/tokenizer/chat_generic.h"
 #include "engine/tokenizer/chat.h"
+#include "engine/tokenizer/chat_generic.h"
 #include "serve/answer_format.h"
 #include "serve/openai.h"
 #include "serve/reply.h"
@@ -839,6 +839,116 @@ TEST(ToolCallConstraint, Glm45RawValuesAreStringsAndCannotCloseTheCall) {
   EXPECT_GT(logits[static_cast<size_t>(*c.tok->SpecialId("</arg_value>"))], -INFINITY);
 }
 
+// Tools for reading key/value calls: a free string beside a number, and
+// no required key (a call may have no arguments).
+const ChatTool kNote{"write_note", "", nlohmann::ordered_json::parse(R"({"type": "object",
+  "properties": {"text": {"type": "string"}, "count": {"type": "integer"}},
+  "required": ["text"]})")};
+const ChatTool kPing{"ping", "", nlohmann::ordered_json::parse(R"({"type": "object",
+  "properties": {"host": {"type": "string"}}})")};
+const ChatTool kNoteAndPing[] = {kNote, kPing};
+
+// A key/value family's constrained calls streamed: each call's argument
+// pieces joined, byte for byte the same whether the reply is fed as it
+// encodes or one byte a token, their JSON the calls the plan-less reader
+// (the whole call at its end) gives; pieces counts the byte-wise feed's.
+struct StreamedCalls {
+  std::vector<std::string> args;
+  long pieces = 0;
+};
+StreamedCalls StreamedPairs(Case c, const std::string& reply,
+                            std::shared_ptr<const ToolCallPlan> plan) {
+  const Shown whole = Read(c, Tokens(*c.tok, reply, false), nullptr);
+  c.options.tool_plan = std::move(plan);
+  StreamedCalls got[2];
+  for (const bool bytewise : {false, true}) {
+    const Run run = Feed(c, Tokens(*c.tok, reply, bytewise));
+    const Shown s = Gather(run);
+    EXPECT_EQ(s.text, whole.text);
+    EXPECT_EQ(s.calls, whole.calls) << reply;
+    for (const ReplyEvent& e : run.events) {
+      if (e.kind == Kind::kToolCallStart) got[bytewise].args.emplace_back();
+      if (e.kind != Kind::kToolCallArgs) continue;
+      EXPECT_FALSE(e.text.empty());
+      got[bytewise].args.back() += e.text;
+      ++got[bytewise].pieces;
+    }
+  }
+  EXPECT_EQ(got[0].args, got[1].args) << reply;
+  return got[1];
+}
+
+// The raw value's quotes, backslash, newline, non-ASCII characters and
+// bytes that begin its close ("</arg") escaped as they come; the JSON
+// value's white space dropped; a call with no pairs "{}".
+TEST(ToolCallConstraint, Glm45ArgumentsStreamAsJsonInPieces) {
+  const Case c = Make("glm45", ChatFormat::Glm45(), false);
+  const auto plan = Plan(kFamilyGlm45, ToolChoiceMode::kRequired, "", true, false, kNoteAndPing);
+  const std::string reply =
+      "<tool_call>write_note\n<arg_key>text</arg_key>\n<arg_value>say \"hi\" \\ </arg "
+      "caf\xC3\xA9\n\xE6\x97\xA5\xE6\x9C\xAC</arg_value>\n<arg_key>count</arg_key>\n<arg_value> "
+      "12 </arg_value>\n</tool_call><tool_call>ping\n</tool_call>";
+  const StreamedCalls s = StreamedPairs(c, reply, plan);
+  EXPECT_EQ(s.args,
+            (std::vector<std::string>{
+                "{\"text\":\"say \\\"hi\\\" \\\\ </arg caf\xC3\xA9\\n\xE6\x97\xA5\xE6\x9C\xAC\","
+                "\"count\":12}",
+                "{}"}));
+  EXPECT_GT(s.pieces, 20) << "a value split across tokens comes in pieces";
+}
+
+TEST(ToolCallConstraint, K3ArgumentsStreamAsJsonInPieces) {
+  const Case c = Make("k3", ChatFormat::Xtml(false), false);
+  const auto plan = Plan(kFamilyXtml, ToolChoiceMode::kRequired, "", true, false, kNoteAndPing);
+  const std::string reply =
+      "<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"write_note\" "
+      "index=\"1\"<|sep|><|open|>argument key=\"count\" type=\"number\"<|sep|>3<|close|>argument"
+      "<|sep|><|open|>argument key=\"text\" type=\"string\"<|sep|> a \"b\"\\\tc <|x \xC3\xA9\n"
+      "<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"ping\" index=\"2\"<|sep|>"
+      "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>";
+  const StreamedCalls s = StreamedPairs(c, reply, plan);
+  EXPECT_EQ(s.args, (std::vector<std::string>{
+                        "{\"count\":3,\"text\":\" a \\\"b\\\"\\\\\\tc <|x \xC3\xA9\\n\"}", "{}"}));
+  EXPECT_GT(s.pieces, 10) << "a value split across tokens comes in pieces";
+}
+
+// max_tokens cuts a call: the calls before it whole, it listed as far as it
+// was written (its arguments unfinished), and the parser says so.
+TEST(ToolCallConstraint, ACallCutByMaxTokensIsListedUnfinished) {
+  const Case glm = Make("glm45", ChatFormat::Glm45(), false);
+  const std::string done = "<tool_call>ping\n</tool_call>";
+  for (const auto& [reply, cut] : std::vector<std::pair<std::string, std::string>>{
+           {done + "<tool_call>write_note\n<arg_key>text</arg_key>\n<arg_value>half a s",
+            "{\"text\":\"half a s"},
+           {done + "<tool_call>write_note\n<arg_key>count</arg_key>\n<arg_value>12 ",
+            "{\"count\":12"},
+           // What may begin the value's or the call's close is markup.
+           {done + "<tool_call>write_note\n<arg_key>text</arg_key>\n<arg_value>half</arg_va",
+            "{\"text\":\"half"},
+           {done + "<tool_call>write_note\n<arg_key>count</arg_key>\n<arg_value>1</arg_value>\n"
+                   "</tool_c",
+            "{\"count\":1"},
+           {done, ""}}) {
+    ReplyOptions o = glm.options;
+    o.tool_plan = Plan(kFamilyGlm45, ToolChoiceMode::kRequired, "", true, false, kNoteAndPing);
+    ReplyParser p(*glm.tok, glm.chat, o);
+    std::vector<std::string> args;
+    std::vector<ReplyEvent> events;
+    for (const int32_t id : glm.tok->EncodeMarkup(reply))
+      for (ReplyEvent& e : p.Feed(id)) events.push_back(std::move(e));
+    for (ReplyEvent& e : p.Flush()) events.push_back(std::move(e));
+    for (const ReplyEvent& e : events) {
+      if (e.kind == Kind::kToolCallStart) args.emplace_back();
+      if (e.kind == Kind::kToolCallArgs) args.back() += e.text;
+    }
+    EXPECT_EQ(p.cut_in_call(), !cut.empty()) << reply;
+    std::vector<std::string> want{"{}"};
+    if (!cut.empty()) want.push_back(cut);
+    EXPECT_EQ(args, want) << reply;
+    EXPECT_EQ(events.back().kind, Kind::kToolCallEnd) << reply;
+  }
+}
+
 TEST(ToolCallConstraint, K3RequiredCallsCloseTheMessage) {
   const Case c = Make("k3", ChatFormat::Xtml(false), false);
   const auto plan = Plan(kFamilyXtml, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
@@ -1097,6 +1207,29 @@ Case GenericCase() {
   Case c = Make("demo", ChatFormat::Deepseek(false));
   c.options.tool_plan = Plan(kFamilyDemo, ToolChoiceMode::kAuto);
   return c;
+}
+
+// max_tokens cuts the generic format's reply: inside a call's name or
+// arguments is inside a call (listed once its name was read); after a
+// call's arguments is not.
+TEST(ToolCallConstraint, GenericCallCutByMaxTokens) {
+  const Case c = GenericCase();
+  const std::string first = R"({"tool_calls": [{"name": "get_time", "arguments": {"tz": "CET"})";
+  for (const auto& [reply, cut, listed] : std::vector<std::tuple<std::string, bool, int>>{
+           {first + R"(}, {"name": "get_weather", "arguments": {"city": "Pa)", true, 2},
+           {first + R"(}, {"name": "get_wea)", true, 1},
+           {first, false, 1}}) {
+    ReplyParser p(*c.tok, c.chat, c.options);
+    std::vector<ReplyEvent> events;
+    for (const int32_t id : c.tok->Encode(reply))
+      for (ReplyEvent& e : p.Feed(id)) events.push_back(std::move(e));
+    for (ReplyEvent& e : p.Flush()) events.push_back(std::move(e));
+    EXPECT_EQ(p.cut_in_call(), cut) << reply;
+    EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                            [](const ReplyEvent& e) { return e.kind == Kind::kToolCallStart; }),
+              listed)
+        << reply;
+  }
 }
 
 TEST(ToolCallConstraint, GenericRequiredWritesTheCallsObject) {

@@ -422,6 +422,93 @@ TEST_F(ServeTest, ToolCallsAreHeldToTheToolsAndTheirChoice) {
       << refused.body;
 }
 
+// max_tokens cuts a forced call inside its arguments: the call is listed as
+// far as it was written (as OpenAI lists it), and every API says the reply
+// ran out: finish_reason length, stop_reason max_tokens, status incomplete
+// (the function_call item too). Greedy, the cut reply is the whole one's start.
+TEST_F(ServeTest, ACallCutByMaxTokensEndsAsLength) {
+  Restart({}, {}, 1024);
+  const json params = json::parse(R"({"type": "object", "properties": {"tz": {"type": "string",
+      "maxLength": 4}}, "required": ["tz"], "additionalProperties": false})");
+  json req = Chat("time?", 300);
+  req.erase("logprobs");
+  req["tools"] = {
+      {{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", params}}}}};
+  req["tool_choice"] = "required";
+  req["parallel_tool_calls"] = false;
+  const Answer a = Call(Post("/v1/chat/completions", req.dump()));
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json full = json::parse(a.body);
+  ASSERT_EQ(full["choices"][0]["finish_reason"], "tool_calls") << a.body;
+  const std::string args = full["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+  const int used = full["usage"]["completion_tokens"];
+  int cut_at = 0;
+  std::string part;
+  // A search for a cut inside the arguments: before them the call's head is
+  // cut (shown as text), after them the whole arguments are listed.
+  for (int lo = 1, hi = used - 1; lo <= hi && cut_at == 0;) {
+    const int m = (lo + hi) / 2;
+    req["max_tokens"] = m;
+    const Answer b = Call(Post("/v1/chat/completions", req.dump()));
+    ASSERT_EQ(b.status, 200) << b.body;
+    const json choice = json::parse(b.body)["choices"][0];
+    const json calls = choice["message"].value("tool_calls", json());
+    if (calls.is_null()) {
+      EXPECT_EQ(choice["finish_reason"], "length") << m << ": " << b.body;
+      lo = m + 1;
+      continue;
+    }
+    ASSERT_EQ(calls.size(), 1u) << m << ": " << b.body;
+    part = calls[0]["function"]["arguments"];
+    ASSERT_TRUE(args.starts_with(part)) << m << ": " << b.body;
+    if (part == args) {  // cut after the arguments: in the call's end marker, or after it
+      EXPECT_TRUE(choice["finish_reason"] == "tool_calls" || choice["finish_reason"] == "length")
+          << b.body;
+      hi = m - 1;
+      continue;
+    }
+    EXPECT_EQ(choice["finish_reason"], "length") << b.body;
+    cut_at = m;
+  }
+  ASSERT_GT(cut_at, 0) << "no cut inside the arguments: " << args;
+
+  const json anthropic = {
+      {"model", "tiny"},
+      {"max_tokens", cut_at},
+      {"temperature", 0},
+      {"messages", json::array({{{"role", "user"}, {"content", "time?"}}})},
+      {"tools", json::array({{{"name", "get_time"}, {"input_schema", params}}})},
+      {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", true}}}};
+  const Answer m =
+      Call(Post("/v1/messages", anthropic.dump(), "anthropic-version: 2023-06-01\r\n"));
+  ASSERT_EQ(m.status, 200) << m.body;
+  const json message = json::parse(m.body);
+  EXPECT_EQ(message["stop_reason"], "max_tokens") << m.body;
+  ASSERT_FALSE(message["content"].empty()) << m.body;
+  EXPECT_EQ(message["content"].back()["type"], "tool_use") << m.body;
+
+  const json responses = {
+      {"model", "tiny"},
+      {"input", "time?"},
+      {"max_output_tokens", cut_at},
+      {"temperature", 0},
+      {"store", false},
+      {"tools",
+       json::array({{{"type", "function"}, {"name", "get_time"}, {"parameters", params}}})},
+      {"tool_choice", "required"},
+      {"parallel_tool_calls", false}};
+  const Answer r = Call(Post("/v1/responses", responses.dump()));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json response = json::parse(r.body);
+  EXPECT_EQ(response["status"], "incomplete") << r.body;
+  EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens") << r.body;
+  ASSERT_FALSE(response["output"].empty()) << r.body;
+  const json& item = response["output"].back();
+  EXPECT_EQ(item["type"], "function_call") << r.body;
+  EXPECT_EQ(item["status"], "incomplete") << r.body;
+  EXPECT_EQ(item["arguments"], part) << r.body;
+}
+
 // The demo model's template has no tool syntax: the generic format holds its
 // whole reply to one JSON object (engine/tokenizer/chat_generic.h). Required,
 // it calls the tools, streamed as whole; the calls and their result sent

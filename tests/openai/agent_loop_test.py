@@ -101,9 +101,12 @@ def chat_loop(tag, client, model):
         calls = msg.tool_calls or []
         check(what + ": calls", len(calls) >= 1, str(msg))
         # With parallel calls a random model may write calls until max_tokens
-        # cuts the last one (which the server still lists): every one before it
-        # validates.
-        cut = parallel and whole.usage.completion_tokens >= MAX
+        # cuts the last one: the server still lists it (as OpenAI does) and
+        # says finish_reason length; every one before it validates.
+        cut = whole.choices[0].finish_reason == "length"
+        check(what + ": finish_reason length only when max_tokens cut it",
+              whole.choices[0].finish_reason == "tool_calls"
+              or (cut and whole.usage.completion_tokens >= MAX), str(whole.choices[0]))
         check(what + ": every call validates" + (" (but the one cut)" if cut else ""),
               all(valid(c.function.name, c.function.arguments)
                   for c in (calls[:-1] if cut else calls)),
