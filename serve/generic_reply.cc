@@ -97,7 +97,10 @@ size_t Unescape(std::string_view s, std::string* out, bool* closed) {
       } else {
         cp = 0xFFFD;
       }
-    } else if (cp < 0 || (cp >= 0xDC00 && cp < 0xE000)) {
+    } else if (cp < 0) {  // not four hex digits: only `\u` is read, so what follows stays whole
+      cp = 0xFFFD;
+      used = 2;
+    } else if (cp >= 0xDC00 && cp < 0xE000) {
       cp = 0xFFFD;
     }
     AppendUtf8(static_cast<uint32_t>(cp), out);

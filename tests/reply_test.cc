@@ -1232,6 +1232,17 @@ TEST(ToolCallConstraint, GenericCallCutByMaxTokens) {
   }
 }
 
+// A response string with escapes no constraint held: a `\u` without four
+// hex digits is U+FFFD for the two bytes, and the characters after it stay
+// whole (the fuzzer's find: the bad escape swallowed half of one).
+TEST(ToolCallConstraint, GenericResponseBadEscapeKeepsCharactersWhole) {
+  const Case c = GenericCase();
+  const std::string reply = "{\"response\": \"a \\u00e9 \\u\u00e9\u00e9\u00e9 \\ud800x \\q\"}";
+  const Shown s = Gather(Feed(c, c.tok->Encode(reply)));
+  EXPECT_EQ(s.text, "a \u00e9 \ufffd\u00e9\u00e9\u00e9 \ufffdx q");
+  EXPECT_TRUE(s.calls.empty());
+}
+
 TEST(ToolCallConstraint, GenericRequiredWritesTheCallsObject) {
   const Case c = GenericCase();
   for (uint32_t seed = 1; seed <= 4; ++seed) {
