@@ -169,7 +169,7 @@ void GenericReply::Step(std::vector<ReplyEvent>* out) {
         if (!closed) return;
         const int after = Expect(std::string_view(buf_).substr(n), {std::string(kCallArgs)});
         if (after == -1) return;
-        if (after == -2) {
+        if (after == -2 || name.empty()) {  // no call has an empty name
           state_ = State::kRaw;
           break;
         }

@@ -6,7 +6,8 @@
 // read, its arguments in pieces as they arrive, its end after them. A reply
 // cut short (max_tokens) ends an open call where it stopped. Bytes that are
 // not the format's (a reply no constraint held) are text from there on, as
-// written; a call cut before its name was read shows nothing.
+// written (an empty name is not a call's); a call cut before its name was read
+// shows nothing.
 #pragma once
 
 #include <string>

@@ -1243,6 +1243,16 @@ TEST(ToolCallConstraint, GenericResponseBadEscapeKeepsCharactersWhole) {
   EXPECT_TRUE(s.calls.empty());
 }
 
+// A call with an empty name (a special token's bytes are not the name's)
+// is not the format's: the reply is text from there on, and no call starts.
+TEST(ToolCallConstraint, GenericEmptyNameIsNoCall) {
+  const Case c = GenericCase();
+  const Shown s =
+      Gather(Feed(c, c.tok->Encode(R"({"tool_calls": [{"name": "", "arguments": {}}]})")));
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.text, R"("", "arguments": {}}]})");
+}
+
 TEST(ToolCallConstraint, GenericRequiredWritesTheCallsObject) {
   const Case c = GenericCase();
   for (uint32_t seed = 1; seed <= 4; ++seed) {
