@@ -112,9 +112,11 @@ stage "asan+ubsan tests"
 # cases: that file names them, and the others it leaves to the builds
 # above), and only what they need built (the target concurrency_tests).
 # -O1: ThreadSanitizer's checks cost more than the optimizer saves, and it
-# builds faster.
+# builds faster. The test programs' and the programs' own files at -O0, as
+# in the ASan+UBSan build above, for the same reason.
 cmake -S . -B "$build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${o1[@]}" \
-  -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON -DWASTE_SANITIZE=thread >/dev/null
+  -DWASTE_WERROR=ON -DWASTE_BUILD_TESTS=ON -DWASTE_TEST_CXX_FLAGS=-O0 \
+  -DWASTE_PROGRAM_CXX_FLAGS=-O0 -DWASTE_SANITIZE=thread >/dev/null
 cmake --build "$build-tsan" --parallel "$jobs" --target concurrency_tests
 stage "tsan build"
 ctest --test-dir "$build-tsan" --output-on-failure --timeout 900 -j "$jobs" -L concurrency
