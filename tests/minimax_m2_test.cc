@@ -4,8 +4,9 @@
 // process, verified against its source, and run over a 300-token prompt on
 // every instruction-set path this CPU has: every logit within 1e-5 of the
 // row's largest and the same top 10 at every position, against the logits of
-// the checkpoint loaded back in float32. long_prompt_daemon_test runs the
-// same fixture through wasted.
+// the checkpoint loaded back in float32; and its FP8 copy in the released
+// layout, to the same logits. long_prompt_daemon_test runs the bf16 fixture
+// through wasted.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -25,21 +26,23 @@ using nlohmann::json;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES) + "/convert/";
 
-TEST(MinimaxM2, LosslessConversionMatchesTransformersAtEveryPosition) {
+// `checkpoint` (a key of the fixture's case) converted to BF16 experts in
+// this process, verified against its source, and its logits at every
+// position on every ISA path against transformers'.
+void ConvertAndMatch(const std::string& checkpoint, const std::vector<int>& skipped_layers) {
   std::ifstream f(kFixtures + "minimax_m2.json");
   const json meta = json::parse(f);
   const json& fx = meta["cases"]["minimax-m2"];
   const std::string out = waste::testing::ScratchDir() + "/out";
   ConvertOptions o;
-  o.src = kFixtures + fx["checkpoint"].get<std::string>();
+  o.src = kFixtures + fx[checkpoint].get<std::string>();
   o.out = out;
   o.expert_fmt = *ParseExpertFormat("bf16");
   auto r = Convert(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->layers.size(), 4u);  // every layer is MoE
   for (const LayerSummary& l : r->layers) EXPECT_EQ(l.max_rel_error, 0.0) << "layer " << l.layer;
-  // The multi-token-prediction layer past num_hidden_layers: skipped, and said so.
-  EXPECT_EQ(r->skipped_layers, std::vector<int>{4});
+  EXPECT_EQ(r->skipped_layers, skipped_layers);
 
   VerifyOptions vo;
   vo.container = out;
@@ -56,11 +59,23 @@ TEST(MinimaxM2, LosslessConversionMatchesTransformersAtEveryPosition) {
       waste::testing::FileFloats(kFixtures + fx["logits"].get<std::string>());
   for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, prompt, 16)) {
     ASSERT_EQ(want.size(), prompt.size() * V);
-    const double worst = waste::testing::ExpectLogitsNear(
-        got, want, V, 1e-5f, std::string("minimax-m2 ") + kernels::IsaName(isa));
-    std::printf("minimax-m2 %s: worst max|diff| / max|logit| %.3g\n", kernels::IsaName(isa),
-                worst);
+    const std::string what = checkpoint + " " + kernels::IsaName(isa);
+    const double worst = waste::testing::ExpectLogitsNear(got, want, V, 1e-5f, what);
+    std::printf("%s: worst max|diff| / max|logit| %.3g\n", what.c_str(), worst);
   }
+}
+
+// The multi-token-prediction layer past num_hidden_layers: skipped, and said so.
+TEST(MinimaxM2, LosslessConversionMatchesTransformersAtEveryPosition) {
+  ConvertAndMatch("checkpoint", {4});
+}
+
+// The released FP8 layout (F8_E4M3 with weight_scale_inv per block, as
+// DeepSeek-V3's) goes through the same dequantization: the fixture's FP8
+// copy holds the same values exactly, so it converts losslessly to the same
+// logits.
+TEST(MinimaxM2, Fp8CheckpointConvertsToTheSameModel) {
+  ConvertAndMatch("fp8_checkpoint", {});
 }
 
 }  // namespace
