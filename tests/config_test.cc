@@ -325,6 +325,51 @@ TEST(Config, Qwen3AndGlmPresetsHaveTheReleasedShapes) {
   EXPECT_NEAR(p.active - head, 12e9, 0.3e9);
 }
 
+// MiniMax-M2 at its released shape (230B total, 10B active), its q/k norms
+// spanning every head, and the released config's keys that ask for what is
+// not built refused by name.
+TEST(Config, MinimaxM2PresetHasTheReleasedShape) {
+  const ModelConfig m = Parse(SynthPreset("minimax-m2")->config);
+  EXPECT_EQ(m.arch, Arch::kMinimaxM2);
+  EXPECT_EQ(m.n_moe_layers(), 62);
+  EXPECT_EQ(m.moe_inter, 1536);
+  EXPECT_TRUE(m.router_bias);
+  EXPECT_TRUE(m.sigmoid_router);
+  EXPECT_TRUE(m.renormalize);
+  EXPECT_EQ(m.n_shared, 0);
+  EXPECT_EQ(m.rotary_dim, 64);
+  EXPECT_TRUE(m.qk_norm_all_heads);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const TensorSpec& s : TrunkSpec(m)) shapes[s.name] = s.shape;
+  EXPECT_EQ(shapes["model.layers.0.self_attn.q_norm.weight"], std::vector<int64_t>{48 * 128});
+  EXPECT_EQ(shapes["model.layers.0.self_attn.k_norm.weight"], std::vector<int64_t>{8 * 128});
+  EXPECT_EQ(shapes["model.layers.61.block_sparse_moe.gate.e_score_correction_bias"],
+            std::vector<int64_t>{256});
+  const ParamCount p = CountParams(m);
+  std::printf("minimax-m2: %.3fB total, %.3fB active\n", p.total() / 1e9, p.active / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 229e9, 2e9);
+  EXPECT_NEAR(static_cast<double>(p.active), 10e9, 0.5e9);
+
+  auto refusal = [](const char* key, const json& value) {
+    json j = SynthPreset("tiny-minimax")->config;
+    j[key] = value;
+    auto c = ModelConfig::FromJson(j);
+    return c.ok() ? std::string("accepted") : c.status().message();
+  };
+  for (const auto& [key, value] :
+       std::vector<std::pair<const char*, json>>{{"use_qk_norm", false},
+                                                 {"qk_norm_type", "per_head"},
+                                                 {"use_routing_bias", false},
+                                                 {"scoring_func", "softmax"},
+                                                 {"shared_intermediate_size", 256},
+                                                 {"attn_type_list", {1, 0, 1, 1}},
+                                                 {"n_group", 4},
+                                                 {"rotary_dim", 13}})
+    EXPECT_NE(refusal(key, value).find(key), std::string::npos) << key << ": " << refusal(key, value);
+  EXPECT_EQ(refusal("attn_type_list", {1, 1, 1, 1}), "accepted");
+  EXPECT_EQ(refusal("routed_scaling_factor", 2.0), "accepted");  // transformers reads none
+}
+
 TEST(Config, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
   json j = SynthPreset("tiny-qwen3")->config;
   j["decoder_sparse_step"] = 1;

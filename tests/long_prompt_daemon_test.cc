@@ -9,7 +9,8 @@
 // that drifted, issue 19) and Kimi-Linear (its NoPE MLA layer and the
 // linear-attention state), which between them run every layer kind.
 // GqaWasted does the same for the grouped-query-attention families
-// (gqa_families_test's fixtures: Qwen3-MoE and GLM-4.5 over 300 tokens),
+// (gqa_families_test's fixtures: Qwen3-MoE and GLM-4.5 over 300 tokens;
+// minimax_m2_test's: MiniMax-M2, within 1e-5),
 // with `waste verify --source` of the container and the same top 10 at
 // every position.
 #include <gtest/gtest.h>
@@ -121,9 +122,10 @@ using GqaWasted = LongWasted;
 
 TEST_P(GqaWasted, EveryIsaMatchesAtEveryPosition) {
   const std::string name = GetParam();
-  const json meta = ReadJson(kFixtures + "gqa_families.json");
+  const bool minimax = name == "minimax-m2";  // its own fixture file, and issue 42's tolerance
+  const json meta = ReadJson(kFixtures + (minimax ? "minimax_m2.json" : "gqa_families.json"));
   const json& fx = meta["cases"][name];
-  ASSERT_TRUE(fx.is_object()) << name << " is not in gqa_families.json";
+  ASSERT_TRUE(fx.is_object()) << name << " is not in its fixture's json";
   const std::string src = kFixtures + fx["checkpoint"].get<std::string>(), c = dir_ + "/container";
   const Outcome conv = Shell(Bin("waste") + " convert " + src + " " + c +
                              " --expert-format bf16 --quiet");
@@ -148,12 +150,12 @@ TEST_P(GqaWasted, EveryIsaMatchesAtEveryPosition) {
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;
     const double worst = waste::testing::ExpectLogitsNear(waste::testing::FileFloats(file), want,
-                                                          V, 1e-4f, what);
+                                                          V, minimax ? 1e-5f : 1e-4f, what);
     std::printf("%s: worst max|diff| / max|logit| %.3g\n", what.c_str(), worst);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gqa, GqaWasted, ::testing::Values("qwen3-moe", "glm4-moe"),
+INSTANTIATE_TEST_SUITE_P(Gqa, GqaWasted, ::testing::Values("qwen3-moe", "glm4-moe", "minimax-m2"),
                          [](const auto& p) {
                            std::string n = p.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -1017,11 +1017,13 @@ TEST_P(Forward, ADamagedRecordStopsTheForwardPassWithItsName) {
 // zero-centered norms and a gated shared expert (tiny-qwen3-next), Kimi
 // K3's parts: latent MoE, Attention Residuals over three blocks, SiTU, KDA's
 // full-rank gate and bounded decay, MLA with q_lora and its output gate
-// (tiny-k3); and tiny-kimi's experts as Q4GR records (the trunk's product)
-// with its head in Q4G.
+// (tiny-k3), GQA with q/k norms across all heads (tiny-minimax); and
+// tiny-kimi's experts as Q4GR records (the trunk's product) with its head in
+// Q4G.
 INSTANTIATE_TEST_SUITE_P(Presets, Forward,
                          ::testing::Values("tiny-kimi", "tiny-deepseek", "tiny-glm",
-                                           "tiny-qwen3-next", "tiny-k3", "tiny-kimi+q4gr"),
+                                           "tiny-qwen3-next", "tiny-k3", "tiny-minimax",
+                                           "tiny-kimi+q4gr"),
                          [](const auto& p) {
                            std::string n = std::string(p.param).substr(5);  // after "tiny-"
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -90,7 +90,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PresetCase{"tiny-qwen3", "qwen3", 9, "<|im_end|>"},
                       PresetCase{"tiny-glm", "glm-4.5", 18, "<|endoftext|>"},
                       PresetCase{"tiny-gpt-oss", "harmony", 10, "<|return|>"},
-                      PresetCase{"tiny-k3", "k3-xtml", 10, "<|end_of_msg|>"}),
+                      PresetCase{"tiny-k3", "k3-xtml", 10, "<|end_of_msg|>"},
+                      PresetCase{"tiny-minimax", "qwen3", 9, "<|im_end|>"}),
     [](const auto& p) {
       std::string n = p.param.preset;
       std::replace(n.begin(), n.end(), '-', '_');

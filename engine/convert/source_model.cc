@@ -19,6 +19,12 @@ constexpr const char* kK3Vision[] = {"vision_tower.", "mm_projector."};
 
 std::string SourceModel::TrunkName(const std::string& name) const {
   if (family == Family::kKimiLinear) return prefix + name;
+  if (family == Family::kMinimaxM2) {  // the correction bias sits beside the gate
+    const std::string bias = ".block_sparse_moe.gate.e_score_correction_bias";
+    const size_t at = name.find(bias);
+    if (at == std::string::npos) return name;
+    return name.substr(0, at) + ".block_sparse_moe.e_score_correction_bias";
+  }
   if (family == Family::kGptOss) {
     const std::string gate = ".block_sparse_moe.gate.";
     const size_t at = name.find(gate);
@@ -63,7 +69,7 @@ Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, in
     want = {c.n_experts, per, cols};
     m.first = expert * per + (matrix == 1 ? 1 : 0);
     m.step = matrix == 2 ? 1 : 2;
-  } else if (family == Family::kKimiLinear) {
+  } else if (family == Family::kKimiLinear || family == Family::kMinimaxM2) {
     static const char* kimi[3] = {"w1", "w3", "w2"};
     name = p + ".block_sparse_moe.experts." + std::to_string(expert) + "." + kimi[matrix] +
            ".weight";
@@ -151,10 +157,12 @@ Result<SourceModel> MapSource(const json& top) {
     s.family = Family::kGptOss;
   } else if (type == "qwen3_next") {
     s.family = Family::kQwen3Next;
+  } else if (type == "minimax_m2") {
+    s.family = Family::kMinimaxM2;
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
-                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next)");
+                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2)");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: text_config holds another text_config");
@@ -164,7 +172,7 @@ Result<SourceModel> MapSource(const json& top) {
   // MLA rotates interleaved pairs; GQA's families rotate half the dims
   // against the other half, whatever the key says.
   const bool gqa = s.family == Family::kQwen3Moe || s.family == Family::kGlm4Moe ||
-                   s.family == Family::kGptOss;
+                   s.family == Family::kGptOss || s.family == Family::kMinimaxM2;
   if (auto ri = c.find("rope_interleave");
       !gqa && ri != c.end() && ri->is_boolean() && !ri->get<bool>())
     return Status::Error(

@@ -11,6 +11,13 @@
 //   Qwen3-Next (model_type qwen3_next): the same mlp. -> block_sparse_moe.
 //     (gate, shared_expert, shared_expert_gate, experts.E.*), linear_attn.* as
 //     released; mtp.* (multi-token prediction): not used (waste convert lists it)
+//   MiniMax-M2 (model_type minimax_m2), as released and as transformers 5.25
+//   writes it: block_sparse_moe.* as the container names it, except
+//     model.layers.L.block_sparse_moe.e_score_correction_bias
+//       -> model.layers.L.block_sparse_moe.gate.e_score_correction_bias
+//     model.layers.L.block_sparse_moe.experts.E.{w1, w3, w2}.weight (as Kimi's);
+//   its FP8 release (F8_E4M3 with weight_scale_inv per 128x128 block) is
+//   DeepSeek-V3's encoding, dequantized by the same path (checkpoint.h)
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
 //     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
 //   GPT-OSS (model_type gpt_oss), its experts fused per layer, in MXFP4:
@@ -40,7 +47,7 @@ namespace waste::convert {
 
 // Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, the
 // others DeepSeek's.
-enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next };
+enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next, kMinimaxM2 };
 
 // Where matrix m of a routed expert lies in the checkpoint: rows
 // first + i * step of `weight`, i < rows, each of the matrix's width.

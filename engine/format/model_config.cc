@@ -104,9 +104,20 @@ Status ReadQwen3NextLayers(const json& c, ModelConfig* m) {
 
 Status ReadLayerKinds(const json& c, ModelConfig* m) {
   if (m->arch == Arch::kQwen3Next) return ReadQwen3NextLayers(c, m);
-  const bool gqa =
-      m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe || m->arch == Arch::kGptOss;
+  const bool gqa = m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe ||
+                   m->arch == Arch::kGptOss || m->arch == Arch::kMinimaxM2;
   m->layer_kind.assign(m->n_layers, gqa ? LayerKind::kGqa : LayerKind::kMla);
+  // MiniMax's released config lists each layer's attention: 1 full softmax
+  // attention; 0 would be MiniMax-01's lightning attention, not built.
+  if (const auto at = c.find("attn_type_list"); m->arch == Arch::kMinimaxM2 && at != c.end() &&
+                                                 !at->is_null()) {
+    if (!at->is_array() || at->size() != static_cast<size_t>(m->n_layers))
+      return Status::Error("config.attn_type_list is not a list of num_hidden_layers entries");
+    for (const auto& v : *at)
+      if (v != 1)
+        return Status::Error("config.attn_type_list holds " + v.dump() +
+                             ": only 1 (full attention) is implemented");
+  }
   const auto lac = c.find("linear_attn_config");
   if (lac == c.end() || lac->is_null()) {
     if (m->arch == Arch::kKimiLinear || m->arch == Arch::kKimiK3)
@@ -191,18 +202,40 @@ Status ReadGqa(const json& c, ModelConfig* m) {
   double partial;
   WASTE_RETURN_IF_ERROR(GetNum(c, "partial_rotary_factor", 0.0, 1.0, &partial, 1.0));
   m->rotary_dim = static_cast<int>(m->head_dim * partial);  // as HF truncates it
+  // MiniMax's released config says rotary_dim (transformers turns it into
+  // partial_rotary_factor; both may be present and must agree).
+  if (m->arch == Arch::kMinimaxM2 && c.contains("rotary_dim") && !c["rotary_dim"].is_null()) {
+    int rd = 0;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "rotary_dim", 0, m->head_dim, &rd));
+    if (c.contains("partial_rotary_factor") && rd != m->rotary_dim)
+      return Status::Error("config.rotary_dim and partial_rotary_factor disagree");
+    m->rotary_dim = rd;
+  }
   if (m->rotary_dim % 2 != 0)
-    return Status::Error("config.partial_rotary_factor gives an odd rotary width");
+    return Status::Error(std::string("config.") +
+                         (m->arch == Arch::kMinimaxM2 ? "rotary_dim or " : "") +
+                         "partial_rotary_factor gives an odd rotary width");
   WASTE_RETURN_IF_ERROR(
       GetBool(c, "attention_bias", &m->attn_bias, m->arch == Arch::kGptOss));  // HF's defaults
   // Qwen3 always norms q and k; GLM-4.5 when use_qk_norm says so.
   m->attn_output_gate = m->arch == Arch::kQwen3Next;
   if (m->attn_output_gate && m->attn_bias)
     return Status::Error("config.attention_bias with qwen3_next's output gate is not implemented");
-  if (m->arch == Arch::kQwen3Moe || m->arch == Arch::kQwen3Next)
+  if (m->arch == Arch::kQwen3Moe || m->arch == Arch::kQwen3Next) {
     m->qk_norm = true;
-  else
+  } else if (m->arch == Arch::kMinimaxM2) {
+    // transformers' MiniMaxM2Attention always norms q and k across all
+    // heads; the released config says so as use_qk_norm / qk_norm_type.
+    bool use = true;
+    WASTE_RETURN_IF_ERROR(GetBool(c, "use_qk_norm", &use, true));
+    if (!use) return Status::Error("config.use_qk_norm false is not implemented for minimax_m2");
+    if (auto t = c.find("qk_norm_type"); t != c.end() && !t->is_null() && *t != "per_layer")
+      return Status::Error("config.qk_norm_type " + t->dump() +
+                           " is not implemented (per_layer: across all heads)");
+    m->qk_norm = m->qk_norm_all_heads = true;
+  } else {
     WASTE_RETURN_IF_ERROR(GetBool(c, "use_qk_norm", &m->qk_norm, false));
+  }
   bool sliding = false;
   WASTE_RETURN_IF_ERROR(GetBool(c, "use_sliding_window", &sliding, false));
   if (sliding) return Status::Error("config.use_sliding_window is not implemented");
@@ -337,6 +370,8 @@ std::string_view ArchName(Arch a) {
       return "qwen3_next";
     case Arch::kKimiK3:
       return "kimi_k3";
+    case Arch::kMinimaxM2:
+      return "minimax_m2";
   }
   return "?";
 }
@@ -366,6 +401,29 @@ int ModelConfig::n_layers_of(LayerKind kind) const {
 
 namespace {
 
+// MiniMax-M2's router as transformers' MiniMaxM2TopKRouter computes it:
+// sigmoid scores, top-k by score plus e_score_correction_bias, the chosen
+// scores renormalized, no groups and no scaling (it reads no
+// routing_scaling_factor, so neither does waste); no shared expert. The
+// released config's keys that would ask for something else are refused.
+Status ReadMinimaxRouting(const json& c, const std::string& scoring, ModelConfig* m) {
+  if (scoring != "sigmoid")
+    return Status::Error("config.scoring_func \"" + scoring +
+                         "\" is not implemented for minimax_m2 (sigmoid)");
+  bool bias = true;
+  WASTE_RETURN_IF_ERROR(GetBool(c, "use_routing_bias", &bias, true));
+  if (!bias) return Status::Error("config.use_routing_bias false is not implemented for minimax_m2");
+  int shared = 0;
+  WASTE_RETURN_IF_ERROR(GetInt(c, "shared_intermediate_size", 0, 0, &shared, 0)
+                            .Prefixed("minimax_m2 has no shared expert"));
+  if (m->n_shared > 0) return Status::Error("config: minimax_m2 has no shared experts");
+  if (m->n_group > 1)
+    return Status::Error("config.n_group > 1: minimax_m2's routing has no expert groups");
+  m->renormalize = true;
+  m->routed_scale = 1.f;
+  return Status::Ok();
+}
+
 Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   if (!c.is_object()) return Status::Error("config is not an object");
   ModelConfig m;
@@ -388,10 +446,12 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   } else if (m.model_type == "qwen3_next") {
     m.arch = Arch::kQwen3Next;
     m.zero_centered_norms = true;
+  } else if (m.model_type == "minimax_m2") {
+    m.arch = Arch::kMinimaxM2;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, kimi_k3, deepseek_v3, kimi_k2, "
-                         "qwen3_moe, glm4_moe, gpt_oss, qwen3_next)");
+                         "qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2)");
   }
   m.architecture = m.model_type;
   // K3's text config says KimiLinearForCausalLM; only its wrapper names K3.
@@ -411,10 +471,12 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   WASTE_RETURN_IF_ERROR(GetInt(c, "eos_token_id", -1, m.vocab - 1, &m.eos_token, -1));
 
   // Feed-forward and routing.
-  // GPT-OSS has no dense layers: its intermediate_size is the experts'.
+  // GPT-OSS and MiniMax-M2 have no dense layers: their intermediate_size is
+  // the experts'.
+  const bool all_moe = m.arch == Arch::kGptOss || m.arch == Arch::kMinimaxM2;
   WASTE_RETURN_IF_ERROR(GetInt(c, "intermediate_size", 0, kMaxDim,
-                               m.arch == Arch::kGptOss ? &m.moe_inter : &m.dense_inter, 0));
-  if (m.arch != Arch::kGptOss)
+                               all_moe ? &m.moe_inter : &m.dense_inter, 0));
+  if (!all_moe)
     WASTE_RETURN_IF_ERROR(GetInt(c, "moe_intermediate_size", 0, kMaxDim, &m.moe_inter, 0));
   WASTE_RETURN_IF_ERROR(
       GetInt(c, Either(c, {"num_experts", "n_routed_experts", "num_local_experts"}), 0, 1 << 16, &m.n_experts, 0));
@@ -484,6 +546,7 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   WASTE_RETURN_IF_ERROR(
       GetInt(c, Either(c, {"n_group", "num_expert_group"}), 1, 1 << 10, &m.n_group, 1));
   WASTE_RETURN_IF_ERROR(GetInt(c, "topk_group", 1, m.n_group, &m.topk_group, 1));
+  if (m.arch == Arch::kMinimaxM2) WASTE_RETURN_IF_ERROR(ReadMinimaxRouting(c, scoring, &m));
   if (m.n_experts > 0) {
     if (m.top_k < 1 || m.top_k > m.n_experts)
       return Status::Error("config: top-k " + std::to_string(m.top_k) + " of " +
@@ -589,8 +652,8 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
         vec(a + "v_proj.bias", {c.kv_width()});
       }
       if (c.qk_norm) {
-        vec(a + "q_norm.weight", {c.head_dim});
-        vec(a + "k_norm.weight", {c.head_dim});
+        vec(a + "q_norm.weight", {c.qk_norm_all_heads ? c.q_width() : c.head_dim});
+        vec(a + "k_norm.weight", {c.qk_norm_all_heads ? c.kv_width() : c.head_dim});
       }
       mat(a + "o_proj.weight", h, c.q_width());
       if (c.o_bias) vec(a + "o_proj.bias", {h});

@@ -7,8 +7,11 @@
 // kimi_k2: MLA with YaRN rotary, grouped noaux_tc routing), Qwen3-MoE
 // (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert),
 // GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
-// routing, a shared expert) and Qwen3-Next (qwen3_next: Gated DeltaNet and
-// gated GQA layers, softmax routing, a gated shared expert) and Kimi K3
+// routing, a shared expert), Qwen3-Next (qwen3_next: Gated DeltaNet and
+// gated GQA layers, softmax routing, a gated shared expert), MiniMax-M2
+// (minimax_m2: GQA with q/k norms across all heads and partial rotary,
+// sigmoid routing with a correction bias and no groups, no shared expert,
+// every layer MoE) and Kimi K3
 // (Kimi-Linear's layers with K3's parts: a latent MoE, Attention Residuals,
 // SiTU, KDA's full-rank output gate and bounded decay, MLA's output gate; its
 // config nested under text_config, or flattened with the wrapper's keys under
@@ -27,7 +30,16 @@
 
 namespace waste {
 
-enum class Arch { kKimiLinear, kDeepseekV3, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next, kKimiK3 };
+enum class Arch {
+  kKimiLinear,
+  kDeepseekV3,
+  kQwen3Moe,
+  kGlm4Moe,
+  kGptOss,
+  kQwen3Next,
+  kKimiK3,
+  kMinimaxM2,
+};
 
 // kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc);
 // kGatedDeltaNet: engine/model/gated_deltanet.cc.
@@ -111,6 +123,9 @@ struct ModelConfig {
   int head_dim = 0;
   int rotary_dim = 0;
   bool qk_norm = false;    // RMSNorm over head_dim on q and k, before the rotation
+  // MiniMax-M2: the q and k norms span every head at once (one RMSNorm over
+  // q_width, one over kv_width, their weights that long), not head by head.
+  bool qk_norm_all_heads = false;
   bool attn_bias = false;  // q_proj, k_proj, v_proj have biases
   // GPT-OSS: o_proj has a bias; a learned logit per query head
   // (self_attn.sinks) joins the softmax's denominator; attn_window[L] > 0

@@ -19,6 +19,8 @@ constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
 // expert after the first dense layers; DeepSeek-V3's routing.
 // GPT-OSS: GQA with sinks, q/k/v/o biases and a sliding window on the
 // layers layer_types names; MoE everywhere, biased experts, no shared expert.
+// MiniMax-M2: GQA with q/k norms across all heads and partial rotary; MoE
+// everywhere, no shared expert; sigmoid routing with a correction bias.
 constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
 // Qwen3-Next: Gated DeltaNet where layer_types says linear_attention, gated
 // GQA (q/k norms, partial rotary, an output gate) where full_attention;
@@ -36,6 +38,7 @@ constexpr Family kFamilies[] = {
     {Arch::kGptOss, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
     {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kKimiK3, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kMinimaxM2, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
 };
 
 std::string_view KindName(LayerKind k) {

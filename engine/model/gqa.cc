@@ -3,8 +3,9 @@
 // (GqaLayer).
 //
 // For the chunk: q, k, v projections of every token's h in one pass (plus
-// their biases); k's heads normed (qk_norm) and rotated, then written with v
-// to the cache row of the token's position. Then token after token
+// their biases); k's heads normed (qk_norm; MiniMax-M2 norms all of k at once,
+// and all of q here too) and rotated, then written with v to the cache row of
+// the token's position. Then token after token
 // (GqaLayer::Heads), per query head, on one thread: its q normed and rotated,
 // scores against the keys of its K/V head at every position up to pos (the
 // latest `window` of them on a sliding layer), softmax (with the head's sink
@@ -60,7 +61,8 @@ void AttendHead(const float* q, const float* keys, size_t row, size_t kv_width, 
 struct GqaWeights {
   const kernels::MatrixView *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
   const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;  // attention_bias
-  const float *q_norm = nullptr, *k_norm = nullptr;                     // qk_norm: [head_dim]
+  // qk_norm: [head_dim], or [q_width] and [kv_width] with qk_norm_all_heads
+  const float *q_norm = nullptr, *k_norm = nullptr;
   const float* o_bias = nullptr;  // o_bias: [hidden]
   const float* sinks = nullptr;   // sinks: [n_heads], a logit in each head's softmax
   int window = 0;                 // the layer's attn_window (set by MakeGqa); 0: all
@@ -159,10 +161,15 @@ void GqaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
     AddBias(q.data() + t * q_len, l.q_bias, c.q_width());  // no bias with the output gate
     AddBias(ks[t], l.k_bias, static_cast<int>(kvw));
     AddBias(vs[t], l.v_bias, static_cast<int>(kvw));
+    if (c.qk_norm_all_heads) {  // one norm over all the heads, before they split
+      float* qt = q.data() + t * q_len;
+      RmsNorm(qt, l.q_norm, c.q_width(), c.rms_eps, qt);
+      RmsNorm(ks[t], l.k_norm, static_cast<int>(kvw), c.rms_eps, ks[t]);
+    }
     // The keys, once for the query heads that share them.
     for (int g = 0; g < KV; ++g) {
       float* kg = ks[t] + static_cast<size_t>(g) * D;
-      if (l.k_norm) RmsNorm(kg, l.k_norm, D, c.rms_eps, kg);
+      if (l.k_norm && !c.qk_norm_all_heads) RmsNorm(kg, l.k_norm, D, c.rms_eps, kg);
       ctx.rotary.Apply(kg, positions[t]);
     }
   }
@@ -187,7 +194,7 @@ void GqaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, float* o)
     std::vector<float> score(n);
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* qh = q + hd * qstride;
-      if (l.q_norm) RmsNorm(qh, l.q_norm, D, c.rms_eps, qh);
+      if (l.q_norm && !c.qk_norm_all_heads) RmsNorm(qh, l.q_norm, D, c.rms_eps, qh);
       ctx.rotary.Apply(qh, pos);
       const float* keys = rows + static_cast<size_t>(hd / group) * D;  // its K/V head's
       AttendHead(qh, keys, row, kvw, n, D, ctx.softmax_scale, l.sinks ? &l.sinks[hd] : nullptr,

@@ -199,6 +199,49 @@ json GlmAirConfig() {
   return c;
 }
 
+// MiniMax-M2, tiny: GQA with q/k norms across all heads and a quarter of
+// each head rotating; every layer MoE with sigmoid routing, a correction
+// bias and no shared expert.
+json MinimaxTinyConfig() {
+  return {
+      {"model_type", "minimax_m2"},
+      {"architectures", {"MiniMaxM2ForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 128},
+      {"num_local_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 48},
+      {"rotary_dim", 12},
+      {"rope_theta", 5000000.0},
+  };
+}
+
+// MiniMax-M2 (230B-A10B) at its released config.json values, which are
+// transformers 5.25's MiniMaxM2Config defaults: 62 layers of 256 experts of
+// 1536 with top-8, hidden 3072, 48 query heads over 8 KV heads of 128 of
+// which 64 dims rotate, theta 5e6, 200,064 ids.
+json MinimaxM2Config() {
+  json c = MinimaxTinyConfig();
+  c.update({{"hidden_size", 3072},
+            {"num_hidden_layers", 62},
+            {"vocab_size", 200064},
+            {"intermediate_size", 1536},
+            {"num_local_experts", 256},
+            {"num_experts_per_tok", 8},
+            {"num_attention_heads", 48},
+            {"num_key_value_heads", 8},
+            {"head_dim", 128},
+            {"rotary_dim", 64},
+            {"max_position_embeddings", 196608}});
+  return c;
+}
+
 // GPT-OSS as released (openai/gpt-oss-20b and -120b config.json): 20B has 24
 // layers of 32 experts, 120B 36 layers of 128; both top-4, hidden and expert
 // width 2880, 64 query heads over 8 KV heads of 64, a 128-token window on
@@ -446,7 +489,8 @@ std::vector<std::string> SynthPresetNames() {
   return {"tiny-kimi",          "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
           "tiny-qwen3-next",    "tiny-gpt-oss",  "kimi-linear-48b", "qwen3-30b-a3b",
           "qwen3-235b-a22b",    "glm-4.5-air",   "gpt-oss-20b",     "gpt-oss-120b",
-          "qwen3-next-80b-a3b", "tiny-k3",       "kimi-k3-slice"};
+          "qwen3-next-80b-a3b", "tiny-k3",       "kimi-k3-slice", "tiny-minimax",
+          "minimax-m2"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -469,6 +513,12 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.config = Qwen3Config(4096, 94, 64, 12288, 1536);
   } else if (name == "glm-4.5-air") {
     s.config = GlmAirConfig();
+    s.anchor_experts = 2;
+  } else if (name == "tiny-minimax") {
+    s.config = MinimaxTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "minimax-m2") {
+    s.config = MinimaxM2Config();
     s.anchor_experts = 2;
   } else if (name == "tiny-qwen3-next") {
     s.config = Qwen3NextTinyConfig();

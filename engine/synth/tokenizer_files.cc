@@ -131,6 +131,8 @@ const char* SynthChatFamily(Arch arch) {
       return kFamilyHarmony;
     case Arch::kKimiK3:
       return kFamilyXtml;
+    case Arch::kMinimaxM2:  // MiniMax's own chat format is not built: ChatML stands in
+      return kFamilyQwen3;
   }
   return kFamilyKimiK2;
 }
