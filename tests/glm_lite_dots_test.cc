@@ -5,6 +5,7 @@
 // prompt on every instruction-set path this CPU has: every logit within 1e-5
 // of the row's largest and the same top 10 at every position. The reference
 // is each checkpoint loaded back with from_pretrained(dtype=float32).
+// long_prompt_daemon_test (GqaWasted) runs the same fixtures through wasted.
 #include <gtest/gtest.h>
 
 #include <cstdio>
