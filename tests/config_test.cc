@@ -370,6 +370,40 @@ TEST(Config, MinimaxM2PresetHasTheReleasedShape) {
   EXPECT_EQ(refusal("routed_scaling_factor", 2.0), "accepted");  // transformers reads none
 }
 
+// GLM-4.7-Flash ("30B-A3B") and dots.llm1.inst ("142B-A14B") at their
+// released shapes, against the published totals and active counts (GLM's
+// "A3B" without the LM head, as for GLM-4.5-Air; dots' "A14B" with both the
+// embedding and the LM head).
+TEST(Config, GlmLiteAndDots1PresetsHaveTheReleasedShapes) {
+  const ModelConfig g = Parse(SynthPreset("glm-4.7-flash")->config);
+  EXPECT_EQ(g.arch, Arch::kGlm4MoeLite);
+  EXPECT_EQ(g.n_moe_layers(), 46);
+  EXPECT_FALSE(g.is_moe_layer(0));
+  EXPECT_EQ(g.layer_kind[46], LayerKind::kMla);
+  EXPECT_EQ(g.q_lora, 768);
+  EXPECT_EQ(g.kv_lora, 512);
+  EXPECT_TRUE(g.router_bias);
+  ParamCount p = CountParams(g);
+  double head = static_cast<double>(g.vocab) * g.hidden;
+  std::printf("glm-4.7-flash: %.3fB total, %.3fB active (%.3fB without the LM head)\n",
+              p.total() / 1e9, p.active / 1e9, (p.active - head) / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 30e9, 0.5e9);
+  EXPECT_NEAR(p.active - head, 3e9, 0.5e9);
+
+  const ModelConfig d = Parse(SynthPreset("dots-llm1-inst")->config);
+  EXPECT_EQ(d.arch, Arch::kDots1);
+  EXPECT_EQ(d.n_moe_layers(), 61);
+  EXPECT_EQ(d.layer_kind[61], LayerKind::kGqa);
+  EXPECT_TRUE(d.qk_norm);
+  EXPECT_EQ(d.n_shared, 2);
+  EXPECT_EQ(d.top_k, 6);
+  p = CountParams(d);
+  std::printf("dots-llm1-inst: %.3fB total, %.3fB active (%.3fB with the embedding)\n",
+              p.total() / 1e9, p.active / 1e9, (p.active + p.embedding) / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 142e9, 1e9);
+  EXPECT_NEAR(static_cast<double>(p.active + p.embedding), 14e9, 0.3e9);
+}
+
 TEST(Config, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
   json j = SynthPreset("tiny-qwen3")->config;
   j["decoder_sparse_step"] = 1;

@@ -9,10 +9,10 @@
 // that drifted, issue 19) and Kimi-Linear (its NoPE MLA layer and the
 // linear-attention state), which between them run every layer kind.
 // GqaWasted does the same for the grouped-query-attention families
-// (gqa_families_test's fixtures: Qwen3-MoE and GLM-4.5 over 300 tokens;
-// minimax_m2_test's: MiniMax-M2, within 1e-5),
-// with `waste verify --source` of the container and the same top 10 at
-// every position.
+// (gqa_families_test's fixtures: Qwen3-MoE and GLM-4.5 over 300 tokens),
+// minimax_m2_test's (MiniMax-M2) and glm_lite_dots_test's (GLM-4.7-Flash's
+// MLA and dots.llm1), with `waste verify --source` of the container and the
+// same top 10 at every position.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,7 +43,8 @@ json ReadJson(const std::string& path) {
   return json::parse(f);
 }
 
-class LongWasted : public ::testing::TestWithParam<const char*> {
+// A detached wasted per test, on socket_.
+class WastedTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = waste::testing::ScratchDir();
@@ -63,6 +64,8 @@ class LongWasted : public ::testing::TestWithParam<const char*> {
   std::string dir_, socket_;
   waste::testing::DetachedWasted wasted_;
 };
+
+class LongWasted : public WastedTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(LongWasted, EveryIsaMatches) {
   const std::string name = GetParam();
@@ -115,17 +118,23 @@ TEST_P(LongWasted, EveryIsaMatches) {
   EXPECT_EQ(s.value("read_errors", -1), 0) << st.out;
 }
 
-// The committed Qwen3-MoE and GLM-4.5 checkpoints (transformers'
-// save_pretrained; tools/convert_fixtures/make_gqa_families.py) converted by
-// `waste convert`, checked by `waste verify --source`, and served.
-using GqaWasted = LongWasted;
+// The committed Qwen3-MoE, GLM-4.5, GLM-4.7-Flash and dots.llm1 checkpoints
+// (transformers' save_pretrained; tools/convert_fixtures/make_gqa_families.py
+// and make_glm_lite_dots.py) converted by `waste convert`, checked by `waste
+// verify --source`, and served.
+struct GqaCase {
+  const char* index;  // the fixtures' JSON under tests/fixtures/convert
+  const char* name;
+  float tolerance;  // of each row's largest |logit|
+};
+
+class GqaWasted : public WastedTest, public ::testing::WithParamInterface<GqaCase> {};
 
 TEST_P(GqaWasted, EveryIsaMatchesAtEveryPosition) {
-  const std::string name = GetParam();
-  const bool minimax = name == "minimax-m2";  // its own fixture file, and issue 42's tolerance
-  const json meta = ReadJson(kFixtures + (minimax ? "minimax_m2.json" : "gqa_families.json"));
+  const std::string name = GetParam().name, index = GetParam().index;
+  const json meta = ReadJson(kFixtures + index);
   const json& fx = meta["cases"][name];
-  ASSERT_TRUE(fx.is_object()) << name << " is not in its fixture's json";
+  ASSERT_TRUE(fx.is_object()) << name << " is not in " << index;
   const std::string src = kFixtures + fx["checkpoint"].get<std::string>(), c = dir_ + "/container";
   const Outcome conv = Shell(Bin("waste") + " convert " + src + " " + c +
                              " --expert-format bf16 --quiet");
@@ -150,14 +159,19 @@ TEST_P(GqaWasted, EveryIsaMatchesAtEveryPosition) {
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;
     const double worst = waste::testing::ExpectLogitsNear(waste::testing::FileFloats(file), want,
-                                                          V, minimax ? 1e-5f : 1e-4f, what);
+                                                          V, GetParam().tolerance, what);
     std::printf("%s: worst max|diff| / max|logit| %.3g\n", what.c_str(), worst);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gqa, GqaWasted, ::testing::Values("qwen3-moe", "glm4-moe", "minimax-m2"),
+INSTANTIATE_TEST_SUITE_P(Gqa, GqaWasted,
+                         ::testing::Values(GqaCase{"gqa_families.json", "qwen3-moe", 1e-4f},
+                                           GqaCase{"gqa_families.json", "glm4-moe", 1e-4f},
+                                           GqaCase{"minimax_m2.json", "minimax-m2", 1e-5f},
+                                           GqaCase{"glm_lite_dots.json", "glm4-moe-lite", 1e-5f},
+                                           GqaCase{"glm_lite_dots.json", "dots1", 1e-5f}),
                          [](const auto& p) {
-                           std::string n = p.param;
+                           std::string n = p.param.name;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

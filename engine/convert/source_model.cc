@@ -145,13 +145,14 @@ Result<SourceModel> MapSource(const json& top) {
   }
   const auto mt = in.find("model_type");
   const std::string type = mt != in.end() && mt->is_string() ? mt->get<std::string>() : "";
-  if (type == "deepseek_v3" || type == "kimi_k2") {
+  // GLM-4.7-Flash's tensors are named as DeepSeek-V3's, dots.llm1's as GLM-4.5's.
+  if (type == "deepseek_v3" || type == "kimi_k2" || type == "glm4_moe_lite") {
     s.family = Family::kDeepseekV3;
   } else if (type == "kimi_linear") {
     s.family = Family::kKimiLinear;
   } else if (type == "qwen3_moe") {
     s.family = Family::kQwen3Moe;
-  } else if (type == "glm4_moe") {
+  } else if (type == "glm4_moe" || type == "dots1") {
     s.family = Family::kGlm4Moe;
   } else if (type == "gpt_oss") {
     s.family = Family::kGptOss;
@@ -162,7 +163,8 @@ Result<SourceModel> MapSource(const json& top) {
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
-                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2)");
+                         "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, "
+                         "glm4_moe_lite, dots1)");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: text_config holds another text_config");

@@ -55,6 +55,13 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
   if (has({"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
            "<|endoftext|>"}))
     return ChatFormat::Glm45().ToJson().dump(1);
+  // dots.llm1's markup (<|userprompt|>, <|response|>, ...) is no format of
+  // waste's: no chat.json, said so, rather than ChatML on its Qwen-derived
+  // specials.
+  if (has({"<|userprompt|>", "<|endofuserprompt|>", "<|response|>", "<|endofresponse|>"})) {
+    *note = "dots.llm1's chat markup (<|userprompt|>, <|response|>) is not implemented: no chat.json";
+    return "";
+  }
   if (has({"<|im_start|>", "<|im_end|>"})) {
     const bool hybrid = chat_template.empty() || in_template("enable_thinking");
     if (!hybrid && in_template("<think>"))
@@ -344,7 +351,8 @@ Result<TokenizerImport> ImportTokenizer(const std::string& dir, const SourceMode
   auto chat_template = ChatTemplate(dir);
   if (!chat_template.ok()) return chat_template.status();
   t.chat_json = ChatFor(model, special_texts, *chat_template, &t.note);
-  if (t.chat_json.empty()) t.note = "no chat markup: the family's special tokens are missing";
+  if (t.chat_json.empty() && t.note.empty())
+    t.note = "no chat markup: the family's special tokens are missing";
   return t;
 }
 

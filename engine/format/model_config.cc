@@ -105,7 +105,7 @@ Status ReadQwen3NextLayers(const json& c, ModelConfig* m) {
 Status ReadLayerKinds(const json& c, ModelConfig* m) {
   if (m->arch == Arch::kQwen3Next) return ReadQwen3NextLayers(c, m);
   const bool gqa = m->arch == Arch::kQwen3Moe || m->arch == Arch::kGlm4Moe ||
-                   m->arch == Arch::kGptOss || m->arch == Arch::kMinimaxM2;
+                   m->arch == Arch::kGptOss || m->arch == Arch::kMinimaxM2 || m->arch == Arch::kDots1;
   m->layer_kind.assign(m->n_layers, gqa ? LayerKind::kGqa : LayerKind::kMla);
   // MiniMax's released config lists each layer's attention: 1 full softmax
   // attention; 0 would be MiniMax-01's lightning attention, not built.
@@ -217,11 +217,12 @@ Status ReadGqa(const json& c, ModelConfig* m) {
                          "partial_rotary_factor gives an odd rotary width");
   WASTE_RETURN_IF_ERROR(
       GetBool(c, "attention_bias", &m->attn_bias, m->arch == Arch::kGptOss));  // HF's defaults
-  // Qwen3 always norms q and k; GLM-4.5 when use_qk_norm says so.
+  // Qwen3 (and dots1, whose attention is Qwen3's) always norms q and k;
+  // GLM-4.5 when use_qk_norm says so.
   m->attn_output_gate = m->arch == Arch::kQwen3Next;
   if (m->attn_output_gate && m->attn_bias)
     return Status::Error("config.attention_bias with qwen3_next's output gate is not implemented");
-  if (m->arch == Arch::kQwen3Moe || m->arch == Arch::kQwen3Next) {
+  if (m->arch == Arch::kQwen3Moe || m->arch == Arch::kQwen3Next || m->arch == Arch::kDots1) {
     m->qk_norm = true;
   } else if (m->arch == Arch::kMinimaxM2) {
     // transformers' MiniMaxM2Attention always norms q and k across all
@@ -240,6 +241,18 @@ Status ReadGqa(const json& c, ModelConfig* m) {
   WASTE_RETURN_IF_ERROR(GetBool(c, "use_sliding_window", &sliding, false));
   if (sliding) return Status::Error("config.use_sliding_window is not implemented");
   m->attn_window.assign(m->n_layers, 0);
+  if (m->arch == Arch::kDots1) {
+    // dots1's layer_types names a sliding window from max_window_layers on;
+    // as released, max_window_layers is num_hidden_layers: none.
+    if (const auto lt = c.find("layer_types"); lt != c.end() && !lt->is_null()) {
+      if (!lt->is_array() || static_cast<int>(lt->size()) != m->n_layers)
+        return Status::Error("config.layer_types is not a list of num_hidden_layers entries");
+      for (int L = 0; L < m->n_layers; ++L)
+        if ((*lt)[L] != "full_attention")
+          return Status::Error("config.layer_types[" + std::to_string(L) + "] " +
+                               (*lt)[L].dump() + " is not implemented for dots1 (full_attention)");
+    }
+  }
   if (m->arch == Arch::kGptOss) {
     // Sinks and the o_proj bias always; the window on the sliding layers.
     m->sinks = true;
@@ -332,6 +345,41 @@ Result<ConfigParts> SplitConfig(const json& c) {
 
 Result<ModelConfig> ReadConfig(const json& c, const json* outer);
 
+// GLM-4.7-Flash: mlp_layer_types ("dense" or "sparse" per layer; transformers'
+// default the first dense, the rest sparse) says which layers are MoE, as
+// the dense ones listed in mlp_only. transformers does not read
+// first_k_dense_replace for this family, so one that disagrees is refused.
+Status ReadMlpLayerTypes(const json& c, ModelConfig* m) {
+  std::vector<bool> dense(m->n_layers, false);
+  dense[0] = true;
+  if (const auto t = c.find("mlp_layer_types"); t != c.end() && !t->is_null()) {
+    if (!t->is_array() || t->size() != static_cast<size_t>(m->n_layers))
+      return Status::Error("config.mlp_layer_types is not a list of num_hidden_layers entries");
+    for (int L = 0; L < m->n_layers; ++L) {
+      const json& v = (*t)[L];
+      if (v != "dense" && v != "sparse")
+        return Status::Error("config.mlp_layer_types[" + std::to_string(L) + "] " + v.dump() +
+                             " is not dense or sparse");
+      dense[L] = v == "dense";
+    }
+  }
+  if (c.contains("first_k_dense_replace") && !c["first_k_dense_replace"].is_null()) {
+    int first = 0;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m->n_layers, &first));
+    for (int L = 0; L < m->n_layers; ++L)
+      if ((L < first) != dense[L])
+        return Status::Error("config.first_k_dense_replace disagrees with mlp_layer_types, "
+                             "which glm4_moe_lite follows");
+  }
+  if (m->sparse_step != 1 || !m->mlp_only.empty())
+    return Status::Error("config: decoder_sparse_step and mlp_only_layers are not glm4_moe_lite's "
+                         "(mlp_layer_types)");
+  m->first_dense = 0;
+  for (int L = 0; L < m->n_layers; ++L)
+    if (dense[L]) m->mlp_only.push_back(L);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string DefaultTensorPrefix(const json& config) {
@@ -372,6 +420,10 @@ std::string_view ArchName(Arch a) {
       return "kimi_k3";
     case Arch::kMinimaxM2:
       return "minimax_m2";
+    case Arch::kGlm4MoeLite:
+      return "glm4_moe_lite";
+    case Arch::kDots1:
+      return "dots1";
   }
   return "?";
 }
@@ -448,10 +500,15 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     m.zero_centered_norms = true;
   } else if (m.model_type == "minimax_m2") {
     m.arch = Arch::kMinimaxM2;
+  } else if (m.model_type == "glm4_moe_lite") {
+    m.arch = Arch::kGlm4MoeLite;
+  } else if (m.model_type == "dots1") {
+    m.arch = Arch::kDots1;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, kimi_k3, deepseek_v3, kimi_k2, "
-                         "qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2)");
+                         "qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, glm4_moe_lite, "
+                         "dots1)");
   }
   m.architecture = m.model_type;
   // K3's text config says KimiLinearForCausalLM; only its wrapper names K3.
@@ -496,6 +553,7 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     }
     std::sort(m.mlp_only.begin(), m.mlp_only.end());
   }
+  if (m.arch == Arch::kGlm4MoeLite) WASTE_RETURN_IF_ERROR(ReadMlpLayerTypes(c, &m));
   int freq = 1;
   WASTE_RETURN_IF_ERROR(GetInt(c, "moe_layer_freq", 1, 64, &freq, 1));
   if (freq != 1) return Status::Error("config.moe_layer_freq other than 1 is not implemented");
@@ -578,6 +636,21 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     WASTE_RETURN_IF_ERROR(ReadRope(c, &m));
     if (m.yarn.factor > 1.0 && m.yarn.mscale != m.yarn.mscale_all_dim)
       return Status::Error("config.rope_scaling mscale != mscale_all_dim is not implemented");
+    // What transformers' MLA classes read and waste's MLA does not do.
+    bool bias = false;
+    WASTE_RETURN_IF_ERROR(GetBool(c, "attention_bias", &bias, false));
+    if (bias) return Status::Error("config.attention_bias is not implemented for MLA");
+    double partial;
+    WASTE_RETURN_IF_ERROR(GetNum(c, "partial_rotary_factor", 0.0, 1.0, &partial, 1.0));
+    if (partial != 1.0)
+      return Status::Error("config.partial_rotary_factor other than 1 is not implemented for MLA");
+    // Glm4MoeLiteAttention repeats its keys num_attention_heads /
+    // num_key_value_heads times; its keys are already one per query head.
+    int kv_heads = m.n_heads;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "num_key_value_heads", 1, 1 << 12, &kv_heads, m.n_heads));
+    if (m.arch == Arch::kGlm4MoeLite && kv_heads != m.n_heads)
+      return Status::Error("config.num_key_value_heads other than num_attention_heads is not "
+                           "implemented for glm4_moe_lite");
   }
   if (m.arch == Arch::kKimiK3) {
     WASTE_RETURN_IF_ERROR(ReadKimiK3(c, &m));

@@ -15,7 +15,10 @@
 // (Kimi-Linear's layers with K3's parts: a latent MoE, Attention Residuals,
 // SiTU, KDA's full-rank output gate and bounded decay, MLA's output gate; its
 // config nested under text_config, or flattened with the wrapper's keys under
-// _outer as WARP's converter writes it). Anything else,
+// _outer as WARP's converter writes it), GLM-4.7-Flash (glm4_moe_lite:
+// DeepSeek-V3's MLA and routing, which MoE layers mlp_layer_types says) and
+// dots.llm1 (dots1: Qwen3's GQA with q/k norms, DeepSeek-V3's routing and
+// shared experts). Anything else,
 // and any setting of theirs that this project does not implement, is
 // refused by name.
 #pragma once
@@ -39,6 +42,8 @@ enum class Arch {
   kQwen3Next,
   kKimiK3,
   kMinimaxM2,
+  kGlm4MoeLite,
+  kDots1,
 };
 
 // kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc);

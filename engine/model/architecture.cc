@@ -11,7 +11,8 @@ namespace {
 constexpr LayerKind kKimiLinearAttention[] = {LayerKind::kKda, LayerKind::kMla};
 // DeepSeek-V3, Kimi-K2: MLA everywhere (YaRN rotary on the rope dims); MoE
 // with a shared expert after the first dense layers; grouped routing
-// (router.h; the config's n_group and topk_group).
+// (router.h; the config's n_group and topk_group). GLM-4.7-Flash the same,
+// its dense layers where mlp_layer_types says.
 constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
 // Qwen3-MoE: GQA with q/k norms everywhere; MoE without a shared expert
 // where decoder_sparse_step and mlp_only_layers say; softmax routing.
@@ -21,6 +22,8 @@ constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
 // layers layer_types names; MoE everywhere, biased experts, no shared expert.
 // MiniMax-M2: GQA with q/k norms across all heads and partial rotary; MoE
 // everywhere, no shared expert; sigmoid routing with a correction bias.
+// dots.llm1: Qwen3's GQA (q/k norms); DeepSeek-V3's MoE layers (grouped
+// sigmoid routing, shared experts) after the first dense layers.
 constexpr LayerKind kGqaAttention[] = {LayerKind::kGqa};
 // Qwen3-Next: Gated DeltaNet where layer_types says linear_attention, gated
 // GQA (q/k norms, partial rotary, an output gate) where full_attention;
@@ -39,6 +42,8 @@ constexpr Family kFamilies[] = {
     {Arch::kQwen3Next, kQwen3NextAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kKimiK3, kKimiLinearAttention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kMinimaxM2, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
+    {Arch::kGlm4MoeLite, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kDots1, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
 };
 
 std::string_view KindName(LayerKind k) {

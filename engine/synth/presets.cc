@@ -242,6 +242,126 @@ json MinimaxM2Config() {
   return c;
 }
 
+// GLM-4.7-Flash, tiny: MLA (q_lora, interleaved rotary) with GLM's grouped
+// sigmoid routing and a shared expert; its dense layers where
+// mlp_layer_types says (the first and the third).
+json GlmLiteTinyConfig() {
+  return {
+      {"model_type", "glm4_moe_lite"},
+      {"architectures", {"Glm4MoeLiteForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"mlp_layer_types", {"dense", "sparse", "dense", "sparse"}},
+      {"moe_intermediate_size", 128},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1},
+      {"norm_topk_prob", true},
+      {"n_group", 4},
+      {"topk_group", 2},
+      {"routed_scaling_factor", 1.8},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 4},
+      {"q_lora_rank", 96},
+      {"kv_lora_rank", 64},
+      {"qk_nope_head_dim", 48},
+      {"qk_rope_head_dim", 16},
+      {"v_head_dim", 64},
+      {"rope_interleave", true},
+      {"attention_bias", false},
+      {"rope_theta", 1000000.0},
+  };
+}
+
+// GLM-4.7-Flash (30B-A3B) at transformers 5.25's Glm4MoeLiteConfig defaults,
+// which are its released shapes: 47 layers, the first dense (10240 wide), 64
+// experts of 1536 with top-4 and one shared, routed_scaling_factor 1.8, no
+// groups; MLA with 20 heads, q_lora 768, kv_lora 512, 192 + 64 query/key
+// dims, v_head_dim 256; 154,880 ids; rope_theta 1e6 (the release's; the
+// class's default is 10000); one multi-token-prediction layer (not built).
+json GlmLiteConfig() {
+  json c = GlmLiteTinyConfig();
+  json types = json::array({"dense"});
+  for (int L = 1; L < 47; ++L) types.push_back("sparse");
+  c.update({{"hidden_size", 2048},
+            {"num_hidden_layers", 47},
+            {"vocab_size", 154880},
+            {"intermediate_size", 10240},
+            {"mlp_layer_types", types},
+            {"moe_intermediate_size", 1536},
+            {"n_routed_experts", 64},
+            {"n_group", 1},
+            {"topk_group", 1},
+            {"num_attention_heads", 20},
+            {"num_key_value_heads", 20},
+            {"q_lora_rank", 768},
+            {"kv_lora_rank", 512},
+            {"qk_nope_head_dim", 192},
+            {"qk_rope_head_dim", 64},
+            {"v_head_dim", 256},
+            {"num_nextn_predict_layers", 1},
+            {"max_position_embeddings", 202752}});
+  return c;
+}
+
+// dots.llm1, tiny: Qwen3's GQA (q/k norms, head_dim 48 rather than hidden /
+// heads) with DeepSeek-V3's grouped sigmoid routing and two shared experts
+// after a dense first layer.
+json Dots1TinyConfig() {
+  return {
+      {"model_type", "dots1"},
+      {"architectures", {"Dots1ForCausalLM"}},
+      {"hidden_size", 256},
+      {"num_hidden_layers", 4},
+      {"vocab_size", 512},
+      {"rms_norm_eps", 1e-5},
+      {"tie_word_embeddings", false},
+      {"intermediate_size", 512},
+      {"first_k_dense_replace", 1},
+      {"moe_intermediate_size", 128},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 2},
+      {"norm_topk_prob", true},
+      {"n_group", 4},
+      {"topk_group", 2},
+      {"routed_scaling_factor", 2.5},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 48},
+      {"attention_bias", false},
+      {"sliding_window", nullptr},
+      {"rope_theta", 10000000.0},
+  };
+}
+
+// dots.llm1.inst (142B-A14B) at its released config.json values: 62 layers,
+// the first dense (10944 wide), 128 experts of 1408 with top-6 and two
+// shared, routed_scaling_factor 2.5, no groups; 32 heads of 128 over 32 KV
+// heads with q/k norms; 152,064 ids; rope_theta 1e7, no sliding window.
+json Dots1Config() {
+  json c = Dots1TinyConfig();
+  c.update({{"hidden_size", 4096},
+            {"num_hidden_layers", 62},
+            {"vocab_size", 152064},
+            {"intermediate_size", 10944},
+            {"moe_intermediate_size", 1408},
+            {"n_routed_experts", 128},
+            {"num_experts_per_tok", 6},
+            {"n_group", 1},
+            {"topk_group", 1},
+            {"num_attention_heads", 32},
+            {"num_key_value_heads", 32},
+            {"head_dim", 128},
+            {"max_window_layers", 62},
+            {"max_position_embeddings", 32768}});
+  return c;
+}
+
 // GPT-OSS as released (openai/gpt-oss-20b and -120b config.json): 20B has 24
 // layers of 32 experts, 120B 36 layers of 128; both top-4, hidden and expert
 // width 2880, 64 query heads over 8 KV heads of 64, a 128-token window on
@@ -490,7 +610,8 @@ std::vector<std::string> SynthPresetNames() {
           "tiny-qwen3-next",    "tiny-gpt-oss",  "kimi-linear-48b", "qwen3-30b-a3b",
           "qwen3-235b-a22b",    "glm-4.5-air",   "gpt-oss-20b",     "gpt-oss-120b",
           "qwen3-next-80b-a3b", "tiny-k3",       "kimi-k3-slice", "tiny-minimax",
-          "minimax-m2"};
+          "minimax-m2",         "tiny-glm-lite", "glm-4.7-flash", "tiny-dots1",
+          "dots-llm1-inst"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -519,6 +640,17 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.route_skew = 0.1;
   } else if (name == "minimax-m2") {
     s.config = MinimaxM2Config();
+  } else if (name == "tiny-glm-lite") {
+    s.config = GlmLiteTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "glm-4.7-flash") {
+    s.config = GlmLiteConfig();
+    s.anchor_experts = 2;
+  } else if (name == "tiny-dots1") {
+    s.config = Dots1TinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "dots-llm1-inst") {
+    s.config = Dots1Config();
     s.anchor_experts = 2;
   } else if (name == "tiny-qwen3-next") {
     s.config = Qwen3NextTinyConfig();

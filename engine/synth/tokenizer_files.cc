@@ -126,7 +126,10 @@ const char* SynthChatFamily(Arch arch) {
     case Arch::kQwen3Next:
       return kFamilyQwen3;
     case Arch::kGlm4Moe:
+    case Arch::kGlm4MoeLite:  // GLM-4.7-Flash has GLM-4.5's tokenizer and chat
       return kFamilyGlm45;
+    case Arch::kDots1:  // dots.llm1's own chat markup is not built: ChatML stands in
+      return kFamilyQwen3;
     case Arch::kGptOss:
       return kFamilyHarmony;
     case Arch::kKimiK3:
