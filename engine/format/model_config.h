@@ -8,7 +8,8 @@
 // (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert),
 // GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
 // routing, a shared expert) and Qwen3-Next (qwen3_next: Gated DeltaNet and
-// gated GQA layers, softmax routing, a gated shared expert) and Kimi K3
+// gated GQA layers, softmax routing, a gated shared expert; Qwen3.5 MoE's text
+// model, qwen3_5_moe_text, is the same arch) and Kimi K3
 // (Kimi-Linear's layers with K3's parts: a latent MoE, Attention Residuals,
 // SiTU, KDA's full-rank output gate and bounded decay, MLA's output gate; its
 // config nested under text_config, or flattened with the wrapper's keys under
