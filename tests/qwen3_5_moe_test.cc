@@ -145,15 +145,17 @@ TEST(Qwen35Moe, ThroughWastedOnEveryIsa) {
   std::string ids;
   for (int id : fx.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   for (kernels::Isa isa : kernels::AvailableIsas()) {
-    const std::string what = std::string("qwen3.5-moe ") + kernels::IsaName(isa) + " through wasted";
+    const std::string what =
+        std::string("qwen3.5-moe ") + kernels::IsaName(isa) + " through wasted";
     const std::string file = dir + "/logits-" + kernels::IsaName(isa);
-    const Outcome run = Shell(Bin("waste") + " eval " + c + " --ids " + ids +
-                              " --threads 2 --isa " + kernels::IsaName(isa) + " --logits " + file +
-                              " --socket " + wasted.socket());
+    const Outcome run =
+        Shell(Bin("waste") + " eval " + c + " --ids " + ids + " --threads 2 --isa " +
+              kernels::IsaName(isa) + " --logits " + file + " --socket " + wasted.socket());
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_EQ(run.out.find("in this process"), std::string::npos) << run.out;  // attached
     const std::vector<float> got = waste::testing::FileFloats(file);
-    const double worst = waste::testing::ExpectLogitsNear(got, fx.want, fx.vocab(), kTolerance, what);
+    const double worst =
+        waste::testing::ExpectLogitsNear(got, fx.want, fx.vocab(), kTolerance, what);
     std::printf("%s: worst max|diff| / max|logit| %.3g\n", what.c_str(), worst);
   }
   const Outcome stop = wasted.Stop();
@@ -171,7 +173,7 @@ TEST(Qwen35MoeConfig, TheWrapperIsUnwrappedAndOthersRefusedByName) {
   EXPECT_EQ(s->shape.architecture, "Qwen3_5MoeForConditionalGeneration");
   EXPECT_TRUE(s->shape.zero_centered_norms);
   EXPECT_TRUE(s->shape.shared_expert_gate);
-  EXPECT_EQ(s->shape.rotary_dim, 8);  // 0.25 of 32
+  EXPECT_EQ(s->shape.rotary_dim, 8);                 // 0.25 of 32
   EXPECT_FALSE(s->config.contains("rope_scaling"));  // mrope is plain RoPE for text
   EXPECT_EQ(s->TrunkName("model.layers.2.block_sparse_moe.gate.weight"),
             "model.language_model.layers.2.mlp.gate.weight");

@@ -102,7 +102,7 @@ Status WriteAtomically(const std::string& dir, const std::string& name, const st
 // The checkpoint's weights the container needs, all found and checked.
 struct Plan {
   std::vector<TensorSpec> trunk;
-  std::vector<std::vector<RowSpan>> trunk_src;  // [trunk.size()]: where each lies
+  std::vector<std::vector<RowSpan>> trunk_src;     // [trunk.size()]: where each lies
   std::vector<std::vector<ExpertMatrix>> experts;  // [n_layers][experts * 3], empty for dense layers
   std::vector<uint64_t> layer_source_bytes;   // [n_layers]
 };

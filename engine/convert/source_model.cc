@@ -62,12 +62,12 @@ bool SourceModel::IsMtpTensor(const std::string& name) const {
          name.rfind("mtp.", 0) == 0;
 }
 
-Result<std::vector<RowSpan>> SourceModel::FindTrunk(const Checkpoint& ck,
-                                                    const std::string& name,
+Result<std::vector<RowSpan>> SourceModel::FindTrunk(const Checkpoint& ck, const std::string& name,
                                                     const std::vector<int64_t>& want) const {
   const std::string qkvz = "linear_attn.in_proj_qkvz.weight", ba = "linear_attn.in_proj_ba.weight";
   const auto ends = [&](const std::string& tail) {
-    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
   if (family != Family::kQwen35Moe || !(ends(qkvz) || ends(ba))) {
     auto w = ck.Find(TrunkName(name));
@@ -130,7 +130,7 @@ Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, in
   const ModelConfig& c = shape;
   const int64_t rows = expert_rows[matrix], cols = expert_cols[matrix];
   const std::string p = (family == Family::kQwen35Moe ? std::string(kQwen35Text) + "layers."
-                                                       : prefix + "model.layers.") +
+                                                      : prefix + "model.layers.") +
                         std::to_string(layer);
   ExpertMatrix m;
   m.rows = rows;
@@ -250,7 +250,8 @@ Result<SourceModel> MapSource(const json& top) {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
                          "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next, and "
-                         "qwen3_5_moe_text inside " + kQwen35Wrapper + ")");
+                         "qwen3_5_moe_text inside " +
+                         kQwen35Wrapper + ")");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: text_config holds another text_config");

@@ -50,9 +50,18 @@
 
 namespace waste::convert {
 
-// Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, the
+// Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, Qwen3.5's under
+// model.language_model. (with separate Gated DeltaNet projections), the
 // others DeepSeek's.
-enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next, kQwen35Moe };
+enum class Family {
+  kDeepseekV3,
+  kKimiLinear,
+  kQwen3Moe,
+  kGlm4Moe,
+  kGptOss,
+  kQwen3Next,
+  kQwen35Moe
+};
 
 // Rows [first, first + rows) of a checkpoint tensor: a trunk tensor of the
 // container is one or more of these, in order.

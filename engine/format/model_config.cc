@@ -448,8 +448,9 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   WASTE_RETURN_IF_ERROR(
       GetBool(c, Either(c, {"moe_renormalize", "norm_topk_prob"}), &m.renormalize, qwen35));
   if (qwen35 && !m.renormalize)
-    return Status::Error("config.norm_topk_prob false is not Qwen3.5 MoE's router (it always "
-                         "renormalizes the top k)");
+    return Status::Error(
+        "config.norm_topk_prob false is not Qwen3.5 MoE's router (it always "
+        "renormalizes the top k)");
   // Qwen3-MoE's and Qwen3-Next's routers are a softmax and have no correction
   // bias, nor has GPT-OSS's; the others say which in scoring_func, and have one.
   const bool qwen = m.arch == Arch::kQwen3Moe || m.arch == Arch::kQwen3Next;

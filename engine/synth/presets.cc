@@ -326,7 +326,8 @@ json Qwen3Next80bConfig() {
 // mlp_only_layers: every layer is MoE).
 json Qwen35MoeTinyConfig() {
   json c = Qwen3NextTinyConfig();
-  for (const char* k : {"intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"})
+  for (const char* k :
+       {"intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"})
     c.erase(k);
   c["model_type"] = "qwen3_5_moe_text";
   c["architectures"] = {"Qwen3_5MoeForConditionalGeneration"};
@@ -498,10 +499,10 @@ json KimiK3SliceConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi",          "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
-          "tiny-qwen3-next",    "tiny-gpt-oss",  "kimi-linear-48b", "qwen3-30b-a3b",
-          "qwen3-235b-a22b",    "glm-4.5-air",   "gpt-oss-20b",     "gpt-oss-120b",
-          "qwen3-next-80b-a3b", "tiny-k3",       "kimi-k3-slice",   "tiny-qwen3.5-moe",
+  return {"tiny-kimi",          "tiny-deepseek",     "tiny-qwen3",       "tiny-glm",
+          "tiny-qwen3-next",    "tiny-gpt-oss",      "kimi-linear-48b",  "qwen3-30b-a3b",
+          "qwen3-235b-a22b",    "glm-4.5-air",       "gpt-oss-20b",      "gpt-oss-120b",
+          "qwen3-next-80b-a3b", "tiny-k3",           "kimi-k3-slice",    "tiny-qwen3.5-moe",
           "qwen3.5-35b-a3b",    "qwen3.5-122b-a10b", "qwen3.5-397b-a17b"};
 }
 
