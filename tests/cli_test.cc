@@ -247,6 +247,37 @@ TEST_F(Cli, InfoDescribesTheGqaFamiliesAtTheirReleasedShapes) {
   std::filesystem::remove_all(root);
 }
 
+// Qwen3.5 MoE at its released shapes: the layer mix and the parameter counts
+// `waste info` gives, against the published totals and active counts
+// (35B-A3B, 122B-A10B, 397B-A17B).
+TEST_F(Cli, InfoDescribesQwen35MoeAtReleasedShapes) {
+  struct Want {
+    const char* preset;
+    int layers;
+    double total, active;  // billions, as the names round them
+  };
+  for (const Want& w : {Want{"qwen3.5-35b-a3b", 40, 35, 3}, Want{"qwen3.5-122b-a10b", 48, 122, 10},
+                        Want{"qwen3.5-397b-a17b", 60, 397, 17}}) {
+    const std::string dir =
+        ::testing::TempDir() + "/waste-cli-q35-" + w.preset + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    WriteShapeContainer(w.preset, dir);
+    const Outcome info = Exec("waste info --json " + dir);
+    ASSERT_EQ(info.code, 0) << info.out;
+    const auto j = nlohmann::json::parse(info.out);
+    EXPECT_EQ(j["gated_deltanet_layers"], w.layers / 4 * 3) << w.preset;
+    EXPECT_EQ(j["gqa_layers"], w.layers / 4) << w.preset;
+    EXPECT_EQ(j["moe_layers"], w.layers) << w.preset;
+    EXPECT_EQ(j["layer_mix"].get<std::string>().substr(0, 8), "DDDGDDDG") << w.preset;
+    const double total = j["params_total"].get<double>() / 1e9,
+                 active = j["params_active"].get<double>() / 1e9;
+    std::printf("%s: %.3f B total, %.3f B active\n", w.preset, total, active);
+    EXPECT_NEAR(total, w.total, 0.03 * w.total) << w.preset;
+    EXPECT_NEAR(active, w.active, 0.1 * w.active) << w.preset;
+    std::filesystem::remove_all(dir);
+  }
+}
+
 // Qwen3-Next-80B-A3B at its released shapes: the layer mix and the
 // parameter counts `waste info` gives (published: 80B total, 3B active).
 TEST_F(Cli, InfoDescribesQwen3Next80b) {

@@ -77,6 +77,11 @@ int RunConvert(const ConvertArgs& a) {
     std::printf("  the vision tower skipped: %zu tensors (e.g. %s); the container holds the text "
                 "model\n",
                 s.skipped_vision.size(), s.skipped_vision.front().c_str());
+  if (!s.skipped_mtp.empty())
+    std::printf(
+        "  the multi-token-prediction weights skipped: %zu tensors (e.g. %s; not used to "
+        "generate)\n",
+        s.skipped_mtp.size(), s.skipped_mtp.front().c_str());
   if (!s.unused.empty())
     std::printf("  %zu checkpoint tensors not needed by the container, e.g. %s\n", s.unused.size(),
                 s.unused.front().c_str());

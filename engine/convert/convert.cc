@@ -102,7 +102,7 @@ Status WriteAtomically(const std::string& dir, const std::string& name, const st
 // The checkpoint's weights the container needs, all found and checked.
 struct Plan {
   std::vector<TensorSpec> trunk;
-  std::vector<Weight> trunk_src;              // [trunk.size()]
+  std::vector<std::vector<RowSpan>> trunk_src;     // [trunk.size()]: where each lies
   std::vector<std::vector<ExpertMatrix>> experts;  // [n_layers][experts * 3], empty for dense layers
   std::vector<uint64_t> layer_source_bytes;   // [n_layers]
 };
@@ -124,9 +124,11 @@ Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm, Fmt expert_fm
   const ModelConfig& c = sm.shape;
   p.trunk = TrunkSpec(c);
   for (const TensorSpec& s : p.trunk) {
-    auto w = ck.Find(sm.TrunkName(s.name));
+    auto w = sm.FindTrunk(ck, s.name, s.shape);
     if (!w.ok()) return w.status();
-    WASTE_RETURN_IF_ERROR(CheckShape(*w, s.shape, s.storage == waste::Storage::kF32));
+    if (w->size() == 1)
+      WASTE_RETURN_IF_ERROR(
+          CheckShape(w->front().weight, s.shape, s.storage == waste::Storage::kF32));
     p.trunk_src.push_back(std::move(*w));
   }
   p.experts.resize(c.n_layers);
@@ -249,8 +251,9 @@ Status Converter::Trunk(ContainerWriter& w) {
   const auto t0 = Clock::now();
   for (size_t i = 0; i < p_.trunk.size(); ++i) {
     const TensorSpec& s = p_.trunk[i];
-    const Weight& src = p_.trunk_src[i];
-    ck_.Prefetch(src);
+    const std::vector<RowSpan>& spans = p_.trunk_src[i];
+    const Weight& src = spans.front().weight;  // the only one, but for gathered rows
+    for (const RowSpan& r : spans) ck_.Prefetch(r.weight);
     Fmt fmt = Fmt::kF32;
     bool bf16 = false;
     if (s.storage == waste::Storage::kMatrix) {
@@ -270,7 +273,9 @@ Status Converter::Trunk(ContainerWriter& w) {
           // The spec's rows and the checkpoint's agree in element order
           // (shapes were checked equal, or equal in count for vectors).
           const int64_t a = first * cols, n = rows * cols;
-          if (src.cols == cols) {
+          if (spans.size() > 1) {  // rows gathered from several tensors (FindTrunk)
+            err.Set(SourceModel::ReadSpans(ck_, spans, first, rows, dst));
+          } else if (src.cols == cols) {
             err.Set(ck_.ReadRows(src, first, rows, dst));
             ck_.ReleaseRows(src, first, rows);  // a 2 GB embedding never sits in memory whole
           } else {  // a vector stored with another last dimension: whole rows of the source
@@ -281,7 +286,7 @@ Status Converter::Trunk(ContainerWriter& w) {
         },
         fmt, bf16));
     WASTE_RETURN_IF_ERROR(err.Get());
-    ck_.Release(src);
+    for (const RowSpan& r : spans) ck_.Release(r.weight);
   }
   char line[128];
   std::snprintf(line, sizeof line, "trunk: %zu tensors in %.1f s", p_.trunk.size(), Since(t0));
@@ -597,7 +602,10 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   for (const auto& e : fs::directory_iterator(o.out, ec))
     if (e.is_regular_file()) sum.written_bytes += e.file_size();
   for (std::string& name : (*ck)->Unused())
-    (sm->IsVisionTensor(name) ? sum.skipped_vision : sum.unused).push_back(std::move(name));
+    (sm->IsVisionTensor(name) ? sum.skipped_vision
+     : sm->IsMtpTensor(name)  ? sum.skipped_mtp
+                              : sum.unused)
+        .push_back(std::move(name));
   for (const std::string& name : sum.unused) {
     const std::string p = sm->prefix + "model.layers.";
     if (name.rfind(p, 0) != 0) continue;

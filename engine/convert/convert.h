@@ -67,8 +67,12 @@ struct ConvertSummary {
   // GLM's multi-token-prediction layers (num_nextn_predict_layers).
   std::vector<int> skipped_layers;
   // Tensors of a part the text model does not use, skipped: K3's vision
-  // tower (vision_tower.*, mm_projector.*). Not in `unused`.
+  // tower (vision_tower.*, mm_projector.*), Qwen3.5 MoE's (model.visual.*).
+  // Not in `unused`.
   std::vector<std::string> skipped_vision;
+  // Qwen3-Next's and Qwen3.5's multi-token-prediction weights (mtp.*),
+  // skipped. Not in `unused`.
+  std::vector<std::string> skipped_mtp;
   std::string tokenizer;            // what the tokenizer came from, or why there is none
 
   double trunk_bits_per_weight() const {

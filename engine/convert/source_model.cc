@@ -14,6 +14,10 @@ namespace {
 // K3's wrapper: its config.json architecture and the vision tower's tensors.
 constexpr const char* kK3Wrapper = "KimiK3ForConditionalGeneration";
 constexpr const char* kK3Vision[] = {"vision_tower.", "mm_projector."};
+// Qwen3.5 MoE's wrapper, where its text model's tensors lie and its vision tower's.
+constexpr const char* kQwen35Wrapper = "Qwen3_5MoeForConditionalGeneration";
+constexpr const char* kQwen35Text = "model.language_model.";
+constexpr const char* kQwen35Vision = "model.visual.";
 
 }  // namespace
 
@@ -33,11 +37,16 @@ std::string SourceModel::TrunkName(const std::string& name) const {
   }
   const std::string moe = ".block_sparse_moe.";
   const size_t at = name.find(moe);
-  if (at == std::string::npos) return name;
-  return name.substr(0, at) + ".mlp." + name.substr(at + moe.size());
+  const std::string n =
+      at == std::string::npos ? name : name.substr(0, at) + ".mlp." + name.substr(at + moe.size());
+  const std::string model = "model.";
+  if (family == Family::kQwen35Moe && n.rfind(model, 0) == 0)
+    return kQwen35Text + n.substr(model.size());
+  return n;
 }
 
 bool SourceModel::IsVisionTensor(const std::string& name) const {
+  if (family == Family::kQwen35Moe) return name.rfind(kQwen35Vision, 0) == 0;
   if (shape.arch != Arch::kKimiK3) return false;
   for (const char* v : kK3Vision)
     if (name.rfind(v, 0) == 0) return true;
@@ -54,11 +63,81 @@ std::string ShapeText(const std::vector<int64_t>& s) {
 
 }  // namespace
 
+bool SourceModel::IsMtpTensor(const std::string& name) const {
+  return (family == Family::kQwen3Next || family == Family::kQwen35Moe) &&
+         name.rfind("mtp.", 0) == 0;
+}
+
+Result<std::vector<RowSpan>> SourceModel::FindTrunk(const Checkpoint& ck, const std::string& name,
+                                                    const std::vector<int64_t>& want) const {
+  const std::string qkvz = "linear_attn.in_proj_qkvz.weight", ba = "linear_attn.in_proj_ba.weight";
+  const auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (family != Family::kQwen35Moe || !(ends(qkvz) || ends(ba))) {
+    auto w = ck.Find(TrunkName(name));
+    if (!w.ok()) return w.status();
+    const int64_t rows = w->rows;
+    return std::vector<RowSpan>{{std::move(*w), 0, rows}};
+  }
+  // in_proj_qkvz from in_proj_qkv and in_proj_z, in_proj_ba from in_proj_b
+  // and in_proj_a: per key head g its q, k, v (r value heads) and z rows, or
+  // its value heads' b then a rows.
+  const ModelConfig& c = shape;
+  const int64_t Dk = c.gdn_k_dim, Dv = c.gdn_v_dim, K = c.gdn_key_width(), V = c.gdn_value_width();
+  const int64_t Hv = c.gdn_v_heads, r = c.gdn_v_heads / c.gdn_k_heads, h = want.back();
+  const bool is_qkvz = ends(qkvz);
+  const std::string base = TrunkName(name.substr(0, name.size() - (is_qkvz ? qkvz : ba).size())) +
+                           "linear_attn.in_proj_";
+  std::vector<Weight> src;
+  const std::vector<std::pair<const char*, int64_t>> parts =
+      is_qkvz ? std::vector<std::pair<const char*, int64_t>>{{"qkv", 2 * K + V}, {"z", V}}
+              : std::vector<std::pair<const char*, int64_t>>{{"b", Hv}, {"a", Hv}};
+  for (const auto& [part, rows] : parts) {
+    auto w = ck.Find(base + part + ".weight");
+    if (!w.ok()) return w.status();
+    if (w->shape != std::vector<int64_t>{rows, h})
+      return Status::Error(w->where() + " is " + w->describe() + ", the config needs " +
+                           ShapeText({rows, h}));
+    src.push_back(std::move(*w));
+  }
+  std::vector<RowSpan> spans;
+  for (int64_t g = 0; g < c.gdn_k_heads; ++g) {
+    if (is_qkvz) {
+      spans.push_back({src[0], g * Dk, Dk});
+      spans.push_back({src[0], K + g * Dk, Dk});
+      spans.push_back({src[0], 2 * K + g * r * Dv, r * Dv});
+      spans.push_back({src[1], g * r * Dv, r * Dv});
+    } else {
+      spans.push_back({src[0], g * r, r});
+      spans.push_back({src[1], g * r, r});
+    }
+  }
+  return spans;
+}
+
+Status SourceModel::ReadSpans(const Checkpoint& ck, const std::vector<RowSpan>& spans,
+                              int64_t first, int64_t n, float* out) {
+  int64_t at = 0;  // the first row of the current span in the whole
+  for (const RowSpan& s : spans) {
+    const int64_t lo = std::max(first, at), hi = std::min(first + n, at + s.rows);
+    if (lo < hi) {
+      WASTE_RETURN_IF_ERROR(ck.ReadRows(s.weight, s.first + (lo - at), hi - lo, out));
+      out += (hi - lo) * s.weight.cols;
+    }
+    at += s.rows;
+  }
+  return Status::Ok();
+}
+
 Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, int expert,
                                              int matrix) const {
   const ModelConfig& c = shape;
   const int64_t rows = expert_rows[matrix], cols = expert_cols[matrix];
-  const std::string p = prefix + "model.layers." + std::to_string(layer);
+  const std::string p = (family == Family::kQwen35Moe ? std::string(kQwen35Text) + "layers."
+                                                      : prefix + "model.layers.") +
+                        std::to_string(layer);
   ExpertMatrix m;
   m.rows = rows;
   std::vector<int64_t> want = {rows, cols};
@@ -126,22 +205,34 @@ Result<SourceModel> MapSource(const json& top) {
   json in = top;
   if (top.contains("text_config")) {
     const auto a = top.find("architectures");
-    const bool k3 = a != top.end() && a->is_array() && !a->empty() && (*a)[0] == kK3Wrapper;
-    if (!k3)
+    const bool named = a != top.end() && a->is_array() && !a->empty();
+    const bool k3 = named && (*a)[0] == kK3Wrapper, qwen35 = named && (*a)[0] == kQwen35Wrapper;
+    if (!k3 && !qwen35)
       return Status::Error(std::string("config.json: a nested text_config (a multimodal "
                                        "wrapper) is supported for Kimi K3 (") +
-                           kK3Wrapper + ") only, not for architectures " +
+                           kK3Wrapper + ") and Qwen3.5 MoE (" + kQwen35Wrapper +
+                           ") only, not for architectures " +
                            (a != top.end() ? a->dump() : std::string("(none)")));
     if (!top["text_config"].is_object())
       return Status::Error("config.json: text_config is not an object");
-    // WARP's container layout: the text model's config, with the wrapper's
-    // keys (its architectures name K3) under _outer.
-    json outer = top;
-    outer.erase("text_config");
-    outer.erase("quantization_config");
-    outer.erase("compression_config");
-    in = top["text_config"];
-    in["_outer"] = std::move(outer);
+    if (qwen35) {
+      in = top["text_config"];
+      if (in.value("model_type", "") != "qwen3_5_moe_text")
+        return Status::Error("config.json: " + std::string(kQwen35Wrapper) +
+                             "'s text_config.model_type is not qwen3_5_moe_text");
+      in["architectures"] = *a;
+      if (top.contains("tie_word_embeddings") && !in.contains("tie_word_embeddings"))
+        in["tie_word_embeddings"] = top["tie_word_embeddings"];
+    } else {
+      // WARP's container layout: the text model's config, with the wrapper's
+      // keys (its architectures name K3) under _outer.
+      json outer = top;
+      outer.erase("text_config");
+      outer.erase("quantization_config");
+      outer.erase("compression_config");
+      in = top["text_config"];
+      in["_outer"] = std::move(outer);
+    }
   }
   const auto mt = in.find("model_type");
   const std::string type = mt != in.end() && mt->is_string() ? mt->get<std::string>() : "";
@@ -160,11 +251,16 @@ Result<SourceModel> MapSource(const json& top) {
     s.family = Family::kQwen3Next;
   } else if (type == "minimax_m2") {
     s.family = Family::kMinimaxM2;
+  } else if (type == "qwen3_5_moe_text" && in.contains("architectures") &&
+             in["architectures"].is_array() && !in["architectures"].empty() &&
+             in["architectures"][0] == kQwen35Wrapper) {
+    s.family = Family::kQwen35Moe;
   } else {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
                          "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, "
-                         "glm4_moe_lite, dots1)");
+                         "glm4_moe_lite, dots1, and qwen3_5_moe_text inside " +
+                         kQwen35Wrapper + ")");
   }
   if (in.contains("text_config"))
     return Status::Error("config.json: text_config holds another text_config");
@@ -185,6 +281,10 @@ Result<SourceModel> MapSource(const json& top) {
     if (!c.contains("rope_theta") && p.contains("rope_theta")) c["rope_theta"] = p["rope_theta"];
     if (!c.contains("partial_rotary_factor") && p.contains("partial_rotary_factor"))
       c["partial_rotary_factor"] = p["partial_rotary_factor"];
+    // Qwen3.5's multimodal rotary (mrope_section, mrope_interleaved) takes each
+    // frequency from the temporal, height or width position; transformers gives
+    // a text token the same three, so for text it is plain RoPE whatever the
+    // sections (the fixture's json records it).
     std::string rt = "default";
     for (const char* k : {"type", "rope_type"})
       if (p.contains(k) && p[k].is_string()) rt = p[k].get<std::string>();
@@ -193,6 +293,8 @@ Result<SourceModel> MapSource(const json& top) {
         json scaling = p;
         scaling.erase("rope_theta");
         scaling.erase("partial_rotary_factor");
+        scaling.erase("mrope_section");
+        scaling.erase("mrope_interleaved");
         scaling["type"] = rt;
         c["rope_scaling"] = scaling;
       }

@@ -10,14 +10,26 @@
 //     DeepSeek's and GLM's num_nextn_predict_layers): not used
 //   Qwen3-Next (model_type qwen3_next): the same mlp. -> block_sparse_moe.
 //     (gate, shared_expert, shared_expert_gate, experts.E.*), linear_attn.* as
-//     released; mtp.* (multi-token prediction): not used (waste convert lists it)
+//     released; mtp.* (multi-token prediction): not used (waste convert lists them)
 //   MiniMax-M2 (model_type minimax_m2), as released and as transformers 5.25
 //   writes it: block_sparse_moe.* as the container names it, except
 //     model.layers.L.block_sparse_moe.e_score_correction_bias
 //       -> model.layers.L.block_sparse_moe.gate.e_score_correction_bias
 //     model.layers.L.block_sparse_moe.experts.E.{w1, w3, w2}.weight (as Kimi's);
 //   its FP8 release (F8_E4M3 with weight_scale_inv per 128x128 block) is
-//   DeepSeek-V3's encoding, dequantized by the same path (checkpoint.h)
+//   DeepSeek-V3's encoding, dequantized by the same path (checkpoint.h);
+//   Qwen3.5 MoE (architectures Qwen3_5MoeForConditionalGeneration, model_type
+//   qwen3_5_moe), a multimodal wrapper: config.json's text_config is the text
+//   model (model_type qwen3_5_moe_text, Qwen3-Next's layers), its tensors
+//   under model.language_model. where the container has model. (lm_head. as
+//   is), Qwen3-Next's names otherwise but for the Gated DeltaNet's input
+//   projections, released separately:
+//     linear_attn.in_proj_qkv [2K + V][hidden] (every q, every k, every v),
+//     in_proj_z [V][hidden], in_proj_b and in_proj_a [value heads][hidden]
+//   which convert gathers into Qwen3-Next's in_proj_qkvz and in_proj_ba
+//   (rows grouped per key head, TrunkSpec): a permutation of rows, lossless,
+//   so the forward pass is Qwen3-Next's. The vision tower's model.visual.*:
+//   not used (waste convert lists them); mtp.*: not used, listed as Qwen3-Next's are
 //   Kimi-Linear (model_type kimi_linear), Moonshot's names, which the container keeps:
 //     model.layers.L.block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
 //   GPT-OSS (model_type gpt_oss), its experts fused per layer, in MXFP4:
@@ -45,9 +57,26 @@
 
 namespace waste::convert {
 
-// Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, the
+// Whose tensor names: Kimi-Linear's are Moonshot's, GPT-OSS's its own, Qwen3.5's under
+// model.language_model. (with separate Gated DeltaNet projections), the
 // others DeepSeek's.
-enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next, kMinimaxM2 };
+enum class Family {
+  kDeepseekV3,
+  kKimiLinear,
+  kQwen3Moe,
+  kGlm4Moe,
+  kGptOss,
+  kQwen3Next,
+  kMinimaxM2,
+  kQwen35Moe
+};
+
+// Rows [first, first + rows) of a checkpoint tensor: a trunk tensor of the
+// container is one or more of these, in order.
+struct RowSpan {
+  Weight weight;
+  int64_t first = 0, rows = 0;
+};
 
 // Where matrix m of a routed expert lies in the checkpoint: rows
 // first + i * step of `weight`, i < rows, each of the matrix's width.
@@ -71,9 +100,21 @@ struct SourceModel {
   // The checkpoint's name for a trunk tensor of the container (named
   // without the prefix, as TrunkSpec names it).
   std::string TrunkName(const std::string& container_name) const;
+  // Where trunk tensor `container_name` (of `shape`) lies in the checkpoint:
+  // the whole of TrunkName's tensor (its shape is the caller's to check), or
+  // for Qwen3.5 MoE's in_proj_qkvz and in_proj_ba rows of its four released
+  // projections, their shapes checked against the config.
+  Result<std::vector<RowSpan>> FindTrunk(const Checkpoint& ck, const std::string& container_name,
+                                         const std::vector<int64_t>& shape) const;
+  // Rows [first, first + n) of the tensor `spans` make, as float32.
+  static Status ReadSpans(const Checkpoint& ck, const std::vector<RowSpan>& spans, int64_t first,
+                          int64_t n, float* out);
   // Whether a checkpoint tensor belongs to a part the text model does not
-  // use and the container leaves out by design: K3's vision tower.
+  // use and the container leaves out by design: K3's and Qwen3.5's vision towers.
   bool IsVisionTensor(const std::string& checkpoint_name) const;
+  // Whether it is Qwen3-Next's or Qwen3.5's multi-token-prediction weights
+  // (mtp.*), which the container leaves out (a later issue uses them).
+  bool IsMtpTensor(const std::string& checkpoint_name) const;
   // Matrix m (0 gate, 1 up, 2 down) of routed expert e, found and its shape
   // checked against the config.
   Result<ExpertMatrix> FindExpert(const Checkpoint& ck, int layer, int expert, int matrix) const;
@@ -86,10 +127,12 @@ struct SourceModel {
 
 // Reads a config.json. Normalized for the container: K3's text_config
 // becomes the config, the wrapper's other keys its "_outer" object (as WARP's
-// converter writes it); transformers 5's rope_parameters become rope_theta /
+// converter writes it); Qwen3.5 MoE's text_config becomes the config, with the
+// wrapper's architectures (its vision keys are not needed); transformers 5's
+// rope_parameters become rope_theta /
 // rope_scaling; quantization_config and compression_config are dropped (the
 // container's weights are not the checkpoint's). Refused by name: an unknown
-// model_type, a text_config of another wrapper than K3's, an activation other
+// model_type, a text_config of another wrapper than K3's or Qwen3.5's, an activation other
 // than silu (K3: silu or situ), tied embeddings,
 // rope_interleave false for MLA, and whatever ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);

@@ -140,7 +140,15 @@ Result<VerifyReport> Verify(const VerifyOptions& o) {
     // A tensor outside the prefix (WARP keeps K3's vision tower) has the
     // checkpoint's name.
     const bool prefixed = t.name.rfind(man.tensor_prefix, 0) == 0;
-    auto w = ck->Find(prefixed ? sm.TrunkName(t.name.substr(man.tensor_prefix.size())) : t.name);
+    Result<std::vector<RowSpan>> w = std::vector<RowSpan>{};
+    if (prefixed) {
+      w = sm.FindTrunk(*ck, t.name.substr(man.tensor_prefix.size()), t.shape);
+    } else if (auto x = ck->Find(t.name); x.ok()) {
+      const int64_t rows = x->rows;
+      w = std::vector<RowSpan>{{std::move(*x), 0, rows}};
+    } else {
+      w = x.status();
+    }
     if (!w.ok()) {
       rep.problems.push_back(w.status().message());
       continue;
@@ -155,13 +163,21 @@ Result<VerifyReport> Verify(const VerifyOptions& o) {
     v.scales = reinterpret_cast<const uint16_t*>(scales.data());
     std::vector<float> got(static_cast<size_t>(v.rows * v.cols)), want(got.size());
     for (int64_t r = 0; r < v.rows; ++r) kernels::DequantRow(v, r, got.data() + r * v.cols);
-    if (Status st = ck->ReadRows(*w, 0, w->rows, want.data()); !st.ok()) {
+    int64_t have = 0, rows = 0;
+    for (const RowSpan& r : *w) have += r.rows * r.weight.cols, rows += r.rows;
+    if (have != v.rows * v.cols) {
+      rep.problems.push_back("trunk.bin: tensor " + t.name + " has " +
+                             std::to_string(v.rows * v.cols) + " values, the source " +
+                             std::to_string(have));
+      continue;
+    }
+    if (Status st = SourceModel::ReadSpans(*ck, *w, 0, rows, want.data()); !st.ok()) {
       rep.problems.push_back(st.message());
       continue;
     }
     const double e = RelError(got.data(), want.data(), static_cast<int64_t>(got.size()));
     if (e >= rep.trunk_max_rel_error) rep.trunk_max_rel_error = e, rep.trunk_worst = t.name;
-    ck->Release(*w);
+    for (const RowSpan& r : *w) ck->Release(r.weight);
   }
 
   // Expert records: header and crc32 of every one; with a source, every matrix.

@@ -495,7 +495,9 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     m.arch = Arch::kGlm4Moe;
   } else if (m.model_type == "gpt_oss") {
     m.arch = Arch::kGptOss;
-  } else if (m.model_type == "qwen3_next") {
+  } else if (m.model_type == "qwen3_next" || m.model_type == "qwen3_5_moe_text") {
+    // Qwen3.5 MoE's text model (the text_config of its multimodal wrapper)
+    // runs Qwen3-Next's layers; its checkpoint's names differ (convert).
     m.arch = Arch::kQwen3Next;
     m.zero_centered_norms = true;
   } else if (m.model_type == "minimax_m2") {
@@ -508,7 +510,7 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, kimi_k3, deepseek_v3, kimi_k2, "
                          "qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, glm4_moe_lite, "
-                         "dots1)");
+                         "dots1, qwen3_5_moe_text)");
   }
   m.architecture = m.model_type;
   // K3's text config says KimiLinearForCausalLM; only its wrapper names K3.
@@ -561,8 +563,14 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   WASTE_RETURN_IF_ERROR(GetNum(c, "routed_scaling_factor", 0, 1e4, &scale, 1.0));
   m.routed_scale = static_cast<float>(scale);
   // moe_renormalize (Kimi) or norm_topk_prob (DeepSeek): by value.
+  // Qwen3.5 MoE's router always renormalizes (its config has no key for it).
+  const bool qwen35 = m.model_type == "qwen3_5_moe_text";
   WASTE_RETURN_IF_ERROR(
-      GetBool(c, Either(c, {"moe_renormalize", "norm_topk_prob"}), &m.renormalize, false));
+      GetBool(c, Either(c, {"moe_renormalize", "norm_topk_prob"}), &m.renormalize, qwen35));
+  if (qwen35 && !m.renormalize)
+    return Status::Error(
+        "config.norm_topk_prob false is not Qwen3.5 MoE's router (it always "
+        "renormalizes the top k)");
   // Qwen3-MoE's and Qwen3-Next's routers are a softmax and have no correction
   // bias, nor has GPT-OSS's; the others say which in scoring_func, and have one.
   const bool qwen = m.arch == Arch::kQwen3Moe || m.arch == Arch::kQwen3Next;

@@ -8,7 +8,8 @@
 // (qwen3_moe: GQA with q/k norms, softmax routing, no shared expert),
 // GLM-4.5 (glm4_moe: GQA with partial rotary and biases, DeepSeek-V3's
 // routing, a shared expert), Qwen3-Next (qwen3_next: Gated DeltaNet and
-// gated GQA layers, softmax routing, a gated shared expert), MiniMax-M2
+// gated GQA layers, softmax routing, a gated shared expert; Qwen3.5 MoE's text
+// model, qwen3_5_moe_text, is the same arch), MiniMax-M2
 // (minimax_m2: GQA with q/k norms across all heads and partial rotary,
 // sigmoid routing with a correction bias and no groups, no shared expert,
 // every layer MoE) and Kimi K3

