@@ -17,6 +17,10 @@
 //     model.layers.L.mlp.experts.gate_up_proj_{blocks,scales} [E][2 * inter]...:
 //       gate the even rows, up the odd ones; gate_up_proj_bias [E][2 * inter] likewise
 //     model.layers.L.mlp.experts.down_proj_{blocks,scales}, down_proj_bias [E][hidden]
+//   or, as transformers' save_pretrained writes a fine-tune's BF16 experts,
+//   transposed (the parameters' own [E][in][out] layout):
+//     model.layers.L.mlp.experts.gate_up_proj [E][hidden][2 * inter] (gate the
+//       even columns, up the odd ones), down_proj [E][inter][hidden]
 //     model.layers.L.mlp.router.{weight,bias} -> model.layers.L.block_sparse_moe.gate.*
 //   Kimi K3 (architectures KimiK3ForConditionalGeneration), a multimodal
 //   wrapper: config.json's text_config is the text model (model_type
@@ -42,11 +46,15 @@ namespace waste::convert {
 // others DeepSeek's.
 enum class Family { kDeepseekV3, kKimiLinear, kQwen3Moe, kGlm4Moe, kGptOss, kQwen3Next };
 
-// Where matrix m of a routed expert lies in the checkpoint: rows
-// first + i * step of `weight`, i < rows, each of the matrix's width.
+// Where matrix m of a routed expert lies in the checkpoint: its row i is
+// row first + i * step of `weight` (each of the matrix's width) or, when
+// `transposed` (GPT-OSS's [E][in][out] BF16 experts), column
+// column + i * step of the `cols` rows from `first` on.
 struct ExpertMatrix {
   Weight weight;
-  int64_t first = 0, step = 1, rows = 0;
+  int64_t first = 0, step = 1, rows = 0, cols = 0;
+  bool transposed = false;
+  int64_t column = 0;
 };
 
 struct SourceModel {
