@@ -66,8 +66,8 @@ struct ConvertSummary {
   // Layers the checkpoint has past num_hidden_layers, skipped: DeepSeek's and
   // GLM's multi-token-prediction layers (num_nextn_predict_layers).
   std::vector<int> skipped_layers;
-  // Tensors of a part the text model does not use, skipped: K3's vision
-  // tower (vision_tower.*, mm_projector.*). Not in `unused`.
+  // Tensors of a part the text model does not use, skipped: K3's and K2.5's
+  // vision tower (vision_tower.*, mm_projector.*). Not in `unused`.
   std::vector<std::string> skipped_vision;
   std::string tokenizer;            // what the tokenizer came from, or why there is none
 

@@ -29,6 +29,12 @@
 //   tensor_prefix), the routed experts in compressed-tensors' MXFP4
 //   (BASE.weight_packed, BASE.weight_scale) and the rest BF16; the vision
 //   tower's vision_tower.* and mm_projector.*: not used (waste convert lists them)
+//   Kimi K2.5 / K2.6 (architectures KimiK25ForConditionalGeneration, or
+//   transformers' Kimi_K25ForConditionalGeneration, model_type kimi_k25): the
+//   same wrapper around a DeepSeek-V3 text model (text_config model_type
+//   kimi_k2 or deepseek_v3), DeepSeek's names under language_model.
+//   (language_model.model.layers.L.*, language_model.lm_head.weight), its
+//   vision tower as K3's; its released INT4 experts are refused (checkpoint.h)
 //   Everything else has the container's name (engine/format/model_config.h, TrunkSpec).
 #pragma once
 
@@ -73,7 +79,7 @@ struct SourceModel {
   // without the prefix, as TrunkSpec names it).
   std::string TrunkName(const std::string& container_name) const;
   // Whether a checkpoint tensor belongs to a part the text model does not
-  // use and the container leaves out by design: K3's vision tower.
+  // use and the container leaves out by design: a wrapper's vision tower.
   bool IsVisionTensor(const std::string& checkpoint_name) const;
   // Matrix m (0 gate, 1 up, 2 down) of routed expert e, found and its shape
   // checked against the config.
@@ -85,12 +91,13 @@ struct SourceModel {
                         float* out) const;
 };
 
-// Reads a config.json. Normalized for the container: K3's text_config
+// Reads a config.json. Normalized for the container: a wrapper's text_config
 // becomes the config, the wrapper's other keys its "_outer" object (as WARP's
 // converter writes it); transformers 5's rope_parameters become rope_theta /
 // rope_scaling; quantization_config and compression_config are dropped (the
 // container's weights are not the checkpoint's). Refused by name: an unknown
-// model_type, a text_config of another wrapper than K3's, an activation other
+// model_type, a text_config of another wrapper than K3's or K2.5's (whose text
+// model must be DeepSeek-V3's and whose lm_head is not tied), an activation other
 // than silu (K3: silu or situ), tied embeddings,
 // rope_interleave false for MLA, and whatever ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);
