@@ -136,7 +136,8 @@ TEST(GptOssFineTune, Bf16ExpertsConvertLosslessly) {
   const json meta = ReadJson(kFixtures + "gpt-oss-bf16.json");
   const auto prompt = meta["prompt"].get<std::vector<int>>();
   ASSERT_EQ(prompt.size(), 300u);
-  const std::vector<float> want = waste::testing::FileFloats(kFixtures + "gpt-oss-bf16.logits.bin");
+  const std::vector<float> want =
+      waste::testing::FileFloats(kFixtures + "gpt-oss-bf16.logits.bin");
   for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, prompt, 4)) {
     ASSERT_EQ(want.size(), prompt.size() * V);
     const double worst = waste::testing::ExpectLogitsNear(

@@ -103,7 +103,8 @@ TEST(KimiK25, Int4ExpertsAreRefusedByName) {
   json e = h.at(base);
   h.erase(base);
   const int64_t begin = e["data_offsets"][0].get<int64_t>();
-  h[base + "_packed"] = {{"dtype", "I32"}, {"shape", {32, 8}}, {"data_offsets", {begin, begin + 1024}}};
+  h[base + "_packed"] = {
+      {"dtype", "I32"}, {"shape", {32, 8}}, {"data_offsets", {begin, begin + 1024}}};
   const std::string text = h.dump();
   const uint64_t size = text.size();
   std::ofstream f(src + "/model.safetensors", std::ios::binary);
