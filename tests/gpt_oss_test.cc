@@ -7,7 +7,9 @@
 // logit within 1e-4 of the row's largest and the same top 10 at every
 // position. The MXFP4 container is also served by a detached wasted and read
 // through `waste eval` on every path. A VQ conversion keeps the biases and
-// runs. What is not built is refused by name.
+// runs. A fine-tune's BF16 experts as transformers saves them
+// (make_gpt_oss_bf16.py) convert to BF16R losslessly and run within 1e-5.
+// What is not built is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,16 +49,16 @@ json ReadJson(const std::string& path) {
   return json::parse(f);
 }
 
-std::string Converted(const char* fmt) {
+std::string Converted(const char* fmt, const std::string& src = kCheckpoint, int layers = 4) {
   const std::string out = waste::testing::ScratchDir() + "/" + fmt;
   ConvertOptions o;
-  o.src = kCheckpoint;
+  o.src = src;
   o.out = out;
   o.expert_fmt = *ParseExpertFormat(fmt);
   auto r = Convert(o);
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return "";
-  EXPECT_EQ(r->layers.size(), 4u);
+  EXPECT_EQ(r->layers.size(), static_cast<size_t>(layers));
   EXPECT_TRUE(r->unused.empty()) << r->unused.front();
   return out;
 }
@@ -98,6 +100,52 @@ TEST_P(GptOss, ConversionMatchesTransformersAtEveryPosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, GptOss, ::testing::Values("mxfp4", "bf16"));
+
+// A fine-tune as transformers saves it (make_gpt_oss_bf16.py): BF16 experts
+// in the parameters' [E][in][out] layout, hidden 64 and expert width 32 so a
+// transposed read cannot pass. The BF16R record keeps them bit for bit, and
+// the model gives transformers' float32 logits (the checkpoint loaded back
+// with from_pretrained) over 300 positions on every path: within 1e-5 of each
+// row's largest and the same top 10.
+TEST(GptOssFineTune, Bf16ExpertsConvertLosslessly) {
+  const std::string src = kFixtures + "gpt-oss-bf16";
+  const std::string out = Converted("bf16", src, 2);
+  ASSERT_FALSE(out.empty());
+  VerifyOptions vo;
+  vo.container = out;
+  vo.source = src;
+  auto v = Verify(vo);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_TRUE(v->problems.empty()) << v->problems.front();
+  EXPECT_EQ(v->records, 2 * 4);
+  for (const VerifyLayer& l : v->layers) EXPECT_EQ(l.max_rel_error, 0.0) << "layer " << l.layer;
+  EXPECT_EQ(v->trunk_max_rel_error, 0.0) << v->trunk_worst;
+
+  // Expert 3's up row 5 is column 2 * 5 + 1 of its gate_up_proj slab.
+  auto ck = Checkpoint::Open(src);
+  ASSERT_TRUE(ck.ok());
+  auto sm = MapSource((*ck)->config());
+  ASSERT_TRUE(sm.ok()) << sm.status().message();
+  auto up = sm->FindExpert(**ck, 1, 3, 1);
+  ASSERT_TRUE(up.ok()) << up.status().message();
+  std::vector<float> slab(64 * 64), mat(32 * 64);
+  ASSERT_TRUE((*ck)->ReadRows(up->weight, 3 * 64, 64, slab.data()).ok());
+  ASSERT_TRUE(SourceModel::ReadExpert(**ck, *up, mat.data()).ok());
+  for (int k = 0; k < 64; ++k) EXPECT_EQ(mat[5 * 64 + k], slab[k * 64 + 11]) << k;
+
+  const json meta = ReadJson(kFixtures + "gpt-oss-bf16.json");
+  const auto prompt = meta["prompt"].get<std::vector<int>>();
+  ASSERT_EQ(prompt.size(), 300u);
+  const std::vector<float> want =
+      waste::testing::FileFloats(kFixtures + "gpt-oss-bf16.logits.bin");
+  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(out, prompt, 4)) {
+    ASSERT_EQ(want.size(), prompt.size() * V);
+    const double worst = waste::testing::ExpectLogitsNear(
+        got, want, V, 1e-5f, std::string("gpt-oss bf16 fine-tune ") + kernels::IsaName(isa));
+    std::printf("gpt-oss bf16 fine-tune %s: worst max|diff| / max|logit| %.3g\n",
+                kernels::IsaName(isa), worst);
+  }
+}
 
 // The MXFP4 record holds the checkpoint's bytes: gate the even rows of
 // gate_up_proj, up the odd ones, then down; the scales likewise; then the
@@ -180,15 +228,30 @@ TEST(GptOssConfig, RefusalsByName) {
                 .find("layer_types[0]"),
             std::string::npos);
   EXPECT_NE(refusal("tie_word_embeddings", true).find("tie_word_embeddings"), std::string::npos);
-  // MXFP4 records only from MXFP4 experts: Qwen3-MoE's are BF16.
-  ConvertOptions o;
-  o.src = kFixtures + "qwen3-moe";
-  o.out = waste::testing::ScratchDir() + "/refused";
-  o.expert_fmt = format::Fmt::kMXFP4;
-  auto r = Convert(o);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("--expert-format mxfp4"), std::string::npos)
-      << r.status().message();
+  // MXFP4 records only from MXFP4 experts: Qwen3-MoE's and the fine-tune's are BF16.
+  for (const char* bf16 : {"qwen3-moe", "gpt-oss-bf16"}) {
+    ConvertOptions o;
+    o.src = kFixtures + bf16;
+    o.out = waste::testing::ScratchDir() + "/refused-" + bf16;
+    o.expert_fmt = format::Fmt::kMXFP4;
+    auto r = Convert(o);
+    ASSERT_FALSE(r.ok()) << bf16;
+    EXPECT_NE(r.status().message().find("--expert-format mxfp4"), std::string::npos)
+        << r.status().message();
+  }
+  // A fine-tune's experts in another shape than [E][in][out] are refused by name.
+  auto ck = Checkpoint::Open(kFixtures + "gpt-oss-bf16");
+  ASSERT_TRUE(ck.ok());
+  json c = (*ck)->config();
+  c["intermediate_size"] = 64;
+  auto sm = MapSource(c);
+  ASSERT_TRUE(sm.ok()) << sm.status().message();
+  auto x = sm->FindExpert(**ck, 0, 0, 2);
+  ASSERT_FALSE(x.ok());
+  EXPECT_NE(x.status().message().find("mlp.experts.down_proj is BF16 [4, 32, 64], the config "
+                                      "needs [4, 64, 64]"),
+            std::string::npos)
+      << x.status().message();
 }
 
 // The MXFP4 container through the programs a user runs: a detached wasted

@@ -189,6 +189,11 @@ Result<Weight> Checkpoint::Find(const std::string& name) const {
     e = Entry(packed, &f);
     w.file = f;
     w.data = e;
+    if (e->dtype == DType::kI32)  // Kimi K2.5's experts: eight 4-bit integers an int32
+      return Status::Error(f->name() + ": tensor " + packed + " is I32 " + ShapeText(e->shape) +
+                           ": compressed-tensors' pack-quantized INT4 (weight_packed, "
+                           "weight_scale, weight_shape) is not a weight type waste convert "
+                           "reads; convert a BF16 checkpoint of the model");
     w.storage = Storage::kMxfp4;
     w.block_rows = 1;
     w.block_cols = 32;

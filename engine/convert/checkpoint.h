@@ -10,8 +10,10 @@
 //              F8_E8M0, [rows][cols/32]) for NAME = BASE.weight; or, as GPT-OSS
 //              ships its experts, NAME_blocks (U8 [..., rows, cols/32, 16]) and
 //              NAME_scales (U8 [..., rows, cols/32])
-// and decoded to float32 rows. Every shard, tensor entry and scale shape is
-// checked before use; errors name the file and the tensor.
+// and decoded to float32 rows. compressed-tensors' pack-quantized INT4
+// (BASE.weight_packed I32, Kimi K2.5's experts) is refused by name. Every
+// shard, tensor entry and scale shape is checked before use; errors name the
+// file and the tensor.
 #pragma once
 
 #include <cstdint>

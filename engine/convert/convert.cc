@@ -144,8 +144,9 @@ Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm, Fmt expert_fm
                                "for bit, and " + x->weight.where() + " is " +
                                x->weight.describe());
         // Its share of the tensor (a fused tensor holds every expert).
-        p.layer_source_bytes[L] += StoredBytes(x->weight) * static_cast<uint64_t>(x->rows) /
-                                   static_cast<uint64_t>(x->weight.rows);
+        p.layer_source_bytes[L] += StoredBytes(x->weight) *
+                                   static_cast<uint64_t>(x->rows * x->cols) /
+                                   static_cast<uint64_t>(x->weight.rows * x->weight.cols);
         p.experts[L].push_back(std::move(*x));
       }
     }
@@ -353,7 +354,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
       const ExpertMatrix& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
       const int64_t rows = lay.rows[m], cols = lay.cols[m];
       // A fused tensor (every expert's rows in one) is released after the layer.
-      const bool own_tensor = src.rows == src.weight.rows;
+      const bool own_tensor = src.rows * src.cols == src.weight.rows * src.weight.cols;
       if (q.fmt == Fmt::kMXFP4) {  // the checkpoint's bytes, row by row
         uint8_t* codes = rec.data() + lay.matrix_off[m];
         const int64_t blocks = cols / format::kMxfp4Block;
@@ -438,7 +439,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
   }));
   WASTE_RETURN_IF_ERROR(err.Get());
   for (const ExpertMatrix& x : p_.experts[L])
-    if (x.rows != x.weight.rows) ck_.Release(x.weight);
+    if (x.rows * x.cols != x.weight.rows * x.weight.cols) ck_.Release(x.weight);
   out->layer = L;
   out->experts = c.n_experts;
   out->source_bytes = p_.layer_source_bytes[L];

@@ -66,9 +66,9 @@ struct ConvertSummary {
   // Layers the checkpoint has past num_hidden_layers, skipped: DeepSeek's and
   // GLM's multi-token-prediction layers (num_nextn_predict_layers).
   std::vector<int> skipped_layers;
-  // Tensors of a part the text model does not use, skipped: K3's vision
-  // tower (vision_tower.*, mm_projector.*), Qwen3.5 MoE's (model.visual.*).
-  // Not in `unused`.
+  // Tensors of a part the text model does not use, skipped: K3's and K2.5's
+  // vision tower (vision_tower.*, mm_projector.*), Qwen3.5 MoE's
+  // (model.visual.*). Not in `unused`.
   std::vector<std::string> skipped_vision;
   // Qwen3-Next's and Qwen3.5's multi-token-prediction weights (mtp.*),
   // skipped. Not in `unused`.

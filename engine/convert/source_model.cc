@@ -11,9 +11,14 @@ using nlohmann::json;
 
 namespace {
 
-// K3's wrapper: its config.json architecture and the vision tower's tensors.
+// The multimodal wrappers whose text model waste runs: Kimi K3's (a
+// kimi_linear text model) and Kimi K2.5's / K2.6's (a DeepSeek-V3 one; its
+// remote code's name and transformers' own), by config.json's architecture.
 constexpr const char* kK3Wrapper = "KimiK3ForConditionalGeneration";
-constexpr const char* kK3Vision[] = {"vision_tower.", "mm_projector."};
+constexpr const char* kK25Wrappers[] = {"KimiK25ForConditionalGeneration",
+                                        "Kimi_K25ForConditionalGeneration"};
+// Their vision towers' tensors.
+constexpr const char* kVision[] = {"vision_tower.", "mm_projector."};
 // Qwen3.5 MoE's wrapper, where its text model's tensors lie and its vision tower's.
 constexpr const char* kQwen35Wrapper = "Qwen3_5MoeForConditionalGeneration";
 constexpr const char* kQwen35Text = "model.language_model.";
@@ -42,13 +47,13 @@ std::string SourceModel::TrunkName(const std::string& name) const {
   const std::string model = "model.";
   if (family == Family::kQwen35Moe && n.rfind(model, 0) == 0)
     return kQwen35Text + n.substr(model.size());
-  return n;
+  return prefix + n;
 }
 
 bool SourceModel::IsVisionTensor(const std::string& name) const {
   if (family == Family::kQwen35Moe) return name.rfind(kQwen35Vision, 0) == 0;
-  if (shape.arch != Arch::kKimiK3) return false;
-  for (const char* v : kK3Vision)
+  if (prefix.empty()) return false;  // only a wrapper has a vision tower
+  for (const char* v : kVision)
     if (name.rfind(v, 0) == 0) return true;
   return false;
 }
@@ -140,14 +145,11 @@ Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, in
                         std::to_string(layer);
   ExpertMatrix m;
   m.rows = rows;
+  m.cols = cols;
   std::vector<int64_t> want = {rows, cols};
   std::string name;
   if (family == Family::kGptOss) {
     name = p + ".mlp.experts." + (matrix == 2 ? "down_proj" : "gate_up_proj");
-    const int64_t per = matrix == 2 ? rows : 2 * rows;  // rows of one expert in the fused tensor
-    want = {c.n_experts, per, cols};
-    m.first = expert * per + (matrix == 1 ? 1 : 0);
-    m.step = matrix == 2 ? 1 : 2;
   } else if (family == Family::kKimiLinear || family == Family::kMinimaxM2) {
     static const char* kimi[3] = {"w1", "w3", "w2"};
     name = p + ".block_sparse_moe.experts." + std::to_string(expert) + "." + kimi[matrix] +
@@ -158,10 +160,19 @@ Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, in
   }
   auto w = ck.Find(name);
   if (!w.ok()) return w.status();
-  if (family == Family::kGptOss && w->storage != Storage::kMxfp4)
-    return Status::Error(w->where() + " is " + w->describe() +
-                         ": GPT-OSS experts are read in the released MXFP4 layout (" + name +
-                         "_blocks and _scales), not dequantized");
+  if (family == Family::kGptOss) {
+    const int64_t per = matrix == 2 ? rows : 2 * rows;  // rows of one expert in the fused tensor
+    m.step = matrix == 2 ? 1 : 2;
+    if (w->storage == Storage::kMxfp4) {
+      want = {c.n_experts, per, cols};
+      m.first = expert * per + (matrix == 1 ? 1 : 0);
+    } else {  // a fine-tune's BF16 as transformers saves it: [E][in][out]
+      want = {c.n_experts, cols, per};
+      m.transposed = true;
+      m.first = expert * cols;
+      m.column = matrix == 1 ? 1 : 0;
+    }
+  }
   if (w->shape != want)
     return Status::Error(w->where() + " is " + w->describe() + ", the config needs " +
                          ShapeText(want));
@@ -170,6 +181,15 @@ Result<ExpertMatrix> SourceModel::FindExpert(const Checkpoint& ck, int layer, in
 }
 
 Status SourceModel::ReadExpert(const Checkpoint& ck, const ExpertMatrix& m, float* out) {
+  if (m.transposed) {
+    const int64_t per = m.weight.cols;
+    std::vector<float> in(static_cast<size_t>(m.cols * per));
+    WASTE_RETURN_IF_ERROR(ck.ReadRows(m.weight, m.first, m.cols, in.data()));
+    for (int64_t i = 0; i < m.rows; ++i)
+      for (int64_t k = 0; k < m.cols; ++k)
+        out[i * m.cols + k] = in[static_cast<size_t>(k * per + m.column + i * m.step)];
+    return Status::Ok();
+  }
   if (m.step == 1) return ck.ReadRows(m.weight, m.first, m.rows, out);
   for (int64_t i = 0; i < m.rows; ++i)
     WASTE_RETURN_IF_ERROR(ck.ReadRows(m.weight, m.first + i * m.step, 1, out + i * m.weight.cols));
@@ -205,14 +225,31 @@ Result<SourceModel> MapSource(const json& top) {
   json in = top;
   if (top.contains("text_config")) {
     const auto a = top.find("architectures");
-    const bool named = a != top.end() && a->is_array() && !a->empty();
-    const bool k3 = named && (*a)[0] == kK3Wrapper, qwen35 = named && (*a)[0] == kQwen35Wrapper;
-    if (!k3 && !qwen35)
+    const std::string arch =
+        a != top.end() && a->is_array() && !a->empty() && (*a)[0].is_string() ? (*a)[0] : "";
+    const auto outer_type = top.find("model_type");
+    const bool k25 = std::find(std::begin(kK25Wrappers), std::end(kK25Wrappers), arch) !=
+                         std::end(kK25Wrappers) ||
+                     (outer_type != top.end() && *outer_type == "kimi_k25");
+    const bool qwen35 = arch == kQwen35Wrapper;
+    if (arch != kK3Wrapper && !k25 && !qwen35)
       return Status::Error(std::string("config.json: a nested text_config (a multimodal "
                                        "wrapper) is supported for Kimi K3 (") +
-                           kK3Wrapper + ") and Qwen3.5 MoE (" + kQwen35Wrapper +
+                           kK3Wrapper + "), Kimi K2.5 (" + kK25Wrappers[0] +
+                           ") and Qwen3.5 MoE (" + kQwen35Wrapper +
                            ") only, not for architectures " +
                            (a != top.end() ? a->dump() : std::string("(none)")));
+    if (k25 && top["text_config"].is_object()) {
+      const json& t = top["text_config"];
+      const auto tt = t.find("model_type");
+      if (tt == t.end() || (*tt != "deepseek_v3" && *tt != "kimi_k2"))
+        return Status::Error("config.json: Kimi K2.5's text_config.model_type is " +
+                             (tt == t.end() ? std::string("missing") : tt->dump()) +
+                             ", not deepseek_v3 or kimi_k2");
+      // The release's lm_head is its own tensor; a wrapper that ties it is not.
+      if (auto tie = top.find("tie_word_embeddings"); tie != top.end() && *tie == true)
+        return Status::Error("config.json: tie_word_embeddings is not implemented");
+    }
     if (!top["text_config"].is_object())
       return Status::Error("config.json: text_config is not an object");
     if (qwen35) {

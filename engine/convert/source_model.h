@@ -36,6 +36,10 @@
 //     model.layers.L.mlp.experts.gate_up_proj_{blocks,scales} [E][2 * inter]...:
 //       gate the even rows, up the odd ones; gate_up_proj_bias [E][2 * inter] likewise
 //     model.layers.L.mlp.experts.down_proj_{blocks,scales}, down_proj_bias [E][hidden]
+//   or, as transformers' save_pretrained writes a fine-tune's BF16 experts,
+//   transposed (the parameters' own [E][in][out] layout):
+//     model.layers.L.mlp.experts.gate_up_proj [E][hidden][2 * inter] (gate the
+//       even columns, up the odd ones), down_proj [E][inter][hidden]
 //     model.layers.L.mlp.router.{weight,bias} -> model.layers.L.block_sparse_moe.gate.*
 //   Kimi K3 (architectures KimiK3ForConditionalGeneration), a multimodal
 //   wrapper: config.json's text_config is the text model (model_type
@@ -44,6 +48,12 @@
 //   tensor_prefix), the routed experts in compressed-tensors' MXFP4
 //   (BASE.weight_packed, BASE.weight_scale) and the rest BF16; the vision
 //   tower's vision_tower.* and mm_projector.*: not used (waste convert lists them)
+//   Kimi K2.5 / K2.6 (architectures KimiK25ForConditionalGeneration, or
+//   transformers' Kimi_K25ForConditionalGeneration, model_type kimi_k25): the
+//   same wrapper around a DeepSeek-V3 text model (text_config model_type
+//   kimi_k2 or deepseek_v3), DeepSeek's names under language_model.
+//   (language_model.model.layers.L.*, language_model.lm_head.weight), its
+//   vision tower as K3's; its released INT4 experts are refused (checkpoint.h)
 //   Everything else has the container's name (engine/format/model_config.h, TrunkSpec).
 #pragma once
 
@@ -78,11 +88,15 @@ struct RowSpan {
   int64_t first = 0, rows = 0;
 };
 
-// Where matrix m of a routed expert lies in the checkpoint: rows
-// first + i * step of `weight`, i < rows, each of the matrix's width.
+// Where matrix m of a routed expert lies in the checkpoint: its row i is
+// row first + i * step of `weight` (each of the matrix's width) or, when
+// `transposed` (GPT-OSS's [E][in][out] BF16 experts), column
+// column + i * step of the `cols` rows from `first` on.
 struct ExpertMatrix {
   Weight weight;
-  int64_t first = 0, step = 1, rows = 0;
+  int64_t first = 0, step = 1, rows = 0, cols = 0;
+  bool transposed = false;
+  int64_t column = 0;
 };
 
 struct SourceModel {
@@ -110,7 +124,8 @@ struct SourceModel {
   static Status ReadSpans(const Checkpoint& ck, const std::vector<RowSpan>& spans, int64_t first,
                           int64_t n, float* out);
   // Whether a checkpoint tensor belongs to a part the text model does not
-  // use and the container leaves out by design: K3's and Qwen3.5's vision towers.
+  // use and the container leaves out by design: a wrapper's vision tower
+  // (K3's, K2.5's, Qwen3.5's).
   bool IsVisionTensor(const std::string& checkpoint_name) const;
   // Whether it is Qwen3-Next's or Qwen3.5's multi-token-prediction weights
   // (mtp.*), which the container leaves out (a later issue uses them).
@@ -125,14 +140,15 @@ struct SourceModel {
                         float* out) const;
 };
 
-// Reads a config.json. Normalized for the container: K3's text_config
+// Reads a config.json. Normalized for the container: a wrapper's text_config
 // becomes the config, the wrapper's other keys its "_outer" object (as WARP's
 // converter writes it); Qwen3.5 MoE's text_config becomes the config, with the
 // wrapper's architectures (its vision keys are not needed); transformers 5's
 // rope_parameters become rope_theta /
 // rope_scaling; quantization_config and compression_config are dropped (the
 // container's weights are not the checkpoint's). Refused by name: an unknown
-// model_type, a text_config of another wrapper than K3's or Qwen3.5's, an activation other
+// model_type, a text_config of another wrapper than K3's, K2.5's (whose text
+// model must be DeepSeek-V3's and whose lm_head is not tied) or Qwen3.5's, an activation other
 // than silu (K3: silu or situ), tied embeddings,
 // rope_interleave false for MLA, and whatever ModelConfig::FromJson refuses.
 Result<SourceModel> MapSource(const nlohmann::json& config);
