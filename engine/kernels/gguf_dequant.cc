@@ -25,38 +25,37 @@ int Nibble(const uint8_t* qs, int j) {
   return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
 }
 
-void Q4_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(Nibble(b + 2, j) - 8);
-}
-void Q4_1(const uint8_t* b, float* y) {
-  const float d = Half(b), m = Half(b + 2);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(Nibble(b + 4, j)) + m;
-}
-void Q5_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  for (int j = 0; j < 32; ++j)
-    y[j] = d * static_cast<float>((Nibble(b + 6, j) | static_cast<int>(qh >> j & 1) << 4) - 16);
-}
-void Q5_1(const uint8_t* b, float* y) {
-  const float d = Half(b), m = Half(b + 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + 4, 4);
-  for (int j = 0; j < 32; ++j)
-    y[j] = d * static_cast<float>(Nibble(b + 8, j) | static_cast<int>(qh >> j & 1) << 4) + m;
-}
-void Iq4Nl(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(kGgufIq4Levels[Nibble(b + 2, j)]);
-}
-
 // The factored types (gguf_dequant.h): each as its factors per 16 values
 // and its codes. The package's arithmetic is a[j / 16] * float(q) (less
-// b[j / 16]): Q8_0 multiplies float(q) * d, the same product.
-void Q8_0Factors(const uint8_t* b, float* a, float*) {
+// b[j / 16]): Q8_0 multiplies float(q) * d, the same product; Q4_1 and
+// Q5_1 add their min m, which is subtracting b = -m, bit for bit.
+void DFactors(const uint8_t* b, float* a, float*) {  // one f16 d a block of 32
   a[0] = a[1] = Half(b);
+}
+void DMinFactors(const uint8_t* b, float* a, float* m) {  // d, then the min
+  a[0] = a[1] = Half(b);
+  m[0] = m[1] = -Half(b + 2);
+}
+void Q4_0Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 2, j) - 8);
+}
+void Q4_1Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 4, j));
+}
+// Q5_0 and Q5_1: a fifth bit, bit j of the u32 before the nibbles.
+int Fifth(const uint8_t* qh, int j) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return static_cast<int>(h >> j & 1) << 4;
+}
+void Q5_0Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>((Nibble(b + 6, j) | Fifth(b + 2, j)) - 16);
+}
+void Q5_1Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 8, j) | Fifth(b + 4, j));
+}
+void Iq4NlCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = kGgufIq4Levels[Nibble(b + 2, j)];
 }
 void Q8_0Codes(const uint8_t* b, int8_t* q) {
   std::memcpy(q, b + 2, 32);
@@ -170,7 +169,12 @@ struct Factored {
   int values;
   bool offset;
 };
-constexpr Factored kQ8_0F{Q8_0Factors, Q8_0Codes, 32, false};
+constexpr Factored kQ8_0F{DFactors, Q8_0Codes, 32, false};
+constexpr Factored kQ4_0F{DFactors, Q4_0Codes, 32, false};
+constexpr Factored kQ4_1F{DMinFactors, Q4_1Codes, 32, true};
+constexpr Factored kQ5_0F{DFactors, Q5_0Codes, 32, false};
+constexpr Factored kQ5_1F{DMinFactors, Q5_1Codes, 32, true};
+constexpr Factored kIq4NlF{DFactors, Iq4NlCodes, 32, false};
 constexpr Factored kMxfp4F{Mxfp4Factors, Mxfp4Codes, 32, false};
 constexpr Factored kQ2_KF{Q2_KFactors, Q2_KCodes, kQK, true};
 constexpr Factored kQ3_KF{Q3_KFactors, Q3_KCodes, kQK, false};
@@ -183,6 +187,16 @@ const Factored* FindFactored(uint32_t type) {
   switch (type) {
     case gguf::kQ8_0:
       return &kQ8_0F;
+    case gguf::kQ4_0:
+      return &kQ4_0F;
+    case gguf::kQ4_1:
+      return &kQ4_1F;
+    case gguf::kQ5_0:
+      return &kQ5_0F;
+    case gguf::kQ5_1:
+      return &kQ5_1F;
+    case gguf::kIQ4_NL:
+      return &kIq4NlF;
     case gguf::kMXFP4:
       return &kMxfp4F;
     case gguf::kQ2_K:
@@ -234,13 +248,13 @@ BlockFn Decoder(uint32_t type) {
     case gguf::kBF16:
       return Bf16;
     case gguf::kQ4_0:
-      return Q4_0;
+      return FactoredBlock<kQ4_0F>;
     case gguf::kQ4_1:
-      return Q4_1;
+      return FactoredBlock<kQ4_1F>;
     case gguf::kQ5_0:
-      return Q5_0;
+      return FactoredBlock<kQ5_0F>;
     case gguf::kQ5_1:
-      return Q5_1;
+      return FactoredBlock<kQ5_1F>;
     case gguf::kQ8_0:
       return FactoredBlock<kQ8_0F>;
     case gguf::kQ2_K:
@@ -254,7 +268,7 @@ BlockFn Decoder(uint32_t type) {
     case gguf::kQ6_K:
       return FactoredBlock<kQ6_KF>;
     case gguf::kIQ4_NL:
-      return Iq4Nl;
+      return FactoredBlock<kIq4NlF>;
     case gguf::kIQ4_XS:
       return FactoredBlock<kIq4XsF>;
     case gguf::kMXFP4:

@@ -30,13 +30,15 @@ Status GgufDequantize(uint32_t type, std::span<const uint8_t> bytes, std::span<f
 // A whole tensor of `g`, read and decoded; errors name the tensor.
 Result<std::vector<float>> GgufDequantizeTensor(const gguf::Gguf& g, const gguf::TensorInfo& t);
 
-// The factored types: Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and MXFP4,
+// The factored types: every quantized type read here (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and MXFP4),
 // whose value j of a block is, in the package's arithmetic,
-//   a[j / 16] * float(q[j])               (less b[j / 16] where
-//   GgufFactorsHaveOffset: Q2_K, Q4_K, Q5_K)
-// with q[j] an integer code in int8 (IQ4_XS's level, MXFP4's E2M1 value
-// doubled) and a, b the block's factors per 16 values, each computed once
-// in float32 from its f16 and 4-8 bit scales.
+//   a[j / 16] * float(q[j])               (less b[j / 16]
+//   where GgufFactorsHaveOffset: Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
+// with q[j] an integer code in int8 (IQ4_NL's and IQ4_XS's level, MXFP4's
+// E2M1 value doubled) and a, b the block's factors per 16 values, each
+// computed once in float32 from its f16 and 4-8 bit scales (Q4_1's and
+// Q5_1's b is their min negated: v - (-m) is v + m, bit for bit).
 bool GgufFactored(uint32_t type);
 bool GgufFactorsHaveOffset(uint32_t type);
 // A factored type's factors of one block: a[0 : values / 16] and, with an
