@@ -58,6 +58,8 @@ enum Type : uint32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  kIQ2_XXS = 16,
+  kIQ3_XXS = 18,
   kIQ4_NL = 20,
   kIQ4_XS = 23,
   kBF16 = 30,

@@ -49,8 +49,8 @@ __m256i Fifths(const uint8_t* p) {
   std::memcpy(&h, p, 4);
   // Byte j takes the u32's byte j / 8, then tests its bit j % 8.
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(h), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                              0x0101010101010101, 0));
+      _mm256_set1_epi32(h),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
                           _mm256_set1_epi8(16));
@@ -62,8 +62,8 @@ void Q4_1(const uint8_t* b, int8_t* q) {
   Store32(q, Nibbles32(b + 4));
 }
 void Q5_0(const uint8_t* b, int8_t* q) {
-  Store32(q, _mm256_sub_epi8(_mm256_or_si256(Nibbles32(b + 6), Fifths(b + 2)),
-                             _mm256_set1_epi8(16)));
+  Store32(q,
+          _mm256_sub_epi8(_mm256_or_si256(Nibbles32(b + 6), Fifths(b + 2)), _mm256_set1_epi8(16)));
 }
 void Q5_1(const uint8_t* b, int8_t* q) {
   Store32(q, _mm256_or_si256(Nibbles32(b + 8), Fifths(b + 4)));
@@ -136,6 +136,14 @@ void Iq4Xs(const uint8_t* b, int8_t* q) {
   }
 }
 
+// The grid types' codes are table lookups by index and sign: gguf_dequant.cc's.
+void Iq2Xxs(const uint8_t* b, int8_t* q) {
+  GgufBlockCodes(gguf::kIQ2_XXS, b, q);
+}
+void Iq3Xxs(const uint8_t* b, int8_t* q) {
+  GgufBlockCodes(gguf::kIQ3_XXS, b, q);
+}
+
 using CodesFn = void (*)(const uint8_t*, int8_t*);
 CodesFn Codes(uint32_t type) {
   switch (type) {
@@ -165,6 +173,10 @@ CodesFn Codes(uint32_t type) {
       return Q6_K;
     case gguf::kIQ4_XS:
       return Iq4Xs;
+    case gguf::kIQ2_XXS:
+      return Iq2Xxs;
+    case gguf::kIQ3_XXS:
+      return Iq3Xxs;
     default:
       return nullptr;
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/format/encoding.h"
+#include "engine/kernels/gguf_iq_grids.h"
 
 namespace waste::kernels {
 namespace {
@@ -49,7 +50,8 @@ int Fifth(const uint8_t* qh, int j) {
   return static_cast<int>(h >> j & 1) << 4;
 }
 void Q5_0Codes(const uint8_t* b, int8_t* q) {
-  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>((Nibble(b + 6, j) | Fifth(b + 2, j)) - 16);
+  for (int j = 0; j < 32; ++j)
+    q[j] = static_cast<int8_t>((Nibble(b + 6, j) | Fifth(b + 2, j)) - 16);
 }
 void Q5_1Codes(const uint8_t* b, int8_t* q) {
   for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 8, j) | Fifth(b + 4, j));
@@ -161,6 +163,59 @@ void Iq4XsCodes(const uint8_t* b, int8_t* q) {
     q[j] = kGgufIq4Levels[b[8 + (j / 32) * 16 + j % 16] >> (4 * (j % 32 / 16)) & 15];
 }
 
+// The 2-3 bit grid types (IQ2_XXS, IQ3_XXS): 32 values a group, each with
+// a u32 whose top 4 bits are its scale and whose four 7-bit fields index
+// ggml's ksigns, the signs of 8 values each: the 7 bits, then their parity
+// (an even count of minus signs).
+uint32_t U32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+int KSigns(uint32_t aux, int j) {
+  const uint32_t s = aux >> (7 * j) & 127;
+  return static_cast<int>(s | (static_cast<uint32_t>(__builtin_popcount(s)) & 1) << 7);
+}
+// A group's factor, d (0.5 + scale) times 0.25 (IQ2_XXS) or 0.5 (IQ3_XXS),
+// in the package's order.
+void GridFactors(float d, uint32_t aux, float unit, float* a) {
+  a[0] = a[1] = d * (0.5f + static_cast<float>(aux >> 28)) * unit;
+}
+int8_t Signed(int magnitude, int signs, int i) {
+  return static_cast<int8_t>(signs >> i & 1 ? -magnitude : magnitude);
+}
+// IQ2_XXS: d, then per group 4 grid indices (8 values each) and its u32.
+void Iq2XxsFactors(const uint8_t* b, float* a, float*) {
+  for (int g = 0; g < 8; ++g) GridFactors(Half(b), U32(b + 6 + 8 * g), 0.25f, a + 2 * g);
+}
+void Iq2XxsCodes(const uint8_t* b, int8_t* q) {
+  for (int g = 0; g < 8; ++g) {
+    const uint8_t* p = b + 2 + 8 * g;
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t point = kGgufIq2XxsGrid[p[j]];
+      const int signs = KSigns(U32(p + 4), j);
+      for (int i = 0; i < 8; ++i)
+        q[32 * g + 8 * j + i] = Signed(static_cast<int>(point >> (8 * i) & 255), signs, i);
+    }
+  }
+}
+// IQ3_XXS: d, 64 grid indices (4 values each), then each group's u32.
+void Iq3XxsFactors(const uint8_t* b, float* a, float*) {
+  for (int g = 0; g < 8; ++g) GridFactors(Half(b), U32(b + 66 + 4 * g), 0.5f, a + 2 * g);
+}
+void Iq3XxsCodes(const uint8_t* b, int8_t* q) {
+  for (int g = 0; g < 8; ++g) {
+    const uint32_t aux = U32(b + 66 + 4 * g);
+    for (int j = 0; j < 4; ++j) {
+      const int signs = KSigns(aux, j);
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t point = kGgufIq3XxsGrid[b[2 + 8 * g + 2 * j + i / 4]];
+        q[32 * g + 8 * j + i] = Signed(static_cast<int>(point >> (8 * (i % 4)) & 255), signs, i);
+      }
+    }
+  }
+}
+
 using FactorsFn = void (*)(const uint8_t*, float*, float*);
 using CodesFn = void (*)(const uint8_t*, int8_t*);
 struct Factored {
@@ -182,6 +237,8 @@ constexpr Factored kQ4_KF{Q45_KFactors, Q4_KCodes, kQK, true};
 constexpr Factored kQ5_KF{Q45_KFactors, Q5_KCodes, kQK, true};
 constexpr Factored kQ6_KF{Q6_KFactors, Q6_KCodes, kQK, false};
 constexpr Factored kIq4XsF{Iq4XsFactors, Iq4XsCodes, kQK, false};
+constexpr Factored kIq2XxsF{Iq2XxsFactors, Iq2XxsCodes, kQK, false};
+constexpr Factored kIq3XxsF{Iq3XxsFactors, Iq3XxsCodes, kQK, false};
 
 const Factored* FindFactored(uint32_t type) {
   switch (type) {
@@ -211,6 +268,10 @@ const Factored* FindFactored(uint32_t type) {
       return &kQ6_KF;
     case gguf::kIQ4_XS:
       return &kIq4XsF;
+    case gguf::kIQ2_XXS:
+      return &kIq2XxsF;
+    case gguf::kIQ3_XXS:
+      return &kIq3XxsF;
     default:
       return nullptr;
   }
@@ -271,6 +332,10 @@ BlockFn Decoder(uint32_t type) {
       return FactoredBlock<kIq4NlF>;
     case gguf::kIQ4_XS:
       return FactoredBlock<kIq4XsF>;
+    case gguf::kIQ2_XXS:
+      return FactoredBlock<kIq2XxsF>;
+    case gguf::kIQ3_XXS:
+      return FactoredBlock<kIq3XxsF>;
     case gguf::kMXFP4:
       return FactoredBlock<kMxfp4F>;
     default:
@@ -295,6 +360,10 @@ bool GgufFactorsHaveOffset(uint32_t type) {
 
 void GgufBlockFactors(uint32_t type, const uint8_t* block, float* a, float* b) {
   FindFactored(type)->factors(block, a, b);
+}
+
+void GgufBlockCodes(uint32_t type, const uint8_t* block, int8_t* q) {
+  FindFactored(type)->codes(block, q);
 }
 
 bool GgufDequantizes(uint32_t type) {

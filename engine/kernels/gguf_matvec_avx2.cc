@@ -27,8 +27,8 @@ void Apply(const float* wv, int values, int64_t c0, const float* const* xs, int 
         s[i] = _mm256_add_ps(s[i], _mm256_mul_ps(_mm256_load_ps(wv + 8 * (g + i)),
                                                  _mm256_loadu_ps(x + 8 * (g + i))));
     for (int i = 0; g + i < regs; ++i)  // the row's last 32 values (of a float type, fewer)
-      s[i] = _mm256_add_ps(s[i], _mm256_mul_ps(_mm256_load_ps(wv + 8 * (g + i)),
-                                               _mm256_loadu_ps(x + 8 * (g + i))));
+      s[i] = _mm256_add_ps(
+          s[i], _mm256_mul_ps(_mm256_load_ps(wv + 8 * (g + i)), _mm256_loadu_ps(x + 8 * (g + i))));
     for (int i = 0; i < 8; ++i) _mm256_storeu_ps(lanes + 8 * i, s[i]);
     for (int j = 8 * regs; j < values; ++j)  // a float row's last values past a register
       lanes[j % 64] = lanes[j % 64] + wv[j] * x[j];

@@ -24,23 +24,23 @@ void Apply(const float* wv, int values, int64_t c0, const float* const* xs, int 
     for (; g + 4 <= regs; g += 4) {
       s0 = _mm512_add_ps(s0,
                          _mm512_mul_ps(_mm512_load_ps(wv + 16 * g), _mm512_loadu_ps(x + 16 * g)));
-      s1 = _mm512_add_ps(s1, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 16),
-                                           _mm512_loadu_ps(x + 16 * g + 16)));
-      s2 = _mm512_add_ps(s2, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 32),
-                                           _mm512_loadu_ps(x + 16 * g + 32)));
-      s3 = _mm512_add_ps(s3, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 48),
-                                           _mm512_loadu_ps(x + 16 * g + 48)));
+      s1 = _mm512_add_ps(
+          s1, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 16), _mm512_loadu_ps(x + 16 * g + 16)));
+      s2 = _mm512_add_ps(
+          s2, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 32), _mm512_loadu_ps(x + 16 * g + 32)));
+      s3 = _mm512_add_ps(
+          s3, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 48), _mm512_loadu_ps(x + 16 * g + 48)));
     }
     // The row's last 32 values (of a float type, up to 63).
     if (g < regs)
       s0 = _mm512_add_ps(s0,
                          _mm512_mul_ps(_mm512_load_ps(wv + 16 * g), _mm512_loadu_ps(x + 16 * g)));
     if (g + 1 < regs)
-      s1 = _mm512_add_ps(s1, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 16),
-                                           _mm512_loadu_ps(x + 16 * g + 16)));
+      s1 = _mm512_add_ps(
+          s1, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 16), _mm512_loadu_ps(x + 16 * g + 16)));
     if (g + 2 < regs)
-      s2 = _mm512_add_ps(s2, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 32),
-                                           _mm512_loadu_ps(x + 16 * g + 32)));
+      s2 = _mm512_add_ps(
+          s2, _mm512_mul_ps(_mm512_load_ps(wv + 16 * g + 32), _mm512_loadu_ps(x + 16 * g + 32)));
     _mm512_storeu_ps(lanes, s0);
     _mm512_storeu_ps(lanes + 16, s1);
     _mm512_storeu_ps(lanes + 32, s2);

@@ -35,6 +35,9 @@ HALF_FIELDS = {
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
     T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: [],
 }
+# The 1-3 bit IQ types: random bytes only (the package cannot quantize
+# them), from their own generator so that the files above stay as they were.
+IQ_HALF_FIELDS = {T.IQ2_XXS: [0], T.IQ3_XXS: [0]}
 QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.MXFP4}
 FLOATS = [T.F32, T.F16, T.BF16]
 
@@ -45,7 +48,7 @@ def random_blocks(rng, qtype, n):
         x = (rng.standard_normal(n * block) * 3).astype(np.float32)
         return quantize(x, qtype).view(np.uint8).reshape(n, size)
     raw = rng.integers(0, 256, size=(n, size), dtype=np.uint8)
-    for off in HALF_FIELDS[qtype]:
+    for off in {**HALF_FIELDS, **IQ_HALF_FIELDS}[qtype]:
         h = (rng.standard_normal(n) * 0.05).astype(np.float16)
         raw[:, off:off + 2] = h.view(np.uint8).reshape(n, 2)
     if qtype in QUANTIZABLE:
@@ -55,9 +58,9 @@ def random_blocks(rng, qtype, n):
     return raw
 
 
-def write_quants(out, rng):
+def write_quants(out, rng, qtypes):
     os.makedirs(os.path.join(out, "quants"), exist_ok=True)
-    for qtype in FLOATS + list(HALF_FIELDS):
+    for qtype in qtypes:
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         n = 8 if block == 256 else 32
         blocks = random_blocks(rng, qtype, n)
@@ -136,8 +139,9 @@ def write_tiny(out, rng):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/gguf"
     rng = np.random.default_rng(44)
-    write_quants(out, rng)
+    write_quants(out, rng, FLOATS + list(HALF_FIELDS))
     write_tiny(out, rng)
+    write_quants(out, np.random.default_rng(4402), list(IQ_HALF_FIELDS))
 
 
 if __name__ == "__main__":
