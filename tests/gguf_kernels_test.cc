@@ -51,9 +51,10 @@ Quants Load(const char* name) {
 
 // The types the products read, in the order the issue asks for them, then
 // the others gguf_dequant.h reads.
-const char* const kTypes[] = {"q4_k",   "q5_k",  "q6_k", "q8_0", "q2_k",    "q3_k",
-                              "iq4_xs", "mxfp4", "q4_0", "q4_1", "q5_0",    "q5_1",
-                              "iq4_nl", "bf16",  "f16",  "f32",  "iq3_xxs", "iq2_xxs"};
+const char* const kTypes[] = {"q4_k",   "q5_k",   "q6_k",  "q8_0",  "q2_k",    "q3_k",
+                              "iq4_xs", "mxfp4",  "q4_0",  "q4_1",  "q5_0",    "q5_1",
+                              "iq4_nl", "bf16",   "f16",   "f32",   "iq3_xxs", "iq2_xxs",
+                              "iq3_s",  "iq2_xs", "iq2_s", "iq1_s", "iq1_m"};
 
 std::vector<float> RandomX(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> d(0.f, 1.f);
@@ -234,8 +235,8 @@ TEST(GgufKernels, RefusesOtherTypesAndShapesByName) {
   };
   EXPECT_EQ(message(gguf::kQ8_0, 34, 1, 32), "");
   EXPECT_EQ(message(gguf::kQ8_0, 34, 0, 32), "");
-  // ggml's codes 19 and 15: IQ1_S and Q8_K (llama.cpp's input type only).
-  EXPECT_NE(message(19, 50, 1, 256).find("IQ1_S has no matrix product"), std::string::npos);
+  // ggml's codes 34 and 15: TQ1_0 and Q8_K (llama.cpp's input type only).
+  EXPECT_NE(message(34, 54, 1, 256).find("TQ1_0 has no matrix product"), std::string::npos);
   EXPECT_NE(message(15, 292, 1, 256).find("Q8_K has no matrix product"), std::string::npos);
   EXPECT_NE(message(99, 34, 1, 32).find("type 99"), std::string::npos);
   EXPECT_NE(message(gguf::kQ4_K, 1 << 20, 2, 384)

@@ -137,11 +137,9 @@ void Iq4Xs(const uint8_t* b, int8_t* q) {
 }
 
 // The grid types' codes are table lookups by index and sign: gguf_dequant.cc's.
-void Iq2Xxs(const uint8_t* b, int8_t* q) {
-  GgufBlockCodes(gguf::kIQ2_XXS, b, q);
-}
-void Iq3Xxs(const uint8_t* b, int8_t* q) {
-  GgufBlockCodes(gguf::kIQ3_XXS, b, q);
+template <uint32_t kType>
+void Grid(const uint8_t* b, int8_t* q) {
+  GgufBlockCodes(kType, b, q);
 }
 
 using CodesFn = void (*)(const uint8_t*, int8_t*);
@@ -173,10 +171,20 @@ CodesFn Codes(uint32_t type) {
       return Q6_K;
     case gguf::kIQ4_XS:
       return Iq4Xs;
-    case gguf::kIQ2_XXS:
-      return Iq2Xxs;
     case gguf::kIQ3_XXS:
-      return Iq3Xxs;
+      return Grid<gguf::kIQ3_XXS>;
+    case gguf::kIQ3_S:
+      return Grid<gguf::kIQ3_S>;
+    case gguf::kIQ2_XXS:
+      return Grid<gguf::kIQ2_XXS>;
+    case gguf::kIQ2_XS:
+      return Grid<gguf::kIQ2_XS>;
+    case gguf::kIQ2_S:
+      return Grid<gguf::kIQ2_S>;
+    case gguf::kIQ1_S:
+      return Grid<gguf::kIQ1_S>;
+    case gguf::kIQ1_M:
+      return Grid<gguf::kIQ1_M>;
     default:
       return nullptr;
   }

@@ -216,6 +216,95 @@ void Iq3XxsCodes(const uint8_t* b, int8_t* q) {
   }
 }
 
+// IQ3_S: d, 64 grid indices' low 8 bits, 8 bytes of their ninth bits, 32
+// bytes of signs (a bit a value), then a 4-bit scale per group: d (1 + 2s).
+void Iq3SFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int g = 0; g < 8; ++g)
+    a[2 * g] = a[2 * g + 1] =
+        d * static_cast<float>(1 + 2 * (b[106 + g / 2] >> (4 * (g % 2)) & 15));
+}
+void Iq3SCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j) {
+    const int k = j / 4;  // the grid index
+    const uint32_t point = kGgufIq3SGrid[b[2 + k] | (b[66 + k / 8] >> (k % 8) & 1) << 8];
+    q[j] = Signed(static_cast<int>(point >> (8 * (j % 4)) & 255), b[74 + j / 8], j % 8);
+  }
+}
+// IQ2_XS: d, 32 u16s (a 9-bit grid index, 8 values, and a 7-bit ksigns
+// index), 8 bytes of scales.
+void Iq2XsFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int i = 0; i < 16; ++i)
+    a[i] = d * (0.5f + static_cast<float>(b[66 + i / 2] >> (4 * (i % 2)) & 15)) * 0.25f;
+}
+void Iq2XsCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const uint32_t e = U16(b + 2 + 2 * k);
+    const uint64_t point = kGgufIq2XsGrid[e & 511];
+    const int signs = KSigns(e >> 9, 0);
+    for (int i = 0; i < 8; ++i)
+      q[8 * k + i] = Signed(static_cast<int>(point >> (8 * i) & 255), signs, i);
+  }
+}
+// IQ2_S: d, 32 grid indices' low 8 bits, 32 bytes of signs, 8 bytes of
+// their two high bits, 8 bytes of scales.
+void Iq2SFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int i = 0; i < 16; ++i)
+    a[i] = d * (0.5f + static_cast<float>(b[74 + i / 2] >> (4 * (i % 2)) & 15)) * 0.25f;
+}
+void Iq2SCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const uint64_t point = kGgufIq2SGrid[b[2 + k] | (b[66 + k / 4] >> (2 * (k % 4)) & 3) << 8];
+    for (int i = 0; i < 8; ++i)
+      q[8 * k + i] = Signed(static_cast<int>(point >> (8 * i) & 255), b[34 + k], i);
+  }
+}
+
+// IQ1_S and IQ1_M: the value is dl (grid + delta), grid -1, 0 or 1 and
+// delta +-0.125 per 8 values; (grid + delta) is k / 8 for an odd k, so
+// the factor is dl / 8 and the code k: dl (k / 8) and (dl / 8) k round
+// alike (scaling by 2^-3 is exact).
+void Iq1Codes(int index, bool minus, int8_t* q) {
+  const int point = kGgufIq1Grid[index];
+  for (int i = 0; i < 8; ++i)
+    q[i] = static_cast<int8_t>(8 * ((point >> (2 * i) & 3) - 1) + (minus ? -1 : 1));
+}
+// IQ1_S: d, 32 grid indices' low 8 bits, then a u16 per 32 values: the
+// indices' three high bits each, a 3-bit scale s (dl = d (2s + 1)), and
+// the delta's sign in bit 15.
+void Iq1SFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int g = 0; g < 8; ++g)
+    a[2 * g] = a[2 * g + 1] =
+        d * static_cast<float>(2 * (U16(b + 34 + 2 * g) >> 12 & 7) + 1) * 0.125f;
+}
+void Iq1SCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const uint16_t h = U16(b + 34 + 2 * (k / 4));
+    Iq1Codes(b[2 + k] | (h >> (3 * (k % 4)) & 7) << 8, h & 0x8000, q + 8 * k);
+  }
+}
+// IQ1_M: 32 grid indices' low 8 bits, a nibble per index (three high
+// bits, the delta's sign), then four u16s: twelve bits of 3-bit scales
+// (one per 16 values) each, and in their top nibbles the f16 d.
+void Iq1MFactors(const uint8_t* b, float* a, float*) {
+  const uint8_t* sc = b + 48;
+  const uint16_t d_bits =
+      static_cast<uint16_t>(U16(sc) >> 12 | (U16(sc + 2) >> 8 & 0xf0) | (U16(sc + 4) >> 4 & 0xf00) |
+                            (U16(sc + 6) & 0xf000));
+  const float d = F16ToF32(d_bits);
+  for (int i = 0; i < 16; ++i)
+    a[i] = d * static_cast<float>(2 * (U16(sc + 2 * (i / 4)) >> (3 * (i % 4)) & 7) + 1) * 0.125f;
+}
+void Iq1MCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const int nibble = b[32 + k / 2] >> (4 * (k % 2)) & 15;
+    Iq1Codes(b[k] | (nibble & 7) << 8, nibble & 8, q + 8 * k);
+  }
+}
+
 using FactorsFn = void (*)(const uint8_t*, float*, float*);
 using CodesFn = void (*)(const uint8_t*, int8_t*);
 struct Factored {
@@ -239,6 +328,11 @@ constexpr Factored kQ6_KF{Q6_KFactors, Q6_KCodes, kQK, false};
 constexpr Factored kIq4XsF{Iq4XsFactors, Iq4XsCodes, kQK, false};
 constexpr Factored kIq2XxsF{Iq2XxsFactors, Iq2XxsCodes, kQK, false};
 constexpr Factored kIq3XxsF{Iq3XxsFactors, Iq3XxsCodes, kQK, false};
+constexpr Factored kIq3SF{Iq3SFactors, Iq3SCodes, kQK, false};
+constexpr Factored kIq2XsF{Iq2XsFactors, Iq2XsCodes, kQK, false};
+constexpr Factored kIq2SF{Iq2SFactors, Iq2SCodes, kQK, false};
+constexpr Factored kIq1SF{Iq1SFactors, Iq1SCodes, kQK, false};
+constexpr Factored kIq1MF{Iq1MFactors, Iq1MCodes, kQK, false};
 
 const Factored* FindFactored(uint32_t type) {
   switch (type) {
@@ -272,6 +366,16 @@ const Factored* FindFactored(uint32_t type) {
       return &kIq2XxsF;
     case gguf::kIQ3_XXS:
       return &kIq3XxsF;
+    case gguf::kIQ3_S:
+      return &kIq3SF;
+    case gguf::kIQ2_XS:
+      return &kIq2XsF;
+    case gguf::kIQ2_S:
+      return &kIq2SF;
+    case gguf::kIQ1_S:
+      return &kIq1SF;
+    case gguf::kIQ1_M:
+      return &kIq1MF;
     default:
       return nullptr;
   }
@@ -336,6 +440,16 @@ BlockFn Decoder(uint32_t type) {
       return FactoredBlock<kIq2XxsF>;
     case gguf::kIQ3_XXS:
       return FactoredBlock<kIq3XxsF>;
+    case gguf::kIQ3_S:
+      return FactoredBlock<kIq3SF>;
+    case gguf::kIQ2_XS:
+      return FactoredBlock<kIq2XsF>;
+    case gguf::kIQ2_S:
+      return FactoredBlock<kIq2SF>;
+    case gguf::kIQ1_S:
+      return FactoredBlock<kIq1SF>;
+    case gguf::kIQ1_M:
+      return FactoredBlock<kIq1MF>;
     case gguf::kMXFP4:
       return FactoredBlock<kMxfp4F>;
     default:

@@ -6,8 +6,9 @@
 // products of gguf_matvec.h decode the same values.
 //
 // Read: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
-// Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ2_XXS. Every other type
-// (the other 1-3 bit IQ types, TQ, Q8_K, integers) is refused by name.
+// Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ1_S, IQ1_M. Every other type (TQ, Q8_K, integers) is refused by
+// name.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +32,18 @@ Status GgufDequantize(uint32_t type, std::span<const uint8_t> bytes, std::span<f
 Result<std::vector<float>> GgufDequantizeTensor(const gguf::Gguf& g, const gguf::TensorInfo& t);
 
 // The factored types: every quantized type read here (Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, IQ3_XXS
-// and IQ2_XXS), whose value j of a block is, in the package's arithmetic,
+// Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4 and the
+// grid types IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M), whose
+// value j of a block is, in the package's arithmetic,
 //   a[j / 16] * float(q[j])               (less b[j / 16]
 //   where GgufFactorsHaveOffset: Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
 // with q[j] an integer code in int8 (IQ4_NL's and IQ4_XS's level, MXFP4's
-// E2M1 value doubled, IQ3_XXS's and IQ2_XXS's grid value with its sign:
-// the package's (a * grid) * sign is a * (sign * grid), bit for bit) and
-// a, b the block's factors per 16 values, each computed once in float32
-// from its f16 and 4-8 bit scales (Q4_1's and Q5_1's b is their min
-// negated: v - (-m) is v + m, bit for bit).
+// E2M1 value doubled, a grid type's grid value with its sign: the
+// package's (a * grid) * sign is a * (sign * grid), bit for bit; IQ1's
+// 8 (grid + delta), with a = dl / 8) and a, b the block's factors per 16
+// values, each computed once in float32 from its f16 and 4-8 bit scales
+// (Q4_1's and Q5_1's b is their min negated: v - (-m) is v + m, bit for
+// bit).
 bool GgufFactored(uint32_t type);
 bool GgufFactorsHaveOffset(uint32_t type);
 // A factored type's factors of one block: a[0 : values / 16] and, with an

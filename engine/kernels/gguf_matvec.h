@@ -1,7 +1,8 @@
 // Products straight from GGUF blocks: a matrix of ggml's row-major blocks
 // times one input (a token) or several (a prefill chunk), for every type
 // gguf_dequant.h reads: its factored types (Q4_K, Q5_K, Q6_K, Q8_0, Q2_K,
-// Q3_K, IQ4_XS, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ3_XXS, IQ2_XXS)
+// Q3_K, IQ4_XS, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ3_XXS, IQ3_S,
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M)
 // and F32, F16, BF16.
 //
 // Activations stay float32. Each weight is the value GgufDequantize gives

@@ -37,7 +37,8 @@ HALF_FIELDS = {
 }
 # The 1-3 bit IQ types: random bytes only (the package cannot quantize
 # them), from their own generator so that the files above stay as they were.
-IQ_HALF_FIELDS = {T.IQ2_XXS: [0], T.IQ3_XXS: [0]}
+IQ_HALF_FIELDS = {T.IQ2_XXS: [0], T.IQ3_XXS: [0], T.IQ3_S: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ1_S: [0],
+                  T.IQ1_M: []}
 QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.MXFP4}
 FLOATS = [T.F32, T.F16, T.BF16]
 
@@ -51,6 +52,12 @@ def random_blocks(rng, qtype, n):
     for off in {**HALF_FIELDS, **IQ_HALF_FIELDS}[qtype]:
         h = (rng.standard_normal(n) * 0.05).astype(np.float16)
         raw[:, off:off + 2] = h.view(np.uint8).reshape(n, 2)
+    if qtype == T.IQ1_M:  # its f16 d is the top nibbles of the four u16 scales at 48
+        h = (rng.standard_normal(n) * 0.05).astype(np.float16).view(np.uint16)
+        scales = raw[:, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            scales[:, i] = (scales[:, i] & 0x0FFF) | (((h >> (4 * i)) & 0xF) << 12)
+        raw[:, 48:56] = scales.view(np.uint8)
     if qtype in QUANTIZABLE:
         half = n // 2
         x = (rng.standard_normal(half * block) * rng.uniform(0.01, 4)).astype(np.float32)

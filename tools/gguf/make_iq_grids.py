@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """engine/kernels/gguf_iq_grids.cc: the grids of ggml's 1-3 bit IQ types
-(ggml-common.h's iq2xxs_grid, iq3xxs_grid), as the `gguf` package ships
-them (quants.py's grid_hex and grid_map, decoded by its own init_grid).
+(ggml-common.h's iq2xxs_grid, iq3xxs_grid, iq3s_grid, iq2xs_grid,
+iq2s_grid, iq1s_grid), as the `gguf` package ships them (quants.py's grid_hex and
+grid_map, decoded by its own init_grid).
 
   pip install gguf==0.19.0 numpy
   python3 tools/gguf/make_iq_grids.py engine/kernels/gguf_iq_grids.cc
 
 Each grid point is written as one integer, its values a byte each, the
-first value in the lowest byte.
+first value in the lowest byte; IQ1_S's and IQ1_M's (values -1, 0, 1) two
+bits each, value + 1, the first in the lowest bits.
 """
 import sys
 
@@ -17,6 +19,10 @@ from gguf import quants
 GRIDS = [  # (C++ name, package class, C++ type)
     ("kGgufIq2XxsGrid", quants.IQ2_XXS, "uint64_t"),
     ("kGgufIq3XxsGrid", quants.IQ3_XXS, "uint32_t"),
+    ("kGgufIq3SGrid", quants.IQ3_S, "uint32_t"),
+    ("kGgufIq2XsGrid", quants.IQ2_XS, "uint64_t"),
+    ("kGgufIq2SGrid", quants.IQ2_S, "uint64_t"),
+    ("kGgufIq1Grid", quants.IQ1_S, "uint16_t"),
 ]
 
 
@@ -33,15 +39,19 @@ def main():
         cls.init_grid()
         points, per = cls.grid_shape
         grid = cls.grid.reshape(points, per)
-        assert np.all(grid == np.round(grid)) and grid.min() >= 0 and grid.max() < 128
+        assert np.all(grid == np.round(grid)) and grid.max() < 128
+        bits = 2 if ctype == "uint16_t" else 8
+        if bits == 2:
+            grid = grid + 1  # -1, 0, 1 as 0, 1, 2
+        assert grid.min() >= 0 and grid.max() < (1 << bits)
         words = []
         for p in grid.astype(np.uint64):
             w = 0
             for i, v in enumerate(p):
-                w |= int(v) << (8 * i)
+                w |= int(v) << (bits * i)
             words.append(w)
-        digits = 2 * per
-        per_line = 4 if per == 8 else 8
+        digits = per * bits // 4
+        per_line = {16: 4, 8: 8, 4: 12}[digits]
         lines.append("")
         lines.append(f"const {ctype} {name}[{points}] = {{")
         for i in range(0, points, per_line):
