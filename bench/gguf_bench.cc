@@ -76,7 +76,10 @@ void RegisterBenchmarks() {
     const char* name;
     int64_t rows, cols;
   };
-  for (const char* type : {"q4_k", "q5_k", "q6_k", "q8_0", "q2_k", "q3_k", "iq4_xs", "mxfp4"})
+  for (const char* type :
+       {"q4_k",    "q5_k",  "q6_k",    "q8_0",   "q2_k",   "q3_k",  "iq4_xs", "mxfp4",
+        "q4_0",    "q4_1",  "q5_0",    "q5_1",   "iq4_nl", "bf16",  "f16",    "f32",
+        "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s",  "iq1_s", "iq1_m"})
     for (const Shape s :
          {Shape{"gate_up_1024x2304", 1024, 2304}, Shape{"down_2304x1024", 2304, 1024}})
       for (const int tokens : {1, 64})

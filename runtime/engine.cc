@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "engine/plan/plan.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "link/spawn.h"
 
 namespace waste {
@@ -56,6 +57,18 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   if (!ct.ok()) return ct.status().Prefixed(o.container);
   e.container = std::make_unique<Container>(std::move(*ct));
   const Container& c = *e.container;
+  if (c.has_tokenizer()) {
+    auto t = Tokenizer::Load(c.dir());
+    if (!t.ok()) return t.status();
+    e.tokenizer = std::move(*t);
+  }
+  e.chat = c.chat();
+  if (!o.chat_format.empty()) {
+    if (!e.tokenizer) return Status::Error("--chat-format: the container has no tokenizer");
+    auto chat = ChatFormatOfFamily(o.chat_format, *e.tokenizer);
+    if (!chat.ok()) return chat.status().Prefixed("--chat-format");
+    e.chat = std::move(*chat);
+  }
 
   const MemoryPlan plan = PlanMemory(c.manifest(), o.context);
   if (c.config().n_moe_layers() > 0) {
@@ -139,11 +152,6 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   auto m = LoadModel(c, e, mo);
   if (!m.ok()) return m.status();
   e.model = std::move(*m);
-  if (c.has_tokenizer()) {
-    auto t = Tokenizer::Load(c.dir());
-    if (!t.ok()) return t.status();
-    e.tokenizer = std::move(*t);
-  }
   return e;
 }
 

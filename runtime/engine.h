@@ -35,6 +35,9 @@ struct EngineOptions {
   std::string isa;      // scalar, avx2, avx512, amx; empty: the best available
   std::string expert_table = "f32";  // f32 or i8 (ModelOptions::expert_table)
   std::string q4_input = "exact";    // exact or i8 (ModelOptions::q4_input)
+  // A chat family's preset (ChatFormatOfFamily) in place of the container's
+  // chat.json; empty: chat.json's.
+  std::string chat_format;
   std::function<void(int, int, std::span<const int>)> on_route;  // routing trace sink
   // Where the experts come from: wasted at `socket` when one listens there;
   // otherwise this process, after a notice, unless `spawn` starts a daemon.
@@ -59,6 +62,9 @@ struct Engine final : Stepper {
   ModelOptions model_options;  // what `model` was built with, to build it again
   std::string lost;
   std::optional<Tokenizer> tokenizer;  // when the container has one
+  // The conversation's layout: chat.json's, or the preset --chat-format
+  // named (EngineOptions::chat_format); none without either.
+  std::optional<ChatFormat> chat;
   uint64_t budget = 0;       // this process's: with a daemon, state and scratch only
   uint64_t cache_slots = 0;  // the cache's, in this process or the daemon
   std::string where;         // "in process" or "wasted at SOCKET"

@@ -9,7 +9,7 @@ namespace waste::serve {
 Result<std::unique_ptr<Server>> Server::Open(Engine& engine, const ServerOptions& o) {
   if (!engine.tokenizer) return Status::Error("serve needs a container with a tokenizer");
   const Container& ct = *engine.container;
-  auto end_ids = EndOfTurnIds(ct, *engine.tokenizer);
+  auto end_ids = EndOfTurnIds(engine.chat, ct.config().eos_token, *engine.tokenizer);
   if (!end_ids.ok()) return end_ids.status();
   std::unique_ptr<Server> s(new Server());
   SchedulerOptions so;
@@ -29,8 +29,8 @@ Result<std::unique_ptr<Server>> Server::Open(Engine& engine, const ServerOptions
   ao.api_key = o.api_key;
   ao.context = engine.options.context;
   s->model_name_ = ao.model_name;
-  s->api_ = std::make_unique<ApiServer>(ao, *engine.tokenizer, ct.chat() ? &*ct.chat() : nullptr,
-                                        *end_ids, *s->scheduler_);
+  s->api_ = std::make_unique<ApiServer>(
+      ao, *engine.tokenizer, engine.chat ? &*engine.chat : nullptr, *end_ids, *s->scheduler_);
   return s;
 }
 

@@ -450,6 +450,49 @@ TEST_F(Cli, ChatKeepsTypedMarkupAsText) {
   EXPECT_TRUE(Has(r.out, "position " + std::to_string(want) + " of")) << "want " << want << "\n" << r.out;
 }
 
+// --chat-format on the commands that chat: naming the container's own
+// family (tiny-kimi's chat.json is Kimi K2's) changes nothing, another
+// family's layout is the one used; a family whose end of turn the
+// vocabulary lacks, and a name not known, are refused, naming the known ones.
+TEST_F(Cli, ChatFormatIsChosenByName) {
+  const auto position = [&](const std::string& flags) {
+    const Outcome r = Shell("printf 'hello\\n/stats\\n/quit\\n' | " + Bin("waste") + " chat " +
+                            *dir_ + " -n 0 " + flags);
+    EXPECT_EQ(r.code, 0) << flags << "\n" << r.out;
+    const size_t at = r.out.find("position ");
+    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find(" of", at) - at);
+  };
+  const std::string own = position("");
+  ASSERT_FALSE(own.empty());
+  EXPECT_EQ(position("--chat-format kimi-k2"), own);
+  EXPECT_NE(position("--chat-format qwen3"), own);
+  const std::string known = "kimi-k2, deepseek-v3, deepseek-v3.1, qwen3, glm-4.5, harmony";
+  for (const char* cmd : {"chat", "serve"}) {
+    Outcome r =
+        Exec("waste " + std::string(cmd) + " " + *dir_ + " --chat-format chatml < /dev/null");
+    EXPECT_NE(r.code, 0) << cmd;
+    EXPECT_TRUE(Has(r.out, "--chat-format: chat format \"chatml\" is not one of " + known))
+        << cmd << "\n"
+        << r.out;
+  }
+  Outcome r = Exec("waste chat " + *dir_ + " --chat-format harmony < /dev/null");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(Has(r.out, "--chat-format: chat format harmony: its end of turn \"<|return|>\""))
+      << r.out;
+
+  // A GGUF's: waste info shows the family chosen, and refuses what chat would.
+  const std::string qwen3 = std::string(WASTE_FIXTURES) + "/gguf/tokenizer/qwen3.gguf";
+  r = Exec("waste info --json " + qwen3 + " --chat-format kimi-k2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["chat"]["family"], "kimi-k2") << r.out;
+  r = Exec("waste info " + qwen3 + " --chat-format chatml");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.out, "--chat-format: chat format \"chatml\" is not one of " + known)) << r.out;
+  r = Exec("waste info " + *dir_ + " --chat-format qwen3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Has(r.out, "--chat-format: waste info takes it for a GGUF file")) << r.out;
+}
+
 TEST_F(Cli, DiskbenchReadsRecordsAtEachDepth) {
   Outcome r = Exec("waste-diskbench " + *dir_ + " --depths 1,3 --seconds 0.2");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,8 +49,12 @@ Quants Load(const char* name) {
   return q;
 }
 
-// The types the products read, in the order the issue asks for them.
-const char* const kTypes[] = {"q4_k", "q5_k", "q6_k", "q8_0", "q2_k", "q3_k", "iq4_xs", "mxfp4"};
+// The types the products read, in the order the issue asks for them, then
+// the others gguf_dequant.h reads.
+const char* const kTypes[] = {"q4_k",   "q5_k",   "q6_k",  "q8_0",  "q2_k",    "q3_k",
+                              "iq4_xs", "mxfp4",  "q4_0",  "q4_1",  "q5_0",    "q5_1",
+                              "iq4_nl", "bf16",   "f16",   "f32",   "iq3_xxs", "iq2_xxs",
+                              "iq3_s",  "iq2_xs", "iq2_s", "iq1_s", "iq1_m"};
 
 std::vector<float> RandomX(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> d(0.f, 1.f);
@@ -119,9 +124,11 @@ std::vector<uint8_t> Tile(const Quants& q, int64_t rows, int64_t cols) {
   return m;
 }
 
-// Widths of one block, of a piece and a part, and of many pieces and a part.
+// Widths of one block, of a piece and a part, and of many pieces and a part
+// (for the float types, parts that end inside a register and a lane row).
 std::vector<int64_t> Widths(const Quants& q) {
   if (q.block == 256) return {256, 768, 2816};
+  if (q.block == 1) return {1, 13, 77, 333, 2885};
   return {32, 96, 352, 2880};
 }
 
@@ -187,6 +194,40 @@ TEST(GgufKernels, ChunkIsEachInputsMatVec) {
   }
 }
 
+// F16 and BF16 rows of every kind of value (subnormals, signed zeros,
+// infinities, the largest finite): every Isa's conversion gives the
+// scalar's bits. One row per special value, the rest of it random halves.
+TEST(GgufKernels, FloatTypesSpecialValuesOnEveryIsa) {
+  std::mt19937 rng(4);
+  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0200, 0x7bff,
+                               0xfbff, 0x7c00, 0xfc00, 0x0400, 0x3c00, 0x8001};
+  for (const uint32_t type : {uint32_t{gguf::kF16}, uint32_t{gguf::kBF16}}) {
+    const int64_t rows = std::size(specials), cols = 300;
+    std::vector<uint16_t> m(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)  // finite small values of either type, then the special
+        m[static_cast<size_t>(r * cols + c)] =
+            c % 37 == r
+                ? specials[r]
+                : static_cast<uint16_t>((type == gguf::kF16 ? 0x3000 : 0x3e00) | (rng() & 0x80ff));
+    const GgufMatrixView w{type, reinterpret_cast<const uint8_t*>(m.data()),
+                           static_cast<int64_t>(m.size() * 2), rows, cols};
+    ASSERT_TRUE(CheckGgufMatrix(w).ok());
+    const std::vector<float> x = RandomX(static_cast<size_t>(cols), rng);
+    std::vector<float> want(static_cast<size_t>(rows));
+    GgufMatVec(w, x.data(), want.data(), 0, rows, Isa::kScalar);
+    int finite = 0;
+    for (const float v : want) finite += std::isfinite(v);
+    EXPECT_GE(finite, 8);  // most rows are numbers, not all inf or NaN
+    for (const Isa isa : AvailableIsas()) {
+      std::vector<float> got(static_cast<size_t>(rows));
+      GgufMatVec(w, x.data(), got.data(), 0, rows, isa);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << gguf::TypeName(type) << " " << IsaName(isa);
+    }
+  }
+}
+
 TEST(GgufKernels, RefusesOtherTypesAndShapesByName) {
   const uint8_t block[34] = {};  // one Q8_0 block
   auto message = [&](uint32_t type, int64_t bytes, int64_t rows, int64_t cols) {
@@ -194,7 +235,9 @@ TEST(GgufKernels, RefusesOtherTypesAndShapesByName) {
   };
   EXPECT_EQ(message(gguf::kQ8_0, 34, 1, 32), "");
   EXPECT_EQ(message(gguf::kQ8_0, 34, 0, 32), "");
-  EXPECT_NE(message(gguf::kQ4_0, 18, 1, 32).find("Q4_0 has no matrix product"), std::string::npos);
+  // ggml's codes 34 and 15: TQ1_0 and Q8_K (llama.cpp's input type only).
+  EXPECT_NE(message(34, 54, 1, 256).find("TQ1_0 has no matrix product"), std::string::npos);
+  EXPECT_NE(message(15, 292, 1, 256).find("Q8_K has no matrix product"), std::string::npos);
   EXPECT_NE(message(99, 34, 1, 32).find("type 99"), std::string::npos);
   EXPECT_NE(message(gguf::kQ4_K, 1 << 20, 2, 384)
                 .find("Q4_K matrix of 2 x 384: cols must be whole blocks of 256"),

@@ -65,14 +65,16 @@ TEST(GgufDequant, EveryTypeEqualsThePackage) {
     }
     ++files;
   }
-  EXPECT_EQ(files, 16);  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4
+  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4, IQ3_XXS IQ3_S
+  // IQ2_XXS IQ2_XS IQ2_S IQ1_S IQ1_M
+  EXPECT_EQ(files, 23);
 }
 
 TEST(GgufDequant, RefusesOtherTypesAndPartialBlocksByName) {
-  std::vector<uint8_t> bytes(66);
+  std::vector<uint8_t> bytes(54);
   std::vector<float> out(256);
-  Status s = kernels::GgufDequantize(16, bytes, out);
-  EXPECT_NE(s.message().find("IQ2_XXS is not dequantized"), std::string::npos) << s.message();
+  Status s = kernels::GgufDequantize(34, bytes, out);
+  EXPECT_NE(s.message().find("TQ1_0 is not dequantized"), std::string::npos) << s.message();
   s = kernels::GgufDequantize(99, bytes, out);
   EXPECT_NE(s.message().find("type 99"), std::string::npos) << s.message();
   std::vector<uint8_t> q8(35);  // one Q8_0 block and a byte
@@ -232,7 +234,7 @@ TEST(GgufReader, SplitFilesListedTogether) {
 
 TEST(GgufReader, RefusesTypesItCannotDequantizeNamingTheTensor) {
   Builder b;
-  b.Tensor("blk.0.ffn_down_exps.weight", {256}, 16, std::vector<uint8_t>(66));  // IQ2_XXS
+  b.Tensor("blk.0.ffn_down_exps.weight", {256}, 34, std::vector<uint8_t>(54));  // TQ1_0
   const std::string path = ScratchDir() + "/iq.gguf";
   WriteBytes(path, b.Bytes());
   auto g = Gguf::Open(path);
@@ -240,7 +242,7 @@ TEST(GgufReader, RefusesTypesItCannotDequantizeNamingTheTensor) {
   auto v = kernels::GgufDequantizeTensor(*g, g->tensors[0]);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().message(),
-            "tensor 'blk.0.ffn_down_exps.weight': IQ2_XXS is not dequantized yet");
+            "tensor 'blk.0.ffn_down_exps.weight': TQ1_0 is not dequantized yet");
 }
 
 // Where tensor `name`'s info in tiny.gguf holds field 0 (the dimensions),

@@ -200,6 +200,42 @@ TEST(GgufChat, EveryReleasedTemplateNamesItsFamily) {
   EXPECT_NE(bad.status().message().find("\"chatml\" is not one of"), std::string::npos);
 }
 
+// --chat-format's names (for a GGUF or a container): each known family's
+// preset under its own name, or, on a vocabulary without its end of turn,
+// refused for that; another name refused listing every known one.
+TEST(GgufChat, AChatFormatIsChosenByFamilyName) {
+  gguf::Gguf g = Open("qwen3");
+  ASSERT_FALSE(g.files.empty());
+  auto v = GgufTokenizer(g);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  const std::string names = GgufChatFamilies();
+  int chosen = 0;
+  for (const char* family : {kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyQwen3,
+                             kFamilyGlm45, kFamilyHarmony}) {
+    EXPECT_NE(names.find(family), std::string::npos) << names;
+    auto chat = ChatFormatOfFamily(family, v->tokenizer);
+    if (chat.ok()) {
+      EXPECT_EQ(chat->family, family);
+      ++chosen;
+    } else {
+      EXPECT_NE(
+          chat.status().message().find(std::string("chat format ") + family + ": its end of turn"),
+          std::string::npos)
+          << chat.status().message();
+    }
+  }
+  EXPECT_GE(chosen, 1);  // Qwen3's own, at least
+  EXPECT_TRUE(ChatFormatOfFamily(kFamilyQwen3, v->tokenizer).ok());
+  EXPECT_FALSE(ChatFormatOfFamily(kFamilyHarmony, v->tokenizer).ok())
+      << "Qwen3's vocabulary has no <|return|>";
+  for (const char* bad : {"chatml", "qwen", "", "Qwen3"}) {
+    auto chat = ChatFormatOfFamily(bad, v->tokenizer);
+    ASSERT_FALSE(chat.ok()) << bad;
+    EXPECT_EQ(chat.status().message(),
+              "chat format \"" + std::string(bad) + "\" is not one of " + names);
+  }
+}
+
 // ------------------------------------------------------------ hostile metadata
 
 gguf::Value* Find(gguf::Gguf& g, const std::string& key) {

@@ -289,12 +289,14 @@ int RunChat(const ChatOptions& o) {
   // one (ForwardThroughRestarts): the shape is the container's.
   const ModelConfig& config = e->container->config();
   const Tokenizer& tok = *e->tokenizer;
-  if (!e->container->chat()) {
-    std::fprintf(stderr, "waste: chat needs a container with chat.json (its chat markup)\n");
+  if (!e->chat) {
+    std::fprintf(stderr,
+                 "waste: chat needs a container with chat.json (its chat markup), or "
+                 "--chat-format\n");
     return 1;
   }
-  const ChatFormat& chat = *e->container->chat();
-  auto ends = EndOfTurnIds(*e->container, tok);
+  const ChatFormat& chat = *e->chat;
+  auto ends = EndOfTurnIds(e->chat, config.eos_token, tok);
   if (!ends.ok()) {
     std::fprintf(stderr, "waste: %s\n", ends.status().message().c_str());
     return 1;
@@ -423,6 +425,7 @@ void AddChat(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-p", o->sampler.top_p, "Nucleus sampling threshold");
   cmd->add_option("--seed", o->sampler.seed, "Sampling seed");
   AddEngineFlags(cmd, &o->engine);
+  AddChatFormatFlag(cmd, &o->engine);
   AddReattachFlag(cmd, &o->engine);
   cmd->footer(std::string(kReattachHelp) +
               " A chat that could not attach again keeps its conversation: /save FILE writes "

@@ -21,6 +21,7 @@ void AddConvert(CLI::App& app, int* exit_code);  // convert (a Hugging Face chec
 void AddServe(CLI::App& app, int* exit_code);    // the OpenAI-compatible HTTP server
 
 // waste info on a GGUF file (gguf_info.cc); the exit code.
-int RunGgufInfo(const std::string& path, bool as_json);
+// `chat_format`, when not empty, is the user's --chat-format.
+int RunGgufInfo(const std::string& path, bool as_json, const std::string& chat_format);
 
 }  // namespace waste::cli

@@ -1,5 +1,6 @@
 #include "clients/waste/engine_flags.h"
 
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "protocol/socket_path.h"
 
 namespace waste::cli {
@@ -47,6 +48,13 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_flag("--local", o->local, "Run in this process even when a wasted is listening");
   cmd->add_flag("--spawn", o->spawn,
                 "Start a wasted when none is listening (it exits after 5 idle minutes)");
+}
+
+void AddChatFormatFlag(CLI::App* cmd, EngineOptions* o) {
+  cmd->add_option("--chat-format", o->chat_format,
+                  "Lay out conversations in this family's format instead of the model's own "
+                  "(one of " +
+                      GgufChatFamilies() + ")");
 }
 
 void AddReattachFlag(CLI::App* cmd, EngineOptions* o) {

@@ -12,6 +12,8 @@ namespace waste::cli {
 // --experts-per-token, --verify, --isa, --expert-table, --q4-input,
 // --socket (its default: ClientDaemonSocket()), --local, --spawn.
 void AddEngineFlags(CLI::App* cmd, EngineOptions* o);
+// Adds --chat-format, for the commands that chat (chat, serve).
+void AddChatFormatFlag(CLI::App* cmd, EngineOptions* o);
 // Adds --reattach-wait, for the commands that go through ForwardThroughRestarts.
 void AddReattachFlag(CLI::App* cmd, EngineOptions* o);
 

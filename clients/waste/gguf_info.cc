@@ -16,7 +16,7 @@
 
 namespace waste::cli {
 
-int RunGgufInfo(const std::string& path, bool as_json) {
+int RunGgufInfo(const std::string& path, bool as_json, const std::string& chat_format) {
   auto g = gguf::Gguf::Open(path);
   if (!g.ok()) {
     std::fprintf(stderr, "waste: %s\n", g.status().message().c_str());
@@ -61,7 +61,12 @@ int RunGgufInfo(const std::string& path, bool as_json) {
     j["tokenizer"]["error"] = vocab.status().message();
   } else {
     j["tokenizer"]["specials"] = vocab->tokenizer.n_specials();
-    if (auto chat = GgufChatFormat(*g, vocab->tokenizer); chat.ok())
+    auto chat = GgufChatFormat(*g, vocab->tokenizer, chat_format);
+    if (!chat.ok() && !chat_format.empty()) {  // the user's choice is refused, not described
+      std::fprintf(stderr, "waste: --chat-format: %s\n", chat.status().message().c_str());
+      return 2;
+    }
+    if (chat.ok())
       j["chat"] = {{"family", chat->family}};
     else
       j["chat"] = {{"error", chat.status().message()}};

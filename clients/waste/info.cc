@@ -141,8 +141,12 @@ json InfoJson(const Container& ct) {
   return j;
 }
 
-int RunInfo(const std::string& dir, bool as_json) {
-  if (gguf::IsGgufFile(dir)) return RunGgufInfo(dir, as_json);
+int RunInfo(const std::string& dir, bool as_json, const std::string& chat_format) {
+  if (gguf::IsGgufFile(dir)) return RunGgufInfo(dir, as_json, chat_format);
+  if (!chat_format.empty()) {
+    std::fprintf(stderr, "waste: --chat-format: waste info takes it for a GGUF file\n");
+    return 2;
+  }
   auto ct = OpenOrReport(dir);
   if (!ct.ok()) return 1;
   const json j = InfoJson(*ct);
@@ -355,6 +359,7 @@ void AddInfo(CLI::App& app, int* exit_code) {
   struct Options {
     std::string dir;
     bool json = false;
+    std::string chat_format;
   };
   auto o = std::make_shared<Options>();  // owned by the callback, bound by the options
   auto* cmd = app.add_subcommand(
@@ -362,7 +367,9 @@ void AddInfo(CLI::App& app, int* exit_code) {
       "Describe a container or a GGUF file: architecture, layers, experts, formats, sizes");
   cmd->add_option("CONTAINER", o->dir, "Container directory, or a GGUF file")->required();
   cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->callback([o, exit_code] { *exit_code = RunInfo(o->dir, o->json); });
+  cmd->add_option("--chat-format", o->chat_format,
+                  "A GGUF's chat format by family name, where its template is not recognised");
+  cmd->callback([o, exit_code] { *exit_code = RunInfo(o->dir, o->json, o->chat_format); });
 }
 
 void AddPlan(CLI::App& app, int* exit_code) {

@@ -158,6 +158,7 @@ void AddServe(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   AddEngineFlags(cmd, &o->engine);
+  AddChatFormatFlag(cmd, &o->engine);
   AddReattachFlag(cmd, &o->engine);
   cmd->footer(kReattachHelp);
   cmd->callback([o, exit_code] { *exit_code = RunServe(*o); });

@@ -1,12 +1,14 @@
 // Internal to gguf_matvec_avx2.cc and gguf_matvec_avx512.cc (include it
 // only there, after <immintrin.h>): the codes of gguf_dequant.h's factored
 // types unpacked to int8 with AVX2's integer instructions, and the walk over
-// a row's blocks a piece (kGgufPiece values) at a time. Everything here has
+// a row's blocks a piece (kGgufPiece values) at a time; the float types'
+// rows (F32, F16, BF16) converted a piece at a time with AVX2 and F16C. Everything here has
 // internal linkage, so each file gets its own copy built with its own flags
 // (simd.h says why nothing inline may be shared with baseline code).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "engine/gguf/gguf.h"
 #include "engine/kernels/gguf_dequant.h"
@@ -33,6 +35,43 @@ __m256i Shl4(__m256i v) {  // bytes below 16 only
 // Each function writes one block's codes, as gguf_dequant.cc's *Codes do.
 void Q8_0(const uint8_t* b, int8_t* q) {
   Store32(q, Load32(b + 2));
+}
+// The 32-value blocks' 16 bytes of nibbles at p: low nibbles values 0..15,
+// high ones 16..31.
+__m256i Nibbles32(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i low4 = _mm_set1_epi8(15);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low4), _mm_and_si128(v, low4));
+}
+// Q5_0's and Q5_1's fifth bits: bit j of the u32 at p as 16 in byte j.
+__m256i Fifths(const uint8_t* p) {
+  int32_t h;
+  std::memcpy(&h, p, 4);
+  // Byte j takes the u32's byte j / 8, then tests its bit j % 8.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(h),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                          _mm256_set1_epi8(16));
+}
+void Q4_0(const uint8_t* b, int8_t* q) {
+  Store32(q, _mm256_sub_epi8(Nibbles32(b + 2), _mm256_set1_epi8(8)));
+}
+void Q4_1(const uint8_t* b, int8_t* q) {
+  Store32(q, Nibbles32(b + 4));
+}
+void Q5_0(const uint8_t* b, int8_t* q) {
+  Store32(q,
+          _mm256_sub_epi8(_mm256_or_si256(Nibbles32(b + 6), Fifths(b + 2)), _mm256_set1_epi8(16)));
+}
+void Q5_1(const uint8_t* b, int8_t* q) {
+  Store32(q, _mm256_or_si256(Nibbles32(b + 8), Fifths(b + 4)));
+}
+void Iq4Nl(const uint8_t* b, int8_t* q) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kGgufIq4Levels)));
+  Store32(q, _mm256_shuffle_epi8(table, Nibbles32(b + 2)));
 }
 void Mxfp4(const uint8_t* b, int8_t* q) {
   const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kGgufE2m1Doubled));
@@ -97,11 +136,27 @@ void Iq4Xs(const uint8_t* b, int8_t* q) {
   }
 }
 
+// The grid types' codes are table lookups by index and sign: gguf_dequant.cc's.
+template <uint32_t kType>
+void Grid(const uint8_t* b, int8_t* q) {
+  GgufBlockCodes(kType, b, q);
+}
+
 using CodesFn = void (*)(const uint8_t*, int8_t*);
 CodesFn Codes(uint32_t type) {
   switch (type) {
     case gguf::kQ8_0:
       return Q8_0;
+    case gguf::kQ4_0:
+      return Q4_0;
+    case gguf::kQ4_1:
+      return Q4_1;
+    case gguf::kQ5_0:
+      return Q5_0;
+    case gguf::kQ5_1:
+      return Q5_1;
+    case gguf::kIQ4_NL:
+      return Iq4Nl;
     case gguf::kMXFP4:
       return Mxfp4;
     case gguf::kQ2_K:
@@ -116,6 +171,20 @@ CodesFn Codes(uint32_t type) {
       return Q6_K;
     case gguf::kIQ4_XS:
       return Iq4Xs;
+    case gguf::kIQ3_XXS:
+      return Grid<gguf::kIQ3_XXS>;
+    case gguf::kIQ3_S:
+      return Grid<gguf::kIQ3_S>;
+    case gguf::kIQ2_XXS:
+      return Grid<gguf::kIQ2_XXS>;
+    case gguf::kIQ2_XS:
+      return Grid<gguf::kIQ2_XS>;
+    case gguf::kIQ2_S:
+      return Grid<gguf::kIQ2_S>;
+    case gguf::kIQ1_S:
+      return Grid<gguf::kIQ1_S>;
+    case gguf::kIQ1_M:
+      return Grid<gguf::kIQ1_M>;
     default:
       return nullptr;
   }
@@ -142,6 +211,43 @@ bool ForEachPiece(const GgufMatrixView& w, int64_t r, Piece piece) {
       GgufBlockFactors(w.type, p + k * size, a + k * bs / 16, m + k * bs / 16);
     }
     piece(q, a, m, static_cast<int>(blocks * bs), c0);
+  }
+  return true;
+}
+
+// Eight values of a float type at p, as gguf_dequant.cc converts them.
+__m256 Floats8(uint32_t type, const uint8_t* p) {
+  if (type == gguf::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (type == gguf::kBF16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  // Exact, subnormals included; a signalling NaN comes out quiet, as the
+  // product's multiply would make it.
+  return _mm256_cvtph_ps(h);
+}
+
+// Calls piece(wv, values, c0) for each piece of row r of a float type in
+// ascending columns: wv[0 : values] its weights (64-byte aligned), starting
+// at column c0. False, having called nothing, for another type.
+template <class Piece>
+bool ForEachFloatPiece(const GgufMatrixView& w, int64_t r, Piece piece) {
+  if (w.type != gguf::kF32 && w.type != gguf::kF16 && w.type != gguf::kBF16) return false;
+  const int64_t size = gguf::FindType(w.type)->type_size;
+  const uint8_t* row = w.data + r * GgufRowBytes(w);
+  alignas(64) float wv[kGgufPiece];
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kGgufPiece) {
+    const int values = static_cast<int>(w.cols - c0 < kGgufPiece ? w.cols - c0 : kGgufPiece);
+    const uint8_t* p = row + c0 * size;
+    int j = 0;
+    for (; j + 8 <= values; j += 8) _mm256_store_ps(wv + j, Floats8(w.type, p + j * size));
+    if (j < values) {  // the row's last values: through a buffer, not past the row
+      alignas(32) uint8_t tail[32] = {};
+      std::memcpy(tail, p + j * size, static_cast<size_t>((values - j) * size));
+      alignas(32) float last[8];
+      _mm256_store_ps(last, Floats8(w.type, tail));
+      std::memcpy(wv + j, last, static_cast<size_t>(values - j) * 4);
+    }
+    piece(static_cast<const float*>(wv), values, c0);
   }
   return true;
 }

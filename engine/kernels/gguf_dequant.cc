@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/format/encoding.h"
+#include "engine/kernels/gguf_iq_grids.h"
 
 namespace waste::kernels {
 namespace {
@@ -25,38 +26,38 @@ int Nibble(const uint8_t* qs, int j) {
   return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
 }
 
-void Q4_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(Nibble(b + 2, j) - 8);
-}
-void Q4_1(const uint8_t* b, float* y) {
-  const float d = Half(b), m = Half(b + 2);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(Nibble(b + 4, j)) + m;
-}
-void Q5_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  for (int j = 0; j < 32; ++j)
-    y[j] = d * static_cast<float>((Nibble(b + 6, j) | static_cast<int>(qh >> j & 1) << 4) - 16);
-}
-void Q5_1(const uint8_t* b, float* y) {
-  const float d = Half(b), m = Half(b + 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + 4, 4);
-  for (int j = 0; j < 32; ++j)
-    y[j] = d * static_cast<float>(Nibble(b + 8, j) | static_cast<int>(qh >> j & 1) << 4) + m;
-}
-void Iq4Nl(const uint8_t* b, float* y) {
-  const float d = Half(b);
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(kGgufIq4Levels[Nibble(b + 2, j)]);
-}
-
 // The factored types (gguf_dequant.h): each as its factors per 16 values
 // and its codes. The package's arithmetic is a[j / 16] * float(q) (less
-// b[j / 16]): Q8_0 multiplies float(q) * d, the same product.
-void Q8_0Factors(const uint8_t* b, float* a, float*) {
+// b[j / 16]): Q8_0 multiplies float(q) * d, the same product; Q4_1 and
+// Q5_1 add their min m, which is subtracting b = -m, bit for bit.
+void DFactors(const uint8_t* b, float* a, float*) {  // one f16 d a block of 32
   a[0] = a[1] = Half(b);
+}
+void DMinFactors(const uint8_t* b, float* a, float* m) {  // d, then the min
+  a[0] = a[1] = Half(b);
+  m[0] = m[1] = -Half(b + 2);
+}
+void Q4_0Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 2, j) - 8);
+}
+void Q4_1Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 4, j));
+}
+// Q5_0 and Q5_1: a fifth bit, bit j of the u32 before the nibbles.
+int Fifth(const uint8_t* qh, int j) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return static_cast<int>(h >> j & 1) << 4;
+}
+void Q5_0Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j)
+    q[j] = static_cast<int8_t>((Nibble(b + 6, j) | Fifth(b + 2, j)) - 16);
+}
+void Q5_1Codes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(Nibble(b + 8, j) | Fifth(b + 4, j));
+}
+void Iq4NlCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < 32; ++j) q[j] = kGgufIq4Levels[Nibble(b + 2, j)];
 }
 void Q8_0Codes(const uint8_t* b, int8_t* q) {
   std::memcpy(q, b + 2, 32);
@@ -162,6 +163,148 @@ void Iq4XsCodes(const uint8_t* b, int8_t* q) {
     q[j] = kGgufIq4Levels[b[8 + (j / 32) * 16 + j % 16] >> (4 * (j % 32 / 16)) & 15];
 }
 
+// The 2-3 bit grid types (IQ2_XXS, IQ3_XXS): 32 values a group, each with
+// a u32 whose top 4 bits are its scale and whose four 7-bit fields index
+// ggml's ksigns, the signs of 8 values each: the 7 bits, then their parity
+// (an even count of minus signs).
+uint32_t U32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+int KSigns(uint32_t aux, int j) {
+  const uint32_t s = aux >> (7 * j) & 127;
+  return static_cast<int>(s | (static_cast<uint32_t>(__builtin_popcount(s)) & 1) << 7);
+}
+// A group's factor, d (0.5 + scale) times 0.25 (IQ2_XXS) or 0.5 (IQ3_XXS),
+// in the package's order.
+void GridFactors(float d, uint32_t aux, float unit, float* a) {
+  a[0] = a[1] = d * (0.5f + static_cast<float>(aux >> 28)) * unit;
+}
+int8_t Signed(int magnitude, int signs, int i) {
+  return static_cast<int8_t>(signs >> i & 1 ? -magnitude : magnitude);
+}
+// IQ2_XXS: d, then per group 4 grid indices (8 values each) and its u32.
+void Iq2XxsFactors(const uint8_t* b, float* a, float*) {
+  for (int g = 0; g < 8; ++g) GridFactors(Half(b), U32(b + 6 + 8 * g), 0.25f, a + 2 * g);
+}
+void Iq2XxsCodes(const uint8_t* b, int8_t* q) {
+  for (int g = 0; g < 8; ++g) {
+    const uint8_t* p = b + 2 + 8 * g;
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t point = kGgufIq2XxsGrid[p[j]];
+      const int signs = KSigns(U32(p + 4), j);
+      for (int i = 0; i < 8; ++i)
+        q[32 * g + 8 * j + i] = Signed(static_cast<int>(point >> (8 * i) & 255), signs, i);
+    }
+  }
+}
+// IQ3_XXS: d, 64 grid indices (4 values each), then each group's u32.
+void Iq3XxsFactors(const uint8_t* b, float* a, float*) {
+  for (int g = 0; g < 8; ++g) GridFactors(Half(b), U32(b + 66 + 4 * g), 0.5f, a + 2 * g);
+}
+void Iq3XxsCodes(const uint8_t* b, int8_t* q) {
+  for (int g = 0; g < 8; ++g) {
+    const uint32_t aux = U32(b + 66 + 4 * g);
+    for (int j = 0; j < 4; ++j) {
+      const int signs = KSigns(aux, j);
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t point = kGgufIq3XxsGrid[b[2 + 8 * g + 2 * j + i / 4]];
+        q[32 * g + 8 * j + i] = Signed(static_cast<int>(point >> (8 * (i % 4)) & 255), signs, i);
+      }
+    }
+  }
+}
+
+// IQ3_S: d, 64 grid indices' low 8 bits, 8 bytes of their ninth bits, 32
+// bytes of signs (a bit a value), then a 4-bit scale per group: d (1 + 2s).
+void Iq3SFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int g = 0; g < 8; ++g)
+    a[2 * g] = a[2 * g + 1] =
+        d * static_cast<float>(1 + 2 * (b[106 + g / 2] >> (4 * (g % 2)) & 15));
+}
+void Iq3SCodes(const uint8_t* b, int8_t* q) {
+  for (int j = 0; j < kQK; ++j) {
+    const int k = j / 4;  // the grid index
+    const uint32_t point = kGgufIq3SGrid[b[2 + k] | (b[66 + k / 8] >> (k % 8) & 1) << 8];
+    q[j] = Signed(static_cast<int>(point >> (8 * (j % 4)) & 255), b[74 + j / 8], j % 8);
+  }
+}
+// IQ2_XS: d, 32 u16s (a 9-bit grid index, 8 values, and a 7-bit ksigns
+// index), 8 bytes of scales.
+void Iq2XsFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int i = 0; i < 16; ++i)
+    a[i] = d * (0.5f + static_cast<float>(b[66 + i / 2] >> (4 * (i % 2)) & 15)) * 0.25f;
+}
+void Iq2XsCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const uint32_t e = U16(b + 2 + 2 * k);
+    const uint64_t point = kGgufIq2XsGrid[e & 511];
+    const int signs = KSigns(e >> 9, 0);
+    for (int i = 0; i < 8; ++i)
+      q[8 * k + i] = Signed(static_cast<int>(point >> (8 * i) & 255), signs, i);
+  }
+}
+// IQ2_S: d, 32 grid indices' low 8 bits, 32 bytes of signs, 8 bytes of
+// their two high bits, 8 bytes of scales.
+void Iq2SFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int i = 0; i < 16; ++i)
+    a[i] = d * (0.5f + static_cast<float>(b[74 + i / 2] >> (4 * (i % 2)) & 15)) * 0.25f;
+}
+void Iq2SCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const uint64_t point = kGgufIq2SGrid[b[2 + k] | (b[66 + k / 4] >> (2 * (k % 4)) & 3) << 8];
+    for (int i = 0; i < 8; ++i)
+      q[8 * k + i] = Signed(static_cast<int>(point >> (8 * i) & 255), b[34 + k], i);
+  }
+}
+
+// IQ1_S and IQ1_M: the value is dl (grid + delta), grid -1, 0 or 1 and
+// delta +-0.125 per 8 values; (grid + delta) is k / 8 for an odd k, so
+// the factor is dl / 8 and the code k: dl (k / 8) and (dl / 8) k round
+// alike (scaling by 2^-3 is exact).
+void Iq1Codes(int index, bool minus, int8_t* q) {
+  const int point = kGgufIq1Grid[index];
+  for (int i = 0; i < 8; ++i)
+    q[i] = static_cast<int8_t>(8 * ((point >> (2 * i) & 3) - 1) + (minus ? -1 : 1));
+}
+// IQ1_S: d, 32 grid indices' low 8 bits, then a u16 per 32 values: the
+// indices' three high bits each, a 3-bit scale s (dl = d (2s + 1)), and
+// the delta's sign in bit 15.
+void Iq1SFactors(const uint8_t* b, float* a, float*) {
+  const float d = Half(b);
+  for (int g = 0; g < 8; ++g)
+    a[2 * g] = a[2 * g + 1] =
+        d * static_cast<float>(2 * (U16(b + 34 + 2 * g) >> 12 & 7) + 1) * 0.125f;
+}
+void Iq1SCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const uint16_t h = U16(b + 34 + 2 * (k / 4));
+    Iq1Codes(b[2 + k] | (h >> (3 * (k % 4)) & 7) << 8, h & 0x8000, q + 8 * k);
+  }
+}
+// IQ1_M: 32 grid indices' low 8 bits, a nibble per index (three high
+// bits, the delta's sign), then four u16s: twelve bits of 3-bit scales
+// (one per 16 values) each, and in their top nibbles the f16 d.
+void Iq1MFactors(const uint8_t* b, float* a, float*) {
+  const uint8_t* sc = b + 48;
+  const uint16_t d_bits =
+      static_cast<uint16_t>(U16(sc) >> 12 | (U16(sc + 2) >> 8 & 0xf0) | (U16(sc + 4) >> 4 & 0xf00) |
+                            (U16(sc + 6) & 0xf000));
+  const float d = F16ToF32(d_bits);
+  for (int i = 0; i < 16; ++i)
+    a[i] = d * static_cast<float>(2 * (U16(sc + 2 * (i / 4)) >> (3 * (i % 4)) & 7) + 1) * 0.125f;
+}
+void Iq1MCodes(const uint8_t* b, int8_t* q) {
+  for (int k = 0; k < 32; ++k) {
+    const int nibble = b[32 + k / 2] >> (4 * (k % 2)) & 15;
+    Iq1Codes(b[k] | (nibble & 7) << 8, nibble & 8, q + 8 * k);
+  }
+}
+
 using FactorsFn = void (*)(const uint8_t*, float*, float*);
 using CodesFn = void (*)(const uint8_t*, int8_t*);
 struct Factored {
@@ -170,7 +313,12 @@ struct Factored {
   int values;
   bool offset;
 };
-constexpr Factored kQ8_0F{Q8_0Factors, Q8_0Codes, 32, false};
+constexpr Factored kQ8_0F{DFactors, Q8_0Codes, 32, false};
+constexpr Factored kQ4_0F{DFactors, Q4_0Codes, 32, false};
+constexpr Factored kQ4_1F{DMinFactors, Q4_1Codes, 32, true};
+constexpr Factored kQ5_0F{DFactors, Q5_0Codes, 32, false};
+constexpr Factored kQ5_1F{DMinFactors, Q5_1Codes, 32, true};
+constexpr Factored kIq4NlF{DFactors, Iq4NlCodes, 32, false};
 constexpr Factored kMxfp4F{Mxfp4Factors, Mxfp4Codes, 32, false};
 constexpr Factored kQ2_KF{Q2_KFactors, Q2_KCodes, kQK, true};
 constexpr Factored kQ3_KF{Q3_KFactors, Q3_KCodes, kQK, false};
@@ -178,11 +326,28 @@ constexpr Factored kQ4_KF{Q45_KFactors, Q4_KCodes, kQK, true};
 constexpr Factored kQ5_KF{Q45_KFactors, Q5_KCodes, kQK, true};
 constexpr Factored kQ6_KF{Q6_KFactors, Q6_KCodes, kQK, false};
 constexpr Factored kIq4XsF{Iq4XsFactors, Iq4XsCodes, kQK, false};
+constexpr Factored kIq2XxsF{Iq2XxsFactors, Iq2XxsCodes, kQK, false};
+constexpr Factored kIq3XxsF{Iq3XxsFactors, Iq3XxsCodes, kQK, false};
+constexpr Factored kIq3SF{Iq3SFactors, Iq3SCodes, kQK, false};
+constexpr Factored kIq2XsF{Iq2XsFactors, Iq2XsCodes, kQK, false};
+constexpr Factored kIq2SF{Iq2SFactors, Iq2SCodes, kQK, false};
+constexpr Factored kIq1SF{Iq1SFactors, Iq1SCodes, kQK, false};
+constexpr Factored kIq1MF{Iq1MFactors, Iq1MCodes, kQK, false};
 
 const Factored* FindFactored(uint32_t type) {
   switch (type) {
     case gguf::kQ8_0:
       return &kQ8_0F;
+    case gguf::kQ4_0:
+      return &kQ4_0F;
+    case gguf::kQ4_1:
+      return &kQ4_1F;
+    case gguf::kQ5_0:
+      return &kQ5_0F;
+    case gguf::kQ5_1:
+      return &kQ5_1F;
+    case gguf::kIQ4_NL:
+      return &kIq4NlF;
     case gguf::kMXFP4:
       return &kMxfp4F;
     case gguf::kQ2_K:
@@ -197,6 +362,20 @@ const Factored* FindFactored(uint32_t type) {
       return &kQ6_KF;
     case gguf::kIQ4_XS:
       return &kIq4XsF;
+    case gguf::kIQ2_XXS:
+      return &kIq2XxsF;
+    case gguf::kIQ3_XXS:
+      return &kIq3XxsF;
+    case gguf::kIQ3_S:
+      return &kIq3SF;
+    case gguf::kIQ2_XS:
+      return &kIq2XsF;
+    case gguf::kIQ2_S:
+      return &kIq2SF;
+    case gguf::kIQ1_S:
+      return &kIq1SF;
+    case gguf::kIQ1_M:
+      return &kIq1MF;
     default:
       return nullptr;
   }
@@ -234,13 +413,13 @@ BlockFn Decoder(uint32_t type) {
     case gguf::kBF16:
       return Bf16;
     case gguf::kQ4_0:
-      return Q4_0;
+      return FactoredBlock<kQ4_0F>;
     case gguf::kQ4_1:
-      return Q4_1;
+      return FactoredBlock<kQ4_1F>;
     case gguf::kQ5_0:
-      return Q5_0;
+      return FactoredBlock<kQ5_0F>;
     case gguf::kQ5_1:
-      return Q5_1;
+      return FactoredBlock<kQ5_1F>;
     case gguf::kQ8_0:
       return FactoredBlock<kQ8_0F>;
     case gguf::kQ2_K:
@@ -254,9 +433,23 @@ BlockFn Decoder(uint32_t type) {
     case gguf::kQ6_K:
       return FactoredBlock<kQ6_KF>;
     case gguf::kIQ4_NL:
-      return Iq4Nl;
+      return FactoredBlock<kIq4NlF>;
     case gguf::kIQ4_XS:
       return FactoredBlock<kIq4XsF>;
+    case gguf::kIQ2_XXS:
+      return FactoredBlock<kIq2XxsF>;
+    case gguf::kIQ3_XXS:
+      return FactoredBlock<kIq3XxsF>;
+    case gguf::kIQ3_S:
+      return FactoredBlock<kIq3SF>;
+    case gguf::kIQ2_XS:
+      return FactoredBlock<kIq2XsF>;
+    case gguf::kIQ2_S:
+      return FactoredBlock<kIq2SF>;
+    case gguf::kIQ1_S:
+      return FactoredBlock<kIq1SF>;
+    case gguf::kIQ1_M:
+      return FactoredBlock<kIq1MF>;
     case gguf::kMXFP4:
       return FactoredBlock<kMxfp4F>;
     default:
@@ -281,6 +474,10 @@ bool GgufFactorsHaveOffset(uint32_t type) {
 
 void GgufBlockFactors(uint32_t type, const uint8_t* block, float* a, float* b) {
   FindFactored(type)->factors(block, a, b);
+}
+
+void GgufBlockCodes(uint32_t type, const uint8_t* block, int8_t* q) {
+  FindFactored(type)->codes(block, q);
 }
 
 bool GgufDequantizes(uint32_t type) {

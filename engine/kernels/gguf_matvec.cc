@@ -37,7 +37,7 @@ void RowLanesScalar(const GgufMatrixView& w, int64_t r, const float* const* xs, 
 }  // namespace
 
 bool GgufMatVecSupports(uint32_t type) {
-  return GgufFactored(type);
+  return GgufFactored(type) || type == gguf::kF32 || type == gguf::kF16 || type == gguf::kBF16;
 }
 
 int64_t GgufRowBytes(const GgufMatrixView& w) {

@@ -1,15 +1,18 @@
 // Products straight from GGUF blocks: a matrix of ggml's row-major blocks
-// times one input (a token) or several (a prefill chunk), for the types the
-// common files store experts in: Q4_K, Q5_K, Q6_K, Q8_0, Q2_K, Q3_K, IQ4_XS
-// and MXFP4 (gguf_dequant.h's factored types).
+// times one input (a token) or several (a prefill chunk), for every type
+// gguf_dequant.h reads: its factored types (Q4_K, Q5_K, Q6_K, Q8_0, Q2_K,
+// Q3_K, IQ4_XS, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ3_XXS, IQ3_S,
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M)
+// and F32, F16, BF16.
 //
 // Activations stay float32. Each weight is the value GgufDequantize gives
 // (the `gguf` package's, bit for bit) and is multiplied by the float input.
 // llama.cpp instead rounds the input to Q8_K (int8 with one float scale per
-// 256 values; Q8_0 per 32 for Q8_0 and MXFP4 weights) and sums integer
+// 256 values; Q8_0 or Q8_1 per 32 for the 32-value types) and sums integer
 // products per sub-block before scaling: its result differs from this one
 // by that rounding of the input, about 2^-8 of each 256 inputs' largest
-// magnitude, where this product's only rounding is float32's.
+// magnitude, where this product's only rounding is float32's. For F16 and
+// BF16 weights it rounds the input to that type (2^-11, 2^-8 of each input).
 //
 // The order, which every Isa reproduces bit for bit (so switching paths
 // never moves a logit): per row, 64 lanes, column c in lane c % 64; from

@@ -196,16 +196,21 @@ Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer&
 }
 
 Result<std::vector<int32_t>> EndOfTurnIds(const Container& ct, const Tokenizer& tok) {
+  return EndOfTurnIds(ct.chat(), ct.config().eos_token, tok);
+}
+
+Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat, int32_t eos_token,
+                                          const Tokenizer& tok) {
   std::vector<int32_t> ids;
-  if (ct.chat())
-    for (const std::string& text : ct.chat()->end_of_turn) {
+  if (chat)
+    for (const std::string& text : chat->end_of_turn) {
       const auto id = tok.SpecialId(text);
       if (!id)
         return Status::Error("chat.json: end_of_turn \"" + text.substr(0, 60) +
                              "\" is not a special token of the tokenizer");
       ids.push_back(*id);
     }
-  if (ct.config().eos_token >= 0) ids.push_back(ct.config().eos_token);
+  if (eos_token >= 0) ids.push_back(eos_token);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

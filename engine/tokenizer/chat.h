@@ -125,5 +125,9 @@ class ReplyFilter {
 // has chat.json) and the model's eos_token, without repeats. An end_of_turn
 // text that is not a special token of `tok` is an error naming it.
 Result<std::vector<int32_t>> EndOfTurnIds(const Container& ct, const Tokenizer& tok);
+// The same of a chat format in chat.json's place (none: eos_token alone;
+// eos_token < 0: none).
+Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat, int32_t eos_token,
+                                          const Tokenizer& tok);
 
 }  // namespace waste

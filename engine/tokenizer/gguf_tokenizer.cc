@@ -281,32 +281,42 @@ Result<GgufVocab> GgufTokenizer(const gguf::Gguf& g) {
   return GgufVocab{std::move(*t), *pre, static_cast<int32_t>(n), ids};
 }
 
+namespace {
+
+// `chat` when each of its end-of-turn texts is a special of `vocab`.
+Result<ChatFormat> EndsAreSpecials(ChatFormat chat, const Tokenizer& vocab) {
+  for (const std::string& end : chat.end_of_turn)
+    if (!vocab.SpecialId(end))
+      return Status::Error("chat format " + chat.family + ": its end of turn \"" + end +
+                           "\" is not a special token of the tokenizer");
+  return chat;
+}
+
+}  // namespace
+
+Result<ChatFormat> ChatFormatOfFamily(std::string_view family, const Tokenizer& vocab) {
+  std::optional<ChatFormat> chat = ChatOfFamily(family);
+  if (!chat)
+    return Status::Error("chat format \"" + std::string(family.substr(0, 40)) +
+                         "\" is not one of " + GgufChatFamilies());
+  return EndsAreSpecials(std::move(*chat), vocab);
+}
+
 Result<ChatFormat> GgufChatFormat(const gguf::Gguf& g, const Tokenizer& vocab,
                                   std::string_view family) {
+  if (!family.empty()) return ChatFormatOfFamily(family, vocab);
   const std::string remedy = "; choose the family with --chat-format (" + GgufChatFamilies() + ")";
-  std::optional<ChatFormat> chat;
-  if (!family.empty()) {
-    chat = ChatOfFamily(family);
-    if (!chat)
-      return Status::Error("chat format \"" + std::string(family.substr(0, 40)) +
-                           "\" is not one of " + GgufChatFamilies());
-  } else {
-    const Value* v = g.Find("tokenizer.chat_template");
-    if (!v) return Status::Error("tokenizer.chat_template: missing" + remedy);
-    if (v->type != ValueType::kString)
-      return Status::Error("tokenizer.chat_template: not a string" + remedy);
-    chat = RecognisedChat(v->text);
-    if (!chat)
-      return Status::Error(
-          "tokenizer.chat_template: not the template of a family waste renders (no family's "
-          "markers found)" +
-          remedy);
-  }
-  for (const std::string& end : chat->end_of_turn)
-    if (!vocab.SpecialId(end))
-      return Status::Error("chat format " + chat->family + ": its end of turn \"" + end +
-                           "\" is not a special token of tokenizer.ggml.tokens");
-  return *chat;
+  const Value* v = g.Find("tokenizer.chat_template");
+  if (!v) return Status::Error("tokenizer.chat_template: missing" + remedy);
+  if (v->type != ValueType::kString)
+    return Status::Error("tokenizer.chat_template: not a string" + remedy);
+  std::optional<ChatFormat> chat = RecognisedChat(v->text);
+  if (!chat)
+    return Status::Error(
+        "tokenizer.chat_template: not the template of a family waste renders (no family's "
+        "markers found)" +
+        remedy);
+  return EndsAreSpecials(std::move(*chat), vocab);
 }
 
 }  // namespace waste

@@ -71,4 +71,9 @@ Result<ChatFormat> GgufChatFormat(const gguf::Gguf& g, const Tokenizer& vocab,
 // The family names GgufChatFormat's `family` takes, comma-separated.
 std::string GgufChatFamilies();
 
+// The preset of a family GgufChatFamilies names (the user's --chat-format,
+// for a GGUF or a container), each end-of-turn text a special of `vocab`.
+// Another name: an error listing the known ones.
+Result<ChatFormat> ChatFormatOfFamily(std::string_view family, const Tokenizer& vocab);
+
 }  // namespace waste

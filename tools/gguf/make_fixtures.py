@@ -35,6 +35,10 @@ HALF_FIELDS = {
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
     T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: [],
 }
+# The 1-3 bit IQ types: random bytes only (the package cannot quantize
+# them), from their own generator so that the files above stay as they were.
+IQ_HALF_FIELDS = {T.IQ2_XXS: [0], T.IQ3_XXS: [0], T.IQ3_S: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ1_S: [0],
+                  T.IQ1_M: []}
 QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.MXFP4}
 FLOATS = [T.F32, T.F16, T.BF16]
 
@@ -45,9 +49,15 @@ def random_blocks(rng, qtype, n):
         x = (rng.standard_normal(n * block) * 3).astype(np.float32)
         return quantize(x, qtype).view(np.uint8).reshape(n, size)
     raw = rng.integers(0, 256, size=(n, size), dtype=np.uint8)
-    for off in HALF_FIELDS[qtype]:
+    for off in {**HALF_FIELDS, **IQ_HALF_FIELDS}[qtype]:
         h = (rng.standard_normal(n) * 0.05).astype(np.float16)
         raw[:, off:off + 2] = h.view(np.uint8).reshape(n, 2)
+    if qtype == T.IQ1_M:  # its f16 d is the top nibbles of the four u16 scales at 48
+        h = (rng.standard_normal(n) * 0.05).astype(np.float16).view(np.uint16)
+        scales = raw[:, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            scales[:, i] = (scales[:, i] & 0x0FFF) | (((h >> (4 * i)) & 0xF) << 12)
+        raw[:, 48:56] = scales.view(np.uint8)
     if qtype in QUANTIZABLE:
         half = n // 2
         x = (rng.standard_normal(half * block) * rng.uniform(0.01, 4)).astype(np.float32)
@@ -55,9 +65,9 @@ def random_blocks(rng, qtype, n):
     return raw
 
 
-def write_quants(out, rng):
+def write_quants(out, rng, qtypes):
     os.makedirs(os.path.join(out, "quants"), exist_ok=True)
-    for qtype in FLOATS + list(HALF_FIELDS):
+    for qtype in qtypes:
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         n = 8 if block == 256 else 32
         blocks = random_blocks(rng, qtype, n)
@@ -136,8 +146,9 @@ def write_tiny(out, rng):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/gguf"
     rng = np.random.default_rng(44)
-    write_quants(out, rng)
+    write_quants(out, rng, FLOATS + list(HALF_FIELDS))
     write_tiny(out, rng)
+    write_quants(out, np.random.default_rng(4402), list(IQ_HALF_FIELDS))
 
 
 if __name__ == "__main__":
