@@ -101,7 +101,10 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
     StartDaemon(c, {"--states-budget", "1M", "--allow-uid", "65534"});
     ASSERT_EQ(chmod(socket_.c_str(), 0666), 0);
     json theirs = StatesAs(socket_, 65534);
-    EXPECT_TRUE(theirs["states"].empty()) << theirs.dump();
+    ASSERT_TRUE(theirs.is_object()) << theirs.dump();
+    EXPECT_EQ(theirs["budget_bytes"], 1 << 20) << theirs.dump();
+    EXPECT_TRUE(theirs["states"].is_array() && theirs["states"].empty()) << theirs.dump();
+    EXPECT_EQ(Ctl("states --json --socket " + socket_)["states"].size(), 1u);  // the daemon's uid sees it
   } else {
     std::fprintf(stderr, "SKIP part: another uid's view needs root to become one\n");
   }
