@@ -58,6 +58,7 @@ Status Daemon::Setup() {
 
   WASTE_RETURN_IF_ERROR(BuildTrunk());
   WASTE_RETURN_IF_ERROR(BuildCache());
+  WASTE_RETURN_IF_ERROR(OpenStates());
   // The metrics port before the socket: whoever finds the socket connectable
   // (a client, a test) finds the metrics page listening too.
   if (!opt_.metrics_listen.empty()) {
@@ -67,6 +68,20 @@ Status Daemon::Setup() {
     metrics_ = std::move(*m);
   }
   return Listen();
+}
+
+Status Daemon::OpenStates() {
+  if (opt_.state_dir.empty() || opt_.states_budget == 0) {
+    spdlog::info("no prompt states are kept ({})",
+                 opt_.state_dir.empty() ? "no state-dir" : "states-budget 0");
+    return Status::Ok();
+  }
+  // One directory a container: daemons of other models may share state-dir.
+  auto states = PromptStates::Open({opt_.state_dir + "/states/" + fingerprint_, fingerprint_,
+                                    opt_.states_budget, opt_.states_shared});
+  if (!states.ok()) return states.status();
+  states_ = std::move(*states);
+  return Status::Ok();
 }
 
 Status Daemon::Listen() {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/prompt_states.h"
 #include "daemon/readers.h"
 #include "daemon/rpc_server.h"
 #include "daemon/settings.h"
@@ -96,6 +97,8 @@ class Daemon final : public LoopApi {
   void StartTimers();  // idle exit and periodic saves, from opt_
   // uses.cc: the saved use counts.
   std::string UsesPath() const;
+  // The prompt states under state_dir/states/<fingerprint>, when kept.
+  Status OpenStates();
   void SaveUses() const;
   void LoadUses();  // adds saved use counts and queues the warm-up
   // The status, gathered on the loop thread (daemon/status.cc).
@@ -120,6 +123,7 @@ class Daemon final : public LoopApi {
   int trunk_ro_ = -1, cache_ro_ = -1, table_ro_ = -1;
   ServedModel served_;
   std::unique_ptr<SlotCache> cache_;
+  std::unique_ptr<PromptStates> states_;  // null: none kept; the RPC thread's once it runs
   int listen_fd_ = -1;
   bool socket_bound_ = false;
 

@@ -203,7 +203,8 @@ int Daemon::Run() {
     return 1;
   }
   RaiseDescriptorLimit(opt_.max_clients);
-  auto rpc = RpcServer::Start(listen_fd_, served_, opt_.access, opt_.max_clients, this);
+  auto rpc = RpcServer::Start(listen_fd_, served_, opt_.access, opt_.max_clients, this,
+                              states_.get());
   if (!rpc.ok()) {
     spdlog::error("{}", rpc.status().message());
     return 1;

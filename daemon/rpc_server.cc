@@ -21,6 +21,7 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
+#include <kj/io.h>
 #include <spdlog/spdlog.h>
 
 #include "shm/table.h"
@@ -117,8 +118,9 @@ bool AccessPolicy::Allows(uid_t uid) const {
 }
 
 struct RpcServer::Impl {
-  Impl(const ServedModel& m, const AccessPolicy& a, uint32_t max, LoopApi* l, int fd)
-      : model(m), access(a), max_clients(max), loop(l), listen_fd(fd) {}
+  Impl(const ServedModel& m, const AccessPolicy& a, uint32_t max, LoopApi* l, int fd,
+       PromptStates* st)
+      : model(m), access(a), max_clients(max), loop(l), listen_fd(fd), states(st) {}
   const ServedModel& model;
   std::mutex access_mu;  // a reload replaces `access` from the loop thread
   AccessPolicy access;
@@ -130,6 +132,7 @@ struct RpcServer::Impl {
   bool full_logged = false;
   LoopApi* loop;
   int listen_fd;
+  PromptStates* states;  // null: none kept
   std::atomic<uint32_t> next_id{1};
   const kj::Executor* executor = nullptr;
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> stop;
@@ -339,6 +342,65 @@ class DaemonServer final : public proto::Daemon::Server {
     });
   }
 
+  // Prompt states: on this thread, a publish's copy included (PromptStates).
+  kj::Promise<void> publishState(PublishStateContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    auto p = ctx.getParams();
+    RpcServer::Impl::CheckVersion(p.getVersion());
+    if (!s_->states)
+      Refuse("this wasted keeps no prompt states (it has no state-dir, or states-budget is 0)");
+    std::vector<int32_t> tokens = Tokens(p.getTokens());
+    proto::Segment::Client state = p.getState();
+    auto fd = state.getFd();
+    return fd.then([this, state = kj::mv(state), tokens = std::move(tokens),
+                    fingerprint = p.getFingerprint(), bytes = p.getBytes()](kj::Maybe<int> got) {
+      int* f = nullptr;
+      KJ_IF_MAYBE (x, got) {
+        f = x;
+      }
+      if (f == nullptr) Refuse("the prompt state came without a file descriptor");
+      if (Status st = s_->states->Publish(cred_.uid, fingerprint, tokens, *f, bytes); !st.ok())
+        Refuse(st.message());
+    });
+  }
+
+  kj::Promise<void> findState(FindStateContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    auto p = ctx.getParams();
+    RpcServer::Impl::CheckVersion(p.getVersion());
+    if (!s_->states) return kj::READY_NOW;  // matched 0
+    const std::vector<int32_t> tokens = Tokens(p.getTokens());
+    const PromptStates::Found found = s_->states->Find(cred_.uid, p.getFingerprint(), tokens);
+    if (found.fd < 0) return kj::READY_NOW;
+    auto r = ctx.getResults();
+    r.setMatched(found.matched);
+    r.setOffset(found.offset);
+    r.setBytes(found.bytes);
+    // The file's descriptor lives as long as the capability the client holds.
+    r.setState(kj::heap<SegmentServer>(found.fd, found.offset + found.bytes,
+                                       std::make_shared<kj::AutoCloseFd>(found.fd)));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listStates(ListStatesContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
+    if (!s_->states) return kj::READY_NOW;
+    const std::vector<PromptStateInfo> list = s_->states->List(cred_.uid);
+    auto r = ctx.getResults();
+    r.setBudget(s_->states->budget());
+    auto out = r.initStates(static_cast<unsigned>(list.size()));
+    for (unsigned i = 0; i < list.size(); ++i) PromptStateToProto(list[i], out[i]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> dropStates(DropStatesContext ctx) override {
+    s_->CheckPeer(cred_, &refusal_logged_);
+    RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
+    ctx.getResults().setDropped(s_->states ? s_->states->Drop(cred_.uid) : 0);
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> stop(StopContext ctx) override {
     s_->CheckPeer(cred_, &refusal_logged_);
     RpcServer::Impl::CheckVersion(ctx.getParams().getVersion());
@@ -356,6 +418,17 @@ class DaemonServer final : public proto::Daemon::Server {
         kj::mv(paf.fulfiller));
     ask(std::function<void(uint32_t)>([f](uint32_t n) { (*f)->fulfill(kj::mv(n)); }));
     return kj::mv(paf.promise);
+  }
+
+  // A state's tokens, refused past kMaxStateTokens before they are copied.
+  static std::vector<int32_t> Tokens(capnp::List<int32_t>::Reader list) {
+    if (list.size() == 0 || list.size() > kMaxStateTokens)
+      Refuse("a prompt state is filed under 1 to " + std::to_string(kMaxStateTokens) +
+             " tokens, not " + std::to_string(list.size()));
+    std::vector<int32_t> out;
+    out.reserve(list.size());
+    for (int32_t t : list) out.push_back(t);
+    return out;
   }
 
   RpcServer::Impl* s_;
@@ -454,9 +527,10 @@ class Acceptor final : public kj::TaskSet::ErrorHandler {
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Start(int listen_fd, const ServedModel& model,
                                                     const AccessPolicy& access,
-                                                    uint32_t max_clients, LoopApi* loop) {
+                                                    uint32_t max_clients, LoopApi* loop,
+                                                    PromptStates* states) {
   std::unique_ptr<RpcServer> server(new RpcServer());
-  server->impl_ = std::make_unique<Impl>(model, access, max_clients, loop, listen_fd);
+  server->impl_ = std::make_unique<Impl>(model, access, max_clients, loop, listen_fd, states);
   Impl* impl = server->impl_.get();
   std::promise<std::string> started;
   auto started_future = started.get_future();

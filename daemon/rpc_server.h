@@ -5,7 +5,8 @@
 // each peer's uid (SO_PEERCRED), answers attach (at most max_clients sessions),
 // hint, status, stop, warm, drop and reload, and forwards everything that touches the cache to
 // the event loop thread through LoopApi. It never reads or writes the cache
-// itself.
+// itself. The prompt states (publish, find, list, drop) are its own: it
+// alone calls PromptStates.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +20,7 @@
 
 #include "base/hints.h"
 #include "base/status.h"
+#include "daemon/prompt_states.h"
 #include "protocol/answers.h"
 #include "protocol/status.h"
 #include "shm/segment.h"
@@ -106,10 +108,11 @@ class RpcServer {
   // on a new thread until Stop(). At most `max_clients` sessions at once:
   // each costs a pin page (a memfd and a mapping) and a place in the
   // daemon's planned overhead; an attach beyond them is refused with a
-  // message, and the attached clients are served as before.
+  // message, and the attached clients are served as before. `states` (null:
+  // none kept) is used on the server's thread alone while it runs.
   static Result<std::unique_ptr<RpcServer>> Start(int listen_fd, const ServedModel& model,
                                                   const AccessPolicy& access, uint32_t max_clients,
-                                                  LoopApi* loop);
+                                                  LoopApi* loop, PromptStates* states = nullptr);
   ~RpcServer();  // calls Stop()
 
   // Closes every connection and joins the thread. Clients see their

@@ -48,9 +48,9 @@ std::string OrNone(const std::string& s) { return s.empty() ? "none" : s; }
 struct Parsed {
   explicit Parsed(Settings* settings) : s(settings) {}
   Settings* s;
-  std::string budget, group, policy = "lfru";
+  std::string budget, group, policy = "lfru", states_budget;
   std::vector<uint32_t> uids;
-  bool no_huge = false, no_wire = false, cold = false;
+  bool no_huge = false, no_wire = false, cold = false, states_shared = false;
 };
 
 struct Setting {
@@ -201,6 +201,23 @@ const std::vector<Setting>& Table() {
          return app.add_flag(flag, p.cold, help);
        },
        [](const DaemonOptions& o) { return YesNo(!o.warm_start); }},
+      {"states-budget", "4G", nullptr,
+       "Disk for prompt states under state-dir/states, e.g. 4G (0: none kept)",
+       "Disk for the prompt states clients publish (state-dir/states), e.g. 4G, 512M;\n"
+       "past it the least recently used go. 0: no states are kept. Default: 4G.",
+       [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
+         return app.add_option(flag, p.states_budget, help);
+       },
+       [](const DaemonOptions& o) { return FormatSize(o.states_budget); }},
+      {"states-shared", "false", nullptr,
+       "Any uid allowed to attach finds the prompt states of the others",
+       "Any uid allowed to attach finds the prompt states the others published. By\n"
+       "default a client finds only its own uid's: a state decides the answers of\n"
+       "whoever continues from it.",
+       [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
+         return app.add_flag(flag, p.states_shared, help);
+       },
+       [](const DaemonOptions& o) { return YesNo(o.states_shared); }},
       {"policy", "", nullptr, "Eviction: lfru (the record with the fewest recent uses) or lru",
        "Eviction policy: lfru (the record with the fewest recent uses goes; a record keeps its "
        "uses while out of the cache) or lru (the least recently used goes).",
@@ -463,6 +480,12 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
   o.warm_start = !p.cold;
   o.policy = p.policy == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kLfru;
   o.wire_trunk = !p.no_wire;
+  o.states_shared = p.states_shared;
+  if (!p.states_budget.empty()) {
+    auto b = ParseSize(p.states_budget);
+    if (!b.ok()) return fail_setting("states-budget", "--states-budget: " + b.status().message());
+    o.states_budget = *b;
+  }
   if (!p.budget.empty()) {
     auto b = ParseSize(p.budget);
     if (!b.ok()) return fail_setting("budget", "--budget: " + b.status().message());

@@ -79,7 +79,63 @@ void CloseFd(SegmentFd& s) {
   s.fd = -1;
 }
 
+// A prompt state being published: the caller's descriptor, sent with the call.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnon-virtual-dtor"
+class StateBlob final : public proto::Segment::Server {
+ public:
+  StateBlob(int fd, uint64_t bytes) : fd_(fd), bytes_(bytes) {}
+  kj::Maybe<int> getFd() override { return fd_; }
+  kj::Promise<void> size(SizeContext ctx) override {
+    ctx.getResults().setBytes(bytes_);
+    return kj::READY_NOW;
+  }
+
+ private:
+  int fd_;
+  uint64_t bytes_;
+};
+#pragma GCC diagnostic pop
+
 }  // namespace
+
+// ---- FoundState ----
+
+FoundState::FoundState(FoundState&& other) noexcept {
+  *this = std::move(other);
+}
+
+FoundState& FoundState::operator=(FoundState&& other) noexcept {
+  if (this != &other) {
+    if (fd >= 0) ::close(fd);
+    matched = std::exchange(other.matched, 0);
+    fd = std::exchange(other.fd, -1);
+    offset = std::exchange(other.offset, 0);
+    bytes = std::exchange(other.bytes, 0);
+  }
+  return *this;
+}
+
+FoundState::~FoundState() {
+  if (fd >= 0) ::close(fd);
+}
+
+Result<std::vector<uint8_t>> FoundState::Read() const {
+  if (fd < 0) return Status::Error("no prompt state was found");
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < offset ||
+      static_cast<uint64_t>(st.st_size) - offset < bytes)
+    return Status::Error("the prompt state's file is shorter than the daemon said");
+  std::vector<uint8_t> out(bytes);
+  for (uint64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd, out.data() + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Error(std::string("reading the prompt state: ") +
+                                     (n < 0 ? std::strerror(errno) : "end of file"));
+    done += static_cast<uint64_t>(n);
+  }
+  return out;
+}
 
 // ---- Attachment ----
 
@@ -547,6 +603,77 @@ Result<ReloadOutcome> DaemonClient::Reload() {
     req.setVersion(proto::PROTOCOL_VERSION);
     return req.send().then([](capnp::Response<proto::Daemon::ReloadResults>&& r) {
       return Result<ReloadOutcome>(ReloadFromProto(r));
+    });
+  });
+}
+
+Status DaemonClient::PublishState(std::span<const int32_t> tokens, uint64_t fingerprint, int fd,
+                                  uint64_t bytes) {
+  return impl_->Call<Status>([&](LinkLoop& l) {
+    auto req = l.daemon.publishStateRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    auto list = req.initTokens(static_cast<unsigned>(tokens.size()));
+    for (unsigned i = 0; i < tokens.size(); ++i) list.set(i, tokens[i]);
+    req.setFingerprint(fingerprint);
+    req.setState(kj::heap<StateBlob>(fd, bytes));
+    req.setBytes(bytes);
+    return req.send().then(
+        [](capnp::Response<proto::Daemon::PublishStateResults>&&) { return Status::Ok(); });
+  });
+}
+
+Result<FoundState> DaemonClient::FindState(std::span<const int32_t> tokens, uint64_t fingerprint) {
+  return impl_->Call<Result<FoundState>>([&](LinkLoop& l) {
+    auto req = l.daemon.findStateRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    auto list = req.initTokens(static_cast<unsigned>(tokens.size()));
+    for (unsigned i = 0; i < tokens.size(); ++i) list.set(i, tokens[i]);
+    req.setFingerprint(fingerprint);
+    const size_t asked = tokens.size();
+    return req.send().then([asked](capnp::Response<proto::Daemon::FindStateResults>&& answer)
+                               -> kj::Promise<Result<FoundState>> {
+      if (answer.getMatched() == 0) return Result<FoundState>(FoundState());
+      if (answer.getMatched() > asked)
+        return Result<FoundState>(Status::Error("findState: the daemon matched more tokens than asked"));
+      auto fd = answer.getState().getFd();
+      return fd.then([answer = kj::mv(answer)](kj::Maybe<int> got) mutable -> Result<FoundState> {
+        int* f = nullptr;
+        KJ_IF_MAYBE (x, got) {
+          f = x;
+        }
+        if (f == nullptr) return Status::Error("findState: the state came without a file descriptor");
+        FoundState found;
+        // The received descriptor belongs to the capability, which goes with `answer`.
+        found.fd = ::fcntl(*f, F_DUPFD_CLOEXEC, 0);
+        if (found.fd < 0) return Status::Error(std::string("findState: dup: ") + std::strerror(errno));
+        found.matched = answer.getMatched();
+        found.offset = answer.getOffset();
+        found.bytes = answer.getBytes();
+        return found;
+      });
+    });
+  });
+}
+
+Result<StatesList> DaemonClient::ListStates() {
+  return impl_->Call<Result<StatesList>>([](LinkLoop& l) {
+    auto req = l.daemon.listStatesRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    return req.send().then([](capnp::Response<proto::Daemon::ListStatesResults>&& r) {
+      StatesList out;
+      out.budget = r.getBudget();
+      for (auto s : r.getStates()) out.states.push_back(PromptStateFromProto(s));
+      return Result<StatesList>(std::move(out));
+    });
+  });
+}
+
+Result<uint32_t> DaemonClient::DropStates() {
+  return impl_->Call<Result<uint32_t>>([](LinkLoop& l) {
+    auto req = l.daemon.dropStatesRequest();
+    req.setVersion(proto::PROTOCOL_VERSION);
+    return req.send().then([](capnp::Response<proto::Daemon::DropStatesResults>&& r) {
+      return Result<uint32_t>(r.getDropped());
     });
   });
 }

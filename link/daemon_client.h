@@ -8,7 +8,8 @@
 // link thread), started by Connect and joined by the destructor, and every
 // public method may be called from any thread at once. SendHint and
 // SendProgress queue their message for the link thread and return without
-// blocking; Attach, GetStatus, Stop, Warm, Drop and Reload block their caller
+// blocking; Attach, GetStatus, Stop, Warm, Drop, Reload and the prompt
+// states' calls block their caller
 // until the answer is in. The link thread notices a lost connection by itself
 // and records it for any thread to read (Poll, connected). Several clients may
 // live in one process, each with its own thread. Nothing here throws; every
@@ -68,6 +69,32 @@ enum class ConnectFailure {
   kOther,             // anything else; the message names it
 };
 
+// The answer to FindState: how many of the tokens the state found has seen
+// (0: none found) and its bytes, in a file the daemon opened read-only.
+// Owns the descriptor; move-only.
+struct FoundState {
+  uint32_t matched = 0;
+  int fd = -1;
+  uint64_t offset = 0, bytes = 0;  // the state's bytes within the file
+
+  FoundState() = default;
+  FoundState(FoundState&& other) noexcept;
+  FoundState& operator=(FoundState&& other) noexcept;
+  FoundState(const FoundState&) = delete;
+  FoundState& operator=(const FoundState&) = delete;
+  ~FoundState();
+
+  // The state's bytes, read whole (an error when the file is shorter than
+  // the daemon said). Untrusted: the caller checks their own format.
+  Result<std::vector<uint8_t>> Read() const;
+};
+
+// The prompt states a daemon keeps, as the caller may see them.
+struct StatesList {
+  std::vector<PromptStateInfo> states;  // most recently used first
+  uint64_t budget = 0;                  // 0: the daemon keeps none
+};
+
 class DaemonClient {
  public:
   // Connects to wasted's socket at `path`. The message of a failure names the
@@ -123,6 +150,20 @@ class DaemonClient {
   // needs a restart. A settings file that does not parse is the daemon's
   // refusal message (its running settings are kept).
   Result<ReloadOutcome> Reload();
+
+  // Prompt states (protocol/wasted.capnp, daemon/prompt_states.h). Publishes
+  // the first `bytes` bytes of `fd` (a memfd the caller keeps open until
+  // this returns) as the state after `tokens`, under the caller's
+  // `fingerprint` of the model's shape; the daemon's refusal (no states
+  // kept, too large for their budget, a full disk) is the error.
+  Status PublishState(std::span<const int32_t> tokens, uint64_t fingerprint, int fd,
+                      uint64_t bytes);
+  // The longest state of this uid and `fingerprint` whose tokens begin `tokens`.
+  Result<FoundState> FindState(std::span<const int32_t> tokens, uint64_t fingerprint);
+  // The states this uid may see, and their budget.
+  Result<StatesList> ListStates();
+  // Removes the states this uid may see; how many.
+  Result<uint32_t> DropStates();
 
   // False once the link thread has seen the connection end.
   bool connected() const;

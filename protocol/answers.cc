@@ -43,4 +43,18 @@ ReloadOutcome ReloadFromProto(proto::Daemon::ReloadResults::Reader r) {
   return a;
 }
 
+void PromptStateToProto(const PromptStateInfo& s, proto::PromptState::Builder out) {
+  out.setTokens(s.tokens);
+  out.setBytes(s.bytes);
+  out.setUid(s.uid);
+  out.setAgeSeconds(s.age_seconds);
+  out.setIdleSeconds(s.idle_seconds);
+  out.setFingerprint(s.fingerprint);
+}
+
+PromptStateInfo PromptStateFromProto(proto::PromptState::Reader r) {
+  return {r.getTokens(), r.getBytes(), r.getUid(), r.getAgeSeconds(), r.getIdleSeconds(),
+          r.getFingerprint()};
+}
+
 }  // namespace waste

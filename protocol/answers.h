@@ -41,4 +41,18 @@ struct ReloadOutcome {
 void ReloadToProto(const ReloadOutcome& r, proto::Daemon::ReloadResults::Builder out);
 ReloadOutcome ReloadFromProto(proto::Daemon::ReloadResults::Reader r);
 
+// A prompt state the daemon keeps, as listStates describes it (proto::PromptState).
+struct PromptStateInfo {
+  uint32_t tokens = 0;
+  uint64_t bytes = 0;  // its file
+  uint32_t uid = 0;    // who published it
+  double age_seconds = 0, idle_seconds = 0;  // since published; since last published or found
+  uint64_t fingerprint = 0;  // the publisher's word for the model's shape
+
+  bool operator==(const PromptStateInfo&) const = default;
+};
+
+void PromptStateToProto(const PromptStateInfo& s, proto::PromptState::Builder out);
+PromptStateInfo PromptStateFromProto(proto::PromptState::Reader r);
+
 }  // namespace waste

@@ -46,7 +46,9 @@ struct ModelDescription {
 }
 
 # A shared-memory segment. Its server hands out a read-only file descriptor
-# (except for the client's own pin page, which the client writes).
+# (except for the client's own pin page, which the client writes). A prompt
+# state travels the same way: the publisher's memfd, and the daemon's state
+# file, read-only, in the answer to findState.
 interface Segment {
   size @0 () -> (bytes :UInt64);
 }
@@ -134,6 +136,16 @@ struct Status {
   recordBytes @25 :UInt64;        # one expert record (one read)
 }
 
+# A prompt state the daemon keeps (wastectl states).
+struct PromptState {
+  tokens @0 :UInt32;        # the prompt's length
+  bytes @1 :UInt64;         # its file on disk
+  uid @2 :UInt32;           # who published it; only that uid finds it unless states are shared
+  ageSeconds @3 :Float64;   # since it was published
+  idleSeconds @4 :Float64;  # since it was last published or found
+  fingerprint @5 :UInt64;   # the publisher's word for the model's shape
+}
+
 interface Daemon {
   # Version and uid checks happen here; a refusal is an exception whose
   # description says what was wrong.
@@ -153,4 +165,25 @@ interface Daemon {
   # applied and what changed but needs a restart, one "name: old -> new" each;
   # a file that does not parse is refused and the running settings are kept.
   reload @5 (version :UInt32) -> (applied :List(Text), needRestart :List(Text));
+
+  # Prompt states (daemon/prompt_states.h): a client's session state after a
+  # prompt, kept on disk under the state directory and found again by any
+  # client of the same uid (every uid with states-shared), across restarts.
+  # The daemon treats the state as opaque bytes with its tokens; it checks
+  # sizes and its own checksum, the client checks the state's own format.
+  # publishState: the first `bytes` bytes of `state`'s file descriptor (a
+  # memfd; the client keeps it until the answer) under `tokens` and the
+  # client's `fingerprint`. Refused with a message when states are off, too
+  # large for their budget, or the bytes cannot be read or written.
+  publishState @6 (version :UInt32, tokens :List(Int32), fingerprint :UInt64, state :Segment,
+                   bytes :UInt64);
+  # The longest state of this uid and fingerprint whose tokens begin `tokens`:
+  # `matched` of them (0: none, and no state), its file read-only, its bytes
+  # from `offset` on.
+  findState @7 (version :UInt32, tokens :List(Int32), fingerprint :UInt64)
+      -> (matched :UInt32, state :Segment, offset :UInt64, bytes :UInt64);
+  # Every state kept (root and the daemon's uid see all; others their own), and the budget.
+  listStates @8 (version :UInt32) -> (states :List(PromptState), budget :UInt64);
+  # Removes the states the caller may see; how many.
+  dropStates @9 (version :UInt32) -> (dropped :UInt32);
 }

@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine/model/session_io.h"
 #include "engine/plan/plan.h"
 #include "engine/tokenizer/gguf_tokenizer.h"
 #include "link/spawn.h"
@@ -233,6 +237,54 @@ Status Engine::Step(std::span<const Model::BatchItem> items) {
 Result<Session> Engine::NewSession(int max_context) {
   if (!model) WASTE_RETURN_IF_ERROR(Reattach(*this));
   return model->NewSession(max_context);
+}
+
+int Engine::FindSharedState(std::span<const int> tokens, int longer_than, Session& to,
+                            std::span<float> logits) {
+  if (!daemon || !model) return 0;
+  const std::vector<int32_t> ids(tokens.begin(), tokens.end());
+  auto found = daemon->client->FindState(ids, ModelFingerprint(*container));
+  if (!found.ok() || static_cast<int>(found->matched) <= longer_than) return 0;
+  auto bytes = found->Read();
+  if (!bytes.ok()) {
+    std::cerr << "waste: a prompt state from wasted: " << bytes.status().message()
+              << "; the prompt is run instead\n";
+    return 0;
+  }
+  auto state = UnpackPromptState(*bytes, ModelFingerprint(*container),
+                                 static_cast<int>(found->matched), static_cast<int>(logits.size()));
+  Status st = state.ok() ? RestoreSnapshot(state->state, to) : state.status();
+  if (!st.ok()) {
+    std::cerr << "waste: a prompt state from wasted refused: " << st.message()
+              << "; the prompt is run instead\n";
+    return 0;
+  }
+  std::copy(state->logits.begin(), state->logits.end(), logits.begin());
+  return static_cast<int>(found->matched);
+}
+
+void Engine::PublishSharedState(std::span<const int> tokens, const Session& s,
+                                std::span<const float> logits) {
+  if (!daemon) return;
+  const std::vector<uint8_t> bytes =
+      PackPromptState(ModelFingerprint(*container), TakeSnapshot(s), logits);
+  // The bytes travel as a memfd: a message could not hold hundreds of MB.
+  const int fd = memfd_create("waste-prompt-state", MFD_CLOEXEC);
+  bool written = fd >= 0;
+  for (size_t done = 0; written && done < bytes.size();) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    written = n > 0;
+    if (written) done += static_cast<size_t>(n);
+  }
+  const std::vector<int32_t> ids(tokens.begin(), tokens.end());
+  const Status st = written ? daemon->client->PublishState(ids, ModelFingerprint(*container), fd,
+                                                           bytes.size())
+                            : Status::Error("cannot write a memfd");
+  if (fd >= 0) close(fd);
+  // Not kept costs a prefill later, nothing now: said once, not failed.
+  if (!st.ok() && !share_refusal_said)
+    std::cerr << "waste: a prompt state was not shared: " << st.message() << "\n";
+  share_refusal_said = share_refusal_said || !st.ok();
 }
 
 }  // namespace waste

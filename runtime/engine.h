@@ -75,6 +75,14 @@ struct Engine final : Stepper {
   // model->NewSession, attaching again first when the model is gone.
   Result<Session> NewSession(int max_context) override;
   bool attached() const override { return model != nullptr; }
+  // Through wasted's prompt states (daemon/prompt_states.h) when attached to
+  // one; a state refused (damaged, another model's) is said on stderr and
+  // the prompt is run instead.
+  int FindSharedState(std::span<const int> tokens, int longer_than, Session& to,
+                      std::span<float> logits) override;
+  void PublishSharedState(std::span<const int> tokens, const Session& s,
+                          std::span<const float> logits) override;
+  bool share_refusal_said = false;  // a publish refused is said once, not every prompt
 };
 
 // Opens everything: the container, the experts (wasted's when one serves

@@ -23,6 +23,20 @@ class Stepper {
   // Whether the model is there to run (false after wasted went away and
   // none serving the container came back).
   virtual bool attached() const = 0;
+
+  // Prompt states shared beyond this process (wasted's, for an Engine
+  // attached to one; none by default). The longest shared state whose
+  // tokens begin `tokens` and are more than `longer_than`, restored into
+  // `to` with the logits after it put in `logits` ([vocab]): how many tokens
+  // it covers; 0 when there is none or it was refused (then `to` and
+  // `logits` are as they were).
+  virtual int FindSharedState(std::span<const int> /*tokens*/, int /*longer_than*/,
+                              Session& /*to*/, std::span<float> /*logits*/) {
+    return 0;
+  }
+  // Shares `s`, which has run `tokens`, with `logits` after the last of them.
+  virtual void PublishSharedState(std::span<const int> /*tokens*/, const Session& /*s*/,
+                                  std::span<const float> /*logits*/) {}
 };
 
 }  // namespace waste

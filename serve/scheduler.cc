@@ -83,6 +83,8 @@ SchedulerStats Scheduler::stats() const {
   s.completion_tokens = completion_tokens_;
   s.kept_states = kept_count_;
   s.kept_bytes = kept_bytes_count_;
+  s.shared_found = shared_found_;
+  s.shared_published = shared_published_;
   return s;
 }
 
@@ -171,6 +173,16 @@ void Scheduler::ResumeKept(Running& r) {
     reused_tokens_ += best->tokens.size();
     kept_.splice(kept_.begin(), kept_, best);  // most recently used
   }
+  const int have = static_cast<int>(r.history.size());
+  if (static_cast<int>(prompt.size()) - have >= o_.share_min_tokens) {
+    const int n = model_.FindSharedState(prompt, have, r.session, r.logits);
+    if (n > have) {
+      r.history.assign(prompt.begin(), prompt.begin() + n);
+      r.end.reused_tokens = n;
+      reused_tokens_ += static_cast<uint64_t>(n - have);
+      ++shared_found_;
+    }
+  }
   r.pending.assign(prompt.begin() + static_cast<long>(r.history.size()), prompt.end());
 }
 
@@ -251,6 +263,10 @@ void Scheduler::Step() {
     if (r.prefilling) {
       PromptDone(r);
       Keep(r.history, r.session, r.logits);  // the turn's boundary
+      if (static_cast<int>(r.history.size()) >= o_.share_min_tokens) {
+        model_.PublishSharedState(r.history, r.session, r.logits);
+        ++shared_published_;
+      }
     }
     if (!Emit(r)) End(r, r.end.reason, r.end.error);
   }

@@ -16,6 +16,14 @@
 // longest such. The logits are those of a full prefill, bit for bit
 // (Model::Forward's are the same whatever the chunking).
 //
+// Beyond this process: a prompt whose kept states leave at least
+// `share_min_tokens` of it to run asks the Stepper for a shared state
+// (wasted's prompt states, Stepper::FindSharedState) longer than the kept
+// one, and a prompt of at least that many tokens that ran here is published
+// at its end (PublishSharedState), so another process, or this one after a
+// restart, starts from it. A publish copies the state on the scheduler's
+// thread: the batch waits for it.
+//
 // Generations of one prompt submitted together (SubmitGroup: OpenAI's n)
 // prefill it once, whatever is kept: the first admitted runs it, the others
 // wait in their places and start from a copy of its state there (a
@@ -90,11 +98,15 @@ struct SchedulerOptions {
   int context = 4096;  // tokens a conversation may hold, prompt and reply
   int chunk = 32;      // prompt tokens run in one step, over all generations
   uint64_t prefix_cache_bytes = 1ull << 30;  // kept states, snapshots and logits
+  // Prompts shorter than this are not published, nor looked up beyond the
+  // kept states: their prefill costs less than the round trip and the disk.
+  int share_min_tokens = 256;
 };
 
 struct SchedulerStats {
   uint64_t queued = 0, running = 0;
   uint64_t steps = 0, prompt_tokens = 0, reused_tokens = 0, completion_tokens = 0;
+  uint64_t shared_found = 0, shared_published = 0;  // prompt states from and to the Stepper
   uint64_t kept_states = 0, kept_bytes = 0;
 };
 
@@ -132,7 +144,15 @@ class Scheduler {
     SessionSnapshot state;
     std::vector<float> logits;  // [vocab]: after the last of `tokens`
   };
-  // Generations of one prompt submitted together.
+  // Beyond this process: a prompt whose kept states leave at least
+// `share_min_tokens` of it to run asks the Stepper for a shared state
+// (wasted's prompt states, Stepper::FindSharedState) longer than the kept
+// one, and a prompt of at least that many tokens that ran here is published
+// at its end (PublishSharedState), so another process, or this one after a
+// restart, starts from it. A publish copies the state on the scheduler's
+// thread: the batch waits for it.
+//
+// Generations of one prompt submitted together.
   struct Group {
     std::optional<Kept> prompt;          // the state at the prompt's end, once one has run it
     const Running* prefiller = nullptr;  // the one running the prompt now; null: none
@@ -179,7 +199,8 @@ class Scheduler {
   uint64_t kept_bytes_ = 0;
 
   std::atomic<uint64_t> steps_{0}, prompt_tokens_{0}, reused_tokens_{0}, completion_tokens_{0},
-      running_count_{0}, kept_count_{0}, kept_bytes_count_{0};
+      running_count_{0}, kept_count_{0}, kept_bytes_count_{0}, shared_found_{0},
+      shared_published_{0};
   std::thread thread_;
 };
 

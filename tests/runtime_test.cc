@@ -261,6 +261,58 @@ TEST_F(RuntimeTest, AttachedToWastedAStepGoesOnAfterAKillAndARestart) {
   EXPECT_EQ(s->position, 16);
 }
 
+// A prompt state published through wasted by one engine is found by
+// another (another client, as another process would be) and, after wasted
+// crashed and started again, from its file: the logits there and after more
+// tokens are a full prefill's, bit for bit.
+TEST_F(RuntimeTest, APromptStateSharedThroughWastedGivesAFullPrefillsLogits) {
+  const std::vector<int> prompt = Tokens(11, vocab_, 0), more = Tokens(3, vocab_, 1);
+  const auto want = Reference({prompt, more});
+  std::vector<int> longer = prompt;
+  longer.insert(longer.end(), more.begin(), more.end());
+  auto daemon = std::make_unique<Wasted>(kimi_, socket_, dir_);
+  ASSERT_TRUE(daemon->listening()) << daemon->log();
+  {
+    auto e = OpenEngine(Options(/*local=*/false));
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    auto s = e->NewSession(256);
+    ASSERT_TRUE(s.ok());
+    std::vector<float> got(vocab_);
+    ASSERT_TRUE(ForwardThroughRestarts(*e, *s, prompt, got.data()).ok());
+    e->PublishSharedState(prompt, *s, got);
+    EXPECT_FALSE(e->share_refusal_said);
+  }
+  // `found` starts from the state, then runs `more`.
+  auto resume = [&](Engine& e) {
+    auto s = e.NewSession(256);
+    EXPECT_TRUE(s.ok());
+    std::vector<float> logits(vocab_);
+    EXPECT_EQ(e.FindSharedState(longer, static_cast<int>(prompt.size()), *s, logits), 0);
+    EXPECT_EQ(e.FindSharedState(longer, 0, *s, logits), static_cast<int>(prompt.size()));
+    EXPECT_EQ(logits, want[0]);
+    EXPECT_EQ(s->position, static_cast<int>(prompt.size()));
+    EXPECT_TRUE(ForwardThroughRestarts(e, *s, more, logits.data()).ok());
+    EXPECT_EQ(logits, want[1]);
+  };
+  {
+    auto other = OpenEngine(Options(false));
+    ASSERT_TRUE(other.ok()) << other.status().message();
+    resume(*other);
+  }
+  daemon->Kill();
+  daemon = std::make_unique<Wasted>(kimi_, socket_, dir_);
+  ASSERT_TRUE(daemon->listening()) << daemon->log();
+  auto after = OpenEngine(Options(false));
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  resume(*after);
+  // In this process alone there is nothing to share.
+  auto local = OpenEngine(Options(true));
+  ASSERT_TRUE(local.ok());
+  auto s = local->NewSession(256);
+  std::vector<float> logits(vocab_);
+  EXPECT_EQ(local->FindSharedState(longer, 0, *s, logits), 0);
+}
+
 TEST_F(RuntimeTest, ADaemonServingAnotherContainerIsRefusedWithAMessage) {
   const std::string other = dir_ + "/tiny-deepseek";
   ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-deepseek"), other, true, 2, nullptr).ok());

@@ -14,6 +14,7 @@
 #include <future>
 #include <mutex>
 
+#include "engine/model/session_io.h"
 #include "tests/support/tiny_engine.h"
 #include "tests/test_util.h"
 
@@ -68,21 +69,54 @@ class SchedulerTest : public ::testing::TestWithParam<const char*> {
     }
   }
 
-  // The model stepped directly, or through `step` (to hold or fail a step).
+  // Prompt states shared between schedulers, packed as an Engine gives them
+  // to wasted: a stand-in for the daemon (daemon_states_test tests its side).
+  struct SharedStates {
+    std::vector<std::pair<std::vector<int>, std::vector<uint8_t>>> states;
+  };
+
+  // The model stepped directly, or through `step` (to hold or fail a step),
+  // sharing prompt states through `shared` when given.
   struct ModelStepper : Stepper {
     Model* model = nullptr;
     StepFn step;
+    SharedStates* shared = nullptr;
     Status Step(std::span<const Model::BatchItem> items) override {
       return step ? step(items) : model->ForwardBatch(items);
     }
     Result<Session> NewSession(int max_context) override { return model->NewSession(max_context); }
     bool attached() const override { return true; }
+    int FindSharedState(std::span<const int> tokens, int longer_than, Session& to,
+                        std::span<float> logits) override {
+      if (!shared) return 0;
+      const std::vector<uint8_t>* best = nullptr;
+      size_t n = 0;
+      for (const auto& [t, bytes] : shared->states)
+        if (t.size() > n && static_cast<int>(t.size()) > longer_than && t.size() <= tokens.size() &&
+            std::equal(t.begin(), t.end(), tokens.begin()))
+          best = &bytes, n = t.size();
+      if (!best) return 0;
+      auto st = UnpackPromptState(*best, ModelFingerprint(model->container()), static_cast<int>(n),
+                                  static_cast<int>(logits.size()));
+      if (!st.ok() || !RestoreSnapshot(st->state, to).ok()) return 0;
+      std::copy(st->logits.begin(), st->logits.end(), logits.begin());
+      return static_cast<int>(n);
+    }
+    void PublishSharedState(std::span<const int> tokens, const Session& s,
+                            std::span<const float> logits) override {
+      if (shared)
+        shared->states.push_back({{tokens.begin(), tokens.end()},
+                                  PackPromptState(ModelFingerprint(model->container()),
+                                                  TakeSnapshot(s), logits)});
+    }
   };
 
-  std::unique_ptr<Scheduler> Make(SchedulerOptions o, StepFn step = nullptr) {
+  std::unique_ptr<Scheduler> Make(SchedulerOptions o, StepFn step = nullptr,
+                                  SharedStates* shared = nullptr) {
     auto& stepper = *steppers_.emplace_back(std::make_unique<ModelStepper>());
     stepper.model = &engine_->model();
     stepper.step = std::move(step);
+    stepper.shared = shared;
     return std::make_unique<Scheduler>(o, engine_->model().config().vocab, stepper);
   }
 
@@ -176,6 +210,84 @@ TEST_P(SchedulerTest, AFollowUpTurnResumesFromTheKeptStateWithTheLogitsOfAFullPr
   again->done.get_future().wait();
   EXPECT_EQ(again->end.reused_tokens, static_cast<int>(follow.size()));
   EXPECT_EQ(again->tokens, fresh->tokens);
+}
+
+// Another scheduler (another process, or this one after a restart) starts
+// from a state this one published at its prompt's end, with the logits of a
+// full prefill, bit for bit; prompts shorter than share_min_tokens are
+// neither published nor looked up.
+TEST_P(SchedulerTest, AStatePublishedByAnotherSchedulerGivesTheLogitsOfAFullPrefill) {
+  SchedulerOptions o;
+  o.context = 64;
+  o.chunk = 6;
+  o.share_min_tokens = 9;
+  SharedStates shared;
+  std::vector<int> prompt = prompts_[2];  // 13 tokens
+  {
+    auto a = Make(o, nullptr, &shared);
+    auto small = std::make_shared<Outcome>();
+    ASSERT_TRUE(a->Submit(Greedy(prompts_[0], 1, small)));  // 5 tokens: not published
+    small->done.get_future().wait();
+    auto first = std::make_shared<Outcome>();
+    ASSERT_TRUE(a->Submit(Greedy(prompt, 2, first)));
+    first->done.get_future().wait();
+    EXPECT_EQ(a->stats().shared_published, 1u);
+  }
+  ASSERT_EQ(shared.states.size(), 1u);
+  EXPECT_EQ(shared.states[0].first, prompt);
+  // The next turn, in a scheduler with nothing kept.
+  std::vector<int> follow = prompt;
+  for (int t : prompts_[1]) follow.push_back(t);
+  auto b = Make(o, nullptr, &shared);
+  auto resumed = std::make_shared<Outcome>();
+  ASSERT_TRUE(b->Submit(Greedy(follow, 3, resumed)));
+  resumed->done.get_future().wait();
+  EXPECT_EQ(resumed->end.reused_tokens, static_cast<int>(prompt.size()));
+  EXPECT_EQ(b->stats().shared_found, 1u);
+  b.reset();
+
+  o.prefix_cache_bytes = 0;
+  o.share_min_tokens = 1 << 20;
+  auto fresh_s = Make(o);
+  auto fresh = std::make_shared<Outcome>();
+  ASSERT_TRUE(fresh_s->Submit(Greedy(follow, 3, fresh)));
+  fresh->done.get_future().wait();
+  EXPECT_EQ(fresh->end.reused_tokens, 0);
+  ASSERT_EQ(resumed->logits.size(), fresh->logits.size());
+  for (size_t i = 0; i < fresh->logits.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(resumed->logits[i].data(), fresh->logits[i].data(),
+                             fresh->logits[i].size() * 4))
+        << "token " << i;
+  EXPECT_EQ(resumed->tokens, fresh->tokens);
+}
+
+// A shared state that does not add up is refused and the prompt is run.
+TEST_P(SchedulerTest, ADamagedSharedStateIsRefusedAndThePromptRun) {
+  const int V = engine_->model().config().vocab;
+  const uint64_t fp = ModelFingerprint(engine_->model().container());
+  Session s = engine_->model().NewSession(64);
+  std::vector<float> logits(V);
+  ASSERT_TRUE(engine_->model().Forward(s, prompts_[2], logits.data()).ok());
+  const std::vector<uint8_t> good = PackPromptState(fp, TakeSnapshot(s), logits);
+  EXPECT_TRUE(UnpackPromptState(good, fp, static_cast<int>(prompts_[2].size()), V).ok());
+  EXPECT_FALSE(UnpackPromptState(good, fp + 1, static_cast<int>(prompts_[2].size()), V).ok());
+  EXPECT_FALSE(UnpackPromptState(good, fp, static_cast<int>(prompts_[2].size()) - 1, V).ok());
+  EXPECT_FALSE(UnpackPromptState(std::span(good).first(good.size() - 4), fp,
+                                 static_cast<int>(prompts_[2].size()), V).ok());
+
+  SchedulerOptions o;
+  o.context = 64;
+  o.share_min_tokens = 9;
+  SharedStates shared;
+  shared.states.push_back({prompts_[2], std::vector<uint8_t>(good.begin(), good.end() - 4)});
+  auto sch = Make(o, nullptr, &shared);
+  auto out = std::make_shared<Outcome>();
+  ASSERT_TRUE(sch->Submit(Greedy(prompts_[2], 1, out)));
+  out->done.get_future().wait();
+  EXPECT_EQ(out->end.reused_tokens, 0);
+  EXPECT_EQ(sch->stats().shared_found, 0u);
+  ASSERT_EQ(out->logits.size(), 1u);
+  EXPECT_EQ(0, std::memcmp(out->logits[0].data(), logits.data(), logits.size() * 4));
 }
 
 TEST_P(SchedulerTest, AnEndTokenEndsTheReplyAndIsNotPassedOn) {

@@ -104,5 +104,13 @@ TEST(Answers, AReloadOutcomeRoundTrips) {
   EXPECT_EQ(ReloadFromProto(proto.asReader()), in);
 }
 
+TEST(Answers, APromptStateRoundTrips) {
+  const PromptStateInfo in{16384, 300u << 20, 1000, 3600.5, 12.25, 0xfeedfacecafeull};
+  capnp::MallocMessageBuilder message;
+  auto proto = message.initRoot<proto::PromptState>();
+  PromptStateToProto(in, proto);
+  EXPECT_EQ(PromptStateFromProto(proto.asReader()), in);
+}
+
 }  // namespace
 }  // namespace waste

@@ -1,7 +1,7 @@
 // wastectl: inspect and steer a running wasted over its socket. It speaks the
 // protocol only (link/daemon_client.h) and links no engine. Commands: status
 // (once, or live with --watch), clients, metrics, warm, drop, stop, reload,
-// and daemons (every wasted on the machine, from /proc); each prints text
+// states (the prompt states kept), and daemons (every wasted on the machine, from /proc); each prints text
 // for people or, with --json, JSON.
 #include <algorithm>
 #include <cstdio>
@@ -174,6 +174,63 @@ int RunWarm(const std::string& socket, bool as_json) {
   return kOk;
 }
 
+// Seconds as "42 s", "3.5 min", "2.0 h", "1.5 d".
+std::string Age(double s) {
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
+  else if (s < 172800) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  else std::snprintf(buf, sizeof buf, "%.1f d", s / 86400);
+  return buf;
+}
+
+int RunStates(const std::string& socket, bool as_json) {
+  int code = kOk;
+  auto client = Connect(socket, &code);
+  if (!client) return code;
+  auto list = client->ListStates();
+  if (!list.ok()) return Fail(list.status());
+  uint64_t total = 0;
+  for (const waste::PromptStateInfo& s : list->states) total += s.bytes;
+  if (as_json) {
+    json states = json::array();
+    for (const waste::PromptStateInfo& s : list->states)
+      states.push_back({{"tokens", s.tokens}, {"bytes", s.bytes}, {"uid", s.uid},
+                        {"age_seconds", s.age_seconds}, {"idle_seconds", s.idle_seconds},
+                        {"fingerprint", s.fingerprint}});
+    PrintJson({{"budget_bytes", list->budget}, {"bytes", total}, {"states", states}});
+    return kOk;
+  }
+  if (list->budget == 0) {
+    std::printf("this wasted keeps no prompt states (no state-dir, or states-budget 0)\n");
+    return kOk;
+  }
+  std::printf("%zu prompt states, %s of a budget of %s\n", list->states.size(),
+              waste::FormatSize(total).c_str(), waste::FormatSize(list->budget).c_str());
+  if (list->states.empty()) return kOk;
+  std::vector<std::vector<std::string>> rows = {{"tokens", "bytes", "uid", "age", "last use"}};
+  for (const waste::PromptStateInfo& s : list->states)
+    rows.push_back({std::to_string(s.tokens), waste::FormatSize(s.bytes), std::to_string(s.uid),
+                    Age(s.age_seconds), Age(s.idle_seconds) + " ago"});
+  for (const std::string& line : waste::ctl::Table(rows, std::string::npos))
+    std::printf("%s\n", line.c_str());
+  return kOk;
+}
+
+int RunDropStates(const std::string& socket, bool as_json) {
+  int code = kOk;
+  auto client = Connect(socket, &code);
+  if (!client) return code;
+  auto n = client->DropStates();
+  if (!n.ok()) return Fail(n.status());
+  if (as_json) {
+    PrintJson({{"dropped_states", *n}});
+  } else {
+    std::printf("%u prompt states removed\n", *n);
+  }
+  return kOk;
+}
+
 int RunDrop(const std::string& socket, int layer, bool as_json) {
   int code = kOk;
   auto client = Connect(socket, &code);
@@ -286,9 +343,17 @@ int main(int argc, char** argv) {
   CLI::App* warm = command(
       "warm", "Read the most used records (by the saved and current use counts) into free slots");
   int layer = -1;
-  CLI::App* drop =
-      command("drop", "Empty every slot no client has pinned (in one layer with --layer)");
-  drop->add_option("--layer", layer, "Only this layer")->check(CLI::NonNegativeNumber);
+  bool drop_states = false;
+  CLI::App* drop = command("drop", "Empty every slot no client has pinned (in one layer with "
+                                   "--layer), or with --states remove the prompt states");
+  CLI::Option* layer_opt =
+      drop->add_option("--layer", layer, "Only this layer")->check(CLI::NonNegativeNumber);
+  drop->add_flag("--states", drop_states,
+                 "Remove the prompt states you may see (all of them for root and the daemon's "
+                 "user) instead of emptying slots")
+      ->excludes(layer_opt);
+  CLI::App* states = command(
+      "states", "List the prompt states the daemon keeps: tokens, bytes, uid, age, last use");
   CLI::App* reload =
       command("reload", "Re-read the daemon's settings file and apply what can change while it runs");
   CLI::App* daemons = app.add_subcommand(
@@ -313,7 +378,9 @@ int main(int argc, char** argv) {
   if (metrics->parsed()) return RunMetrics(socket, as_json);
   if (stop->parsed()) return RunStop(socket, as_json);
   if (warm->parsed()) return RunWarm(socket, as_json);
-  if (drop->parsed()) return RunDrop(socket, layer, as_json);
+  if (drop->parsed())
+    return drop_states ? RunDropStates(socket, as_json) : RunDrop(socket, layer, as_json);
+  if (states->parsed()) return RunStates(socket, as_json);
   if (reload->parsed()) return RunReload(socket, as_json);
   if (daemons->parsed()) return RunDaemons(as_json);
   std::fprintf(stderr, "wastectl: no command given (see --help)\n");

@@ -134,8 +134,8 @@ void DequantizeGroupedRow(const GroupedShape& s, const uint8_t* payload, const u
   }
 }
 
-uint32_t Crc32(std::span<const uint8_t> bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t Crc32(std::span<const uint8_t> bytes, uint32_t prior) {
+  uLong crc = prior;
   const uint8_t* p = bytes.data();
   size_t n = bytes.size();
   while (n > 0) {  // zlib takes a uInt length

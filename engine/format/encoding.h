@@ -80,6 +80,8 @@ inline int Q4grGroup(int64_t width, int64_t inter) {
   return 0;
 }
 
-uint32_t Crc32(std::span<const uint8_t> bytes);  // zlib's crc32, as the format defines it
+// zlib's crc32, as the format defines it; `prior`, the crc of the bytes
+// before these, continues it over a file read in pieces.
+uint32_t Crc32(std::span<const uint8_t> bytes, uint32_t prior = 0);
 
 }  // namespace waste::format

@@ -31,7 +31,61 @@ struct Header {
   int64_t max_context;
 };
 
+// A packed prompt state: this header, the snapshot's floats, the logits.
+constexpr char kPromptMagic[8] = {'W', 'A', 'S', 'T', 'E', 'P', 'R', 'S'};
+constexpr uint32_t kPromptVersion = 1;
+struct PromptHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t fingerprint;
+  int64_t position;
+  uint64_t floats;
+  uint64_t logits;
+};
+
 }  // namespace
+
+std::vector<uint8_t> PackPromptState(uint64_t fingerprint, const SessionSnapshot& snap,
+                                     std::span<const float> logits) {
+  PromptHeader h{};
+  std::memcpy(h.magic, kPromptMagic, 8);
+  h.version = kPromptVersion;
+  h.fingerprint = fingerprint;
+  h.position = snap.position;
+  h.floats = snap.floats.size();
+  h.logits = logits.size();
+  std::vector<uint8_t> out(sizeof h + (h.floats + h.logits) * 4);
+  std::memcpy(out.data(), &h, sizeof h);
+  std::memcpy(out.data() + sizeof h, snap.floats.data(), h.floats * 4);
+  std::memcpy(out.data() + sizeof h + h.floats * 4, logits.data(), h.logits * 4);
+  return out;
+}
+
+Result<PromptState> UnpackPromptState(std::span<const uint8_t> bytes, uint64_t fingerprint,
+                                      int tokens, int vocab) {
+  PromptHeader h{};
+  if (bytes.size() < sizeof h) return Status::Error("a prompt state of " + std::to_string(bytes.size()) + " bytes, less than its header");
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (std::memcmp(h.magic, kPromptMagic, 8) != 0 || h.version != kPromptVersion)
+    return Status::Error("not a prompt state of this build");
+  if (h.fingerprint != fingerprint) return Status::Error("a prompt state of another model");
+  if (h.position != tokens || h.logits != static_cast<uint64_t>(vocab))
+    return Status::Error("a prompt state at position " + std::to_string(h.position) + " with " +
+                         std::to_string(h.logits) + " logits, where " + std::to_string(tokens) +
+                         " tokens and " + std::to_string(vocab) + " were expected");
+  const uint64_t body = bytes.size() - sizeof h;
+  if (h.floats > body / 4 || body != (h.floats + h.logits) * 4)
+    return Status::Error("a prompt state of " + std::to_string(bytes.size()) +
+                         " bytes, where its header says otherwise");
+  PromptState out;
+  out.state.position = static_cast<int>(h.position);
+  out.state.floats.resize(h.floats);
+  out.logits.resize(h.logits);
+  std::memcpy(out.state.floats.data(), bytes.data() + sizeof h, h.floats * 4);
+  std::memcpy(out.logits.data(), bytes.data() + sizeof h + h.floats * 4, h.logits * 4);
+  return out;
+}
 
 uint64_t ModelFingerprint(const Container& ct) {
   const Manifest& man = ct.manifest();

@@ -1,0 +1,118 @@
+// PromptStates: the prompt states wasted keeps for its clients, on disk
+// under the state directory, one file a state, found again by any client
+// of the publisher's uid (of any uid when `shared`), across restarts.
+//
+// A state is opaque bytes to the daemon (a client's serialized session; the
+// daemon links no engine) filed under the tokens it has seen and the
+// client's fingerprint of the model's shape. The daemon checks what it can:
+// the file's header (magic, version, the container it belongs to), its size
+// against the header, and a crc32 it computes over the whole file when the
+// state is published and again when the directory is scanned at start. A
+// file that fails is removed and logged; the client checks the state's own
+// format when it loads it. Files are written to a temporary name and
+// renamed, so a publish cut short (a kill, a full disk) leaves no half
+// state; temporaries left by a killed daemon are removed at start.
+//
+// Files: `<dir>/<hash of uid, fingerprint and tokens>.state`:
+//   FileHeader | int32 tokens[token_count] | payload[payload_bytes]
+// The file's mtime is its last use, so least-recently-used eviction under
+// the byte budget carries across restarts.
+//
+// Not thread-safe: the RPC thread alone calls it (a publish copies its bytes
+// on that thread; a worker of its own is a later step).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "protocol/answers.h"
+
+namespace waste::daemon {
+
+// The most tokens a state is filed under (a prompt of a million tokens; the
+// list fits in an RPC message many times over).
+constexpr uint32_t kMaxStateTokens = 1u << 20;
+
+struct PromptStatesOptions {
+  std::string dir;    // this container's states: state_dir/states/<container fingerprint>
+  std::string model;  // the container's fingerprint (16 hex digits), in every header
+  uint64_t budget = 0;  // bytes of state files kept; the least recently used go past it
+  bool shared = false;  // any uid finds any state, not only its own
+};
+
+class PromptStates {
+ public:
+  // Creates the directory (0700) if need be and scans it: every state file
+  // checked, a damaged or foreign one removed and logged, then the least
+  // recently used removed until the rest fit the budget.
+  static Result<std::unique_ptr<PromptStates>> Open(const PromptStatesOptions& o);
+
+  // Files the first `bytes` bytes of `fd` (read with pread: a file the client
+  // shrinks gives a short read, refused, not a fault) as the state after
+  // `tokens` for `uid` and `fingerprint`, evicting the least recently used
+  // states to fit. The same tokens, uid and fingerprint published again
+  // replace the state.
+  Status Publish(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens, int fd,
+                 uint64_t bytes);
+
+  struct Found {
+    uint32_t matched = 0;  // 0: none found (fd is -1)
+    int fd = -1;           // the state's file, read-only; the caller closes it
+    uint64_t offset = 0, bytes = 0;  // the payload within it
+  };
+  // The longest state `uid` may see, of `fingerprint`, whose tokens begin
+  // `tokens`; it becomes the most recently used. A file that has gone or
+  // changed under the daemon is forgotten, and the next longest is tried.
+  Found Find(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens);
+
+  // The states `uid` may see (all of them for root and the daemon's uid),
+  // most recently used first.
+  std::vector<PromptStateInfo> List(uid_t uid) const;
+  // Removes the states `uid` may see (as List); how many.
+  uint32_t Drop(uid_t uid);
+
+  uint64_t bytes() const { return bytes_; }  // of every file kept
+  uint64_t budget() const { return o_.budget; }
+  size_t size() const { return index_.size(); }
+
+ private:
+  struct Entry {
+    uid_t uid = 0;
+    uint64_t fingerprint = 0;
+    std::vector<int32_t> tokens;
+    uint64_t file_bytes = 0, payload_offset = 0, payload_bytes = 0;
+    double created = 0;   // unix seconds, from the header
+    double last_use = 0;  // unix seconds, the file's mtime
+  };
+  explicit PromptStates(const PromptStatesOptions& o) : o_(o) {}
+  std::string PathOf(const std::string& name) const { return o_.dir + "/" + name; }
+  bool Sees(uid_t who, const Entry& e) const;
+  void Remove(std::string name, const std::string& why);  // a copy: callers pass index keys
+  // Removes the least recently used until `incoming` more bytes fit.
+  void Evict(uint64_t incoming);
+
+  PromptStatesOptions o_;
+  std::map<std::string, Entry> index_;  // by file name
+  uint64_t bytes_ = 0;
+  uint64_t next_tmp_ = 0;
+};
+
+// Checks one state file as the start-up scan does; the entry's fields on
+// success, else why not (for the scan's log and the tests).
+struct StateFileInfo {
+  uid_t uid = 0;
+  uint64_t fingerprint = 0;
+  std::vector<int32_t> tokens;
+  uint64_t payload_offset = 0, payload_bytes = 0;
+  double created = 0;
+};
+Result<StateFileInfo> CheckStateFile(const std::string& path, const std::string& model);
+
+}  // namespace waste::daemon

@@ -1,0 +1,157 @@
+// Prompt states through wasted: published by one client, found by another
+// connection, listed and dropped by wastectl, kept across a restart of the
+// daemon, seen only by the publisher's uid. The states here are opaque
+// bytes (the daemon's view); serve's states over it are scheduler_test's.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "link/daemon_client.h"
+#include "tests/support/daemon_fixture.h"
+#include "tests/support/programs.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using nlohmann::json;
+using waste::testing::Bin;
+using waste::testing::Child;
+using waste::testing::Daemon;
+using waste::testing::Has;
+using waste::testing::Outcome;
+using waste::testing::Shell;
+
+constexpr uint64_t kShape = 0xfeed;
+
+std::unique_ptr<waste::DaemonClient> Connect(const std::string& socket) {
+  auto c = waste::DaemonClient::Connect(socket);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+// Publishes `bytes` after `tokens` through a memfd, as a client does.
+waste::Status Publish(waste::DaemonClient& c, const std::vector<int32_t>& tokens,
+                      const std::vector<uint8_t>& bytes) {
+  const int fd = memfd_create("state", MFD_CLOEXEC);
+  EXPECT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  waste::Status st = c.PublishState(tokens, kShape, fd, bytes.size());
+  close(fd);
+  return st;
+}
+
+// `wastectl states --json` run as `uid`.
+json StatesAs(const std::string& socket, int uid) {
+  Child c = Child::Run({Bin("wastectl"), "states", "--json", "--socket", socket}, uid);
+  EXPECT_EQ(c.Wait(), 0);
+  return json::parse(c.Output(), nullptr, false);
+}
+
+json Ctl(const std::string& args) {
+  const Outcome r = Shell(Bin("wastectl") + " " + args);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return json::parse(r.out, nullptr, false);
+}
+
+TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c, {"--states-budget", "1M"});
+  std::vector<uint8_t> state(300000);  // past a small message, as real states are
+  for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<uint8_t>(i * 31 + 7);
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9}, longer = {5, 6, 7, 8, 9, 10, 11};
+  {
+    auto publisher = Connect(socket_);
+    ASSERT_TRUE(publisher);
+    const waste::Status st = Publish(*publisher, prompt, state);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  auto finder = Connect(socket_);
+  ASSERT_TRUE(finder);
+  auto found = finder->FindState(longer, kShape);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  ASSERT_EQ(found->matched, 5u);
+  auto bytes = found->Read();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  EXPECT_EQ(*bytes, state);
+  auto none = finder->FindState(std::vector<int32_t>{6, 7}, kShape);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->matched, 0u);
+  EXPECT_EQ(none->fd, -1);
+
+  json list = Ctl("states --json --socket " + socket_);
+  ASSERT_EQ(list["states"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["states"][0]["tokens"], 5);
+  EXPECT_EQ(list["states"][0]["uid"], geteuid());
+  EXPECT_EQ(list["budget_bytes"], 1 << 20);
+  const Outcome text = Shell(Bin("wastectl") + " states --socket " + socket_);
+  EXPECT_TRUE(Has(text.out, "1 prompt states") && Has(text.out, "last use")) << text.out;
+
+  if (geteuid() == 0) {
+    // Another uid allowed to attach sees none of them.
+    finder.reset();
+    daemon_.Signal(SIGTERM);
+    ASSERT_EQ(daemon_.Wait(), 0);
+    ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+    StartDaemon(c, {"--states-budget", "1M", "--allow-uid", "65534"});
+    ASSERT_EQ(chmod(socket_.c_str(), 0666), 0);
+    json theirs = StatesAs(socket_, 65534);
+    ASSERT_TRUE(theirs.is_object()) << theirs.dump();
+    EXPECT_EQ(theirs["budget_bytes"], 1 << 20) << theirs.dump();
+    EXPECT_TRUE(theirs["states"].is_array() && theirs["states"].empty()) << theirs.dump();
+    EXPECT_EQ(Ctl("states --json --socket " + socket_)["states"].size(), 1u);  // the daemon's uid sees it
+  } else {
+    std::fprintf(stderr, "SKIP part: another uid's view needs root to become one\n");
+  }
+
+  // A restart: the state is read back from disk, checked, and found again.
+  finder.reset();
+  daemon_.Signal(SIGTERM);
+  ASSERT_EQ(daemon_.Wait(), 0);
+  StartDaemon(c, {"--states-budget", "1M"});
+  finder = Connect(socket_);
+  ASSERT_TRUE(finder);
+  found = finder->FindState(longer, kShape);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  ASSERT_EQ(found->matched, 5u);
+  bytes = found->Read();
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(*bytes, state);
+
+  json dropped = Ctl("drop --states --json --socket " + socket_);
+  EXPECT_EQ(dropped["dropped_states"], 1) << dropped.dump();
+  found = finder->FindState(longer, kShape);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->matched, 0u);
+}
+
+TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c, {"--states-budget", "64K"});
+  auto client = Connect(socket_);
+  ASSERT_TRUE(client);
+  waste::Status st = Publish(*client, {1, 2, 3}, std::vector<uint8_t>(100000, 1));
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "states-budget")) << st.message();
+  EXPECT_TRUE(client->connected());  // a refusal, not a lost connection
+  client.reset();
+  daemon_.Signal(SIGTERM);
+  ASSERT_EQ(daemon_.Wait(), 0);
+
+  StartDaemon(c, {"--states-budget", "0"});
+  client = Connect(socket_);
+  ASSERT_TRUE(client);
+  st = Publish(*client, {1, 2, 3}, std::vector<uint8_t>(100, 1));
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "keeps no prompt states")) << st.message();
+  auto found = client->FindState(std::vector<int32_t>{1, 2, 3}, kShape);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->matched, 0u);
+}
+
+}  // namespace

@@ -1,0 +1,221 @@
+// The daemon's store of prompt states (daemon/prompt_states.h), driven
+// directly: publish and find by longest prefix, the uid rule, a reopen (what
+// a restart of wasted does), damaged and foreign files removed at the scan,
+// and the budget's least-recently-used eviction.
+#include "daemon/prompt_states.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace waste::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kModel[] = "0123456789abcdef";
+constexpr uint64_t kShape = 0x5eed;  // the client's fingerprint
+
+// A memfd holding `bytes`, as a client publishes it; closed with the object.
+struct Blob {
+  explicit Blob(const std::vector<uint8_t>& bytes) {
+    fd = memfd_create("state", MFD_CLOEXEC);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  ~Blob() { close(fd); }
+  int fd = -1;
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7);
+  return v;
+}
+
+// The payload of a found state, read from its descriptor (which is closed).
+std::vector<uint8_t> ReadFound(const PromptStates::Found& f) {
+  std::vector<uint8_t> out(f.bytes);
+  EXPECT_EQ(pread(f.fd, out.data(), out.size(), static_cast<off_t>(f.offset)),
+            static_cast<ssize_t>(out.size()));
+  close(f.fd);
+  return out;
+}
+
+class PromptStatesTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = waste::testing::ScratchDir() + "/states"; }
+
+  std::unique_ptr<PromptStates> Open(uint64_t budget = 1 << 20, bool shared = false,
+                                     const std::string& model = kModel) {
+    auto s = PromptStates::Open({dir_, model, budget, shared});
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  void Publish(PromptStates& s, const std::vector<int32_t>& tokens,
+               const std::vector<uint8_t>& bytes, uid_t uid = 1000) {
+    Blob b(bytes);
+    const Status st = s.Publish(uid, kShape, tokens, b.fd, bytes.size());
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  std::vector<std::string> Files() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().string());
+    return out;
+  }
+  std::string dir_;
+};
+
+TEST_F(PromptStatesTest, TheLongestPublishedPrefixIsFoundWithItsBytes) {
+  auto s = Open();
+  const auto short_state = Pattern(1000, 1), long_state = Pattern(3000, 2);
+  Publish(*s, {1, 2, 3}, short_state);
+  Publish(*s, {1, 2, 3, 4, 5}, long_state);
+  EXPECT_EQ(s->size(), 2u);
+
+  PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{1, 2, 3, 4, 5, 6});
+  ASSERT_EQ(f.matched, 5u);
+  EXPECT_EQ(ReadFound(f), long_state);
+  f = s->Find(1000, kShape, std::vector<int32_t>{1, 2, 3, 9});
+  ASSERT_EQ(f.matched, 3u);
+  EXPECT_EQ(ReadFound(f), short_state);
+  // A whole prompt matches itself; a prompt shorter than every state, another
+  // start or another model's fingerprint finds nothing.
+  f = s->Find(1000, kShape, std::vector<int32_t>{1, 2, 3, 4, 5});
+  EXPECT_EQ(f.matched, 5u);
+  close(f.fd);
+  EXPECT_EQ(s->Find(1000, kShape, std::vector<int32_t>{1, 2}).matched, 0u);
+  EXPECT_EQ(s->Find(1000, kShape, std::vector<int32_t>{2, 2, 3, 4}).matched, 0u);
+  EXPECT_EQ(s->Find(1000, kShape + 1, std::vector<int32_t>{1, 2, 3, 4}).matched, 0u);
+  EXPECT_EQ(s->Find(1000, kShape, std::vector<int32_t>{2}).fd, -1);
+}
+
+TEST_F(PromptStatesTest, AnotherUidFindsNothingUnlessStatesAreShared) {
+  {
+    auto s = Open();
+    Publish(*s, {7, 8, 9}, Pattern(100, 3), 1000);
+    EXPECT_EQ(s->Find(1001, kShape, std::vector<int32_t>{7, 8, 9, 10}).matched, 0u);
+    EXPECT_TRUE(s->List(1001).empty());
+    EXPECT_EQ(s->Drop(1001), 0u);  // and cannot remove it
+    ASSERT_EQ(s->List(1000).size(), 1u);
+    EXPECT_EQ(s->List(1000)[0].uid, 1000u);
+    EXPECT_EQ(s->List(geteuid()).size(), 1u);  // the daemon's own uid sees every state
+  }
+  auto shared = Open(1 << 20, /*shared=*/true);
+  PromptStates::Found f = shared->Find(1001, kShape, std::vector<int32_t>{7, 8, 9, 10});
+  EXPECT_EQ(f.matched, 3u);
+  close(f.fd);
+}
+
+TEST_F(PromptStatesTest, AStateSurvivesAReopenBitForBit) {
+  const auto bytes = Pattern(5000, 4);
+  {
+    auto s = Open();
+    Publish(*s, {11, 12, 13, 14}, bytes);
+  }
+  auto s = Open();
+  ASSERT_EQ(s->size(), 1u);
+  EXPECT_EQ(s->bytes(), 64u + 4 * 4 + bytes.size());
+  PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{11, 12, 13, 14, 15});
+  ASSERT_EQ(f.matched, 4u);
+  EXPECT_EQ(ReadFound(f), bytes);
+  const std::vector<PromptStateInfo> list = s->List(1000);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].tokens, 4u);
+  EXPECT_EQ(list[0].fingerprint, kShape);
+  EXPECT_GE(list[0].age_seconds, 0);
+  EXPECT_LT(list[0].age_seconds, 60);
+}
+
+TEST_F(PromptStatesTest, DamagedForeignAndUnfinishedFilesAreRemovedAtOpen) {
+  {
+    auto s = Open();
+    Publish(*s, {1}, Pattern(400, 5));
+    Publish(*s, {2}, Pattern(400, 6));
+    Publish(*s, {3}, Pattern(400, 7));
+    Publish(*s, {4}, Pattern(400, 8));
+  }
+  std::vector<std::string> files = Files();
+  ASSERT_EQ(files.size(), 4u);
+  std::sort(files.begin(), files.end());
+  // One truncated, one with a byte of its payload flipped, one renamed.
+  fs::resize_file(files[0], fs::file_size(files[0]) - 1);
+  {
+    std::fstream f(files[1], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char was = static_cast<char>(f.get());
+    f.seekp(200);
+    f.put(static_cast<char>(~was));
+  }
+  fs::rename(files[2], dir_ + "/00000000000000aa.state");
+  waste::testing::WriteText(dir_ + "/.tmp-1-0", "a publish cut short");
+  waste::testing::WriteText(dir_ + "/notes.txt", "not ours");
+  auto s = Open();
+  EXPECT_EQ(s->size(), 1u);  // the untouched one
+  ASSERT_EQ(Files().size(), 1u);
+  EXPECT_EQ(Files()[0], files[3]);
+  // Opened for another container, the last one is foreign: removed too.
+  s.reset();
+  auto other = Open(1 << 20, false, "fedcba9876543210");
+  EXPECT_EQ(other->size(), 0u);
+  EXPECT_TRUE(Files().empty());
+}
+
+TEST_F(PromptStatesTest, TheBudgetEvictsTheLeastRecentlyUsed) {
+  const uint64_t one = 64 + 4 + 1000;  // a state's file: header, a token, its bytes
+  auto s = Open(2 * one);
+  Publish(*s, {1}, Pattern(1000, 1));
+  Publish(*s, {2}, Pattern(1000, 2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{1, 5});  // 1 is used again
+  ASSERT_EQ(f.matched, 1u);
+  close(f.fd);
+  Publish(*s, {3}, Pattern(1000, 3));
+  EXPECT_EQ(s->size(), 2u);
+  EXPECT_EQ(s->bytes(), 2 * one);
+  EXPECT_EQ(s->Find(1000, kShape, std::vector<int32_t>{2}).matched, 0u);
+  for (int32_t t : {1, 3}) {
+    f = s->Find(1000, kShape, std::vector<int32_t>{t});
+    EXPECT_EQ(f.matched, 1u) << t;
+    close(f.fd);
+  }
+  // Larger than the whole budget: refused, and nothing else is evicted for it.
+  Blob big(Pattern(3000, 9));
+  const Status st = s->Publish(1000, kShape, std::vector<int32_t>{4}, big.fd, 3000);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("states-budget"), std::string::npos) << st.message();
+  EXPECT_EQ(s->size(), 2u);
+  // The order of use survives a reopen with a smaller budget: 3 was used last.
+  s.reset();
+  s = Open(one);
+  EXPECT_EQ(s->size(), 1u);
+  f = s->Find(1000, kShape, std::vector<int32_t>{3});
+  EXPECT_EQ(f.matched, 1u);
+  close(f.fd);
+}
+
+TEST_F(PromptStatesTest, ADescriptorShorterThanAnnouncedIsRefusedAndLeavesNoFile) {
+  auto s = Open();
+  Blob b(Pattern(100, 1));
+  const Status st = s->Publish(1000, kShape, std::vector<int32_t>{1}, b.fd, 200);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("fewer than"), std::string::npos) << st.message();
+  EXPECT_EQ(s->size(), 0u);
+  EXPECT_TRUE(Files().empty());
+  EXPECT_FALSE(s->Publish(1000, kShape, std::vector<int32_t>{}, b.fd, 100).ok());
+}
+
+}  // namespace
+}  // namespace waste::daemon
