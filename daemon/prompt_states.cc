@@ -146,10 +146,18 @@ Result<std::unique_ptr<PromptStates>> PromptStates::Open(const PromptStatesOptio
                          std::to_string(kModelChars) + " characters, not \"" + o.model + "\"");
   namespace fs = std::filesystem;
   std::error_code ec;
+  // Prompts are what users asked: the daemon's alone. Every directory it
+  // creates on the way (the state directory too, when it is new) is 0700,
+  // as daemon/uses.cc makes it.
+  std::vector<fs::path> missing;
+  for (fs::path d = o.dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) {
+    missing.push_back(d);
+    if (d == d.parent_path()) break;
+  }
   fs::create_directories(o.dir, ec);
   if (ec) return Status::Error("prompt states: cannot create " + o.dir + ": " + ec.message());
-  // Prompts are what users asked: the daemon's alone.
-  fs::permissions(o.dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  for (const fs::path& d : missing)
+    fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace, ec);
   std::unique_ptr<PromptStates> s(new PromptStates(o));
   const auto t0 = std::chrono::steady_clock::now();
   uint32_t removed = 0;

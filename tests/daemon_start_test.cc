@@ -46,14 +46,15 @@ TEST_F(Daemon, StopIsCleanAndSavesState) {
   EXPECT_EQ(looper.Wait(2), 3) << looper.Output();
   EXPECT_FALSE(std::filesystem::exists(socket_));
   bool saved = false;
-  // The state is the daemon's alone: its directory 0700, its files 0600.
+  // The state is the daemon's alone: its directories 0700, its files 0600
+  // (the prompt states' directory among them).
   struct stat st {};
   ASSERT_EQ(stat((dir_ + "/state").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
-  for (const auto& f : std::filesystem::directory_iterator(dir_ + "/state")) {
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_ + "/state")) {
     saved |= Has(f.path().string(), ".uses.json");
     ASSERT_EQ(stat(f.path().c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0600u) << f.path();
+    EXPECT_EQ(st.st_mode & 0777, S_ISDIR(st.st_mode) ? 0700u : 0600u) << f.path();
   }
   EXPECT_TRUE(saved);
   const Outcome none = Shell(Bin("wastectl") + " status --socket " + socket_);
