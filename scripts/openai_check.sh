@@ -7,7 +7,8 @@
 # APIs' answers still as those clients check them); agent loops with forced
 # tool calls through both clients on a tiny synthetic model of each chat
 # family (and the demo model): tests/openai/agent_loop_test.py; then its chat page in headless Chromium, typed into and read back over the
-# DevTools protocol: tests/openai/chat_page_test.py.
+# DevTools protocol: tests/openai/chat_page_test.py; and tools/serve_bench's
+# measurements on small sizes, their counts checked: tests/openai/serve_bench_test.py.
 # scripts/test.sh runs it after the plain suite; it needs the plain build.
 # The client lives in a venv of its own under the build directory: the
 # product itself needs no Python.
@@ -35,5 +36,7 @@ echo "openai_check: the Messages and Responses fixtures, as the pinned clients c
 "$venv/bin/python" tools/agent_apis/make_fixtures.py --check
 echo "openai_check: the anthropic client, and openai's responses, on demo"
 "$venv/bin/python" tests/openai/anthropic_client_test.py "$build/bin/waste" "$work/demo"
+echo "openai_check: tools/serve_bench against waste serve (counts, not times)"
+"$venv/bin/python" tests/openai/serve_bench_test.py "$build/bin/waste" "$work/tiny"
 echo "openai_check: the chat page in headless Chromium"
 "$venv/bin/python" tests/openai/chat_page_test.py "$build/bin/waste" "$work/demo"
