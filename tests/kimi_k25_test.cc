@@ -266,6 +266,39 @@ TEST(KimiK25, OtherInt4SchemesAreRefusedByName) {
   }
 }
 
+// An asymmetric checkpoint's weight_zero_point (here in place of one
+// weight_shape, same bytes) is refused by name whatever the config says.
+TEST(KimiK25, Int4ZeroPointIsRefusedByName) {
+  const std::string dir = waste::testing::ScratchDir();
+  const std::string src = dir + "/src";
+  fs::create_directories(src);
+  fs::copy_file(kInt4Checkpoint + "/config.json", src + "/config.json");
+  const std::vector<uint8_t> bytes =
+      waste::testing::FileBytes(kInt4Checkpoint + "/model.safetensors");
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  json h = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(header));
+  const std::string base = "language_model.model.layers.1.mlp.experts.0.gate_proj.weight";
+  h[base + "_zero_point"] = h.at(base + "_shape");
+  h.erase(base + "_shape");
+  const std::string text = h.dump();
+  const uint64_t size = text.size();
+  std::ofstream f(src + "/model.safetensors", std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&size), 8);
+  f << text;
+  f.write(reinterpret_cast<const char*>(bytes.data() + 8 + header),
+          static_cast<std::streamsize>(bytes.size() - 8 - header));
+  f.close();
+  ConvertOptions o = Options(src, dir + "/out");
+  o.expert_fmt = format::Fmt::kINT4;
+  auto r = Convert(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor " + base + "_zero_point: an INT4 zero point or "
+                                      "group index is not held"),
+            std::string::npos)
+      << r.status().message();
+}
+
 // What the wrapper's config may not say is refused by name.
 TEST(KimiK25, ConfigRefusalsByName) {
   const json base = ReadJson(kCheckpoint + "/config.json");
