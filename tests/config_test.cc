@@ -47,6 +47,13 @@ TEST(Config, KimiLinear48bHasTheRealShape) {
   EXPECT_EQ(q4->payload_end, 3649584u);
   EXPECT_EQ(q4->record_bytes, 892u * 4096u);
   EXPECT_DOUBLE_EQ(ExpertQuant::For(format::Fmt::kQ4GR).bits_per_weight(), 4.125);
+  // INT4: the same codes and a bf16 per 32 (442,368): 3,981,360 bytes in 973 pages.
+  auto i4 = RecordLayout::For(c, ExpertQuant::For(format::Fmt::kINT4));
+  ASSERT_TRUE(i4.ok());
+  EXPECT_EQ(i4->scales_off, 48u + 3538944u);
+  EXPECT_EQ(i4->payload_end, 3981360u);
+  EXPECT_EQ(i4->record_bytes, 973u * 4096u);
+  EXPECT_DOUBLE_EQ(ExpertQuant::For(format::Fmt::kINT4).bits_per_weight(), 4.5);
   const ParamCount p = CountParams(c);
   EXPECT_NEAR(static_cast<double>(p.total()), 49.1e9, 1.0e9);  // "48B"
   EXPECT_NEAR(static_cast<double>(p.active), 2.9e9, 0.5e9);    // "A3B"

@@ -375,6 +375,9 @@ std::vector<OpenCase> ManifestCases() {
       {"expert_quant_q4gr_with_vq_fields", EditQuant([](json& q) { q["fmt"] = "Q4GR"; }),
        "manifest.json: expert_quant: Q4GR needs stages 0, vec_dim 128 (or 64, 32), entries 0, "
        "index_block 0, index_bits 4"},
+      {"expert_quant_int4_with_vq_fields", EditQuant([](json& q) { q["fmt"] = "INT4"; }),
+       "manifest.json: expert_quant: INT4 needs stages 0, vec_dim 32, entries 0, "
+       "index_block 0, index_bits 4"},
       {"expert_quant_fmt_disagrees", EditQuant([](json& q) { q["fmt"] = "VQ4P"; }),
        "manifest.json: expert_quant.fmt \"VQ4P\" disagrees with stages 3 / index_bits 8"},
 

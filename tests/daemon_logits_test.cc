@@ -1,8 +1,9 @@
 // The design brief's first invariant end to end: placement never changes
 // logits. The same logits through wasted (a cache that holds everything, and
 // one at its floor that evicts all the time) as in one process, for
-// synthetic containers, `waste convert`'s lossless containers against their
-// reference, and the demo model's greedy text against PyTorch's.
+// synthetic containers, `waste convert`'s lossless containers (BF16R, and
+// Kimi K2.5's INT4) against their reference, and the demo model's greedy
+// text against PyTorch's.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -109,6 +110,44 @@ TEST_F(Daemon, LosslessConvertedContainersServeTheReferenceLogits) {
       EXPECT_EQ(daemon_.Wait(), 0);
     }
   }
+}
+
+// Kimi K2.5's INT4 experts (fmt 12, tests/fixtures/convert/kimi-k25-int4)
+// converted bit for bit and served by wasted from a cache at its floor with
+// every record's crc32 checked: the logits are those of the container in one
+// process, bit for bit, and transformers' within 1e-5 of each position's
+// largest with the same top 10.
+TEST_F(Daemon, Int4ConvertedContainerServesTheReferenceLogits) {
+  const std::string fixtures = std::string(WASTE_FIXTURES) + "/convert/";
+  const std::string c = dir_ + "/kimi-k25-int4";
+  const Outcome conv = Shell(Bin("waste") + " convert " + fixtures + "kimi-k25-int4 " + c +
+                             " --expert-format int4");
+  ASSERT_EQ(conv.code, 0) << conv.out;
+  auto ct = waste::Container::Open(c);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  ASSERT_EQ(ct->manifest().quant.fmt, waste::format::Fmt::kINT4);
+  std::ifstream meta_file(fixtures + "kimi-k25-int4.json");
+  const json meta = json::parse(meta_file);
+  std::string ids;
+  for (int id : meta["prompt"].get<std::vector<int>>())
+    ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::vector<uint8_t> local = Logits(c, "--local", "int4-local", ids);
+  const std::vector<float> want =
+      waste::testing::FileFloats(fixtures + "kimi-k25-int4.logits.bin");
+  ASSERT_EQ(local.size(), want.size() * 4);
+  std::vector<float> got(want.size());
+  std::memcpy(got.data(), local.data(), local.size());
+  waste::testing::ExpectLogitsNear(got, want, meta["vocab"].get<int>(), 1e-5f, "kimi-k25-int4");
+
+  const uint64_t floor = waste::daemon::PlanFor(ct->manifest(), /*huge_pages=*/true).floor();
+  StartDaemon(c, {"--budget", std::to_string(floor), "--verify-crc"});
+  EXPECT_EQ(Logits(c, "", "int4-daemon", ids), local);
+  const json s = Status();
+  EXPECT_GT(s.value("reads", 0), 0) << s.dump();
+  EXPECT_EQ(s["slots"].value("failed", -1), 0) << s.dump();
+  EXPECT_EQ(s.value("read_errors", -1), 0) << s.dump();
+  daemon_.Signal(SIGTERM);
+  EXPECT_EQ(daemon_.Wait(), 0);
 }
 
 // The README's main job: the trained demo model (models/demo-moe), converted

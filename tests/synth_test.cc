@@ -144,7 +144,7 @@ TEST(Synth, TinyGptOssIsGptOssWithMxfp4Experts) {
 }
 
 TEST(Synth, ExpertFormatsCanBeChosen) {
-  for (const char* fmt : {"VQ2R", "VQ4P"}) {
+  for (const char* fmt : {"VQ2R", "VQ4P", "INT4"}) {
     const std::string dir = waste::testing::ScratchDir(fmt);
     nlohmann::json j = SynthPreset("tiny-kimi")->ToJson();
     j["expert_format"] = fmt;

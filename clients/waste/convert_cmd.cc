@@ -129,7 +129,7 @@ void AddConvert(CLI::App& app, int* exit_code) {
   cmd->add_option("--jobs", a->jobs, "Threads encoding experts")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--expert-format", a->expert_format, "bf16 (lossless), mxfp4 (lossless from MXFP4 experts), q4gr (4-bit groups of 128), vq3r, vq2r or vq4p")
+  cmd->add_option("--expert-format", a->expert_format, "bf16 (lossless), mxfp4 (lossless from MXFP4 experts), int4 (lossless from compressed-tensors INT4 experts), q4gr (4-bit groups of 128), vq3r, vq2r or vq4p")
       ->capture_default_str();
   cmd->add_option("--trunk-bits", a->trunk_bits,
                   "4 (Q4G), 8 (Q8G) or 16 (BF16); default 16 with bf16 experts, else 4")

@@ -104,7 +104,7 @@ void AddSynth(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--config", o->config_file, "A spec file (JSON, as --print-preset prints)");
   cmd->add_option("--print-preset", o->print_preset, "Print a preset's spec as JSON and exit");
-  cmd->add_option("--expert-format", o->expert_format, "vq3r, vq2r, vq4p, mxfp4 or q4gr (default: the spec's)");
+  cmd->add_option("--expert-format", o->expert_format, "vq3r, vq2r, vq4p, mxfp4, q4gr or int4 (default: the spec's)");
   cmd->add_option("--head-bits", o->head_bits, "The LM head: 8 or 4 (default: the spec's)")
       ->check(CLI::IsMember({4, 8}));
   cmd->add_option("--trunk-bits", o->trunk_bits, "4 or 8 (default: the spec's)")

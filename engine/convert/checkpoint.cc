@@ -28,6 +28,55 @@ int64_t CeilDiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// "" when `config`'s quantization_config (top level, or a wrapper's
+// text_config's) is compressed-tensors' pack-quantized INT4 as the INT4
+// storage reads it: weights only, int, 4 bits, symmetric (no zero point),
+// groups of 32 along a row, no activation reordering; else what is not.
+std::string Int4SchemeRefusal(const json& config) {
+  const json* q = nullptr;
+  if (auto it = config.find("quantization_config"); it != config.end()) q = &*it;
+  else if (auto t = config.find("text_config"); t != config.end() && t->is_object() &&
+                                                 t->contains("quantization_config"))
+    q = &(*t)["quantization_config"];
+  if (!q || !q->is_object()) return "config.json has no quantization_config";
+  const std::string at = "quantization_config";
+  auto text = [](const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); };
+  const json method = q->value("quant_method", json());
+  if (method != "compressed-tensors")
+    return at + ".quant_method is " + text(method) + ", not compressed-tensors";
+  const json format = q->value("format", json());
+  if (format != "pack-quantized") return at + ".format is " + text(format) + ", not pack-quantized";
+  const auto groups = q->find("config_groups");
+  if (groups == q->end() || !groups->is_object() || groups->empty())
+    return at + ".config_groups is missing or empty";
+  for (const auto& [name, g] : groups->items()) {
+    const std::string gat = at + ".config_groups." + name;
+    if (!g.is_object() || !g.contains("weights") || !g["weights"].is_object())
+      return gat + ".weights is missing";
+    if (g.contains("format") && !g["format"].is_null() && g["format"] != "pack-quantized")
+      return gat + ".format is " + text(g["format"]) + ", not pack-quantized";
+    for (const char* act : {"input_activations", "output_activations"})
+      if (g.contains(act) && !g[act].is_null())
+        return gat + "." + act + " is set (waste holds weight-only INT4)";
+    const json& w = g["weights"];
+    const std::string wat = gat + ".weights.";
+    const std::pair<const char*, json> want[] = {{"num_bits", 4},
+                                                 {"type", "int"},
+                                                 {"symmetric", true},
+                                                 {"strategy", "group"},
+                                                 {"group_size", 32}};
+    for (const auto& [key, value] : want)
+      if (w.value(key, json()) != value)
+        return wat + key + " is " + text(w.value(key, json())) + ", waste holds " + text(value);
+    for (const char* key : {"actorder", "dynamic"}) {
+      const json v = w.value(key, json());
+      if (!v.is_null() && v != false && v != "none")
+        return wat + key + " is " + text(v) + " (waste holds none)";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string Weight::where() const {
@@ -42,6 +91,8 @@ std::string Weight::describe() const {
       return "F8_E4M3 " + ShapeText(shape) + " with block scales";
     case Storage::kMxfp4:
       return "MXFP4 " + ShapeText(shape);
+    case Storage::kInt4:
+      return "INT4 " + ShapeText(shape);
   }
   return "?";
 }
@@ -58,6 +109,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
   if (!cfg.ok()) return cfg.status();
   if (!cfg->is_object()) return Status::Error("config.json: not a JSON object");
   c->config_ = std::move(*cfg);
+  c->int4_refusal_ = Int4SchemeRefusal(c->config_);
   if (auto q = c->config_.find("quantization_config"); q != c->config_.end() && q->is_object()) {
     if (auto b = q->find("weight_block_size"); b != q->end()) {
       if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
@@ -182,18 +234,19 @@ Result<Weight> Checkpoint::Find(const std::string& name) const {
     } else {
       return Status::Error(w.where() + ": dtype " + std::string(DTypeName(e->dtype)) +
                            " is not a weight type waste convert reads (F32, F16, BF16, F8_E4M3 "
-                           "with block scales, MXFP4)");
+                           "with block scales, MXFP4, INT4)");
     }
+  } else if (const TensorEntry* p =
+                 EndsWith(name, ".weight") ? Entry(name + "_packed", &f) : nullptr;
+             p && p->dtype == DType::kI32) {  // Kimi K2.5's experts: eight 4-bit integers an int32
+    w.file = f;
+    w.data = p;
+    WASTE_RETURN_IF_ERROR(FindInt4(name, &w));
   } else if (EndsWith(name, ".weight") && Entry(name + "_packed", &f)) {
     const std::string packed = name + "_packed", scale = name + "_scale";
     e = Entry(packed, &f);
     w.file = f;
     w.data = e;
-    if (e->dtype == DType::kI32)  // Kimi K2.5's experts: eight 4-bit integers an int32
-      return Status::Error(f->name() + ": tensor " + packed + " is I32 " + ShapeText(e->shape) +
-                           ": compressed-tensors' pack-quantized INT4 (weight_packed, "
-                           "weight_scale, weight_shape) is not a weight type waste convert "
-                           "reads; convert a BF16 checkpoint of the model");
     w.storage = Storage::kMxfp4;
     w.block_rows = 1;
     w.block_cols = 32;
@@ -249,6 +302,60 @@ Result<Weight> Checkpoint::Find(const std::string& name) const {
   w.rows = w.cols == 0 ? 0 : 1;
   for (size_t i = 0; i + 1 < w.shape.size(); ++i) w.rows *= w.shape[i];
   return w;
+}
+
+Status Checkpoint::FindInt4(const std::string& name, Weight* w) const {
+  const std::string packed = name + "_packed", scale = name + "_scale", shape = name + "_shape";
+  const TensorEntry* e = w->data;
+  const std::string where = w->file->name() + ": tensor " + packed;
+  if (!int4_refusal_.empty())
+    return Status::Error(where + " is I32 " + ShapeText(e->shape) +
+                         ": compressed-tensors' pack-quantized INT4, and " + int4_refusal_);
+  const SafetensorsFile* f = nullptr;
+  for (const char* refused : {"_zero_point", "_g_idx"})
+    if (Entry(name + refused, &f))
+      return Status::Error(f->name() + ": tensor " + name + refused +
+                           ": an INT4 zero point or group index is not held (symmetric, "
+                           "unordered groups only)");
+  const TensorEntry* se = Entry(shape, &f);
+  if (!se) return Status::Error(where + " has no " + shape);
+  if ((se->dtype != DType::kI32 && se->dtype != DType::kI64) ||
+      se->shape != std::vector<int64_t>{2})
+    return Status::Error(f->name() + ": tensor " + shape + " is " +
+                         std::string(DTypeName(se->dtype)) + " " + ShapeText(se->shape) +
+                         ", it must be I32 or I64 [2]");
+  int64_t dims[2];
+  const uint8_t* sb = f->Bytes(*se).data();
+  for (int i = 0; i < 2; ++i) {
+    if (se->dtype == DType::kI64) {
+      std::memcpy(&dims[i], sb + 8 * i, 8);
+    } else {
+      int32_t d;
+      std::memcpy(&d, sb + 4 * i, 4);
+      dims[i] = d;
+    }
+  }
+  if (e->shape.size() != 2 || dims[0] != e->shape[0] || dims[1] <= 0 || dims[1] % 32 != 0 ||
+      e->shape[1] != dims[1] / 8)
+    return Status::Error(where + " is I32 " + ShapeText(e->shape) + " and " + shape + " says [" +
+                         std::to_string(dims[0]) + ", " + std::to_string(dims[1]) +
+                         "]: INT4 codes must be [rows, cols / 8], cols a multiple of 32");
+  w->storage = Storage::kInt4;
+  w->block_rows = 1;
+  w->block_cols = 32;
+  w->shape = {dims[0], dims[1]};
+  const TensorEntry* s = Entry(scale, &w->scale_file);
+  if (!s) return Status::Error(where + " has no " + scale);
+  const std::vector<int64_t> want = {dims[0], dims[1] / 32};
+  if (s->shape != want || s->dtype != DType::kBF16)
+    return Status::Error(w->scale_file->name() + ": tensor " + scale + " is " +
+                         std::string(DTypeName(s->dtype)) + " " + ShapeText(s->shape) +
+                         ", INT4 scales of " + ShapeText(w->shape) + " need BF16 " +
+                         ShapeText(want));
+  w->scale = s;
+  std::lock_guard<std::mutex> lock(used_mu_);
+  for (const std::string& n : {packed, scale, shape}) used_.insert(n);
+  return Status::Ok();
 }
 
 Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* out) const {
@@ -312,6 +419,21 @@ Status Checkpoint::ReadRows(const Weight& w, int64_t first, int64_t n, float* ou
       }
       break;
     }
+    case Storage::kInt4: {
+      const uint8_t* sb = w.scale_file->Bytes(*w.scale).data();
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t row = first + r;
+        const uint8_t* codes = base + row * (cols / 2);
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint8_t b = codes[c / 2];
+          uint16_t s;
+          std::memcpy(&s, sb + 2 * (row * (cols / 32) + c / 32), 2);
+          out[r * cols + c] = format::Int4ToF32((c & 1) ? static_cast<uint8_t>(b >> 4) : b) *
+                              format::Bf16ToF32(s);
+        }
+      }
+      break;
+    }
   }
   for (int64_t i = 0; i < n * cols; ++i) {
     if (!std::isfinite(out[i]))
@@ -365,6 +487,28 @@ std::vector<std::string> Checkpoint::Unused() const {
   for (const auto& [name, _] : where_)
     if (!used_.count(name)) out.push_back(name);
   return out;
+}
+
+Status Checkpoint::ReadInt4Row(const Weight& w, int64_t row, uint8_t* codes,
+                               uint8_t* scales) const {
+  if (w.storage != Storage::kInt4)
+    return Status::Error(w.where() + " is " + w.describe() + ", not INT4");
+  if (row < 0 || row >= w.rows)
+    return Status::Error(w.where() + ": row " + std::to_string(row) + " of " +
+                         std::to_string(w.rows));
+  const int64_t groups = w.cols / 32;
+  std::memcpy(codes, w.file->Bytes(*w.data).data() + row * (w.cols / 2),
+              static_cast<size_t>(w.cols / 2));
+  std::memcpy(scales, w.scale_file->Bytes(*w.scale).data() + 2 * row * groups,
+              static_cast<size_t>(2 * groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    uint16_t s;
+    std::memcpy(&s, scales + 2 * g, 2);
+    if ((s & 0x7f80) == 0x7f80)
+      return Status::Error(w.where() + ": row " + std::to_string(row) +
+                           " has a bf16 scale that is not finite");
+  }
+  return Status::Ok();
 }
 
 }  // namespace waste::convert

@@ -10,10 +10,13 @@
 //              F8_E8M0, [rows][cols/32]) for NAME = BASE.weight; or, as GPT-OSS
 //              ships its experts, NAME_blocks (U8 [..., rows, cols/32, 16]) and
 //              NAME_scales (U8 [..., rows, cols/32])
-// and decoded to float32 rows. compressed-tensors' pack-quantized INT4
-// (BASE.weight_packed I32, Kimi K2.5's experts) is refused by name. Every
-// shard, tensor entry and scale shape is checked before use; errors name the
-// file and the tensor.
+//   INT4       compressed-tensors' pack-quantized (Kimi K2.5's and K2-Thinking's
+//              experts): BASE.weight_packed (I32, [rows][cols/8]), BASE.weight_scale
+//              (BF16, [rows][cols/32]) and BASE.weight_shape (I32 or I64, [rows, cols]),
+//              when config.quantization_config says int, 4 bits, symmetric, groups
+//              of 32 (any other scheme is refused by name)
+// and decoded to float32 rows. Every shard, tensor entry and scale shape is
+// checked before use; errors name the file and the tensor.
 #pragma once
 
 #include <cstdint>
@@ -31,19 +34,19 @@
 
 namespace waste::convert {
 
-enum class Storage { kPlain, kFp8Block, kMxfp4 };
+enum class Storage { kPlain, kFp8Block, kMxfp4, kInt4 };
 
 // One weight: where its bytes are and the shape the model sees.
 struct Weight {
   std::string name;
   Storage storage = Storage::kPlain;
-  std::vector<int64_t> shape;  // logical (MXFP4: unpacked)
+  std::vector<int64_t> shape;  // logical (MXFP4, INT4: unpacked)
   int64_t rows = 1, cols = 1;  // shape viewed as [product of leading dims][last dim]
   const SafetensorsFile* file = nullptr;
-  const TensorEntry* data = nullptr;   // the values (packed codes for MXFP4)
-  const TensorEntry* scale = nullptr;  // FP8 and MXFP4 only
+  const TensorEntry* data = nullptr;   // the values (packed codes for MXFP4, INT4)
+  const TensorEntry* scale = nullptr;  // FP8, MXFP4 and INT4 only
   const SafetensorsFile* scale_file = nullptr;  // the shard holding `scale`
-  int block_rows = 128, block_cols = 128;  // FP8 block; MXFP4: 1 x 32
+  int block_rows = 128, block_cols = 128;  // FP8 block; MXFP4, INT4: 1 x 32
 
   std::string where() const;  // "FILE: tensor NAME"
   std::string describe() const;  // dtype and shape, for messages
@@ -68,6 +71,10 @@ class Checkpoint {
   // Row `row` of an MXFP4 weight as stored: cols / 2 code bytes (low nibble
   // first) and cols / 32 E8M0 scales. Refuses scale 255 (NaN). Thread-safe.
   Status ReadMxfp4Row(const Weight& w, int64_t row, uint8_t* codes, uint8_t* scales) const;
+  // Row `row` of an INT4 weight as stored: cols / 2 code bytes (the int32
+  // words' bytes) and cols / 32 bf16 scales (2 bytes each). Refuses a scale
+  // that is not finite. Thread-safe.
+  Status ReadInt4Row(const Weight& w, int64_t row, uint8_t* codes, uint8_t* scales) const;
   // Drops the pages `w` occupies from this process (they stay cached).
   void Release(const Weight& w) const;
   // Starts reading `w` in ahead of ReadRows (SafetensorsFile::Prefetch).
@@ -81,6 +88,7 @@ class Checkpoint {
  private:
   Checkpoint() = default;
   const TensorEntry* Entry(const std::string& name, const SafetensorsFile** file) const;
+  Status FindInt4(const std::string& name, Weight* w) const;
 
   std::string dir_;
   nlohmann::json config_;
@@ -88,6 +96,9 @@ class Checkpoint {
   std::map<std::string, int> where_;  // tensor -> index in files_
   uint64_t shard_bytes_ = 0;
   int fp8_block_rows_ = 128, fp8_block_cols_ = 128;
+  // Why an I32 weight_packed cannot be read ("" when quantization_config
+  // gives the INT4 scheme waste holds).
+  std::string int4_refusal_;
   mutable std::mutex used_mu_;
   mutable std::set<std::string> used_;
 };

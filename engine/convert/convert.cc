@@ -143,6 +143,10 @@ Result<Plan> MakePlan(const Checkpoint& ck, const SourceModel& sm, Fmt expert_fm
           return Status::Error("--expert-format mxfp4 keeps the checkpoint's MXFP4 experts bit "
                                "for bit, and " + x->weight.where() + " is " +
                                x->weight.describe());
+        if (expert_fmt == Fmt::kINT4 && x->weight.storage != Storage::kInt4)
+          return Status::Error("--expert-format int4 keeps the checkpoint's compressed-tensors "
+                               "INT4 experts bit for bit, and " + x->weight.where() + " is " +
+                               x->weight.describe());
         // Its share of the tensor (a fused tensor holds every expert).
         p.layer_source_bytes[L] += StoredBytes(x->weight) *
                                    static_cast<uint64_t>(x->rows * x->cols) /
@@ -349,6 +353,7 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
     std::array<std::vector<uint8_t>, 3> idx;
     std::array<std::vector<uint16_t>, 3> sc;
     uint8_t* fp4_scales = rec.data() + lay.scales_off;
+    uint8_t* int4_scales = rec.data() + lay.scales_off;
     uint8_t* q4_scales = rec.data() + lay.scales_off;
     for (int m = 0; m < 3; ++m) {
       const ExpertMatrix& src = p_.experts[L][static_cast<size_t>(e) * 3 + m];
@@ -367,6 +372,21 @@ Status Converter::Layer(ContainerWriter& w, int L, LayerSummary* out) {
           }
         }
         fp4_scales += rows * blocks;
+        if (own_tensor) ck_.Release(src.weight);
+        continue;
+      }
+      if (q.fmt == Fmt::kINT4) {  // the checkpoint's bytes, row by row
+        uint8_t* codes = rec.data() + lay.matrix_off[m];
+        const int64_t scale_bytes = 2 * (cols / format::kInt4Group);
+        for (int64_t r = 0; r < rows; ++r) {
+          const Status st = ck_.ReadInt4Row(src.weight, src.first + r * src.step,
+                                            codes + r * (cols / 2), int4_scales + r * scale_bytes);
+          if (!st.ok()) {
+            err.Set(st);
+            return;
+          }
+        }
+        int4_scales += rows * scale_bytes;
         if (own_tensor) ck_.Release(src.weight);
         continue;
       }
@@ -460,9 +480,10 @@ Result<format::Fmt> ParseExpertFormat(std::string_view name) {
   if (n == "vq2r") return Fmt::kVQ2R;
   if (n == "vq4p") return Fmt::kVQ4P;
   if (n == "mxfp4") return Fmt::kMXFP4;
+  if (n == "int4") return Fmt::kINT4;
   if (n == "q4gr" || n == "q4g") return Fmt::kQ4GR;
   return Status::Error("expert format \"" + std::string(name) +
-                       "\" (bf16, mxfp4, q4gr, vq3r, vq2r, vq4p)");
+                       "\" (bf16, mxfp4, int4, q4gr, vq3r, vq2r, vq4p)");
 }
 
 Result<ConvertSummary> Convert(const ConvertOptions& o) {
@@ -470,6 +491,7 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   const int trunk_bits = o.trunk_bits                  ? o.trunk_bits
                          : o.expert_fmt == Fmt::kBF16R ? 16
                          : o.expert_fmt == Fmt::kMXFP4 ? 16
+                         : o.expert_fmt == Fmt::kINT4  ? 16
                                                        : 4;
   if (trunk_bits != 4 && trunk_bits != 8 && trunk_bits != 16)
     return Status::Error("trunk bits must be 4, 8 or 16");

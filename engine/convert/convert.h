@@ -31,8 +31,8 @@ struct ConvertOptions {
   std::string out;  // container directory
   int jobs = 2;
   format::Fmt expert_fmt = format::Fmt::kVQ3R;
-  // Bulk of the trunk: 4 (Q4G), 8 (Q8G) or 16 (BF16); 0 picks 16 for BF16R
-  // and MXFP4 experts (a lossless container) and 4 otherwise. The embedding table and
+  // Bulk of the trunk: 4 (Q4G), 8 (Q8G) or 16 (BF16); 0 picks 16 for BF16R,
+  // MXFP4 and INT4 experts (a lossless container) and 4 otherwise. The embedding table and
   // LM head are Q8G unless 16; norms and routers are always F32.
   int trunk_bits = 0;
   // The LM head when the trunk is quantized: 8 (Q8G) or 4 (Q4G, half the
@@ -85,7 +85,7 @@ struct ConvertSummary {
 
 Result<ConvertSummary> Convert(const ConvertOptions& o);
 
-// Parses --expert-format: bf16, mxfp4, q4gr (or q4g), vq3r, vq2r, vq4p (any case).
+// Parses --expert-format: bf16, mxfp4, int4, q4gr (or q4g), vq3r, vq2r, vq4p (any case).
 Result<format::Fmt> ParseExpertFormat(std::string_view name);
 
 inline constexpr const char* kStateFile = "convert-state.json";

@@ -37,6 +37,16 @@ void DecodeExpertMatrix(const Container& ct, int layer, const uint8_t* rec, int 
     }
     return;
   }
+  if (q.fmt == Fmt::kINT4) {
+    const uint8_t* scales = rec + lay.scales_off;
+    for (int k = 0; k < m; ++k) scales += 2 * lay.rows[k] * (lay.cols[k] / format::kInt4Group);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint8_t b = base[i / 2];
+      out[i] = format::Int4ToF32(static_cast<uint8_t>((i & 1) ? b >> 4 : b)) *
+               format::Bf16ToF32(U16(scales + 2 * (i / format::kInt4Group)));
+    }
+    return;
+  }
   if (q.fmt == Fmt::kQ4GR) {
     const format::GroupedShape g{4, q.vec_dim, rows, cols};
     const uint8_t* scales = rec + lay.scales_off;

@@ -39,29 +39,33 @@ struct ExpertQuant {
   int vec_dim = 8;       // weights per VQ vector
   int entries = 256;     // codebook entries per stage
   int index_block = 64;  // rows per index block (0: plain row-major)
-  // 8: one byte per stage index; 6: VQ4P packing; 16: BF16R; 4: MXFP4, Q4GR
+  // 8: one byte per stage index; 6: VQ4P packing; 16: BF16R; 4: MXFP4, Q4GR, INT4
   int index_bits = 8;
 
-  // BF16R and MXFP4: the checkpoint's weights kept exactly.
-  bool lossless() const { return fmt == format::Fmt::kBF16R || fmt == format::Fmt::kMXFP4; }
-  // BF16R, MXFP4 and Q4GR: the weights themselves, applied by direct
+  // BF16R, MXFP4 and INT4: the checkpoint's weights kept exactly.
+  bool lossless() const {
+    return fmt == format::Fmt::kBF16R || fmt == format::Fmt::kMXFP4 || fmt == format::Fmt::kINT4;
+  }
+  // BF16R, MXFP4, INT4 and Q4GR: the weights themselves, applied by direct
   // products; no codebooks (stages 0), no lookup tables.
   bool direct() const { return lossless() || fmt == format::Fmt::kQ4GR; }
   // Payload bytes per (row, vector position): BF16R the vector's 8 bf16
-  // weights; MXFP4 (vec_dim 32) and Q4GR (vec_dim 128), one scale's block,
+  // weights; MXFP4, INT4 (vec_dim 32) and Q4GR (vec_dim 128), one scale's block,
   // its code bytes, the scale counted apart.
   int bytes_per_vector() const {
     return index_bits == 16 ? 2 * vec_dim : index_bits == 4 ? vec_dim / 2
                                           : index_bits == 6 ? 3 : stages;
   }
-  // Bytes of one block's scale: 1 (MXFP4's E8M0), 2 (Q4GR's f16), 0 otherwise.
+  // Bytes of one block's scale: 1 (MXFP4's E8M0), 2 (Q4GR's f16, INT4's bf16), 0 otherwise.
   int scale_bytes_per_vector() const {
-    return fmt == format::Fmt::kMXFP4 ? 1 : fmt == format::Fmt::kQ4GR ? 2 : 0;
+    return fmt == format::Fmt::kMXFP4                                    ? 1
+           : fmt == format::Fmt::kQ4GR || fmt == format::Fmt::kINT4 ? 2
+                                                                         : 0;
   }
   double bits_per_weight() const {
     return 8.0 * (bytes_per_vector() + scale_bytes_per_vector()) / vec_dim;
   }
-  // The standard settings of VQ3R, VQ2R, VQ4P, BF16R, MXFP4, Q4GR.
+  // The standard settings of VQ3R, VQ2R, VQ4P, BF16R, MXFP4, Q4GR, INT4.
   static ExpertQuant For(format::Fmt fmt);
 };
 
@@ -71,7 +75,7 @@ struct RecordLayout {
   int64_t rows[format::kMatrices] = {};  // output rows of gate, up, down
   int64_t cols[format::kMatrices] = {};  // input width of gate, up, down
   uint32_t matrix_off[format::kMatrices] = {};
-  uint32_t scales_off = 0;    // f16 row scales (VQ), E8M0 (MXFP4) or f16 (Q4GR) block scales
+  uint32_t scales_off = 0;    // f16 row scales (VQ), E8M0 (MXFP4), f16 (Q4GR) or bf16 (INT4) block scales
   uint32_t bias_off = 0;      // float32 biases of gate, up, down rows; 0: none
   uint32_t payload_end = 0;   // end of the scales or biases: what the crc32 covers
   uint32_t record_bytes = 0;  // payload_end rounded up to 4 KiB

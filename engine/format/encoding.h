@@ -69,6 +69,14 @@ float E2m1ToF32(uint8_t nibble);  // the low 4 bits
 float E8m0ToF32(uint8_t code);
 inline constexpr int kMxfp4Block = 32;  // values per E8M0 scale
 
+// INT4 experts, compressed-tensors' pack-quantized layout: eight 4-bit codes
+// an int32 word, value i of a word in bits 4i..4i+3, so on this
+// little-endian format two a byte, low nibble first; a code is the signed
+// value plus 8 (symmetric: no zero point). Value = (code - 8) * the bf16
+// scale of its group of 32 in the row, exact in float32.
+inline float Int4ToF32(uint8_t nibble) { return static_cast<float>((nibble & 15) - 8); }
+inline constexpr int kInt4Group = 32;  // values per bf16 scale
+
 // Q4GR experts: the trunk's Q4G (GroupedShape bits 4) in groups of 128
 // values, the width the AVX-512 integer product takes, or of 64 or 32 when
 // the experts' input and intermediate widths are not multiples of 128.

@@ -28,6 +28,8 @@ std::string_view FmtName(Fmt f) {
       return "MXFP4";
     case Fmt::kQ4GR:
       return "Q4GR";
+    case Fmt::kINT4:
+      return "INT4";
   }
   return "?";
 }
@@ -36,7 +38,7 @@ bool IsTrunkFmt(int f) {
   return f == 0 || f == 1 || f == 2 || f == 3 || f == 7;
 }
 bool IsExpertFmt(int f) {
-  return f == 4 || f == 5 || f == 8 || f == 9 || f == 10 || f == 11;
+  return f == 4 || f == 5 || f == 8 || f == 9 || f == 10 || f == 11 || f == 12;
 }
 
 }  // namespace waste::format

@@ -44,11 +44,15 @@ enum class Fmt : uint8_t {
   // groups of 128 (two int4 a byte, one f16 scale a group of a row),
   // applied with the trunk's products; no codebooks, no lookup tables.
   kQ4GR = 11,
+  // Experts, this project's extension: each matrix as compressed-tensors'
+  // pack-quantized INT4 (symmetric, one bf16 scale per 32 values of a row),
+  // kept bit for bit; no codebooks. Kimi K2.5's and K2-Thinking's experts.
+  kINT4 = 12,
 };
 
 std::string_view FmtName(Fmt f);
 bool IsTrunkFmt(int fmt);   // F32, F16, Q8G, Q4G, Q3G
-bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R, MXFP4, Q4GR
+bool IsExpertFmt(int fmt);  // VQ3R, VQ2R, VQ4P, BF16R, MXFP4, Q4GR, INT4
 
 // Record flag bits (WARP's WF_*).
 inline constexpr uint8_t kFlagBf16 = 1u << 0;     // f16 payloads are bf16: not implemented, refused
@@ -59,7 +63,8 @@ inline constexpr uint8_t kFlagHotHint = 1u << 2;  // the converter marked it hot
 //   header | gate indices | up indices | down indices | f16 row scales | zero pad to 4 KiB
 // (BF16R: header | gate | up | down, each [rows][cols] bfloat16 | zero pad; no scales;
 //  MXFP4: header | gate | up | down codes | E8M0 scales of gate, up, down | zero pad;
-//  Q4GR: header | gate | up | down Q4G payloads | f16 group scales of gate, up, down | zero pad)
+//  Q4GR: header | gate | up | down Q4G payloads | f16 group scales of gate, up, down | zero pad;
+//  INT4: header | gate | up | down codes | bf16 group scales of gate, up, down | zero pad)
 // then, when the config gives the experts biases, float32 biases of gate, up
 // and down after the scales; crc32 (zlib's) covers the bytes from the end of
 // the header to the end of the biases (or scales).
@@ -76,7 +81,7 @@ struct ExpertHeader {
   uint32_t gate_off;       // offsets are relative to the record start
   uint32_t up_off;
   uint32_t down_off;
-  uint32_t scales_off;  // one f16 per output row of gate, up, down (MXFP4: its E8M0 scales)
+  uint32_t scales_off;  // one f16 per output row of gate, up, down (MXFP4, Q4GR, INT4: block scales)
   uint32_t crc32;
   uint32_t reserved1[2];
 };

@@ -58,11 +58,12 @@ Status ParseExpertQuant(const json& j, ExpertQuant* q) {
   const std::string w = "expert_quant";
   if (auto f = j.find("fmt"); f != j.end() && f->is_string() &&
                               (f->get<std::string>() == "BF16R" || f->get<std::string>() == "MXFP4" ||
-                               f->get<std::string>() == "Q4GR")) {
+                               f->get<std::string>() == "Q4GR" || f->get<std::string>() == "INT4")) {
     // This project's direct extensions: only one shape of each exists.
     const std::string name = f->get<std::string>();
     *q = ExpertQuant::For(name == "BF16R"   ? Fmt::kBF16R
                           : name == "MXFP4" ? Fmt::kMXFP4
+                          : name == "INT4"  ? Fmt::kINT4
                                             : Fmt::kQ4GR);
     int stages, vec_dim, entries, block, bits;
     WASTE_RETURN_IF_ERROR(GetSmallInt(j, w, "stages", 0, 8, &stages));
@@ -291,6 +292,9 @@ ExpertQuant ExpertQuant::For(Fmt fmt) {
   if (fmt == Fmt::kMXFP4)
     q.stages = 0, q.vec_dim = format::kMxfp4Block, q.entries = 0, q.index_block = 0,
     q.index_bits = 4;
+  if (fmt == Fmt::kINT4)
+    q.stages = 0, q.vec_dim = format::kInt4Group, q.entries = 0, q.index_block = 0,
+    q.index_bits = 4;
   if (fmt == Fmt::kQ4GR)
     q.stages = 0, q.vec_dim = format::kQ4grGroup, q.entries = 0, q.index_block = 0,
     q.index_bits = 4;
@@ -317,7 +321,7 @@ Result<RecordLayout> RecordLayout::For(const ModelConfig& c, const ExpertQuant& 
   }
   r.scales_off = static_cast<uint32_t>(off);
   const uint64_t all_rows = static_cast<uint64_t>(r.rows[0] + r.rows[1] + r.rows[2]);
-  if (q.fmt == format::Fmt::kMXFP4 || q.fmt == format::Fmt::kQ4GR) {
+  if (q.fmt == format::Fmt::kMXFP4 || q.fmt == format::Fmt::kQ4GR || q.fmt == format::Fmt::kINT4) {
     if (c.expert_width() % q.vec_dim != 0 || c.moe_inter % q.vec_dim != 0)
       return Status::Error("config: " + std::string(format::FmtName(q.fmt)) +
                            " experts need input and intermediate widths that are multiples of " +

@@ -124,7 +124,7 @@ Result<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(const std::stri
   auto cfg = ModelConfig::FromJson(config);
   if (!cfg.ok()) return cfg.status();
   if (!format::IsExpertFmt(static_cast<int>(expert_fmt)))
-    return Status::Error("expert format must be VQ3R, VQ2R, VQ4P, BF16R, MXFP4 or Q4GR");
+    return Status::Error("expert format must be VQ3R, VQ2R, VQ4P, BF16R, MXFP4, Q4GR or INT4");
   w->m_.config = *cfg;
   w->m_.config_json = WithKimiMoeKeys(config);
   w->m_.arch = ManifestArch(*cfg);

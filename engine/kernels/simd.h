@@ -1,7 +1,8 @@
 // Internal to engine/kernels: the entry points of the AVX2 and AVX-512
 // translation units (matvec_avx2.cc, vq_avx2.cc, recurrence_avx2.cc,
-// nearest_avx2.cc, mxfp4_avx2.cc, gguf_matvec_avx2.cc, matvec_avx512.cc, vq_avx512.cc,
-// recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc, gguf_matvec_avx512.cc), which are
+// nearest_avx2.cc, mxfp4_avx2.cc, int4_avx2.cc, gguf_matvec_avx2.cc, matvec_avx512.cc,
+// vq_avx512.cc, recurrence_avx512.cc, nearest_avx512.cc, mxfp4_avx512.cc, int4_avx512.cc,
+// gguf_matvec_avx512.cc), which are
 // compiled with their own -m
 // flags. Call them only after UsableIsa() said the CPU has the instructions.
 //
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "engine/kernels/gguf_matvec.h"
+#include "engine/kernels/int4.h"
 #include "engine/kernels/matvec.h"
 #include "engine/kernels/mxfp4.h"
 #include "engine/kernels/q4_fixed.h"
@@ -62,6 +64,9 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
 // mxfp4.h's product, the scalar reference's bits; needs cols % 32 == 0.
 bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row_begin,
                  int64_t row_end);
+// int4.h's product, the scalar reference's bits; needs cols % 32 == 0.
+bool Int4MatVec(const Int4MatrixView& w, const float* x, float* y, int64_t row_begin,
+                int64_t row_end);
 bool GgufRowLanes(const GgufMatrixView& w, int64_t r, const float* const* xs, int n, float* acc);
 }  // namespace avx2
 
@@ -112,6 +117,8 @@ void NearestEntries(const float* lanes_books, const float* lanes_norms, int chun
                     int64_t n, int32_t* out);
 bool Mxfp4MatVec(const Mxfp4MatrixView& w, const float* x, float* y, int64_t row_begin,
                  int64_t row_end);
+bool Int4MatVec(const Int4MatrixView& w, const float* x, float* y, int64_t row_begin,
+                int64_t row_end);
 bool GgufRowLanes(const GgufMatrixView& w, int64_t r, const float* const* xs, int n, float* acc);
 }  // namespace avx512
 

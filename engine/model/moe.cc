@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/format/encoding.h"
+#include "engine/kernels/int4.h"
 #include "engine/kernels/mxfp4.h"
 #include "engine/kernels/vq.h"
 #include "engine/model/moe.h"
@@ -132,11 +133,12 @@ void MoeLayer::ApplyDirectExpert(LayerContext& ctx, const uint8_t* rec,
   const RecordLayout& lay = common_.ct.record_layout();
   const ExpertQuant& q = common_.ct.manifest().quant;
   const int hid = c_.expert_width(), inter = c_.moe_inter, k = c_.top_k;
-  const bool mxfp4 = q.fmt == format::Fmt::kMXFP4;
+  const bool mxfp4 = q.fmt == format::Fmt::kMXFP4, int4 = q.fmt == format::Fmt::kINT4;
   // BF16R: the record's matrices, row-major bfloat16; Q4GR: the trunk's Q4G,
   // payloads then every matrix's group scales.
   kernels::MatrixView trunk_like[3];
   kernels::Mxfp4MatrixView fp4[3];  // MXFP4: codes, then every matrix's scales
+  kernels::Int4MatrixView i4[3];     // INT4: the same order
   const uint8_t* scales = rec + lay.scales_off;
   for (int m = 0; m < 3; ++m) {
     kernels::MatrixView& w = trunk_like[m];
@@ -148,10 +150,10 @@ void MoeLayer::ApplyDirectExpert(LayerContext& ctx, const uint8_t* rec,
       w.fmt = format::Fmt::kF16;
       w.bf16 = true;
     }
-    w.rows = fp4[m].rows = lay.rows[m];
-    w.cols = fp4[m].cols = lay.cols[m];
-    w.payload = fp4[m].codes = rec + lay.matrix_off[m];
-    fp4[m].scales = scales;
+    w.rows = fp4[m].rows = i4[m].rows = lay.rows[m];
+    w.cols = fp4[m].cols = i4[m].cols = lay.cols[m];
+    w.payload = fp4[m].codes = i4[m].codes = rec + lay.matrix_off[m];
+    fp4[m].scales = i4[m].scales = scales;
     scales += lay.rows[m] * (lay.cols[m] / q.vec_dim) * q.scale_bytes_per_vector();
   }
   // Every token routed here in one pass over the record: each block of 32
@@ -162,14 +164,18 @@ void MoeLayer::ApplyDirectExpert(LayerContext& ctx, const uint8_t* rec,
   std::vector<float> g(n * inter), u(n * inter);  // [n][moe_inter]
   const auto rows = [&](int m, int64_t count, const float* const* xs, float* const* ys) {
     ctx.pool.ParallelFor(count, 32, [&](int64_t a, int64_t b) {
-      if (!mxfp4) {
+      if (!mxfp4 && !int4) {
         kernels::MatVecBlocks(trunk_like[m], std::span(xs, n), std::span(ys, n), a, b, 32,
                               ctx.opt.isa, ctx.opt.q4_input);
         return;
       }
       for (int64_t lo = a; lo < b; lo += 32)
-        for (size_t i = 0; i < n; ++i)
-          kernels::Mxfp4MatVec(fp4[m], xs[i], ys[i], lo, std::min(b, lo + 32), ctx.opt.isa);
+        for (size_t i = 0; i < n; ++i) {
+          if (int4)
+            kernels::Int4MatVec(i4[m], xs[i], ys[i], lo, std::min(b, lo + 32), ctx.opt.isa);
+          else
+            kernels::Mxfp4MatVec(fp4[m], xs[i], ys[i], lo, std::min(b, lo + 32), ctx.opt.isa);
+        }
     });
   };
   std::vector<const float*> xs(n);

@@ -100,7 +100,7 @@ class MoeLayer {
                     const Tables& tables, const Users& users, size_t hinted,
                     double* wait_seconds);
   void SumExperts(LayerContext& ctx, int T, std::span<const Routing> route, float* out);
-  // One BF16R, MXFP4 or Q4GR expert record applied to the tokens (t, slot j)
+  // One BF16R, MXFP4, INT4 or Q4GR expert record applied to the tokens (t, slot j)
   // routed to it: h is the chunk's [T][expert width] input, per_slot its
   // [T][top_k][expert width] output.
   void ApplyDirectExpert(LayerContext& ctx, const uint8_t* rec,

@@ -239,11 +239,11 @@ void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, in
     }
     return;
   }
-  if (q.fmt == Fmt::kQ4GR) {
+  if (q.fmt == Fmt::kQ4GR || q.fmt == Fmt::kINT4) {
     // Nibbles uniform in 1..15, the values -7..7 (mean zero: a mean would be
     // a component every expert shares, and it concentrates the routing; rms
-    // about 4.32), and group scales near sqrt(1 / fan_in) / 4.32, so the
-    // matrix keeps its input's variance.
+    // about 4.32), and group scales (Q4GR's f16, INT4's bf16) near
+    // sqrt(1 / fan_in) / 4.32, so the matrix keeps its input's variance.
     uint8_t* sc = rec.data() + lay.scales_off;
     for (int m = 0; m < format::kMatrices; ++m) {
       uint8_t* codes = rec.data() + lay.matrix_off[m];
@@ -260,7 +260,8 @@ void FillExpert(const RecordLayout& lay, const ExpertQuant& q, uint64_t seed, in
       const float a = gain / (4.32f * std::sqrt(static_cast<float>(lay.cols[m])));
       const int64_t groups = lay.rows[m] * (lay.cols[m] / q.vec_dim);
       for (int64_t g = 0; g < groups; ++g, sc += 2) {
-        const uint16_t h = format::F32ToF16(a * rng.Uniform(0.8f, 1.2f));
+        const float s = a * rng.Uniform(0.8f, 1.2f);
+        const uint16_t h = q.fmt == Fmt::kINT4 ? format::F32ToBf16(s) : format::F32ToF16(s);
         std::memcpy(sc, &h, 2);
       }
     }
@@ -349,9 +350,11 @@ Result<SynthSpec> SynthSpec::FromJson(const json& j) {
     s.expert_fmt = Fmt::kMXFP4;
   else if (fmt == "Q4GR" || fmt == "q4gr")
     s.expert_fmt = Fmt::kQ4GR;
+  else if (fmt == "INT4" || fmt == "int4")
+    s.expert_fmt = Fmt::kINT4;
   else
     return Status::Error("synth config: expert_format \"" + fmt +
-                         "\" (VQ3R, VQ2R, VQ4P, MXFP4, Q4GR)");
+                         "\" (VQ3R, VQ2R, VQ4P, MXFP4, Q4GR, INT4)");
   // Type and a range the fields fit in here; what is sensible, below.
   int64_t trunk_bits = s.trunk_bits, head_bits = s.head_bits, seed = 1, anchors = s.anchor_experts;
   WASTE_RETURN_IF_ERROR(JsonInt(j, w, "trunk_bits", INT32_MIN, INT32_MAX, &trunk_bits));
