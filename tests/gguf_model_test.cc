@@ -174,6 +174,114 @@ TEST_P(Mapped, EveryExpertSliceHoldsTheCheckpointsExpert) {
 
 INSTANTIATE_TEST_SUITE_P(Families, Mapped, ::testing::Values("qwen3moe", "deepseek2"));
 
+// The other architectures, from what llama.cpp's converter wrote for the
+// checkpoints of tests/fixtures/convert/ (`<arch>.json`: every key/value but
+// the tokenizer's, every tensor's name, dims and type; the GGUFs are not
+// committed), made into a Gguf in memory: the mapping reads no tensor data.
+Gguf FromJson(const std::string& arch) {
+  std::ifstream f(kDir + arch + ".json");
+  const nlohmann::json j = nlohmann::json::parse(f);
+  Gguf g;
+  g.files.emplace_back();
+  auto put = [](std::vector<uint8_t>& raw, gguf::ValueType t, const nlohmann::json& v) {
+    auto bytes = [&raw](const auto x) {
+      const auto* p = reinterpret_cast<const uint8_t*>(&x);
+      raw.insert(raw.end(), p, p + sizeof x);
+    };
+    switch (t) {
+      case gguf::ValueType::kU8: case gguf::ValueType::kBool: bytes(v.get<uint8_t>()); break;
+      case gguf::ValueType::kI8: bytes(v.get<int8_t>()); break;
+      case gguf::ValueType::kU16: bytes(v.get<uint16_t>()); break;
+      case gguf::ValueType::kI16: bytes(v.get<int16_t>()); break;
+      case gguf::ValueType::kU32: bytes(v.get<uint32_t>()); break;
+      case gguf::ValueType::kI32: bytes(v.get<int32_t>()); break;
+      case gguf::ValueType::kU64: bytes(v.get<uint64_t>()); break;
+      case gguf::ValueType::kI64: bytes(v.get<int64_t>()); break;
+      case gguf::ValueType::kF32: bytes(v.get<float>()); break;
+      case gguf::ValueType::kF64: bytes(v.get<double>()); break;
+      default: ADD_FAILURE() << "value type " << int(t);
+    }
+  };
+  for (const auto& e : j["metadata"]) {
+    gguf::KeyValue kv{e["key"], {}};
+    gguf::Value& v = kv.value;
+    v.type = static_cast<gguf::ValueType>(e["type"].get<uint32_t>());
+    if (v.type == gguf::ValueType::kString) {
+      v.text = e["value"];
+    } else if (v.is_array()) {
+      v.elem = static_cast<gguf::ValueType>(e["elem"].get<uint32_t>());
+      v.count = e["value"].size();
+      for (const auto& x : e["value"]) {
+        if (v.elem == gguf::ValueType::kString) v.strings.push_back(x);
+        else put(v.raw, v.elem, x);
+      }
+    } else {
+      put(v.raw, v.type, e["value"]);
+    }
+    g.files.front().metadata.push_back(std::move(kv));
+  }
+  for (const auto& e : j["tensors"]) {
+    gguf::TensorInfo t;
+    t.name = e["name"];
+    t.dims = e["dims"].get<std::vector<uint64_t>>();
+    t.type = e["type"];
+    const gguf::TypeInfo* type = gguf::FindType(t.type);
+    EXPECT_NE(type, nullptr) << t.name;
+    t.bytes = t.elements() / type->block_size * type->type_size;
+    g.tensors.push_back(std::move(t));
+  }
+  return g;
+}
+
+class Converted : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(Converted, TheConfigIsTheConfigJsonsAsWasteReadsIt) {
+  const auto& [arch, checkpoint] = GetParam();
+  const Gguf g = FromJson(arch);
+  auto m = gguf::MapConfig(g);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::ifstream f(std::string(WASTE_FIXTURES) + "/convert/" + checkpoint + "/config.json");
+  auto sm = convert::MapSource(nlohmann::json::parse(f));
+  ASSERT_TRUE(sm.ok()) << sm.status().message();
+  // The special tokens are the tokenizer's metadata, which these lack (the
+  // converter's vocabulary step was skipped): not compared here.
+  EXPECT_EQ(m->config.bos_token, -1);
+  m->config.bos_token = sm->shape.bos_token;
+  m->config.eos_token = sm->shape.eos_token;
+  ExpectSameConfig(m->config, sm->shape);
+  // The tensors: mapped, shapes checked, where waste's layers read llama.cpp's
+  // values as they are; refused by name where the converter changed them.
+  auto mm = gguf::MapModel(g);
+  if (arch == "qwen3next" || arch == "kimi-linear") {
+    ASSERT_FALSE(mm.ok());
+    EXPECT_NE(mm.status().message().find("-exp(A_log)"), std::string::npos) << mm.status().message();
+    return;
+  }
+  ASSERT_TRUE(mm.ok()) << mm.status().message();
+  EXPECT_EQ(mm->trunk.size(), TrunkSpec(mm->config).size());
+  // GLM's multi-token-prediction layer is the one left out.
+  for (const std::string& n : mm->skipped) EXPECT_TRUE(n.starts_with("blk.4.")) << n;
+  EXPECT_EQ(mm->skipped.empty(), arch != "glm4moe");
+  for (int L = 0; L < mm->config.n_layers; ++L) {
+    if (!mm->config.is_moe_layer(L)) continue;
+    EXPECT_EQ(mm->experts[L].has_bias, arch == "gpt-oss");
+    const gguf::ExpertSlice down = mm->Slice(L, 1, 2);
+    EXPECT_EQ(down.rows, mm->config.hidden);
+    EXPECT_EQ(down.cols, mm->config.moe_inter);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, Converted,
+    ::testing::Values(std::pair{"glm4moe", "glm4-moe"}, std::pair{"gpt-oss", "gpt-oss"},
+                      std::pair{"qwen3next", "qwen3-next"},
+                      std::pair{"kimi-linear", "kimi-linear"}),
+    [](const auto& param_info) {
+      std::string n = param_info.param.first;
+      std::erase(n, '-');
+      return n;
+    });
+
 // The fixture's metadata with `key` set to a u32 `v`, or removed (v < 0).
 Gguf WithKey(const std::string& family, const std::string& key, int64_t v) {
   auto g = Gguf::Open(kDir + family + ".gguf");

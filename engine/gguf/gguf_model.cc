@@ -107,10 +107,11 @@ constexpr int64_t kMaxDim = 1 << 20;
 
 bool HasTensor(const Gguf& g, const std::string& name) { return g.FindTensor(name) != nullptr; }
 
-// The rotary scaling: none, or YaRN. `deepseek_log_mul`: deepseek2's
+// The rotary scaling: none, or YaRN. `deepseek_log_mul` (MLA): deepseek2's
 // converter writes yarn_log_multiplier as 0.1 * mscale_all_dim (llama.cpp's
 // loader divides it back); llama.cpp has no mscale of its own and takes
-// mscale = mscale_all_dim, the only case waste's MLA implements.
+// mscale = mscale_all_dim, the only case waste's MLA implements. GQA's YaRN
+// has neither (transformers' attention factor from the factor alone).
 Status ReadRope(const Meta& m, bool deepseek_log_mul, bool truncate, json* c) {
   WASTE_ASSIGN((*c)["rope_theta"], m.Num("rope.freq_base", 1, 1e12, 10000.0));
   const Value* type = m.Find("rope.scaling.type");
@@ -137,9 +138,11 @@ Status ReadRope(const Meta& m, bool deepseek_log_mul, bool truncate, json* c) {
   if (log_mul != 0 && !deepseek_log_mul)
     return Status::Error(m.Key("rope.scaling.yarn_log_multiplier") +
                          " is only implemented for MLA (deepseek2)");
-  // Stored as float32: its float32 quotient is the config's value.
-  const double mscale = static_cast<float>(log_mul / 0.1);
-  y["mscale"] = y["mscale_all_dim"] = mscale;
+  if (deepseek_log_mul) {
+    // Stored as float32: its float32 quotient is the config's value.
+    const double mscale = static_cast<float>(log_mul / 0.1);
+    y["mscale"] = y["mscale_all_dim"] = mscale;
+  }
   (*c)["rope_scaling"] = std::move(y);
   return Status::Ok();
 }
@@ -309,7 +312,8 @@ Result<json> ConfigJson(const Gguf& g, const Family& f) {
     WASTE_RETURN_IF_ERROR(ReadMla(m, &c));
     // llama.cpp's kimi-linear rotates nothing, as Kimi-Linear's mla_use_nope.
     c["mla_use_nope"] = true;
-    c["moe_renormalize"] = c["norm_topk_prob"];
+    // llama.cpp's kimi-linear always renormalizes, whatever the file says.
+    c["moe_renormalize"] = true;
     c.erase("norm_topk_prob");
     // KDA layers are those with no K/V heads (head_count_kv per layer).
     const Value* kv = m.Find("attention.head_count_kv");

@@ -24,6 +24,15 @@ replaced by a name it knows: the tokenizer is not what these fixtures test.
 The DeepSeek config carries the released scoring_func and topk_method
 (transformers' class has neither key), so that the converter writes
 expert_gating_func as it does for the released checkpoints.
+
+For the other four architectures waste maps, the converter runs on the
+checkpoints of tests/fixtures/convert/ (glm4-moe with its multi-token
+prediction layer, gpt-oss with its MXFP4 experts, qwen3-next with --no-mtp,
+kimi-linear), its vocabulary step skipped (these have no tokenizer it
+takes), and only what the mapping reads is kept, as `<arch>.json`: every
+key/value but the tokenizer's (its GGUF value type, its value) and every
+tensor's name, dims and type; the GGUFs themselves (0.4-0.7 MB each) are
+not committed.
 """
 import argparse
 import json
@@ -31,6 +40,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import torch
 import transformers
@@ -48,6 +58,33 @@ from conversion import base
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
 runpy.run_path(script, run_name='__main__')
 """
+
+# The converter without its vocabulary step (argv: llama.cpp dir, then
+# convert_hf_to_gguf.py's own arguments).
+NO_VOCAB = r"""
+import os, runpy, sys
+root = sys.argv[1]
+sys.path.insert(0, root)
+sys.path.insert(1, os.path.join(root, 'gguf-py'))
+script = os.path.join(root, 'convert_hf_to_gguf.py')
+sys.argv = [script] + sys.argv[2:]
+import conversion
+found = conversion.get_model_class
+def without_vocab(*a, **k):
+    c = found(*a, **k)
+    c.set_vocab = lambda self: None
+    return c
+conversion.get_model_class = without_vocab
+runpy.run_path(script, run_name='__main__')
+"""
+
+# output name: (checkpoint under tests/fixtures/convert, converter arguments)
+METADATA_ONLY = {
+    "glm4moe": ("glm4-moe", []),
+    "gpt-oss": ("gpt-oss", []),
+    "qwen3next": ("qwen3-next", ["--no-mtp"]),
+    "kimi-linear": ("kimi-linear", []),
+}
 
 VOCAB = 288  # the lent tokenizer's size
 
@@ -111,6 +148,38 @@ def main():
                "--outtype", "bf16", "--outfile", str(out / f"{name}.gguf")]
         subprocess.run(cmd, check=True)
         (d / "tokenizer.json").unlink()
+    write_metadata_only(args, out)
+
+
+def metadata_json(path, llama_cpp):
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+    r = gguf.GGUFReader(path)
+    kv = []
+    for name, f in r.fields.items():
+        if name.startswith(("tokenizer.", "GGUF.")):
+            continue
+        t = f.types[0]
+        entry = {"key": name, "type": int(t)}
+        v = f.contents()
+        if t == gguf.GGUFValueType.ARRAY:
+            entry["elem"] = int(f.types[1])
+        entry["value"] = v
+        kv.append(entry)
+    tensors = [{"name": t.name, "dims": [int(d) for d in t.shape], "type": int(t.tensor_type)}
+               for t in r.tensors]
+    return {"metadata": kv, "tensors": tensors}
+
+
+def write_metadata_only(args, out):
+    src = args.root / "tests/fixtures/convert"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (ckpt, extra) in METADATA_ONLY.items():
+            g = pathlib.Path(tmp) / f"{name}.gguf"
+            subprocess.run([sys.executable, "-c", NO_VOCAB, str(args.llama_cpp), str(src / ckpt),
+                            "--outtype", "bf16", "--outfile", str(g)] + extra, check=True)
+            j = metadata_json(str(g), args.llama_cpp)
+            (out / f"{name}.json").write_text(json.dumps(j, indent=1) + "\n")
 
 
 if __name__ == "__main__":
