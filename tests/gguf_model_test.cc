@@ -43,28 +43,79 @@ SourceModel ReadHf(const std::string& family) {
 void ExpectSameConfig(const ModelConfig& g, const ModelConfig& h) {
 #define SAME(f) EXPECT_EQ(g.f, h.f) << #f
 #define SAME_F(f) EXPECT_EQ(static_cast<float>(g.f), static_cast<float>(h.f)) << #f
-  SAME(arch); SAME(model_type); SAME(architecture); SAME(hidden); SAME(n_layers); SAME(vocab);
-  SAME(rms_eps); SAME(zero_centered_norms); SAME(tie_embeddings); SAME(bos_token);
-  SAME(eos_token); SAME(dense_inter); SAME(moe_inter); SAME(n_experts); SAME(top_k);
-  SAME(n_shared); SAME(first_dense); SAME(sparse_step); SAME(mlp_only); SAME(sigmoid_router);
-  SAME(renormalize); SAME(router_bias); SAME(routed_scale); SAME(shared_width);
-  SAME(shared_expert_gate); SAME(n_group); SAME(topk_group); SAME(router_logit_bias);
-  SAME(softmax_topk); SAME(expert_bias); SAME(swiglu_limit); SAME(swiglu_alpha); SAME(n_heads);
-  SAME(q_lora); SAME(kv_lora); SAME(qk_nope); SAME(qk_rope); SAME(v_head); SAME(mla_nope);
-  SAME_F(rope_theta); SAME_F(yarn.factor); SAME_F(yarn.original_max_position);
-  SAME_F(yarn.beta_fast); SAME_F(yarn.beta_slow); SAME_F(yarn.mscale);
-  SAME_F(yarn.mscale_all_dim); SAME(yarn.truncate); SAME(n_kv_heads); SAME(head_dim);
-  SAME(rotary_dim); SAME(qk_norm); SAME(qk_norm_all_heads); SAME(attn_bias); SAME(o_bias);
-  SAME(sinks); SAME(attn_window); SAME(attn_output_gate); SAME(kda_heads); SAME(kda_head_dim);
-  SAME(conv_kernel); SAME(latent); SAME(gdn_k_heads); SAME(gdn_v_heads); SAME(gdn_k_dim);
-  SAME(gdn_v_dim); SAME(layer_kind);
+  SAME(arch);
+  SAME(model_type);
+  SAME(architecture);
+  SAME(hidden);
+  SAME(n_layers);
+  SAME(vocab);
+  SAME(rms_eps);
+  SAME(zero_centered_norms);
+  SAME(tie_embeddings);
+  SAME(bos_token);
+  SAME(eos_token);
+  SAME(dense_inter);
+  SAME(moe_inter);
+  SAME(n_experts);
+  SAME(top_k);
+  SAME(n_shared);
+  SAME(first_dense);
+  SAME(sparse_step);
+  SAME(mlp_only);
+  SAME(sigmoid_router);
+  SAME(renormalize);
+  SAME(router_bias);
+  SAME(routed_scale);
+  SAME(shared_width);
+  SAME(shared_expert_gate);
+  SAME(n_group);
+  SAME(topk_group);
+  SAME(router_logit_bias);
+  SAME(softmax_topk);
+  SAME(expert_bias);
+  SAME(swiglu_limit);
+  SAME(swiglu_alpha);
+  SAME(n_heads);
+  SAME(q_lora);
+  SAME(kv_lora);
+  SAME(qk_nope);
+  SAME(qk_rope);
+  SAME(v_head);
+  SAME(mla_nope);
+  SAME_F(rope_theta);
+  SAME_F(yarn.factor);
+  SAME_F(yarn.original_max_position);
+  SAME_F(yarn.beta_fast);
+  SAME_F(yarn.beta_slow);
+  SAME_F(yarn.mscale);
+  SAME_F(yarn.mscale_all_dim);
+  SAME(yarn.truncate);
+  SAME(n_kv_heads);
+  SAME(head_dim);
+  SAME(rotary_dim);
+  SAME(qk_norm);
+  SAME(qk_norm_all_heads);
+  SAME(attn_bias);
+  SAME(o_bias);
+  SAME(sinks);
+  SAME(attn_window);
+  SAME(attn_output_gate);
+  SAME(kda_heads);
+  SAME(kda_head_dim);
+  SAME(conv_kernel);
+  SAME(latent);
+  SAME(gdn_k_heads);
+  SAME(gdn_v_heads);
+  SAME(gdn_k_dim);
+  SAME(gdn_v_dim);
+  SAME(layer_kind);
 #undef SAME
 #undef SAME_F
 }
 
 // `bytes` bytes at (file, offset) of the GGUF, dequantized.
-std::vector<float> Dequant(const Gguf& g, int file, uint64_t offset, uint64_t bytes,
-                           uint32_t type, int64_t n) {
+std::vector<float> Dequant(const Gguf& g, int file, uint64_t offset, uint64_t bytes, uint32_t type,
+                           int64_t n) {
   std::ifstream f(g.files[file].path, std::ios::binary);
   std::vector<uint8_t> raw(bytes);
   f.seekg(static_cast<std::streamoff>(offset));
@@ -161,7 +212,8 @@ TEST_P(Mapped, EveryExpertSliceHoldsTheCheckpointsExpert) {
         ASSERT_EQ(s.cols, em->cols);
         std::vector<float> want(em->rows * em->cols);
         ASSERT_TRUE(SourceModel::ReadExpert(**ck, *em, want.data()).ok());
-        const std::vector<float> got = Dequant(*g, s.file, s.offset, s.bytes, s.type, s.rows * s.cols);
+        const std::vector<float> got =
+            Dequant(*g, s.file, s.offset, s.bytes, s.type, s.rows * s.cols);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
             << "layer " << L << " expert " << e << " matrix " << k;
         ++checked;
@@ -189,17 +241,39 @@ Gguf FromJson(const std::string& arch) {
       raw.insert(raw.end(), p, p + sizeof x);
     };
     switch (t) {
-      case gguf::ValueType::kU8: case gguf::ValueType::kBool: bytes(v.get<uint8_t>()); break;
-      case gguf::ValueType::kI8: bytes(v.get<int8_t>()); break;
-      case gguf::ValueType::kU16: bytes(v.get<uint16_t>()); break;
-      case gguf::ValueType::kI16: bytes(v.get<int16_t>()); break;
-      case gguf::ValueType::kU32: bytes(v.get<uint32_t>()); break;
-      case gguf::ValueType::kI32: bytes(v.get<int32_t>()); break;
-      case gguf::ValueType::kU64: bytes(v.get<uint64_t>()); break;
-      case gguf::ValueType::kI64: bytes(v.get<int64_t>()); break;
-      case gguf::ValueType::kF32: bytes(v.get<float>()); break;
-      case gguf::ValueType::kF64: bytes(v.get<double>()); break;
-      default: ADD_FAILURE() << "value type " << int(t);
+      case gguf::ValueType::kU8:
+      case gguf::ValueType::kBool:
+        bytes(v.get<uint8_t>());
+        break;
+      case gguf::ValueType::kI8:
+        bytes(v.get<int8_t>());
+        break;
+      case gguf::ValueType::kU16:
+        bytes(v.get<uint16_t>());
+        break;
+      case gguf::ValueType::kI16:
+        bytes(v.get<int16_t>());
+        break;
+      case gguf::ValueType::kU32:
+        bytes(v.get<uint32_t>());
+        break;
+      case gguf::ValueType::kI32:
+        bytes(v.get<int32_t>());
+        break;
+      case gguf::ValueType::kU64:
+        bytes(v.get<uint64_t>());
+        break;
+      case gguf::ValueType::kI64:
+        bytes(v.get<int64_t>());
+        break;
+      case gguf::ValueType::kF32:
+        bytes(v.get<float>());
+        break;
+      case gguf::ValueType::kF64:
+        bytes(v.get<double>());
+        break;
+      default:
+        ADD_FAILURE() << "value type " << int(t);
     }
   };
   for (const auto& e : j["metadata"]) {
@@ -212,8 +286,10 @@ Gguf FromJson(const std::string& arch) {
       v.elem = static_cast<gguf::ValueType>(e["elem"].get<uint32_t>());
       v.count = e["value"].size();
       for (const auto& x : e["value"]) {
-        if (v.elem == gguf::ValueType::kString) v.strings.push_back(x);
-        else put(v.raw, v.elem, x);
+        if (v.elem == gguf::ValueType::kString)
+          v.strings.push_back(x);
+        else
+          put(v.raw, v.elem, x);
       }
     } else {
       put(v.raw, v.type, e["value"]);
@@ -254,7 +330,8 @@ TEST_P(Converted, TheConfigIsTheConfigJsonsAsWasteReadsIt) {
   auto mm = gguf::MapModel(g);
   if (arch == "qwen3next" || arch == "kimi-linear") {
     ASSERT_FALSE(mm.ok());
-    EXPECT_NE(mm.status().message().find("-exp(A_log)"), std::string::npos) << mm.status().message();
+    EXPECT_NE(mm.status().message().find("-exp(A_log)"), std::string::npos)
+        << mm.status().message();
     return;
   }
   ASSERT_TRUE(mm.ok()) << mm.status().message();
@@ -271,16 +348,16 @@ TEST_P(Converted, TheConfigIsTheConfigJsonsAsWasteReadsIt) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, Converted,
-    ::testing::Values(std::pair{"glm4moe", "glm4-moe"}, std::pair{"gpt-oss", "gpt-oss"},
-                      std::pair{"qwen3next", "qwen3-next"},
-                      std::pair{"kimi-linear", "kimi-linear"}),
-    [](const auto& param_info) {
-      std::string n = param_info.param.first;
-      std::erase(n, '-');
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Families, Converted,
+                         ::testing::Values(std::pair{"glm4moe", "glm4-moe"},
+                                           std::pair{"gpt-oss", "gpt-oss"},
+                                           std::pair{"qwen3next", "qwen3-next"},
+                                           std::pair{"kimi-linear", "kimi-linear"}),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param.first;
+                           std::erase(n, '-');
+                           return n;
+                         });
 
 // The fixture's metadata with `key` set to a u32 `v`, or removed (v < 0).
 Gguf WithKey(const std::string& family, const std::string& key, int64_t v) {
@@ -306,9 +383,9 @@ void ExpectRefused(const Gguf& g, const std::string& words) {
 }
 
 TEST(GgufModelRefuses, MissingOrOutOfRangeKeysByName) {
-  ExpectRefused(WithKey("qwen3moe", "qwen3moe.expert_count", -1), "qwen3moe.expert_count is missing");
-  ExpectRefused(WithKey("qwen3moe", "qwen3moe.expert_used_count", 9),
-                "top-k 9 of 8 experts");
+  ExpectRefused(WithKey("qwen3moe", "qwen3moe.expert_count", -1),
+                "qwen3moe.expert_count is missing");
+  ExpectRefused(WithKey("qwen3moe", "qwen3moe.expert_used_count", 9), "top-k 9 of 8 experts");
   ExpectRefused(WithKey("qwen3moe", "qwen3moe.block_count", 0),
                 "qwen3moe.block_count = 0 is outside [1, 512]");
   ExpectRefused(WithKey("qwen3moe", "qwen3moe.rope.dimension_count", 8),
@@ -317,8 +394,7 @@ TEST(GgufModelRefuses, MissingOrOutOfRangeKeysByName) {
                 "qwen3moe.attention.layer_norm_rms_epsilon is missing");
   ExpectRefused(WithKey("deepseek2", "deepseek2.attention.kv_lora_rank", -1),
                 "deepseek2.attention.kv_lora_rank is missing");
-  ExpectRefused(WithKey("deepseek2", "deepseek2.expert_gating_func", -1),
-                "DeepSeek-V2's router");
+  ExpectRefused(WithKey("deepseek2", "deepseek2.expert_gating_func", -1), "DeepSeek-V2's router");
   ExpectRefused(WithKey("deepseek2", "deepseek2.expert_gating_func", 3), "sqrtsoftplus");
   // Shapes the tensors do not have: the expert width (the shared expert's
   // too, met first), the number of experts (the router's rows, met first).
@@ -361,8 +437,12 @@ TEST(GgufModelSlices, AMergedGateUpIsCutIntoGateThenUp) {
   m.experts.resize(1);
   gguf::ExpertTensors& x = m.experts[0];
   const uint64_t hidden = 64, inter = 16, E = 8, row = hidden * 2;  // BF16 rows
-  x.matrix[0] = x.matrix[1] = {"blk.0.ffn_gate_up_exps.weight", gguf::kBF16, {hidden, 2 * inter, E},
-                               1, 4096, row * 2 * inter * E};
+  x.matrix[0] = x.matrix[1] = {"blk.0.ffn_gate_up_exps.weight",
+                               gguf::kBF16,
+                               {hidden, 2 * inter, E},
+                               1,
+                               4096,
+                               row * 2 * inter * E};
   x.matrix[2] = {"blk.0.ffn_down_exps.weight", gguf::kBF16, {inter, hidden, E}, 0, 0,
                  inter * 2 * hidden * E};
   x.merged_gate_up = true;

@@ -96,16 +96,18 @@ class Meta {
   std::string arch_;
 };
 
-#define WASTE_ASSIGN(lhs, expr)              \
-  do {                                       \
-    auto waste_r_ = (expr);                  \
+#define WASTE_ASSIGN(lhs, expr)                   \
+  do {                                            \
+    auto waste_r_ = (expr);                       \
     if (!waste_r_.ok()) return waste_r_.status(); \
-    lhs = *waste_r_;                         \
+    lhs = *waste_r_;                              \
   } while (0)
 
 constexpr int64_t kMaxDim = 1 << 20;
 
-bool HasTensor(const Gguf& g, const std::string& name) { return g.FindTensor(name) != nullptr; }
+bool HasTensor(const Gguf& g, const std::string& name) {
+  return g.FindTensor(name) != nullptr;
+}
 
 // The rotary scaling: none, or YaRN. `deepseek_log_mul` (MLA): deepseek2's
 // converter writes yarn_log_multiplier as 0.1 * mscale_all_dim (llama.cpp's
@@ -240,7 +242,8 @@ Result<json> ConfigJson(const Gguf& g, const Family& f) {
   int64_t func;
   WASTE_ASSIGN(func, m.Int("expert_gating_func", 1, 3,
                            a == "deepseek2" ? 1 : (gating == "softmax" ? 1 : 2)));
-  if (func == 3) return Status::Error(m.Key("expert_gating_func") + " 3 (sqrtsoftplus) is not implemented");
+  if (func == 3)
+    return Status::Error(m.Key("expert_gating_func") + " 3 (sqrtsoftplus) is not implemented");
   const std::string scoring = func == 1 ? "softmax" : "sigmoid";
   if (a == "deepseek2" && scoring == "softmax")
     return Status::Error(m.Key("expert_gating_func") +
@@ -257,7 +260,8 @@ Result<json> ConfigJson(const Gguf& g, const Family& f) {
     c["norm_topk_prob"] = true;
     WASTE_RETURN_IF_ERROR(ReadGqa(m, hidden, heads, &c));
     if (c["partial_rotary_factor"] != 1.0)
-      return Status::Error(m.Key("rope.dimension_count") + " is not head_dim (qwen3moe rotates it all)");
+      return Status::Error(m.Key("rope.dimension_count") +
+                           " is not head_dim (qwen3moe rotates it all)");
     c.erase("partial_rotary_factor");
     WASTE_RETURN_IF_ERROR(ReadRope(m, false, true, &c));
   } else if (a == "deepseek2") {
@@ -391,8 +395,8 @@ std::string Dims(const std::vector<uint64_t>& d) {
 }
 
 // A GGUF tensor of exactly these dims (ne0 first); F32 when `f32`.
-Result<TensorRef> Need(const Gguf& g, const std::string& name, std::vector<uint64_t> dims,
-                       bool f32, const std::string& what) {
+Result<TensorRef> Need(const Gguf& g, const std::string& name, std::vector<uint64_t> dims, bool f32,
+                       const std::string& what) {
   const TensorInfo* t = g.FindTensor(name);
   if (!t) return Status::Error(name + " is missing (" + what + ")");
   if (t->dims != dims)
@@ -553,8 +557,12 @@ ExpertSlice GgufModel::Slice(int layer, int expert, int m) const {
   const TensorRef& t = x.matrix[m];
   const uint64_t E = t.dims[2];
   const uint64_t per = t.bytes / E;  // one expert's bytes of the tensor
-  ExpertSlice s{t.file, t.offset + per * static_cast<uint64_t>(expert), per, t.type,
-                static_cast<int64_t>(t.dims[1]), static_cast<int64_t>(t.dims[0])};
+  ExpertSlice s{t.file,
+                t.offset + per * static_cast<uint64_t>(expert),
+                per,
+                t.type,
+                static_cast<int64_t>(t.dims[1]),
+                static_cast<int64_t>(t.dims[0])};
   if (x.merged_gate_up && m < 2) {  // the expert's gate rows, then its up rows
     s.bytes = per / 2;
     s.offset += m == 1 ? per / 2 : 0;
@@ -566,8 +574,12 @@ ExpertSlice GgufModel::Slice(int layer, int expert, int m) const {
 ExpertSlice GgufModel::BiasSlice(int layer, int expert, int m) const {
   const TensorRef& t = experts[layer].bias[m];
   const uint64_t per = t.dims[0] * sizeof(float);
-  return {t.file, t.offset + per * static_cast<uint64_t>(expert), per, t.type,
-          static_cast<int64_t>(t.dims[0]), 1};
+  return {t.file,
+          t.offset + per * static_cast<uint64_t>(expert),
+          per,
+          t.type,
+          static_cast<int64_t>(t.dims[0]),
+          1};
 }
 
 uint64_t GgufModel::ExpertBytes(int layer) const {
