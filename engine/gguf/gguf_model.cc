@@ -237,11 +237,14 @@ Result<json> ConfigJson(const Gguf& g, const Family& f) {
   WASTE_ASSIGN(c["routed_scaling_factor"], m.Num("expert_weights_scale", 0, 1e4, 1.0));
   WASTE_ASSIGN(c["norm_topk_prob"], m.Bool("expert_weights_norm", false));
   // llama.cpp's gating functions: 1 softmax, 2 sigmoid (3, sqrtsoftplus, is
-  // no family of waste's). Absent: each family's default in llama.cpp.
+  // no family of waste's). Absent: each family's default in llama.cpp; for
+  // deepseek2 softmax (DeepSeek-V2's files), except GLM-4.7-Flash's, which
+  // llama.cpp knows by 47 or 48 layers and 154,880 tokens.
   const std::string gating = a == "qwen3moe" || a == "qwen3next" ? "softmax" : "sigmoid";
+  const bool glm_lite = (layers == 47 || layers == 48) && embd->dims[1] == 154880;
   int64_t func;
   WASTE_ASSIGN(func, m.Int("expert_gating_func", 1, 3,
-                           a == "deepseek2" ? 1 : (gating == "softmax" ? 1 : 2)));
+                           (a == "deepseek2" && !glm_lite) || gating == "softmax" ? 1 : 2));
   if (func == 3)
     return Status::Error(m.Key("expert_gating_func") + " 3 (sqrtsoftplus) is not implemented");
   const std::string scoring = func == 1 ? "softmax" : "sigmoid";
