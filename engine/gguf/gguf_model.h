@@ -83,8 +83,8 @@ struct ExpertTensors {
 
 struct GgufModel {
   std::string architecture;  // general.architecture
-  // The config.json equivalent the metadata gives, which config was read
-  // from by ModelConfig::FromJson (its checks and bounds are the same).
+  // The config.json keys the metadata stands for, and `config` read from
+  // them by ModelConfig::FromJson (so its checks and bounds are a checkpoint's).
   nlohmann::json config_json;
   ModelConfig config;
   std::vector<TrunkTensor> trunk;      // TrunkSpec's order
@@ -99,8 +99,8 @@ struct GgufModel {
   uint64_t ExpertBytes(int layer) const;
 };
 
-// The config alone (the tensors' infos are read for what they imply: a
-// bias, a q/k norm, the correction bias, the vocabulary). Errors name the key.
+// The config alone (tensor infos are read for what they imply: the
+// vocabulary, the head, GLM's biases and q/k norms). Errors name the key.
 Result<GgufModel> MapConfig(const Gguf& g);
 
 // The config and every tensor, shapes and types checked against it.
