@@ -512,6 +512,8 @@ TEST_F(Cli, InfoDescribesAGgufAndTheOthersRefuseIt) {
   EXPECT_TRUE(Has(r.out, "experts     8 per layer, top-2")) << r.out;
   EXPECT_TRUE(Has(r.out, "Q4_K      12.4%  288 B in 1 tensors")) << r.out;
   EXPECT_TRUE(Has(r.out, "running     not supported yet")) << r.out;
+  // Its metadata is not a whole model's: the mapping says which key is missing.
+  EXPECT_TRUE(Has(r.out, "mapped      refused: qwen3moe.embedding_length is missing")) << r.out;
   r = Exec("waste info --json " + gguf);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out);
@@ -529,6 +531,23 @@ TEST_F(Cli, InfoDescribesAGgufAndTheOthersRefuseIt) {
   r = Exec("waste info " + std::string(WASTE_FIXTURES) + "/../fuzz/gguf/seed-unknown-type");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(Has(r.out, "tensor 'blk.0.ffn_gate_exps.weight': unknown ggml type 77")) << r.out;
+}
+
+// A GGUF llama.cpp's converter made (tests/fixtures/gguf/mapped/): the
+// model waste maps it to, and the bytes of one expert record.
+TEST_F(Cli, InfoMapsAGgufToWastesModel) {
+  const std::string gguf = std::string(WASTE_FIXTURES) + "/gguf/mapped/deepseek2.gguf";
+  Outcome r = Exec("waste info " + gguf);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "mapped      deepseek_v3: 2 layers (1 MoE)")) << r.out;
+  EXPECT_TRUE(Has(r.out, "expert      6.00 KiB a record (gate BF16 2.00 KiB, up BF16 2.00 KiB, "
+                         "down BF16 2.00 KiB) in 1 layer")) << r.out;
+  r = Exec("waste info --json " + gguf);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out)["mapped"];
+  EXPECT_EQ(j["config"]["kv_lora_rank"], 32);
+  EXPECT_EQ(j["expert_records"][0]["bytes"], 6144);
+  EXPECT_EQ(j["expert_records"][0]["types"], "BF16/BF16/BF16");
 }
 
 // A GGUF's tokenizer and chat family (tests/fixtures/gguf/tokenizer/, as

@@ -1,5 +1,6 @@
 // waste info on a GGUF file: what it holds, from its metadata and tensor
-// infos (engine/gguf), and that waste does not run it yet.
+// infos (engine/gguf), the model waste maps it to (engine/gguf/gguf_model.h)
+// or why not, and that waste does not run it yet.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -11,10 +12,45 @@
 #include "base/size_text.h"
 #include "clients/waste/commands.h"
 #include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_model.h"
 #include "engine/kernels/gguf_dequant.h"
 #include "engine/tokenizer/gguf_tokenizer.h"
 
 namespace waste::cli {
+namespace {
+
+// The mapped model: its config, and one expert record's bytes for each
+// combination of the three matrices' types (llama.cpp's quantizations mix
+// types by layer), with the layers that have it.
+nlohmann::json MappedJson(const gguf::Gguf& g) {
+  auto m = gguf::MapModel(g);
+  if (!m.ok()) return {{"error", m.status().message()}};
+  const ModelConfig& c = m->config;
+  nlohmann::json j = {{"architecture", m->architecture}, {"model_type", c.model_type},
+                      {"config", m->config_json}, {"layers", c.n_layers},
+                      {"moe_layers", c.n_moe_layers()}, {"skipped", m->skipped}};
+  std::map<std::string, nlohmann::json> records;
+  for (int L = 0; L < c.n_layers; ++L) {
+    if (!c.is_moe_layer(L)) continue;
+    std::string key;
+    nlohmann::json parts = nlohmann::json::array();
+    for (int k = 0; k < 3; ++k) {
+      const gguf::ExpertSlice s = m->Slice(L, 0, k);
+      key += gguf::TypeName(s.type) + (k < 2 ? "/" : "");
+      parts.push_back({{"type", gguf::TypeName(s.type)}, {"bytes", s.bytes}});
+    }
+    auto& r = records[key];
+    if (r.is_null()) r = {{"matrices", parts}, {"bytes", m->ExpertBytes(L)}, {"layers", 0}};
+    r["layers"] = r["layers"].get<int>() + 1;
+  }
+  for (auto& [types, r] : records) {
+    r["types"] = types;
+    j["expert_records"].push_back(r);
+  }
+  return j;
+}
+
+}  // namespace
 
 int RunGgufInfo(const std::string& path, bool as_json, const std::string& chat_format) {
   auto g = gguf::Gguf::Open(path);
@@ -79,6 +115,7 @@ int RunGgufInfo(const std::string& path, bool as_json, const std::string& chat_f
                           {"tensors", tensors_by_type[type]},
                           {"bytes", bytes},
                           {"share", tensor_bytes ? double(bytes) / double(tensor_bytes) : 0.0}});
+  j["mapped"] = MappedJson(*g);
   j["runs"] = false;
   if (as_json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -115,6 +152,26 @@ int RunGgufInfo(const std::string& path, bool as_json, const std::string& chat_f
                 tensor_bytes ? 100.0 * double(bytes) / double(tensor_bytes) : 0.0,
                 FormatSize(bytes).c_str(), tensors_by_type[type],
                 kernels::GgufDequantizes(type) ? "" : " (not dequantized by waste yet)");
+  const nlohmann::json& mp = j["mapped"];
+  if (mp.contains("error")) {
+    std::printf("mapped      refused: %s\n", mp["error"].get<std::string>().c_str());
+  } else {
+    std::printf("mapped      %s: %d layers (%d MoE), config as waste reads it:\n            %s\n",
+                mp["model_type"].get<std::string>().c_str(), mp["layers"].get<int>(),
+                mp["moe_layers"].get<int>(), mp["config"].dump().c_str());
+    for (const nlohmann::json& r : mp["expert_records"]) {
+      static const char* kNames[] = {"gate", "up", "down"};
+      std::string parts;
+      for (int k = 0; k < 3; ++k) {
+        const nlohmann::json& p = r["matrices"][k];
+        parts += std::string(k ? ", " : "") + kNames[k] + " " + p["type"].get<std::string>() +
+                 " " + FormatSize(p["bytes"].get<uint64_t>());
+      }
+      std::printf("expert      %s a record (%s) in %d layer%s\n",
+                  FormatSize(r["bytes"].get<uint64_t>()).c_str(), parts.c_str(),
+                  r["layers"].get<int>(), r["layers"].get<int>() == 1 ? "" : "s");
+    }
+  }
   std::printf(
       "running     not supported yet: waste reads and checks GGUF files, but run, chat, "
       "serve, eval, bench, plan and wasted need a container (issue 44)\n");
