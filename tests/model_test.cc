@@ -745,8 +745,10 @@ TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
 
 // Attention's barriers per token and layer (ParallelFor calls the workers
 // join): KDA runs every projection of the chunk's inputs in one pass, then
-// per token its heads (with their rows of the low-rank second halves and
-// their conv channels) in a second, then o for the chunk in a third; MLA
+// its heads (with their rows of the low-rank second halves and their conv
+// channels), each over all the chunk's tokens, in a second, then o for the
+// chunk in a third: three a layer whatever the chunk, as Gated DeltaNet's
+// projections, key heads and out_proj; MLA
 // likewise, its first query projection with kv_a for the chunk, then q_b
 // when it has a q LoRA, per token the heads, then o for the chunk; GQA per
 // token q, k and v in one pass, the heads, and o. Each of these passes has
@@ -771,7 +773,7 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   const uint64_t T = prompt_.size();
   const uint64_t mla_chunk = c.q_lora > 0 ? 3 : 2;  // projections a chunk, the heads aside
   EXPECT_EQ(e.model->pool_jobs().attention,
-            kda * (T + 2) + mla * (T + mla_chunk) + (gqa + gdn) * (T + 2));
+            (kda + gdn) * 3 + mla * (T + mla_chunk) + gqa * (T + 2));
   const PoolJobs before = e.model->pool_jobs();
   const int next[1] = {1};
   ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());
