@@ -95,17 +95,41 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
     if (!b.ok()) return b.status().Prefixed("--budget");
     e.budget = *b;
   }
-  // In one process the budget holds the trunk, the state, the scratch and
-  // the cache; what the daemon would add is not spent here.
+  // In one process the budget holds the trunk, the state, the scratch, the
+  // prefill chunk's work memory and the cache; what the daemon would add is
+  // not spent here.
   const uint64_t fixed = plan.trunk + plan.client_state + plan.scratch;
-  if (!e.daemon && c.config().n_moe_layers() > 0) {
-    if (e.budget < fixed + c.record_bytes())
+  const uint64_t records = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
+  const uint64_t per_token = ChunkBytesPerToken(c.manifest());
+  const bool in_process = !e.daemon && records > 0;
+  // Whether every record fits in the cache with the short chunk's memory spent.
+  bool fit = true;
+  if (in_process) {
+    const uint64_t short_fixed = fixed + kShortChunk * per_token;
+    fit = e.budget >= short_fixed && (e.budget - short_fixed) / c.record_bytes() >= records;
+  } else if (e.daemon) {
+    fit = e.cache_slots >= records;
+  }
+  int chunk = o.chunk;
+  if (chunk == 0) {
+    // The long chunk's memory comes out of the cache in one process, out of
+    // what this process may use beside a daemon.
+    const uint64_t room = in_process ? (e.budget > fixed ? e.budget - fixed : 0)
+                                     : ProcessMemoryLimit().bytes;
+    chunk = PlanChunk(c.manifest(), fit, ChunkScratchCap(room), o.context);
+  }
+  e.chunk_scratch = static_cast<uint64_t>(chunk) * per_token;
+  if (e.daemon) e.budget += e.chunk_scratch;
+  if (in_process) {
+    if (e.budget < fixed + e.chunk_scratch + c.record_bytes())
       return Status::Error("--budget " + FormatSize(e.budget) +
                            " leaves no room for one expert record (trunk " +
                            FormatSize(plan.trunk) + ", state " + FormatSize(plan.client_state) +
-                           ", scratch " + FormatSize(plan.scratch) + ")");
-    const uint64_t all = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
-    e.cache_slots = std::min<uint64_t>(all, (e.budget - fixed) / c.record_bytes());
+                           ", scratch " + FormatSize(plan.scratch) + ", chunks of " +
+                           std::to_string(chunk) + " tokens " + FormatSize(e.chunk_scratch) +
+                           ")");
+    e.cache_slots =
+        std::min<uint64_t>(records, (e.budget - fixed - e.chunk_scratch) / c.record_bytes());
     CacheOptions co;
     co.slots = e.cache_slots;
     co.readers = o.readers;
@@ -118,10 +142,9 @@ Result<Engine> OpenEngine(const EngineOptions& o) {
   if (e.where.empty()) e.where = "in process";
   ModelOptions mo;
   mo.threads = o.threads;
-  mo.chunk = o.chunk;
+  mo.chunk = chunk;
   mo.lookahead = o.lookahead;
   mo.experts_per_token = o.experts_per_token;
-  const uint64_t records = uint64_t(c.config().n_experts) * c.config().n_moe_layers();
   if (e.cache && mo.lookahead > 0 && e.cache_slots < std::min(records, kLookaheadMinSlots)) {
     // In a cache this small a layer's lookahead reads take the slots its
     // own demands need next, and each then waits for a read to finish only

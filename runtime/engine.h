@@ -25,7 +25,9 @@ struct EngineOptions {
   std::string budget;  // empty: this machine's default
   int threads = 0;     // 0: all usable CPUs
   int context = 4096;
-  int chunk = 32;
+  // Prefill tokens per chunk; 0: PlanChunk's (engine/plan/plan.h: 32 when
+  // every expert fits in the cache, else as long as its memory plan allows).
+  int chunk = 0;
   int readers = 4;
   // Experts hinted per token for the next MoE layer (ModelOptions::lookahead).
   int lookahead = ModelOptions{}.lookahead;
@@ -66,6 +68,9 @@ struct Engine final : Stepper {
   // named (EngineOptions::chat_format); none without either.
   std::optional<ChatFormat> chat;
   uint64_t budget = 0;       // this process's: with a daemon, state and scratch only
+  // Of it, the prefill chunk's work memory (model_options.chunk tokens of
+  // ChunkBytesPerToken), beyond the one-token scratch PlanMemory counts.
+  uint64_t chunk_scratch = 0;
   uint64_t cache_slots = 0;  // the cache's, in this process or the daemon
   std::string where;         // "in process" or "wasted at SOCKET"
   EngineOptions options;     // what it was opened with: the socket and wait to reattach

@@ -365,6 +365,18 @@ std::string ApiServer::Metrics(const http::HttpCounters* http) const {
   line("waste_serve_queue_length", "gauge", "Requests waiting for a place in the batch.", s.queued);
   line("waste_serve_running", "gauge", "Generations in the batch.", s.running);
   line("waste_serve_steps_total", "counter", "Forward steps run.", s.steps);
+  // Per request in prefill, labelled by its number in order of admission;
+  // no sample when none is.
+  out += "# HELP waste_serve_prefill_done_tokens Prompt tokens done (run or taken from a kept "
+         "state) of each request in prefill.\n# TYPE waste_serve_prefill_done_tokens gauge\n";
+  for (const PrefillProgress& p : s.prefilling)
+    more("waste_serve_prefill_done_tokens",
+         ("{request=\"" + std::to_string(p.request) + "\"}").c_str(), p.done);
+  out += "# HELP waste_serve_prefill_prompt_tokens Prompt tokens of each request in prefill.\n"
+         "# TYPE waste_serve_prefill_prompt_tokens gauge\n";
+  for (const PrefillProgress& p : s.prefilling)
+    more("waste_serve_prefill_prompt_tokens",
+         ("{request=\"" + std::to_string(p.request) + "\"}").c_str(), p.total);
   line("waste_serve_kept_states", "gauge", "Conversation states kept.", s.kept_states);
   line("waste_serve_kept_bytes", "gauge", "Bytes of the kept conversation states.", s.kept_bytes);
   line("waste_serve_time_to_first_token_seconds_sum", "counter",

@@ -4,7 +4,8 @@
 //   GET  /                     the chat page (chat_page.html, built in)
 //   GET  /health               200 {"status":"ok"} while the model is attached, else 503
 //   GET  /metrics              Prometheus text: requests, tokens in and out and reused,
-//                              queue length, time to first token, decode tok/s
+//                              queue length, time to first token, decode tok/s, each
+//                              prefilling request's prompt tokens done and in all
 //   GET  /v1/models            the one model served
 //   POST /v1/chat/completions  a conversation, rendered as the model was trained
 //                              (RenderChat), its reply whole or streamed

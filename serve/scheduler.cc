@@ -16,6 +16,7 @@ double Now() {
 struct Scheduler::Running {
   std::shared_ptr<Generation> g;
   double submitted = 0;
+  uint64_t number = 0;  // PrefillProgress::request
   Session session;
   std::shared_ptr<Group> group;  // null: alone
   bool waiting = false;          // for its group's prompt state: not stepped
@@ -75,6 +76,7 @@ SchedulerStats Scheduler::stats() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.queued = queue_.size();
+    s.prefilling = prefilling_;
   }
   s.running = running_count_;
   s.steps = steps_;
@@ -114,11 +116,24 @@ void Scheduler::Loop() {
     for (Queued& q : admitted)
       if (auto r = Admit(std::move(q))) running_.push_back(std::move(r));
     running_count_ = running_.size();
+    PublishProgress();  // the admitted ones during their first step
     if (!running_.empty()) Step();
+    PublishProgress();
   }
   for (auto& r : running_) End(*r, EndReason::kCancelled);
   running_.clear();
   running_count_ = 0;
+  PublishProgress();
+}
+
+void Scheduler::PublishProgress() {
+  std::vector<PrefillProgress> now;
+  for (const auto& r : running_)
+    if (r->g && r->prefilling)
+      now.push_back({r->number, static_cast<int>(r->history.size()),
+                     static_cast<int>(r->g->prompt.size())});
+  std::lock_guard<std::mutex> lock(mu_);
+  prefilling_ = std::move(now);
 }
 
 std::unique_ptr<Scheduler::Running> Scheduler::Admit(Queued q) {
@@ -146,6 +161,7 @@ std::unique_ptr<Scheduler::Running> Scheduler::Admit(Queued q) {
     return nullptr;
   }
   auto r = std::make_unique<Running>(g, q.submitted, std::move(*session));
+  r->number = ++admitted_;
   r->group = std::move(q.group);
   r->end.prompt_tokens = static_cast<int>(g->prompt.size());
   prompt_tokens_ += g->prompt.size();

@@ -103,8 +103,17 @@ struct SchedulerOptions {
   int share_min_tokens = 256;
 };
 
+// A request in prefill: its number (1, 2, ... in order of admission) and
+// its prompt's tokens done (run, or taken from a kept or shared state) out
+// of all of them. As of the last step's end: a step runs at most `chunk`.
+struct PrefillProgress {
+  uint64_t request = 0;
+  int done = 0, total = 0;
+};
+
 struct SchedulerStats {
   uint64_t queued = 0, running = 0;
+  std::vector<PrefillProgress> prefilling;  // in order of admission
   uint64_t steps = 0, prompt_tokens = 0, reused_tokens = 0, completion_tokens = 0;
   uint64_t shared_found = 0, shared_published = 0;  // prompt states from and to the Stepper
   uint64_t kept_states = 0, kept_bytes = 0;
@@ -181,6 +190,8 @@ class Scheduler {
   // r's next token under its constraint, or -1 when none may come (r.end says why).
   int SampleConstrained(Running& r);
   void End(Running& r, EndReason why, std::string error = {});
+  // prefilling_ from running_, for stats() on other threads.
+  void PublishProgress();
   void Keep(const std::vector<int>& tokens, const Session& s, std::span<const float> logits);
 
   const SchedulerOptions o_;
@@ -188,13 +199,15 @@ class Scheduler {
   Stepper& model_;
   std::atomic<bool> attached_;
 
-  mutable std::mutex mu_;  // guards queue_, stopping_
+  mutable std::mutex mu_;  // guards queue_, stopping_, prefilling_
   std::condition_variable wake_;
   std::deque<Queued> queue_;
   bool stopping_ = false;
+  std::vector<PrefillProgress> prefilling_;
 
   // The scheduler thread's own.
   std::vector<std::unique_ptr<Running>> running_;
+  uint64_t admitted_ = 0;  // requests admitted so far: the next one's number - 1
   std::list<Kept> kept_;  // most recently used first
   uint64_t kept_bytes_ = 0;
 

@@ -16,7 +16,7 @@ Result<std::unique_ptr<Server>> Server::Open(Engine& engine, const ServerOptions
   so.parallel = o.parallel;
   so.queue = o.queue;
   so.context = engine.options.context;
-  so.chunk = engine.options.chunk;
+  so.chunk = engine.model_options.chunk;  // --chunk, or the one the engine planned
   so.prefix_cache_bytes = o.keep_bytes;
   // The scheduler's thread is the only one that runs the model, or builds
   // it again after wasted restarts.

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -285,6 +286,77 @@ TEST_P(Forward, PlacementNeverChangesTheLogits) {
   }
   const std::vector<float> tat = Run({}, /*token_at_a_time=*/true);
   EXPECT_EQ(0, std::memcmp(tat.data(), base.data(), tat.size() * 4)) << "token at a time differs";
+}
+
+// A prompt five times the short chunk of 32, run in one chunk of all its
+// tokens (a long chunk, engine/plan/plan.h's PlanChunk, on the tiny
+// shapes), in chunks of 32 and 7, in one chunk over a cache of 3 slots
+// (far fewer than a layer's experts), and a token at a time: the same bits
+// on every preset, so on every attention kind (KDA, MLA, GQA, Gated
+// DeltaNet) and K3's parts. Then one decoding step after it.
+TEST_P(Forward, ALongPromptGivesTheSameLogitsInChunksOfAnyLength) {
+  const int V = ct_->config().vocab;
+  constexpr int kTokens = 160;
+  std::vector<int> prompt;
+  for (int i = 0; i < kTokens; ++i) prompt.push_back(static_cast<int>((5 + 41 * i) % V));
+  const auto run = [&](const Placement& p, bool token_at_a_time) {
+    Engine e = Make(p);
+    Session s = e.model->NewSession(kTokens + 1);
+    std::vector<float> all, one(V);
+    if (token_at_a_time) {
+      for (int id : prompt) {
+        const int t[1] = {id};
+        EXPECT_TRUE(e.model->Forward(s, t, one.data()).ok());
+        all.insert(all.end(), one.begin(), one.end());
+      }
+    } else {
+      EXPECT_TRUE(e.model->Forward(s, prompt, nullptr, &all).ok());
+    }
+    const int next[1] = {prompt[7]};
+    EXPECT_TRUE(e.model->Forward(s, next, one.data()).ok());
+    all.insert(all.end(), one.begin(), one.end());
+    return all;
+  };
+  const std::vector<float> base = run({1000, 4, 2, 1}, true);
+  ASSERT_EQ(base.size(), static_cast<size_t>(kTokens + 1) * V);
+  const std::vector<std::pair<const char*, Placement>> variants = {
+      {"one chunk", {1000, 4, 2, kTokens}},
+      {"chunks of 32", {1000, 4, 2, 32}},
+      {"chunks of 7", {1000, 4, 2, 7}},
+      {"one chunk over three slots", {3, 4, 2, kTokens, 0}},
+  };
+  for (const auto& [name, p] : variants) {
+    const std::vector<float> v = run(p, false);
+    ASSERT_EQ(v.size(), base.size()) << name;
+    EXPECT_EQ(0, std::memcmp(v.data(), base.data(), v.size() * 4)) << name << ": logits differ";
+  }
+}
+
+// A long chunk acquires each of a layer's experts once, however many of its
+// tokens are routed to it, and every expert any token chose: what makes a
+// long prompt read the expert set once a chunk rather than once every 32
+// tokens.
+TEST_P(Forward, ALongChunkAcquiresEachExpertOncePerLayer) {
+  const ModelConfig& c = ct_->config();
+  constexpr int kTokens = 200;
+  std::vector<int> prompt;
+  for (int i = 0; i < kTokens; ++i) prompt.push_back(static_cast<int>((5 + 41 * i) % c.vocab));
+  std::unique_ptr<Recorder> rec;
+  Engine e = Make({1000, 4, 2, kTokens, 0}, nullptr, &rec);
+  std::map<std::pair<int, int>, int> acquired;  // (layer, expert) -> Acquires
+  Session s = e.model->NewSession(kTokens);
+  std::vector<float> logits(c.vocab);
+  ASSERT_TRUE(e.model->Forward(s, prompt, logits.data()).ok());
+  for (const Recorder::Event& ev : rec->events)
+    if (ev.acquire) ++acquired[{ev.layer, ev.experts[0]}];
+  ASSERT_FALSE(acquired.empty());
+  for (const auto& [key, n] : acquired)
+    EXPECT_EQ(n, 1) << "layer " << key.first << " expert " << key.second;
+  // 200 tokens of top_k choices among n_experts: a layer wants most of them.
+  std::set<int> layers;
+  for (const auto& [key, n] : acquired) layers.insert(key.first);
+  EXPECT_EQ(static_cast<int>(layers.size()), c.n_moe_layers());
+  EXPECT_GT(acquired.size(), static_cast<size_t>(c.n_moe_layers()) * c.top_k);
 }
 
 // An approximate option (`p`) against the exact path on the same tokens
@@ -673,8 +745,10 @@ TEST_P(Forward, TooLittleMemoryForThePackedTrunkIsRefused) {
 
 // Attention's barriers per token and layer (ParallelFor calls the workers
 // join): KDA runs every projection of the chunk's inputs in one pass, then
-// per token its heads (with their rows of the low-rank second halves and
-// their conv channels) in a second, then o for the chunk in a third; MLA
+// its heads (with their rows of the low-rank second halves and their conv
+// channels), each over all the chunk's tokens, in a second, then o for the
+// chunk in a third: three a layer whatever the chunk, as Gated DeltaNet's
+// projections, key heads and out_proj; MLA
 // likewise, its first query projection with kv_a for the chunk, then q_b
 // when it has a q LoRA, per token the heads, then o for the chunk; GQA per
 // token q, k and v in one pass, the heads, and o. Each of these passes has
@@ -699,7 +773,7 @@ TEST_P(Forward, AttentionRunsThreeOrFourParallelJobsPerLayerAndToken) {
   const uint64_t T = prompt_.size();
   const uint64_t mla_chunk = c.q_lora > 0 ? 3 : 2;  // projections a chunk, the heads aside
   EXPECT_EQ(e.model->pool_jobs().attention,
-            kda * (T + 2) + mla * (T + mla_chunk) + (gqa + gdn) * (T + 2));
+            (kda + gdn) * 3 + mla * (T + mla_chunk) + gqa * (T + 2));
   const PoolJobs before = e.model->pool_jobs();
   const int next[1] = {1};
   ASSERT_TRUE(e.model->Forward(sess, next, logits.data()).ok());

@@ -76,6 +76,37 @@ TEST(Plan, FloorOfTheTinyModel) {
   EXPECT_EQ(p.trunk, all);
 }
 
+// The prefill chunk: 32 when every expert fits; else as many tokens as the
+// cap holds, between 32 and 2048, and no more than the context. A chunk's
+// memory per token counts at least the activations, the routed slots'
+// outputs and the widest attention kind's buffers, and grows with the width.
+TEST(Plan, TheChunkIsLongWhenTheExpertsDoNotFitAndBoundedByItsMemory) {
+  const std::string dir = waste::testing::ScratchDir();
+  ASSERT_TRUE(WriteSynthetic(*SynthPreset("tiny-kimi"), dir, true, 1, nullptr).ok());
+  auto ct = Container::Open(dir);
+  ASSERT_TRUE(ct.ok());
+  const Manifest& m = ct->manifest();
+  const ModelConfig& c = m.config;
+  const uint64_t per = ChunkBytesPerToken(m);
+  const uint64_t f = sizeof(float);
+  EXPECT_GE(per, (4 * uint64_t(c.hidden) + uint64_t(c.top_k) * c.expert_width() +
+                  6 * uint64_t(c.kda_width())) * f);
+  Manifest wider = m;
+  wider.config.hidden *= 2;
+  EXPECT_GT(ChunkBytesPerToken(wider), per);
+
+  EXPECT_EQ(PlanChunk(m, /*experts_fit=*/true, 1ull << 40, 100000), kShortChunk);
+  EXPECT_EQ(PlanChunk(m, false, 1ull << 40, 100000), kLongChunk);
+  EXPECT_EQ(PlanChunk(m, false, 100 * per, 100000), 100);
+  EXPECT_EQ(PlanChunk(m, false, 100 * per + per - 1, 100000), 100);
+  EXPECT_EQ(PlanChunk(m, false, 5 * per, 100000), kShortChunk);  // never below today's
+  EXPECT_EQ(PlanChunk(m, false, 1ull << 40, 500), 500);
+  EXPECT_EQ(PlanChunk(m, true, 1ull << 40, 10), 10);
+
+  EXPECT_EQ(ChunkScratchCap(400ull << 20), 100ull << 20);
+  EXPECT_EQ(ChunkScratchCap(64ull << 30), kChunkScratchMax);
+}
+
 // wasted's share: the trunk and the cache as segments of whole pages, room
 // for two clients' top-k records, the slot table and a pin page per client.
 TEST(Plan, WastedsFloorAndBudget) {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/plan/plan.h"
 #include "engine/synth/synth.h"
 #include "tests/support/child.h"
 #include "tests/support/programs.h"
@@ -148,6 +149,66 @@ TEST_F(RuntimeTest, OpensATinyContainerInThisProcess) {
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->max_context, 100);
   EXPECT_EQ(s->position, 0);
+}
+
+// With no --chunk the engine plans it (engine/plan/plan.h): 32 when the
+// budget's cache holds every record; a long chunk, its memory taken from
+// the cache, when it does not; an explicit --chunk wins. The long chunk's
+// logits are those of chunks of 32, bit for bit. (Q4GR experts: VQ's
+// lookup tables, 200 KiB a token at the tiny shapes, would leave a cache
+// this small no room for more than 32.)
+TEST_F(RuntimeTest, TheChunkIsPlannedLongWhenTheExpertsDoNotFit) {
+  auto all_fit = OpenEngine(Options(true));  // 64 MiB: every record
+  ASSERT_TRUE(all_fit.ok()) << all_fit.status().message();
+  EXPECT_EQ(all_fit->model_options.chunk, kShortChunk);
+  EXPECT_EQ(all_fit->chunk_scratch, kShortChunk * ChunkBytesPerToken(ct_->manifest()));
+
+  const std::string q4gr = dir_ + "/tiny-kimi-q4gr";
+  auto spec = SynthPreset("tiny-kimi");
+  ASSERT_TRUE(spec.ok());
+  spec->expert_fmt = format::Fmt::kQ4GR;
+  ASSERT_TRUE(WriteSynthetic(*spec, q4gr, true, 2, nullptr).ok());
+  auto ct = Container::Open(q4gr);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  const Manifest& m = ct->manifest();
+  EngineOptions o = Options(true);
+  o.container = q4gr;
+  const MemoryPlan plan = PlanMemory(m, o.context);
+  const uint64_t fixed = plan.trunk + plan.client_state + plan.scratch;
+  const uint64_t records = uint64_t(m.config.n_experts) * m.config.n_moe_layers();
+  // Room for all but 4 records: a quarter of it holds about 60 tokens'
+  // chunk memory (16 KiB each), taken from the cache.
+  const uint64_t budget = fixed + (records - 4) * ct->record_bytes();
+  o.budget = std::to_string(budget);
+  auto most = OpenEngine(o);
+  ASSERT_TRUE(most.ok()) << most.status().message();
+  const int chunk = most->model_options.chunk;
+  EXPECT_EQ(chunk, PlanChunk(m, false, ChunkScratchCap(budget - fixed), o.context));
+  EXPECT_GT(chunk, kShortChunk);
+  EXPECT_EQ(most->chunk_scratch, static_cast<uint64_t>(chunk) * ChunkBytesPerToken(m));
+  EXPECT_EQ(most->cache_slots, (budget - fixed - most->chunk_scratch) / ct->record_bytes());
+  EXPECT_LT(most->cache_slots, records);
+
+  const std::vector<int> prompt = Tokens(200, vocab_, 1);
+  std::vector<float> logits(vocab_), ref(vocab_);
+  Session s = most->model->NewSession(256);
+  ASSERT_TRUE(ForwardThroughRestarts(*most, s, prompt, logits.data()).ok());
+  CacheOptions co;
+  co.slots = 1000;
+  auto cache = ExpertCache::Create(*ct, co);
+  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  ModelOptions mo;  // chunks of 32
+  mo.threads = 2;
+  auto model = Model::Load(*ct, cache->get(), mo);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Session rs = (*model)->NewSession(256);
+  ASSERT_TRUE((*model)->Forward(rs, prompt, ref.data()).ok());
+  EXPECT_EQ(0, std::memcmp(logits.data(), ref.data(), logits.size() * 4));
+
+  o.chunk = 5;
+  auto explicit_chunk = OpenEngine(o);
+  ASSERT_TRUE(explicit_chunk.ok()) << explicit_chunk.status().message();
+  EXPECT_EQ(explicit_chunk->model_options.chunk, 5);
 }
 
 TEST_F(RuntimeTest, ErrorsAreValuesThatSayWhatIsWrong) {

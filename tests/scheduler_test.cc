@@ -174,6 +174,54 @@ TEST_P(SchedulerTest, AGreedyReplyIsTheSameAloneOrBesideOthers) {
   EXPECT_LT(s->stats().steps, 18u);
 }
 
+// Prefill progress (SchedulerStats::prefilling, /metrics's gauges per
+// request): during each step of a prompt run `chunk` tokens at a time, its
+// tokens done so far out of all of them; a follow-up's start counts the
+// tokens taken from the kept state; none once the replies decode or end.
+TEST_P(SchedulerTest, PrefillProgressCountsEachPromptsTokensDone) {
+  SchedulerOptions o;
+  o.context = 64;
+  o.chunk = 4;
+  Scheduler* sched = nullptr;
+  std::vector<std::vector<PrefillProgress>> seen;  // at each step's start
+  Model& model = engine_->model();
+  auto s = Make(o, [&](std::span<const Model::BatchItem> items) {
+    seen.push_back(sched->stats().prefilling);
+    return model.ForwardBatch(items);
+  });
+  sched = s.get();
+  const std::vector<int>& prompt = prompts_[2];  // 13 tokens: steps of 4, 4, 4 and 1
+  ASSERT_EQ(prompt.size(), 13u);
+  auto first = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(prompt, 2, first)));
+  first->done.get_future().wait();
+  ASSERT_EQ(seen.size(), 5u);  // four prompt steps, one decoding
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(seen[i].size(), 1u) << i;
+    EXPECT_EQ(seen[i][0].request, 1u);
+    EXPECT_EQ(seen[i][0].done, 4 * i);
+    EXPECT_EQ(seen[i][0].total, 13);
+  }
+  EXPECT_TRUE(seen[4].empty());
+
+  // The prompt and more, not the reply: its first 13 tokens from the state
+  // kept at the prompt's end.
+  std::vector<int> follow = prompt;
+  follow.push_back((first->tokens[0] + 1) % model.config().vocab);
+  follow.insert(follow.end(), prompts_[1].begin(), prompts_[1].end());
+  seen.clear();
+  auto second = std::make_shared<Outcome>();
+  ASSERT_TRUE(s->Submit(Greedy(follow, 1, second)));
+  second->done.get_future().wait();
+  ASSERT_GE(seen.size(), 1u);
+  ASSERT_EQ(seen[0].size(), 1u);
+  EXPECT_EQ(seen[0][0].request, 2u);
+  EXPECT_EQ(seen[0][0].done, 13);
+  EXPECT_EQ(seen[0][0].total, static_cast<int>(follow.size()));
+  s->Stop();
+  EXPECT_TRUE(s->stats().prefilling.empty());
+}
+
 TEST_P(SchedulerTest, AFollowUpTurnResumesFromTheKeptStateWithTheLogitsOfAFullPrefill) {
   SchedulerOptions o;
   o.context = 64;

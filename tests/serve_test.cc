@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -220,8 +222,10 @@ class ServeTest : public ::testing::Test {
     ServeTest* t;
     explicit ModelStepper(ServeTest* test) : t(test) {}
     Status Step(std::span<const Model::BatchItem> items) override {
+      if (before_step) before_step();
       return t->engine_->model().ForwardBatch(items);
     }
+    std::function<void()> before_step;  // on the scheduler's thread; set while none runs
     Result<Session> NewSession(int max_context) override {
       return t->engine_->model().NewSession(max_context);
     }
@@ -833,6 +837,51 @@ TEST_F(ServeTest, AFollowUpTurnResumesFromTheKeptStateAndRepliesAsAFreshOne) {
   EXPECT_EQ(json::parse(resumed.body)["choices"][0]["logprobs"],
             json::parse(fresh.body)["choices"][0]["logprobs"]);
   EXPECT_EQ(scheduler_->stats().reused_tokens, 0u);
+}
+
+// /metrics during a prompt's prefill, run 4 tokens a step: the request's
+// prompt tokens done (as of its last step) and in all, labelled by its
+// number; no such sample once it has ended.
+TEST_F(ServeTest, MetricsShowEachPrefillingRequestsProgress) {
+  SchedulerOptions so;
+  so.chunk = 4;
+  Restart(so, {});
+  std::promise<void> third_step, go;
+  std::shared_future<void> going = go.get_future().share();
+  int steps = 0;
+  stepper_.before_step = [&] {
+    if (++steps != 3) return;
+    third_step.set_value();
+    going.wait();
+  };
+  const json request = Chat("tell me something about the weather today", 1);
+  const size_t prompt = Rendered(request["messages"]).size();
+  ASSERT_GT(prompt, 12u);  // still in prefill at its third step
+  HttpClient c(http_->port());
+  c.Send(Post("/v1/chat/completions", request.dump()));
+  third_step.get_future().wait();
+  const Answer during = Call("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  go.set_value();
+  EXPECT_NE(during.body.find("# TYPE waste_serve_prefill_done_tokens gauge\n"), std::string::npos);
+  EXPECT_NE(during.body.find("waste_serve_prefill_done_tokens{request=\"1\"} 8\n"),
+            std::string::npos)
+      << during.body;
+  EXPECT_NE(during.body.find("waste_serve_prefill_prompt_tokens{request=\"1\"} " +
+                             std::to_string(prompt) + "\n"),
+            std::string::npos)
+      << during.body;
+  const Answer a = Split(c.ReadAnswer(120s));
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(json::parse(a.body)["usage"]["prompt_tokens"], prompt);
+  // The progress is published just after the step that ended the reply.
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = Call("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+               .body.find("waste_serve_prefill_done_tokens{") == std::string::npos;
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone);
+  stepper_.before_step = nullptr;
 }
 
 // OpenAI's n: the choices of one prompt, sampled apart (with a seed, the

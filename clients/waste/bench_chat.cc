@@ -152,6 +152,8 @@ int RunBench(const BenchOptions& o) {
       {"threads", m.threads()},
       {"budget", e->budget},
       {"cache_slots", e->cache_slots},
+      {"chunk", e->model_options.chunk},
+      {"chunk_scratch", e->chunk_scratch},
       {"batch", B},
       {"prefill_tokens", o.prompt_tokens * B},
       {"prefill_tok_s", o.prompt_tokens * B / std::max(prefill, 1e-9)},
@@ -260,9 +262,10 @@ int RunBench(const BenchOptions& o) {
         100 * j["lookahead_recall"].get<double>());
   else
     std::printf("lookahead  off\n");
-  std::printf("threads %d, budget %s, cache %llu records, experts %s\n", m.threads(),
-              FormatSize(e->budget).c_str(), static_cast<unsigned long long>(e->cache_slots),
-              e->where.c_str());
+  std::printf("threads %d, budget %s, cache %llu records, experts %s, chunks of %d tokens (%s)\n",
+              m.threads(), FormatSize(e->budget).c_str(),
+              static_cast<unsigned long long>(e->cache_slots), e->where.c_str(),
+              e->model_options.chunk, FormatSize(e->chunk_scratch).c_str());
   std::printf("open     %.3f s (%s read by this process), first token after %.3f s\n",
               open_seconds, FormatSize(read_at_open).c_str(), open_seconds + prefill);
   return 0;

@@ -13,8 +13,10 @@ void AddEngineFlags(CLI::App* cmd, EngineOptions* o) {
   cmd->add_option("--ctx", o->context, "Context length")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "Prefill tokens per chunk")
-      ->check(CLI::Range(1, 4096))
+  cmd->add_option("--chunk", o->chunk,
+                  "Prefill tokens per chunk (0: planned, 32 when every expert fits in the "
+                  "cache, else up to 2048 as memory allows)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   cmd->add_option("--readers", o->readers, "Expert reads in flight")
       ->check(CLI::Range(1, 256))

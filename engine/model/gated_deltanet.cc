@@ -76,38 +76,43 @@ void GatedDeltaNetLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   const size_t qkvz_len = static_cast<size_t>(2 * K + 2 * V), ba_len = 2 * static_cast<size_t>(Hv);
   std::vector<float> qkvz(T * qkvz_len), ba(T * ba_len), o(T * V);  // [T][...]
-  // Two barriers for the chunk and one a token: both projections of every
-  // token's h in one pass; then, token after token, each key head's
-  // convolution channels, normalization and value heads in one pass over
-  // the key heads (a key head's channels and value heads are its own); then
-  // out_proj for every token.
+  // Three barriers for the chunk: both projections of every token's h in
+  // one pass; then one pass over the key heads, each taking the chunk's
+  // tokens in order: its convolution channels, normalization and value
+  // heads (a key head's channels, value heads and states are its own, so
+  // they stay in its thread's cache across the chunk; the same calls in
+  // the same token order as one token at a time); then out_proj for every
+  // token.
   const std::vector<const float*> hs = RowPointers(h, T, hid);
   ctx.MatVecsMany({{l.qkvz, hs, RowPointers(qkvz.data(), T, qkvz_len)},
                {l.ba, hs, RowPointers(ba.data(), T, ba_len)}});
   const size_t head_state = static_cast<size_t>(Dk) * Dv;
   const float scale = 1.f / std::sqrt(static_cast<float>(Dk));
+  // The chunk works on the spares (model.h, Session), a session's first
+  // token starting them from the committed state: its ring here, each key
+  // head's states by the thread that steps it.
   for (size_t t = 0; t < T; ++t) {
     Session& s = *owner[t];
-    // The chunk works on the spares (model.h, Session), a session's first
-    // token starting them from the committed state, copied by the thread
-    // that steps it.
-    const bool first = positions[t] == s.position;
-    float* S = s.state_spare[L].data();
-    float* ring = s.ring_spare[L].data();  // [W-1][C], oldest first
-    if (first) std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
-    const float* committed = s.state[L].data();
-    const float* qkvz_t = qkvz.data() + t * qkvz_len;
-    const float* ba_t = ba.data() + t * ba_len;
-    float* o_t = o.data() + t * V;
-    ctx.pool.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
-      std::vector<float> x(2 * static_cast<size_t>(Dk) + static_cast<size_t>(r) * Dv), u(Dv),
-          normed(Dv);
-      for (int64_t g = g0; g < g1; ++g) {
-        if (first)
+    if (positions[t] == s.position)
+      std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
+  }
+  ctx.pool.ParallelFor(Hk, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<float> x(2 * static_cast<size_t>(Dk) + static_cast<size_t>(r) * Dv), u(Dv),
+        normed(Dv);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (size_t t = 0; t < T; ++t) {
+        Session& s = *owner[t];
+        float* S = s.state_spare[L].data();
+        float* ring = s.ring_spare[L].data();  // [W-1][C], oldest first
+        if (positions[t] == s.position) {
+          const float* committed = s.state[L].data();
           std::copy(committed + g * r * head_state, committed + (g + 1) * r * head_state,
                     S + g * r * head_state);
+        }
+        const float* ba_t = ba.data() + t * ba_len;
+        float* o_t = o.data() + t * V;
         // The key head's conv channels: its q and k, then its value heads' v.
-        const float* src = qkvz_t + g * group;
+        const float* src = qkvz.data() + t * qkvz_len + g * group;
         const int64_t channel[3] = {g * Dk, K + g * Dk, 2 * K + g * r * Dv};
         const int width[3] = {Dk, Dk, r * Dv};
         float* xs = x.data();
@@ -147,8 +152,8 @@ void GatedDeltaNetLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
           for (int i = 0; i < Dv; ++i) oh[i] = normed[i] * Silu(zh[i]);
         }
       }
-    });
-  }
+    }
+  });
   ctx.MatVecMany(*l.out, RowPointers<const float>(o.data(), T, static_cast<size_t>(V)),
              RowPointers(out, T, hid));
 }

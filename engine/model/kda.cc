@@ -79,13 +79,15 @@ void KdaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   // Per token: qkv [3C], f [D], fg [C], ga [D], gate [C], beta [H], o [C].
   std::vector<float> qkv(T * 3 * C), f(T * D), fg(T * C), ga(T * D), gate(T * C), beta(T * H),
       o(T * C);
-  // Two barriers for the chunk and one a token: every projection of
-  // every token's h in one pass (each block of rows applied to all the
-  // tokens while it is in cache); then, token after token, each head's
-  // low-rank second halves, convolutions and recurrence in one pass over
-  // the heads (a head's rows of f_b and g_b and its conv channels are its
-  // own); then o for every token. A row of a product is one MatVec's bits
-  // whatever the tokens and rows beside it.
+  // Three barriers for the chunk: every projection of every token's h in
+  // one pass (each block of rows applied to all the tokens while it is in
+  // cache); then one pass over the heads, each head taking the chunk's
+  // tokens in order: its low-rank second halves, convolutions and
+  // recurrence (a head's rows of f_b and g_b, its conv channels and its
+  // state are its own, so its state stays in its thread's cache across the
+  // chunk); then o for every token. A row of a product is one MatVec's bits
+  // whatever the tokens and rows beside it, and each head's steps are the
+  // same calls in the same token order as one token at a time.
   // K3's full-rank gate is one more product of h, the whole gate at once.
   const auto at = [&](float* base, size_t step) { return RowPointers(base, T, step); };
   const std::vector<const float*> hs = RowPointers(h, T, hid);
@@ -100,28 +102,32 @@ void KdaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
                {l.b, hs, betas},
                {l.g ? l.g : l.g_a, hs, l.g ? gates : gas}});
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  // The chunk works on the spares (model.h, Session), a session's first
+  // token starting them from the committed state: its ring here, each
+  // head's state by the thread that steps it.
   for (size_t t = 0; t < T; ++t) {
     Session& s = *owner[t];
-    // The chunk works on the spares (model.h, Session), a session's first
-    // token starting them from the committed state: a head's state is
-    // copied by the thread that steps it, while it is in that thread's cache.
-    const bool first = positions[t] == s.position;
-    float* S = s.state_spare[L].data();
-    float* ring = s.ring_spare[L].data();
-    if (first) std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
-    const float* committed = s.state[L].data();
-    float* qkv_t = qkv.data() + t * 3 * C;
-    const float* f_t = f.data() + t * D;
-    const float* ga_t = ga.data() + t * D;
-    float* fg_t = fg.data() + t * C;
-    float* gate_t = gate.data() + t * C;
-    const float* beta_t = beta.data() + t * H;
-    float* o_t = o.data() + t * C;
-    ctx.pool.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
-      std::vector<float> u(D), decay(D), normed(D);
-      for (int64_t hd = h0; hd < h1; ++hd) {
-        if (first)
+    if (positions[t] == s.position)
+      std::copy(s.ring[L].begin(), s.ring[L].end(), s.ring_spare[L].begin());
+  }
+  ctx.pool.ParallelFor(H, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> u(D), decay(D), normed(D);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      for (size_t t = 0; t < T; ++t) {
+        Session& s = *owner[t];
+        float* S = s.state_spare[L].data();
+        float* ring = s.ring_spare[L].data();
+        if (positions[t] == s.position) {
+          const float* committed = s.state[L].data();
           std::copy(committed + hd * D * D, committed + (hd + 1) * D * D, S + hd * D * D);
+        }
+        float* qkv_t = qkv.data() + t * 3 * C;
+        const float* f_t = f.data() + t * D;
+        const float* ga_t = ga.data() + t * D;
+        float* fg_t = fg.data() + t * C;
+        float* gate_t = gate.data() + t * C;
+        const float* beta_t = beta.data() + t * H;
+        float* o_t = o.data() + t * C;
         kernels::MatVec(*l.f_b, f_t, fg_t, hd * D, (hd + 1) * D, ctx.opt.isa, ctx.opt.q4_input);
         if (l.g_b)
           kernels::MatVec(*l.g_b, ga_t, gate_t, hd * D, (hd + 1) * D, ctx.opt.isa,
@@ -160,8 +166,8 @@ void KdaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
         RmsNorm(oh, l.o_norm, D, c.rms_eps, normed.data());
         for (int j = 0; j < D; ++j) oh[j] = normed[j] * Sigmoid(gate_t[hd * D + j]);
       }
-    });
-  }
+    }
+  });
   ctx.MatVecMany(*l.o, RowPointers<const float>(o.data(), T, C), at(out, hid));
 }
 

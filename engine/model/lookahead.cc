@@ -24,14 +24,15 @@ Lookahead::Lookahead(const ModelConfig& c, const ModelOptions& opt, ExpertSource
 
 std::vector<int> Lookahead::GuessExperts(LayerContext& ctx, const MoeLayer& moe, int T,
                                          const float* h, size_t cap) const {
-  const int E = ctx.c.n_experts, hid = ctx.c.hidden;
+  const int E = ctx.c.n_experts;
   // Own buffers: nothing the real path computes is touched.
-  std::vector<float> logits(E);               // [n_experts]: one token's router logits
+  const size_t n = static_cast<size_t>(E);
+  std::vector<float> logits(T * n);           // [T][n_experts]: the router's logits
   std::vector<int> votes(E, 0), ranks(E, 0);  // [n_experts]: tokens naming it, sum of its ranks
   Routing r;
+  moe.RouterLogits(ctx, T, h, logits.data());
   for (int t = 0; t < T; ++t) {
-    moe.RouterLogits(ctx, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(guess_config_, logits, moe.router_bias(), &r);
+    Route(guess_config_, std::span<const float>(logits).subspan(t * n, n), moe.router_bias(), &r);
     for (int j = 0; j < r.count; ++j) {
       ++votes[r.expert[j]];
       ranks[r.expert[j]] += j;

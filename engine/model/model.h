@@ -142,7 +142,7 @@ struct ModelOptions {
   // not exact (kernels/matvec.h; its perplexity and KL in
   // docs/log/2026-12-03-to-04.md, "int8 inputs").
   kernels::Q4Input q4_input = kernels::Q4Input::kExact;
-  int chunk = 32;     // prefill tokens per chunk
+  int chunk = 32;     // prefill tokens per chunk (the programs plan theirs: engine/plan/plan.h)
   int prefetch = 16;  // expert records asked for ahead of their use within a layer
   // Router lookahead: once a layer's attention is done, the next layer's
   // router (when it is a MoE layer) is run on the hidden state and each

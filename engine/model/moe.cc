@@ -256,9 +256,9 @@ Status MoeLayer::Run(LayerContext& ctx, Lookahead& lookahead, std::span<const in
   if (latent_down_) {
     const size_t lat = static_cast<size_t>(c_.latent);
     common_.scratch.latent_in.resize(std::max(common_.scratch.latent_in.size(), T * lat));
-    for (int t = 0; t < T; ++t)
-      ctx.MatVec(*latent_down_, h + static_cast<size_t>(t) * c_.hidden,
-             common_.scratch.latent_in.data() + t * lat);
+    const size_t n = static_cast<size_t>(T);
+    ctx.MatVecMany(*latent_down_, RowPointers(h, n, static_cast<size_t>(c_.hidden)),
+                   RowPointers(common_.scratch.latent_in.data(), n, lat));
     xin = common_.scratch.latent_in.data();
   }
   const auto tt = Clock::now();
@@ -280,20 +280,24 @@ void MoeLayer::RouteChunk(LayerContext& ctx, std::span<const int> positions, con
                           std::span<Routing> route) {
   const int L = L_;
   const int T = static_cast<int>(positions.size());
-  const int E = c_.n_experts, hid = c_.hidden;
-  std::vector<float> logits(E);
+  const size_t E = static_cast<size_t>(c_.n_experts);
+  std::vector<float> logits(T * E);  // [T][n_experts]
+  RouterLogits(ctx, T, h, logits.data());
   for (int t = 0; t < T; ++t) {
-    RouterLogits(ctx, h + static_cast<size_t>(t) * hid, logits.data());
-    Route(common_.route, logits, router_bias_, &route[t]);
+    Route(common_.route, std::span<const float>(logits).subspan(t * E, E), router_bias_,
+          &route[t]);
     if (ctx.opt.on_route)
       ctx.opt.on_route(positions[t], L, {route[t].expert, static_cast<size_t>(route[t].count)});
   }
 }
 
-void MoeLayer::RouterLogits(LayerContext& ctx, const float* h, float* logits) const {
-  ctx.MatVec(*router_, h, logits);
+void MoeLayer::RouterLogits(LayerContext& ctx, int T, const float* h, float* logits) const {
+  const size_t n = static_cast<size_t>(T), E = static_cast<size_t>(c_.n_experts);
+  ctx.MatVecMany(*router_, RowPointers(h, n, static_cast<size_t>(c_.hidden)),
+                 RowPointers(logits, n, E));
   if (router_logit_bias_)
-    for (int e = 0; e < c_.n_experts; ++e) logits[e] += router_logit_bias_[e];
+    for (size_t t = 0; t < n; ++t)
+      for (size_t e = 0; e < E; ++e) logits[t * E + e] += router_logit_bias_[e];
 }
 
 MoeLayer::Tables MoeLayer::PlanTables(LayerContext& ctx, int T) {
@@ -506,28 +510,33 @@ Status MoeLayer::RunExperts(LayerContext& ctx, int T, const float* h, const floa
 
 void MoeLayer::SumExperts(LayerContext& ctx, int T, std::span<const Routing> route, float* out) {
   const int k = c_.top_k, hid = c_.hidden, ew = c_.expert_width();
-  const bool shared = shared_expert_ != nullptr;
-  // [expert width]: with a latent, the weighted sum before its norm and up-projection.
-  std::vector<float> lat(latent_up_ ? ew : 0), normed(latent_norm_ ? ew : 0);
-  // Per token, in routing order: the weighted experts, then the shared expert.
-  for (int t = 0; t < T; ++t) {
-    float* o = out + static_cast<size_t>(t) * hid;
-    float* sum = latent_up_ ? lat.data() : o;
+  const size_t n = static_cast<size_t>(T), w = static_cast<size_t>(ew);
+  // [T][expert width]: with a latent, each token's weighted sum before its
+  // norm and up-projection.
+  std::vector<float> lat(latent_up_ ? n * w : 0), normed(latent_norm_ ? n * w : 0);
+  // Per token, in routing order: the weighted experts.
+  for (size_t t = 0; t < n; ++t) {
+    float* sum = latent_up_ ? lat.data() + t * w : out + t * hid;
     std::fill(sum, sum + ew, 0.f);
     for (int j = 0; j < route[t].count; ++j) {
-      const float w = route[t].weight[j];
-      const float* src = common_.scratch.per_slot.data() + (static_cast<size_t>(t) * k + j) * ew;
-      for (int i = 0; i < ew; ++i) sum[i] += w * src[i];
+      const float wt = route[t].weight[j];
+      const float* src = common_.scratch.per_slot.data() + (t * k + j) * w;
+      for (int i = 0; i < ew; ++i) sum[i] += wt * src[i];
     }
-    if (latent_up_) {  // K3: RMSNorm (latent_moe_use_norm), then back to the hidden width
-      if (latent_norm_) RmsNorm(lat.data(), latent_norm_, ew, c_.rms_eps, normed.data());
-      ctx.MatVec(*latent_up_, latent_norm_ ? normed.data() : lat.data(), o);
-    }
-    if (shared) {
-      const float* s = common_.scratch.shared_out.data() + static_cast<size_t>(t) * hid;
+    if (latent_norm_)  // K3: RMSNorm (latent_moe_use_norm)
+      RmsNorm(sum, latent_norm_, ew, c_.rms_eps, normed.data() + t * w);
+  }
+  if (latent_up_)  // K3: back to the hidden width, the matrix read once for the chunk
+    ctx.MatVecMany(*latent_up_,
+                   RowPointers<const float>(latent_norm_ ? normed.data() : lat.data(), n, w),
+                   RowPointers(out, n, static_cast<size_t>(hid)));
+  // Then the shared expert.
+  if (shared_expert_)
+    for (size_t t = 0; t < n; ++t) {
+      float* o = out + t * hid;
+      const float* s = common_.scratch.shared_out.data() + t * hid;
       for (int i = 0; i < hid; ++i) o[i] += s[i];
     }
-  }
 }
 
 }  // namespace waste

@@ -75,8 +75,11 @@ class MoeLayer {
   // first demand hints are out; -1 for none.
   Status Run(LayerContext& ctx, Lookahead& lookahead, std::span<const int> positions,
              const float* h, float* out, int ahead);
-  // The router's logits on one input: its matrix, plus its bias when it has one.
-  void RouterLogits(LayerContext& ctx, const float* h, float* logits) const;
+  // The router's logits on T inputs (h [T][hidden], logits [T][n_experts]):
+  // its matrix read once for all of them (each row the bits of one MatVec,
+  // so a token's logits do not depend on the chunk), plus its bias when it
+  // has one.
+  void RouterLogits(LayerContext& ctx, int T, const float* h, float* logits) const;
   // The router's correction bias (router.h; empty when the config has none).
   std::span<const float> router_bias() const { return router_bias_; }
 

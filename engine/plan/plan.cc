@@ -102,6 +102,66 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
   return p;
 }
 
+uint64_t ChunkBytesPerToken(const Manifest& m) {
+  const ModelConfig& c = m.config;
+  const uint64_t f = sizeof(float), hid = uint64_t(c.hidden);
+  // x, hn, y and the lookahead's input; with AttnRes the blocks and the mix.
+  uint64_t floats = 4 * hid;
+  if (c.attn_res_block > 0) floats += (uint64_t(c.attn_res_blocks()) + 1) * hid;
+  uint64_t attention = 0;  // the largest kind's buffers, [T][...]
+  for (int L = 0; L < c.n_layers; ++L) {
+    uint64_t a = 0;
+    switch (c.layer_kind[L]) {
+      case LayerKind::kKda: {  // qkv, fg, gate, o [C]; f, ga [D]; beta [H]
+        const uint64_t C = uint64_t(c.kda_width());
+        a = 6 * C + 2 * uint64_t(c.kda_head_dim) + uint64_t(c.kda_heads);
+        break;
+      }
+      case LayerKind::kGatedDeltaNet:  // qkvz, ba, o
+        a = 2 * uint64_t(c.gdn_key_width()) + 3 * uint64_t(c.gdn_value_width()) +
+            2 * uint64_t(c.gdn_v_heads);
+        break;
+      case LayerKind::kMla: {  // q, the latent row, K3's gate, q_a and its norm, o
+        const uint64_t nh = uint64_t(c.n_heads), vd = uint64_t(c.v_head);
+        a = nh * (c.qk_nope + c.qk_rope) + uint64_t(c.kv_lora + c.qk_rope) +
+            (c.mla_output_gate ? nh * vd : 0) + 2 * uint64_t(c.q_lora) + nh * vd;
+        break;
+      }
+      case LayerKind::kGqa:  // q (and its gate), o
+        a = uint64_t(c.n_heads) * c.head_dim * (c.attn_output_gate ? 2 : 1) +
+            uint64_t(c.q_width());
+        break;
+    }
+    attention = std::max(attention, a);
+  }
+  floats += attention;
+  uint64_t bytes = floats * f;
+  if (c.n_experts > 0) {
+    const ExpertQuant& q = m.quant;
+    const uint64_t ew = uint64_t(c.expert_width());
+    // per_slot [top_k][expert width], shared_out [hidden]; K3's latent_in,
+    // weighted sum and its norm [latent] each
+    bytes += (uint64_t(c.top_k) * ew + hid + 3 * uint64_t(c.latent)) * f;
+    // gate's and up's float tables (the largest of their three forms)
+    if (!q.direct()) bytes += 2 * (ew / q.vec_dim) * q.stages * q.entries * f;
+    bytes += uint64_t(c.n_experts) * f;  // its router logits
+    bytes += 2 * 64 * 4 + 4;             // its Routing (engine/model/router.h)
+    bytes += uint64_t(c.top_k) * 8;      // its (token, slot) pairs among its experts' users
+  }
+  return bytes + 8 * sizeof(void*);  // the products' row pointers
+}
+
+uint64_t ChunkScratchCap(uint64_t room) { return std::min(kChunkScratchMax, room / 4); }
+
+int PlanChunk(const Manifest& m, bool experts_fit, uint64_t scratch_cap, int context) {
+  int chunk = kShortChunk;
+  if (!experts_fit) {
+    const uint64_t fit = scratch_cap / ChunkBytesPerToken(m);
+    chunk = static_cast<int>(std::clamp<uint64_t>(fit, kShortChunk, kLongChunk));
+  }
+  return std::max(1, std::min(chunk, context));
+}
+
 MemoryLimit ProcessMemoryLimit() {
   MemoryLimit lim;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

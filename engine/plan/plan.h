@@ -40,6 +40,36 @@ struct MemoryPlan {
 
 MemoryPlan PlanMemory(const Manifest& m, int context);
 
+// A prefill chunk's work memory per token of the chunk (the forward pass
+// sizes these buffers to the chunk, engine/model/forward.cc, moe.cc and the
+// attention kinds' files): the activations every layer passes on (x, its
+// norm, the sublayer's output, the lookahead's input, K3's block
+// representations), the largest attention kind's buffers (its projections
+// and heads' outputs), and the MoE layers' shared buffers (each routed
+// slot's output, the shared expert's, K3's latent input, the gate and up
+// lookup tables, the router's logits and the routing).
+uint64_t ChunkBytesPerToken(const Manifest& m);
+
+// The prefill chunk a compute client runs with when no --chunk is given.
+// When every expert record fits in the cache, kShortChunk (32, what was
+// always used): nothing is read twice whatever the chunk, and a short step
+// keeps a served batch's decoding going between prompt parts. When they do
+// not, a long prompt in chunks of 32 reads nearly every expert in every
+// chunk (kl48b's 64 experts a layer, 8 a token: 32 tokens pick ~63 of them),
+// so the chunk is as long as `scratch_cap` bytes of ChunkBytesPerToken allow,
+// from kShortChunk up to kLongChunk: each expert is then read once per
+// kLongChunk tokens instead of once per 32. No longer than `context`.
+constexpr int kShortChunk = 32;
+constexpr int kLongChunk = 2048;
+// The most a long chunk's work memory may take: 512 MiB (kl48b's 215 KiB a
+// token: 2048 tokens in 430 MiB), or less (ChunkScratchCap).
+constexpr uint64_t kChunkScratchMax = 512ull << 20;
+// `room`: what the chunk's memory would be taken from (an in-process
+// cache's bytes, or the memory this process may use with a daemon): a
+// quarter of it at most, so the cache keeps three quarters.
+uint64_t ChunkScratchCap(uint64_t room);
+int PlanChunk(const Manifest& m, bool experts_fit, uint64_t scratch_cap, int context);
+
 // What shared memory costs, which shm/ decides (engine/plan does not depend
 // on it): the caller passes shm::Segment::SizeFor with its huge-page choice
 // bound in, shm::SlotTable::BytesFor and sizeof(shm::PinPage).
