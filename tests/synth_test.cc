@@ -87,6 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PresetCase{"tiny-deepseek", "deepseek-v3.1", 13,
                                  "<\xEF\xBD\x9C"
                                  "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
+                      PresetCase{"tiny-deepseek-v32", "deepseek-v3.1", 13,
+                                 "<\xEF\xBD\x9C"
+                                 "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
                       PresetCase{"tiny-qwen3", "qwen3", 9, "<|im_end|>"},
                       PresetCase{"tiny-glm", "glm-4.5", 18, "<|endoftext|>"},
                       PresetCase{"tiny-glm-lite", "glm-4.5", 18, "<|endoftext|>"},

@@ -121,6 +121,7 @@ const char* SynthChatFamily(Arch arch) {
     case Arch::kKimiLinear:
       return kFamilyKimiK2;
     case Arch::kDeepseekV3:
+    case Arch::kDeepseekV32:  // V3.2's own chat markup (its encoding script) is not built: V3.1's stands in
       return kFamilyDeepseekV31;
     case Arch::kQwen3Moe:
     case Arch::kQwen3Next:
