@@ -1,6 +1,7 @@
 // DeepSeek-V3.2 (deepseek_v32: MLA with DeepSeek Sparse Attention's
-// lightning indexer) against transformers: a tiny random checkpoint written
-// by its own class's save_pretrained (tools/convert_fixtures/make_dsa.py),
+// lightning indexer) and GLM-5 (glm_moe_dsa: the same with its own rotary
+// and GLM-5.2's index sharing) against transformers: tiny random checkpoints
+// written by their own classes' save_pretrained (tools/convert_fixtures/make_dsa.py),
 // converted losslessly in this process and run over a 2,100-token prompt
 // with index_topk 64, so that every position past 63 attends the indexer's
 // choice, on every instruction-set path this CPU has: every logit within
@@ -61,71 +62,75 @@ TEST(DsaSelect, KeepsTheTopKWithTiesToTheLowerPosition) {
   EXPECT_EQ(Kept(keep), (std::vector<int>{0}));
 }
 
-class Dsa : public ::testing::Test {
+struct Case {
+  const char* name;
+  Arch arch;
+};
+
+// One family's fixture, converted once for its tests.
+class Dsa : public ::testing::TestWithParam<Case> {
  protected:
-  static void SetUpTestSuite() {
-    meta_ = new json(ReadJson(kFixtures + "dsa.json"));
-    dir_ = new std::string(waste::testing::ScratchDir() + "/dsa");
+  void SetUp() override {
+    meta_ = ReadJson(kFixtures + "dsa.json");
+    ASSERT_TRUE(meta_["cases"].contains(GetParam().name)) << GetParam().name;
+    src_ = kFixtures + GetParam().name;
+    dir_ = waste::testing::ScratchDir() + "/dsa";
     ConvertOptions o;
-    o.src = kFixtures + "deepseek-v32";
-    o.out = *dir_;
+    o.src = src_;
+    o.out = dir_;
     o.expert_fmt = *ParseExpertFormat("bf16");
     auto r = Convert(o);
     ASSERT_TRUE(r.ok()) << r.status().message();
-    summary_ = new ConvertSummary(*r);
+    summary_ = *r;
   }
-  static void TearDownTestSuite() {
-    delete meta_;
-    delete dir_;
-    delete summary_;
-  }
-  static std::vector<int> Prompt() { return (*meta_)["prompt_ids"].get<std::vector<int>>(); }
+  std::vector<int> Prompt() const { return meta_["prompt_ids"].get<std::vector<int>>(); }
 
-  static json* meta_;
-  static std::string* dir_;
-  static ConvertSummary* summary_;
+  json meta_;
+  std::string src_, dir_;
+  ConvertSummary summary_;
 };
-json* Dsa::meta_ = nullptr;
-std::string* Dsa::dir_ = nullptr;
-ConvertSummary* Dsa::summary_ = nullptr;
 
-TEST_F(Dsa, LosslessConversionMatchesTransformersAtEveryPosition) {
+TEST_P(Dsa, LosslessConversionMatchesTransformersAtEveryPosition) {
+  const std::string name = GetParam().name;
   std::vector<int> moe;
-  for (const LayerSummary& l : summary_->layers) {
+  for (const LayerSummary& l : summary_.layers) {
     moe.push_back(l.layer);
     EXPECT_EQ(l.max_rel_error, 0.0) << "layer " << l.layer;
   }
   EXPECT_EQ(moe, std::vector<int>{1});
-  EXPECT_EQ(summary_->skipped_layers, std::vector<int>{2});  // the MTP layer, by name
+  EXPECT_EQ(summary_.skipped_layers, std::vector<int>{2});  // the MTP layer, by name
 
   VerifyOptions vo;
-  vo.container = *dir_;
-  vo.source = kFixtures + "deepseek-v32";
+  vo.container = dir_;
+  vo.source = src_;
   auto v = Verify(vo);
   ASSERT_TRUE(v.ok()) << v.status().message();
   EXPECT_TRUE(v->problems.empty()) << v->problems.front();
   EXPECT_EQ(v->records, 8);
   EXPECT_EQ(v->trunk_max_rel_error, 0.0) << v->trunk_worst;
+  auto ct = Container::Open(dir_);
+  ASSERT_TRUE(ct.ok()) << ct.status().message();
+  EXPECT_EQ(ct->config().arch, GetParam().arch);
 
   const std::vector<int> prompt = Prompt();
   ASSERT_GE(prompt.size(), 2100u);
-  const int topk = (*meta_)["index_topk"].get<int>();
+  const int topk = meta_["index_topk"].get<int>();
   ASSERT_LT(topk, 2100);  // the choice is exercised, not dense attention
-  const std::vector<float> want = waste::testing::FileFloats(kFixtures + "deepseek-v32.logits.bin");
-  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(*dir_, prompt, 8)) {
+  const std::vector<float> want = waste::testing::FileFloats(kFixtures + name + ".logits.bin");
+  for (const auto& [isa, V, got] : waste::testing::LogitsOnEveryIsa(dir_, prompt, 8)) {
     ASSERT_EQ(want.size(), prompt.size() * V);
-    const double worst = waste::testing::ExpectLogitsNear(
-        got, want, V, 1e-5f, std::string("deepseek-v32 ") + kernels::IsaName(isa));
-    std::printf("deepseek-v32 %s: worst max|diff| / max|logit| %.3g\n", kernels::IsaName(isa),
+    const double worst = waste::testing::ExpectLogitsNear(got, want, V, 1e-5f,
+                                                          name + " " + kernels::IsaName(isa));
+    std::printf("%s %s: worst max|diff| / max|logit| %.3g\n", name.c_str(), kernels::IsaName(isa),
                 worst);
   }
 }
 
 // Token by token, in chunks, and through a session saved mid-prompt and
 // loaded again: the same bits, so the index keys are the session's state.
-TEST_F(Dsa, ChunksTokensAndSavedSessionsGiveTheSameBits) {
+TEST_P(Dsa, ChunksTokensAndSavedSessionsGiveTheSameBits) {
   const std::vector<int> prompt = Prompt();
-  auto ct = Container::Open(*dir_);
+  auto ct = Container::Open(dir_);
   ASSERT_TRUE(ct.ok()) << ct.status().message();
   CacheOptions co;
   co.slots = 8;
@@ -159,6 +164,14 @@ TEST_F(Dsa, ChunksTokensAndSavedSessionsGiveTheSameBits) {
   EXPECT_TRUE(chunked == resumed) << "a session saved at 1500 and loaded differs";
 }
 
+INSTANTIATE_TEST_SUITE_P(Fixtures, Dsa,
+                         ::testing::Values(Case{"deepseek-v32", Arch::kDeepseekV32},
+                                           Case{"glm-moe-dsa", Arch::kGlmMoeDsa}),
+                         [](const auto& p) {
+                           return std::string(p.param.arch == Arch::kDeepseekV32 ? "deepseek_v32"
+                                                                                 : "glm_moe_dsa");
+                         });
+
 std::string Refusal(const json& base, const char* key, const json& value) {
   json c = base;
   c[key] = value;
@@ -176,7 +189,7 @@ TEST(DsaConfig, MapsToMlaWithTheIndexerAndRefusesWhatItDoesNotDo) {
   EXPECT_EQ(s->shape.index_heads, 16);
   EXPECT_EQ(s->shape.index_dim, 16);
   EXPECT_TRUE(s->shape.index_rotate_half);
-  EXPECT_EQ(s->shape.mla_row(), 16 + 8 + 16);
+  EXPECT_EQ(s->shape.mla_row(0), 16 + 8 + 16);
   auto plans = PlanLayers(s->shape);
   ASSERT_TRUE(plans.ok()) << plans.status().message();
   ASSERT_EQ(plans->size(), 2u);
@@ -201,6 +214,44 @@ TEST(DsaConfig, MapsToMlaWithTheIndexerAndRefusesWhatItDoesNotDo) {
   json v3 = base;  // an indexer's key in a family without one
   v3["model_type"] = "deepseek_v3";
   EXPECT_NE(Refusal(v3, "index_topk", 64).find("index_topk"), std::string::npos);
+}
+
+// GLM-5: the indexer's rotary interleaved; GLM-5.2's shared layers by
+// indexer_types, index_topk_pattern or the freq/offset schedule.
+TEST(DsaConfig, GlmMoeDsaReadsItsIndexSharing) {
+  const json base = ReadJson(kFixtures + "glm-moe-dsa/config.json");
+  auto s = MapSource(base);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->shape.arch, Arch::kGlmMoeDsa);
+  EXPECT_FALSE(s->shape.index_rotate_half);
+  EXPECT_EQ(s->shape.index_shared, (std::vector<bool>{false, true}));
+  EXPECT_EQ(s->shape.mla_row(0), 16 + 8 + 16);
+  EXPECT_EQ(s->shape.mla_row(1), 16 + 8);  // a shared layer keeps no index key
+
+  json c = base;
+  c["num_hidden_layers"] = 6;
+  c["mlp_layer_types"] = json::array({"dense", "sparse", "sparse", "sparse", "sparse", "sparse"});
+  c.erase("indexer_types");
+  c.erase("layer_types");
+  c["index_topk_pattern"] = "FSSFFS";
+  auto p = MapSource(c);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->shape.index_shared, (std::vector<bool>{false, true, true, false, false, true}));
+  c.erase("index_topk_pattern");
+  c["index_topk_freq"] = 3;  // transformers: full where max(L - 2 + 1, 0) % 3 == 0
+  p = MapSource(c);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->shape.index_shared, (std::vector<bool>{false, false, true, true, false, true}));
+  c["index_topk_pattern"] = "SFFFFF";
+  p = MapSource(c);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("layer 0"), std::string::npos);
+  c["index_topk_pattern"] = "FXFFFF";
+  p = MapSource(c);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("index_topk_pattern[1]"), std::string::npos);
+  EXPECT_NE(Refusal(base, "indexer_types", json::array({"full", "dense"})).find("indexer_types[1]"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ INSTANTIATE_TEST_SUITE_P(
                       PresetCase{"tiny-qwen3", "qwen3", 9, "<|im_end|>"},
                       PresetCase{"tiny-glm", "glm-4.5", 18, "<|endoftext|>"},
                       PresetCase{"tiny-glm-lite", "glm-4.5", 18, "<|endoftext|>"},
+                      PresetCase{"tiny-glm-5", "glm-4.5", 18, "<|endoftext|>"},
                       PresetCase{"tiny-dots1", "qwen3", 9, "<|im_end|>"},
                       PresetCase{"tiny-gpt-oss", "harmony", 10, "<|return|>"},
                       PresetCase{"tiny-k3", "k3-xtml", 10, "<|end_of_msg|>"},

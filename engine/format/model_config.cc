@@ -352,7 +352,7 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer);
 // not read the key); for deepseek_v32 the first first_k_dense_replace (3
 // absent) layers dense, and the key is not read when the list is given.
 Status ReadMlpLayerTypes(const json& c, ModelConfig* m) {
-  const bool v32 = m->arch == Arch::kDeepseekV32;
+  const bool v32 = m->arch != Arch::kGlm4MoeLite;  // deepseek_v32, glm_moe_dsa
   int first = v32 ? 3 : 1;
   if (v32) WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m->n_layers, &first, 3));
   std::vector<bool> dense(m->n_layers, false);
@@ -433,6 +433,8 @@ std::string_view ArchName(Arch a) {
       return "dots1";
     case Arch::kDeepseekV32:
       return "deepseek_v32";
+    case Arch::kGlmMoeDsa:
+      return "glm_moe_dsa";
   }
   return "?";
 }
@@ -485,6 +487,45 @@ Status ReadMinimaxRouting(const json& c, const std::string& scoring, ModelConfig
   return Status::Ok();
 }
 
+// GLM-5.2's index sharing (GlmMoeDsaConfig): indexer_types "full" or
+// "shared" per layer; absent, index_topk_pattern ("F"/"S" a layer, a string
+// or a list), else full where max(L - offset + 1, 0) % freq == 0
+// (index_topk_freq, 1; index_skip_topk_offset, 2). A shared layer reuses the
+// choice of the last full one before it, so the first must be full.
+Status ReadIndexerTypes(const json& c, ModelConfig* m) {
+  const size_t n = static_cast<size_t>(m->n_layers);
+  const auto list = [&](const json& v, const char* key, bool letters) -> Status {
+    if (!v.is_array() || v.size() != n)
+      return Status::Error(std::string("config.") + key + " is not a list of num_hidden_layers entries");
+    for (size_t L = 0; L < n; ++L) {
+      const json& e = v[L];
+      const bool full = letters ? e == "F" : e == "full", shared = letters ? e == "S" : e == "shared";
+      if (!full && !shared)
+        return Status::Error(std::string("config.") + key + "[" + std::to_string(L) + "] " +
+                             e.dump() + (letters ? " is not F or S" : " is not full or shared"));
+      m->index_shared[L] = shared;
+    }
+    return Status::Ok();
+  };
+  if (const auto t = c.find("indexer_types"); t != c.end() && !t->is_null()) {
+    WASTE_RETURN_IF_ERROR(list(*t, "indexer_types", false));
+  } else if (const auto p = c.find("index_topk_pattern"); p != c.end() && !p->is_null()) {
+    json letters = json::array();
+    if (p->is_string())
+      for (char ch : p->get<std::string>()) letters.push_back(std::string(1, ch));
+    WASTE_RETURN_IF_ERROR(list(p->is_string() ? letters : *p, "index_topk_pattern", true));
+  } else {
+    int freq = 1, offset = 2;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "index_topk_freq", -(1 << 20), 1 << 20, &freq, 1));
+    WASTE_RETURN_IF_ERROR(GetInt(c, "index_skip_topk_offset", -(1 << 20), 1 << 20, &offset, 2));
+    freq = std::max(freq, 1);
+    for (int L = 0; L < m->n_layers; ++L) m->index_shared[L] = std::max(L - offset + 1, 0) % freq != 0;
+  }
+  if (m->index_shared[0])
+    return Status::Error("config: layer 0's indexer is shared, but no layer before it has one");
+  return Status::Ok();
+}
+
 // DeepSeek-V3.2's indexer (DeepseekV32Indexer): every layer's attention is
 // "indexed_attention"; its heads, their width and the positions it keeps.
 Status ReadIndexer(const json& c, ModelConfig* m) {
@@ -502,7 +543,9 @@ Status ReadIndexer(const json& c, ModelConfig* m) {
         return Status::Error("config.layer_types[" + std::to_string(L) + "] " + (*t)[L].dump() +
                              " is not indexed_attention");
   }
-  m->index_rotate_half = true;
+  m->index_rotate_half = m->arch == Arch::kDeepseekV32;
+  m->index_shared.assign(m->n_layers, false);
+  if (m->arch == Arch::kGlmMoeDsa) WASTE_RETURN_IF_ERROR(ReadIndexerTypes(c, m));
   return Status::Ok();
 }
 
@@ -538,11 +581,13 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     m.arch = Arch::kDots1;
   } else if (m.model_type == "deepseek_v32") {
     m.arch = Arch::kDeepseekV32;
+  } else if (m.model_type == "glm_moe_dsa") {
+    m.arch = Arch::kGlmMoeDsa;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, kimi_k3, deepseek_v3, kimi_k2, "
                          "qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, glm4_moe_lite, "
-                         "dots1, qwen3_5_moe_text, deepseek_v32)");
+                         "dots1, qwen3_5_moe_text, deepseek_v32, glm_moe_dsa)");
   }
   m.architecture = m.model_type;
   // K3's text config says KimiLinearForCausalLM; only its wrapper names K3.
@@ -587,8 +632,8 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     }
     std::sort(m.mlp_only.begin(), m.mlp_only.end());
   }
-  if (m.arch == Arch::kGlm4MoeLite || m.arch == Arch::kDeepseekV32)
-    WASTE_RETURN_IF_ERROR(ReadMlpLayerTypes(c, &m));
+  const bool dsa = m.arch == Arch::kDeepseekV32 || m.arch == Arch::kGlmMoeDsa;
+  if (m.arch == Arch::kGlm4MoeLite || dsa) WASTE_RETURN_IF_ERROR(ReadMlpLayerTypes(c, &m));
   int freq = 1;
   WASTE_RETURN_IF_ERROR(GetInt(c, "moe_layer_freq", 1, 64, &freq, 1));
   if (freq != 1) return Status::Error("config.moe_layer_freq other than 1 is not implemented");
@@ -689,15 +734,15 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     // num_key_value_heads times; its keys are already one per query head.
     int kv_heads = m.n_heads;
     WASTE_RETURN_IF_ERROR(GetInt(c, "num_key_value_heads", 1, 1 << 12, &kv_heads, m.n_heads));
-    if ((m.arch == Arch::kGlm4MoeLite || m.arch == Arch::kDeepseekV32) && kv_heads != m.n_heads)
+    if ((m.arch == Arch::kGlm4MoeLite || dsa) && kv_heads != m.n_heads)
       return Status::Error("config.num_key_value_heads other than num_attention_heads is not "
                            "implemented for " + m.model_type);
   }
-  if (m.arch == Arch::kDeepseekV32) {
+  if (dsa) {
     WASTE_RETURN_IF_ERROR(ReadIndexer(c, &m));
   } else {
     for (const char* k : {"index_topk", "index_n_heads", "index_head_dim", "indexer_types",
-                          "index_topk_pattern", "index_topk_freq"})
+                          "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"})
       if (c.contains(k) && !c[k].is_null())
         return Status::Error(std::string("config.") + k + " (DSA's indexer) is not implemented for " +
                              m.model_type);
@@ -795,7 +840,7 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       mat(a + "kv_b_proj.weight", int64_t{c.n_heads} * (c.qk_nope + c.v_head), c.kv_lora);
       if (c.mla_output_gate) mat(a + "g_proj.weight", int64_t{c.n_heads} * c.v_head, h);
       mat(a + "o_proj.weight", h, int64_t{c.n_heads} * c.v_head);
-      if (c.index_topk > 0) {  // DSA's indexer; transformers keeps weights_proj in float32
+      if (c.has_indexer(L)) {  // DSA's indexer; transformers keeps weights_proj in float32
         const std::string i = a + "indexer.";
         mat(i + "wq_b.weight", int64_t{c.index_heads} * c.index_dim, c.q_lora);
         mat(i + "wk.weight", c.index_dim, h);

@@ -54,6 +54,9 @@ class LayerContext {
   kernels::ThreadPool pool;
   Rotary rotary;               // MLA's rope dims, or GQA's rotary dims
   float softmax_scale = 1.f;   // MLA's or GQA's
+  // DSA: the choice of the chunk's last layer with an indexer, per token of
+  // the chunk [T][position + 1], for the layers after it that share it.
+  std::vector<std::vector<char>> dsa_keep;
   PhaseTimes times;
   // The part the products charge to: set by the calling thread before each
   // phase, read by the pool's threads inside it.

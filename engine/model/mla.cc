@@ -63,7 +63,7 @@ class MlaLayer : public AttentionLayer {
   // The latent cache [max_context][mla_row]: kv_lora + qk_rope (k_pe
   // rotated), then DSA's index key.
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
-    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * c.mla_row());
+    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * c.mla_row(L_));
   }
   bool caches_positions() const override { return true; }
 
@@ -98,7 +98,7 @@ void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   const MlaWeights& l = w_;
   const int L = L_;
   const int nh = c.n_heads, nope = c.qk_nope, rope = c.qk_rope, vd = c.v_head, lat = c.kv_lora;
-  const int qd = nope + rope, row = c.mla_row();
+  const int qd = nope + rope, row = c.mla_row(L);
   const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   const size_t q_len = static_cast<size_t>(nh) * qd, gate_len = l.g ? static_cast<size_t>(nh) * vd : 0;
   // [T][...]: each token's query, latent key row and (K3) output gate.
@@ -146,12 +146,16 @@ void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   }
   const size_t o_len = static_cast<size_t>(nh) * vd;
   std::vector<float> o(T * o_len);  // [T][n_heads * v_head]
-  std::vector<char> keep;           // DSA's choice of positions; empty: all
+  // DSA's choice of positions per token (empty: all): this layer's
+  // indexer's, kept for the layers that share it, or the last one's.
   const size_t iql = static_cast<size_t>(c.index_heads) * c.index_dim;
+  if (indexer_) ctx.dsa_keep.resize(T);
+  static const std::vector<char> kAll;
   for (size_t t = 0; t < T; ++t) {
     if (indexer_)
       indexer_->Select(ctx, owner[t]->cache[L].data() + lat + rope, row, positions[t],
-                       iq.data() + t * iql, iw.data() + t * c.index_heads, keep);
+                       iq.data() + t * iql, iw.data() + t * c.index_heads, ctx.dsa_keep[t]);
+    const std::vector<char>& keep = c.index_topk > 0 ? ctx.dsa_keep[t] : kAll;
     Heads(ctx, *owner[t], positions[t], qs[t], gates[t], keep, o.data() + t * o_len);
   }
   ctx.MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
@@ -163,7 +167,7 @@ void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const flo
   const MlaWeights& l = w_;
   const int L = L_;
   const int nope = c.qk_nope, rope = c.qk_rope, vd = c.v_head, lat = c.kv_lora;
-  const int nh = c.n_heads, qd = nope + rope, row = c.mla_row();
+  const int nh = c.n_heads, qd = nope + rope, row = c.mla_row(L);
   std::vector<float> olat(static_cast<size_t>(nh) * lat);
   const int n = pos + 1;
   // The cache's rows [n][mla_row] as an F32 matrix: a position's score is
@@ -212,7 +216,7 @@ void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const flo
 std::unique_ptr<AttentionLayer> MakeMla(const LayerBuild& b) {
   const std::string a = b.prefix + "self_attn.";
   std::optional<DsaIndexer> indexer;
-  if (b.c.index_topk > 0) indexer.emplace(b.t, a);
+  if (b.c.has_indexer(b.layer)) indexer.emplace(b.t, a);
   return std::make_unique<MlaLayer>(b.layer, ResolveMla(b.t, b.c, a), std::move(indexer));
 }
 

@@ -128,6 +128,7 @@ const char* SynthChatFamily(Arch arch) {
       return kFamilyQwen3;
     case Arch::kGlm4Moe:
     case Arch::kGlm4MoeLite:  // GLM-4.7-Flash has GLM-4.5's tokenizer and chat
+    case Arch::kGlmMoeDsa:    // GLM-5's markup is GLM-4.5's as far as known here
       return kFamilyGlm45;
     case Arch::kDots1:  // dots.llm1's own chat markup is not built: ChatML stands in
       return kFamilyQwen3;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the DeepSeek-V3.2 (DSA) fixture of dsa_test (tests/fixtures/convert/).
+"""Writes the DeepSeek-V3.2 and GLM-5 (DSA) fixtures of dsa_test (tests/fixtures/convert/).
 
-    python3 tools/convert_fixtures/make_dsa.py --out tests/fixtures/convert
+    python3 tools/convert_fixtures/make_dsa.py --out tests/fixtures/convert [--only FAMILY]
 
 deepseek-v32/: DeepseekV32ForCausalLM (DeepSeek-V3.2), a tiny random
 checkpoint written by transformers' own class (save_pretrained, bf16, shards
@@ -12,6 +12,10 @@ lightning indexer with 16 heads of 16 and index_topk 64, so that over the
 DSA is dense attention); 8 experts in 4 groups of which 2 are kept, top-2, a
 shared expert, a random e_score_correction_bias; a multi-token-prediction
 layer 2 (a few tensors under the released names) that waste convert skips.
+glm-moe-dsa/: GlmMoeDsaForCausalLM (GLM-5) of the same shapes but its own:
+the indexer's rotary interleaved, no expert groups, v_head_dim 12, and
+GLM-5.2's index sharing, indexer_types full then shared (layer 1 has no
+indexer and attends layer 0's choice).
 The vocabulary is 32 ids so that float32 logits at all 2,100 positions stay
 small (269 KB).
 
@@ -23,7 +27,7 @@ boundary: of SEEDS, the model whose smallest gaps (the 64th against the
 65th index score, the top-11 logits) are the largest against float32's
 rounding is written, and the gaps are recorded.
 
-Files: deepseek-v32/, deepseek-v32.logits.bin (float32 LE [2100][32]) and
+Files: <family>/, <family>.logits.bin (float32 LE [2100][32]) and
 dsa.json (prompt, versions, logit scale, top-11 gap, index gaps).
 """
 
@@ -43,9 +47,10 @@ sys.path.insert(0, HERE)
 from make_glm_lite_dots import bf16_round_, top_gap  # noqa: E402
 
 SEED = 7  # the prompt's and the MTP tensors'
-SEEDS = range(100, 112)  # the models tried
+SEEDS = range(100, 124)  # the models tried
 INDEX_GAP = 2e-6
 TOP_GAP = 4e-6
+FAMILIES = ["deepseek-v32", "glm-moe-dsa"]
 POSITIONS = 2100
 VOCAB = 32
 TOPK = 64
@@ -62,14 +67,17 @@ def index_gaps(model, ids: list[int]) -> tuple[list[float], torch.Tensor]:
     positions past the top-k, after checking that float32's choice (the
     model's own) is float64's."""
     from transformers.models.deepseek_v32.modeling_deepseek_v32 import apply_rotary_pos_emb
+    from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import apply_rotary_pos_emb_interleave
 
+    rotate = apply_rotary_pos_emb if model.config.model_type == "deepseek_v32" else \
+        apply_rotary_pos_emb_interleave
     seen = {}
 
     def hook(mod, args, kwargs, out):
         seen[mod.layer_idx] = (args, out)
 
     handles = [layer.self_attn.indexer.register_forward_hook(hook, with_kwargs=True)
-               for layer in model.model.layers]
+               for layer in model.model.layers if layer.self_attn.indexer is not None]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
     for h in handles:
@@ -84,7 +92,7 @@ def index_gaps(model, ids: list[int]) -> tuple[list[float], torch.Tensor]:
             k = torch.nn.functional.layer_norm(hs @ ix.wk.weight.double().T, (d,),
                                                ix.k_norm.weight.double(), ix.k_norm.bias.double(),
                                                ix.k_norm.eps).unsqueeze(1)
-            q_rot, k_rot = apply_rotary_pos_emb(q[..., :r].unsqueeze(0), k[..., :r].unsqueeze(0),
+            q_rot, k_rot = rotate(q[..., :r].unsqueeze(0), k[..., :r].unsqueeze(0),
                                                 cos.double(), sin.double(), unsqueeze_dim=2)
             q = torch.cat([q_rot[0], q[..., r:]], -1)
             k = torch.cat([k_rot[0], k[..., r:]], -1)[:, 0]
@@ -105,22 +113,30 @@ def index_gaps(model, ids: list[int]) -> tuple[list[float], torch.Tensor]:
     return gaps, logits
 
 
-def build(seed: int):
-    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+def build(family: str, seed: int):
+    import transformers
 
     torch.manual_seed(seed)
-    cfg = DeepseekV32Config(
+    shapes = dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
         num_hidden_layers=2, mlp_layer_types=["dense", "sparse"], first_k_dense_replace=1,
-        n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=4, topk_group=2,
+        n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
         norm_topk_prob=True, routed_scaling_factor=2.5, num_attention_heads=2,
         num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
-        qk_rope_head_dim=8, v_head_dim=8, index_topk=TOPK, index_n_heads=16, index_head_dim=16,
-        rms_norm_eps=1e-6, initializer_range=0.2, tie_word_embeddings=False,
+        qk_rope_head_dim=8, index_topk=TOPK, index_n_heads=16, index_head_dim=16,
+        initializer_range=0.2, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1e4},
         max_position_embeddings=4096, bos_token_id=None, eos_token_id=VOCAB - 1,
         pad_token_id=None, attn_implementation="eager", experts_implementation="eager")
-    model = DeepseekV32ForCausalLM(cfg).float().eval()
+    if family == "deepseek-v32":
+        shapes.update(n_group=4, topk_group=2, v_head_dim=8, rms_norm_eps=1e-6)
+        cls, config = transformers.DeepseekV32ForCausalLM, transformers.DeepseekV32Config
+    else:  # GLM-5: no groups, v_head_dim apart from the nope dims; GLM-5.2's sharing
+        shapes.update(n_group=1, topk_group=1, v_head_dim=12, rms_norm_eps=1e-5,
+                      indexer_types=["full", "shared"])
+        cls, config = transformers.GlmMoeDsaForCausalLM, transformers.GlmMoeDsaConfig
+    cfg = config(**shapes)
+    model = cls(cfg).float().eval()
     with torch.no_grad():
         model.model.layers[1].mlp.gate.e_score_correction_bias.copy_(torch.randn(8) * 0.3)
         for n, p in model.named_parameters():
@@ -138,17 +154,15 @@ def margin(gaps: list[float], logits: torch.Tensor) -> float:
     return min(min(gaps) / INDEX_GAP, top_gap(logits) / float(logits.abs().max()) / TOP_GAP)
 
 
-def make(out: str, ids: list[int]) -> dict:
+def make(out: str, name: str, ids: list[int]) -> dict:
     from safetensors.torch import save_file
-    from transformers import DeepseekV32ForCausalLM
 
     # The seed, of SEEDS, whose closest decision is farthest from rounding:
     # over 4,200 rows a boundary's gap is about 1e-6 of the row's largest.
-    best = max(SEEDS, key=lambda sd: margin(*index_gaps(build(sd)[1], ids)))
-    cfg, model = build(best)
+    best = max(SEEDS, key=lambda sd: margin(*index_gaps(build(name, sd)[1], ids)))
+    cfg, model = build(name, best)
     with torch.no_grad():
         own = model(input_ids=torch.tensor([ids])).logits[0].float()
-    name = "deepseek-v32"
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
     model.to(torch.bfloat16).save_pretrained(d, max_shard_size="60KB")
@@ -173,7 +187,7 @@ def make(out: str, ids: list[int]) -> dict:
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
 
-    ref = DeepseekV32ForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
+    ref = type(model).from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
                                                  experts_implementation="eager").eval()
     gaps, logits = index_gaps(ref, ids)
     drift = float((logits - own).abs().max() / logits.abs().max())
@@ -181,12 +195,13 @@ def make(out: str, ids: list[int]) -> dict:
         raise SystemExit(f"{name}: the loaded model's logits differ from the saved one's by {drift}")
     # Sparse attention must matter: the same model with every position kept.
     for layer in ref.model.layers:
-        layer.self_attn.indexer.index_topk = POSITIONS
+        if layer.self_attn.indexer is not None:
+            layer.self_attn.indexer.index_topk = POSITIONS
     with torch.no_grad():
         dense = ref(input_ids=torch.tensor([ids])).logits[0].float()
     logits.numpy().astype("<f4").tofile(os.path.join(out, name + ".logits.bin"))
     return {"checkpoint": name, "logits": name + ".logits.bin", "shape": [len(ids), VOCAB],
-            "seed": best, "oracle": "DeepseekV32ForCausalLM.from_pretrained(dtype=float32), eager",
+            "seed": best, "oracle": type(model).__name__ + ".from_pretrained(dtype=float32), eager",
             "max_abs_logit": float(logits.abs().max()), "min_top11_gap": top_gap(logits),
             "dense_vs_sparse_max_rel": float((dense - logits).abs().max() / logits.abs().max()),
             "min_index_gap_per_layer": gaps}
@@ -196,6 +211,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", choices=FAMILIES, help="remake one family, keeping the other's entry")
     args = ap.parse_args()
     import transformers
 
@@ -203,9 +219,16 @@ def main() -> int:
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
     ids = prompt()
+    path = os.path.join(args.out, "dsa.json")
+    cases = {}
+    if args.only and os.path.exists(path):
+        with open(path) as f:
+            cases = json.load(f)["cases"]
+    for name in [args.only] if args.only else FAMILIES:
+        cases[name] = make(args.out, name, ids)
     meta = {"seed": SEED, "positions": POSITIONS, "index_topk": TOPK, "prompt_ids": ids,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-            "cases": {"deepseek-v32": make(args.out, ids)}}
+            "cases": cases}
     with open(os.path.join(args.out, "dsa.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps(meta["cases"], indent=1))
