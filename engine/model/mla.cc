@@ -77,7 +77,7 @@ class MlaLayer : public AttentionLayer {
 
   const int L_;
   const MlaWeights w_;
-  const std::optional<DsaIndexer> indexer_;  // DeepSeek-V3.2's, else none
+  const std::optional<DsaIndexer> indexer_;  // DSA's (V3.2, GLM-5), else none
 };
 
 }  // namespace
@@ -150,7 +150,7 @@ void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   // indexer's, kept for the layers that share it, or the last one's.
   const size_t iql = static_cast<size_t>(c.index_heads) * c.index_dim;
   if (indexer_) ctx.dsa_keep.resize(T);
-  static const std::vector<char> kAll;
+  static const std::vector<char> kAll;  // no choice: every position
   for (size_t t = 0; t < T; ++t) {
     if (indexer_)
       indexer_->Select(ctx, owner[t]->cache[L].data() + lat + rope, row, positions[t],
