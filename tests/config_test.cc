@@ -411,6 +411,34 @@ TEST(Config, GlmLiteAndDots1PresetsHaveTheReleasedShapes) {
   EXPECT_NEAR(static_cast<double>(p.active + p.embedding), 14e9, 0.3e9);
 }
 
+// DeepSeek-V3.2 at its released shapes: V3's 671B-A37B (the MTP layer not
+// counted) plus the indexer's 61 x 14M.
+TEST(Config, DeepseekV32PresetHasTheReleasedShapes) {
+  const ModelConfig c = Parse(SynthPreset("deepseek-v3.2")->config);
+  EXPECT_EQ(c.arch, Arch::kDeepseekV32);
+  EXPECT_EQ(c.n_moe_layers(), 58);
+  EXPECT_EQ(c.index_topk, 2048);
+  EXPECT_EQ(c.index_dim, 128);
+  EXPECT_EQ(c.mla_row(60), 512 + 64 + 128);
+  const ParamCount p = CountParams(c);
+  std::printf("deepseek-v3.2: %.3fB total, %.3fB active\n", p.total() / 1e9, p.active / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 672e9, 2e9);
+  EXPECT_NEAR(static_cast<double>(p.active), 37.5e9, 1e9);
+}
+
+// GLM-5 at its released shapes (744B-A40B as announced; the MTP layer not counted).
+TEST(Config, GlmDsaPresetHasTheReleasedShapes) {
+  const ModelConfig c = Parse(SynthPreset("glm-5")->config);
+  EXPECT_EQ(c.arch, Arch::kGlmMoeDsa);
+  EXPECT_EQ(c.n_moe_layers(), 75);
+  EXPECT_FALSE(c.index_rotate_half);
+  EXPECT_EQ(c.index_shared, std::vector<bool>(78, false));
+  const ParamCount p = CountParams(c);
+  std::printf("glm-5: %.3fB total, %.3fB active\n", p.total() / 1e9, p.active / 1e9);
+  EXPECT_NEAR(static_cast<double>(p.total()), 744e9, 15e9);
+  EXPECT_NEAR(static_cast<double>(p.active), 40e9, 2e9);
+}
+
 TEST(Config, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
   json j = SynthPreset("tiny-qwen3")->config;
   j["decoder_sparse_step"] = 1;

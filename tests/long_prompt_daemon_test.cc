@@ -11,8 +11,9 @@
 // GqaWasted does the same for the grouped-query-attention families
 // (gqa_families_test's fixtures: Qwen3-MoE and GLM-4.5 over 300 tokens),
 // minimax_m2_test's (MiniMax-M2) and glm_lite_dots_test's (GLM-4.7-Flash's
-// MLA and dots.llm1), with `waste verify --source` of the container and the
-// same top 10 at every position.
+// MLA and dots.llm1) and dsa_test's (DeepSeek-V3.2's and GLM-5's indexers
+// over 2,100 positions, top-k 64), with `waste verify --source` of the container and
+// the same top 10 at every position.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -169,7 +170,9 @@ INSTANTIATE_TEST_SUITE_P(Gqa, GqaWasted,
                                            GqaCase{"gqa_families.json", "glm4-moe", 1e-4f},
                                            GqaCase{"minimax_m2.json", "minimax-m2", 1e-5f},
                                            GqaCase{"glm_lite_dots.json", "glm4-moe-lite", 1e-5f},
-                                           GqaCase{"glm_lite_dots.json", "dots1", 1e-5f}),
+                                           GqaCase{"glm_lite_dots.json", "dots1", 1e-5f},
+                                           GqaCase{"dsa.json", "deepseek-v32", 1e-5f},
+                                           GqaCase{"dsa.json", "glm-moe-dsa", 1e-5f}),
                          [](const auto& p) {
                            std::string n = p.param.name;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -87,9 +87,13 @@ INSTANTIATE_TEST_SUITE_P(
                       PresetCase{"tiny-deepseek", "deepseek-v3.1", 13,
                                  "<\xEF\xBD\x9C"
                                  "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
+                      PresetCase{"tiny-deepseek-v32", "deepseek-v3.1", 13,
+                                 "<\xEF\xBD\x9C"
+                                 "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
                       PresetCase{"tiny-qwen3", "qwen3", 9, "<|im_end|>"},
                       PresetCase{"tiny-glm", "glm-4.5", 18, "<|endoftext|>"},
                       PresetCase{"tiny-glm-lite", "glm-4.5", 18, "<|endoftext|>"},
+                      PresetCase{"tiny-glm-5", "glm-4.5", 18, "<|endoftext|>"},
                       PresetCase{"tiny-dots1", "qwen3", 9, "<|im_end|>"},
                       PresetCase{"tiny-gpt-oss", "harmony", 10, "<|return|>"},
                       PresetCase{"tiny-k3", "k3-xtml", 10, "<|end_of_msg|>"},

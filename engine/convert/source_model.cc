@@ -273,8 +273,10 @@ Result<SourceModel> MapSource(const json& top) {
   }
   const auto mt = in.find("model_type");
   const std::string type = mt != in.end() && mt->is_string() ? mt->get<std::string>() : "";
-  // GLM-4.7-Flash's tensors are named as DeepSeek-V3's, dots.llm1's as GLM-4.5's.
-  if (type == "deepseek_v3" || type == "kimi_k2" || type == "glm4_moe_lite") {
+  // GLM-4.7-Flash's and DeepSeek-V3.2's tensors are named as DeepSeek-V3's
+  // (V3.2's indexer under self_attn.indexer.), dots.llm1's as GLM-4.5's.
+  if (type == "deepseek_v3" || type == "kimi_k2" || type == "glm4_moe_lite" ||
+      type == "deepseek_v32" || type == "glm_moe_dsa") {
     s.family = Family::kDeepseekV3;
   } else if (type == "kimi_linear") {
     s.family = Family::kKimiLinear;
@@ -296,7 +298,7 @@ Result<SourceModel> MapSource(const json& top) {
     return Status::Error("config.json: model_type \"" + type +
                          "\" is not one waste convert understands (deepseek_v3, kimi_k2, "
                          "kimi_linear, qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, "
-                         "glm4_moe_lite, dots1, and qwen3_5_moe_text inside " +
+                         "glm4_moe_lite, dots1, deepseek_v32, glm_moe_dsa, and qwen3_5_moe_text inside " +
                          kQwen35Wrapper + ")");
   }
   if (in.contains("text_config"))

@@ -345,14 +345,22 @@ Result<ConfigParts> SplitConfig(const json& c) {
 
 Result<ModelConfig> ReadConfig(const json& c, const json* outer);
 
-// GLM-4.7-Flash: mlp_layer_types ("dense" or "sparse" per layer; transformers'
-// default the first dense, the rest sparse) says which layers are MoE, as
-// the dense ones listed in mlp_only. transformers does not read
-// first_k_dense_replace for this family, so one that disagrees is refused.
+// GLM-4.7-Flash and DeepSeek-V3.2: mlp_layer_types ("dense" or "sparse" per
+// layer) says which layers are MoE, as the dense ones listed in mlp_only.
+// Absent, transformers' default: for glm4_moe_lite the first layer dense, the
+// rest sparse, and a first_k_dense_replace that disagrees is refused (it does
+// not read the key); for deepseek_v32 the first first_k_dense_replace (3
+// absent) layers dense, and the key is not read when the list is given.
 Status ReadMlpLayerTypes(const json& c, ModelConfig* m) {
+  const bool v32 = m->arch != Arch::kGlm4MoeLite;  // deepseek_v32, glm_moe_dsa
+  int first = v32 ? 3 : 1;
+  if (v32) WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m->n_layers, &first, 3));
   std::vector<bool> dense(m->n_layers, false);
-  dense[0] = true;
-  if (const auto t = c.find("mlp_layer_types"); t != c.end() && !t->is_null()) {
+  for (int L = 0; L < std::min(first, m->n_layers); ++L) dense[L] = true;
+  const auto t = c.find("mlp_layer_types");
+  const bool listed = t != c.end() && !t->is_null();
+  if (listed) {
+    std::fill(dense.begin(), dense.end(), false);
     if (!t->is_array() || t->size() != static_cast<size_t>(m->n_layers))
       return Status::Error("config.mlp_layer_types is not a list of num_hidden_layers entries");
     for (int L = 0; L < m->n_layers; ++L) {
@@ -363,8 +371,7 @@ Status ReadMlpLayerTypes(const json& c, ModelConfig* m) {
       dense[L] = v == "dense";
     }
   }
-  if (c.contains("first_k_dense_replace") && !c["first_k_dense_replace"].is_null()) {
-    int first = 0;
+  if (!v32 && c.contains("first_k_dense_replace") && !c["first_k_dense_replace"].is_null()) {
     WASTE_RETURN_IF_ERROR(GetInt(c, "first_k_dense_replace", 0, m->n_layers, &first));
     for (int L = 0; L < m->n_layers; ++L)
       if ((L < first) != dense[L])
@@ -372,8 +379,8 @@ Status ReadMlpLayerTypes(const json& c, ModelConfig* m) {
                              "which glm4_moe_lite follows");
   }
   if (m->sparse_step != 1 || !m->mlp_only.empty())
-    return Status::Error("config: decoder_sparse_step and mlp_only_layers are not glm4_moe_lite's "
-                         "(mlp_layer_types)");
+    return Status::Error("config: decoder_sparse_step and mlp_only_layers are not " + m->model_type +
+                         "'s (mlp_layer_types)");
   m->first_dense = 0;
   for (int L = 0; L < m->n_layers; ++L)
     if (dense[L]) m->mlp_only.push_back(L);
@@ -424,6 +431,10 @@ std::string_view ArchName(Arch a) {
       return "glm4_moe_lite";
     case Arch::kDots1:
       return "dots1";
+    case Arch::kDeepseekV32:
+      return "deepseek_v32";
+    case Arch::kGlmMoeDsa:
+      return "glm_moe_dsa";
   }
   return "?";
 }
@@ -476,6 +487,68 @@ Status ReadMinimaxRouting(const json& c, const std::string& scoring, ModelConfig
   return Status::Ok();
 }
 
+// GLM-5.2's index sharing (GlmMoeDsaConfig): indexer_types "full" or
+// "shared" per layer; absent, index_topk_pattern ("F"/"S" a layer, a string
+// or a list), else full where max(L - offset + 1, 0) % freq == 0
+// (index_topk_freq, 1; index_skip_topk_offset, 2). A shared layer reuses the
+// choice of the last full one before it, so the first must be full.
+Status ReadIndexerTypes(const json& c, ModelConfig* m) {
+  const size_t n = static_cast<size_t>(m->n_layers);
+  const auto list = [&](const json& v, const char* key, bool letters) -> Status {
+    if (!v.is_array() || v.size() != n)
+      return Status::Error(std::string("config.") + key + " is not a list of num_hidden_layers entries");
+    for (size_t L = 0; L < n; ++L) {
+      const json& e = v[L];
+      const bool full = letters ? e == "F" : e == "full", shared = letters ? e == "S" : e == "shared";
+      if (!full && !shared)
+        return Status::Error(std::string("config.") + key + "[" + std::to_string(L) + "] " +
+                             e.dump() + (letters ? " is not F or S" : " is not full or shared"));
+      m->index_shared[L] = shared;
+    }
+    return Status::Ok();
+  };
+  if (const auto t = c.find("indexer_types"); t != c.end() && !t->is_null()) {
+    WASTE_RETURN_IF_ERROR(list(*t, "indexer_types", false));
+  } else if (const auto p = c.find("index_topk_pattern"); p != c.end() && !p->is_null()) {
+    json letters = json::array();
+    if (p->is_string())
+      for (char ch : p->get<std::string>()) letters.push_back(std::string(1, ch));
+    WASTE_RETURN_IF_ERROR(list(p->is_string() ? letters : *p, "index_topk_pattern", true));
+  } else {
+    int freq = 1, offset = 2;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "index_topk_freq", -(1 << 20), 1 << 20, &freq, 1));
+    WASTE_RETURN_IF_ERROR(GetInt(c, "index_skip_topk_offset", -(1 << 20), 1 << 20, &offset, 2));
+    freq = std::max(freq, 1);
+    for (int L = 0; L < m->n_layers; ++L) m->index_shared[L] = std::max(L - offset + 1, 0) % freq != 0;
+  }
+  if (m->index_shared[0])
+    return Status::Error("config: layer 0's indexer is shared, but no layer before it has one");
+  return Status::Ok();
+}
+
+// DeepSeek-V3.2's indexer (DeepseekV32Indexer): every layer's attention is
+// "indexed_attention"; its heads, their width and the positions it keeps.
+Status ReadIndexer(const json& c, ModelConfig* m) {
+  if (m->q_lora < 1) return Status::Error("config.q_lora_rank: DSA's indexer reads the query latent");
+  WASTE_RETURN_IF_ERROR(GetInt(c, "index_topk", 1, 1 << 24, &m->index_topk, 2048));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "index_n_heads", 1, 1 << 10, &m->index_heads, 64));
+  WASTE_RETURN_IF_ERROR(GetInt(c, "index_head_dim", 1, 4096, &m->index_dim, 128));
+  if (m->index_dim < m->qk_rope)
+    return Status::Error("config.index_head_dim is below qk_rope_head_dim (its rotated dims)");
+  if (const auto t = c.find("layer_types"); t != c.end() && !t->is_null()) {
+    if (!t->is_array() || t->size() != static_cast<size_t>(m->n_layers))
+      return Status::Error("config.layer_types is not a list of num_hidden_layers entries");
+    for (int L = 0; L < m->n_layers; ++L)
+      if ((*t)[L] != "indexed_attention")
+        return Status::Error("config.layer_types[" + std::to_string(L) + "] " + (*t)[L].dump() +
+                             " is not indexed_attention");
+  }
+  m->index_rotate_half = m->arch == Arch::kDeepseekV32;
+  m->index_shared.assign(m->n_layers, false);
+  if (m->arch == Arch::kGlmMoeDsa) WASTE_RETURN_IF_ERROR(ReadIndexerTypes(c, m));
+  return Status::Ok();
+}
+
 Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   if (!c.is_object()) return Status::Error("config is not an object");
   ModelConfig m;
@@ -506,11 +579,15 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     m.arch = Arch::kGlm4MoeLite;
   } else if (m.model_type == "dots1") {
     m.arch = Arch::kDots1;
+  } else if (m.model_type == "deepseek_v32") {
+    m.arch = Arch::kDeepseekV32;
+  } else if (m.model_type == "glm_moe_dsa") {
+    m.arch = Arch::kGlmMoeDsa;
   } else {
     return Status::Error("config.model_type \"" + m.model_type +
                          "\" is not supported (kimi_linear, kimi_k3, deepseek_v3, kimi_k2, "
                          "qwen3_moe, glm4_moe, gpt_oss, qwen3_next, minimax_m2, glm4_moe_lite, "
-                         "dots1, qwen3_5_moe_text)");
+                         "dots1, qwen3_5_moe_text, deepseek_v32, glm_moe_dsa)");
   }
   m.architecture = m.model_type;
   // K3's text config says KimiLinearForCausalLM; only its wrapper names K3.
@@ -555,7 +632,8 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     }
     std::sort(m.mlp_only.begin(), m.mlp_only.end());
   }
-  if (m.arch == Arch::kGlm4MoeLite) WASTE_RETURN_IF_ERROR(ReadMlpLayerTypes(c, &m));
+  const bool dsa = m.arch == Arch::kDeepseekV32 || m.arch == Arch::kGlmMoeDsa;
+  if (m.arch == Arch::kGlm4MoeLite || dsa) WASTE_RETURN_IF_ERROR(ReadMlpLayerTypes(c, &m));
   int freq = 1;
   WASTE_RETURN_IF_ERROR(GetInt(c, "moe_layer_freq", 1, 64, &freq, 1));
   if (freq != 1) return Status::Error("config.moe_layer_freq other than 1 is not implemented");
@@ -656,9 +734,18 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
     // num_key_value_heads times; its keys are already one per query head.
     int kv_heads = m.n_heads;
     WASTE_RETURN_IF_ERROR(GetInt(c, "num_key_value_heads", 1, 1 << 12, &kv_heads, m.n_heads));
-    if (m.arch == Arch::kGlm4MoeLite && kv_heads != m.n_heads)
+    if ((m.arch == Arch::kGlm4MoeLite || dsa) && kv_heads != m.n_heads)
       return Status::Error("config.num_key_value_heads other than num_attention_heads is not "
-                           "implemented for glm4_moe_lite");
+                           "implemented for " + m.model_type);
+  }
+  if (dsa) {
+    WASTE_RETURN_IF_ERROR(ReadIndexer(c, &m));
+  } else {
+    for (const char* k : {"index_topk", "index_n_heads", "index_head_dim", "indexer_types",
+                          "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"})
+      if (c.contains(k) && !c[k].is_null())
+        return Status::Error(std::string("config.") + k + " (DSA's indexer) is not implemented for " +
+                             m.model_type);
   }
   if (m.arch == Arch::kKimiK3) {
     WASTE_RETURN_IF_ERROR(ReadKimiK3(c, &m));
@@ -753,6 +840,14 @@ std::vector<TensorSpec> TrunkSpec(const ModelConfig& c) {
       mat(a + "kv_b_proj.weight", int64_t{c.n_heads} * (c.qk_nope + c.v_head), c.kv_lora);
       if (c.mla_output_gate) mat(a + "g_proj.weight", int64_t{c.n_heads} * c.v_head, h);
       mat(a + "o_proj.weight", h, int64_t{c.n_heads} * c.v_head);
+      if (c.has_indexer(L)) {  // DSA's indexer; transformers keeps weights_proj in float32
+        const std::string i = a + "indexer.";
+        mat(i + "wq_b.weight", int64_t{c.index_heads} * c.index_dim, c.q_lora);
+        mat(i + "wk.weight", c.index_dim, h);
+        vec(i + "k_norm.weight", {c.index_dim});
+        vec(i + "k_norm.bias", {c.index_dim});
+        t.push_back({i + "weights_proj.weight", {c.index_heads, h}, Storage::kRouter});
+      }
     }
     if (c.attn_res_block > 0) {  // Attention Residuals: a norm and a query per sublayer
       for (const char* r : {"self_attention_res_", "mlp_res_"}) {

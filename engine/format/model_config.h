@@ -19,7 +19,10 @@
 // _outer as WARP's converter writes it), GLM-4.7-Flash (glm4_moe_lite:
 // DeepSeek-V3's MLA and routing, which MoE layers mlp_layer_types says) and
 // dots.llm1 (dots1: Qwen3's GQA with q/k norms, DeepSeek-V3's routing and
-// shared experts). Anything else,
+// shared experts) and DeepSeek-V3.2 (deepseek_v32: GLM-4.7-Flash's layers
+// with DeepSeek Sparse Attention's indexer in every MLA layer) and GLM-5
+// (glm_moe_dsa: the same, its indexer's rotary interleaved, and GLM-5.2's
+// layers that share the previous indexer's choice). Anything else,
 // and any setting of theirs that this project does not implement, is
 // refused by name.
 #pragma once
@@ -45,6 +48,8 @@ enum class Arch {
   kMinimaxM2,
   kGlm4MoeLite,
   kDots1,
+  kDeepseekV32,
+  kGlmMoeDsa,
 };
 
 // kGqa: grouped-query attention with a K/V cache (engine/model/gqa.cc);
@@ -175,6 +180,20 @@ struct ModelConfig {
   // MLA: the heads' output scaled by sigmoid(g_proj . h) before o_proj
   // (mla_use_output_gate).
   bool mla_output_gate = false;
+  // DeepSeek Sparse Attention (deepseek_v32, glm_moe_dsa): index_topk > 0
+  // gives every MLA layer a lightning indexer of index_heads heads of
+  // index_dim, whose key (index_dim values a position) joins the latent
+  // cache row, and whose scores keep index_topk positions for MLA's softmax
+  // (engine/model/dsa.h); except a layer index_shared marks (GLM-5.2's
+  // "shared" indexer_types), which has no indexer and attends the positions
+  // the previous layer with one chose. The first qk_rope dims of the
+  // indexer's q and k rotate: rotate-half when index_rotate_half (V3.2),
+  // interleaved pairs otherwise (GLM-5).
+  int index_topk = 0;
+  int index_heads = 0;
+  int index_dim = 0;
+  bool index_rotate_half = true;
+  std::vector<bool> index_shared;  // [n_layers] when index_topk > 0
 
   // Gated DeltaNet (Qwen3-Next's linear attention; conv_kernel is its
   // linear_conv_kernel_dim). Each key head serves gdn_v_heads / gdn_k_heads
@@ -204,6 +223,11 @@ struct ModelConfig {
     return attn_res_block > 0 ? (n_layers + attn_res_block - 1) / attn_res_block : 0;
   }
   int shared_inter() const { return shared_width > 0 ? shared_width : moe_inter * n_shared; }
+  // Layer L's indexer (DSA, not shared).
+  bool has_indexer(int L) const { return index_topk > 0 && !index_shared[L]; }
+  // MLA's cache row per position at layer L: the normed latent, the rotated
+  // k_pe and (its indexer's) the index key.
+  int mla_row(int L) const { return kv_lora + qk_rope + (has_indexer(L) ? index_dim : 0); }
   int q_width() const { return n_heads * head_dim; }      // GQA
   int kv_width() const { return n_kv_heads * head_dim; }  // GQA, of k and of v
 

@@ -12,7 +12,8 @@ constexpr LayerKind kKimiLinearAttention[] = {LayerKind::kKda, LayerKind::kMla};
 // DeepSeek-V3, Kimi-K2: MLA everywhere (YaRN rotary on the rope dims); MoE
 // with a shared expert after the first dense layers; grouped routing
 // (router.h; the config's n_group and topk_group). GLM-4.7-Flash the same,
-// its dense layers where mlp_layer_types says.
+// its dense layers where mlp_layer_types says; DeepSeek-V3.2 and GLM-5 that again, with
+// DSA's indexer inside each MLA layer (mla.cc, dsa.cc).
 constexpr LayerKind kDeepseekV3Attention[] = {LayerKind::kMla};
 // Qwen3-MoE: GQA with q/k norms everywhere; MoE without a shared expert
 // where decoder_sparse_step and mlp_only_layers say; softmax routing.
@@ -44,6 +45,8 @@ constexpr Family kFamilies[] = {
     {Arch::kMinimaxM2, kGqaAttention, /*moe=*/true, /*shared_expert=*/false},
     {Arch::kGlm4MoeLite, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
     {Arch::kDots1, kGqaAttention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kDeepseekV32, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
+    {Arch::kGlmMoeDsa, kDeepseekV3Attention, /*moe=*/true, /*shared_expert=*/true},
 };
 
 std::string_view KindName(LayerKind k) {

@@ -54,6 +54,9 @@ class LayerContext {
   kernels::ThreadPool pool;
   Rotary rotary;               // MLA's rope dims, or GQA's rotary dims
   float softmax_scale = 1.f;   // MLA's or GQA's
+  // DSA: the choice of the chunk's last layer with an indexer, per token of
+  // the chunk [T][position + 1], for the layers after it that share it.
+  std::vector<std::vector<char>> dsa_keep;
   PhaseTimes times;
   // The part the products charge to: set by the calling thread before each
   // phase, read by the pool's threads inside it.
@@ -163,6 +166,35 @@ float MlaSoftmaxScale(const ModelConfig& c, const Rotary& r);
 Rotary GqaRotary(const ModelConfig& c);
 // head_dim^-0.5.
 float GqaSoftmaxScale(const ModelConfig& c);
+
+// DeepSeek Sparse Attention's lightning indexer of one MLA layer (dsa.cc):
+// its tensors under "<a>indexer.", a = the layer's "...self_attn.".
+class DsaIndexer {
+ public:
+  DsaIndexer(const Trunk& t, const std::string& a);
+  // A chunk's tokens from their normed hidden states hs and normed query
+  // latents: each one's key [index_dim] (normed, rotated) into keys[t], its
+  // queries q [T][index_heads][index_dim] (rotated) and head weights
+  // w [T][index_heads] (times index_heads^-0.5).
+  void Project(LayerContext& ctx, std::span<const float* const> hs,
+               std::span<const float* const> q_latents, std::span<const int> positions,
+               std::span<float* const> keys, std::vector<float>& q, std::vector<float>& w) const;
+  // The positions [0, pos] a token at pos attends (keep, DsaSelect): its
+  // queries q and weights w against the keys of positions [0, pos], `stride`
+  // floats apart from `keys`.
+  void Select(LayerContext& ctx, const float* keys, int stride, int pos, const float* q,
+              const float* w, std::vector<char>& keep) const;
+
+ private:
+  // MLA's rotation of the rope dims, on the indexer's pairs.
+  static Rotary Rotation(const LayerContext& ctx);
+
+  const kernels::MatrixView* wq_b_;     // [heads * dim][q_lora]
+  const kernels::MatrixView* wk_;       // [dim][hidden]
+  const kernels::MatrixView* weights_;  // [heads][hidden]
+  const float* k_norm_;                 // [dim]
+  const float* k_bias_;                 // [dim]
+};
 
 // A dense MLP (mlp.cc), down(SiLU(gate(h)) * up(h)) (K3: SiTU): a dense
 // layer's feed-forward and a MoE layer's shared expert.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/kernels/recurrence.h"
@@ -55,23 +56,28 @@ MlaWeights ResolveMla(const Trunk& t, const ModelConfig& c, const std::string& a
 
 class MlaLayer : public AttentionLayer {
  public:
-  MlaLayer(int L, const MlaWeights& w) : L_(L), w_(w) {}
+  MlaLayer(int L, const MlaWeights& w, std::optional<DsaIndexer> indexer)
+      : L_(L), w_(w), indexer_(std::move(indexer)) {}
   void Run(LayerContext& ctx, std::span<Session* const> owner, std::span<const int> positions,
            const float* h, float* out) override;
-  // The latent cache [max_context][kv_lora + qk_rope] (k_pe rotated).
+  // The latent cache [max_context][mla_row]: kv_lora + qk_rope (k_pe
+  // rotated), then DSA's index key.
   void PlaceState(const ModelConfig& c, Session& s, StateCarver& carve) const override {
-    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * (c.kv_lora + c.qk_rope));
+    s.cache[L_] = carve.Take(static_cast<size_t>(s.max_context) * c.mla_row(L_));
   }
   bool caches_positions() const override { return true; }
 
  private:
   // One token's heads after its projections: q [n_heads][qk_nope + qk_rope]
   // (rotated here), gate [n_heads * v_head] (K3's, else unused), the
-  // session's latent cache filled up to pos; o [n_heads * v_head].
-  void Heads(LayerContext& ctx, Session& s, int pos, float* q, const float* gate, float* o);
+  // session's latent cache filled up to pos; keep: the positions DSA
+  // attends (empty: all); o [n_heads * v_head].
+  void Heads(LayerContext& ctx, Session& s, int pos, float* q, const float* gate,
+             const std::vector<char>& keep, float* o);
 
   const int L_;
   const MlaWeights w_;
+  const std::optional<DsaIndexer> indexer_;  // DSA's (V3.2, GLM-5), else none
 };
 
 }  // namespace
@@ -92,14 +98,14 @@ void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
   const MlaWeights& l = w_;
   const int L = L_;
   const int nh = c.n_heads, nope = c.qk_nope, rope = c.qk_rope, vd = c.v_head, lat = c.kv_lora;
-  const int qd = nope + rope, row = lat + rope;
+  const int qd = nope + rope, row = c.mla_row(L);
   const size_t T = positions.size(), hid = static_cast<size_t>(c.hidden);
   const size_t q_len = static_cast<size_t>(nh) * qd, gate_len = l.g ? static_cast<size_t>(nh) * vd : 0;
   // [T][...]: each token's query, latent key row and (K3) output gate.
-  std::vector<float> q(T * q_len), ckv(T * row), gate(T * gate_len);
+  std::vector<float> q(T * q_len), ckv(T * (lat + rope)), gate(T * gate_len);
   const std::vector<const float*> hs = RowPointers(h, T, hid);
   const std::vector<float*> qs = RowPointers(q.data(), T, q_len),
-                            ckvs = RowPointers(ckv.data(), T, static_cast<size_t>(row)),
+                            ckvs = RowPointers(ckv.data(), T, static_cast<size_t>(lat + rope)),
                             gates = RowPointers(gate.data(), T, gate_len);
   // The chunk's projections, each matrix read once for all its tokens; the
   // query's first projection, kv_a and K3's output gate read the same h.
@@ -109,50 +115,72 @@ void MlaLayer::Run(LayerContext& ctx, std::span<Session* const> owner,
     else
       ctx.MatVecsMany({{first, hs, firsts}, {l.kv_a, hs, ckvs}});
   };
+  // The cache rows of the chunk's tokens, each in its session's cache.
+  std::vector<float*> rows(T);
+  for (size_t t = 0; t < T; ++t)
+    rows[t] = owner[t]->cache[L].data() + static_cast<size_t>(positions[t]) * row;
+  std::vector<float> iq, iw;  // DSA: the indexer's queries and head weights
   if (l.q_a) {
     const size_t ql = static_cast<size_t>(c.q_lora);
     std::vector<float> qa(T * ql), qn(T * ql);
     project(l.q_a, RowPointers(qa.data(), T, ql));
     for (size_t t = 0; t < T; ++t)
       RmsNorm(qa.data() + t * ql, l.q_a_norm, c.q_lora, kLatentNormEps, qn.data() + t * ql);
-    ctx.MatVecMany(*l.q_b, RowPointers<const float>(qn.data(), T, ql), qs);
+    const std::vector<const float*> qns = RowPointers<const float>(qn.data(), T, ql);
+    ctx.MatVecMany(*l.q_b, qns, qs);
+    if (indexer_) {
+      std::vector<float*> keys(T);
+      for (size_t t = 0; t < T; ++t) keys[t] = rows[t] + lat + rope;
+      indexer_->Project(ctx, hs, qns, positions, keys, iq, iw);
+    }
   } else {
     project(l.q_proj, qs);
   }
   // Every token's latent row into its session's cache first: token t reads
   // rows [0, positions[t]] only, so later tokens' rows change nothing.
   for (size_t t = 0; t < T; ++t) {
-    float* cache = owner[t]->cache[L].data() + static_cast<size_t>(positions[t]) * row;
+    float* cache = rows[t];
     RmsNorm(ckvs[t], l.kv_a_norm, lat, kLatentNormEps, cache);
-    std::copy(ckvs[t] + lat, ckvs[t] + row, cache + lat);
+    std::copy(ckvs[t] + lat, ckvs[t] + lat + rope, cache + lat);
     ctx.rotary.Apply(cache + lat, positions[t]);
   }
   const size_t o_len = static_cast<size_t>(nh) * vd;
   std::vector<float> o(T * o_len);  // [T][n_heads * v_head]
-  for (size_t t = 0; t < T; ++t)
-    Heads(ctx, *owner[t], positions[t], qs[t], gates[t], o.data() + t * o_len);
+  // DSA's choice of positions per token (empty: all): this layer's
+  // indexer's, kept for the layers that share it, or the last one's.
+  const size_t iql = static_cast<size_t>(c.index_heads) * c.index_dim;
+  if (indexer_) ctx.dsa_keep.resize(T);
+  static const std::vector<char> kAll;  // no choice: every position
+  for (size_t t = 0; t < T; ++t) {
+    if (indexer_)
+      indexer_->Select(ctx, owner[t]->cache[L].data() + lat + rope, row, positions[t],
+                       iq.data() + t * iql, iw.data() + t * c.index_heads, ctx.dsa_keep[t]);
+    const std::vector<char>& keep = c.index_topk > 0 ? ctx.dsa_keep[t] : kAll;
+    Heads(ctx, *owner[t], positions[t], qs[t], gates[t], keep, o.data() + t * o_len);
+  }
   ctx.MatVecMany(*l.o, RowPointers<const float>(o.data(), T, o_len), RowPointers(out, T, hid));
 }
 
 void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const float* gate,
-                     float* o) {
+                     const std::vector<char>& keep, float* o) {
   const ModelConfig& c = ctx.c;
   const MlaWeights& l = w_;
   const int L = L_;
   const int nope = c.qk_nope, rope = c.qk_rope, vd = c.v_head, lat = c.kv_lora;
-  const int nh = c.n_heads, qd = nope + rope, row = lat + rope;
+  const int nh = c.n_heads, qd = nope + rope, row = c.mla_row(L);
   std::vector<float> olat(static_cast<size_t>(nh) * lat);
   const int n = pos + 1;
-  // The cache's rows [n][kv_lora + rope] as an F32 matrix: a position's
-  // score is its row times the query's [latent | rotated] halves, one
-  // product (SIMD, a row's sum in one order on every thread and chunk).
+  // The cache's rows [n][mla_row] as an F32 matrix: a position's score is
+  // its row times the query's [latent | rotated | zeros for DSA's key]
+  // parts, one product (SIMD, a row's sum in one order on every thread and
+  // chunk).
   kernels::MatrixView keys;
   keys.fmt = format::Fmt::kF32;
   keys.rows = n;
   keys.cols = row;
   keys.payload = reinterpret_cast<const uint8_t*>(s.cache[L].data());
   ctx.pool.ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> qlat(row), score(n);  // qlat: [kv_lora] latent query, then [rope]
+    std::vector<float> qlat(row), score(n);  // qlat: [kv_lora] latent query, [rope], zeros
     for (int64_t hd = h0; hd < h1; ++hd) {
       float* qh = q + hd * qd;
       ctx.rotary.Apply(qh + nope, pos);
@@ -162,7 +190,8 @@ void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const flo
       kernels::MatVec(keys, qlat.data(), score.data(), 0, n, ctx.opt.isa, ctx.opt.q4_input);
       float mx = -INFINITY;
       for (int t = 0; t < n; ++t) {
-        score[t] *= ctx.softmax_scale;
+        // A position DSA left out weighs exactly 0, as transformers' mask.
+        score[t] = keep.empty() || keep[t] ? score[t] * ctx.softmax_scale : -INFINITY;
         mx = std::max(mx, score[t]);
       }
       float sum = 0.f;
@@ -185,7 +214,10 @@ void MlaLayer::Heads(LayerContext& ctx, Session& s, int pos, float* q, const flo
 }
 
 std::unique_ptr<AttentionLayer> MakeMla(const LayerBuild& b) {
-  return std::make_unique<MlaLayer>(b.layer, ResolveMla(b.t, b.c, b.prefix + "self_attn."));
+  const std::string a = b.prefix + "self_attn.";
+  std::optional<DsaIndexer> indexer;
+  if (b.c.has_indexer(b.layer)) indexer.emplace(b.t, a);
+  return std::make_unique<MlaLayer>(b.layer, ResolveMla(b.t, b.c, a), std::move(indexer));
 }
 
 }  // namespace waste

@@ -75,7 +75,7 @@ MemoryPlan PlanMemory(const Manifest& m, int context) {
             2 * uint64_t(c.gdn_conv_width()) * static_cast<uint64_t>(c.conv_kernel - 1) * f;
         break;
       case LayerKind::kMla:
-        p.client_state += static_cast<uint64_t>(context) * (c.kv_lora + c.qk_rope) * f;  // latent KV
+        p.client_state += static_cast<uint64_t>(context) * c.mla_row(L) * f;  // latent KV (+ DSA keys)
         break;
       case LayerKind::kGqa:
         p.client_state += static_cast<uint64_t>(context) * 2 * c.kv_width() * f;  // K/V cache

@@ -96,6 +96,108 @@ json DeepseekTinyConfig() {
   };
 }
 
+// DeepSeek-V3.2, tiny: tiny-deepseek's shapes with DSA's indexer (4 heads
+// of 32, top-k 64, so a prompt past 64 tokens exercises the choice).
+json DeepseekV32TinyConfig() {
+  json c = DeepseekTinyConfig();
+  c.update({{"model_type", "deepseek_v32"},
+            {"architectures", {"DeepseekV32ForCausalLM"}},
+            {"num_key_value_heads", 4},
+            {"index_topk", 64},
+            {"index_n_heads", 4},
+            {"index_head_dim", 32}});
+  return c;
+}
+
+// DeepSeek-V3.2 (671B-A37B): transformers 5.25's DeepseekV32Config defaults
+// (61 layers of 7168, the first 3 dense of 18432, 256 experts of 2048 with
+// top-8 in 8 groups keeping 4, one shared, scale 2.5; MLA with 128 heads,
+// q_lora 1536, kv_lora 512, 128 + 64 query/key dims, v_head_dim 128; the
+// indexer's 64 heads of 128 and top-2048; 129,280 ids) and, from the
+// release's config.json as remembered, YaRN factor 40 over 4096 positions,
+// theta 10000, mscale and mscale_all_dim 1.
+json DeepseekV32Config() {
+  json c = DeepseekV32TinyConfig();
+  c.update({{"hidden_size", 7168},
+            {"num_hidden_layers", 61},
+            {"vocab_size", 129280},
+            {"intermediate_size", 18432},
+            {"first_k_dense_replace", 3},
+            {"moe_intermediate_size", 2048},
+            {"n_routed_experts", 256},
+            {"num_experts_per_tok", 8},
+            {"n_group", 8},
+            {"topk_group", 4},
+            {"num_attention_heads", 128},
+            {"num_key_value_heads", 128},
+            {"q_lora_rank", 1536},
+            {"kv_lora_rank", 512},
+            {"qk_nope_head_dim", 128},
+            {"qk_rope_head_dim", 64},
+            {"v_head_dim", 128},
+            {"index_topk", 2048},
+            {"index_n_heads", 64},
+            {"index_head_dim", 128},
+            {"rope_theta", 10000.0},
+            {"max_position_embeddings", 163840},
+            {"rope_scaling",
+             {{"type", "yarn"},
+              {"factor", 40.0},
+              {"original_max_position_embeddings", 4096},
+              {"beta_fast", 32.0},
+              {"beta_slow", 1.0},
+              {"mscale", 1.0},
+              {"mscale_all_dim", 1.0}}}});
+  return c;
+}
+
+// GLM-5, tiny: tiny-deepseek-v32's shapes as GLM-5 has them (the indexer's
+// rotary interleaved, no expert groups) with GLM-5.2's sharing: layers 2
+// and 3 attend the choice of layer 1.
+json GlmDsaTinyConfig() {
+  json c = DeepseekV32TinyConfig();
+  c.erase("rope_scaling");
+  c.update({{"model_type", "glm_moe_dsa"},
+            {"architectures", {"GlmMoeDsaForCausalLM"}},
+            {"n_group", 1},
+            {"topk_group", 1},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 1000000.0},
+            {"indexer_types", {"full", "full", "shared", "shared"}}});
+  return c;
+}
+
+// GLM-5 (744B-A40B): transformers 5.25's GlmMoeDsaConfig defaults (78 layers
+// of 6144, the first 3 dense of 12288, 256 experts of 2048 with top-8, no
+// groups, one shared, scale 2.5; MLA with 64 heads, q_lora 2048, kv_lora
+// 512, 192 + 64 query/key dims, v_head_dim 256; the indexer's 32 heads of
+// 128 and top-2048, every layer its own; 154,880 ids) and, from memory,
+// rope_theta 1e6 without YaRN.
+json GlmDsaConfig() {
+  json c = GlmDsaTinyConfig();
+  c.erase("indexer_types");
+  c.update({{"hidden_size", 6144},
+            {"num_hidden_layers", 78},
+            {"vocab_size", 154880},
+            {"intermediate_size", 12288},
+            {"first_k_dense_replace", 3},
+            {"moe_intermediate_size", 2048},
+            {"n_routed_experts", 256},
+            {"num_experts_per_tok", 8},
+            {"num_attention_heads", 64},
+            {"num_key_value_heads", 64},
+            {"q_lora_rank", 2048},
+            {"kv_lora_rank", 512},
+            {"qk_nope_head_dim", 192},
+            {"qk_rope_head_dim", 64},
+            {"v_head_dim", 256},
+            {"index_topk", 2048},
+            {"index_n_heads", 32},
+            {"index_head_dim", 128},
+            {"max_position_embeddings", 202752}});
+  return c;
+}
+
 // Qwen3-MoE, tiny: GQA with q/k norms and head_dim 48 (not hidden / heads),
 // softmax routing without a correction bias, MoE on every second layer
 // (decoder_sparse_step 2: layers 1 and 3).
@@ -668,7 +770,8 @@ std::vector<std::string> SynthPresetNames() {
           "qwen3-next-80b-a3b", "tiny-k3",           "kimi-k3-slice",    "tiny-qwen3.5-moe",
           "qwen3.5-35b-a3b",    "qwen3.5-122b-a10b", "qwen3.5-397b-a17b", "tiny-minimax",
           "minimax-m2",         "tiny-glm-lite",     "glm-4.7-flash",    "tiny-dots1",
-          "dots-llm1-inst"};
+          "dots-llm1-inst",     "tiny-deepseek-v32", "deepseek-v3.2",    "tiny-glm-5",
+          "glm-5"};
 }
 
 Result<SynthSpec> SynthPreset(std::string_view name) {
@@ -680,6 +783,18 @@ Result<SynthSpec> SynthPreset(std::string_view name) {
   } else if (name == "tiny-deepseek") {
     s.config = DeepseekTinyConfig();
     s.route_skew = 0.1;
+  } else if (name == "tiny-deepseek-v32") {
+    s.config = DeepseekV32TinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "deepseek-v3.2") {
+    s.config = DeepseekV32Config();
+    s.anchor_experts = 2;
+  } else if (name == "tiny-glm-5") {
+    s.config = GlmDsaTinyConfig();
+    s.route_skew = 0.1;
+  } else if (name == "glm-5") {
+    s.config = GlmDsaConfig();
+    s.anchor_experts = 2;
   } else if (name == "tiny-qwen3") {
     s.config = Qwen3TinyConfig();
   } else if (name == "tiny-glm") {

@@ -121,12 +121,14 @@ const char* SynthChatFamily(Arch arch) {
     case Arch::kKimiLinear:
       return kFamilyKimiK2;
     case Arch::kDeepseekV3:
+    case Arch::kDeepseekV32:  // V3.2's own chat markup (its encoding script) is not built: V3.1's stands in
       return kFamilyDeepseekV31;
     case Arch::kQwen3Moe:
     case Arch::kQwen3Next:
       return kFamilyQwen3;
     case Arch::kGlm4Moe:
     case Arch::kGlm4MoeLite:  // GLM-4.7-Flash has GLM-4.5's tokenizer and chat
+    case Arch::kGlmMoeDsa:    // GLM-5's markup is GLM-4.5's as far as known here
       return kFamilyGlm45;
     case Arch::kDots1:  // dots.llm1's own chat markup is not built: ChatML stands in
       return kFamilyQwen3;
