@@ -576,7 +576,13 @@ TEST(ChatJson, EndOfTurnIdsOfAContainer) {
   auto ends = EndOfTurnIds(*ct, *tok);
   ASSERT_TRUE(ends.ok()) << ends.status().message();
   EXPECT_EQ(*ends, std::vector<int32_t>{*tok->SpecialId("<|im_end|>")});
-  EXPECT_EQ(ct->config().eos_token, *tok->SpecialId("<|im_end|>"));
+  EXPECT_EQ(ct->config().eos_tokens, std::vector<int>{*tok->SpecialId("<|im_end|>")});
+  // eos_token_id as a list: each id ends a reply, beside end_of_turn's.
+  auto listed = EndOfTurnIds(ct->chat(), {9, 4, 9}, *tok);
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  std::vector<int32_t> want = {4, 9, *tok->SpecialId("<|im_end|>")};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(*listed, want);
 }
 
 }  // namespace
