@@ -30,8 +30,9 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
 // V3.1's (is_last_user, </think> closing the reply's thinking). Another
 // template with thinking markup (R1's) is named in `note`; chat.json then
 // follows DeepSeek-V3's. GPT-OSS's harmony, GLM-4.5's and Qwen3's by their
-// special tokens alone (whatever the model family): Qwen3's hybrid layout
-// (thinking off) when the template has the enable_thinking switch or there
+// special tokens alone (whatever the model family); among ChatML templates
+// Qwen3.5's by its XML tool calls (<function=) and enable_thinking switch
+// (thinking off). Qwen3's hybrid layout (thinking off) when the template has the enable_thinking switch or there
 // is no template, else ChatML without think blocks (Instruct-2507); a
 // template with <think> but no switch is named in `note`. Kimi K3's XTML
 // (no template: encoding_k3.py) by its four reserved tokens, thinking off.
@@ -62,6 +63,10 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
     *note = "dots.llm1's chat markup (<|userprompt|>, <|response|>) is not implemented: no chat.json";
     return "";
   }
+  // Qwen3.5's and 3.6's template: ChatML with XML tool calls (<function=).
+  if (has({"<|im_start|>", "<|im_end|>"}) && in_template("<function=") &&
+      in_template("enable_thinking"))
+    return ChatFormat::Qwen35().ToJson().dump(1);
   if (has({"<|im_start|>", "<|im_end|>"})) {
     const bool hybrid = chat_template.empty() || in_template("enable_thinking");
     if (!hybrid && in_template("<think>"))
