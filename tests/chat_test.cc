@@ -330,6 +330,12 @@ TEST(ChatJson, Qwen3LayoutFollowsTheTemplate) {
   EXPECT_EQ(note, "");
   import_with("{{ '<|im_start|>assistant\\n<think>\\n' }}", &note);
   EXPECT_NE(note.find("without the enable_thinking switch"), std::string::npos) << note;
+  // Qwen3.6's template as chat_template.jinja (as its release ships it) wins
+  // over tokenizer_config.json's, as in transformers: Qwen3.5's format.
+  fs::copy_file(kFixtures + "/chat/qwen3.6.jinja", src + "/chat_template.jinja");
+  const ChatFormat qwen35 = import_with(ReadText(kFixtures + "/chat/qwen3.jinja"), &note);
+  EXPECT_EQ(qwen35.ToJson(), ChatFormat::Qwen35().ToJson());
+  EXPECT_EQ(note, "");
 }
 
 TEST(ChatJson, OtherRolesAreRefusedByName) {

@@ -91,9 +91,14 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
   return "";
 }
 
-// The chat_template of tokenizer_config.json, or empty (absent, or not a string).
+// The checkpoint's chat template: chat_template.jinja when there is one (as
+// transformers saves it since 4.5x, and Qwen3.5's and 3.6's releases ship
+// it; it wins over tokenizer_config.json's, as in transformers), else the
+// chat_template of tokenizer_config.json, or empty (absent, or not a string).
 Result<std::string> ChatTemplate(const std::string& dir) {
   std::error_code ec;
+  if (std::filesystem::exists(dir + "/chat_template.jinja", ec))
+    return ReadSmallFile(dir + "/chat_template.jinja", 1 << 20);
   if (!std::filesystem::exists(dir + "/tokenizer_config.json", ec)) return std::string();
   auto cfg = ReadJson(dir, "tokenizer_config.json");
   if (!cfg.ok()) return cfg.status();
