@@ -1135,6 +1135,16 @@ TEST(ToolCallConstraint, PlanRefusesByName) {
   ASSERT_FALSE(glm.ok());
   EXPECT_TRUE(glm.status().message().starts_with("tools[0].parameters: property 'a</arg_key>'"))
       << glm.status().message();
+  // Qwen3.5's parsers read a key up to ">".
+  ChatTool angled = kTime;
+  angled.parameters["properties"]["a>b"] = {{"type", "string"}};
+  const ChatTool angled_key[] = {angled};
+  auto qwen = ToolCallPlan::Make(kFamilyQwen35, angled_key, ToolChoiceMode::kAuto, "", true, false,
+                                 "parameters");
+  ASSERT_FALSE(qwen.ok());
+  EXPECT_TRUE(qwen.status().message().starts_with(
+      "tools[0].parameters: property 'a>b': a key holding > cannot be written in qwen3.5's"))
+      << qwen.status().message();
   // A schema that is not one object with properties.
   ChatTool either = kTime;
   either.parameters =
