@@ -26,9 +26,8 @@ bool IsFamily(const ChatFormat& chat, std::initializer_list<const char*> names) 
 }
 
 bool HasThinkBlocks(const ChatFormat& chat) {
-  return IsFamily(
-      chat, {kFamilyQwen3, kFamilyQwen35, kFamilyGlm45, kFamilyDeepseekV3, kFamilyDeepseekV31,
-             kFamilyKimiK2});
+  return IsFamily(chat, {kFamilyQwen3, kFamilyQwen35, kFamilyGlm45, kFamilyDeepseekV3,
+                         kFamilyDeepseekV31, kFamilyKimiK2});
 }
 
 // The family's syntax (serve/reply.h): the markers each mode looks for, and

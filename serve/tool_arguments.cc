@@ -194,8 +194,8 @@ Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::st
     if (glm || qwen) {
       auto whole = std::make_shared<JsonGrammar>(g);
       whole->root = p.node;
-      std::string head = glm ? std::string(kGlmKeyOpen) + k.key + std::string(kGlmKeyClose) +
-                                   "\n" + std::string(kGlmValueOpen)
+      std::string head = glm ? std::string(kGlmKeyOpen) + k.key + std::string(kGlmKeyClose) + "\n" +
+                                   std::string(kGlmValueOpen)
                              : std::string(kQwen35Parameter) + k.key + ">\n";
       k.values.push_back({std::move(head), types == 1u, std::move(whole)});
     } else {

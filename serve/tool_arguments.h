@@ -24,8 +24,8 @@
 // KeyValueConstraint holds one call's arguments and its close markup. A raw
 // value is held to its property's string schema (length, enum) and may not
 // hold the markup that would end it early (glm: </arg_value>, </tool_call>;
-// qwen3.5: </parameter>, </tool_call>; K3: <|close|>); a JSON value is held to its schema through engine/grammar
-// and may not hold that markup either. Special tokens are markup only.
+// qwen3.5: </parameter>, </tool_call>; K3: <|close|>); a JSON value is held to its schema through
+// engine/grammar and may not hold that markup either. Special tokens are markup only.
 #pragma once
 
 #include <cstdint>

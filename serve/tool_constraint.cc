@@ -143,8 +143,8 @@ std::vector<std::string> ToolCallPlan::Gaps(bool after_think) const {
 }
 std::string ToolCallPlan::Between() const {
   return IsQwen(family) || family == kFamilyGlm45 || family == kFamilyQwen35 ? "\n"
-         : generic()                              ? std::string(chat_generic::kCallsBetween)
-                                                  : "";
+         : generic() ? std::string(chat_generic::kCallsBetween)
+                     : "";
 }
 std::string ToolCallPlan::End() const {
   if (generic()) return std::string(chat_generic::kCallsClose);

@@ -118,7 +118,8 @@ struct ToolCallPlan {
   std::string family;
   std::vector<std::string> names;                                    // the tools' names
   std::vector<std::shared_ptr<const grammar::JsonGrammar>> schemas;  // by tool
-  std::vector<std::shared_ptr<const KeyValueArguments>> pairs;  // by tool: glm-4.5, qwen3.5, k3-xtml
+  std::vector<std::shared_ptr<const KeyValueArguments>>
+      pairs;  // by tool: glm-4.5, qwen3.5, k3-xtml
   ToolChoiceMode mode = ToolChoiceMode::kAuto;
   int function = -1;           // kFunction: the tool's index
   bool parallel = true;        // more than one call

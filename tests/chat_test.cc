@@ -201,9 +201,10 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
     auto fresh = RenderChat(chat, *tok, next, {.date = "2026-01-15"});
     ASSERT_TRUE(cont.ok() && fresh.ok());
     const std::string text = tok->Decode(*cont);
-    EXPECT_EQ(text, family != "gpt-oss" ? "\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
-                                        "<think>\n\n</think>\n\n"
-                                      : "<|start|>user<|message|>Bye<|end|><|start|>assistant");
+    EXPECT_EQ(text, family != "gpt-oss"
+                        ? "\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+                          "<think>\n\n</think>\n\n"
+                        : "<|start|>user<|message|>Bye<|end|><|start|>assistant");
     EXPECT_NE(*cont, *fresh);
   } else {
     ExpectNextTurnContinues(chat, *tok);
@@ -241,11 +242,10 @@ TEST_P(Family, AgentCasesAsTheTemplateRendersThem) {
   const json& fx = doc["families"][family];
   const std::vector<ChatTool> tools = FixtureTools();
   const Imported& f = Family_(family);
-  const size_t expected = family.starts_with("qwen3") || family == "glm45" ||
-                                  family == "deepseek-v3.1"
-                              ? 19
-                          : family == "gpt-oss" || family == "kimi"                           ? 11
-                                                                                              : 0;
+  const size_t expected =
+      family.starts_with("qwen3") || family == "glm45" || family == "deepseek-v3.1" ? 19
+      : family == "gpt-oss" || family == "kimi"                                     ? 11
+                                                                                    : 0;
   ASSERT_EQ(fx["agent_cases"].size(), expected);
   for (const json& c : fx["agent_cases"]) {
     const std::string name = c["name"];

@@ -258,9 +258,10 @@ TEST(Reply, Qwen35ThinkingThenXmlCalls) {
                         "</function>\n</tool_call><|im_end|>");
   EXPECT_EQ(s.reasoning, "The user wants Paris.");
   EXPECT_EQ(s.text, "Let me check.");
-  EXPECT_EQ(s.calls,
-            (Calls{{"get_weather", {{"city", "Paris"}, {"days", 3}, {"note", "not {json\ntwo lines"}}},
-                   {"get_time", {{"opts", {{"tz", "CET"}}}}}}));
+  EXPECT_EQ(
+      s.calls,
+      (Calls{{"get_weather", {{"city", "Paris"}, {"days", 3}, {"note", "not {json\ntwo lines"}}},
+             {"get_time", {{"opts", {{"tz", "CET"}}}}}}));
   EXPECT_TRUE(s.done);
 }
 

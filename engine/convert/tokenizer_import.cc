@@ -32,10 +32,10 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
 // follows DeepSeek-V3's. GPT-OSS's harmony, GLM-4.5's and Qwen3's by their
 // special tokens alone (whatever the model family); among ChatML templates
 // Qwen3.5's by its XML tool calls (<function=) and enable_thinking switch
-// (thinking off). Qwen3's hybrid layout (thinking off) when the template has the enable_thinking switch or there
-// is no template, else ChatML without think blocks (Instruct-2507); a
-// template with <think> but no switch is named in `note`. Kimi K3's XTML
-// (no template: encoding_k3.py) by its four reserved tokens, thinking off.
+// (thinking off). Qwen3's hybrid layout (thinking off) when the template has the enable_thinking
+// switch or there is no template, else ChatML without think blocks (Instruct-2507); a template with
+// <think> but no switch is named in `note`. Kimi K3's XTML (no template: encoding_k3.py) by its
+// four reserved tokens, thinking off.
 std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
                     const std::string& chat_template, std::string* note) {
   auto has = [&](const std::vector<std::string>& texts) {

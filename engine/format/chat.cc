@@ -253,8 +253,9 @@ Result<ChatFormat> ParseChat(std::string_view text) {
   if (doc->contains("family")) {
     WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "family", &f.family));
     bool known = false;
-    for (const char* name : {kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyDemo,
-                             kFamilyQwen3, kFamilyQwen35, kFamilyGlm45, kFamilyHarmony, kFamilyXtml})
+    for (const char* name :
+         {kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyDemo, kFamilyQwen3,
+          kFamilyQwen35, kFamilyGlm45, kFamilyHarmony, kFamilyXtml})
       known = known || f.family == name;
     if (!known)
       return Status::Error("chat.json: \"family\" \"" + f.family.substr(0, 40) +

@@ -200,7 +200,8 @@ Result<std::vector<int32_t>> EndOfTurnIds(const Container& ct, const Tokenizer& 
 }
 
 Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat,
-                                          const std::vector<int>& eos_tokens, const Tokenizer& tok) {
+                                          const std::vector<int>& eos_tokens,
+                                          const Tokenizer& tok) {
   std::vector<int32_t> ids;
   if (chat)
     for (const std::string& text : chat->end_of_turn) {

@@ -64,7 +64,9 @@ void SplitThinking(const ChatMessage& m, std::string* reasoning, std::string* te
 Result<std::vector<ChatPiece>> Qwen35Pieces(const ChatFormat& chat,
                                             std::span<const ChatMessage> msgs,
                                             const ChatRenderOptions& o) {
-  const auto is = [&](size_t i, const char* role) { return i < msgs.size() && msgs[i].role == role; };
+  const auto is = [&](size_t i, const char* role) {
+    return i < msgs.size() && msgs[i].role == role;
+  };
   Pieces p;
   // A continuation follows the <|im_end|> the model wrote: its "\n" first.
   if (o.continuation) p.Markup("\n");
@@ -96,8 +98,7 @@ Result<std::vector<ChatPiece>> Qwen35Pieces(const ChatFormat& chat,
     const ChatMessage& m = msgs[i];
     if (m.role == "system") {
       if (i > 0 || o.continuation)
-        return Status::Error(At(i) +
-                             ": Qwen3.5's chat template takes a system message only first");
+        return Status::Error(At(i) + ": Qwen3.5's chat template takes a system message only first");
     } else if (m.role == "user") {
       p.Markup(chat.user.prefix), p.Content(PyStrip(m.content)), p.Markup(chat.user.suffix);
     } else if (m.role == "assistant") {
@@ -132,7 +133,8 @@ Result<std::vector<ChatPiece>> Qwen35Pieces(const ChatFormat& chat,
       p.Markup(chat.assistant.suffix);
     } else if (m.role == "tool") {
       if (i > 0 && !is(i - 1, "tool")) p.Markup("<|im_start|>user");
-      p.Markup("\n<tool_response>\n"), p.Content(PyStrip(m.content)), p.Markup("\n</tool_response>");
+      p.Markup("\n<tool_response>\n"), p.Content(PyStrip(m.content)),
+          p.Markup("\n</tool_response>");
       if (!is(i + 1, "tool")) p.Markup("<|im_end|>\n");
     }
   }
