@@ -26,8 +26,8 @@ bool IsFamily(const ChatFormat& chat, std::initializer_list<const char*> names) 
 }
 
 bool HasThinkBlocks(const ChatFormat& chat) {
-  return IsFamily(
-      chat, {kFamilyQwen3, kFamilyGlm45, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyKimiK2});
+  return IsFamily(chat, {kFamilyQwen3, kFamilyQwen35, kFamilyGlm45, kFamilyDeepseekV3,
+                         kFamilyDeepseekV31, kFamilyKimiK2});
 }
 
 // The family's syntax (serve/reply.h): the markers each mode looks for, and
@@ -39,10 +39,12 @@ std::vector<std::vector<Rule>> Syntax(const ChatFormat& chat, std::vector<std::s
     at(Mode::kText).push_back({"<think>", Mode::kReasoning});
     at(Mode::kReasoning).push_back({"</think>", Mode::kText});
   }
-  if (IsFamily(chat, {kFamilyQwen3, kFamilyGlm45})) {
+  if (IsFamily(chat, {kFamilyQwen3, kFamilyQwen35, kFamilyGlm45})) {
     at(Mode::kText).push_back({std::string(kQwenCallOpen), Mode::kCall, Act::kCallBegin});
     at(Mode::kCall).push_back({std::string(kQwenCallClose), Mode::kText, Act::kCallEnd});
-    *inner = {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+    // Qwen3.5's <function=..> and <parameter=..> are text, not specials.
+    if (!IsFamily(chat, {kFamilyQwen35}))
+      *inner = {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
   } else if (IsFamily(chat, {kFamilyDeepseekV3, kFamilyDeepseekV31})) {
     at(Mode::kText).push_back({std::string(kDsCallsBegin), Mode::kSection});
     at(Mode::kText).push_back({std::string(kDsCallBegin), Mode::kCall, Act::kCallBegin});
@@ -153,6 +155,39 @@ std::optional<Call> GlmCall(std::string_view body, const ToolCallPlan* plan) {
   return Call{std::string(name), args.dump()};
 }
 
+// Qwen3.5: <function=NAME> then <parameter=KEY>\nVALUE\n</parameter> per
+// argument, then </function>. A value is its JSON when it parses as JSON,
+// else its text (the template writes strings bare, the rest json.dumps); a
+// value `plan` says is a string raw.
+std::optional<Call> Qwen35Call(std::string_view body, const ToolCallPlan* plan) {
+  constexpr std::string_view kFunction = kQwen35Function, kFunctionEnd = "</function>",
+                             kParameter = kQwen35Parameter, kParameterEnd = kQwen35ParameterClose;
+  std::string_view rest = Trim(body);
+  if (!rest.starts_with(kFunction)) return std::nullopt;
+  size_t end = rest.find('>');
+  if (end == std::string_view::npos) return std::nullopt;
+  const std::string_view name = Trim(rest.substr(kFunction.size(), end - kFunction.size()));
+  if (!GoodName(name)) return std::nullopt;
+  ojson args = ojson::object();
+  for (rest = Trim(rest.substr(end + 1)); !rest.starts_with(kFunctionEnd); rest = Trim(rest)) {
+    if (!rest.starts_with(kParameter) || (end = rest.find('>')) == std::string_view::npos)
+      return std::nullopt;
+    const std::string key(Trim(rest.substr(kParameter.size(), end - kParameter.size())));
+    const size_t close = rest.find(kParameterEnd, end + 1);
+    if (key.empty() || close == std::string_view::npos) return std::nullopt;
+    std::string_view value = rest.substr(end + 1, close - end - 1);
+    // The template's own newlines around the value.
+    if (value.starts_with('\n')) value.remove_prefix(1);
+    if (value.ends_with('\n')) value.remove_suffix(1);
+    ojson v = plan && plan->RawValue(name, key) ? ojson(ojson::value_t::discarded)
+                                                : ojson::parse(value, nullptr, false);
+    args[key] = v.is_discarded() ? ojson(std::string(value)) : std::move(v);
+    rest.remove_prefix(close + kParameterEnd.size());
+  }
+  if (!Trim(rest.substr(kFunctionEnd.size())).empty()) return std::nullopt;
+  return Call{std::string(name), args.dump()};
+}
+
 // The value of attribute `key` in an XTML open tag's text, unescaped.
 std::optional<std::string> XtmlAttr(std::string_view tag, std::string_view key) {
   const std::string open = " " + std::string(key) + "=\"";
@@ -241,6 +276,7 @@ std::optional<Call> KimiCall(std::string_view body) {
 std::optional<Call> ParseCall(const ChatFormat& chat, std::string_view body,
                               const std::string& header_name, const ToolCallPlan* plan) {
   if (IsFamily(chat, {kFamilyQwen3})) return QwenCall(body);
+  if (IsFamily(chat, {kFamilyQwen35})) return Qwen35Call(body, plan);
   if (IsFamily(chat, {kFamilyGlm45})) return GlmCall(body, plan);
   if (IsFamily(chat, {kFamilyXtml})) return XtmlCall(header_name, body);
   if (IsFamily(chat, {kFamilyDeepseekV3})) return DeepseekV3Call(body);
@@ -320,8 +356,8 @@ ReplyParser::ReplyParser(const Tokenizer& tok, const ChatFormat& chat, ReplyOpti
       end_(std::move(o.end_of_turn)),
       calls_constrained_(
           o.tool_plan &&
-          IsFamily(chat, {kFamilyQwen3, kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31,
-                          kFamilyHarmony, kFamilyGlm45, kFamilyXtml})),
+          IsFamily(chat, {kFamilyQwen3, kFamilyQwen35, kFamilyKimiK2, kFamilyDeepseekV3,
+                          kFamilyDeepseekV31, kFamilyHarmony, kFamilyGlm45, kFamilyXtml})),
       tool_plan_(std::move(o.tool_plan)),
       generic_(tool_plan_ && chat_generic::Applies(chat) ? std::make_unique<GenericReply>()
                                                          : nullptr),
@@ -496,7 +532,7 @@ void ReplyParser::Marker(const Rule& r) {
 }
 
 void ReplyParser::StreamCall() {
-  if (IsFamily(chat_, {kFamilyGlm45, kFamilyXtml})) return StreamPairs();
+  if (IsFamily(chat_, {kFamilyGlm45, kFamilyQwen35, kFamilyXtml})) return StreamPairs();
   const StreamedSyntax syntax = Streamed(chat_);
   if (args_at_ == 0 && chat_.family == kFamilyHarmony) {
     // The header named the recipient; the body is the arguments.
@@ -532,7 +568,8 @@ void ReplyParser::StreamCall() {
 
 void ReplyParser::StreamPairs() {
   if (!pairs_) {
-    // The head as ToolCallPlan::Head writes it: GLM's name line, K3's tool attribute.
+    // The head as ToolCallPlan::Head writes it: GLM's name line, Qwen3.5's
+    // function line, K3's tool attribute.
     size_t at = call_begin_;
     std::string name = call_name_;
     if (chat_.family == kFamilyGlm45) {
@@ -540,6 +577,13 @@ void ReplyParser::StreamPairs() {
       if (nl == std::string::npos) return;
       name = call_.substr(call_begin_, nl - call_begin_);
       at = nl + 1;
+    } else if (chat_.family == kFamilyQwen35) {
+      const std::string open = "\n" + std::string(kQwen35Function);
+      const size_t end = call_.find(">\n", call_begin_);
+      if (end == std::string::npos) return;
+      if (call_.compare(call_begin_, open.size(), open) != 0) return;  // held to its end, checked
+      name = call_.substr(call_begin_ + open.size(), end - call_begin_ - open.size());
+      at = end + 2;
     }
     const auto& names = tool_plan_->names;
     const auto tool = std::find(names.begin(), names.end(), name);

@@ -20,6 +20,8 @@
 //                        NAME <arg_key>K</arg_key><arg_value>V</arg_value>..., each V
 //                        the JSON value it parses as, else a string (vLLM's glm45);
 //                        raw when the plan's tool says the key's values are strings
+//   qwen3.5              as qwen3, a call <function=NAME> with <parameter=K>\nV\n
+//                        </parameter> per argument, V read as GLM's
 //   deepseek-v3, -v3.1   <think>..</think> (R1-style and V3.1's thinking); calls in
 //                        <｜tool▁calls▁begin｜>..<｜tool▁calls▁end｜>, each
 //                        <｜tool▁call▁begin｜>..<｜tool▁call▁end｜>: V3's
@@ -56,7 +58,7 @@
 // (ReplyOptions::tool_plan, written as ToolCallPlan::Head and Tail spell
 // them) are valid by construction and streamed instead: kToolCallStart once
 // the name is read, the arguments in pieces as they arrive (their white
-// space at either end dropped; glm-4.5's and K3's key/value pairs written
+// space at either end dropped; glm-4.5's, qwen3.5's and K3's key/value pairs written
 // as compact JSON text by KeyValueReader, serve/tool_arguments.h), and
 // kToolCallEnd at the end marker, or when the reply ends inside the call
 // (max_tokens: the arguments stop where the reply did, less a tail that may
@@ -176,7 +178,7 @@ class ReplyParser {
   void EndCall(std::string_view end);
   // Streamed calls: the call's start once its name is read, its arguments so far.
   void StreamCall();
-  void StreamPairs();               // glm-4.5's and K3's (KeyValueReader)
+  void StreamPairs();               // glm-4.5's, qwen3.5's and K3's (KeyValueReader)
   void PushArgs(std::string text);  // a piece of the open call's arguments, if any
   void Finish();
   // The generic format's reader's events (`end`: the reply ended).

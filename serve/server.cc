@@ -9,7 +9,7 @@ namespace waste::serve {
 Result<std::unique_ptr<Server>> Server::Open(Engine& engine, const ServerOptions& o) {
   if (!engine.tokenizer) return Status::Error("serve needs a container with a tokenizer");
   const Container& ct = *engine.container;
-  auto end_ids = EndOfTurnIds(engine.chat, ct.config().eos_token, *engine.tokenizer);
+  auto end_ids = EndOfTurnIds(engine.chat, ct.config().eos_tokens, *engine.tokenizer);
   if (!end_ids.ok()) return end_ids.status();
   std::unique_ptr<Server> s(new Server());
   SchedulerOptions so;

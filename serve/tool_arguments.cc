@@ -151,7 +151,7 @@ std::string XtmlUnescape(std::string_view v) {
 
 Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::string_view family,
                                                                          const JsonGrammar& g) {
-  const bool glm = family == kFamilyGlm45;
+  const bool glm = family == kFamilyGlm45, qwen = family == kFamilyQwen35;
   const SchemaNode& root = g.nodes[static_cast<size_t>(g.root)];
   if (root.kind != SchemaNode::Kind::kObject)
     return Status::Error(std::string(family) +
@@ -163,6 +163,12 @@ Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::st
     a->value_close = kGlmValueClose;
     a->call_close = kGlmCallClose;
     a->forbidden = {std::string(kGlmCallClose)};
+  } else if (qwen) {
+    // The template's "\n" around a value: the one after the head, the one before the close.
+    a->sep = "\n";
+    a->value_close = "\n" + std::string(kQwen35ParameterClose);
+    a->call_close = kQwen35CallClose;
+    a->forbidden = {std::string(kQwen35ParameterClose), std::string(kGlmCallClose)};
   } else {
     a->value_close = std::string(kXtmlClose) + "argument" + kXtmlSep;
     a->call_close = std::string(kXtmlClose) + "call" + kXtmlSep;
@@ -173,22 +179,25 @@ Result<std::shared_ptr<const KeyValueArguments>> KeyValueArguments::Make(std::st
     k.key = nlohmann::json::parse(Quoted(p.key)).get<std::string>();
     k.required = p.required;
     const std::vector<std::string> markup =
-        glm ? std::vector<std::string>{std::string(kGlmKeyClose), std::string(kGlmCallClose)}
-            : std::vector<std::string>{kXtmlOpen, kXtmlClose, kXtmlSep, kXtmlEndOfMessage};
+        glm    ? std::vector<std::string>{std::string(kGlmKeyClose), std::string(kGlmCallClose)}
+        : qwen ? std::vector<std::string>{">", "\n"}  // its parsers read the key up to ">"
+               : std::vector<std::string>{kXtmlOpen, kXtmlClose, kXtmlSep, kXtmlEndOfMessage};
     const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
     for (const std::string& m : markup)
       if (k.key.find(m) != std::string::npos)
         return Status::Error("property '" + k.key + "': a key holding " + m +
                              " cannot be written in " + std::string(family) + "'s markup");
-    if (glm && !k.key.empty() && (space(k.key.front()) || space(k.key.back())))
-      return Status::Error("property '" + k.key + "': glm-4.5's parsers trim keys");
+    if ((glm || qwen) && !k.key.empty() && (space(k.key.front()) || space(k.key.back())))
+      return Status::Error("property '" + k.key + "': " + std::string(family) +
+                           "'s parsers trim keys");
     const unsigned types = TypesOf(g, p.node);
-    if (glm) {
+    if (glm || qwen) {
       auto whole = std::make_shared<JsonGrammar>(g);
       whole->root = p.node;
-      k.values.push_back({std::string(kGlmKeyOpen) + k.key + std::string(kGlmKeyClose) + "\n" +
-                              std::string(kGlmValueOpen),
-                          types == 1u, std::move(whole)});
+      std::string head = glm ? std::string(kGlmKeyOpen) + k.key + std::string(kGlmKeyClose) + "\n" +
+                                   std::string(kGlmValueOpen)
+                             : std::string(kQwen35Parameter) + k.key + ">\n";
+      k.values.push_back({std::move(head), types == 1u, std::move(whole)});
     } else {
       for (int t = 0; t < static_cast<int>(std::size(kTypes)); ++t)
         if (types & (1u << t))

@@ -5,6 +5,9 @@
 //   glm-4.5   <arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>, pairs apart
 //             by "\n", then </tool_call>; VALUE raw when the property's
 //             values are all strings, else its JSON text
+//   qwen3.5   <parameter=KEY>\nVALUE\n</parameter>, pairs apart by "\n",
+//             then </function>\n</tool_call>; VALUE raw when the property's
+//             values are all strings, else its JSON text
 //   k3-xtml   <|open|>argument key="KEY" type="TYPE"<|sep|>VALUE<|close|>argument<|sep|>,
 //             then <|close|>call<|sep|>; TYPE what the JSON value is (string,
 //             number, boolean, null, object, array), VALUE raw for a string,
@@ -21,8 +24,8 @@
 // KeyValueConstraint holds one call's arguments and its close markup. A raw
 // value is held to its property's string schema (length, enum) and may not
 // hold the markup that would end it early (glm: </arg_value>, </tool_call>;
-// K3: <|close|>); a JSON value is held to its schema through engine/grammar
-// and may not hold that markup either. Special tokens are markup only.
+// qwen3.5: </parameter>, </tool_call>; K3: <|close|>); a JSON value is held to its schema through
+// engine/grammar and may not hold that markup either. Special tokens are markup only.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +48,11 @@ inline constexpr std::string_view kGlmKeyOpen = "<arg_key>";
 inline constexpr std::string_view kGlmKeyClose = "</arg_key>";
 inline constexpr std::string_view kGlmValueOpen = "<arg_value>";
 inline constexpr std::string_view kGlmValueClose = "</arg_value>";
+// Qwen3.5's call: <tool_call>\n<function=NAME>\n, its pairs, then kQwen35CallClose.
+inline constexpr std::string_view kQwen35Function = "<function=";
+inline constexpr std::string_view kQwen35Parameter = "<parameter=";
+inline constexpr std::string_view kQwen35ParameterClose = "</parameter>";
+inline constexpr std::string_view kQwen35CallClose = "</function>\n</tool_call>";
 
 // An XTML attribute's value read back (chat_tools::XtmlEscape undone).
 std::string XtmlUnescape(std::string_view v);
@@ -66,11 +74,11 @@ struct KeyValueArguments {
   std::string call_close;
   std::vector<std::string> forbidden;  // what a value may not hold
 
-  // `family` is glm-4.5 or k3-xtml; `g` the tool's compiled parameters.
+  // `family` is glm-4.5, qwen3.5 or k3-xtml; `g` the tool's compiled parameters.
   // Errors are "...: " messages for the schema's field to prefix.
   static Result<std::shared_ptr<const KeyValueArguments>> Make(std::string_view family,
                                                                const grammar::JsonGrammar& g);
-  // glm-4.5: whether `key`'s value is written raw (false for an unknown key).
+  // glm-4.5, qwen3.5: whether `key`'s value is written raw (false for an unknown key).
   bool Raw(std::string_view key) const;
 };
 

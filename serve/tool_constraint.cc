@@ -28,7 +28,7 @@ constexpr std::string_view kHarmonyToAfterChannel = "<|channel|>commentary to=";
 constexpr std::string_view kHarmonyToFirst = "<|start|>assistant to=";
 // Arguments as key/value pairs (serve/tool_arguments.h).
 bool IsKeyValue(std::string_view family) {
-  return family == kFamilyGlm45 || family == kFamilyXtml;
+  return family == kFamilyGlm45 || family == kFamilyQwen35 || family == kFamilyXtml;
 }
 // K3: what opens the calls after the response element.
 std::string XtmlToolsOpen() {
@@ -44,9 +44,9 @@ Result<std::shared_ptr<const ToolCallPlan>> ToolCallPlan::Make(
   if (family != kFamilyQwen3 && family != kFamilyKimiK2 && !IsDeepseek(family) &&
       !IsHarmony(family) && family != kFamilyDemo && !IsKeyValue(family))
     return Status::Error("tools: tool calling is not supported for the '" + std::string(family) +
-                         "' chat format (calls are constrained for qwen3, kimi-k2, deepseek-v3 "
-                         "and -v3.1, glm-4.5, k3-xtml, harmony and the generic format of the "
-                         "demo model)");
+                         "' chat format (calls are constrained for qwen3, qwen3.5, kimi-k2, "
+                         "deepseek-v3 and -v3.1, glm-4.5, k3-xtml, harmony and the generic "
+                         "format of the demo model)");
   auto plan = std::make_shared<ToolCallPlan>();
   plan->family = family;
   plan->mode = mode;
@@ -98,6 +98,8 @@ std::string ToolCallPlan::Head(size_t tool, int index) const {
     return std::string(kQwenCallOpen) + "\n{\"name\": " + nlohmann::json(names[tool]).dump() +
            ", \"arguments\": ";
   if (family == kFamilyGlm45) return std::string(kGlmCallOpen) + names[tool] + "\n";
+  if (family == kFamilyQwen35)
+    return std::string(kQwenCallOpen) + "\n" + std::string(kQwen35Function) + names[tool] + ">\n";
   if (family == kFamilyXtml)
     return (index == 0 ? std::string(kXtmlClose) + "response" + kXtmlSep + XtmlToolsOpen() : "") +
            std::string(kXtmlCallOpen) + "tool=\"" + chat_tools::XtmlEscape(names[tool]) +
@@ -131,27 +133,29 @@ std::string ToolCallPlan::Tail() const {
 std::vector<std::string> ToolCallPlan::Gaps(bool after_think) const {
   // Harmony's call after its analysis message is a new message.
   if (after_think && IsHarmony(family)) return {std::string(kHarmonyReplyStart)};
-  // The templates put a blank line between a think block and what follows.
-  if (after_think || family == kFamilyGlm45)
+  // The templates put a blank line between a think block and what follows
+  // (GLM's and Qwen3.5's between text and a call too).
+  if (after_think || family == kFamilyGlm45 || family == kFamilyQwen35)
     return family == kFamilyXtml
                ? std::vector<std::string>{std::string(kXtmlOpen) + "response" + kXtmlSep}
                : std::vector<std::string>{"", "\n", "\n\n"};
   return {""};
 }
 std::string ToolCallPlan::Between() const {
-  return IsQwen(family) || family == kFamilyGlm45 ? "\n"
-         : generic()                              ? std::string(chat_generic::kCallsBetween)
-                                                  : "";
+  return IsQwen(family) || family == kFamilyGlm45 || family == kFamilyQwen35 ? "\n"
+         : generic() ? std::string(chat_generic::kCallsBetween)
+                     : "";
 }
 std::string ToolCallPlan::End() const {
   if (generic()) return std::string(chat_generic::kCallsClose);
-  if (IsQwen(family) || IsHarmony(family) || family == kFamilyGlm45) return "";
+  if (IsQwen(family) || IsHarmony(family) || family == kFamilyGlm45 || family == kFamilyQwen35)
+    return "";
   if (family == kFamilyXtml)
     return std::string(kXtmlClose) + "tools" + kXtmlSep + kXtmlClose + "message" + kXtmlSep;
   return std::string(IsDeepseek(family) ? kDsCallsEnd : kKimiSectionEnd);
 }
 std::vector<std::string_view> ToolCallPlan::Opens() const {
-  if (IsQwen(family)) return {kQwenCallOpen};
+  if (IsQwen(family) || family == kFamilyQwen35) return {kQwenCallOpen};
   if (family == kFamilyGlm45) return {kGlmCallOpen};
   if (family == kFamilyXtml) {
     static const std::string tools = XtmlToolsOpen();
@@ -176,7 +180,7 @@ bool ToolCallPlan::generic() const {
   return family == kFamilyDemo;
 }
 bool ToolCallPlan::RawValue(std::string_view name, std::string_view key) const {
-  if (family != kFamilyGlm45) return false;
+  if (family != kFamilyGlm45 && family != kFamilyQwen35) return false;
   for (size_t k = 0; k < names.size(); ++k)
     if (names[k] == name) return pairs[k]->Raw(key);
   return false;

@@ -22,6 +22,8 @@
 //   deepseek-v3    as V3.1 but each call function<｜tool▁sep｜>NAME\n```json\nARGS\n```
 //   glm-4.5    <tool_call>NAME\n, key/value pairs and </tool_call> (serve/tool_arguments.h),
 //              calls apart by "\n"
+//   qwen3.5    <tool_call>\n<function=NAME>\n, key/value pairs and
+//              </function>\n</tool_call>, calls apart by "\n"
 //   k3-xtml    the response element closed, <|open|>tools<|sep|>, each call
 //              <|open|>call tool="NAME" index="IDX+1"<|sep|>, key/value pairs and
 //              <|close|>call<|sep|> (serve/tool_arguments.h), then the tools and the
@@ -116,7 +118,8 @@ struct ToolCallPlan {
   std::string family;
   std::vector<std::string> names;                                    // the tools' names
   std::vector<std::shared_ptr<const grammar::JsonGrammar>> schemas;  // by tool
-  std::vector<std::shared_ptr<const KeyValueArguments>> pairs;       // by tool: glm-4.5, k3-xtml
+  std::vector<std::shared_ptr<const KeyValueArguments>>
+      pairs;  // by tool: glm-4.5, qwen3.5, k3-xtml
   ToolChoiceMode mode = ToolChoiceMode::kAuto;
   int function = -1;           // kFunction: the tool's index
   bool parallel = true;        // more than one call
@@ -149,7 +152,7 @@ struct ToolCallPlan {
   std::vector<std::string_view> Opens() const;
   std::vector<std::string_view> ThinkMarkers() const;  // open, close; none: {}
   bool generic() const;  // the generic format (the whole reply a JSON object)
-  // glm-4.5: whether tool `name`'s argument `key` is written raw (a string).
+  // glm-4.5, qwen3.5: whether tool `name`'s argument `key` is written raw (a string).
   bool RawValue(std::string_view name, std::string_view key) const;
 };
 

@@ -36,8 +36,11 @@ namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(WASTE_FIXTURES);
 // The released templates of the families whose tokenizer is a fixture of its own.
-const std::map<std::string, std::string> kTemplates = {
-    {"qwen3", "qwen3.jinja"}, {"glm45", "glm-4.6.jinja"}, {"gpt-oss", "gpt-oss.jinja"}};
+// Qwen3.5's over Qwen3's tokenizer fixture (the specials its template writes).
+const std::map<std::string, std::string> kTemplates = {{"qwen3", "qwen3.jinja"},
+                                                       {"qwen3.5", "qwen3.6.jinja"},
+                                                       {"glm45", "glm-4.6.jinja"},
+                                                       {"gpt-oss", "gpt-oss.jinja"}};
 
 std::string ReadText(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -62,8 +65,8 @@ ChatFormat ImportFamily(const std::string& family, const std::string& out) {
   if (family == "demo") {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       fs::copy_file(std::string(WASTE_MODELS) + "/demo-moe/" + f, src + "/" + f);
-  } else if (family == "qwen3" || family == "glm45" || family == "gpt-oss") {
-    const std::string dir = kFixtures + "/tokenizer/" + family;
+  } else if (kTemplates.count(family)) {
+    const std::string dir = kFixtures + "/tokenizer/" + (family == "qwen3.5" ? "qwen3" : family);
     fs::copy_file(dir + "/tokenizer.json", src + "/tokenizer.json");
     json cfg = json::parse(ReadText(dir + "/tokenizer_config.json"));
     cfg["chat_template"] = ReadText(kFixtures + "/chat/" + kTemplates.at(family));
@@ -161,6 +164,13 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
     auto ids = RenderChat(chat, *tok, msgs,
                           {.add_generation_prompt = c["add_generation_prompt"],
                            .date = fx.value("date", std::string())});
+    if (c.contains("refused")) {
+      // What the template raises on (Qwen3.5's: a system message not first).
+      ASSERT_FALSE(ids.ok()) << family << " " << name;
+      EXPECT_NE(ids.status().message().find("system message only first"), std::string::npos)
+          << ids.status().message();
+      continue;
+    }
     ASSERT_TRUE(ids.ok()) << name << ": " << ids.status().message();
     EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << family << " " << name;
     EXPECT_EQ(tok->Decode(*ids), c["text"].get<std::string>()) << family << " " << name;
@@ -177,13 +187,13 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
   EXPECT_EQ(chat.system_first, family.rfind("deepseek", 0) == 0);
   // Thinking off: DeepSeek-V3.1's template default, waste's for Qwen3 and GLM.
   EXPECT_EQ(chat.open.find("</think>") != std::string::npos,
-            family == "deepseek-v3.1" || family == "qwen3" || family == "glm45");
+            family == "deepseek-v3.1" || family.starts_with("qwen3") || family == "glm45");
   EXPECT_EQ(chat.default_system, family == "kimi" ? "You are a helpful assistant" : "");
-  EXPECT_EQ(chat.bos.empty(), family == "kimi" || family == "qwen3");
+  EXPECT_EQ(chat.bos.empty(), family == "kimi" || family.starts_with("qwen3"));
   EXPECT_EQ(chat.end_of_turn.size(), family == "glm45" ? 3u : family == "gpt-oss" ? 2u : 1u);
-  if (family == "qwen3" || family == "gpt-oss") {
+  if (family.starts_with("qwen3") || family == "gpt-oss") {
     // The template writes an earlier reply otherwise than the model wrote it
-    // (Qwen3 drops its empty think block, harmony ends it with <|end|> where
+    // (Qwen3 and 3.5 drop the empty think block, harmony ends it with <|end|> where
     // the model wrote <|return|>), so a chat's next turn continues what the
     // model wrote instead: Qwen3's the "\n" after <|im_end|>, then the turn.
     const std::vector<ChatMessage> next = {{"user", "Bye"}};
@@ -191,9 +201,10 @@ TEST_P(Family, ApplyChatTemplatesIdsAndTheNextTurn) {
     auto fresh = RenderChat(chat, *tok, next, {.date = "2026-01-15"});
     ASSERT_TRUE(cont.ok() && fresh.ok());
     const std::string text = tok->Decode(*cont);
-    EXPECT_EQ(text, family == "qwen3" ? "\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
-                                        "<think>\n\n</think>\n\n"
-                                      : "<|start|>user<|message|>Bye<|end|><|start|>assistant");
+    EXPECT_EQ(text, family != "gpt-oss"
+                        ? "\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+                          "<think>\n\n</think>\n\n"
+                        : "<|start|>user<|message|>Bye<|end|><|start|>assistant");
     EXPECT_NE(*cont, *fresh);
   } else {
     ExpectNextTurnContinues(chat, *tok);
@@ -231,9 +242,10 @@ TEST_P(Family, AgentCasesAsTheTemplateRendersThem) {
   const json& fx = doc["families"][family];
   const std::vector<ChatTool> tools = FixtureTools();
   const Imported& f = Family_(family);
-  const size_t expected = family == "qwen3" || family == "glm45" || family == "deepseek-v3.1" ? 19
-                          : family == "gpt-oss" || family == "kimi"                           ? 11
-                                                                                              : 0;
+  const size_t expected =
+      family.starts_with("qwen3") || family == "glm45" || family == "deepseek-v3.1" ? 19
+      : family == "gpt-oss" || family == "kimi"                                     ? 11
+                                                                                    : 0;
   ASSERT_EQ(fx["agent_cases"].size(), expected);
   for (const json& c : fx["agent_cases"]) {
     const std::string name = c["name"];
@@ -253,7 +265,7 @@ TEST_P(Family, AgentCasesAsTheTemplateRendersThem) {
 
 INSTANTIATE_TEST_SUITE_P(Released, Family,
                          ::testing::Values("demo", "deepseek", "deepseek-v3.1", "kimi", "qwen3",
-                                           "glm45", "gpt-oss"),
+                                           "qwen3.5", "glm45", "gpt-oss"),
                          [](const auto& p) {
                            std::string name = p.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -318,6 +330,12 @@ TEST(ChatJson, Qwen3LayoutFollowsTheTemplate) {
   EXPECT_EQ(note, "");
   import_with("{{ '<|im_start|>assistant\\n<think>\\n' }}", &note);
   EXPECT_NE(note.find("without the enable_thinking switch"), std::string::npos) << note;
+  // Qwen3.6's template as chat_template.jinja (as its release ships it) wins
+  // over tokenizer_config.json's, as in transformers: Qwen3.5's format.
+  fs::copy_file(kFixtures + "/chat/qwen3.6.jinja", src + "/chat_template.jinja");
+  const ChatFormat qwen35 = import_with(ReadText(kFixtures + "/chat/qwen3.jinja"), &note);
+  EXPECT_EQ(qwen35.ToJson(), ChatFormat::Qwen35().ToJson());
+  EXPECT_EQ(note, "");
 }
 
 TEST(ChatJson, OtherRolesAreRefusedByName) {
@@ -576,7 +594,13 @@ TEST(ChatJson, EndOfTurnIdsOfAContainer) {
   auto ends = EndOfTurnIds(*ct, *tok);
   ASSERT_TRUE(ends.ok()) << ends.status().message();
   EXPECT_EQ(*ends, std::vector<int32_t>{*tok->SpecialId("<|im_end|>")});
-  EXPECT_EQ(ct->config().eos_token, *tok->SpecialId("<|im_end|>"));
+  EXPECT_EQ(ct->config().eos_tokens, std::vector<int>{*tok->SpecialId("<|im_end|>")});
+  // eos_token_id as a list: each id ends a reply, beside end_of_turn's.
+  auto listed = EndOfTurnIds(ct->chat(), {9, 4, 9}, *tok);
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  std::vector<int32_t> want = {4, 9, *tok->SpecialId("<|im_end|>")};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(*listed, want);
 }
 
 }  // namespace

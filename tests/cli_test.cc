@@ -466,7 +466,7 @@ TEST_F(Cli, ChatFormatIsChosenByName) {
   ASSERT_FALSE(own.empty());
   EXPECT_EQ(position("--chat-format kimi-k2"), own);
   EXPECT_NE(position("--chat-format qwen3"), own);
-  const std::string known = "kimi-k2, deepseek-v3, deepseek-v3.1, qwen3, glm-4.5, harmony";
+  const std::string known = "kimi-k2, deepseek-v3, deepseek-v3.1, qwen3, qwen3.5, glm-4.5, harmony";
   for (const char* cmd : {"chat", "serve"}) {
     Outcome r =
         Exec("waste " + std::string(cmd) + " " + *dir_ + " --chat-format chatml < /dev/null");

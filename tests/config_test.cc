@@ -116,6 +116,18 @@ TEST(Config, NormTopkProbFalseDoesNotRenormalize) {
   EXPECT_FALSE(Parse(j).renormalize);
 }
 
+// eos_token_id as a list (Qwen3.5's, GLM's released configs): every id is
+// kept, and each ends a reply (EndOfTurnIds, tests/chat_test.cc).
+TEST(Config, EosTokenIdMayBeAList) {
+  json j = SynthPreset("tiny-qwen3")->config;
+  j["eos_token_id"] = {7, 3};
+  EXPECT_EQ(Parse(j).eos_tokens, (std::vector<int>{7, 3}));
+  j["eos_token_id"] = 5;
+  EXPECT_EQ(Parse(j).eos_tokens, std::vector<int>{5});
+  j["eos_token_id"] = nullptr;
+  EXPECT_TRUE(Parse(j).eos_tokens.empty());
+}
+
 struct Refusal {
   const char* preset;
   std::function<void(json&)> edit;
@@ -150,6 +162,9 @@ TEST(Config, UnimplementedSettingsAreRefusedByName) {
       {"tiny-qwen3", [](json& j) { j["num_key_value_heads"] = 3; },
        "num_key_value_heads does not divide"},
       {"tiny-qwen3", [](json& j) { j["mlp_only_layers"] = {4}; }, "mlp_only_layers holds 4"},
+      {"tiny-qwen3", [](json& j) { j["eos_token_id"] = {1, -2}; }, "eos_token_id holds -2"},
+      {"tiny-qwen3", [](json& j) { j["eos_token_id"] = json::array(); }, "1 to 16 ids"},
+      {"tiny-qwen3", [](json& j) { j["eos_token_id"] = {1, "2"}; }, "eos_token_id holds \"2\""},
       {"tiny-glm", [](json& j) { j["partial_rotary_factor"] = 0.3125; }, "odd rotary width"},
       // truncate false is GPT-OSS's YaRN, built since (issue 21); a truncate
       // that is not a boolean, and attention_factor, are refused.

@@ -163,6 +163,7 @@ TEST(GgufChat, EveryReleasedTemplateNamesItsFamily) {
   const std::string chat = std::string(WASTE_FIXTURES) + "/chat/";
   for (const auto& [file, family] :
        std::vector<std::pair<std::string, std::string>>{{"qwen3.jinja", kFamilyQwen3},
+                                                        {"qwen3.6.jinja", kFamilyQwen35},
                                                         {"glm-4.6.jinja", kFamilyGlm45},
                                                         {"gpt-oss.jinja", kFamilyHarmony},
                                                         {"deepseek-v3.jinja", kFamilyDeepseekV3},

@@ -241,6 +241,30 @@ TEST(Reply, Qwen3ThinkingThenTwoCalls) {
   EXPECT_TRUE(s.done);
 }
 
+TEST(Reply, Qwen35ThinkingThenXmlCalls) {
+  // Thinking on (the template's default): the prompt opens the think block,
+  // the model closes it; each call a <function=..> with its <parameter=..>s,
+  // as qwen3.6.jinja renders a past call (over Qwen3's tokenizer fixture).
+  const ChatFormat qwen = ChatFormat::Qwen35(true);
+  EXPECT_TRUE(ThinkingOpen(qwen, qwen.open));
+  EXPECT_FALSE(ThinkingOpen(qwen, ChatFormat::Qwen35().open));
+  const Case c = Make("qwen3", qwen);
+  const Shown s = Parse(c,
+                        "The user wants Paris.\n</think>\n\nLet me check.\n\n<tool_call>\n"
+                        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                        "<parameter=days>\n3\n</parameter>\n<parameter=note>\nnot {json\n"
+                        "two lines\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+                        "<function=get_time>\n<parameter=opts>\n{\"tz\": \"CET\"}\n</parameter>\n"
+                        "</function>\n</tool_call><|im_end|>");
+  EXPECT_EQ(s.reasoning, "The user wants Paris.");
+  EXPECT_EQ(s.text, "Let me check.");
+  EXPECT_EQ(
+      s.calls,
+      (Calls{{"get_weather", {{"city", "Paris"}, {"days", 3}, {"note", "not {json\ntwo lines"}}},
+             {"get_time", {{"opts", {{"tz", "CET"}}}}}}));
+  EXPECT_TRUE(s.done);
+}
+
 TEST(Reply, Qwen3ThinkingOffIsAllText) {
   // The prompt's empty think block closed it: "<think>" is not in the reply,
   // and text that only looks like the start of a marker stays text.
@@ -787,6 +811,26 @@ TEST(ToolCallConstraint, Glm45RequiredWritesValidPairs) {
   }
 }
 
+// Qwen3.5's XML pairs, as its template writes a past call: every walk is
+// calls whose arguments validate, read back as the model meant them.
+TEST(ToolCallConstraint, Qwen35RequiredWritesValidPairs) {
+  const Case c = Make("qwen3", ChatFormat::Qwen35(), false);
+  const auto plan = Plan(kFamilyQwen35, ToolChoiceMode::kRequired, "", true, false, kThreeTools);
+  for (uint32_t seed = 1; seed <= 2 * kWalks; ++seed) {
+    const Generated g = Generate(c, plan, seed);
+    const std::string text = c.tok->Decode(g.ids);
+    // After the gap the template may put before a call (none, "\n", "\n\n").
+    const size_t head = text.find_first_not_of('\n');
+    EXPECT_LE(head, 2u) << text;
+    EXPECT_EQ(text.substr(head).rfind("<tool_call>\n<function=", 0), 0u) << text;
+    EXPECT_NE(text.find("</function>\n</tool_call>"), std::string::npos) << text;
+    const Shown s = Read(c, g.ids, plan);
+    ASSERT_GE(s.calls.size(), 1u) << text;
+    EXPECT_EQ(s.text, "") << text;
+    for (const auto& [name, args] : s.calls) ExpectValid(name, args);
+  }
+}
+
 TEST(ToolCallConstraint, Glm45NamedFunctionAfterText) {
   const Case c = Make("glm45", ChatFormat::Glm45(), false);
   // Named, one call: it ends the reply.
@@ -1092,6 +1136,16 @@ TEST(ToolCallConstraint, PlanRefusesByName) {
   ASSERT_FALSE(glm.ok());
   EXPECT_TRUE(glm.status().message().starts_with("tools[0].parameters: property 'a</arg_key>'"))
       << glm.status().message();
+  // Qwen3.5's parsers read a key up to ">".
+  ChatTool angled = kTime;
+  angled.parameters["properties"]["a>b"] = {{"type", "string"}};
+  const ChatTool angled_key[] = {angled};
+  auto qwen = ToolCallPlan::Make(kFamilyQwen35, angled_key, ToolChoiceMode::kAuto, "", true, false,
+                                 "parameters");
+  ASSERT_FALSE(qwen.ok());
+  EXPECT_TRUE(qwen.status().message().starts_with(
+      "tools[0].parameters: property 'a>b': a key holding > cannot be written in qwen3.5's"))
+      << qwen.status().message();
   // A schema that is not one object with properties.
   ChatTool either = kTime;
   either.parameters =

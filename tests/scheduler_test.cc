@@ -359,7 +359,7 @@ TEST_P(SchedulerTest, AConstraintMasksTheChoiceNotTheLogitsAndEndsWhenTheValueIs
   auto tok = Tokenizer::Load(engine_->dir());
   ASSERT_TRUE(tok.ok()) << tok.status().message();
   const int V = engine_->model().config().vocab;
-  const int e = engine_->model().config().eos_token;  // the family's end of turn
+  const int e = engine_->model().config().eos_tokens.at(0);  // the family's end of turn
   ASSERT_GE(e, 0);
   const auto index = std::make_shared<const grammar::VocabIndex>(*tok, V);
   auto s = Make({}, [this, e](std::span<const Model::BatchItem> items) {

@@ -72,7 +72,7 @@ TEST_P(Presets, OpenAndEveryRecordChecks) {
   const auto eos = std::find_if(ct->specials().begin(), ct->specials().end(),
                                 [&](const SpecialToken& s) { return s.text == p.eos; });
   ASSERT_NE(eos, ct->specials().end()) << p.eos;
-  EXPECT_EQ(ct->config().eos_token, eos->id);
+  EXPECT_EQ(ct->config().eos_tokens, std::vector<int>{eos->id});
   std::vector<uint8_t> rec(ct->record_bytes());
   for (const ExpertBank& b : ct->manifest().banks)
     for (int e = 0; e < b.experts; ++e) {

@@ -299,7 +299,7 @@ int RunChat(const ChatOptions& o) {
     return 1;
   }
   const ChatFormat& chat = *e->chat;
-  auto ends = EndOfTurnIds(e->chat, config.eos_token, tok);
+  auto ends = EndOfTurnIds(e->chat, config.eos_tokens, tok);
   if (!ends.ok()) {
     std::fprintf(stderr, "waste: %s\n", ends.status().message().c_str());
     return 1;

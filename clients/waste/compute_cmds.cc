@@ -147,7 +147,8 @@ int RunGenerate(const RunOptions& given) {
   while (produced < o.max_tokens && !stop.stopped()) {
     const int next = sampler.Sample(logits);
     ++produced;
-    if (!o.ignore_eos && next == config.eos_token) break;
+    if (!o.ignore_eos && std::ranges::find(config.eos_tokens, next) != config.eos_tokens.end())
+      break;
     const std::string piece = e->tokenizer ? std::string(e->tokenizer->TokenBytes(next))
                                            : "[" + std::to_string(next) + "]";
     const std::string shown = stop.Feed(piece);

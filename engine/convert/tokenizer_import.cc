@@ -30,11 +30,12 @@ Result<json> ReadJson(const std::string& dir, const std::string& name) {
 // V3.1's (is_last_user, </think> closing the reply's thinking). Another
 // template with thinking markup (R1's) is named in `note`; chat.json then
 // follows DeepSeek-V3's. GPT-OSS's harmony, GLM-4.5's and Qwen3's by their
-// special tokens alone (whatever the model family): Qwen3's hybrid layout
-// (thinking off) when the template has the enable_thinking switch or there
-// is no template, else ChatML without think blocks (Instruct-2507); a
-// template with <think> but no switch is named in `note`. Kimi K3's XTML
-// (no template: encoding_k3.py) by its four reserved tokens, thinking off.
+// special tokens alone (whatever the model family); among ChatML templates
+// Qwen3.5's by its XML tool calls (<function=) and enable_thinking switch
+// (thinking off). Qwen3's hybrid layout (thinking off) when the template has the enable_thinking
+// switch or there is no template, else ChatML without think blocks (Instruct-2507); a template with
+// <think> but no switch is named in `note`. Kimi K3's XTML (no template: encoding_k3.py) by its
+// four reserved tokens, thinking off.
 std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
                     const std::string& chat_template, std::string* note) {
   auto has = [&](const std::vector<std::string>& texts) {
@@ -62,6 +63,10 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
     *note = "dots.llm1's chat markup (<|userprompt|>, <|response|>) is not implemented: no chat.json";
     return "";
   }
+  // Qwen3.5's and 3.6's template: ChatML with XML tool calls (<function=).
+  if (has({"<|im_start|>", "<|im_end|>"}) && in_template("<function=") &&
+      in_template("enable_thinking"))
+    return ChatFormat::Qwen35().ToJson().dump(1);
   if (has({"<|im_start|>", "<|im_end|>"})) {
     const bool hybrid = chat_template.empty() || in_template("enable_thinking");
     if (!hybrid && in_template("<think>"))
@@ -86,9 +91,14 @@ std::string ChatFor(const SourceModel& m, const std::set<std::string>& specials,
   return "";
 }
 
-// The chat_template of tokenizer_config.json, or empty (absent, or not a string).
+// The checkpoint's chat template: chat_template.jinja when there is one (as
+// transformers saves it since 4.5x, and Qwen3.5's and 3.6's releases ship
+// it; it wins over tokenizer_config.json's, as in transformers), else the
+// chat_template of tokenizer_config.json, or empty (absent, or not a string).
 Result<std::string> ChatTemplate(const std::string& dir) {
   std::error_code ec;
+  if (std::filesystem::exists(dir + "/chat_template.jinja", ec))
+    return ReadSmallFile(dir + "/chat_template.jinja", 1 << 20);
   if (!std::filesystem::exists(dir + "/tokenizer_config.json", ec)) return std::string();
   auto cfg = ReadJson(dir, "tokenizer_config.json");
   if (!cfg.ok()) return cfg.status();

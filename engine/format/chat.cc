@@ -102,6 +102,13 @@ ChatFormat ChatFormat::Qwen3(bool hybrid, bool thinking) {
   return f;
 }
 
+ChatFormat ChatFormat::Qwen35(bool thinking) {
+  ChatFormat f = Qwen3(false);
+  f.family = kFamilyQwen35;
+  f.open += thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
+  return f;
+}
+
 ChatFormat ChatFormat::Glm45(bool thinking) {
   ChatFormat f;
   f.family = kFamilyGlm45;
@@ -178,6 +185,7 @@ Result<ChatFormat> WithThinking(const ChatFormat& stored, std::optional<bool> th
   // Qwen3's hybrid template has the switch (its chat.json has the think
   // block of a last reply); Instruct-2507's has no think blocks at all.
   if (family == kFamilyQwen3 && stored.last_reply) return ChatFormat::Qwen3(true, *thinking);
+  if (family == kFamilyQwen35) return ChatFormat::Qwen35(*thinking);
   if (family == kFamilyGlm45) return ChatFormat::Glm45(*thinking);
   if (family == kFamilyDeepseekV31) return ChatFormat::DeepseekV31(*thinking);
   if (family == kFamilyXtml) return ChatFormat::Xtml(*thinking);
@@ -245,8 +253,9 @@ Result<ChatFormat> ParseChat(std::string_view text) {
   if (doc->contains("family")) {
     WASTE_RETURN_IF_ERROR(JsonString(*doc, kWhere, "family", &f.family));
     bool known = false;
-    for (const char* name : {kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyDemo,
-                             kFamilyQwen3, kFamilyGlm45, kFamilyHarmony, kFamilyXtml})
+    for (const char* name :
+         {kFamilyKimiK2, kFamilyDeepseekV3, kFamilyDeepseekV31, kFamilyDemo, kFamilyQwen3,
+          kFamilyQwen35, kFamilyGlm45, kFamilyHarmony, kFamilyXtml})
       known = known || f.family == name;
     if (!known)
       return Status::Error("chat.json: \"family\" \"" + f.family.substr(0, 40) +

@@ -19,6 +19,11 @@
 //                          opens bare and the model writes its <think> block), as is a
 //                          final assistant message; ends at <|im_end|>
 //   Qwen3 Instruct-2507    the same without any <think> block (its template has none)
+//   Qwen3.5 / 3.6          Qwen3's ChatML, thinking off: the reply opened by
+//                          <|im_start|>assistant\n<think>\n\n</think>\n\n (on: by
+//                          <|im_start|>assistant\n<think>\n, the template's default);
+//                          every message's text stripped, so always laid out by
+//                          chat_tools (engine/tokenizer/chat_tools.h)
 //   GLM-4.5 / 4.6          [gMASK]<sop>, <|system|>\n{text}, <|user|>\n{text}/nothink,
 //                          <|assistant|>\n<think></think> then "\n" and the stripped text
 //                          (thinking off: enable_thinking=false, which appends /nothink);
@@ -145,6 +150,9 @@ struct ChatFormat {
   // harmony with its reasoning effort (low, medium, high) in the system
   // message.
   static ChatFormat Qwen3(bool hybrid, bool thinking = false);
+  // Qwen3.5's and 3.6's ChatML (tools as XML <function=..> calls), thinking
+  // off (waste's default, as for Qwen3) or on (the template's default).
+  static ChatFormat Qwen35(bool thinking = false);
   static ChatFormat Glm45(bool thinking = false);
   static ChatFormat Harmony(std::string_view reasoning_effort = "medium");
   // Kimi K3's XTML, thinking off (the reply opens in the response channel)
@@ -159,6 +167,7 @@ inline constexpr const char* kFamilyDeepseekV3 = "deepseek-v3";
 inline constexpr const char* kFamilyDeepseekV31 = "deepseek-v3.1";
 inline constexpr const char* kFamilyDemo = "demo";    // the demo model's DeepSeek-like template
 inline constexpr const char* kFamilyQwen3 = "qwen3";  // hybrid and Instruct-2507 alike
+inline constexpr const char* kFamilyQwen35 = "qwen3.5";  // Qwen3.5 and 3.6
 inline constexpr const char* kFamilyGlm45 = "glm-4.5";
 inline constexpr const char* kFamilyHarmony = "harmony";
 inline constexpr const char* kFamilyXtml = "k3-xtml";
@@ -171,7 +180,7 @@ inline constexpr const char* kXtmlEndOfMessage = "<|end_of_msg|>";
 
 // `stored` (a container's chat.json) as a request switches it: `thinking`
 // on or off where the family's template has the switch (Qwen3's hybrid
-// enable_thinking, GLM-4.5's enable_thinking, DeepSeek-V3.1's thinking, K3's
+// and Qwen3.5's enable_thinking, GLM-4.5's enable_thinking, DeepSeek-V3.1's thinking, K3's
 // think channel), `reasoning_effort` (low, medium, high) for harmony. None
 // and empty: `stored` as it is (its family's default). Off for a family that
 // never thinks is what it does; on for it, off for harmony (which always

@@ -31,6 +31,27 @@ Status GetInt(const json& c, const char* key, int64_t lo, int64_t hi, int* out,
   return Status::Ok();
 }
 
+// eos_token_id: absent, null, -1, an id, or a list of at most 16 ids.
+Status GetEosTokens(const json& c, int vocab, std::vector<int>* out) {
+  const auto it = c.find("eos_token_id");
+  if (it == c.end() || it->is_null()) return Status::Ok();
+  if (!it->is_array()) {
+    int id = -1;
+    WASTE_RETURN_IF_ERROR(GetInt(c, "eos_token_id", -1, vocab - 1, &id, -1));
+    if (id >= 0) out->push_back(id);
+    return Status::Ok();
+  }
+  if (it->empty() || it->size() > 16)
+    return Status::Error("config.eos_token_id: a list must hold 1 to 16 ids");
+  for (const json& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
+      return Status::Error("config.eos_token_id holds " + v.dump().substr(0, 40) +
+                           ", not a token id in [0, " + std::to_string(vocab) + ")");
+    out->push_back(v.get<int>());
+  }
+  return Status::Ok();
+}
+
 Status GetNum(const json& c, const char* key, double lo, double hi, double* out, double fallback,
               const char* where = "config.") {
   const auto it = c.find(key);
@@ -604,7 +625,7 @@ Result<ModelConfig> ReadConfig(const json& c, const json* outer) {
   m.rms_eps = static_cast<float>(eps);
   WASTE_RETURN_IF_ERROR(GetBool(c, "tie_word_embeddings", &m.tie_embeddings, false));
   WASTE_RETURN_IF_ERROR(GetInt(c, "bos_token_id", -1, m.vocab - 1, &m.bos_token, -1));
-  WASTE_RETURN_IF_ERROR(GetInt(c, "eos_token_id", -1, m.vocab - 1, &m.eos_token, -1));
+  WASTE_RETURN_IF_ERROR(GetEosTokens(c, m.vocab, &m.eos_tokens));
 
   // Feed-forward and routing.
   // GPT-OSS and MiniMax-M2 have no dense layers: their intermediate_size is

@@ -80,7 +80,9 @@ struct ModelConfig {
   bool zero_centered_norms = false;
   bool tie_embeddings = false;
   int bos_token = -1;
-  int eos_token = -1;
+  // eos_token_id, an id or a list of them (several released configs give
+  // a list); each ends generation. Empty: none given.
+  std::vector<int> eos_tokens;
 
   // Feed-forward. Layers [0, first_dense) are dense; of the rest, layer L
   // is MoE when (L + 1) % sparse_step == 0 and L is not in mlp_only

@@ -196,10 +196,11 @@ Result<std::vector<int32_t>> RenderChat(const ChatFormat& chat, const Tokenizer&
 }
 
 Result<std::vector<int32_t>> EndOfTurnIds(const Container& ct, const Tokenizer& tok) {
-  return EndOfTurnIds(ct.chat(), ct.config().eos_token, tok);
+  return EndOfTurnIds(ct.chat(), ct.config().eos_tokens, tok);
 }
 
-Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat, int32_t eos_token,
+Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat,
+                                          const std::vector<int>& eos_tokens,
                                           const Tokenizer& tok) {
   std::vector<int32_t> ids;
   if (chat)
@@ -210,7 +211,7 @@ Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat,
                              "\" is not a special token of the tokenizer");
       ids.push_back(*id);
     }
-  if (eos_token >= 0) ids.push_back(eos_token);
+  ids.insert(ids.end(), eos_tokens.begin(), eos_tokens.end());
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

@@ -122,12 +122,11 @@ class ReplyFilter {
 };
 
 // Where a reply ends: the ids of chat.json's end_of_turn (when the container
-// has chat.json) and the model's eos_token, without repeats. An end_of_turn
+// has chat.json) and the model's eos_token_id (each of a list), without repeats. An end_of_turn
 // text that is not a special token of `tok` is an error naming it.
 Result<std::vector<int32_t>> EndOfTurnIds(const Container& ct, const Tokenizer& tok);
-// The same of a chat format in chat.json's place (none: eos_token alone;
-// eos_token < 0: none).
-Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat, int32_t eos_token,
-                                          const Tokenizer& tok);
+// The same of a chat format in chat.json's place (none: eos_tokens alone).
+Result<std::vector<int32_t>> EndOfTurnIds(const std::optional<ChatFormat>& chat,
+                                          const std::vector<int>& eos_tokens, const Tokenizer& tok);
 
 }  // namespace waste

@@ -47,33 +47,6 @@ std::string At(size_t i) {
   return "messages[" + std::to_string(i) + "]";
 }
 
-// A tool as the API gives it to the template: OpenAI's {"type": "function",
-// "function": {name, description, parameters}} (no description when empty).
-ordered_json ToolJson(const ChatTool& t) {
-  ordered_json fn = ordered_json::object();
-  fn["name"] = t.name;
-  if (!t.description.empty()) fn["description"] = t.description;
-  fn["parameters"] = t.parameters;
-  ordered_json j = ordered_json::object();
-  j["type"] = "function";
-  j["function"] = std::move(fn);
-  return j;
-}
-
-// The pieces of a prompt, as ChatPieces makes them (none empty).
-class Pieces {
- public:
-  void Markup(std::string_view s) { Add(s, true); }
-  void Content(std::string_view s) { Add(s, false); }
-  std::vector<ChatPiece> Take() { return std::move(pieces_); }
-
- private:
-  void Add(std::string_view s, bool markup) {
-    if (!s.empty()) pieces_.push_back({std::string(s), markup});
-  }
-  std::vector<ChatPiece> pieces_;
-};
-
 bool Is(std::span<const ChatMessage> m, size_t i, const char* role) {
   return i < m.size() && m[i].role == role;
 }
@@ -683,6 +656,17 @@ Result<std::vector<ChatPiece>> KimiK3(const ChatFormat& chat, std::span<const Ch
 
 }  // namespace
 
+ordered_json ToolJson(const ChatTool& t) {
+  ordered_json fn = ordered_json::object();
+  fn["name"] = t.name;
+  if (!t.description.empty()) fn["description"] = t.description;
+  fn["parameters"] = t.parameters;
+  ordered_json j = ordered_json::object();
+  j["type"] = "function";
+  j["function"] = std::move(fn);
+  return j;
+}
+
 std::string PyStrip(std::string_view s) {
   size_t begin = 0, len = 0;
   while (begin < s.size() && PySpaceAt(s, begin, &len)) begin += len;
@@ -726,7 +710,8 @@ std::string PyJsonDumps(const ordered_json& v) {
 
 bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
                  const ChatRenderOptions& options) {
-  if (!options.tools.empty()) return true;
+  // Qwen3.5's template strips every message's text: always its layout.
+  if (!options.tools.empty() || chat.family == kFamilyQwen35) return true;
   const bool renders_reasoning = chat.family == kFamilyQwen3 || chat.family == kFamilyGlm45 ||
                                  chat.family == kFamilyHarmony || chat.family == kFamilyXtml;
   for (const ChatMessage& m : messages)
@@ -738,6 +723,7 @@ bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
 Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
                                             std::span<const ChatMessage> messages,
                                             const ChatRenderOptions& options) {
+  if (chat.family == kFamilyQwen35) return Qwen35Pieces(chat, messages, options);
   if (options.continuation)
     return Status::Error(
         "a continuation with tools, tool calls, tool results or reasoning is "

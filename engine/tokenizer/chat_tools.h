@@ -35,6 +35,14 @@
 //                    text or reasoning) unless a final reply follows later; a
 //                    result <|start|>functions.{name} to=assistant<|channel|>
 //                    commentary<|message|>{json.dumps(text)}<|end|>
+//   Qwen3.5 / 3.6    always (its template strips every text): the system text
+//                    after the tools ("# Tools", one json.dumps line per tool,
+//                    the XML call format); calls <tool_call>\n<function={name}>
+//                    with <parameter={key}>\n{value}\n</parameter> per argument
+//                    (the arguments parsed: strings bare, the rest json.dumps);
+//                    results as Qwen3's; reasoning in a think block after the
+//                    last user query; a system message not first refused, as
+//                    the template raises (chat_qwen35.cc)
 //   Kimi K3 (XTML)   encoding_k3.py's elements, segment for segment: tools as
 //                    a system message of type tool-declare (compact JSON, keys
 //                    sorted); calls in a tools element after the response,
@@ -52,6 +60,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -73,6 +82,30 @@ std::string PyStrip(std::string_view s);
 // the quote ("<" and ">" are text in XTML).
 std::string XtmlEscape(std::string_view v);
 
+// A tool as the API gives it to the template: OpenAI's {"type": "function",
+// "function": {name, description, parameters}} (no description when empty).
+nlohmann::ordered_json ToolJson(const ChatTool& t);
+
+// The pieces of a prompt, as ChatPieces makes them (none empty).
+class Pieces {
+ public:
+  void Markup(std::string_view s) { Add(s, true); }
+  void Content(std::string_view s) { Add(s, false); }
+  std::vector<ChatPiece> Take() { return std::move(pieces_); }
+
+ private:
+  void Add(std::string_view s, bool markup) {
+    if (!s.empty()) pieces_.push_back({std::string(s), markup});
+  }
+  std::vector<ChatPiece> pieces_;
+};
+
+// Qwen3.5's and 3.6's layout of any conversation (chat_qwen35.cc); with
+// options.continuation the messages after a reply the model ended.
+Result<std::vector<ChatPiece>> Qwen35Pieces(const ChatFormat& chat,
+                                            std::span<const ChatMessage> messages,
+                                            const ChatRenderOptions& options);
+
 // Whether the conversation needs more than chat.json's markup: tools
 // offered, an assistant's tool calls, a tool result, or an assistant's
 // reasoning where the family's template renders it (Qwen3, GLM-4.5, K3;
@@ -82,7 +115,7 @@ bool NeedsFamily(const ChatFormat& chat, std::span<const ChatMessage> messages,
 
 // The conversation laid out by `chat.family`'s template (chat already
 // switched for thinking), or an error naming what that family does not
-// render. Not for a continuation (refused).
+// render. Not for a continuation (refused), but for Qwen3.5's.
 Result<std::vector<ChatPiece>> FamilyPieces(const ChatFormat& chat,
                                             std::span<const ChatMessage> messages,
                                             const ChatRenderOptions& options);

@@ -105,6 +105,8 @@ std::optional<ChatFormat> RecognisedChat(const std::string& t) {
   if (has("<|im_system|>") && has("<|im_middle|>")) return ChatFormat::Kimi();
   if (has("<|channel|>") && has("<|start|>") && has("<|message|>")) return ChatFormat::Harmony();
   if (has("[gMASK]") && has("<|assistant|>")) return ChatFormat::Glm45();
+  if (has("<|im_start|>") && has("<|im_end|>") && has("<function=") && has("enable_thinking"))
+    return ChatFormat::Qwen35();
   if (has("<|im_start|>") && has("<|im_end|>"))
     return ChatFormat::Qwen3(/*hybrid=*/has("enable_thinking"));
   if (has("<\xEF\xBD\x9C"
@@ -123,6 +125,7 @@ std::optional<ChatFormat> ChatOfFamily(std::string_view f) {
   if (f == kFamilyDeepseekV3) return ChatFormat::Deepseek(true);
   if (f == kFamilyDeepseekV31) return ChatFormat::DeepseekV31();
   if (f == kFamilyQwen3) return ChatFormat::Qwen3(true);
+  if (f == kFamilyQwen35) return ChatFormat::Qwen35();
   if (f == kFamilyGlm45) return ChatFormat::Glm45();
   if (f == kFamilyHarmony) return ChatFormat::Harmony();
   return std::nullopt;
@@ -139,7 +142,7 @@ std::string GgufPreNames() {
 
 std::string GgufChatFamilies() {
   return std::string(kFamilyKimiK2) + ", " + kFamilyDeepseekV3 + ", " + kFamilyDeepseekV31 + ", " +
-         kFamilyQwen3 + ", " + kFamilyGlm45 + ", " + kFamilyHarmony;
+         kFamilyQwen3 + ", " + kFamilyQwen35 + ", " + kFamilyGlm45 + ", " + kFamilyHarmony;
 }
 
 Result<GgufVocab> GgufTokenizer(const gguf::Gguf& g) {

@@ -3,6 +3,7 @@
 each family's released chat template renders them, for tests/chat_test.cc.
 
     python tools/chat/make_fixtures.py --deepseek-v31-tools TEMPLATE   (transformers, tiktoken, regex)
+    python tools/chat/make_fixtures.py --only FAMILY   (that family's entry of chat.json alone)
 
 TEMPLATE is vLLM's examples/tool_chat_template_deepseekv31.jinja (Apache-2.0,
 not committed): DeepSeek-V3.1's released template does not render `tools`;
@@ -21,6 +22,10 @@ Families and what renders and tokenizes them:
   qwen3     Qwen3's released template (tests/fixtures/chat/qwen3.jinja) with
             enable_thinking=False (waste's default) over the Qwen3 tokenizer fixture
             (tests/fixtures/tokenizer/qwen3/: Qwen's normalizer, pattern and specials)
+  qwen3.5   Qwen3.6's released template (qwen3.6.jinja, Qwen3.5's tool syntax) with
+            enable_thinking=False over the same Qwen3 tokenizer fixture (its specials are
+            the ones the template writes); the conversations it raises on (a system
+            message not first) are kept as "refused" cases, every text stripped as it strips
   glm45     GLM-4.6's released template (glm-4.6.jinja, GLM-4.5's markup), enable_thinking=False,
             over the GLM-4.5 tokenizer fixture (tests/fixtures/tokenizer/glm45/)
   gpt-oss   GPT-OSS's released harmony template (gpt-oss.jinja), the current date fixed at
@@ -52,6 +57,7 @@ import os
 import re
 import sys
 
+import jinja2
 import tiktoken
 import transformers
 from transformers import AutoTokenizer
@@ -187,6 +193,7 @@ def tool_conversations():
 # assistant's tool_calls (the engine drops them too).
 TOOL_CASES = {
     "qwen3": {"tools": True, "calls": True},
+    "qwen3.5": {"tools": True, "calls": True},
     "glm45": {"tools": True, "calls": True},
     "deepseek-v3.1": {"tools": True, "calls": True},
     "kimi": {"tools": True, "calls": True},
@@ -195,7 +202,7 @@ TOOL_CASES = {
     "gpt-oss": {"tools": True, "calls": True, "one_call": True},
 }
 # Thinking switched per request: the template's argument and the values rendered.
-THINKING = {"qwen3": "enable_thinking", "glm45": "enable_thinking", "deepseek-v3.1": "thinking"}
+THINKING = {"qwen3": "enable_thinking", "qwen3.5": "enable_thinking", "glm45": "enable_thinking", "deepseek-v3.1": "thinking"}
 
 
 def protected_ids(render, encode_plain, special_texts, messages, gen, shown=None, **kw):
@@ -349,7 +356,7 @@ def agent_cases(name, render, plain, whole, specials, texts, released=None):
         if effort is not None:
             kw["reasoning_effort"] = effort
         rendered = msgs
-        if name in ("glm45", "gpt-oss", "deepseek-v3.1"):
+        if name in ("glm45", "gpt-oss", "deepseek-v3.1", "qwen3.5"):
             # GLM's template iterates arguments.items(), harmony's and vLLM's
             # DeepSeek-V3.1 one print arguments|tojson (a JSON string literal,
             # were they a string): a serving stack (vLLM) hands them the
@@ -369,6 +376,9 @@ def agent_cases(name, render, plain, whole, specials, texts, released=None):
         if name == "glm45":
             def shown(m):
                 return m["content"].strip() if m["role"] == "assistant" else m["content"]
+        if name == "qwen3.5":  # its template strips every text
+            def shown(m):
+                return m["content"].strip()
         if name == "gpt-oss":
             def shown(m):
                 # Harmony prints a tool result as content|tojson: the quotes
@@ -390,11 +400,17 @@ def agent_cases(name, render, plain, whole, specials, texts, released=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--deepseek-v31-tools", required=True, metavar="TEMPLATE",
+    ap.add_argument("--deepseek-v31-tools", metavar="TEMPLATE",
                     help="vLLM's examples/tool_chat_template_deepseekv31.jinja")
+    ap.add_argument("--only", metavar="FAMILY",
+                    help="write this family's entry alone, the others' kept as committed")
     args = ap.parse_args()
-    with open(args.deepseek_v31_tools, encoding="utf-8") as f:
-        ds31_tools_template = without_layout(f.read())
+    ds31_tools_template = None
+    if args.only in (None, "deepseek-v3.1"):
+        if not args.deepseek_v31_tools:
+            ap.error("--deepseek-v31-tools is needed for deepseek-v3.1")
+        with open(args.deepseek_v31_tools, encoding="utf-8") as f:
+            ds31_tools_template = without_layout(f.read())
     families = {}
     with open(os.path.join(ROOT, "models", "demo-moe", "tokenizer_config.json")) as f:
         demo_template = json.load(f)["chat_template"]
@@ -419,6 +435,8 @@ def main():
     fx_tok = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
     for name, tdir, tmpl, texts, kwargs in [
             ("qwen3", "qwen3", "qwen3.jinja", ["<|im_start|>", "<|im_end|>"], {"enable_thinking": False}),
+            ("qwen3.5", "qwen3", "qwen3.6.jinja", ["<|im_start|>", "<|im_end|>"],
+             {"enable_thinking": False}),
             ("glm45", "glm45", "glm-4.6.jinja", ["<|user|>", "<|assistant|>"], {"enable_thinking": False}),
             ("gpt-oss", "gpt-oss", "gpt-oss.jinja", ["<|start|>", "<|end|>"], {})]:
         with open(os.path.join(OUT, tmpl)) as f:
@@ -429,6 +447,8 @@ def main():
     k = kimi_family()
     setups["kimi"] = (k[:5], "tests/fixtures/tokenizer/tokenizer.model",
                       "tests/fixtures/chat/kimi-k2.jinja", ["<|im_end|>", "<|im_user|>"])
+    if args.only:
+        setups = {args.only: setups[args.only]}
     for name, ((render, plain, whole, specials, bos), tok_path, tmpl_path, texts) in setups.items():
         cases = []
         for cname, msgs, gen in conversations(texts):
@@ -436,7 +456,16 @@ def main():
             if name == "glm45":  # its template writes content.strip() of an assistant message
                 def shown(m):
                     return m["content"].strip() if m["role"] == "assistant" else m["content"]
-            text, ids = protected_ids(render, plain, specials, msgs, gen, shown)
+            if name == "qwen3.5":  # and Qwen3.5's every text stripped
+                def shown(m):
+                    return m["content"].strip()
+            try:
+                text, ids = protected_ids(render, plain, specials, msgs, gen, shown)
+            except jinja2.exceptions.TemplateError as e:
+                # What the template raises on, the engine refuses.
+                cases.append({"name": cname, "messages": msgs, "add_generation_prompt": gen,
+                              "refused": str(e)})
+                continue
             naive = whole(msgs, gen)
             has_special = any(s in m["content"] for m in msgs for s in specials)
             if has_special:
@@ -454,10 +483,15 @@ def main():
                                                                      released)}
         if name == "gpt-oss":
             families[name]["date"] = DATE
-        if name in ("qwen3", "glm45"):
+        if name in ("qwen3", "qwen3.5", "glm45"):
             families[name]["enable_thinking"] = False
-        print(f"{name}: {len(cases)} cases, {sum(len(c['ids']) for c in cases)} ids, "
+        print(f"{name}: {len(cases)} cases, {sum(len(c.get('ids', [])) for c in cases)} ids, "
               f"{len(families[name]['agent_cases'])} agent cases")
+    if args.only:
+        with open(os.path.join(OUT, "chat.json"), encoding="utf-8") as f:
+            kept = json.load(f)
+        kept["families"].update(families)
+        families = kept["families"]
     doc = {"generator": "tools/chat/make_fixtures.py",
            "tools": TOOLS,
            "transformers_version": transformers.__version__,
