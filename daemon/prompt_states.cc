@@ -14,29 +14,10 @@
 #include <spdlog/spdlog.h>
 
 #include "base/size_text.h"
-#include "engine/format/encoding.h"  // Crc32
+#include "daemon/state_file.h"
 
 namespace waste::daemon {
 namespace {
-
-constexpr char kMagic[8] = {'W', 'A', 'S', 'T', 'E', 'P', 'S', 'T'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kModelChars = 16;  // ManifestFingerprint: 16 hex digits
-
-struct FileHeader {
-  char magic[8];
-  uint32_t version;
-  uint32_t uid;
-  char model[kModelChars];  // the container's fingerprint
-  uint64_t fingerprint;     // the publisher's
-  uint32_t token_count;
-  uint32_t crc;  // of the whole file, read with this field 0
-  uint64_t payload_bytes;
-  int64_t created_ms;  // unix milliseconds
-};
-static_assert(sizeof(FileHeader) == 64, "the file's header is 64 bytes");
-
-constexpr size_t kCopyBytes = 4 << 20;  // a publish and a check read this much at a time
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -46,104 +27,32 @@ double MtimeOf(const struct stat& st) {
   return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9;
 }
 
-// The file name of a state: FNV-1a of its uid, fingerprint and tokens.
-std::string NameOf(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(p)[i]) * 1099511628211ull;
-  };
-  const uint32_t u = uid;
-  mix(&u, sizeof u);
-  mix(&fingerprint, sizeof fingerprint);
-  mix(tokens.data(), tokens.size_bytes());
-  char name[32];
-  std::snprintf(name, sizeof name, "%016llx.state", static_cast<unsigned long long>(h));
-  return name;
+bool Same(const timespec& a, const timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
-bool ReadAll(int fd, void* to, size_t n, uint64_t at) {
-  auto* p = static_cast<uint8_t*>(to);
-  while (n > 0) {
-    const ssize_t got = pread(fd, p, n, static_cast<off_t>(at));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got, at += static_cast<uint64_t>(got), n -= static_cast<size_t>(got);
+// Whether the file is the one whose checksum was found good: a write
+// changes its mtime and ctime (and a touch that sets the mtime back still
+// changes the ctime), a replacement its inode.
+bool Unchanged(const struct stat& now, const struct stat& checked) {
+  return now.st_ino == checked.st_ino && now.st_size == checked.st_size &&
+         Same(now.st_mtim, checked.st_mtim) && Same(now.st_ctim, checked.st_ctim);
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) close(fd);
   }
-  return true;
-}
-
-bool WriteAll(int fd, const void* from, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(from);
-  while (n > 0) {
-    const ssize_t put = write(fd, p, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put, n -= static_cast<size_t>(put);
-  }
-  return true;
-}
-
-std::span<const uint8_t> Bytes(const void* p, size_t n) {
-  return {static_cast<const uint8_t*>(p), n};
-}
+};
 
 }  // namespace
 
-Result<StateFileInfo> CheckStateFile(const std::string& path, const std::string& model) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return Status::Error(std::string("cannot open: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return Status::Error("not a regular file");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  FileHeader h{};
-  if (size < sizeof h || !ReadAll(fd, &h, sizeof h, 0))
-    return Status::Error("truncated: " + std::to_string(size) + " bytes, less than a header");
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return Status::Error("not a prompt state");
-  if (h.version != kVersion)
-    return Status::Error("version " + std::to_string(h.version) + ", this wasted reads " +
-                         std::to_string(kVersion));
-  if (std::string(h.model, kModelChars) != model)
-    return Status::Error("a state of another container (" + std::string(h.model, kModelChars) +
-                         ", this one is " + model + ")");
-  if (h.token_count == 0 || h.token_count > kMaxStateTokens)
-    return Status::Error(std::to_string(h.token_count) + " tokens, out of range");
-  const uint64_t offset = sizeof h + uint64_t{h.token_count} * 4;
-  if (h.payload_bytes == 0 || h.payload_bytes > size || size - h.payload_bytes != offset)
-    return Status::Error(std::to_string(size) + " bytes, where its header says " +
-                         std::to_string(offset) + " + " + std::to_string(h.payload_bytes) +
-                         " (truncated or grown)");
-  StateFileInfo info;
-  info.tokens.resize(h.token_count);
-  if (!ReadAll(fd, info.tokens.data(), info.tokens.size() * 4, sizeof h))
-    return Status::Error("cannot read its tokens");
-  FileHeader zeroed = h;
-  zeroed.crc = 0;
-  uint32_t crc = format::Crc32(Bytes(&zeroed, sizeof zeroed));
-  crc = format::Crc32(Bytes(info.tokens.data(), info.tokens.size() * 4), crc);
-  std::vector<uint8_t> buf(std::min<uint64_t>(kCopyBytes, h.payload_bytes));
-  for (uint64_t at = offset; at < size;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - at));
-    if (!ReadAll(fd, buf.data(), n, at)) return Status::Error("cannot read its payload");
-    crc = format::Crc32(Bytes(buf.data(), n), crc);
-    at += n;
-  }
-  if (crc != h.crc) return Status::Error("its checksum does not match its bytes (damaged)");
-  info.uid = h.uid;
-  info.fingerprint = h.fingerprint;
-  info.payload_offset = offset;
-  info.payload_bytes = h.payload_bytes;
-  info.created = static_cast<double>(h.created_ms) / 1000;
-  return info;
-}
-
 Result<std::unique_ptr<PromptStates>> PromptStates::Open(const PromptStatesOptions& o) {
-  if (o.model.size() != kModelChars)
+  if (o.model.size() != kStateModelChars)
     return Status::Error("prompt states: a container fingerprint has " +
-                         std::to_string(kModelChars) + " characters, not \"" + o.model + "\"");
+                         std::to_string(kStateModelChars) + " characters, not \"" + o.model +
+                         "\"");
   namespace fs = std::filesystem;
   std::error_code ec;
   // Prompts are what users asked: the daemon's alone. Every directory it
@@ -171,26 +80,34 @@ Result<std::unique_ptr<PromptStates>> PromptStates::Open(const PromptStatesOptio
       why = "a publish that did not finish";
     } else if (name.size() < 6 || name.substr(name.size() - 6) != ".state") {
       why = "not a prompt state's name";
-    } else if (auto info = CheckStateFile(path, o.model); !info.ok()) {
-      why = info.status().message();
-    } else if (NameOf(info->uid, info->fingerprint, info->tokens) != name) {
-      why = "its name is not its contents'";
     } else {
+      const Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
       struct stat st {};
-      if (stat(path.c_str(), &st) != 0) continue;  // gone meanwhile
-      Entry e{info->uid,        info->fingerprint,   std::move(info->tokens),
-              static_cast<uint64_t>(st.st_size), info->payload_offset, info->payload_bytes,
-              info->created,   MtimeOf(st)};
-      s->bytes_ += e.file_bytes;
-      s->index_[name] = std::move(e);
-      continue;
+      auto info = f.fd < 0 ? Result<StateFileInfo>(Status::Error(std::string("cannot open: ") +
+                                                                 std::strerror(errno)))
+                           : ReadStateHeader(f.fd, o.model);
+      if (!info.ok()) {
+        why = info.status().message();
+      } else if (StateNameOf(info->uid, info->fingerprint, info->tokens) != name) {
+        why = "its name is not its contents'";
+      } else if (fstat(f.fd, &st) != 0) {
+        why = std::string("cannot stat: ") + std::strerror(errno);
+      } else {
+        Entry e{info->uid,        info->fingerprint,   std::move(info->tokens),
+                static_cast<uint64_t>(st.st_size), info->payload_offset, info->payload_bytes,
+                info->created,   MtimeOf(st)};
+        s->bytes_ += e.file_bytes;
+        s->index_[name] = std::move(e);
+        continue;
+      }
     }
     spdlog::warn("prompt state {} removed: {}", path, why);
     std::remove(path.c_str());
     ++removed;
   }
   s->Evict(0);
-  spdlog::info("prompt states in {}: {} ({} of a budget of {}), {} removed, checked in {:.1f} ms",
+  spdlog::info("prompt states in {}: {} ({} of a budget of {}), {} removed, headers read in "
+               "{:.1f} ms",
                o.dir, s->index_.size(), FormatSize(s->bytes_), FormatSize(o.budget), removed,
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                    .count());
@@ -226,7 +143,7 @@ Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const in
     return Status::Error("a prompt state is filed under 1 to " + std::to_string(kMaxStateTokens) +
                          " tokens, not " + std::to_string(tokens.size()));
   if (bytes == 0) return Status::Error("a prompt state of no bytes");
-  const uint64_t file_bytes = sizeof(FileHeader) + tokens.size_bytes() + bytes;
+  const uint64_t file_bytes = sizeof(StateHeader) + tokens.size_bytes() + bytes;
   if (file_bytes > o_.budget)
     return Status::Error("a prompt state of " + FormatSize(file_bytes) +
                          " is larger than the states' budget, " + FormatSize(o_.budget) +
@@ -235,56 +152,34 @@ Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const in
   if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes)
     return Status::Error("the state's descriptor holds fewer than the " + std::to_string(bytes) +
                          " bytes announced");
-  const std::string name = NameOf(uid, fingerprint, tokens);
+  const std::string name = StateNameOf(uid, fingerprint, tokens);
   Remove(name, "published again");
   Evict(file_bytes);
 
-  FileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = kVersion;
-  h.uid = uid;
-  std::memcpy(h.model, o_.model.data(), kModelChars);
-  h.fingerprint = fingerprint;
-  h.token_count = static_cast<uint32_t>(tokens.size());
-  h.payload_bytes = bytes;
   const double now = UnixNow();
-  h.created_ms = static_cast<int64_t>(now * 1000);
   const std::string tmp =
       PathOf(".tmp-" + std::to_string(getpid()) + "-" + std::to_string(next_tmp_++));
   const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (out < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
-  std::string failed;
-  uint32_t crc = format::Crc32(Bytes(&h, sizeof h));
-  crc = format::Crc32(Bytes(tokens.data(), tokens.size_bytes()), crc);
-  if (!WriteAll(out, &h, sizeof h) || !WriteAll(out, tokens.data(), tokens.size_bytes()))
-    failed = std::string("writing ") + tmp + ": " + std::strerror(errno);
-  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(kCopyBytes, bytes)));
-  for (uint64_t at = 0; failed.empty() && at < bytes;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - at));
-    if (!ReadAll(fd, buf.data(), n, at)) {
-      failed = "the state's descriptor gave fewer than the " + std::to_string(bytes) +
-               " bytes announced";
-    } else if (!WriteAll(out, buf.data(), n)) {
-      failed = std::string("writing ") + tmp + ": " + std::strerror(errno);
-    }
-    crc = format::Crc32(Bytes(buf.data(), n), crc);
-    at += n;
-  }
-  h.crc = crc;
-  if (failed.empty() && pwrite(out, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
-    failed = std::string("writing ") + tmp + ": " + std::strerror(errno);
-  if (close(out) != 0 && failed.empty())
-    failed = std::string("writing ") + tmp + ": " + std::strerror(errno);
-  if (failed.empty() && std::rename(tmp.c_str(), PathOf(name).c_str()) != 0)
-    failed = "renaming " + tmp + ": " + std::strerror(errno);
-  if (!failed.empty()) {
+  const StateHeader h = NewStateHeader(o_.model, uid, fingerprint, tokens.size(), bytes, now);
+  Status st_write = WriteState(out, h, tokens, fd, bytes);
+  if (close(out) != 0 && st_write.ok())
+    st_write = Status::Error(std::string("writing: ") + std::strerror(errno));
+  struct stat written {};
+  if (st_write.ok() && std::rename(tmp.c_str(), PathOf(name).c_str()) != 0)
+    st_write = Status::Error(std::string("renaming: ") + std::strerror(errno));
+  if (st_write.ok() && stat(PathOf(name).c_str(), &written) != 0)
+    st_write = Status::Error(std::string("cannot stat: ") + std::strerror(errno));
+  if (!st_write.ok()) {
     std::remove(tmp.c_str());
-    spdlog::warn("a prompt state of uid {} ({} tokens) was not kept: {}", uid, tokens.size(),
-                 failed);
-    return Status::Error(failed);
+    spdlog::warn("a prompt state of uid {} ({} tokens) was not kept: {}: {}", uid, tokens.size(),
+                 tmp, st_write.message());
+    return st_write.Prefixed(tmp);
   }
-  index_[name] = Entry{uid,  fingerprint, {tokens.begin(), tokens.end()}, file_bytes,
-                       file_bytes - bytes, bytes, now, now};
+  Entry e{uid,  fingerprint, {tokens.begin(), tokens.end()}, file_bytes, file_bytes - bytes, bytes,
+          now, now};
+  e.checked = written;  // its checksum was computed from the bytes written
+  index_[name] = std::move(e);
   bytes_ += file_bytes;
   return Status::Ok();
 }
@@ -302,19 +197,27 @@ PromptStates::Found PromptStates::Find(uid_t uid, uint64_t fingerprint,
     }
     if (best == index_.end()) return {};
     Entry& e = best->second;
-    const int fd = open(PathOf(best->first).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    Fd f{open(PathOf(best->first).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
     struct stat st {};
-    if (fd < 0 || fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != e.file_bytes) {
-      if (fd >= 0) close(fd);
-      Remove(best->first, "its file went or changed under wasted");
+    if (f.fd < 0 || fstat(f.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != e.file_bytes) {
+      Remove(best->first, "its file went or changed size under wasted");
       continue;
     }
-    futimens(fd, nullptr);  // the last use, kept across restarts
+    if (!Unchanged(st, e.checked)) {
+      ++checksums_;
+      if (Status c = CheckStateChecksum(f.fd); !c.ok()) {
+        Remove(best->first, c.message());
+        continue;
+      }
+    }
+    futimens(f.fd, nullptr);  // the last use, kept across restarts
     e.last_use = UnixNow();
+    if (fstat(f.fd, &e.checked) != 0) e.checked = {};  // as checked, touched by this use
+    const int fd = f.fd;
+    f.fd = -1;
     return {static_cast<uint32_t>(e.tokens.size()), fd, e.payload_offset, e.payload_bytes};
   }
 }
-
 std::vector<PromptStateInfo> PromptStates::List(uid_t uid) const {
   const bool all = uid == 0 || uid == geteuid();
   std::vector<std::pair<double, PromptStateInfo>> rows;

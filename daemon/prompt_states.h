@@ -5,23 +5,26 @@
 // A state is opaque bytes to the daemon (a client's serialized session; the
 // daemon links no engine) filed under the tokens it has seen and the
 // client's fingerprint of the model's shape. The daemon checks what it can:
-// the file's header (magic, version, the container it belongs to), its size
-// against the header, and a crc32 it computes over the whole file when the
-// state is published and again when the directory is scanned at start. A
-// file that fails is removed and logged; the client checks the state's own
-// format when it loads it. Files are written to a temporary name and
-// renamed, so a publish cut short (a kill, a full disk) leaves no half
-// state; temporaries left by a killed daemon are removed at start.
+// the file's header (magic, version, the container it belongs to) and its
+// size against the header when the directory is scanned at start (headers
+// only: a restart over gigabytes of states stays quick), and a crc32 over
+// the whole file before Find first hands it out, remembered until the file
+// changes (its inode, size, mtime or ctime). A file that fails is removed
+// and logged, and Find tries the next longest; the client checks the
+// state's own format when it loads it. Files are written to a temporary
+// name and renamed, so a publish cut short (a kill, a full disk) leaves no
+// half state; temporaries left by a killed daemon are removed at start.
 //
-// Files: `<dir>/<hash of uid, fingerprint and tokens>.state`:
-//   FileHeader | int32 tokens[token_count] | payload[payload_bytes]
-// The file's mtime is its last use, so least-recently-used eviction under
-// the byte budget carries across restarts.
+// Files: `<dir>/<hash of uid, fingerprint and tokens>.state`, laid out as
+// daemon/state_file.h says. The file's mtime is its last use, so
+// least-recently-used eviction under the byte budget carries across
+// restarts.
 //
 // Not thread-safe: the RPC thread alone calls it (a publish copies its bytes
 // on that thread; a worker of its own is a later step).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -32,13 +35,10 @@
 #include <vector>
 
 #include "base/status.h"
+#include "daemon/state_file.h"
 #include "protocol/answers.h"
 
 namespace waste::daemon {
-
-// The most tokens a state is filed under (a prompt of a million tokens; the
-// list fits in an RPC message many times over).
-constexpr uint32_t kMaxStateTokens = 1u << 20;
 
 struct PromptStatesOptions {
   std::string dir;    // this container's states: state_dir/states/<container fingerprint>
@@ -49,9 +49,10 @@ struct PromptStatesOptions {
 
 class PromptStates {
  public:
-  // Creates the directory (0700) if need be and scans it: every state file
-  // checked, a damaged or foreign one removed and logged, then the least
-  // recently used removed until the rest fit the budget.
+  // Creates the directory (0700) if need be and scans it: every state file's
+  // header and size checked (not its checksum: Find's), a damaged or foreign
+  // one removed and logged, then the least recently used removed until the
+  // rest fit the budget.
   static Result<std::unique_ptr<PromptStates>> Open(const PromptStatesOptions& o);
 
   // Files the first `bytes` bytes of `fd` (read with pread: a file the client
@@ -68,8 +69,10 @@ class PromptStates {
     uint64_t offset = 0, bytes = 0;  // the payload within it
   };
   // The longest state `uid` may see, of `fingerprint`, whose tokens begin
-  // `tokens`; it becomes the most recently used. A file that has gone or
-  // changed under the daemon is forgotten, and the next longest is tried.
+  // `tokens`; it becomes the most recently used. A file whose checksum was
+  // not checked since it last changed is checked first; one that fails, or
+  // has gone or changed size under the daemon, is removed, and the next
+  // longest is tried.
   Found Find(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens);
 
   // The states `uid` may see (all of them for root and the daemon's uid),
@@ -81,6 +84,7 @@ class PromptStates {
   uint64_t bytes() const { return bytes_; }  // of every file kept
   uint64_t budget() const { return o_.budget; }
   size_t size() const { return index_.size(); }
+  uint64_t checksums() const { return checksums_; }  // whole files read to check their crc
 
  private:
   struct Entry {
@@ -90,6 +94,8 @@ class PromptStates {
     uint64_t file_bytes = 0, payload_offset = 0, payload_bytes = 0;
     double created = 0;   // unix seconds, from the header
     double last_use = 0;  // unix seconds, the file's mtime
+    // The file as its checksum was last found good (all 0: never checked).
+    struct stat checked {};
   };
   explicit PromptStates(const PromptStatesOptions& o) : o_(o) {}
   std::string PathOf(const std::string& name) const { return o_.dir + "/" + name; }
@@ -102,17 +108,7 @@ class PromptStates {
   std::map<std::string, Entry> index_;  // by file name
   uint64_t bytes_ = 0;
   uint64_t next_tmp_ = 0;
+  uint64_t checksums_ = 0;
 };
-
-// Checks one state file as the start-up scan does; the entry's fields on
-// success, else why not (for the scan's log and the tests).
-struct StateFileInfo {
-  uid_t uid = 0;
-  uint64_t fingerprint = 0;
-  std::vector<int32_t> tokens;
-  uint64_t payload_offset = 0, payload_bytes = 0;
-  double created = 0;
-};
-Result<StateFileInfo> CheckStateFile(const std::string& path, const std::string& model);
 
 }  // namespace waste::daemon

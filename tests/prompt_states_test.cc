@@ -1,7 +1,8 @@
 // The daemon's store of prompt states (daemon/prompt_states.h), driven
 // directly: publish and find by longest prefix, the uid rule, a reopen (what
-// a restart of wasted does), damaged and foreign files removed at the scan,
-// and the budget's least-recently-used eviction.
+// a restart of wasted does), damaged and foreign files removed at the scan
+// (headers) or before Find hands them out (checksums), and the budget's
+// least-recently-used eviction.
 #include "daemon/prompt_states.h"
 
 #include <sys/mman.h>
@@ -38,6 +39,15 @@ struct Blob {
   ~Blob() { close(fd); }
   int fd = -1;
 };
+
+// Inverts the byte at `at` of the file at `path`, its size unchanged.
+void FlipByte(const std::string& path, std::streamoff at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  const char was = static_cast<char>(f.get());
+  f.seekp(at);
+  f.put(static_cast<char>(~was));
+}
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
@@ -150,15 +160,9 @@ TEST_F(PromptStatesTest, DamagedForeignAndUnfinishedFilesAreRemovedAtOpen) {
   std::vector<std::string> files = Files();
   ASSERT_EQ(files.size(), 4u);
   std::sort(files.begin(), files.end());
-  // One truncated, one with a byte of its payload flipped, one renamed.
+  // One truncated, one with a byte of its header's model changed, one renamed.
   fs::resize_file(files[0], fs::file_size(files[0]) - 1);
-  {
-    std::fstream f(files[1], std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(200);
-    const char was = static_cast<char>(f.get());
-    f.seekp(200);
-    f.put(static_cast<char>(~was));
-  }
+  FlipByte(files[1], 20);
   fs::rename(files[2], dir_ + "/00000000000000aa.state");
   waste::testing::WriteText(dir_ + "/.tmp-1-0", "a publish cut short");
   waste::testing::WriteText(dir_ + "/notes.txt", "not ours");
@@ -171,6 +175,64 @@ TEST_F(PromptStatesTest, DamagedForeignAndUnfinishedFilesAreRemovedAtOpen) {
   auto other = Open(1 << 20, false, "fedcba9876543210");
   EXPECT_EQ(other->size(), 0u);
   EXPECT_TRUE(Files().empty());
+}
+
+TEST_F(PromptStatesTest, AStartReadsHeadersOnlyAndFindChecksEachFileOnce) {
+  constexpr int kStates = 40;
+  {
+    auto s = Open(4 << 20);
+    for (int i = 0; i < kStates; ++i) Publish(*s, {i, i + 1}, Pattern(20000, static_cast<uint8_t>(i)));
+    EXPECT_EQ(s->checksums(), 0u);  // a publish computes its crc from the bytes it writes
+  }
+  auto s = Open(4 << 20);
+  EXPECT_EQ(s->size(), static_cast<size_t>(kStates));
+  EXPECT_EQ(s->checksums(), 0u);  // no file read whole at start
+  for (int round = 0; round < 2; ++round) {
+    PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{7, 8, 9});
+    ASSERT_EQ(f.matched, 2u);
+    EXPECT_EQ(ReadFound(f), Pattern(20000, 7));
+    EXPECT_EQ(s->checksums(), 1u) << "round " << round;  // checked once, then remembered
+  }
+}
+
+TEST_F(PromptStatesTest, AFileDamagedAfterStartIsNeverHandedOut) {
+  const auto short_state = Pattern(3000, 1), long_state = Pattern(3000, 2);
+  {
+    auto s = Open();
+    Publish(*s, {1, 2}, short_state);
+    Publish(*s, {1, 2, 3, 4}, long_state);
+  }
+  auto s = Open();
+  ASSERT_EQ(s->size(), 2u);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  PromptStates::Found f = s->Find(1000, kShape, prompt);
+  ASSERT_EQ(f.matched, 4u);
+  close(f.fd);
+  // Damaged once it was checked and used: its mtime and ctime change, so it
+  // is checked again, refused and removed, and the shorter one is found.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the clock's tick
+  std::vector<std::string> files = Files();
+  ASSERT_EQ(files.size(), 2u);
+  for (const std::string& path : files)
+    if (fs::file_size(path) == 64 + 4 * 4 + long_state.size()) FlipByte(path, 2000);
+  f = s->Find(1000, kShape, prompt);
+  ASSERT_EQ(f.matched, 2u);
+  EXPECT_EQ(ReadFound(f), short_state);
+  EXPECT_EQ(s->size(), 1u);
+  EXPECT_EQ(Files().size(), 1u);
+
+  // Damaged after a start, before its first use: the same.
+  Publish(*s, {1, 2, 3, 4}, long_state);
+  s.reset();
+  s = Open();
+  ASSERT_EQ(s->size(), 2u);
+  for (const std::string& path : Files())
+    if (fs::file_size(path) == 64 + 4 * 4 + long_state.size()) FlipByte(path, 100);
+  f = s->Find(1000, kShape, prompt);
+  ASSERT_EQ(f.matched, 2u);
+  EXPECT_EQ(ReadFound(f), short_state);
+  EXPECT_EQ(s->size(), 1u);
+  EXPECT_EQ(Files().size(), 1u);
 }
 
 TEST_F(PromptStatesTest, TheBudgetEvictsTheLeastRecentlyUsed) {
