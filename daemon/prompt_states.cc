@@ -1,11 +1,13 @@
 #include "daemon/prompt_states.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -106,9 +108,10 @@ Result<std::unique_ptr<PromptStates>> PromptStates::Open(const PromptStatesOptio
     ++removed;
   }
   s->Evict(0);
-  spdlog::info("prompt states in {}: {} ({} of a budget of {}), {} removed, headers read in "
-               "{:.1f} ms",
-               o.dir, s->index_.size(), FormatSize(s->bytes_), FormatSize(o.budget), removed,
+  spdlog::info("prompt states in {}: {} ({} of a budget of {}; {} in memory), {} removed, "
+               "headers read in {:.1f} ms",
+               o.dir, s->index_.size(), FormatSize(s->bytes_), FormatSize(o.budget),
+               FormatSize(o.memory), removed,
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                    .count());
   return s;
@@ -121,20 +124,108 @@ bool PromptStates::Sees(uid_t who, const Entry& e) const {
 void PromptStates::Remove(std::string name, const std::string& why) {
   auto it = index_.find(name);
   if (it == index_.end()) return;
-  spdlog::info("prompt state {} ({} tokens, {}) removed: {}", name, it->second.tokens.size(),
-               FormatSize(it->second.file_bytes), why);
-  bytes_ -= it->second.file_bytes;
+  const Entry& e = it->second;
+  spdlog::info("prompt state {} ({} tokens, {} in {}) removed: {}", name, e.tokens.size(),
+               FormatSize(e.file_bytes), e.memfd >= 0 ? "memory" : "a file", why);
+  if (e.memfd >= 0) {
+    close(e.memfd);
+    memory_bytes_ -= e.file_bytes;
+  } else {
+    bytes_ -= e.file_bytes;
+    std::remove(PathOf(name).c_str());
+  }
   index_.erase(it);
-  std::remove(PathOf(name).c_str());
 }
 
+PromptStates::~PromptStates() {
+  for (auto& [name, e] : index_)
+    if (e.memfd >= 0) close(e.memfd);
+}
+
+namespace {
+
+// The least recently used entry of `index` in memory (or on disk); end() if none.
+template <typename Index>
+auto LeastRecentlyUsed(Index& index, bool in_memory) {
+  auto lru = index.end();
+  for (auto it = index.begin(); it != index.end(); ++it)
+    if ((it->second.memfd >= 0) == in_memory &&
+        (lru == index.end() || it->second.last_use < lru->second.last_use))
+      lru = it;
+  return lru;
+}
+
+}  // namespace
+
 void PromptStates::Evict(uint64_t incoming) {
-  while (!index_.empty() && bytes_ + incoming > o_.budget) {
-    auto lru = std::min_element(index_.begin(), index_.end(), [](const auto& a, const auto& b) {
-      return a.second.last_use < b.second.last_use;
-    });
-    Remove(lru->first, "the least recently used, past the states' budget");
+  while (bytes_ > 0 && bytes_ + incoming > o_.budget) {
+    auto lru = LeastRecentlyUsed(index_, false);
+    Remove(lru->first, "the least recently used on disk, past the states' budget (states-budget)");
   }
+}
+
+void PromptStates::EvictMemory(uint64_t incoming) {
+  while (memory_bytes_ > 0 && memory_bytes_ + incoming > o_.memory)
+    Spill(LeastRecentlyUsed(index_, true)->first);
+}
+
+Result<struct stat> PromptStates::WriteFile(const std::string& name, double mtime,
+                                            const std::function<Status(int)>& fill) {
+  const std::string tmp =
+      PathOf(".tmp-" + std::to_string(getpid()) + "-" + std::to_string(next_tmp_++));
+  const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
+  Status st = fill(out);
+  const double whole = std::floor(mtime);
+  const timespec times[2] = {
+      {0, UTIME_OMIT}, {static_cast<time_t>(whole), static_cast<long>((mtime - whole) * 1e9)}};
+  if (st.ok() && futimens(out, times) != 0)
+    st = Status::Error(std::string("setting its time: ") + std::strerror(errno));
+  if (close(out) != 0 && st.ok())
+    st = Status::Error(std::string("writing: ") + std::strerror(errno));
+  struct stat written {};
+  if (st.ok() && std::rename(tmp.c_str(), PathOf(name).c_str()) != 0)
+    st = Status::Error(std::string("renaming: ") + std::strerror(errno));
+  if (st.ok() && stat(PathOf(name).c_str(), &written) != 0)
+    st = Status::Error(std::string("cannot stat: ") + std::strerror(errno));
+  if (!st.ok()) {
+    std::remove(tmp.c_str());
+    return st.Prefixed(tmp);
+  }
+  return written;
+}
+
+void PromptStates::Spill(const std::string& name) {
+  Entry& e = index_.at(name);
+  if (e.file_bytes > o_.budget) {
+    Remove(name, "the least recently used in memory, and larger than the disk's budget");
+    return;
+  }
+  Evict(e.file_bytes);
+  const int memfd = e.memfd;
+  const uint64_t n = e.file_bytes;
+  auto written = WriteFile(name, e.last_use, [&](int out) { return CopyState(memfd, out, n); });
+  if (!written.ok()) {
+    spdlog::warn("prompt state {} could not be written to disk: {}", name,
+                 written.status().message());
+    Remove(name, "the least recently used in memory, and not written to disk");
+    return;
+  }
+  close(e.memfd);
+  e.memfd = -1;
+  e.checked = *written;  // copied from the sealed memfd, whose crc was computed at publish
+  memory_bytes_ -= n;
+  bytes_ += n;
+}
+
+void PromptStates::SpillToDisk() {
+  uint32_t spilled = 0;
+  for (auto lru = LeastRecentlyUsed(index_, true); lru != index_.end();
+       lru = LeastRecentlyUsed(index_, true), ++spilled)
+    Spill(lru->first);
+  if (spilled > 0)
+    spdlog::info("prompt states: {} written from memory to disk ({} kept there)", spilled,
+                 index_.size());
 }
 
 Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens,
@@ -144,43 +235,50 @@ Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const in
                          " tokens, not " + std::to_string(tokens.size()));
   if (bytes == 0) return Status::Error("a prompt state of no bytes");
   const uint64_t file_bytes = sizeof(StateHeader) + tokens.size_bytes() + bytes;
-  if (file_bytes > o_.budget)
+  const bool to_memory = file_bytes <= o_.memory;
+  if (!to_memory && file_bytes > o_.budget)
     return Status::Error("a prompt state of " + FormatSize(file_bytes) +
-                         " is larger than the states' budget, " + FormatSize(o_.budget) +
-                         " (states-budget)");
+                         " is larger than the states' budgets: " + FormatSize(o_.memory) +
+                         " in memory (states-memory), " + FormatSize(o_.budget) +
+                         " on disk (states-budget)");
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes)
     return Status::Error("the state's descriptor holds fewer than the " + std::to_string(bytes) +
                          " bytes announced");
   const std::string name = StateNameOf(uid, fingerprint, tokens);
   Remove(name, "published again");
-  Evict(file_bytes);
-
   const double now = UnixNow();
-  const std::string tmp =
-      PathOf(".tmp-" + std::to_string(getpid()) + "-" + std::to_string(next_tmp_++));
-  const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (out < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
   const StateHeader h = NewStateHeader(o_.model, uid, fingerprint, tokens.size(), bytes, now);
-  Status st_write = WriteState(out, h, tokens, fd, bytes);
-  if (close(out) != 0 && st_write.ok())
-    st_write = Status::Error(std::string("writing: ") + std::strerror(errno));
-  struct stat written {};
-  if (st_write.ok() && std::rename(tmp.c_str(), PathOf(name).c_str()) != 0)
-    st_write = Status::Error(std::string("renaming: ") + std::strerror(errno));
-  if (st_write.ok() && stat(PathOf(name).c_str(), &written) != 0)
-    st_write = Status::Error(std::string("cannot stat: ") + std::strerror(errno));
-  if (!st_write.ok()) {
-    std::remove(tmp.c_str());
-    spdlog::warn("a prompt state of uid {} ({} tokens) was not kept: {}: {}", uid, tokens.size(),
-                 tmp, st_write.message());
-    return st_write.Prefixed(tmp);
-  }
-  Entry e{uid,  fingerprint, {tokens.begin(), tokens.end()}, file_bytes, file_bytes - bytes, bytes,
+  Entry e{uid, fingerprint, {tokens.begin(), tokens.end()}, file_bytes, file_bytes - bytes, bytes,
           now, now};
-  e.checked = written;  // its checksum was computed from the bytes written
+  Status written = Status::Ok();
+  if (to_memory) {
+    EvictMemory(file_bytes);
+    e.memfd = memfd_create("waste-prompt-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (e.memfd < 0) {
+      written = Status::Error(std::string("memfd_create: ") + std::strerror(errno));
+    } else {
+      written = WriteState(e.memfd, h, tokens, fd, bytes);
+      // Sealed before anyone sees it: what one client maps, no other can change.
+      if (written.ok() && fcntl(e.memfd, F_ADD_SEALS,
+                                F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+        written = Status::Error(std::string("sealing: ") + std::strerror(errno));
+      if (!written.ok()) close(e.memfd);
+    }
+  } else {
+    Evict(file_bytes);
+    auto file =
+        WriteFile(name, now, [&](int out) { return WriteState(out, h, tokens, fd, bytes); });
+    if (file.ok()) e.checked = *file;  // its checksum was computed from the bytes written
+    written = file.status();
+  }
+  if (!written.ok()) {
+    spdlog::warn("a prompt state of uid {} ({} tokens) was not kept: {}", uid, tokens.size(),
+                 written.message());
+    return written;
+  }
+  (to_memory ? memory_bytes_ : bytes_) += file_bytes;
   index_[name] = std::move(e);
-  bytes_ += file_bytes;
   return Status::Ok();
 }
 
@@ -193,10 +291,21 @@ PromptStates::Found PromptStates::Find(uid_t uid, uint64_t fingerprint,
       if (!Sees(uid, e) || e.fingerprint != fingerprint || e.tokens.size() > tokens.size() ||
           !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
         continue;
-      if (best == index_.end() || e.tokens.size() > best->second.tokens.size()) best = it;
+      if (best == index_.end() || e.tokens.size() > best->second.tokens.size() ||
+          (e.tokens.size() == best->second.tokens.size() && e.memfd >= 0))
+        best = it;
     }
     if (best == index_.end()) return {};
     Entry& e = best->second;
+    if (e.memfd >= 0) {
+      const int fd = fcntl(e.memfd, F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        spdlog::warn("prompt state {} not handed out: {}", best->first, std::strerror(errno));
+        return {};
+      }
+      e.last_use = UnixNow();
+      return {static_cast<uint32_t>(e.tokens.size()), fd, e.payload_offset, e.payload_bytes, true};
+    }
     Fd f{open(PathOf(best->first).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
     struct stat st {};
     if (f.fd < 0 || fstat(f.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != e.file_bytes) {
@@ -215,7 +324,7 @@ PromptStates::Found PromptStates::Find(uid_t uid, uint64_t fingerprint,
     if (fstat(f.fd, &e.checked) != 0) e.checked = {};  // as checked, touched by this use
     const int fd = f.fd;
     f.fd = -1;
-    return {static_cast<uint32_t>(e.tokens.size()), fd, e.payload_offset, e.payload_bytes};
+    return {static_cast<uint32_t>(e.tokens.size()), fd, e.payload_offset, e.payload_bytes, false};
   }
 }
 std::vector<PromptStateInfo> PromptStates::List(uid_t uid) const {
@@ -227,7 +336,7 @@ std::vector<PromptStateInfo> PromptStates::List(uid_t uid) const {
       rows.push_back({e.last_use,
                       {static_cast<uint32_t>(e.tokens.size()), e.file_bytes, e.uid,
                        std::max(0.0, now - e.created), std::max(0.0, now - e.last_use),
-                       e.fingerprint}});
+                       e.fingerprint, e.memfd >= 0}});
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<PromptStateInfo> out;
   for (auto& r : rows) out.push_back(r.second);

@@ -1,6 +1,12 @@
-// PromptStates: the prompt states wasted keeps for its clients, on disk
-// under the state directory, one file a state, found again by any client
-// of the publisher's uid (of any uid when `shared`), across restarts.
+// PromptStates: the prompt states wasted keeps for its clients, found again
+// by any client of the publisher's uid (of any uid when `shared`), in two
+// tiers: a memory tier of sealed memfds (F_SEAL_WRITE, _SHRINK, _GROW, _SEAL:
+// no client can change what another maps) under `memory` bytes, and a disk
+// tier under the state directory, one file a state, under `budget` bytes,
+// kept across restarts. A state is published into memory when it fits
+// there; the least recently used in memory go to disk (written then) or,
+// when the disk cannot take them, are dropped; SpillToDisk writes the whole
+// memory tier to disk at stop. A state lives in one tier at a time.
 //
 // A state is opaque bytes to the daemon (a client's serialized session; the
 // daemon links no engine) filed under the tokens it has seen and the
@@ -28,6 +34,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -45,6 +52,7 @@ struct PromptStatesOptions {
   std::string model;  // the container's fingerprint (16 hex digits), in every header
   uint64_t budget = 0;  // bytes of state files kept; the least recently used go past it
   bool shared = false;  // any uid finds any state, not only its own
+  uint64_t memory = 0;  // bytes of states in memory; the least recently used go to disk past it
 };
 
 class PromptStates {
@@ -54,22 +62,26 @@ class PromptStates {
   // one removed and logged, then the least recently used removed until the
   // rest fit the budget.
   static Result<std::unique_ptr<PromptStates>> Open(const PromptStatesOptions& o);
+  ~PromptStates();  // the memory tier goes with it (SpillToDisk first to keep it)
 
   // Files the first `bytes` bytes of `fd` (read with pread: a file the client
   // shrinks gives a short read, refused, not a fault) as the state after
-  // `tokens` for `uid` and `fingerprint`, evicting the least recently used
-  // states to fit. The same tokens, uid and fingerprint published again
-  // replace the state.
+  // `tokens` for `uid` and `fingerprint`, in memory when it fits the memory
+  // tier's budget, else on disk, evicting the least recently used states to
+  // fit. The same tokens, uid and fingerprint published again replace the
+  // state.
   Status Publish(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens, int fd,
                  uint64_t bytes);
 
   struct Found {
     uint32_t matched = 0;  // 0: none found (fd is -1)
-    int fd = -1;           // the state's file, read-only; the caller closes it
+    int fd = -1;  // the state's file (read-only) or sealed memfd; the caller closes it
     uint64_t offset = 0, bytes = 0;  // the payload within it
+    bool in_memory = false;
   };
   // The longest state `uid` may see, of `fingerprint`, whose tokens begin
-  // `tokens`; it becomes the most recently used. A file whose checksum was
+  // `tokens` (of two as long, the one in memory); it becomes the most
+  // recently used. A file whose checksum was
   // not checked since it last changed is checked first; one that fails, or
   // has gone or changed size under the daemon, is removed, and the next
   // longest is tried.
@@ -78,11 +90,17 @@ class PromptStates {
   // The states `uid` may see (all of them for root and the daemon's uid),
   // most recently used first.
   std::vector<PromptStateInfo> List(uid_t uid) const;
-  // Removes the states `uid` may see (as List); how many.
+  // Removes the states `uid` may see (as List), in both tiers; how many.
   uint32_t Drop(uid_t uid);
+  // Writes every state in memory to disk, the least recently used first (so
+  // the disk's budget keeps the most recent); those it cannot take are
+  // dropped. At stop: memory does not outlive the daemon.
+  void SpillToDisk();
 
   uint64_t bytes() const { return bytes_; }  // of every file kept
   uint64_t budget() const { return o_.budget; }
+  uint64_t memory_bytes() const { return memory_bytes_; }  // of every state in memory
+  uint64_t memory_budget() const { return o_.memory; }
   size_t size() const { return index_.size(); }
   uint64_t checksums() const { return checksums_; }  // whole files read to check their crc
 
@@ -94,19 +112,33 @@ class PromptStates {
     uint64_t file_bytes = 0, payload_offset = 0, payload_bytes = 0;
     double created = 0;   // unix seconds, from the header
     double last_use = 0;  // unix seconds, the file's mtime
+    int memfd = -1;       // in the memory tier: its sealed memfd; -1: on disk
     // The file as its checksum was last found good (all 0: never checked).
     struct stat checked {};
   };
   explicit PromptStates(const PromptStatesOptions& o) : o_(o) {}
+  PromptStates(const PromptStates&) = delete;
+  PromptStates& operator=(const PromptStates&) = delete;
   std::string PathOf(const std::string& name) const { return o_.dir + "/" + name; }
   bool Sees(uid_t who, const Entry& e) const;
   void Remove(std::string name, const std::string& why);  // a copy: callers pass index keys
-  // Removes the least recently used until `incoming` more bytes fit.
+  // Removes the least recently used files until `incoming` more bytes fit.
   void Evict(uint64_t incoming);
+  // Moves the least recently used in memory to disk until `incoming` more
+  // bytes fit in memory.
+  void EvictMemory(uint64_t incoming);
+  // Writes the state in memory `name` to disk, or drops it (logged) when the
+  // disk cannot take it.
+  void Spill(const std::string& name);
+  // Writes a file `name` by `fill` (given a descriptor open for writing) to
+  // a temporary renamed when it succeeded, its mtime `mtime`; how it is then.
+  Result<struct stat> WriteFile(const std::string& name, double mtime,
+                                const std::function<Status(int)>& fill);
 
   PromptStatesOptions o_;
   std::map<std::string, Entry> index_;  // by file name
-  uint64_t bytes_ = 0;
+  uint64_t bytes_ = 0;         // of the files in index_
+  uint64_t memory_bytes_ = 0;  // of the memfds in index_
   uint64_t next_tmp_ = 0;
   uint64_t checksums_ = 0;
 };

@@ -1,6 +1,7 @@
 // Prompt states through wasted: published by one client, found by another
-// connection, listed and dropped by wastectl, kept across a restart of the
-// daemon, seen only by the publisher's uid. The states here are opaque
+// connection (from the memory tier, sealed), listed and dropped by wastectl,
+// written to disk at stop and kept across a restart of the daemon, seen only
+// by the publisher's uid. The states here are opaque
 // bytes (the daemon's view); serve's states over it are scheduler_test's.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -79,6 +80,9 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
   auto bytes = found->Read();
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();
   EXPECT_EQ(*bytes, state);
+  // In memory, sealed: the finder cannot change what others will map.
+  EXPECT_EQ(pwrite(found->fd, "x", 1, static_cast<off_t>(found->offset)), -1);
+  EXPECT_EQ(ftruncate(found->fd, 1), -1);
   auto none = finder->FindState(std::vector<int32_t>{6, 7}, kShape);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->matched, 0u);
@@ -89,8 +93,12 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
   EXPECT_EQ(list["states"][0]["tokens"], 5);
   EXPECT_EQ(list["states"][0]["uid"], geteuid());
   EXPECT_EQ(list["budget_bytes"], 1 << 20);
+  EXPECT_EQ(list["memory_budget_bytes"], 1 << 30);  // states-memory's default
+  EXPECT_EQ(list["states"][0]["tier"], "memory");
   const Outcome text = Shell(Bin("wastectl") + " states --socket " + socket_);
-  EXPECT_TRUE(Has(text.out, "1 prompt states") && Has(text.out, "last use")) << text.out;
+  EXPECT_TRUE(Has(text.out, "1 prompt states") && Has(text.out, "last use") &&
+              Has(text.out, "memory"))
+      << text.out;
 
   if (geteuid() == 0) {
     // Another uid allowed to attach sees none of them.
@@ -109,13 +117,15 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
     std::fprintf(stderr, "SKIP part: another uid's view needs root to become one\n");
   }
 
-  // A restart: the state is read back from disk, checked, and found again.
+  // A restart: the state, written to disk at stop, is read back, checked,
+  // and found again.
   finder.reset();
   daemon_.Signal(SIGTERM);
   ASSERT_EQ(daemon_.Wait(), 0);
   StartDaemon(c, {"--states-budget", "1M"});
   finder = Connect(socket_);
   ASSERT_TRUE(finder);
+  EXPECT_EQ(Ctl("states --json --socket " + socket_)["states"][0]["tier"], "disk");
   found = finder->FindState(longer, kShape);
   ASSERT_TRUE(found.ok()) << found.status().message();
   ASSERT_EQ(found->matched, 5u);
@@ -132,7 +142,7 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
 
 TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
   const std::string c = Synth("tiny-kimi");
-  StartDaemon(c, {"--states-budget", "64K"});
+  StartDaemon(c, {"--states-budget", "64K", "--states-memory", "64K"});
   auto client = Connect(socket_);
   ASSERT_TRUE(client);
   waste::Status st = Publish(*client, {1, 2, 3}, std::vector<uint8_t>(100000, 1));
@@ -143,7 +153,7 @@ TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
   daemon_.Signal(SIGTERM);
   ASSERT_EQ(daemon_.Wait(), 0);
 
-  StartDaemon(c, {"--states-budget", "0"});
+  StartDaemon(c, {"--states-budget", "0", "--states-memory", "0"});
   client = Connect(socket_);
   ASSERT_TRUE(client);
   st = Publish(*client, {1, 2, 3}, std::vector<uint8_t>(100, 1));

@@ -1,15 +1,19 @@
 // The daemon's store of prompt states (daemon/prompt_states.h), driven
 // directly: publish and find by longest prefix, the uid rule, a reopen (what
 // a restart of wasted does), damaged and foreign files removed at the scan
-// (headers) or before Find hands them out (checksums), and the budget's
-// least-recently-used eviction.
+// (headers) or before Find hands them out (checksums), the budget's
+// least-recently-used eviction, and the memory tier: sealed memfds, spilled
+// to disk past their budget and at stop, dropped when the disk fails.
 #include "daemon/prompt_states.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -69,8 +73,8 @@ class PromptStatesTest : public ::testing::Test {
   void SetUp() override { dir_ = waste::testing::ScratchDir() + "/states"; }
 
   std::unique_ptr<PromptStates> Open(uint64_t budget = 1 << 20, bool shared = false,
-                                     const std::string& model = kModel) {
-    auto s = PromptStates::Open({dir_, model, budget, shared});
+                                     const std::string& model = kModel, uint64_t memory = 0) {
+    auto s = PromptStates::Open({dir_, model, budget, shared, memory});
     EXPECT_TRUE(s.ok()) << s.status().message();
     return s.ok() ? std::move(*s) : nullptr;
   }
@@ -181,7 +185,8 @@ TEST_F(PromptStatesTest, AStartReadsHeadersOnlyAndFindChecksEachFileOnce) {
   constexpr int kStates = 40;
   {
     auto s = Open(4 << 20);
-    for (int i = 0; i < kStates; ++i) Publish(*s, {i, i + 1}, Pattern(20000, static_cast<uint8_t>(i)));
+    for (int i = 0; i < kStates; ++i)
+      Publish(*s, {i, i + 1}, Pattern(20000, static_cast<uint8_t>(i)));
     EXPECT_EQ(s->checksums(), 0u);  // a publish computes its crc from the bytes it writes
   }
   auto s = Open(4 << 20);
@@ -266,6 +271,106 @@ TEST_F(PromptStatesTest, TheBudgetEvictsTheLeastRecentlyUsed) {
   f = s->Find(1000, kShape, std::vector<int32_t>{3});
   EXPECT_EQ(f.matched, 1u);
   close(f.fd);
+}
+
+TEST_F(PromptStatesTest, TheMemoryTierIsSealedPreferredAndSpillsItsLeastRecentlyUsedToDisk) {
+  const uint64_t one = 64 + 4 + 1000;
+  auto s = Open(1 << 20, false, kModel, /*memory=*/2 * one);
+  Publish(*s, {1}, Pattern(1000, 1));
+  Publish(*s, {2}, Pattern(1000, 2));
+  EXPECT_EQ(s->memory_bytes(), 2 * one);
+  EXPECT_EQ(s->bytes(), 0u);
+  EXPECT_TRUE(Files().empty());  // nothing written yet
+  for (const PromptStateInfo& i : s->List(1000)) EXPECT_TRUE(i.in_memory);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{1, 7});  // 2 is now the LRU
+  ASSERT_EQ(f.matched, 1u);
+  EXPECT_TRUE(f.in_memory);
+  // The client's descriptor cannot change what it maps, nor what others map.
+  EXPECT_EQ(pwrite(f.fd, "x", 1, static_cast<off_t>(f.offset)), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(ftruncate(f.fd, 10), 0);
+  EXPECT_EQ(mmap(nullptr, f.offset + f.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0),
+            MAP_FAILED);
+  void* ro = mmap(nullptr, f.offset + f.bytes, PROT_READ, MAP_SHARED, f.fd, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  EXPECT_EQ(std::vector<uint8_t>(static_cast<uint8_t*>(ro) + f.offset,
+                                 static_cast<uint8_t*>(ro) + f.offset + f.bytes),
+            Pattern(1000, 1));
+  munmap(ro, f.offset + f.bytes);
+  EXPECT_EQ(ReadFound(f), Pattern(1000, 1));
+
+  Publish(*s, {3}, Pattern(1000, 3));  // 2 goes to disk
+  EXPECT_EQ(s->memory_bytes(), 2 * one);
+  EXPECT_EQ(s->bytes(), one);
+  ASSERT_EQ(Files().size(), 1u);
+  const std::vector<PromptStateInfo> list = s->List(1000);
+  EXPECT_EQ(std::count_if(list.begin(), list.end(), [](const auto& i) { return i.in_memory; }), 2);
+  f = s->Find(1000, kShape, std::vector<int32_t>{2});
+  ASSERT_EQ(f.matched, 1u);
+  EXPECT_FALSE(f.in_memory);
+  EXPECT_EQ(ReadFound(f), Pattern(1000, 2));
+  EXPECT_EQ(s->checksums(), 0u);  // written from memory, whose bytes were checked at publish
+
+  // Larger than the memory's budget: straight to disk.
+  Publish(*s, {4}, Pattern(5000, 4));
+  EXPECT_EQ(s->bytes(), one + 64 + 4 + 5000);
+  EXPECT_EQ(s->memory_bytes(), 2 * one);
+  // Drop empties both tiers.
+  EXPECT_EQ(s->Drop(1000), 4u);
+  EXPECT_EQ(s->memory_bytes() + s->bytes(), 0u);
+  EXPECT_TRUE(Files().empty());
+}
+
+TEST_F(PromptStatesTest, TheMemoryTierIsWrittenToDiskAtStopAndFoundAfterARestart) {
+  const uint64_t one = 64 + 2 * 4 + 1000;
+  {
+    auto s = Open(2 * one, false, kModel, /*memory=*/4 * one);
+    for (int32_t t = 1; t <= 3; ++t) {
+      Publish(*s, {t, t}, Pattern(1000, static_cast<uint8_t>(t)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    s->SpillToDisk();  // the disk takes two: the oldest goes
+    EXPECT_EQ(s->memory_bytes(), 0u);
+    EXPECT_EQ(s->size(), 2u);
+  }
+  auto s = Open(2 * one, false, kModel, 4 * one);
+  EXPECT_EQ(s->size(), 2u);
+  EXPECT_EQ(s->Find(1000, kShape, std::vector<int32_t>{1, 1}).matched, 0u);
+  for (int32_t t : {2, 3}) {
+    PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{t, t, 9});
+    ASSERT_EQ(f.matched, 2u) << t;
+    EXPECT_FALSE(f.in_memory);
+    EXPECT_EQ(ReadFound(f), Pattern(1000, static_cast<uint8_t>(t)));
+  }
+}
+
+TEST_F(PromptStatesTest, AFailedWriteDropsTheStateAndLeavesNoFile) {
+  // A file size limit makes every write past it fail, as a full disk does.
+  const uint64_t one = 64 + 4 + 1000;
+  auto s = Open(1 << 20, false, kModel, /*memory=*/one);
+  Publish(*s, {1}, Pattern(1000, 1));
+  Blob b(Pattern(100, 2)), big(Pattern(3000, 3));
+  rlimit was{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &was), 0);
+  signal(SIGXFSZ, SIG_IGN);
+  rlimit small = was;
+  small.rlim_cur = 512;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const Status st = s->Publish(1000, kShape, std::vector<int32_t>{2}, b.fd, 100);  // 1 to disk: fails
+  const Status too_big = s->Publish(1000, kShape, std::vector<int32_t>{3}, big.fd, 3000);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &was), 0);
+  signal(SIGXFSZ, SIG_DFL);
+  EXPECT_TRUE(st.ok()) << st.message();  // the new one is kept in memory
+  EXPECT_FALSE(too_big.ok());            // its file could not be written
+  EXPECT_NE(too_big.message().find("writing"), std::string::npos) << too_big.message();
+  EXPECT_EQ(s->size(), 1u);
+  EXPECT_EQ(s->Find(1000, kShape, std::vector<int32_t>{1}).matched, 0u);  // dropped, logged
+  EXPECT_TRUE(Files().empty());  // no temporary left
+  PromptStates::Found f = s->Find(1000, kShape, std::vector<int32_t>{2});
+  ASSERT_EQ(f.matched, 1u);
+  EXPECT_EQ(ReadFound(f), Pattern(100, 2));
 }
 
 TEST_F(PromptStatesTest, ADescriptorShorterThanAnnouncedIsRefusedAndLeavesNoFile) {
