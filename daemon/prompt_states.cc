@@ -114,11 +114,18 @@ Result<std::unique_ptr<PromptStates>> PromptStates::Open(const PromptStatesOptio
                FormatSize(o.memory), removed,
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                    .count());
+  s->worker_ = std::thread([p = s.get()] { p->Work(); });
   return s;
 }
 
-bool PromptStates::Sees(uid_t who, const Entry& e) const {
-  return o_.shared || who == e.uid;
+bool PromptStates::Sees(uid_t who, uid_t owner) const {
+  return o_.shared || who == owner;
+}
+
+bool PromptStates::Serves(uid_t uid, uint64_t fingerprint, const std::vector<int32_t>& have,
+                          uid_t who, uint64_t want, std::span<const int32_t> query) const {
+  return Sees(who, uid) && fingerprint == want && have.size() <= query.size() &&
+         std::equal(have.begin(), have.end(), query.begin());
 }
 
 void PromptStates::Remove(std::string name, const std::string& why) {
@@ -138,8 +145,35 @@ void PromptStates::Remove(std::string name, const std::string& why) {
 }
 
 PromptStates::~PromptStates() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  for (Job& job : queue_) close(job.fd);
   for (auto& [name, e] : index_)
     if (e.memfd >= 0) close(e.memfd);
+}
+
+uint64_t PromptStates::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+uint64_t PromptStates::memory_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return memory_bytes_;
+}
+
+size_t PromptStates::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.size();
+}
+
+uint64_t PromptStates::checksums() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return checksums_;
 }
 
 namespace {
@@ -164,13 +198,8 @@ void PromptStates::Evict(uint64_t incoming) {
   }
 }
 
-void PromptStates::EvictMemory(uint64_t incoming) {
-  while (memory_bytes_ > 0 && memory_bytes_ + incoming > o_.memory)
-    Spill(LeastRecentlyUsed(index_, true)->first);
-}
-
-Result<struct stat> PromptStates::WriteFile(const std::string& name, double mtime,
-                                            const std::function<Status(int)>& fill) {
+Result<std::string> PromptStates::WriteTemporary(double mtime,
+                                                 const std::function<Status(int)>& fill) {
   const std::string tmp =
       PathOf(".tmp-" + std::to_string(getpid()) + "-" + std::to_string(next_tmp_++));
   const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -183,49 +212,79 @@ Result<struct stat> PromptStates::WriteFile(const std::string& name, double mtim
     st = Status::Error(std::string("setting its time: ") + std::strerror(errno));
   if (close(out) != 0 && st.ok())
     st = Status::Error(std::string("writing: ") + std::strerror(errno));
-  struct stat written {};
-  if (st.ok() && std::rename(tmp.c_str(), PathOf(name).c_str()) != 0)
-    st = Status::Error(std::string("renaming: ") + std::strerror(errno));
-  if (st.ok() && stat(PathOf(name).c_str(), &written) != 0)
-    st = Status::Error(std::string("cannot stat: ") + std::strerror(errno));
   if (!st.ok()) {
     std::remove(tmp.c_str());
     return st.Prefixed(tmp);
   }
+  return tmp;
+}
+
+Result<struct stat> PromptStates::Install(const std::string& tmp, const std::string& name) {
+  struct stat written {};
+  Status st = Status::Ok();
+  if (std::rename(tmp.c_str(), PathOf(name).c_str()) != 0)
+    st = Status::Error(std::string("renaming: ") + std::strerror(errno));
+  else if (stat(PathOf(name).c_str(), &written) != 0)
+    st = Status::Error(std::string("cannot stat: ") + std::strerror(errno));
+  if (!st.ok()) {
+    std::remove(tmp.c_str());
+    std::remove(PathOf(name).c_str());
+    return st.Prefixed(tmp);
+  }
+  bytes_ += static_cast<uint64_t>(written.st_size);
   return written;
 }
 
-void PromptStates::Spill(const std::string& name) {
-  Entry& e = index_.at(name);
-  if (e.file_bytes > o_.budget) {
-    Remove(name, "the least recently used in memory, and larger than the disk's budget");
-    return;
-  }
-  Evict(e.file_bytes);
-  const int memfd = e.memfd;
-  const uint64_t n = e.file_bytes;
-  auto written = WriteFile(name, e.last_use, [&](int out) { return CopyState(memfd, out, n); });
-  if (!written.ok()) {
+void PromptStates::SpillPast(uint64_t limit, std::unique_lock<std::mutex>& lock) {
+  while (memory_bytes_ > limit) {
+    auto lru = LeastRecentlyUsed(index_, true);
+    const std::string name = lru->first;
+    const Entry& e = lru->second;
+    if (e.file_bytes > o_.budget) {
+      Remove(name, "the least recently used in memory, and larger than the disk's budget");
+      continue;
+    }
+    // A descriptor of its own: a Drop meanwhile closes the entry's.
+    const int from = fcntl(e.memfd, F_DUPFD_CLOEXEC, 0);
+    const uint64_t serial = e.serial, n = e.file_bytes;
+    const double last_use = e.last_use;
+    lock.unlock();
+    auto copy = [&](int out) { return CopyState(from, out, n); };
+    auto tmp = from < 0 ? Result<std::string>(Status::Error(std::strerror(errno)))
+                        : WriteTemporary(last_use, copy);
+    if (from >= 0) close(from);
+    lock.lock();
+    auto it = index_.find(name);
+    if (it == index_.end() || it->second.serial != serial) {  // dropped or replaced meanwhile
+      if (tmp.ok()) std::remove(tmp->c_str());
+      continue;
+    }
+    if (tmp.ok()) {
+      Evict(n);
+      auto written = Install(*tmp, name);
+      if (written.ok()) {
+        close(it->second.memfd);
+        it->second.memfd = -1;
+        it->second.checked = *written;  // copied from the sealed memfd, checked at publish
+        memory_bytes_ -= n;
+        continue;
+      }
+      tmp = written.status();
+    }
     spdlog::warn("prompt state {} could not be written to disk: {}", name,
-                 written.status().message());
+                 tmp.status().message());
     Remove(name, "the least recently used in memory, and not written to disk");
-    return;
   }
-  close(e.memfd);
-  e.memfd = -1;
-  e.checked = *written;  // copied from the sealed memfd, whose crc was computed at publish
-  memory_bytes_ -= n;
-  bytes_ += n;
 }
 
 void PromptStates::SpillToDisk() {
-  uint32_t spilled = 0;
-  for (auto lru = LeastRecentlyUsed(index_, true); lru != index_.end();
-       lru = LeastRecentlyUsed(index_, true), ++spilled)
-    Spill(lru->first);
-  if (spilled > 0)
-    spdlog::info("prompt states: {} written from memory to disk ({} kept there)", spilled,
-                 index_.size());
+  Drain();
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t was = memory_bytes_;
+  SpillPast(0, lock);
+  if (was > 0)
+    spdlog::info("prompt states: {} in memory written to disk ({} kept there)", FormatSize(was),
+                 FormatSize(bytes_));
 }
 
 Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const int32_t> tokens,
@@ -235,8 +294,7 @@ Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const in
                          " tokens, not " + std::to_string(tokens.size()));
   if (bytes == 0) return Status::Error("a prompt state of no bytes");
   const uint64_t file_bytes = sizeof(StateHeader) + tokens.size_bytes() + bytes;
-  const bool to_memory = file_bytes <= o_.memory;
-  if (!to_memory && file_bytes > o_.budget)
+  if (file_bytes > o_.memory && file_bytes > o_.budget)
     return Status::Error("a prompt state of " + FormatSize(file_bytes) +
                          " is larger than the states' budgets: " + FormatSize(o_.memory) +
                          " in memory (states-memory), " + FormatSize(o_.budget) +
@@ -245,20 +303,62 @@ Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const in
   if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes)
     return Status::Error("the state's descriptor holds fewer than the " + std::to_string(bytes) +
                          " bytes announced");
-  const std::string name = StateNameOf(uid, fingerprint, tokens);
-  Remove(name, "published again");
+  Job job{uid, fingerprint, {tokens.begin(), tokens.end()}, -1, bytes};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= kMaxQueued)
+      return Status::Error("wasted is still writing " + std::to_string(queue_.size()) +
+                           " prompt states; this one is not kept");
+    job.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (job.fd < 0)
+      return Status::Error(std::string("the state's descriptor: ") + std::strerror(errno));
+    queue_.push_back(std::move(job));
+  }
+  work_.notify_one();
+  return Status::Ok();
+}
+
+void PromptStates::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [this] { return queue_.empty() || stop_; });
+}
+
+void PromptStates::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) break;
+    // Left at the queue's head while it is written, for Find to see; a
+    // deque's push_back keeps references to it valid.
+    const Job& job = queue_.front();
+    lock.unlock();
+    Keep(job);
+    lock.lock();
+    close(job.fd);
+    queue_.pop_front();
+    done_.notify_all();
+  }
+  done_.notify_all();
+}
+
+void PromptStates::Keep(const Job& job) {
+  const uint64_t file_bytes = sizeof(StateHeader) + job.tokens.size() * 4 + job.bytes;
+  const bool to_memory = file_bytes <= o_.memory;
+  const std::string name = StateNameOf(job.uid, job.fingerprint, job.tokens);
   const double now = UnixNow();
-  const StateHeader h = NewStateHeader(o_.model, uid, fingerprint, tokens.size(), bytes, now);
-  Entry e{uid, fingerprint, {tokens.begin(), tokens.end()}, file_bytes, file_bytes - bytes, bytes,
-          now, now};
+  const StateHeader h =
+      NewStateHeader(o_.model, job.uid, job.fingerprint, job.tokens.size(), job.bytes, now);
+  Entry e{job.uid,   job.fingerprint, job.tokens, file_bytes, file_bytes - job.bytes,
+          job.bytes, now,             now};
+  // The copy, unlocked: Find and the rest go on meanwhile.
   Status written = Status::Ok();
+  Result<std::string> tmp = std::string();
   if (to_memory) {
-    EvictMemory(file_bytes);
     e.memfd = memfd_create("waste-prompt-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (e.memfd < 0) {
       written = Status::Error(std::string("memfd_create: ") + std::strerror(errno));
     } else {
-      written = WriteState(e.memfd, h, tokens, fd, bytes);
+      written = WriteState(e.memfd, h, job.tokens, job.fd, job.bytes);
       // Sealed before anyone sees it: what one client maps, no other can change.
       if (written.ok() && fcntl(e.memfd, F_ADD_SEALS,
                                 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
@@ -266,34 +366,53 @@ Status PromptStates::Publish(uid_t uid, uint64_t fingerprint, std::span<const in
       if (!written.ok()) close(e.memfd);
     }
   } else {
-    Evict(file_bytes);
-    auto file =
-        WriteFile(name, now, [&](int out) { return WriteState(out, h, tokens, fd, bytes); });
-    if (file.ok()) e.checked = *file;  // its checksum was computed from the bytes written
-    written = file.status();
+    tmp = WriteTemporary(
+        now, [&](int out) { return WriteState(out, h, job.tokens, job.fd, job.bytes); });
+    written = tmp.status();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (written.ok()) {
+    Remove(name, "published again");
+    if (!to_memory) {
+      Evict(file_bytes);
+      auto file = Install(*tmp, name);
+      if (file.ok()) e.checked = *file;  // its checksum was computed from the bytes written
+      written = file.status();
+    }
   }
   if (!written.ok()) {
-    spdlog::warn("a prompt state of uid {} ({} tokens) was not kept: {}", uid, tokens.size(),
-                 written.message());
-    return written;
+    spdlog::warn("a prompt state of uid {} ({} tokens) was not kept: {}", job.uid,
+                 job.tokens.size(), written.message());
+    return;
   }
-  (to_memory ? memory_bytes_ : bytes_) += file_bytes;
+  if (to_memory) memory_bytes_ += file_bytes;
+  e.serial = ++serial_;
   index_[name] = std::move(e);
-  return Status::Ok();
+  SpillPast(o_.memory, lock);
 }
 
 PromptStates::Found PromptStates::Find(uid_t uid, uint64_t fingerprint,
                                        std::span<const int32_t> tokens) {
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     auto best = index_.end();
     for (auto it = index_.begin(); it != index_.end(); ++it) {
       const Entry& e = it->second;
-      if (!Sees(uid, e) || e.fingerprint != fingerprint || e.tokens.size() > tokens.size() ||
-          !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
-        continue;
+      if (!Serves(e.uid, e.fingerprint, e.tokens, uid, fingerprint, tokens)) continue;
       if (best == index_.end() || e.tokens.size() > best->second.tokens.size() ||
           (e.tokens.size() == best->second.tokens.size() && e.memfd >= 0))
         best = it;
+    }
+    // A longer one still being written is waited for: its copy takes far
+    // less than the prefill the client would run instead.
+    const size_t have = best == index_.end() ? 0 : best->second.tokens.size();
+    bool pending = false;
+    for (const Job& j : queue_)
+      pending = pending || (j.tokens.size() > have &&
+                            Serves(j.uid, j.fingerprint, j.tokens, uid, fingerprint, tokens));
+    if (pending && !stop_) {
+      done_.wait(lock);
+      continue;
     }
     if (best == index_.end()) return {};
     Entry& e = best->second;
@@ -328,11 +447,12 @@ PromptStates::Found PromptStates::Find(uid_t uid, uint64_t fingerprint,
   }
 }
 std::vector<PromptStateInfo> PromptStates::List(uid_t uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
   const bool all = uid == 0 || uid == geteuid();
   std::vector<std::pair<double, PromptStateInfo>> rows;
   const double now = UnixNow();
   for (const auto& [name, e] : index_)
-    if (all || Sees(uid, e))
+    if (all || Sees(uid, e.uid))
       rows.push_back({e.last_use,
                       {static_cast<uint32_t>(e.tokens.size()), e.file_bytes, e.uid,
                        std::max(0.0, now - e.created), std::max(0.0, now - e.last_use),
@@ -344,10 +464,11 @@ std::vector<PromptStateInfo> PromptStates::List(uid_t uid) const {
 }
 
 uint32_t PromptStates::Drop(uid_t uid) {
+  std::lock_guard<std::mutex> lock(mu_);
   const bool all = uid == 0 || uid == geteuid();
   std::vector<std::string> names;
   for (const auto& [name, e] : index_)
-    if (all || Sees(uid, e)) names.push_back(name);
+    if (all || Sees(uid, e.uid)) names.push_back(name);
   for (const std::string& name : names) Remove(name, "dropped by uid " + std::to_string(uid));
   return static_cast<uint32_t>(names.size());
 }

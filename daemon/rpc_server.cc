@@ -342,7 +342,8 @@ class DaemonServer final : public proto::Daemon::Server {
     });
   }
 
-  // Prompt states: on this thread, a publish's copy included (PromptStates).
+  // Prompt states: called on this thread; a publish is answered once it is
+  // queued, its copy and write are PromptStates' worker's.
   // A state in memory is handed out as its sealed memfd, one on disk as its
   // file opened read-only: either way no client can change another's.
   kj::Promise<void> publishState(PublishStateContext ctx) override {

@@ -74,6 +74,7 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
   }
   auto finder = Connect(socket_);
   ASSERT_TRUE(finder);
+  // The publish was answered once queued; a find waits for its copy.
   auto found = finder->FindState(longer, kShape);
   ASSERT_TRUE(found.ok()) << found.status().message();
   ASSERT_EQ(found->matched, 5u);
