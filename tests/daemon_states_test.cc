@@ -165,4 +165,37 @@ TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
   EXPECT_EQ(found->matched, 0u);
 }
 
+// `waste run` as a user of the states: a prompt of kShareMinTokens or more
+// is published once it ran, and a later run of a prompt that begins with it
+// starts from that state; its logits are a full prefill's, bit for bit (a
+// run in this process alone, `--local`, where nothing is shared).
+TEST_F(Daemon, ASecondRunStartsFromTheFirstsStateWithAFullPrefillsLogits) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c);
+  std::string prompt;
+  for (int i = 0; i < 300; ++i) prompt += (i ? "," : "") + std::to_string(1 + (i * 7) % 50);
+  const std::string longer = prompt + ",3,4,5";
+  // One token generated: the logits file holds the prompt's last logits.
+  auto run = [&](const std::string& ids, const std::string& logits, bool local) {
+    std::vector<std::string> args = {Bin("waste"), "run",     c,         "--ids",  ids,
+                                     "-n",         "1",       "--threads", "1",    "--logits",
+                                     dir_ + "/" + logits, "--socket", socket_};
+    if (local) args.push_back("--local");
+    Child r = Child::Run(args);
+    EXPECT_EQ(r.Wait(), 0) << r.Output();
+    return r.Output();
+  };
+  auto bytes = [&](const std::string& name) { return waste::testing::ReadText(dir_ + "/" + name); };
+  std::string out = run(prompt, "first", false);
+  EXPECT_TRUE(Has(out, "(0 from a state wasted kept)")) << out;
+  out = run(longer, "second", false);
+  EXPECT_TRUE(Has(out, "(300 from a state wasted kept)")) << out;
+  out = run(prompt, "again", false);
+  EXPECT_TRUE(Has(out, "(300 from a state wasted kept)")) << out;
+  run(longer, "second-local", true);
+  EXPECT_FALSE(bytes("second").empty());
+  EXPECT_EQ(bytes("second"), bytes("second-local"));
+  EXPECT_EQ(bytes("again"), bytes("first"));
+}
+
 }  // namespace
