@@ -198,4 +198,31 @@ TEST_F(Daemon, ASecondRunStartsFromTheFirstsStateWithAFullPrefillsLogits) {
   EXPECT_EQ(bytes("again"), bytes("first"));
 }
 
+// `waste chat` as a user: a turn of kShareMinTokens or more is published once
+// its prompt ran, and a second chat opening with the same message starts
+// from that state; its greedy reply is the one a chat in this process
+// alone (`--local`) gives.
+TEST_F(Daemon, ASecondChatStartsFromTheFirstsStateWithAFullPrefillsReply) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "w" + std::to_string(i % 37) + " ";
+  waste::testing::WriteText(dir_ + "/in", words + "\n/quit\n");
+  // The reply (stdout) and the notes (stderr) of one chat.
+  auto chat = [&](const std::string& flags) {
+    const Outcome r = Shell("(" + Bin("waste") + " chat " + c + " --temp 0 -n 8 --threads 1 " +
+                            flags + " < " + dir_ + "/in 2>" + dir_ + "/err)");
+    EXPECT_EQ(r.code, 0) << r.out;
+    return std::pair{r.out, waste::testing::ReadText(dir_ + "/err")};
+  };
+  const auto first = chat("--socket " + socket_);
+  EXPECT_FALSE(Has(first.second, "from a state wasted kept")) << first.second;
+  const auto second = chat("--socket " + socket_);
+  EXPECT_TRUE(Has(second.second, "tokens from a state wasted kept")) << second.second;
+  const auto local = chat("--local");
+  EXPECT_FALSE(local.first.empty());
+  EXPECT_EQ(second.first, local.first);
+  EXPECT_EQ(first.first, local.first);
+}
+
 }  // namespace
