@@ -71,14 +71,14 @@ Status Daemon::Setup() {
 }
 
 Status Daemon::OpenStates() {
-  if (opt_.state_dir.empty() || opt_.states_budget == 0) {
+  if (opt_.state_dir.empty() || (opt_.states_budget == 0 && opt_.states_memory == 0)) {
     spdlog::info("no prompt states are kept ({})",
-                 opt_.state_dir.empty() ? "no state-dir" : "states-budget 0");
+                 opt_.state_dir.empty() ? "no state-dir" : "states-budget and states-memory 0");
     return Status::Ok();
   }
   // One directory a container: daemons of other models may share state-dir.
   auto states = PromptStates::Open({opt_.state_dir + "/states/" + fingerprint_, fingerprint_,
-                                    opt_.states_budget, opt_.states_shared});
+                                    opt_.states_budget, opt_.states_shared, opt_.states_memory});
   if (!states.ok()) return states.status();
   states_ = std::move(*states);
   return Status::Ok();

@@ -152,6 +152,7 @@ void Daemon::Stop(const std::string& why) {
   if (metrics_) metrics_->Close();
   readers_.reset();    // reads under way finish; their results are dropped
   SaveUses();
+  if (states_) states_->SpillToDisk();  // the RPC thread, their only other user, is gone
   {
     std::lock_guard<std::mutex> lock(mail_mu_);
     mail_closed_ = true;

@@ -342,13 +342,17 @@ class DaemonServer final : public proto::Daemon::Server {
     });
   }
 
-  // Prompt states: on this thread, a publish's copy included (PromptStates).
+  // Prompt states: called on this thread; a publish is answered once it is
+  // queued, its copy and write are PromptStates' worker's.
+  // A state in memory is handed out as its sealed memfd, one on disk as its
+  // file opened read-only: either way no client can change another's.
   kj::Promise<void> publishState(PublishStateContext ctx) override {
     s_->CheckPeer(cred_, &refusal_logged_);
     auto p = ctx.getParams();
     RpcServer::Impl::CheckVersion(p.getVersion());
     if (!s_->states)
-      Refuse("this wasted keeps no prompt states (it has no state-dir, or states-budget is 0)");
+      Refuse("this wasted keeps no prompt states (it has no state-dir, or states-budget and "
+             "states-memory are 0)");
     std::vector<int32_t> tokens = Tokens(p.getTokens());
     proto::Segment::Client state = p.getState();
     auto fd = state.getFd();
@@ -389,6 +393,7 @@ class DaemonServer final : public proto::Daemon::Server {
     const std::vector<PromptStateInfo> list = s_->states->List(cred_.uid);
     auto r = ctx.getResults();
     r.setBudget(s_->states->budget());
+    r.setMemoryBudget(s_->states->memory_budget());
     auto out = r.initStates(static_cast<unsigned>(list.size()));
     for (unsigned i = 0; i < list.size(); ++i) PromptStateToProto(list[i], out[i]);
     return kj::READY_NOW;

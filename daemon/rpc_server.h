@@ -6,7 +6,7 @@
 // hint, status, stop, warm, drop and reload, and forwards everything that touches the cache to
 // the event loop thread through LoopApi. It never reads or writes the cache
 // itself. The prompt states (publish, find, list, drop) are its own: it
-// alone calls PromptStates.
+// calls PromptStates, whose worker writes what is published.
 #pragma once
 
 #include <sys/types.h>

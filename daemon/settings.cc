@@ -48,7 +48,7 @@ std::string OrNone(const std::string& s) { return s.empty() ? "none" : s; }
 struct Parsed {
   explicit Parsed(Settings* settings) : s(settings) {}
   Settings* s;
-  std::string budget, group, policy = "lfru", states_budget;
+  std::string budget, group, policy = "lfru", states_budget, states_memory;
   std::vector<uint32_t> uids;
   bool no_huge = false, no_wire = false, cold = false, states_shared = false;
 };
@@ -209,6 +209,16 @@ const std::vector<Setting>& Table() {
          return app.add_option(flag, p.states_budget, help);
        },
        [](const DaemonOptions& o) { return FormatSize(o.states_budget); }},
+      {"states-memory", "1G", nullptr,
+       "Memory for prompt states in shared memory, e.g. 1G (0: disk only)",
+       "Memory for the prompt states clients publish, kept in shared memory and\n"
+       "handed out sealed; past it the least recently used are written to the\n"
+       "disk's states (states-budget) or dropped. Outside budget: its own ceiling.\n"
+       "0: states go straight to disk. Default: 1G.",
+       [](CLI::App& app, Parsed& p, const std::string& flag, const std::string& help) {
+         return app.add_option(flag, p.states_memory, help);
+       },
+       [](const DaemonOptions& o) { return FormatSize(o.states_memory); }},
       {"states-shared", "false", nullptr,
        "Any uid allowed to attach finds the prompt states of the others",
        "Any uid allowed to attach finds the prompt states the others published. By\n"
@@ -485,6 +495,11 @@ int ParseSettings(int argc, char** argv, Settings* s, bool quiet, std::string* e
     auto b = ParseSize(p.states_budget);
     if (!b.ok()) return fail_setting("states-budget", "--states-budget: " + b.status().message());
     o.states_budget = *b;
+  }
+  if (!p.states_memory.empty()) {
+    auto b = ParseSize(p.states_memory);
+    if (!b.ok()) return fail_setting("states-memory", "--states-memory: " + b.status().message());
+    o.states_memory = *b;
   }
   if (!p.budget.empty()) {
     auto b = ParseSize(p.budget);

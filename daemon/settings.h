@@ -39,11 +39,12 @@ struct DaemonOptions {
   std::string state_dir;         // where use counts are saved; empty: not saved
   double save_interval_seconds = 300;  // use counts are also saved this often
   bool warm_start = true;              // warm the cache from saved use counts at start
-  // Prompt states kept under state_dir/states (daemon/prompt_states.h): the
-  // bytes of their files (0: none kept), and whether a client finds states
-  // published by other uids (by default only its own: one user must not be
-  // able to feed another's answers).
+  // Prompt states (daemon/prompt_states.h): the bytes of their files under
+  // state_dir/states and of those in shared memory (both 0: none kept), and
+  // whether a client finds states published by other uids (by default only
+  // its own: one user must not be able to feed another's answers).
   uint64_t states_budget = 4ull << 30;
+  uint64_t states_memory = 1ull << 30;
   bool states_shared = false;
   EvictionPolicy policy = EvictionPolicy::kLfru;
   // Logging is set up by main(); the daemon changes the level on reload and

@@ -662,6 +662,7 @@ Result<StatesList> DaemonClient::ListStates() {
     return req.send().then([](capnp::Response<proto::Daemon::ListStatesResults>&& r) {
       StatesList out;
       out.budget = r.getBudget();
+      out.memory_budget = r.getMemoryBudget();
       for (auto s : r.getStates()) out.states.push_back(PromptStateFromProto(s));
       return Result<StatesList>(std::move(out));
     });

@@ -70,7 +70,8 @@ enum class ConnectFailure {
 };
 
 // The answer to FindState: how many of the tokens the state found has seen
-// (0: none found) and its bytes, in a file the daemon opened read-only.
+// (0: none found) and its bytes, in a file the daemon opened read-only or
+// (the daemon's memory tier) a sealed memfd: either way unchangeable.
 // Owns the descriptor; move-only.
 struct FoundState {
   uint32_t matched = 0;
@@ -92,7 +93,8 @@ struct FoundState {
 // The prompt states a daemon keeps, as the caller may see them.
 struct StatesList {
   std::vector<PromptStateInfo> states;  // most recently used first
-  uint64_t budget = 0;                  // 0: the daemon keeps none
+  uint64_t budget = 0;                  // of the disk tier
+  uint64_t memory_budget = 0;           // of the memory tier; both 0: the daemon keeps none
 };
 
 class DaemonClient {

@@ -50,11 +50,12 @@ void PromptStateToProto(const PromptStateInfo& s, proto::PromptState::Builder ou
   out.setAgeSeconds(s.age_seconds);
   out.setIdleSeconds(s.idle_seconds);
   out.setFingerprint(s.fingerprint);
+  out.setInMemory(s.in_memory);
 }
 
 PromptStateInfo PromptStateFromProto(proto::PromptState::Reader r) {
   return {r.getTokens(), r.getBytes(), r.getUid(), r.getAgeSeconds(), r.getIdleSeconds(),
-          r.getFingerprint()};
+          r.getFingerprint(), r.getInMemory()};
 }
 
 }  // namespace waste

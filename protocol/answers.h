@@ -44,10 +44,11 @@ ReloadOutcome ReloadFromProto(proto::Daemon::ReloadResults::Reader r);
 // A prompt state the daemon keeps, as listStates describes it (proto::PromptState).
 struct PromptStateInfo {
   uint32_t tokens = 0;
-  uint64_t bytes = 0;  // its file
+  uint64_t bytes = 0;  // its file (its memfd's when in memory)
   uint32_t uid = 0;    // who published it
   double age_seconds = 0, idle_seconds = 0;  // since published; since last published or found
   uint64_t fingerprint = 0;  // the publisher's word for the model's shape
+  bool in_memory = false;    // in the memory tier, not yet on disk
 
   bool operator==(const PromptStateInfo&) const = default;
 };

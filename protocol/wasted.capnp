@@ -144,6 +144,7 @@ struct PromptState {
   ageSeconds @3 :Float64;   # since it was published
   idleSeconds @4 :Float64;  # since it was last published or found
   fingerprint @5 :UInt64;   # the publisher's word for the model's shape
+  inMemory @6 :Bool;        # in the memory tier (a sealed memfd), not yet on disk
 }
 
 interface Daemon {
@@ -182,8 +183,10 @@ interface Daemon {
   # from `offset` on.
   findState @7 (version :UInt32, tokens :List(Int32), fingerprint :UInt64)
       -> (matched :UInt32, state :Segment, offset :UInt64, bytes :UInt64);
-  # Every state kept (root and the daemon's uid see all; others their own), and the budget.
-  listStates @8 (version :UInt32) -> (states :List(PromptState), budget :UInt64);
-  # Removes the states the caller may see; how many.
+  # Every state kept (root and the daemon's uid see all; others their own),
+  # and the budgets of the disk tier and of the memory tier.
+  listStates @8 (version :UInt32)
+      -> (states :List(PromptState), budget :UInt64, memoryBudget :UInt64);
+  # Removes the states the caller may see, from both tiers; how many.
   dropStates @9 (version :UInt32) -> (dropped :UInt32);
 }

@@ -10,6 +10,11 @@
 
 namespace waste {
 
+// Prompts shorter than this are not shared through wasted's prompt states
+// (neither published nor looked up): their prefill costs less than the
+// round trip and the copy. `waste serve`'s default, `waste run`'s rule.
+constexpr int kShareMinTokens = 256;
+
 // What a batch scheduler steps (serve::Scheduler), all from one thread: a
 // model that may be built again between two calls. Engine is the one the
 // programs use; a test gives its own to hold or fail a step.

@@ -99,8 +99,8 @@ struct SchedulerOptions {
   int chunk = 32;      // prompt tokens run in one step, over all generations
   uint64_t prefix_cache_bytes = 1ull << 30;  // kept states, snapshots and logits
   // Prompts shorter than this are not published, nor looked up beyond the
-  // kept states: their prefill costs less than the round trip and the disk.
-  int share_min_tokens = 256;
+  // kept states (runtime/stepper.h).
+  int share_min_tokens = kShareMinTokens;
 };
 
 // A request in prefill: its number (1, 2, ... in order of admission) and

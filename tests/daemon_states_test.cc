@@ -1,6 +1,7 @@
 // Prompt states through wasted: published by one client, found by another
-// connection, listed and dropped by wastectl, kept across a restart of the
-// daemon, seen only by the publisher's uid. The states here are opaque
+// connection (from the memory tier, sealed), listed and dropped by wastectl,
+// written to disk at stop and kept across a restart of the daemon, seen only
+// by the publisher's uid. The states here are opaque
 // bytes (the daemon's view); serve's states over it are scheduler_test's.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -73,12 +74,16 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
   }
   auto finder = Connect(socket_);
   ASSERT_TRUE(finder);
+  // The publish was answered once queued; a find waits for its copy.
   auto found = finder->FindState(longer, kShape);
   ASSERT_TRUE(found.ok()) << found.status().message();
   ASSERT_EQ(found->matched, 5u);
   auto bytes = found->Read();
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();
   EXPECT_EQ(*bytes, state);
+  // In memory, sealed: the finder cannot change what others will map.
+  EXPECT_EQ(pwrite(found->fd, "x", 1, static_cast<off_t>(found->offset)), -1);
+  EXPECT_EQ(ftruncate(found->fd, 1), -1);
   auto none = finder->FindState(std::vector<int32_t>{6, 7}, kShape);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->matched, 0u);
@@ -89,8 +94,12 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
   EXPECT_EQ(list["states"][0]["tokens"], 5);
   EXPECT_EQ(list["states"][0]["uid"], geteuid());
   EXPECT_EQ(list["budget_bytes"], 1 << 20);
+  EXPECT_EQ(list["memory_budget_bytes"], 1 << 30);  // states-memory's default
+  EXPECT_EQ(list["states"][0]["tier"], "memory");
   const Outcome text = Shell(Bin("wastectl") + " states --socket " + socket_);
-  EXPECT_TRUE(Has(text.out, "1 prompt states") && Has(text.out, "last use")) << text.out;
+  EXPECT_TRUE(Has(text.out, "1 prompt states") && Has(text.out, "last use") &&
+              Has(text.out, "memory"))
+      << text.out;
 
   if (geteuid() == 0) {
     // Another uid allowed to attach sees none of them.
@@ -109,13 +118,15 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
     std::fprintf(stderr, "SKIP part: another uid's view needs root to become one\n");
   }
 
-  // A restart: the state is read back from disk, checked, and found again.
+  // A restart: the state, written to disk at stop, is read back, checked,
+  // and found again.
   finder.reset();
   daemon_.Signal(SIGTERM);
   ASSERT_EQ(daemon_.Wait(), 0);
   StartDaemon(c, {"--states-budget", "1M"});
   finder = Connect(socket_);
   ASSERT_TRUE(finder);
+  EXPECT_EQ(Ctl("states --json --socket " + socket_)["states"][0]["tier"], "disk");
   found = finder->FindState(longer, kShape);
   ASSERT_TRUE(found.ok()) << found.status().message();
   ASSERT_EQ(found->matched, 5u);
@@ -132,7 +143,7 @@ TEST_F(Daemon, APublishedStateIsFoundByAnotherClientAndSurvivesARestart) {
 
 TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
   const std::string c = Synth("tiny-kimi");
-  StartDaemon(c, {"--states-budget", "64K"});
+  StartDaemon(c, {"--states-budget", "64K", "--states-memory", "64K"});
   auto client = Connect(socket_);
   ASSERT_TRUE(client);
   waste::Status st = Publish(*client, {1, 2, 3}, std::vector<uint8_t>(100000, 1));
@@ -143,7 +154,7 @@ TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
   daemon_.Signal(SIGTERM);
   ASSERT_EQ(daemon_.Wait(), 0);
 
-  StartDaemon(c, {"--states-budget", "0"});
+  StartDaemon(c, {"--states-budget", "0", "--states-memory", "0"});
   client = Connect(socket_);
   ASSERT_TRUE(client);
   st = Publish(*client, {1, 2, 3}, std::vector<uint8_t>(100, 1));
@@ -152,6 +163,66 @@ TEST_F(Daemon, AStateTooLargeOrWithNoStatesKeptIsRefusedWithAMessage) {
   auto found = client->FindState(std::vector<int32_t>{1, 2, 3}, kShape);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->matched, 0u);
+}
+
+// `waste run` as a user of the states: a prompt of kShareMinTokens or more
+// is published once it ran, and a later run of a prompt that begins with it
+// starts from that state; its logits are a full prefill's, bit for bit (a
+// run in this process alone, `--local`, where nothing is shared).
+TEST_F(Daemon, ASecondRunStartsFromTheFirstsStateWithAFullPrefillsLogits) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c);
+  std::string prompt;
+  for (int i = 0; i < 300; ++i) prompt += (i ? "," : "") + std::to_string(1 + (i * 7) % 50);
+  const std::string longer = prompt + ",3,4,5";
+  // One token generated: the logits file holds the prompt's last logits.
+  auto run = [&](const std::string& ids, const std::string& logits, bool local) {
+    std::vector<std::string> args = {Bin("waste"), "run",     c,         "--ids",  ids,
+                                     "-n",         "1",       "--threads", "1",    "--logits",
+                                     dir_ + "/" + logits, "--socket", socket_};
+    if (local) args.push_back("--local");
+    Child r = Child::Run(args);
+    EXPECT_EQ(r.Wait(), 0) << r.Output();
+    return r.Output();
+  };
+  auto bytes = [&](const std::string& name) { return waste::testing::ReadText(dir_ + "/" + name); };
+  std::string out = run(prompt, "first", false);
+  EXPECT_TRUE(Has(out, "(0 from a state wasted kept)")) << out;
+  out = run(longer, "second", false);
+  EXPECT_TRUE(Has(out, "(300 from a state wasted kept)")) << out;
+  out = run(prompt, "again", false);
+  EXPECT_TRUE(Has(out, "(300 from a state wasted kept)")) << out;
+  run(longer, "second-local", true);
+  EXPECT_FALSE(bytes("second").empty());
+  EXPECT_EQ(bytes("second"), bytes("second-local"));
+  EXPECT_EQ(bytes("again"), bytes("first"));
+}
+
+// `waste chat` as a user: a turn of kShareMinTokens or more is published once
+// its prompt ran, and a second chat opening with the same message starts
+// from that state; its greedy reply is the one a chat in this process
+// alone (`--local`) gives.
+TEST_F(Daemon, ASecondChatStartsFromTheFirstsStateWithAFullPrefillsReply) {
+  const std::string c = Synth("tiny-kimi");
+  StartDaemon(c);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "w" + std::to_string(i % 37) + " ";
+  waste::testing::WriteText(dir_ + "/in", words + "\n/quit\n");
+  // The reply (stdout) and the notes (stderr) of one chat.
+  auto chat = [&](const std::string& flags) {
+    const Outcome r = Shell("(" + Bin("waste") + " chat " + c + " --temp 0 -n 8 --threads 1 " +
+                            flags + " < " + dir_ + "/in 2>" + dir_ + "/err)");
+    EXPECT_EQ(r.code, 0) << r.out;
+    return std::pair{r.out, waste::testing::ReadText(dir_ + "/err")};
+  };
+  const auto first = chat("--socket " + socket_);
+  EXPECT_FALSE(Has(first.second, "from a state wasted kept")) << first.second;
+  const auto second = chat("--socket " + socket_);
+  EXPECT_TRUE(Has(second.second, "tokens from a state wasted kept")) << second.second;
+  const auto local = chat("--local");
+  EXPECT_FALSE(local.first.empty());
+  EXPECT_EQ(second.first, local.first);
+  EXPECT_EQ(first.first, local.first);
 }
 
 }  // namespace

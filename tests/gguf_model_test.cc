@@ -53,7 +53,7 @@ void ExpectSameConfig(const ModelConfig& g, const ModelConfig& h) {
   SAME(zero_centered_norms);
   SAME(tie_embeddings);
   SAME(bos_token);
-  SAME(eos_token);
+  SAME(eos_tokens);
   SAME(dense_inter);
   SAME(moe_inter);
   SAME(n_experts);
@@ -323,7 +323,7 @@ TEST_P(Converted, TheConfigIsTheConfigJsonsAsWasteReadsIt) {
   // converter's vocabulary step was skipped): not compared here.
   EXPECT_EQ(m->config.bos_token, -1);
   m->config.bos_token = sm->shape.bos_token;
-  m->config.eos_token = sm->shape.eos_token;
+  m->config.eos_tokens = sm->shape.eos_tokens;
   ExpectSameConfig(m->config, sm->shape);
   // The tensors: mapped, shapes checked, where waste's layers read llama.cpp's
   // values as they are; refused by name where the converter changed them.

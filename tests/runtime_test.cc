@@ -42,7 +42,10 @@ class Wasted {
  public:
   Wasted(const std::string& container, const std::string& socket, const std::string& dir)
       : child_(testing::Child::Run({testing::Bin("wasted"), container, "--socket", socket,
-                                    "--foreground", "--state-dir", dir + "/state"})) {
+                                    "--foreground", "--state-dir", dir + "/state",
+                                    // States straight to disk: a crash (below) loses
+                                    // the memory tier's, a stop writes them there.
+                                    "--states-memory", "0"})) {
     for (int i = 0; i < 2000 && !testing::Connectable(socket); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     listening_ = testing::Connectable(socket);

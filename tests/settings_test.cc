@@ -38,7 +38,8 @@ TEST(Settings, DescribedInTheOrderOfTheFlagsAndReloadableByTheTable) {
   const std::vector<std::string> want = {
       "container",       "socket",        "budget",   "io-depth",  "verify-crc",
       "allow-uid",       "allow-group",   "max-clients", "idle-exit", "state-dir",
-      "save-interval",   "cold",          "states-budget", "states-shared", "policy",
+      "save-interval",   "cold",          "states-budget", "states-memory", "states-shared",
+      "policy",
       "metrics-listen",  "metrics-timeout",
       "no-huge-pages",   "no-wire",       "log-file", "log-level"};
   EXPECT_EQ(names, want);

@@ -105,7 +105,7 @@ TEST(Answers, AReloadOutcomeRoundTrips) {
 }
 
 TEST(Answers, APromptStateRoundTrips) {
-  const PromptStateInfo in{16384, 300u << 20, 1000, 3600.5, 12.25, 0xfeedfacecafeull};
+  const PromptStateInfo in{16384, 300u << 20, 1000, 3600.5, 12.25, 0xfeedfacecafeull, true};
   capnp::MallocMessageBuilder message;
   auto proto = message.initRoot<proto::PromptState>();
   PromptStateToProto(in, proto);

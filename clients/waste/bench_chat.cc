@@ -311,6 +311,10 @@ int RunChat(const ChatOptions& o) {
   // with the system prompt (and the template's BOS and default prompt); a
   // loaded one continues a conversation already in context.
   bool fresh = true;
+  // The tokens `s` has run, for wasted's prompt states; not known after
+  // /load or a failed step, and then nothing is shared until /reset.
+  std::vector<int> history;
+  bool known = true;
   // /reset and /load need the model; after wasted went away for good they
   // say so (and /save still works: it needs only the container).
   const auto need_model = [&] {
@@ -325,6 +329,8 @@ int RunChat(const ChatOptions& o) {
       if (!need_model()) continue;
       s = e->model->NewSession(o.engine.context);
       fresh = true;
+      history.clear();
+      known = true;
       continue;
     }
     if (line == "/stats") {
@@ -346,6 +352,7 @@ int RunChat(const ChatOptions& o) {
         if (loaded.ok()) {
           s = std::move(*loaded);
           fresh = false;
+          known = false;
         }
         std::fprintf(stderr, "%s\n", loaded.ok() ? "loaded" : loaded.status().message().c_str());
       }
@@ -361,11 +368,26 @@ int RunChat(const ChatOptions& o) {
       continue;
     }
     fresh = false;
-    const std::vector<int> ids(rendered->begin(), rendered->end());
-    if (Status st = ForwardThroughRestarts(*e, s, ids, logits.data()); !st.ok()) {
+    std::vector<int> full = history;
+    full.insert(full.end(), rendered->begin(), rendered->end());
+    // With wasted, the longest state kept for the conversation so far (another
+    // chat's, a run's, a server's) stands for the tokens it covers; a turn of
+    // kShareMinTokens or more is published once its prompt ran.
+    const bool share = known && static_cast<int>(full.size()) >= kShareMinTokens;
+    const int found =
+        share ? e->FindSharedState(full, static_cast<int>(history.size()), s, logits) : 0;
+    if (found > 0) std::fprintf(stderr, "(%d tokens from a state wasted kept)\n", found);
+    const size_t ran = found > 0 ? static_cast<size_t>(found) : history.size();
+    const std::span<const int> rest = std::span<const int>(full).subspan(ran);
+    if (Status st = rest.empty() ? Status::Ok() : ForwardThroughRestarts(*e, s, rest, logits.data());
+        !st.ok()) {
       std::fprintf(stderr, "waste: %s\n", st.message().c_str());
+      known = false;
       continue;
     }
+    history = std::move(full);
+    if (share && found < static_cast<int>(history.size()))
+      e->PublishSharedState(history, s, logits);
     // The reply's text: harmony's final channel, its analysis not shown; K3's
     // response channel.
     ReplyFilter shown(tok, chat.reply_after, chat.open);
@@ -380,6 +402,8 @@ int RunChat(const ChatOptions& o) {
       const Status st =
           opens_next ? Status::Ok() : ForwardThroughRestarts(*e, s, one, logits.data());
       if (!st.ok()) std::fprintf(stderr, "\nwaste: %s\n", st.message().c_str());
+      if (st.ok() && !opens_next) history.push_back(next);
+      known = known && st.ok();
       if (end || !st.ok()) break;
       if (!shown.Shown(next)) continue;
       const std::string_view piece = tok.TokenBytes(next);

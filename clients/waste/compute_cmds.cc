@@ -126,9 +126,10 @@ int RunGenerate(const RunOptions& given) {
   const ModelConfig& config = e->container->config();
   Session s = e->model->NewSession(o.engine.context);
   std::vector<float> logits(config.vocab);
-  // Runs `ids` and keeps the logits they end with (in --logits too).
+  // Runs `ids` (none: the logits are a found state's) and keeps the logits
+  // they end with (in --logits too).
   const auto forward = [&](std::span<const int> ids) {
-    WASTE_RETURN_IF_ERROR(ForwardThroughRestarts(*e, s, ids, logits.data()));
+    if (!ids.empty()) WASTE_RETURN_IF_ERROR(ForwardThroughRestarts(*e, s, ids, logits.data()));
     if (logits_out.is_open()) {
       logits_out.write(reinterpret_cast<const char*>(logits.data()),
                        static_cast<std::streamsize>(logits.size() * sizeof(float)));
@@ -138,7 +139,14 @@ int RunGenerate(const RunOptions& given) {
     return Status::Ok();
   };
   const auto t0 = Clock::now();
-  if (Status st = forward(*prompt); !st.ok()) return Fail(st);
+  // With wasted, a long prompt starts from the longest state published for
+  // it (by another run, a chat, a server), and is published once it ran.
+  const bool shared = static_cast<int>(prompt->size()) >= kShareMinTokens;
+  const int found = shared ? e->FindSharedState(*prompt, 0, s, logits) : 0;
+  if (Status st = forward(std::span<const int>(*prompt).subspan(static_cast<size_t>(found)));
+      !st.ok())
+    return Fail(st);
+  if (shared && found < static_cast<int>(prompt->size())) e->PublishSharedState(*prompt, s, logits);
   const double prefill = Since(t0);
   Sampler sampler(o.sampler);
   StopMatcher stop(o.stops);
@@ -171,10 +179,9 @@ int RunGenerate(const RunOptions& given) {
     if (Status ts = WriteTrace(o.trace, routes); !ts.ok()) return Fail(ts);
   const ExpertStats st = e->experts ? e->experts->stats() : ExpertStats{};
   std::fprintf(stderr,
-               "\n[%zu prompt tokens in %.2f s, %d generated in %.2f s (%.2f tok/s) | experts %llu "
-               "hit / %llu miss"
-               " | %.3f GB read]\n",
-               prompt->size(), prefill, produced, decode, produced / std::max(decode, 1e-9),
+               "\n[%zu prompt tokens (%d from a state wasted kept) in %.2f s, %d generated in "
+               "%.2f s (%.2f tok/s) | experts %llu hit / %llu miss | %.3f GB read]\n",
+               prompt->size(), found, prefill, produced, decode, produced / std::max(decode, 1e-9),
                static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
                st.bytes_read / 1e9);
   return 0;

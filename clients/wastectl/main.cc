@@ -197,21 +197,34 @@ int RunStates(const std::string& socket, bool as_json) {
     for (const waste::PromptStateInfo& s : list->states)
       states.push_back({{"tokens", s.tokens}, {"bytes", s.bytes}, {"uid", s.uid},
                         {"age_seconds", s.age_seconds}, {"idle_seconds", s.idle_seconds},
-                        {"fingerprint", s.fingerprint}});
-    PrintJson({{"budget_bytes", list->budget}, {"bytes", total}, {"states", states}});
+                        {"fingerprint", s.fingerprint},
+                        {"tier", s.in_memory ? "memory" : "disk"}});
+    PrintJson({{"budget_bytes", list->budget},
+               {"memory_budget_bytes", list->memory_budget},
+               {"bytes", total},
+               {"states", states}});
     return kOk;
   }
-  if (list->budget == 0) {
-    std::printf("this wasted keeps no prompt states (no state-dir, or states-budget 0)\n");
+  if (list->budget == 0 && list->memory_budget == 0) {
+    std::printf(
+        "this wasted keeps no prompt states (no state-dir, or states-budget and states-memory "
+        "0)\n");
     return kOk;
   }
-  std::printf("%zu prompt states, %s of a budget of %s\n", list->states.size(),
-              waste::FormatSize(total).c_str(), waste::FormatSize(list->budget).c_str());
+  uint64_t in_memory = 0;
+  for (const waste::PromptStateInfo& s : list->states) in_memory += s.in_memory ? s.bytes : 0;
+  std::printf("%zu prompt states, %s in memory of a budget of %s, %s on disk of a budget of %s\n",
+              list->states.size(), waste::FormatSize(in_memory).c_str(),
+              waste::FormatSize(list->memory_budget).c_str(),
+              waste::FormatSize(total - in_memory).c_str(),
+              waste::FormatSize(list->budget).c_str());
   if (list->states.empty()) return kOk;
-  std::vector<std::vector<std::string>> rows = {{"tokens", "bytes", "uid", "age", "last use"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"tokens", "bytes", "tier", "uid", "age", "last use"}};
   for (const waste::PromptStateInfo& s : list->states)
-    rows.push_back({std::to_string(s.tokens), waste::FormatSize(s.bytes), std::to_string(s.uid),
-                    Age(s.age_seconds), Age(s.idle_seconds) + " ago"});
+    rows.push_back({std::to_string(s.tokens), waste::FormatSize(s.bytes),
+                    s.in_memory ? "memory" : "disk", std::to_string(s.uid), Age(s.age_seconds),
+                    Age(s.idle_seconds) + " ago"});
   for (const std::string& line : waste::ctl::Table(rows, std::string::npos))
     std::printf("%s\n", line.c_str());
   return kOk;
