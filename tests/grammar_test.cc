@@ -105,6 +105,24 @@ TEST(JsonMatcher, WhitespaceIsBounded) {
   EXPECT_FALSE(Accepts(g, "{\"k\": \"\xC0\xAF\"}"));  // an overlong form
 }
 
+TEST(JsonMatcher, EveryNumberIsAFiniteDouble) {
+  // Strict parsers refuse a number past the double range (nlohmann: "number
+  // overflow"), so exponents stop at two digits: 32 digits times 10^99 is
+  // at most 10^131. The fuzzer's find: the closing bytes ended 2.5e888.
+  const auto g = AnyJsonObject();
+  EXPECT_TRUE(Accepts(g, "{\"a\": [1, 2.5e99]}"));
+  EXPECT_FALSE(Accepts(g, "{\"a\": [1, 2.5e888]}"));
+  EXPECT_FALSE(Accepts(g, "{\"a\": 1E+308}"));
+  const std::string big = "{\"a\": " + std::string(32, '9') + ".5e99}";
+  EXPECT_TRUE(Accepts(g, big));
+  EXPECT_TRUE(json::accept(big));
+  JsonMatcher m(g);
+  ASSERT_TRUE(m.Advance("{\"a\": [1, 2.5e88"));
+  const auto close = m.Closing(4096);
+  ASSERT_TRUE(close.has_value());
+  EXPECT_TRUE(json::accept("{\"a\": [1, 2.5e88" + *close));
+}
+
 TEST(JsonMatcher, BoundedNumbersNeverWalkIntoADeadEnd) {
   const auto g = Compile(json::parse(R"({"type":"integer","minimum":-5,"maximum":150})"));
   JsonMatcher m(g);

@@ -33,7 +33,7 @@ enum : uint8_t {
   kNumExp
 };
 
-constexpr size_t kBoundedDigits = 16, kFreeDigits = 32, kExpDigits = 3;
+constexpr size_t kBoundedDigits = 16, kFreeDigits = 32, kExpDigits = 2;
 
 bool IsWs(uint8_t b) {
   return b == ' ' || b == '\t' || b == '\n' || b == '\r';

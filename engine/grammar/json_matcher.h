@@ -9,7 +9,9 @@
 // of surrogates are refused (so that a length counts what Python counts).
 // Numbers have at most 16 digits before and after the point when they are
 // bounded (exactly comparable as doubles), 32 otherwise, and an exponent of
-// at most 3 digits, none when bounded. A bounded number's every prefix can
+// at most 2 digits, none when bounded: every number is then a finite double
+// (at most 10^131), which strict parsers require (nlohmann, Go's and Rust's
+// refuse 2.5e888 as out of range). A bounded number's every prefix can
 // still end within its bounds (so the matcher never walks into a dead end).
 //
 // anyOf is matched by keeping every alternative alive (a set of stacks, at
