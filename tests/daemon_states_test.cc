@@ -182,7 +182,7 @@ TEST_F(Daemon, ASecondRunStartsFromTheFirstsStateWithAFullPrefillsLogits) {
                                      dir_ + "/" + logits, "--socket", socket_};
     if (local) args.push_back("--local");
     Child r = Child::Run(args);
-    EXPECT_EQ(r.Wait(), 0) << r.Output();
+    EXPECT_EQ(r.Wait(120), 0) << r.Output();  // 10 s by default: too short under TSan
     return r.Output();
   };
   auto bytes = [&](const std::string& name) { return waste::testing::ReadText(dir_ + "/" + name); };
